@@ -1,0 +1,429 @@
+"""slurm.conf-style configuration: parsed once into typed, immutable objects.
+
+A file is a sequence of lines of ``Key=Value`` pairs; ``#`` starts a comment, keys are
+case-insensitive as in Slurm, ``Include FILE`` pulls in another file. ``NodeName=`` and
+``PartitionName=`` lines describe nodes and partitions (``NodeName=DEFAULT`` and
+``PartitionName=DEFAULT`` set defaults for the lines that follow). Every unknown key and
+every bad value is a :class:`ConfigError` naming the file, the line and the key.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from wattsched import hostlist, timefmt
+
+
+class ConfigError(ValueError):
+    """A configuration error, located at file:line and key."""
+
+    def __init__(self, path: str, line: int, key: str, message: str):
+        super().__init__(f"{path}:{line}: {key}: {message}")
+        self.path, self.line, self.key = path, line, key
+
+
+@dataclass(frozen=True, slots=True)
+class NodeConf:
+    """One node as configured (NodeName lines are expanded into these)."""
+
+    name: str
+    cpus: int = 1
+    sockets: int = 1
+    cores_per_socket: int = 1
+    threads_per_core: int = 1
+    real_memory_mb: int = 1
+    weight: int = 1
+    features: tuple[str, ...] = ()
+    state: str = "UNKNOWN"
+    node_addr: str | None = None
+    port: int | None = None
+    idle_watts: int | None = None
+    max_watts: int | None = None
+    power_save_watts: int | None = None
+    down_watts: int | None = None
+    power_cap_priority: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionConf:
+    """One partition as configured."""
+
+    name: str
+    nodes: tuple[str, ...] = ()
+    node_expr: str = ""
+    default: bool = False
+    max_time_min: int | None = None
+    default_time_min: int | None = None
+    state: str = "UP"
+    max_nodes: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """The effective configuration of a cluster."""
+
+    source: str = "(defaults)"
+    cluster_name: str = "cluster"
+    slurmctld_host: str = "localhost"
+    slurmctld_addr: str = "127.0.0.1"
+    slurmctld_port: int = 6817
+    slurmd_port: int = 6818
+    state_save_location: str = "/var/spool/wattsched/ctld"
+    slurmd_spool_dir: str = "/var/spool/wattsched/d"
+    accounting_storage_type: str = "accounting_storage/sqlalchemy"
+    accounting_storage_loc: str = ""
+    scheduler_type: str = "sched/builtin"
+    scheduler_parameters: str = ""
+    priority_type: str = "priority/basic"
+    select_type: str = "select/cons_tres"
+    auth_key_file: str = ""
+    admin_users: tuple[str, ...] = ("root",)
+    kill_wait_s: int = 30
+    min_job_age_s: int = 300
+    slurmd_timeout_s: int = 300
+    message_timeout_s: int = 10
+    scheduler_interval_s: float = 1.0
+    first_job_id: int = 1
+    max_array_size: int = 1001
+    def_mem_per_cpu_mb: int = 0
+    job_requeue: bool = True
+    return_to_service: int = 1
+    emulated_agents: int = 1
+    log_level: str = "info"
+    nodes: tuple[NodeConf, ...] = ()
+    partitions: tuple[PartitionConf, ...] = ()
+
+    @property
+    def accounting_url(self) -> str:
+        """The SQLAlchemy URL of the accounting database (SQLite in the state dir by default)."""
+        if self.accounting_storage_loc:
+            return self.accounting_storage_loc
+        return f"sqlite:///{os.path.join(self.state_save_location, 'accounting.db')}"
+
+    @property
+    def key_file(self) -> str:
+        return self.auth_key_file or os.path.join(self.state_save_location, "jwt_hs256.key")
+
+    @property
+    def controller_url(self) -> str:
+        return f"http://{self.slurmctld_addr}:{self.slurmctld_port}"
+
+    def default_partition(self) -> PartitionConf | None:
+        for part in self.partitions:
+            if part.default:
+                return part
+        return self.partitions[0] if self.partitions else None
+
+    def as_pairs(self) -> list[tuple[str, str]]:
+        """The global settings as (Slurm key, value) pairs, for ``scontrol show config``."""
+        return [(key, _show(getattr(self, attr))) for key, (attr, _p) in sorted(_GLOBAL_KEYS.items(),
+                                                                            key=lambda kv: kv[0])]
+
+
+def _show(value: Any) -> str:
+    if value is None:
+        return "(null)"
+    if isinstance(value, bool):
+        return "Yes" if value else "No"
+    if isinstance(value, tuple):
+        return ",".join(value) or "(null)"
+    return str(value) if value != "" else "(null)"
+
+
+# --- value parsers ---------------------------------------------------------------------------
+
+def _int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError as exc:
+        raise ValueError(f"'{value}' is not an integer") from exc
+    if number < 0:
+        raise ValueError(f"'{value}' must not be negative")
+    return number
+
+
+def _opt_int(value: str) -> int | None:
+    return None if value.upper() in ("UNLIMITED", "INFINITE") else _int(value)
+
+
+def _float(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError as exc:
+        raise ValueError(f"'{value}' is not a number") from exc
+    if number <= 0:
+        raise ValueError(f"'{value}' must be positive")
+    return number
+
+
+def _bool(value: str) -> bool:
+    lowered = value.lower()
+    if lowered in ("yes", "true", "1", "on"):
+        return True
+    if lowered in ("no", "false", "0", "off"):
+        return False
+    raise ValueError(f"'{value}' is not YES or NO")
+
+
+def _duration(value: str) -> int | None:
+    try:
+        return timefmt.parse_duration_min(value)
+    except timefmt.TimeFormatError as exc:
+        raise ValueError(str(exc)) from exc
+
+
+def _mem(value: str) -> int:
+    try:
+        return timefmt.parse_mem_mb(value)
+    except timefmt.TimeFormatError as exc:
+        raise ValueError(str(exc)) from exc
+
+
+def _choice(*allowed: str) -> Callable[[str], str]:
+    def parse(value: str) -> str:
+        if value.lower() not in allowed:
+            raise ValueError(f"'{value}' is not one of {', '.join(allowed)}")
+        return value.lower()
+    return parse
+
+
+def _plugin(kind: str) -> Callable[[str], str]:
+    def parse(value: str) -> str:
+        if not value.startswith(kind + "/") or len(value) <= len(kind) + 1:
+            raise ValueError(f"'{value}' is not a {kind}/<name> plugin")
+        return value
+    return parse
+
+
+def _str(value: str) -> str:
+    return value
+
+
+def _names(value: str) -> tuple[str, ...]:
+    return tuple(v for v in value.split(",") if v)
+
+
+def _jwt_key(value: str) -> str:
+    for item in value.split(","):
+        key, _, path = item.partition("=")
+        if key == "jwt_key" and path:
+            return path
+    raise ValueError("expected jwt_key=/path/to/key")
+
+
+_GLOBAL_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "ClusterName": ("cluster_name", _str),
+    "SlurmctldHost": ("slurmctld_host", _str),
+    "SlurmctldPort": ("slurmctld_port", _int),
+    "SlurmdPort": ("slurmd_port", _int),
+    "StateSaveLocation": ("state_save_location", _str),
+    "SlurmdSpoolDir": ("slurmd_spool_dir", _str),
+    "AccountingStorageType": ("accounting_storage_type", _choice("accounting_storage/sqlalchemy",
+                                                                  "accounting_storage/none")),
+    "AccountingStorageLoc": ("accounting_storage_loc", _str),
+    "SchedulerType": ("scheduler_type", _plugin("sched")),
+    "SchedulerParameters": ("scheduler_parameters", _str),
+    "PriorityType": ("priority_type", _plugin("priority")),
+    "SelectType": ("select_type", _plugin("select")),
+    "AuthAltParameters": ("auth_key_file", _jwt_key),
+    "AdminUsers": ("admin_users", _names),
+    "KillWait": ("kill_wait_s", _int),
+    "MinJobAge": ("min_job_age_s", _int),
+    "SlurmdTimeout": ("slurmd_timeout_s", _int),
+    "MessageTimeout": ("message_timeout_s", _int),
+    "SchedulerInterval": ("scheduler_interval_s", _float),
+    "FirstJobId": ("first_job_id", _int),
+    "MaxArraySize": ("max_array_size", _int),
+    "DefMemPerCPU": ("def_mem_per_cpu_mb", _mem),
+    "JobRequeue": ("job_requeue", _bool),
+    "ReturnToService": ("return_to_service", _int),
+    "EmulatedAgents": ("emulated_agents", _int),
+    "SlurmctldDebug": ("log_level", _choice("quiet", "fatal", "error", "info", "verbose", "debug",
+                                            "debug2", "debug3")),
+}
+# Keys whose value is a path resolved against the config file's folder when relative.
+_PATH_ATTRS = {"state_save_location", "slurmd_spool_dir", "auth_key_file"}
+
+_NODE_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "CPUs": ("cpus", _int),
+    "Sockets": ("sockets", _int),
+    "CoresPerSocket": ("cores_per_socket", _int),
+    "ThreadsPerCore": ("threads_per_core", _int),
+    "RealMemory": ("real_memory_mb", _int),
+    "Weight": ("weight", _int),
+    "Feature": ("features", _names),
+    "Features": ("features", _names),
+    "State": ("state", _choice("unknown", "idle", "down", "drain", "future", "cloud")),
+    "NodeAddr": ("node_addr", _str),
+    "Port": ("port", _int),
+    "IdleWatts": ("idle_watts", _int),
+    "MaxWatts": ("max_watts", _int),
+    "PowerSaveWatts": ("power_save_watts", _int),
+    "DownWatts": ("down_watts", _int),
+    "PowerCapPriority": ("power_cap_priority", _int),
+}
+
+_PARTITION_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "Nodes": ("node_expr", _str),
+    "Default": ("default", _bool),
+    "MaxTime": ("max_time_min", _duration),
+    "DefaultTime": ("default_time_min", _duration),
+    "State": ("state", _choice("up", "down", "drain", "inactive")),
+    "MaxNodes": ("max_nodes", _opt_int),
+}
+
+_LOWER_GLOBAL = {k.lower(): k for k in _GLOBAL_KEYS}
+_LOWER_NODE = {k.lower(): k for k in _NODE_KEYS}
+_LOWER_PART = {k.lower(): k for k in _PARTITION_KEYS}
+
+
+def _pairs(text: str, path: str, lineno: int) -> list[tuple[str, str]]:
+    try:
+        tokens = shlex.split(text, comments=False, posix=True)
+    except ValueError as exc:
+        raise ConfigError(path, lineno, text.split("=")[0], f"cannot parse line: {exc}") from exc
+    pairs = []
+    for token in tokens:
+        key, sep, value = token.partition("=")
+        if not sep:
+            raise ConfigError(path, lineno, key, "expected Key=Value")
+        pairs.append((key, value))
+    return pairs
+
+
+def _set(target: dict, table: dict, lower: dict, key: str, value: str, path: str, lineno: int,
+         what: str) -> None:
+    canonical = lower.get(key.lower())
+    if canonical is None:
+        raise ConfigError(path, lineno, key, f"unknown {what} key")
+    attr, parser = table[canonical]
+    try:
+        target[attr] = parser(value)
+    except ValueError as exc:
+        raise ConfigError(path, lineno, canonical, str(exc)) from exc
+
+
+def load(path: str | os.PathLike[str]) -> Config:
+    """Read and validate a configuration file (and the files it includes)."""
+    path = os.path.abspath(os.fspath(path))
+    globals_: dict[str, Any] = {}
+    nodes: dict[str, NodeConf] = {}
+    node_lines: dict[str, int] = {}
+    partitions: list[tuple[dict[str, Any], str, int]] = []
+    node_default: dict[str, Any] = {}
+    part_default: dict[str, Any] = {}
+    _read(path, globals_, nodes, node_lines, partitions, node_default, part_default, depth=0)
+
+    base = os.path.dirname(path)
+    for attr in _PATH_ATTRS:
+        if attr in globals_ and not os.path.isabs(globals_[attr]):
+            globals_[attr] = os.path.normpath(os.path.join(base, globals_[attr]))
+    host = globals_.get("slurmctld_host", "localhost")
+    if "(" in host and host.endswith(")"):
+        globals_["slurmctld_host"], globals_["slurmctld_addr"] = host[:-1].split("(", 1)
+    elif host not in ("localhost",):
+        globals_["slurmctld_addr"] = host
+
+    part_objs: list[PartitionConf] = []
+    seen_parts: set[str] = set()
+    for values, ppath, lineno in partitions:
+        name = values.pop("name")
+        if name in seen_parts:
+            raise ConfigError(ppath, lineno, "PartitionName", f"duplicate partition '{name}'")
+        seen_parts.add(name)
+        expr = values.get("node_expr", "")
+        if expr.upper() == "ALL":
+            members = tuple(nodes)
+        else:
+            try:
+                members = tuple(hostlist.expand(expr))
+            except hostlist.HostlistError as exc:
+                raise ConfigError(ppath, lineno, "Nodes", str(exc)) from exc
+            unknown = [n for n in members if n not in nodes]
+            if unknown:
+                raise ConfigError(ppath, lineno, "Nodes",
+                                  f"node {unknown[0]} is not defined by a NodeName line")
+        values["state"] = values.get("state", "up").upper()
+        part_objs.append(PartitionConf(name=name, nodes=members, **values))
+    defaults = [p for p in part_objs if p.default]
+    if len(defaults) > 1:
+        values, ppath, lineno = partitions[part_objs.index(defaults[1])]
+        raise ConfigError(ppath, lineno, "Default", "more than one partition has Default=YES")
+    return Config(source=path, nodes=tuple(nodes.values()), partitions=tuple(part_objs), **globals_)
+
+
+def _read(path: str, globals_: dict, nodes: dict, node_lines: dict, partitions: list,
+          node_default: dict, part_default: dict, depth: int) -> None:
+    if depth > 8:
+        raise ConfigError(path, 0, "Include", "includes nested too deeply")
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError(path, 0, "(file)", f"cannot read configuration: {exc.strerror}") from exc
+    for lineno, raw in enumerate(text.splitlines(), start=1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        if line.lower().startswith("include "):
+            target = line.split(None, 1)[1].strip()
+            target = target if os.path.isabs(target) else os.path.join(os.path.dirname(path), target)
+            _read(target, globals_, nodes, node_lines, partitions, node_default, part_default, depth + 1)
+            continue
+        pairs = _pairs(line, path, lineno)
+        head_key, head_value = pairs[0]
+        if head_key.lower() == "nodename":
+            values: dict[str, Any] = dict(node_default)
+            for key, value in pairs[1:]:
+                _set(values, _NODE_KEYS, _LOWER_NODE, key, value, path, lineno, "NodeName")
+            if head_value.upper() == "DEFAULT":
+                node_default.clear()
+                node_default.update(values)
+                continue
+            _add_nodes(head_value, values, nodes, node_lines, path, lineno, pairs)
+        elif head_key.lower() == "partitionname":
+            values = dict(part_default)
+            for key, value in pairs[1:]:
+                _set(values, _PARTITION_KEYS, _LOWER_PART, key, value, path, lineno, "PartitionName")
+            if head_value.upper() == "DEFAULT":
+                part_default.clear()
+                part_default.update(values)
+                continue
+            values["name"] = head_value
+            partitions.append((values, path, lineno))
+        else:
+            for key, value in pairs:
+                _set(globals_, _GLOBAL_KEYS, _LOWER_GLOBAL, key, value, path, lineno, "configuration")
+
+
+def _add_nodes(expr: str, values: dict, nodes: dict, node_lines: dict, path: str, lineno: int,
+               pairs: list[tuple[str, str]]) -> None:
+    try:
+        names = hostlist.expand(expr)
+    except hostlist.HostlistError as exc:
+        raise ConfigError(path, lineno, "NodeName", str(exc)) from exc
+    given = {key.lower() for key, _ in pairs}
+    if "cpus" not in given:
+        values["cpus"] = values.get("sockets", 1) * values.get("cores_per_socket", 1) * \
+            values.get("threads_per_core", 1)
+    values["state"] = values.get("state", "unknown").upper()
+    if values["cpus"] < 1:
+        raise ConfigError(path, lineno, "CPUs", "a node needs at least one CPU")
+    for name in names:
+        if name in nodes:
+            raise ConfigError(path, lineno, "NodeName", f"node {name} defined twice "
+                              f"(first at line {node_lines[name]})")
+        nodes[name] = NodeConf(name=name, **values)
+        node_lines[name] = lineno
+
+
+def with_overrides(config: Config, **changes: Any) -> Config:
+    """A copy of ``config`` with some settings replaced (used by tests and emulation)."""
+    return replace(config, **changes)
+
+
+__all__ = ["Config", "ConfigError", "NodeConf", "PartitionConf", "load", "with_overrides"]

@@ -1,0 +1,204 @@
+"""The controller's records: jobs (with their steps), nodes and partitions.
+
+These are plain mutable dataclasses owned by the controller's state; policies never see
+them directly but read the immutable snapshots of :mod:`wattsched.scheduling`.
+Every record converts to and from a JSON-able dict for the state store.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from wattsched import states
+
+
+@dataclass(slots=True)
+class Step:
+    """A job step: the batch script (``batch``), an interactive allocation (``extern``) or an srun."""
+
+    step_id: str
+    name: str
+    state: str = states.RUNNING
+    nodes: list[str] = field(default_factory=list)
+    ntasks: int = 1
+    cpus: int = 1
+    start_time: float = 0.0
+    end_time: float = 0.0
+    exit_code: int = 0
+    term_signal: int = 0
+    total_cpu_s: float = 0.0
+    max_rss_kb: int = 0
+
+
+@dataclass(slots=True)
+class Job:
+    """A job as the controller tracks it, from submission to purge."""
+
+    job_id: int
+    name: str
+    uid: int
+    user: str
+    gid: int = 0
+    group: str = ""
+    account: str = ""
+    partition: str = ""
+    script: str | None = None
+    argv: list[str] = field(default_factory=list)
+    work_dir: str = "/"
+    environment: dict[str, str] = field(default_factory=dict)
+    submit_host: str = ""
+    submit_line: str = ""
+    # request
+    nodes_min: int = 1
+    nodes_max: int = 0
+    ntasks: int = 1
+    ntasks_set: bool = False
+    ntasks_per_node: int = 0
+    cpus_per_task: int = 1
+    mem_per_node_mb: int = 0
+    mem_per_cpu_mb: int = 0
+    time_limit_min: int | None = None
+    begin_time: float = 0.0
+    dependency: str = ""
+    exclusive: bool = False
+    req_nodes: list[str] = field(default_factory=list)
+    exc_nodes: list[str] = field(default_factory=list)
+    features: list[str] = field(default_factory=list)
+    std_out: str = ""
+    std_err: str = ""
+    std_in: str = "/dev/null"
+    open_mode: str = "truncate"
+    kill_signal: int = 0
+    kill_signal_secs: int = 0
+    kill_signal_batch_only: bool = False
+    comment: str = ""
+    wckey: str = ""
+    requeue: bool = True
+    interactive: bool = False
+    nice: int = 0
+    array_job_id: int = 0
+    array_task_id: int | None = None
+    array_task_count: int = 0
+    array_task_min: int = 0
+    array_task_max: int = 0
+    array_throttle: int = 0
+    # life cycle
+    state: str = states.PENDING
+    reason: str = states.R_NONE
+    hold: str = ""
+    priority: int = 0
+    admin_priority: int | None = None
+    submit_time: float = 0.0
+    eligible_time: float = 0.0
+    start_time: float = 0.0
+    end_time: float = 0.0
+    exit_code: int = 0
+    term_signal: int = 0
+    final_state: str = ""
+    cancelled_by: int | None = None
+    timed_out: bool = False
+    warn_signal_sent: bool = False
+    restart_count: int = 0
+    # allocation
+    alloc_cpus: dict[str, int] = field(default_factory=dict)
+    alloc_mem_mb: int = 0
+    tasks_per_node: dict[str, int] = field(default_factory=dict)
+    batch_host: str = ""
+    launched: bool = False
+    completing_nodes: list[str] = field(default_factory=list)
+    steps: list[Step] = field(default_factory=list)
+    next_step_id: int = 0
+
+    @property
+    def node_list(self) -> list[str]:
+        return list(self.alloc_cpus)
+
+    @property
+    def num_cpus(self) -> int:
+        return sum(self.alloc_cpus.values())
+
+    @property
+    def display_id(self) -> str:
+        """The id as squeue and sacct print it: ``12`` or ``12_3`` for an array task."""
+        if self.array_task_id is None:
+            return str(self.job_id)
+        return f"{self.array_job_id}_{self.array_task_id}"
+
+    def find_step(self, step_id: str) -> Step | None:
+        for step in self.steps:
+            if step.step_id == step_id:
+                return step
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {f.name: getattr(self, f.name) for f in _JOB_FIELDS}
+        data["steps"] = [{f.name: getattr(s, f.name) for f in _STEP_FIELDS} for s in self.steps]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Job:
+        values = {k: v for k, v in data.items() if k in _JOB_FIELD_NAMES}
+        values["steps"] = [Step(**s) for s in data.get("steps", [])]
+        return cls(**values)
+
+
+_JOB_FIELDS = [f for f in fields(Job) if f.name != "steps"]
+_JOB_FIELD_NAMES = {f.name for f in fields(Job)}
+_STEP_FIELDS = list(fields(Step))
+
+
+@dataclass(slots=True)
+class Node:
+    """A node's configured size and its live state as the controller sees it."""
+
+    name: str
+    cpus: int
+    real_memory_mb: int
+    sockets: int = 1
+    cores_per_socket: int = 1
+    threads_per_core: int = 1
+    weight: int = 1
+    features: tuple[str, ...] = ()
+    partitions: tuple[str, ...] = ()
+    base_state: str = states.N_UNKNOWN
+    drain: bool = False
+    not_responding: bool = True
+    reason: str = ""
+    reason_time: float = 0.0
+    reason_uid: int = 0
+    alloc_cpus: int = 0
+    alloc_mem_mb: int = 0
+    agent_url: str = ""
+    last_seen: float = 0.0
+    boot_time: float = 0.0
+    registered: bool = False
+    idle_watts: int | None = None
+    max_watts: int | None = None
+    power_save_watts: int | None = None
+    down_watts: int | None = None
+    power_cap_priority: int | None = None
+
+    def refresh_base_state(self) -> None:
+        """Derive IDLE / MIXED / ALLOCATED from the allocation of a node that is up."""
+        if self.base_state in (states.N_DOWN, states.N_UNKNOWN, states.N_FUTURE):
+            return
+        if self.alloc_cpus == 0:
+            self.base_state = states.N_IDLE
+        elif self.alloc_cpus >= self.cpus:
+            self.base_state = states.N_ALLOCATED
+        else:
+            self.base_state = states.N_MIXED
+
+    @property
+    def state_long(self) -> str:
+        return states.node_state_long(self.base_state, self.drain, self.not_responding)
+
+    @property
+    def state_short(self) -> str:
+        return states.node_state_short(self.base_state, self.drain, self.not_responding)
+
+    @property
+    def schedulable(self) -> bool:
+        return (self.base_state in (states.N_IDLE, states.N_MIXED) and not self.drain
+                and not self.not_responding)

@@ -1,0 +1,292 @@
+"""The pure scheduling core: an immutable snapshot of the cluster and ``now`` in, decisions out.
+
+The controller builds a :class:`Snapshot` from its live state, the simulator from its event
+queue; both call :func:`schedule` with the plugins the configuration names. Nothing here
+reads the clock, the network or a database, so a pass is deterministic for its inputs.
+
+A pass: (1) the priority plugin gives each pending job its priority; (2) each job is checked
+for eligibility (hold, begin time, dependencies, array throttle, partition state and
+limits), which yields Slurm's pending reasons; (3) the scheduler plugin walks the eligible
+jobs in priority order and asks the selection plugin for nodes.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from wattsched import states
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSnap:
+    """A node as a policy sees it: size, what is free, whether new work may land on it."""
+
+    name: str
+    cpus: int
+    free_cpus: int
+    real_memory_mb: int
+    free_mem_mb: int
+    weight: int = 1
+    features: frozenset[str] = frozenset()
+    schedulable: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionSnap:
+    name: str
+    nodes: tuple[str, ...]
+    state: str = "UP"
+    max_time_min: int | None = None
+    max_nodes: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobRequest:
+    """What a pending job asks for."""
+
+    job_id: int
+    user: str
+    partition: str
+    submit_time: float
+    name: str = ""
+    nodes_min: int = 1
+    nodes_max: int = 0
+    ntasks: int = 1
+    ntasks_set: bool = False
+    ntasks_per_node: int = 0
+    cpus_per_task: int = 1
+    mem_per_node_mb: int = 0
+    mem_per_cpu_mb: int = 0
+    exclusive: bool = False
+    req_nodes: tuple[str, ...] = ()
+    exc_nodes: tuple[str, ...] = ()
+    features: tuple[str, ...] = ()
+    time_limit_min: int | None = None
+    begin_time: float = 0.0
+    dependency: str = ""
+    hold: str = ""
+    admin_priority: int | None = None
+    nice: int = 0
+    array_job_id: int = 0
+    array_throttle: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class JobBrief:
+    """Another job's public facts, as dependencies and array throttles need them."""
+
+    job_id: int
+    state: str
+    user: str = ""
+    name: str = ""
+    exit_code: int = 0
+    term_signal: int = 0
+    array_job_id: int = 0
+    array_task_id: int | None = None
+    start_time: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    now: float
+    nodes: tuple[NodeSnap, ...]
+    partitions: Mapping[str, PartitionSnap]
+    pending: tuple[JobRequest, ...]
+    jobs: Mapping[int, JobBrief] = field(default_factory=dict)
+    def_mem_per_cpu_mb: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """Where a job runs: CPUs and tasks per node, memory per node."""
+
+    cpus: Mapping[str, int]
+    tasks: Mapping[str, int]
+    mem_mb: Mapping[str, int]
+
+
+@dataclass(slots=True)
+class Decisions:
+    starts: list[tuple[int, Allocation]] = field(default_factory=list)
+    reasons: dict[int, str] = field(default_factory=dict)
+    priorities: dict[int, int] = field(default_factory=dict)
+
+
+class PriorityPlugin(Protocol):
+    def priorities(self, snapshot: Snapshot) -> dict[int, int]: ...
+
+
+class SelectPlugin(Protocol):
+    def select(self, job: JobRequest, candidates: list[NodeSnap], free: dict[str, tuple[int, int]],
+               def_mem_per_cpu_mb: int) -> Allocation | None: ...
+
+
+class SchedulerPlugin(Protocol):
+    def plan(self, snapshot: Snapshot, order: list[JobRequest], eligible: dict[int, str | None],
+             select: SelectPlugin, decisions: Decisions) -> None: ...
+
+
+def schedule(snapshot: Snapshot, priority: PriorityPlugin, scheduler: SchedulerPlugin,
+             select: SelectPlugin) -> Decisions:
+    """Run one scheduling pass over ``snapshot`` and return what to start and why others wait."""
+    decisions = Decisions(priorities=priority.priorities(snapshot))
+    prio = decisions.priorities
+    order = sorted(snapshot.pending, key=lambda j: (-prio.get(j.job_id, 0), j.submit_time, j.job_id))
+    running_per_array = _running_per_array(snapshot.jobs)
+    eligible = {job.job_id: ineligibility(job, snapshot, running_per_array) for job in order}
+    scheduler.plan(snapshot, order, eligible, select, decisions)
+    return decisions
+
+
+def _running_per_array(jobs: Mapping[int, JobBrief]) -> dict[int, int]:
+    counts: dict[int, int] = {}
+    for brief in jobs.values():
+        if brief.array_job_id and brief.state in (states.RUNNING, states.COMPLETING):
+            counts[brief.array_job_id] = counts.get(brief.array_job_id, 0) + 1
+    return counts
+
+
+def ineligibility(job: JobRequest, snapshot: Snapshot, running_per_array: Mapping[int, int]) -> str | None:
+    """The reason a pending job may not be considered now, or None if it may."""
+    if job.hold:
+        return states.R_HELD_ADMIN if job.hold == "admin" else states.R_HELD_USER
+    if job.begin_time > snapshot.now:
+        return states.R_BEGIN
+    if job.dependency:
+        verdict = dependency_state(job, snapshot.jobs)
+        if verdict is not None:
+            return verdict
+    part = snapshot.partitions.get(job.partition)
+    if part is None or part.state != "UP":
+        return states.R_PART_DOWN
+    if part.max_time_min is not None and (job.time_limit_min is None or job.time_limit_min > part.max_time_min):
+        return states.R_PART_TIME
+    if part.max_nodes is not None and job.nodes_min > part.max_nodes:
+        return states.R_PART_NODES
+    if job.array_throttle and running_per_array.get(job.array_job_id, 0) >= job.array_throttle:
+        return states.R_ARRAY_LIMIT
+    return None
+
+
+_DEP_ITEM = re.compile(r"^(after|afterany|afterok|afternotok|aftercorr|singleton)((?::\d+(?:_\d+)?(?:\+\d+)?)*)$")
+
+
+def parse_dependency(text: str) -> tuple[str, list[tuple[str, list[tuple[str, int]]]]]:
+    """Parse ``--dependency``: returns the joiner (',' = all, '?' = any) and (type, [(id, minutes)])."""
+    text = text.strip()
+    joiner = "?" if "?" in text else ","
+    items = []
+    for part in text.split(joiner):
+        match = _DEP_ITEM.match(part)
+        if not match or (match.group(1) != "singleton" and not match.group(2)):
+            raise ValueError(f"Job dependency problem: invalid dependency '{part}'")
+        targets = []
+        for target in filter(None, match.group(2).split(":")):
+            job_ref, _, delay = target.partition("+")
+            targets.append((job_ref, int(delay or 0)))
+        items.append((match.group(1), targets))
+    return joiner, items
+
+
+def _targets(ref: str, jobs: Mapping[int, JobBrief]) -> list[JobBrief]:
+    """The jobs a dependency reference names: one job, or every task of an array."""
+    if "_" in ref:
+        array_id, task = ref.split("_", 1)
+        return [b for b in jobs.values() if b.array_job_id == int(array_id) and str(b.array_task_id) == task]
+    job_id = int(ref)
+    brief = jobs.get(job_id)
+    tasks = [b for b in jobs.values() if b.array_job_id == job_id] if brief is None or brief.array_job_id \
+        else []
+    if tasks:
+        return tasks
+    return [brief] if brief else []
+
+
+def dependency_state(job: JobRequest, jobs: Mapping[int, JobBrief]) -> str | None:
+    """None when the job's dependencies are satisfied, else Dependency or DependencyNeverSatisfied."""
+    try:
+        joiner, items = parse_dependency(job.dependency)
+    except ValueError:
+        return states.R_DEP_NEVER
+    verdicts = [_item_state(kind, targets, job, jobs) for kind, targets in items]
+    if joiner == "?":
+        if any(v is None for v in verdicts):
+            return None
+        return states.R_DEP_NEVER if all(v == states.R_DEP_NEVER for v in verdicts) else states.R_DEPENDENCY
+    if any(v == states.R_DEP_NEVER for v in verdicts):
+        return states.R_DEP_NEVER
+    return states.R_DEPENDENCY if any(v is not None for v in verdicts) else None
+
+
+def _item_state(kind: str, targets: list[tuple[str, int]], job: JobRequest,
+                jobs: Mapping[int, JobBrief]) -> str | None:
+    if kind == "singleton":
+        for other in jobs.values():
+            if other.job_id != job.job_id and other.user == job.user and other.name == job.name \
+                    and other.state in (states.RUNNING, states.COMPLETING):
+                return states.R_DEPENDENCY
+        return None
+    for ref, _delay in targets:
+        briefs = _targets(ref, jobs)
+        if not briefs:
+            # A job that left the controller's memory finished long ago; Slurm treats the
+            # dependency as satisfied for 'after'/'afterany' and unknown otherwise.
+            if kind in ("afterok", "afternotok", "aftercorr"):
+                return states.R_DEP_NEVER
+            continue
+        for brief in briefs:
+            verdict = _one_target(kind, brief)
+            if verdict is not None:
+                return verdict
+    return None
+
+
+def _one_target(kind: str, brief: JobBrief) -> str | None:
+    done = brief.state in states.FINISHED
+    if kind == "after":
+        return None if brief.state != states.PENDING else states.R_DEPENDENCY
+    if not done:
+        return states.R_DEPENDENCY
+    succeeded = brief.state == states.COMPLETED and brief.exit_code == 0
+    if kind in ("afterok", "aftercorr"):
+        return None if succeeded else states.R_DEP_NEVER
+    if kind == "afternotok":
+        return None if not succeeded else states.R_DEP_NEVER
+    return None  # afterany
+
+
+def candidates_for(job: JobRequest, snapshot: Snapshot, by_name: Mapping[str, NodeSnap],
+                   free: Mapping[str, tuple[int, int]]) -> list[NodeSnap]:
+    """The partition's nodes the job may use now, lowest Weight first, then by name order."""
+    part = snapshot.partitions[job.partition]
+    excluded = set(job.exc_nodes)
+    wanted = set(job.features)
+    result = []
+    for name in part.nodes:
+        node = by_name.get(name)
+        if node is None or name in excluded or not node.schedulable or free[name][0] == 0:
+            continue
+        if wanted and not wanted <= node.features:
+            continue
+        result.append(node)
+    result.sort(key=lambda n: n.weight)  # stable: name order within equal weight
+    return result
+
+
+def feasible(job: JobRequest, partition: PartitionSnap, nodes: Mapping[str, NodeSnap], select: SelectPlugin,
+             def_mem_per_cpu_mb: int) -> bool:
+    """Whether the job could ever run in the partition, were all its nodes idle and up."""
+    excluded = set(job.exc_nodes)
+    wanted = set(job.features)
+    pool = [nodes[n] for n in partition.nodes if n in nodes and n not in excluded
+            and (not wanted or wanted <= nodes[n].features)]
+    if any(n not in partition.nodes for n in job.req_nodes):
+        return False
+    pool = [NodeSnap(n.name, n.cpus, n.cpus, n.real_memory_mb, n.real_memory_mb, n.weight, n.features, True)
+            for n in pool]
+    pool.sort(key=lambda n: n.weight)
+    free = {n.name: (n.cpus, n.real_memory_mb) for n in pool}
+    return select.select(job, pool, free, def_mem_per_cpu_mb) is not None

@@ -1,0 +1,1 @@
+"""Priority plugins (PriorityType): each pending job's priority."""

@@ -1,0 +1,1 @@
+"""Scheduler plugins (SchedulerType): the order in which pending jobs are started."""

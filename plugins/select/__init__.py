@@ -1,0 +1,1 @@
+"""Node selection plugins (SelectType): which nodes and CPUs a job gets."""
