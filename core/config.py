@@ -308,8 +308,12 @@ def _set(target: dict, table: dict, lower: dict, key: str, value: str, path: str
         raise ConfigError(path, lineno, canonical, str(exc)) from exc
 
 
-def load(path: str | os.PathLike[str]) -> Config:
-    """Read and validate a configuration file (and the files it includes)."""
+def load(path: str | os.PathLike[str], globals_only: bool = False) -> Config:
+    """Read and validate a configuration file (and the files it includes).
+
+    ``globals_only`` skips node and partition lines: the CLI needs only the controller's
+    address and the key, and a 5,000-node file would otherwise cost it start-up time.
+    """
     path = os.path.abspath(os.fspath(path))
     globals_: dict[str, Any] = {}
     nodes: dict[str, NodeConf] = {}
@@ -317,7 +321,8 @@ def load(path: str | os.PathLike[str]) -> Config:
     partitions: list[tuple[dict[str, Any], str, int]] = []
     node_default: dict[str, Any] = {}
     part_default: dict[str, Any] = {}
-    _read(path, globals_, nodes, node_lines, partitions, node_default, part_default, depth=0)
+    _read(path, globals_, nodes, node_lines, partitions, node_default, part_default, depth=0,
+          globals_only=globals_only)
 
     base = os.path.dirname(path)
     for attr in _PATH_ATTRS:
@@ -358,7 +363,7 @@ def load(path: str | os.PathLike[str]) -> Config:
 
 
 def _read(path: str, globals_: dict, nodes: dict, node_lines: dict, partitions: list,
-          node_default: dict, part_default: dict, depth: int) -> None:
+          node_default: dict, part_default: dict, depth: int, globals_only: bool = False) -> None:
     if depth > 8:
         raise ConfigError(path, 0, "Include", "includes nested too deeply")
     try:
@@ -372,7 +377,10 @@ def _read(path: str, globals_: dict, nodes: dict, node_lines: dict, partitions: 
         if line.lower().startswith("include "):
             target = line.split(None, 1)[1].strip()
             target = target if os.path.isabs(target) else os.path.join(os.path.dirname(path), target)
-            _read(target, globals_, nodes, node_lines, partitions, node_default, part_default, depth + 1)
+            _read(target, globals_, nodes, node_lines, partitions, node_default, part_default, depth + 1,
+                  globals_only)
+            continue
+        if globals_only and line[:9].lower() in ("nodename=", "partition"):
             continue
         pairs = _pairs(line, path, lineno)
         head_key, head_value = pairs[0]

@@ -1,0 +1,117 @@
+"""The accounting schema. Alembic migrations in ``migrations/`` create and evolve it."""
+
+from __future__ import annotations
+
+from sqlalchemy import BigInteger, Float, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class ClusterRecord(Base):
+    __tablename__ = "clusters"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    created: Mapped[float] = mapped_column(Float, default=0.0)
+
+
+class JobRecord(Base):
+    __tablename__ = "jobs"
+    __table_args__ = (UniqueConstraint("cluster", "job_id", "time_submit", name="uq_job"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    cluster: Mapped[str] = mapped_column(String(64), index=True)
+    job_id: Mapped[int] = mapped_column(BigInteger, index=True)
+    array_job_id: Mapped[int] = mapped_column(BigInteger, default=0)
+    array_task_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    name: Mapped[str] = mapped_column(String(1024), default="")
+    uid: Mapped[int] = mapped_column(Integer)
+    user: Mapped[str] = mapped_column(String(64), index=True)
+    gid: Mapped[int] = mapped_column(Integer, default=0)
+    group: Mapped[str] = mapped_column("group_name", String(64), default="")
+    account: Mapped[str] = mapped_column(String(64), default="")
+    partition: Mapped[str] = mapped_column(String(64), default="")
+    state: Mapped[str] = mapped_column(String(32))
+    cancelled_by: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    exit_code: Mapped[int] = mapped_column(Integer, default=0)
+    term_signal: Mapped[int] = mapped_column(Integer, default=0)
+    node_list: Mapped[str] = mapped_column(Text, default="")
+    nnodes: Mapped[int] = mapped_column(Integer, default=0)
+    alloc_cpus: Mapped[int] = mapped_column(Integer, default=0)
+    req_cpus: Mapped[int] = mapped_column(Integer, default=0)
+    req_nodes: Mapped[int] = mapped_column(Integer, default=1)
+    req_mem_mb: Mapped[int] = mapped_column(Integer, default=0)
+    req_mem_per_cpu: Mapped[int] = mapped_column(Integer, default=0)
+    timelimit_min: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    time_submit: Mapped[float] = mapped_column(Float)
+    time_eligible: Mapped[float] = mapped_column(Float, default=0.0)
+    time_start: Mapped[float] = mapped_column(Float, default=0.0)
+    time_end: Mapped[float] = mapped_column(Float, default=0.0)
+    priority: Mapped[int] = mapped_column(BigInteger, default=0)
+    restart_count: Mapped[int] = mapped_column(Integer, default=0)
+    work_dir: Mapped[str] = mapped_column(Text, default="")
+    std_out: Mapped[str] = mapped_column(Text, default="")
+    std_err: Mapped[str] = mapped_column(Text, default="")
+    submit_line: Mapped[str] = mapped_column(Text, default="")
+    comment: Mapped[str] = mapped_column(Text, default="")
+    wckey: Mapped[str] = mapped_column(String(64), default="")
+    constraints: Mapped[str] = mapped_column(String(1024), default="")
+    consumed_energy_j: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+
+    steps: Mapped[list[StepRecord]] = relationship(back_populates="job", cascade="all, delete-orphan",
+                                                   order_by="StepRecord.id")
+
+
+class StepRecord(Base):
+    __tablename__ = "steps"
+    __table_args__ = (UniqueConstraint("job_row", "step_id", name="uq_step"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_row: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    step_id: Mapped[str] = mapped_column(String(16))
+    name: Mapped[str] = mapped_column(String(1024), default="")
+    state: Mapped[str] = mapped_column(String(32))
+    exit_code: Mapped[int] = mapped_column(Integer, default=0)
+    term_signal: Mapped[int] = mapped_column(Integer, default=0)
+    node_list: Mapped[str] = mapped_column(Text, default="")
+    nnodes: Mapped[int] = mapped_column(Integer, default=0)
+    ntasks: Mapped[int] = mapped_column(Integer, default=0)
+    alloc_cpus: Mapped[int] = mapped_column(Integer, default=0)
+    time_start: Mapped[float] = mapped_column(Float, default=0.0)
+    time_end: Mapped[float] = mapped_column(Float, default=0.0)
+    total_cpu_s: Mapped[float] = mapped_column(Float, default=0.0)
+    max_rss_kb: Mapped[int] = mapped_column(BigInteger, default=0)
+    consumed_energy_j: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+
+    job: Mapped[JobRecord] = relationship(back_populates="steps")
+
+
+class NodeEventRecord(Base):
+    __tablename__ = "node_events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    cluster: Mapped[str] = mapped_column(String(64), index=True)
+    node: Mapped[str] = mapped_column(String(128), index=True)
+    state: Mapped[str] = mapped_column(String(32))
+    reason: Mapped[str] = mapped_column(Text, default="")
+    uid: Mapped[int] = mapped_column(Integer, default=0)
+    time: Mapped[float] = mapped_column(Float)
+
+
+class UserRecord(Base):
+    __tablename__ = "users"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    default_account: Mapped[str] = mapped_column(String(64), default="")
+    admin_level: Mapped[str] = mapped_column(String(16), default="None")
+
+
+class AccountRecord(Base):
+    __tablename__ = "accounts"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    description: Mapped[str] = mapped_column(Text, default="")
+    organization: Mapped[str] = mapped_column(String(64), default="")
+    parent: Mapped[str] = mapped_column(String(64), default="root")

@@ -1,0 +1,156 @@
+"""``wattsched emulate``: a whole cluster of virtual nodes on this host.
+
+Starts the controller and ``EmulatedAgents`` agent processes, each hosting a slice of the
+configured nodes on its own loopback port, waits for every node to register, prints the
+shell line that points the CLI at the cluster, and stops everything on Ctrl-C, SIGTERM or
+``wattsched emulate --stop``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from wattsched.cli.common import CLIError
+
+PIDFILE = "emulate.json"
+
+
+def slices(names: list[str], count: int) -> list[list[str]]:
+    count = max(1, min(count, len(names)))
+    size = -(-len(names) // count)
+    return [names[i:i + size] for i in range(0, len(names), size)]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start(config_path: str, agents: int | None, log_dir: str | None, quiet: bool = False) -> dict:
+    from wattsched import config as config_mod
+    from wattsched import hostlist
+
+    config = config_mod.load(config_path)
+    state_dir = config.state_save_location
+    os.makedirs(state_dir, exist_ok=True)
+    pidfile = os.path.join(state_dir, PIDFILE)
+    if os.path.exists(pidfile):
+        info = json.load(open(pidfile))
+        if _alive(info["controller"]):
+            raise CLIError(f"an emulated cluster is already running from {config_path} "
+                           f"(pid {info['controller']}); stop it with: wattsched emulate --stop {config_path}")
+    logs = log_dir or os.path.join(state_dir, "log")
+    os.makedirs(logs, exist_ok=True)
+    exe = [sys.executable, "-m", "wattsched.cli.wattsched"]
+    env = dict(os.environ, WATTSCHED_CONF=config_path)
+    procs = [subprocess.Popen([*exe, "controller", config_path], env=env, start_new_session=True,
+                              stdout=open(os.path.join(logs, "controller.log"), "ab"), stderr=subprocess.STDOUT)]
+    _wait_for_key(config, procs[0])
+    names = [n.name for n in config.nodes]
+    for index, part in enumerate(slices(names, agents or config.emulated_agents)):
+        port = _free_port()
+        procs.append(subprocess.Popen(
+            [*exe, "noded", config_path, "--nodes", hostlist.compress(part), "--port", str(port)], env=env,
+            start_new_session=True, stdout=open(os.path.join(logs, f"noded{index}.log"), "ab"),
+            stderr=subprocess.STDOUT))
+    info = {"controller": procs[0].pid, "agents": [p.pid for p in procs[1:]], "config": config_path}
+    with open(pidfile, "w") as handle:
+        json.dump(info, handle)
+    _wait_registered(config, len(names), procs, quiet)
+    return info
+
+
+def _wait_for_key(config, proc: subprocess.Popen, timeout_s: float = 60) -> None:
+    deadline = time.time() + timeout_s
+    while not os.path.exists(config.key_file):
+        if proc.poll() is not None:
+            raise CLIError("the controller exited at start-up; see its log in "
+                           f"{os.path.join(config.state_save_location, 'log', 'controller.log')}")
+        if time.time() > deadline:
+            raise CLIError("the controller did not create its key in time")
+        time.sleep(0.05)
+
+
+def _wait_registered(config, total: int, procs: list[subprocess.Popen], quiet: bool,
+                     timeout_s: float = 300) -> None:
+    from wattsched.cli.common import Client
+
+    client = Client(config)
+    deadline = time.time() + timeout_s
+    last = -1
+    while time.time() < deadline:
+        for proc in procs:
+            if proc.poll() is not None:
+                stop_pids([p.pid for p in procs])
+                raise CLIError(f"a daemon exited at start-up (pid {proc.pid}); see the logs in "
+                               f"{os.path.join(config.state_save_location, 'log')}")
+        try:
+            nodes = client.request("GET", "/v1/nodes", timeout=10)["nodes"]
+        except CLIError:
+            time.sleep(0.2)
+            continue
+        up = sum(1 for n in nodes if not n["not_responding"])
+        if up != last and not quiet:
+            sys.stderr.write(f"\rwattsched: {up}/{total} nodes registered")
+            sys.stderr.flush()
+            last = up
+        if up >= total:
+            if not quiet:
+                sys.stderr.write("\n")
+            return
+        time.sleep(0.2)
+    raise CLIError(f"only {last} of {total} nodes registered in {timeout_s:.0f} s")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def stop_pids(pids: list[int], timeout_s: float = 15) -> None:
+    for pid in pids:
+        try:
+            os.killpg(pid, signal.SIGTERM)
+        except (ProcessLookupError, PermissionError):
+            pass
+    deadline = time.time() + timeout_s
+    while time.time() < deadline and any(_alive(p) for p in pids):
+        time.sleep(0.1)
+        for pid in pids:  # reap our own children so they do not linger as zombies
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+    for pid in pids:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def stop(config_path: str) -> bool:
+    from wattsched import config as config_mod
+
+    config = config_mod.load(config_path, globals_only=True)
+    pidfile = os.path.join(config.state_save_location, PIDFILE)
+    if not os.path.exists(pidfile):
+        return False
+    info = json.load(open(pidfile))
+    stop_pids(info["agents"] + [info["controller"]])
+    os.unlink(pidfile)
+    return True
+
+
+def shell_line(config_path: str, config) -> str:
+    return f"export WATTSCHED_CONF={config_path} SLURM_CONF={config_path}"

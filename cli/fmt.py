@@ -1,0 +1,77 @@
+"""Slurm's column formats: ``%[.][size]X`` format strings and fixed-width tables."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+_SPEC = re.compile(r"%(\.)?(\d+)?([A-Za-z])")
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    code: str
+    width: int | None
+    right: bool
+
+
+def parse_format(fmt: str) -> list[str | Column]:
+    """Split a format string into literal text and columns (``%.18i`` -> right-justified, width 18)."""
+    parts: list[str | Column] = []
+    pos = 0
+    for match in _SPEC.finditer(fmt):
+        if match.start() > pos:
+            parts.append(fmt[pos:match.start()])
+        parts.append(Column(match.group(3), int(match.group(2)) if match.group(2) else None, bool(match.group(1))))
+        pos = match.end()
+    if pos < len(fmt):
+        parts.append(fmt[pos:])
+    return parts
+
+
+def cell(value: str, width: int | None, right: bool) -> str:
+    if width is None:
+        return value
+    value = value[:width]
+    return value.rjust(width) if right else value.ljust(width)
+
+
+def render(parts: list[str | Column], values: Callable[[str], str]) -> str:
+    out = []
+    for part in parts:
+        out.append(part if isinstance(part, str) else cell(values(part.code), part.width, part.right))
+    return "".join(out).rstrip() if parts and isinstance(parts[-1], Column) and parts[-1].width is None \
+        else "".join(out)
+
+
+def render_header(parts: list[str | Column], titles: Mapping[str, str]) -> str:
+    return render(parts, lambda code: titles.get(code, code.upper()))
+
+
+def format_table(rows: list[dict[str, Any]], fields: list[tuple[str, int]], parsable: str | None,
+                 trailing: bool, header: bool, titles: Mapping[str, str] | None = None) -> list[str]:
+    """sacct/sshare-style tables: right-justified columns (negative width: left), '+' on truncation,
+    or delimiter-separated values for --parsable."""
+    titles = titles or {}
+    lines = []
+    if parsable is not None:
+        end = parsable if trailing else ""
+        if header:
+            lines.append(parsable.join(titles.get(name, name) for name, _ in fields) + end)
+        lines.extend(parsable.join(str(row.get(name, "")) for name, _ in fields) + end for row in rows)
+        return lines
+    if header:
+        lines.append(" ".join(_fixed(titles.get(name, name), width) for name, width in fields) + " ")
+        lines.append(" ".join("-" * abs(width) for _, width in fields) + " ")
+    for row in rows:
+        lines.append(" ".join(_fixed(str(row.get(name, "")), width) for name, width in fields) + " ")
+    return lines
+
+
+def _fixed(value: str, width: int) -> str:
+    size = abs(width)
+    if len(value) > size:
+        value = value[:size - 1] + "+"
+    return value.ljust(size) if width < 0 else value.rjust(size)

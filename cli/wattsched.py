@@ -1,0 +1,119 @@
+"""``wattsched``: run the controller or a node agent, emulate a cluster, print the version."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from typing import Annotated
+
+import typer
+from wattsched.cli.common import CLIError, die
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="wattsched daemons and tools.")
+
+DEFAULT_EMULATED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "etc",
+                                "emulated.conf")
+
+
+def _config_arg(path: str | None) -> str:
+    from wattsched.cli.common import config_path
+
+    chosen = path or config_path()
+    if not os.path.exists(chosen):
+        raise CLIError(f"configuration file {chosen} not found")
+    return os.path.abspath(chosen)
+
+
+@app.command()
+def controller(config: Annotated[str | None, typer.Argument(help="Configuration file.")] = None,
+               port: Annotated[int | None, typer.Option(help="Override SlurmctldPort.")] = None) -> None:
+    """Run the controller in the foreground."""
+    from wattsched.config import ConfigError
+    from wattsched.controller.main import StartupError, run
+
+    try:
+        run(_config_arg(config), port=port)
+    except (ConfigError, StartupError) as exc:
+        raise CLIError(str(exc)) from exc
+
+
+@app.command()
+def noded(config: Annotated[str | None, typer.Argument(help="Configuration file.")] = None,
+          nodes: Annotated[str | None, typer.Option(help="Hostlist of the nodes this agent hosts.")] = None,
+          host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+          port: Annotated[int | None, typer.Option(help="Port (default: the node's Port or SlurmdPort).")] = None,
+          advertise: Annotated[str | None, typer.Option(help="Address the controller should use.")] = None) -> None:
+    """Run a node agent in the foreground."""
+    from wattsched.config import ConfigError
+    from wattsched.noded.main import AgentStartError, run
+
+    try:
+        run(_config_arg(config), nodes, host, port, advertise)
+    except (ConfigError, AgentStartError, OSError) as exc:
+        raise CLIError(str(exc)) from exc
+
+
+@app.command()
+def emulate(config: Annotated[str | None, typer.Argument(help="Cluster configuration "
+                                                          "(default: etc/emulated.conf).")] = None,
+            agents: Annotated[int | None, typer.Option(help="Agent processes (default: EmulatedAgents).")] = None,
+            daemon: Annotated[bool, typer.Option("--daemon", help="Return once the cluster is up.")] = False,
+            stop_: Annotated[bool, typer.Option("--stop", help="Stop the cluster started from CONFIG.")] = False,
+            ) -> None:
+    """Run an emulated cluster of virtual nodes on this host."""
+    from wattsched.cli import emulate as emu
+    from wattsched.config import ConfigError, load
+
+    path = os.path.abspath(config or os.environ.get("WATTSCHED_CONF") or DEFAULT_EMULATED) if stop_ else \
+        _config_arg(config or DEFAULT_EMULATED)
+    try:
+        if stop_:
+            if not emu.stop(path):
+                raise CLIError(f"no emulated cluster is running from {path}")
+            sys.stderr.write("wattsched: emulated cluster stopped\n")
+            return
+        started = time.time()
+        info = emu.start(path, agents, None)
+        conf = load(path, globals_only=True)
+    except ConfigError as exc:
+        raise CLIError(str(exc)) from exc
+    sys.stderr.write(f"wattsched: cluster '{conf.cluster_name}' up in {time.time() - started:.1f} s "
+                     f"(controller {conf.controller_url}, {len(info['agents'])} agent processes)\n")
+    print(emu.shell_line(path, conf))
+    sys.stdout.flush()
+    if daemon:
+        return
+    sys.stderr.write("wattsched: press Ctrl-C to stop the cluster\n")
+    stopping = False
+
+    def handle(_sig, _frame):
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGINT, handle)
+    signal.signal(signal.SIGTERM, handle)
+    while not stopping and emu._alive(info["controller"]):
+        time.sleep(0.5)
+    emu.stop(path)
+    sys.stderr.write("wattsched: emulated cluster stopped\n")
+
+
+@app.command()
+def version() -> None:
+    """Print the version."""
+    from wattsched import __version__
+
+    print(f"wattsched {__version__}")
+
+
+def main() -> None:
+    try:
+        app(prog_name="wattsched")
+    except CLIError as exc:
+        die("wattsched", str(exc))
+
+
+if __name__ == "__main__":
+    main()

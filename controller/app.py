@@ -1,0 +1,278 @@
+"""The controller's HTTP API (v1): jobs, steps, nodes, partitions, config, accounting, agents.
+
+Every route but the OpenAPI document requires a bearer token (see :mod:`wattsched.auth`).
+Handlers run on the event loop that owns the state, apply one transition, write it to the
+state store, and only then answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import Annotated, Any
+
+from fastapi import FastAPI, Query, Request
+from fastapi.responses import JSONResponse
+from wattsched import auth, hostlist, states
+from wattsched.accounting.store import AccountingStore, JobQuery
+from wattsched.api import (
+    AgentHeartbeat,
+    AllocationComplete,
+    CancelRequest,
+    HeartbeatReply,
+    JobSubmit,
+    JobUpdate,
+    NodeUpdate,
+    StepComplete,
+    StepCreate,
+    StepPlacement,
+    StepReply,
+    SubmitReply,
+)
+from wattsched.controller.acctsync import AccountingSync
+from wattsched.controller.dispatch import Dispatcher
+from wattsched.controller.state import ClusterState, Refused
+from wattsched.controller.views import job_view, node_view, partition_views
+from wattsched.httpauth import Who, require_role
+
+NodeAgent = Annotated[auth.Identity, require_role("node")]
+
+
+class Controller:
+    """The imperative shell: owns the state, the loop, the dispatcher and the accounting thread."""
+
+    def __init__(self, state: ClusterState, accounting: AccountingStore | None, sync: AccountingSync | None):
+        self.state, self.accounting, self.sync = state, accounting, sync
+        self.dispatcher: Dispatcher | None = None
+        self._kick = asyncio.Event()
+        self.started = time.time()
+
+    def changed(self) -> None:
+        """Persist, wake the scheduler and the accounting thread."""
+        self.state.flush()
+        self._kick.set()
+        if self.sync:
+            self.sync.kick()
+
+    def act(self, actions: list) -> None:
+        self.changed()
+        if actions and self.dispatcher:
+            self.dispatcher.run(actions)
+
+    async def loop(self) -> None:
+        interval = self.state.config.scheduler_interval_s
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._kick.wait(), timeout=interval)
+            await asyncio.sleep(0.01)  # coalesce bursts of submissions into one pass
+            self._kick.clear()
+            now = time.time()
+            started = time.perf_counter()
+            actions = self.state.check_timers(now)
+            actions += self.state.schedule(now)
+            elapsed_ms = (time.perf_counter() - started) * 1000
+            stats = self.state.stats
+            stats.cycles += 1
+            stats.last_ms = elapsed_ms
+            stats.total_ms += elapsed_ms
+            self.state.flush()
+            if self.sync:
+                self.sync.kick()
+            assert self.dispatcher is not None
+            self.dispatcher.run(actions)
+            self.dispatcher.retry()
+
+
+def create_app(controller: Controller) -> FastAPI:
+    state = controller.state
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: FastAPI):
+        controller.dispatcher = Dispatcher(state, controller.changed)
+        if controller.sync:
+            controller.sync.start()
+        task = asyncio.get_running_loop().create_task(controller.loop())
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            state.flush()
+            await controller.dispatcher.close()
+            if controller.sync:
+                controller.sync.stop()
+
+    app = FastAPI(title="wattsched controller", version="1", lifespan=lifespan)
+    app.state.key = state.key
+
+    @app.exception_handler(Refused)
+    async def refused(_request: Request, exc: Refused) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=exc.status)
+
+    # --- jobs ------------------------------------------------------------------------------------
+
+    @app.post("/v1/jobs", response_model=SubmitReply)
+    async def submit(req: JobSubmit, who: Who) -> SubmitReply:
+        now = time.time()
+        jobs = state.submit(req, who, now)
+        if req.immediate:
+            actions = state.schedule(now)
+            job = jobs[0]
+            if job.state != states.RUNNING:
+                state.cancel([job], who, None, False, now)
+                controller.act(actions)
+                raise Refused("Unable to allocate resources: Requested nodes are busy", 503)
+            controller.act(actions)
+        else:
+            controller.changed()
+        arrays = [j.job_id for j in jobs] if jobs[0].array_task_id is not None else []
+        return SubmitReply(job_id=jobs[0].job_id, array_task_ids=arrays)
+
+    @app.get("/v1/jobs")
+    async def list_jobs(who: Who, user: Annotated[list[str] | None, Query()] = None,
+                        state_: Annotated[list[str] | None, Query(alias="state")] = None,
+                        partition: Annotated[list[str] | None, Query()] = None,
+                        job: Annotated[list[str] | None, Query()] = None) -> JSONResponse:
+        now = time.time()
+        selected = state.jobs.values()
+        if job:
+            wanted: dict[int, Any] = {}
+            for ref in job:
+                try:
+                    for j in state.resolve(ref):
+                        wanted[j.job_id] = j
+                except Refused:
+                    continue
+            selected = wanted.values()
+        users, states_, parts = set(user or ()), set(state_ or ()), set(partition or ())
+        result = [job_view(j, now) for j in selected
+                  if (not users or j.user in users) and (not parts or j.partition in parts)
+                  and (not states_ or j.state in states_)]
+        return JSONResponse({"time": now, "jobs": result})
+
+    @app.post("/v1/jobs/cancel")
+    async def cancel(req: CancelRequest, who: Who) -> dict[str, Any]:
+        now = time.time()
+        jobs = [j for ref in req.job_ids for j in state.resolve(ref)]
+        controller.act(state.cancel(jobs, who, req.signal, req.batch_only, now))
+        return {"cancelled": [j.job_id for j in jobs]}
+
+    @app.patch("/v1/jobs/{job_ref}")
+    async def update_job(job_ref: str, upd: JobUpdate, who: Who) -> dict[str, Any]:
+        jobs = state.resolve(job_ref)
+        state.update(jobs, upd, who, time.time())
+        controller.changed()
+        return {"updated": [j.job_id for j in jobs]}
+
+    @app.post("/v1/jobs/{job_ref}/requeue")
+    async def requeue(job_ref: str, who: Who) -> dict[str, Any]:
+        jobs = state.resolve(job_ref)
+        controller.act(state.requeue(jobs, who, time.time()))
+        return {"requeued": [j.job_id for j in jobs]}
+
+    def one_job(job_id: int):
+        job = state.jobs.get(job_id)
+        if job is None:
+            raise Refused("Invalid job id specified", 404)
+        return job
+
+    @app.post("/v1/jobs/{job_id}/steps", response_model=StepReply)
+    async def create_step(job_id: int, req: StepCreate, who: Who) -> StepReply:
+        job = one_job(job_id)
+        step, layout = state.create_step(job, req, who, time.time())
+        controller.changed()
+        placements = [StepPlacement(node=n, agent_url=state.nodes[n].agent_url, node_index=i, task_ids=t)
+                      for i, (n, t) in enumerate(layout.items())]
+        return StepReply(job_id=job_id, step_id=int(step.step_id), ntasks=step.ntasks, nodes=list(layout),
+                         placements=placements, credential=state.step_credential(job, step, layout))
+
+    @app.post("/v1/jobs/{job_id}/steps/{step_id}/complete")
+    async def complete_step(job_id: int, step_id: str, done: StepComplete, who: Who) -> dict[str, str]:
+        state.complete_step(one_job(job_id), step_id, done, who, time.time())
+        controller.changed()
+        return {"status": "ok"}
+
+    @app.post("/v1/jobs/{job_id}/allocation/complete")
+    async def complete_allocation(job_id: int, done: AllocationComplete, who: Who) -> dict[str, str]:
+        controller.act(state.complete_allocation(one_job(job_id), done.exit_code, done.term_signal, who,
+                                                 time.time()))
+        return {"status": "ok"}
+
+    # --- nodes, partitions, config -------------------------------------------------------------------
+
+    @app.get("/v1/nodes")
+    async def nodes(who: Who) -> JSONResponse:
+        now = time.time()
+        return JSONResponse({"time": now, "nodes": [node_view(n, now) for n in state.nodes.values()]})
+
+    @app.patch("/v1/nodes/{node_expr}")
+    async def update_nodes(node_expr: str, upd: NodeUpdate, who: Who) -> dict[str, Any]:
+        try:
+            names = hostlist.expand(node_expr)
+        except hostlist.HostlistError as exc:
+            raise Refused(str(exc)) from exc
+        controller.act(state.update_nodes(names, upd.state, upd.reason, who, time.time()))
+        return {"updated": names}
+
+    @app.get("/v1/partitions")
+    async def partitions(who: Who) -> JSONResponse:
+        return JSONResponse({"time": time.time(), "partitions": partition_views(state.config, state.nodes)})
+
+    @app.get("/v1/config")
+    async def config(who: Who) -> dict[str, Any]:
+        return {"time": time.time(), "source": state.config.source,
+                "settings": [[k, v] for k, v in state.config.as_pairs()],
+                "accounting_healthy": controller.sync.healthy if controller.sync else None}
+
+    @app.get("/v1/diag")
+    async def diag(who: Who) -> dict[str, Any]:
+        stats = state.stats
+        return {"time": time.time(), "started": controller.started, "cycles": stats.cycles,
+                "last_cycle_ms": stats.last_ms, "mean_cycle_ms": stats.total_ms / max(1, stats.cycles),
+                "jobs_started": stats.started, "queue_depth": stats.depth, "jobs": len(state.jobs),
+                "accounting_backlog": state.store.backlog()}
+
+    @app.get("/v1/ping")
+    async def ping(who: Who) -> dict[str, Any]:
+        return {"status": "UP", "cluster": state.config.cluster_name, "user": who.user, "uid": who.uid,
+                "admin": state.is_admin(who)}
+
+    @app.post("/v1/token")
+    async def token(who: Who, username: str = "", lifespan: int = Query(1800, ge=1, le=86400 * 365)) \
+            -> dict[str, str]:
+        target = username or who.user
+        if target != who.user and not state.is_admin(who):
+            raise Refused("Access/permission denied", 403)
+        uid = who.uid if target == who.user else auth.lookup_uid(target)
+        if uid is None:
+            raise Refused(f"Invalid user: {target}", 404)
+        return {"token": auth.user_token(state.key, uid, target, lifespan_s=lifespan)}
+
+    # --- accounting -----------------------------------------------------------------------------------
+
+    @app.get("/v1/accounting/jobs")
+    def accounting_jobs(who: Who, job: Annotated[list[int] | None, Query()] = None,
+                        user: Annotated[list[str] | None, Query()] = None,
+                        state_: Annotated[list[str] | None, Query(alias="state")] = None,
+                        start: float | None = None, end: float | None = None) -> JSONResponse:
+        if controller.accounting is None:
+            raise Refused("Accounting storage is disabled (AccountingStorageType=accounting_storage/none)", 400)
+        query = JobQuery(cluster=state.config.cluster_name, job_ids=tuple(job or ()), users=tuple(user or ()),
+                         states=tuple(state_ or ()), start=start, end=end)
+        try:
+            rows = controller.accounting.query_jobs(query)
+        except Exception as exc:  # the database may be away; say so rather than fail with a 500
+            raise Refused(f"Unable to contact the accounting database: {type(exc).__name__}", 503) from exc
+        return JSONResponse({"time": time.time(), "jobs": rows})
+
+    # --- node agents ---------------------------------------------------------------------------------
+
+    @app.post("/v1/agents/heartbeat", response_model=HeartbeatReply)
+    async def heartbeat(hb: AgentHeartbeat, who: NodeAgent) -> HeartbeatReply:
+        acked, to_kill, actions = state.heartbeat(hb, time.time())
+        controller.act(actions)
+        return HeartbeatReply(acknowledged=acked, cancel=to_kill)
+
+    return app

@@ -1,0 +1,181 @@
+"""Carrying out the controller's actions on node agents: launching scripts, signalling jobs.
+
+Calls are asynchronous and grouped per agent. Failed calls are not lost: the state keeps
+what still has to happen (a job not yet launched, a job still completing or being killed),
+and :meth:`Dispatcher.retry` sends it again until an agent confirms it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Callable
+
+import httpx
+from wattsched import auth, states
+from wattsched.api import BatchLaunch, LaunchBatch, SignalJob
+from wattsched.controller.state import Action, ClusterState, Launch, Signal, output_path
+from wattsched.model import Job
+
+log = logging.getLogger("wattsched.controller.dispatch")
+
+RETRY_AFTER_S = 5.0
+
+
+class Dispatcher:
+    def __init__(self, state: ClusterState, on_change: Callable[[], None]):
+        self.state = state
+        self.on_change = on_change
+        timeout = httpx.Timeout(state.config.message_timeout_s)
+        self.client = httpx.AsyncClient(timeout=timeout, limits=httpx.Limits(max_connections=64))
+        self._token = ""
+        self._token_time = 0.0
+        self._last_try: dict[tuple[str, int], float] = {}
+        self._tasks: set[asyncio.Task] = set()
+
+    def _headers(self) -> dict[str, str]:
+        now = time.time()
+        if now - self._token_time > 600:
+            self._token = auth.user_token(self.state.key, 0, "slurm", role="controller")
+            self._token_time = now
+        return {"Authorization": f"Bearer {self._token}"}
+
+    def run(self, actions: list[Action]) -> None:
+        launches: dict[str, list[Job]] = defaultdict(list)
+        now = time.monotonic()
+        for action in actions:
+            if isinstance(action, Launch):
+                node = self.state.nodes[action.job.batch_host]
+                self._last_try[("launch", action.job.job_id)] = now
+                if node.agent_url:
+                    launches[node.agent_url].append(action.job)
+            else:
+                self._last_try[("signal", action.job_id)] = now
+                by_agent: dict[str, list[str]] = defaultdict(list)
+                for name in action.nodes:
+                    node = self.state.nodes.get(name)
+                    if node is not None and node.agent_url:
+                        by_agent[node.agent_url].append(name)
+                for url, names in by_agent.items():
+                    self._spawn(self._signal(url, action, names))
+        for url, jobs in launches.items():
+            self._spawn(self._launch(url, jobs))
+
+    def _spawn(self, coro) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _launch(self, url: str, jobs: list[Job]) -> None:
+        body = LaunchBatch(jobs=[self._batch(job) for job in jobs])
+        try:
+            reply = await self.client.post(f"{url}/v1/launch", content=body.model_dump_json(),
+                                           headers=self._headers() | {"Content-Type": "application/json"})
+            reply.raise_for_status()
+        except httpx.HTTPError as exc:
+            log.warning("launch failed, will retry", extra={"agent": url, "error": str(exc)})
+            return
+        for job_id in reply.json().get("accepted", []):
+            self.state.launched(job_id)
+        self.on_change()
+
+    def _batch(self, job: Job) -> BatchLaunch:
+        return BatchLaunch(job_id=job.job_id, node=job.batch_host, uid=job.uid, gid=job.gid, user=job.user,
+                           script=job.script or "", argv=job.argv, work_dir=job.work_dir,
+                           environment=batch_environment(self.state, job),
+                           std_out=output_path(job, job.std_out),
+                           std_err=output_path(job, job.std_err or job.std_out),
+                           std_in=output_path(job, job.std_in), open_mode=job.open_mode)
+
+    async def _signal(self, url: str, action: Signal, names: list[str]) -> None:
+        body = SignalJob(job_id=action.job_id, nodes=names, signal=action.signal, batch_only=action.batch_only,
+                         terminate=action.terminate)
+        try:
+            reply = await self.client.post(f"{url}/v1/signal", content=body.model_dump_json(),
+                                           headers=self._headers() | {"Content-Type": "application/json"})
+            reply.raise_for_status()
+        except httpx.HTTPError as exc:
+            log.warning("signal failed, will retry", extra={"agent": url, "error": str(exc)})
+            return
+        if action.terminate:
+            for name in reply.json().get("clean", []):
+                self.state.node_clean(action.job_id, name)
+            self.on_change()
+
+    def retry(self) -> None:
+        """Send again what no agent has confirmed yet."""
+        now = time.monotonic()
+        actions: list[Action] = []
+        for job in self.state.jobs.values():
+            if job.state == states.RUNNING and not job.launched:
+                key = ("launch", job.job_id)
+                if now - self._last_try.get(key, 0) > RETRY_AFTER_S:
+                    actions.append(Launch(job))
+            elif job.state == states.COMPLETING or (job.state == states.RUNNING and
+                                                    (job.cancelled_by is not None or job.timed_out)):
+                key = ("signal", job.job_id)
+                if now - self._last_try.get(key, 0) > RETRY_AFTER_S:
+                    nodes = job.completing_nodes if job.state == states.COMPLETING else job.node_list
+                    actions.append(Signal(job.job_id, nodes, 9 if job.state == states.COMPLETING else 15,
+                                          terminate=True))
+        for key in [k for k in self._last_try if k[1] not in self.state.jobs]:
+            del self._last_try[key]
+        if actions:
+            self.run(actions)
+
+    async def close(self) -> None:
+        await self.client.aclose()
+
+
+def batch_environment(state: ClusterState, job: Job) -> dict[str, str]:
+    """The batch script's environment: the submitter's exported variables plus Slurm's."""
+    from wattsched import hostlist
+
+    nodes = job.node_list
+    env = dict(job.environment)
+    tasks_per_node = [job.tasks_per_node.get(n, 1) for n in nodes]
+    env.update({
+        "SLURM_JOB_ID": str(job.job_id), "SLURM_JOBID": str(job.job_id),
+        "SLURM_JOB_NAME": job.name,
+        "SLURM_JOB_NODELIST": hostlist.compress(nodes), "SLURM_NODELIST": hostlist.compress(nodes),
+        "SLURM_JOB_NUM_NODES": str(len(nodes)), "SLURM_NNODES": str(len(nodes)),
+        "SLURM_NTASKS": str(job.ntasks), "SLURM_NPROCS": str(job.ntasks),
+        "SLURM_NTASKS_PER_NODE": _compress_counts(tasks_per_node),
+        "SLURM_TASKS_PER_NODE": _compress_counts(tasks_per_node),
+        "SLURM_JOB_CPUS_PER_NODE": _compress_counts([job.alloc_cpus[n] for n in nodes]),
+        "SLURM_CPUS_ON_NODE": str(job.alloc_cpus.get(job.batch_host, 1)),
+        "SLURM_CPUS_PER_TASK": str(job.cpus_per_task),
+        "SLURM_SUBMIT_DIR": job.work_dir, "SLURM_SUBMIT_HOST": job.submit_host,
+        "SLURM_JOB_PARTITION": job.partition, "SLURM_JOB_ACCOUNT": job.account,
+        "SLURM_JOB_USER": job.user, "SLURM_JOB_UID": str(job.uid), "SLURM_JOB_GID": str(job.gid),
+        "SLURMD_NODENAME": job.batch_host, "SLURM_CLUSTER_NAME": state.config.cluster_name,
+        "SLURM_JOB_QOS": "normal", "SLURM_NODEID": "0", "SLURM_PROCID": "0", "SLURM_LOCALID": "0",
+        "SLURM_TASK_PID": "0", "SLURM_GTIDS": "0", "SLURM_PRIO_PROCESS": str(job.nice),
+        "SLURM_RESTART_COUNT": str(job.restart_count), "SLURM_EXPORT_ENV": "ALL",
+        "SLURM_CONF": state.config.source, "ENVIRONMENT": "BATCH",
+    })
+    if job.time_limit_min is not None:
+        env["SLURM_JOB_END_TIME"] = str(int(job.start_time + job.time_limit_min * 60))
+    env["SLURM_JOB_START_TIME"] = str(int(job.start_time))
+    if job.array_task_id is not None:
+        env.update({
+            "SLURM_ARRAY_JOB_ID": str(job.array_job_id), "SLURM_ARRAY_TASK_ID": str(job.array_task_id),
+            "SLURM_ARRAY_TASK_COUNT": str(job.array_task_count),
+            "SLURM_ARRAY_TASK_MIN": str(job.array_task_min), "SLURM_ARRAY_TASK_MAX": str(job.array_task_max),
+        })
+    return env
+
+
+def _compress_counts(counts: list[int]) -> str:
+    """Slurm's run-length form: [2, 2, 1] -> '2(x2),1'."""
+    parts: list[str] = []
+    index = 0
+    while index < len(counts):
+        run = 1
+        while index + run < len(counts) and counts[index + run] == counts[index]:
+            run += 1
+        parts.append(f"{counts[index]}(x{run})" if run > 1 else str(counts[index]))
+        index += run
+    return ",".join(parts)

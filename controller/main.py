@@ -1,0 +1,57 @@
+"""Starting the controller: config, key, state, plugins, accounting, HTTP server."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+import uvicorn
+from wattsched import auth, authsocket, logs
+from wattsched import config as config_mod
+from wattsched.accounting.store import AccountingStore
+from wattsched.controller.acctsync import AccountingSync
+from wattsched.controller.app import Controller, create_app
+from wattsched.controller.state import ClusterState, Plugins
+from wattsched.controller.store import StateStore
+from wattsched.plugins import PluginError, load
+
+log = logging.getLogger("wattsched.controller")
+
+
+class StartupError(RuntimeError):
+    """The controller cannot start with this configuration."""
+
+
+def load_plugins(config: config_mod.Config) -> Plugins:
+    try:
+        return Plugins(priority=load(config.priority_type), scheduler=load(config.scheduler_type),
+                       select=load(config.select_type))
+    except PluginError as exc:
+        raise StartupError(f"{config.source}: {exc}") from exc
+
+
+def build(config: config_mod.Config) -> Controller:
+    plugins = load_plugins(config)
+    os.makedirs(config.state_save_location, exist_ok=True)
+    key = auth.ensure_key(config.key_file)
+    store = StateStore(config.state_save_location)
+    state = ClusterState.open(config, store, plugins, key, time.time())
+    accounting = sync = None
+    if config.accounting_storage_type != "accounting_storage/none":
+        accounting = AccountingStore(config.accounting_url)
+        try:
+            accounting.setup(config.cluster_name, time.time())
+        except Exception as exc:  # start anyway; the outbox keeps records until the database is back
+            log.error("accounting database unavailable at start-up: %s", exc)
+        sync = AccountingSync(store, accounting, config.cluster_name)
+    authsocket.serve(os.path.join(config.state_save_location, "auth.sock"), key)
+    return Controller(state, accounting, sync)
+
+
+def run(config_path: str, host: str | None = None, port: int | None = None) -> None:
+    config = config_mod.load(config_path)
+    logs.setup(config.log_level)
+    controller = build(config)
+    uvicorn.run(create_app(controller), host=host or config.slurmctld_addr, port=port or config.slurmctld_port,
+                log_level="warning", access_log=False)

@@ -1,0 +1,691 @@
+"""The controller's live state and every transition of a job or node.
+
+All mutations happen on the controller's event loop; each takes ``now`` explicitly and
+returns the :class:`Action` s (launch a script, signal processes) that the dispatcher then
+carries out against the node agents. Changed jobs are written to the state store by
+:meth:`ClusterState.flush` before a request is answered.
+"""
+
+from __future__ import annotations
+
+import grp
+import json
+import logging
+import pwd
+import signal as signal_mod
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from wattsched import auth, hostlist, patterns, scheduling, states
+from wattsched.api import AgentHeartbeat, JobEvent, JobSubmit, JobUpdate, StepComplete, StepCreate
+from wattsched.auth import Identity
+from wattsched.config import Config
+from wattsched.controller import submit as submit_mod
+from wattsched.controller.store import StateStore
+from wattsched.model import Job, Node, Step
+
+log = logging.getLogger("wattsched.controller")
+
+NOT_RESPONDING = "Not responding"
+
+
+class Refused(Exception):
+    """A request the controller refuses; ``status`` is the HTTP status to answer with."""
+
+    def __init__(self, message: str, status: int = 400):
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(slots=True)
+class Launch:
+    job: Job
+
+
+@dataclass(slots=True)
+class Signal:
+    job_id: int
+    nodes: list[str]
+    signal: int = signal_mod.SIGTERM
+    batch_only: bool = False
+    terminate: bool = False
+
+
+Action = Launch | Signal
+
+
+@dataclass(slots=True)
+class Plugins:
+    priority: scheduling.PriorityPlugin
+    scheduler: scheduling.SchedulerPlugin
+    select: scheduling.SelectPlugin
+
+
+@dataclass(slots=True)
+class PassStats:
+    cycles: int = 0
+    last_ms: float = 0.0
+    total_ms: float = 0.0
+    started: int = 0
+    depth: int = 0
+
+
+@dataclass
+class ClusterState:
+    config: Config
+    store: StateStore
+    plugins: Plugins
+    key: bytes
+    jobs: dict[int, Job] = field(default_factory=dict)
+    nodes: dict[str, Node] = field(default_factory=dict)
+    next_job_id: int = 1
+    stats: PassStats = field(default_factory=PassStats)
+    _dirty: set[int] = field(default_factory=set)
+    _purged: list[int] = field(default_factory=list)
+    _node_events: list[dict] = field(default_factory=list)
+    _meta_dirty: bool = False
+    _requests: dict[int, scheduling.JobRequest] = field(default_factory=dict)
+
+    # --- start-up ----------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, config: Config, store: StateStore, plugins: Plugins, key: bytes, now: float) -> ClusterState:
+        state = cls(config=config, store=store, plugins=plugins, key=key)
+        for conf in config.nodes:
+            parts = tuple(p.name for p in config.partitions if conf.name in p.nodes)
+            node = Node(name=conf.name, cpus=conf.cpus, real_memory_mb=conf.real_memory_mb,
+                        sockets=conf.sockets, cores_per_socket=conf.cores_per_socket,
+                        threads_per_core=conf.threads_per_core, weight=conf.weight, features=conf.features,
+                        partitions=parts, idle_watts=conf.idle_watts, max_watts=conf.max_watts,
+                        power_save_watts=conf.power_save_watts, down_watts=conf.down_watts,
+                        power_cap_priority=conf.power_cap_priority, last_seen=now)
+            if conf.state in ("DOWN", "DRAIN", "FUTURE"):
+                node.base_state = states.N_FUTURE if conf.state == "FUTURE" else states.N_UNKNOWN
+                node.drain = conf.state == "DRAIN"
+                if conf.state == "DOWN":
+                    node.base_state, node.reason = states.N_DOWN, "Configured DOWN"
+            state.nodes[conf.name] = node
+        saved_nodes = json.loads(store.get_meta("nodes", "{}") or "{}")
+        for name, saved in saved_nodes.items():
+            node = state.nodes.get(name)
+            if node is not None:
+                node.drain, node.reason = saved["drain"], saved["reason"]
+                node.reason_time, node.reason_uid = saved.get("reason_time", 0), saved.get("reason_uid", 0)
+                if saved.get("down"):
+                    node.base_state = states.N_DOWN
+        state.next_job_id = int(store.get_meta("next_job_id", str(config.first_job_id)) or 1)
+        for data in store.load_jobs():
+            job = Job.from_dict(data)
+            state.jobs[job.job_id] = job
+            if job.state in (states.RUNNING, states.COMPLETING):
+                state._hold_resources(job, +1)
+        return state
+
+    # --- persistence -----------------------------------------------------------------------
+
+    def touch(self, job: Job) -> None:
+        self._dirty.add(job.job_id)
+        self._requests.pop(job.job_id, None)
+
+    def _save_nodes(self) -> None:
+        self._meta_dirty = True
+
+    def _node_event(self, node: Node, now: float, state: str) -> None:
+        self._node_events.append({"node": node.name, "state": state, "reason": node.reason, "time": now,
+                                  "uid": node.reason_uid, "cluster": self.config.cluster_name})
+        self._save_nodes()
+
+    def flush(self) -> None:
+        if not (self._dirty or self._purged or self._meta_dirty or self._node_events):
+            return
+        meta = {"next_job_id": str(self.next_job_id)}
+        if self._meta_dirty:
+            meta["nodes"] = json.dumps({
+                n.name: {"drain": n.drain, "reason": n.reason, "reason_time": n.reason_time,
+                         "reason_uid": n.reason_uid,
+                         "down": n.base_state == states.N_DOWN and n.reason != NOT_RESPONDING}
+                for n in self.nodes.values() if n.drain or n.reason})
+        jobs = [self.jobs[j].to_dict() for j in self._dirty if j in self.jobs]
+        self.store.commit(jobs, self._purged, meta, self._node_events)
+        self._dirty.clear()
+        self._purged = []
+        self._node_events = []
+        self._meta_dirty = False
+
+    # --- snapshots and scheduling --------------------------------------------------------------
+
+    def partition_snaps(self) -> dict[str, scheduling.PartitionSnap]:
+        return {p.name: scheduling.PartitionSnap(p.name, p.nodes, p.state, p.max_time_min, p.max_nodes)
+                for p in self.config.partitions}
+
+    def node_snaps(self) -> dict[str, scheduling.NodeSnap]:
+        return {n.name: scheduling.NodeSnap(n.name, n.cpus, n.cpus - n.alloc_cpus, n.real_memory_mb,
+                                            n.real_memory_mb - n.alloc_mem_mb, n.weight, frozenset(n.features),
+                                            n.schedulable)
+                for n in self.nodes.values()}
+
+    def _request(self, job: Job) -> scheduling.JobRequest:
+        cached = self._requests.get(job.job_id)
+        if cached is None:
+            cached = scheduling.JobRequest(
+                job_id=job.job_id, user=job.user, partition=job.partition, submit_time=job.submit_time,
+                name=job.name, nodes_min=job.nodes_min, nodes_max=job.nodes_max, ntasks=job.ntasks,
+                ntasks_set=job.ntasks_set, ntasks_per_node=job.ntasks_per_node,
+                cpus_per_task=job.cpus_per_task, mem_per_node_mb=job.mem_per_node_mb,
+                mem_per_cpu_mb=job.mem_per_cpu_mb, exclusive=job.exclusive, req_nodes=tuple(job.req_nodes),
+                exc_nodes=tuple(job.exc_nodes), features=tuple(job.features), time_limit_min=job.time_limit_min,
+                begin_time=job.begin_time, dependency=job.dependency, hold=job.hold,
+                admin_priority=job.admin_priority, nice=job.nice, array_job_id=job.array_job_id,
+                array_throttle=job.array_throttle)
+            self._requests[job.job_id] = cached
+        return cached
+
+    def snapshot(self, now: float) -> scheduling.Snapshot:
+        pending = tuple(self._request(j) for j in self.jobs.values() if j.state == states.PENDING)
+        needs_briefs = any(r.dependency or r.array_throttle for r in pending)
+        briefs = {j.job_id: scheduling.JobBrief(j.job_id, j.state, j.user, j.name, j.exit_code, j.term_signal,
+                                                j.array_job_id, j.array_task_id, j.start_time)
+                  for j in self.jobs.values()} if needs_briefs else {}
+        return scheduling.Snapshot(now=now, nodes=tuple(self.node_snaps().values()),
+                                   partitions=self.partition_snaps(), pending=pending, jobs=briefs,
+                                   def_mem_per_cpu_mb=self.config.def_mem_per_cpu_mb)
+
+    def schedule(self, now: float) -> list[Action]:
+        """One scheduling pass: call the pure core, then apply its decisions."""
+        snap = self.snapshot(now)
+        decisions = scheduling.schedule(snap, self.plugins.priority, self.plugins.scheduler, self.plugins.select)
+        for job_id, prio in decisions.priorities.items():
+            job = self.jobs[job_id]
+            if job.priority != prio:
+                job.priority = prio
+        for job_id, reason in decisions.reasons.items():
+            job = self.jobs[job_id]
+            if job.reason != reason:
+                job.reason = reason
+                self.touch(job)
+        actions: list[Action] = []
+        for job_id, alloc in decisions.starts:
+            actions.extend(self._start(self.jobs[job_id], alloc, now))
+        self.stats.started += len(decisions.starts)
+        self.stats.depth = len(snap.pending)
+        return actions
+
+    def _start(self, job: Job, alloc: scheduling.Allocation, now: float) -> list[Action]:
+        job.state = states.RUNNING
+        job.reason = states.R_NONE
+        job.start_time = now
+        job.alloc_cpus = dict(alloc.cpus)
+        job.tasks_per_node = dict(alloc.tasks)
+        job.alloc_mem_mb = max(alloc.mem_mb.values(), default=0)
+        job.batch_host = next(iter(alloc.cpus))
+        job.launched = False
+        self._hold_resources(job, +1)
+        self.touch(job)
+        if job.interactive:
+            job.launched = True
+            return []
+        job.steps.append(Step(step_id="batch", name="batch", nodes=[job.batch_host], ntasks=1,
+                              cpus=job.alloc_cpus[job.batch_host], start_time=now))
+        return [Launch(job)]
+
+    def _hold_resources(self, job: Job, sign: int) -> None:
+        for name, cpus in job.alloc_cpus.items():
+            node = self.nodes.get(name)
+            if node is None:
+                continue
+            node.alloc_cpus = max(0, node.alloc_cpus + sign * cpus)
+            node.alloc_mem_mb = max(0, node.alloc_mem_mb + sign * job.alloc_mem_mb)
+            node.refresh_base_state()
+
+    # --- submission ----------------------------------------------------------------------------
+
+    def submit(self, req: JobSubmit, who: Identity, now: float) -> list[Job]:
+        try:
+            entry = pwd.getpwuid(who.uid)
+            gid = entry.pw_gid
+        except KeyError:
+            gid = who.uid
+        try:
+            group = grp.getgrgid(gid).gr_name
+        except KeyError:
+            group = str(gid)
+        try:
+            jobs = submit_mod.build_jobs(req, who, gid, group, self.config, now, self.next_job_id,
+                                         self.node_snaps(), self.plugins.select, self.partition_snaps())
+        except submit_mod.SubmitError as exc:
+            raise Refused(str(exc)) from exc
+        self.next_job_id = jobs[-1].job_id + 1
+        self._meta_dirty = True
+        for job in jobs:
+            self.jobs[job.job_id] = job
+            self.touch(job)
+        return jobs
+
+    # --- lookups and permissions --------------------------------------------------------------
+
+    def is_admin(self, who: Identity) -> bool:
+        return who.uid == 0 or who.user in self.config.admin_users or who.role == "controller"
+
+    def resolve(self, job_ref: str) -> list[Job]:
+        """Jobs named by ``12`` (a job, or every task of array 12) or ``12_3`` (one task)."""
+        try:
+            if "_" in job_ref:
+                array_s, task_s = job_ref.split("_", 1)
+                array_id, task_ids = int(array_s), _task_set(task_s)
+                found = [j for j in self.jobs.values()
+                         if j.array_job_id == array_id and j.array_task_id in task_ids]
+            else:
+                job_id = int(job_ref)
+                job = self.jobs.get(job_id)
+                if job is not None and job.array_job_id == job_id:
+                    found = [j for j in self.jobs.values() if j.array_job_id == job_id]
+                else:
+                    found = [job] if job is not None else []
+        except ValueError as exc:
+            raise Refused(f"Invalid job id specified: {job_ref}") from exc
+        if not found:
+            raise Refused("Invalid job id specified", 404)
+        return found
+
+    def _check_owner(self, job: Job, who: Identity) -> None:
+        if job.uid != who.uid and not self.is_admin(who):
+            raise Refused("Access/permission denied", 403)
+
+    # --- cancellation and signals ---------------------------------------------------------------
+
+    def cancel(self, jobs: Iterable[Job], who: Identity, sig: int | None, batch_only: bool,
+               now: float) -> list[Action]:
+        jobs = list(jobs)
+        for job in jobs:
+            self._check_owner(job, who)
+        actions: list[Action] = []
+        for job in jobs:
+            if job.state in states.FINISHED:
+                continue
+            if sig is not None and sig not in (signal_mod.SIGKILL,):
+                if job.state == states.RUNNING:
+                    actions.append(Signal(job.job_id, job.node_list, sig, batch_only))
+                continue
+            if job.state == states.PENDING:
+                job.state = states.CANCELLED
+                job.cancelled_by = who.uid
+                job.start_time = job.end_time = now
+                self.touch(job)
+            elif job.state == states.RUNNING and job.cancelled_by is None:
+                job.cancelled_by = who.uid
+                self.touch(job)
+                actions.extend(self._terminate(job, now))
+        return actions
+
+    def _terminate(self, job: Job, now: float) -> list[Action]:
+        """Kill a running job everywhere; allocations with no batch script end right away."""
+        if job.interactive or not job.launched:
+            final = states.TIMEOUT if job.timed_out else states.CANCELLED
+            return self._end(job, final, job.exit_code, job.term_signal, now, job.node_list)
+        return [Signal(job.job_id, job.node_list, signal_mod.SIGTERM, terminate=True)]
+
+    def _end(self, job: Job, final: str, exit_code: int, term_signal: int, now: float,
+             completing_nodes: list[str]) -> list[Action]:
+        """A job's main process is over: record it, and clean up the nodes that may hold tasks."""
+        job.exit_code, job.term_signal, job.end_time, job.final_state = exit_code, term_signal, now, final
+        for step in job.steps:
+            if step.state == states.RUNNING:
+                # A step still running when its job ends was killed with it.
+                step.state = final if final != states.COMPLETED else states.CANCELLED
+                step.end_time = now
+        self.touch(job)
+        if completing_nodes:
+            job.state = states.COMPLETING
+            job.completing_nodes = list(completing_nodes)
+            return [Signal(job.job_id, list(completing_nodes), signal_mod.SIGKILL, terminate=True)]
+        self._finish(job)
+        return []
+
+    def _finish(self, job: Job) -> None:
+        self._hold_resources(job, -1)
+        job.state = job.final_state or states.COMPLETED
+        job.completing_nodes = []
+        self.touch(job)
+
+    def node_clean(self, job_id: int, node: str) -> None:
+        """An agent confirmed a job has no process left on ``node``."""
+        job = self.jobs.get(job_id)
+        if job is None or job.state != states.COMPLETING or node not in job.completing_nodes:
+            return
+        job.completing_nodes.remove(node)
+        if not job.completing_nodes:
+            self._finish(job)
+        else:
+            self.touch(job)
+
+    def batch_ended(self, event: JobEvent, now: float) -> list[Action]:
+        job = self.jobs.get(event.job_id)
+        if job is None or job.state not in (states.RUNNING,) or job.batch_host != event.node:
+            return []
+        batch = job.find_step("batch")
+        if batch is not None:
+            batch.state = states.COMPLETED if event.exit_code == 0 and not event.term_signal else states.FAILED
+            if job.cancelled_by is not None:
+                batch.state = states.CANCELLED
+            batch.exit_code, batch.term_signal = event.exit_code, event.term_signal
+            batch.end_time = event.end_time
+            batch.total_cpu_s, batch.max_rss_kb = event.total_cpu_s, event.max_rss_kb
+        if job.cancelled_by is not None:
+            final = states.CANCELLED
+        elif job.timed_out:
+            final = states.TIMEOUT
+        elif event.exit_code == 0 and not event.term_signal:
+            final = states.COMPLETED
+        else:
+            final = states.FAILED
+        others = [n for n in job.node_list if n != event.node]
+        return self._end(job, final, event.exit_code, event.term_signal, now, others)
+
+    # --- updates ---------------------------------------------------------------------------------
+
+    def update(self, jobs: Iterable[Job], upd: JobUpdate, who: Identity, now: float) -> None:
+        jobs = list(jobs)
+        admin = self.is_admin(who)
+        for job in jobs:
+            self._check_owner(job, who)
+        if (upd.priority is not None or upd.hold == "admin") and not admin:
+            raise Refused("Access/permission denied", 403)
+        for job in jobs:
+            if job.state in states.FINISHED and (upd.hold or upd.release or upd.time_limit or upd.priority):
+                raise Refused("Job has already finished", 409)
+            if upd.hold is not None:
+                if job.state != states.PENDING:
+                    raise Refused("Job is no longer pending execution", 409)
+                job.hold = upd.hold
+            if upd.release:
+                if job.hold == "admin" and not admin:
+                    raise Refused("Access/permission denied", 403)
+                job.hold = ""
+            if upd.time_limit is not None:
+                self._update_time_limit(job, upd.time_limit, admin)
+            if upd.priority is not None:
+                job.admin_priority = upd.priority
+            if upd.nice is not None:
+                if upd.nice < 0 and not admin:
+                    raise Refused("Access/permission denied", 403)
+                job.nice = upd.nice
+            if upd.name is not None:
+                job.name = upd.name
+            if upd.comment is not None:
+                job.comment = upd.comment
+            if upd.partition is not None:
+                if job.state != states.PENDING:
+                    raise Refused("Job is no longer pending execution", 409)
+                if upd.partition not in {p.name for p in self.config.partitions}:
+                    raise Refused("Invalid partition name specified")
+                job.partition = upd.partition
+            self.touch(job)
+
+    def _update_time_limit(self, job: Job, text: str, admin: bool) -> None:
+        from wattsched import timefmt
+
+        try:
+            minutes = timefmt.parse_duration_min(text)
+        except timefmt.TimeFormatError as exc:
+            raise Refused(str(exc)) from exc
+        current = job.time_limit_min
+        increase = (minutes is None and current is not None) or (
+            minutes is not None and current is not None and minutes > current)
+        if increase and not admin:
+            raise Refused("Access/permission denied", 403)
+        job.time_limit_min = minutes
+
+    def requeue(self, jobs: Iterable[Job], who: Identity, now: float) -> list[Action]:
+        actions: list[Action] = []
+        for job in jobs:
+            self._check_owner(job, who)
+            if job.interactive:
+                raise Refused("Only batch jobs are accepted or processed", 400)
+            if job.state in (states.RUNNING,):
+                actions.extend(self._requeue(job, now))
+            elif job.state in states.FINISHED:
+                self._reset_for_requeue(job)
+            else:
+                raise Refused("Job is pending execution", 409)
+        return actions
+
+    def _requeue(self, job: Job, now: float) -> list[Action]:
+        nodes = job.node_list
+        self._hold_resources(job, -1)
+        self._reset_for_requeue(job)
+        return [Signal(job.job_id, nodes, signal_mod.SIGKILL, terminate=True)]
+
+    def _reset_for_requeue(self, job: Job) -> None:
+        job.state = states.PENDING
+        job.reason = states.R_NONE
+        job.restart_count += 1
+        job.start_time = job.end_time = 0.0
+        job.alloc_cpus, job.tasks_per_node, job.alloc_mem_mb = {}, {}, 0
+        job.batch_host, job.launched, job.final_state = "", False, ""
+        job.cancelled_by, job.timed_out, job.warn_signal_sent = None, False, False
+        job.exit_code = job.term_signal = 0
+        job.steps, job.next_step_id, job.completing_nodes = [], 0, []
+        self.touch(job)
+
+    # --- node agents ------------------------------------------------------------------------------
+
+    def heartbeat(self, hb: AgentHeartbeat, now: float) -> tuple[list[int], list[int], list[Action]]:
+        """Register or refresh an agent's nodes; returns (acked events, jobs to kill, actions)."""
+        actions: list[Action] = []
+        acked = []
+        for event in hb.events:
+            actions.extend(self.batch_ended(event, now))
+            acked.append(event.job_id)
+        ended = {e.job_id for e in hb.events}
+        to_kill: list[int] = []
+        for report in hb.nodes:
+            node = self.nodes.get(report.name)
+            if node is None:
+                continue
+            node.agent_url, node.last_seen, node.boot_time = hb.agent_url, now, hb.boot_time
+            node.registered = True
+            if node.not_responding:
+                node.not_responding = False
+                if node.base_state == states.N_DOWN and node.reason == NOT_RESPONDING and \
+                        self.config.return_to_service >= 1:
+                    node.base_state, node.reason = states.N_IDLE, ""
+                    self._node_event(node, now, "IDLE")
+                if node.base_state == states.N_UNKNOWN:
+                    node.base_state = states.N_IDLE
+                node.refresh_base_state()
+            running = set(report.running_jobs)
+            for job_id in running:
+                job = self.jobs.get(job_id)
+                if job is None or job.state not in (states.RUNNING, states.COMPLETING) or \
+                        report.name not in job.alloc_cpus:
+                    to_kill.append(job_id)
+            for job in list(self.jobs.values()):
+                if job.state == states.RUNNING and job.batch_host == report.name and job.launched \
+                        and job.job_id not in running and job.job_id not in ended \
+                        and hb.boot_time > job.start_time:
+                    log.warning("job lost by its node agent", extra={"job": job.job_id, "node": report.name})
+                    actions.extend(self.node_failed_job(job, now))
+        return acked, to_kill, actions
+
+    def launched(self, job_id: int) -> None:
+        job = self.jobs.get(job_id)
+        if job is not None and not job.launched and job.state == states.RUNNING:
+            job.launched = True
+            self.touch(job)
+
+    def node_failed_job(self, job: Job, now: float) -> list[Action]:
+        """A node under a job failed: requeue the job if it may be, else end it NODE_FAIL."""
+        others = [n for n in job.node_list if self.nodes[n].schedulable or self.nodes[n].base_state in (
+            states.N_ALLOCATED, states.N_MIXED)]
+        if job.requeue and not job.interactive and self.config.job_requeue:
+            return self._requeue(job, now)
+        return self._end(job, states.NODE_FAIL, 0, 0, now, [n for n in others if not
+                                                              self.nodes[n].not_responding])
+
+    def check_timers(self, now: float) -> list[Action]:
+        """Time limits, --signal warnings, unresponsive nodes and purging of old jobs."""
+        actions: list[Action] = []
+        for job in list(self.jobs.values()):
+            if job.state == states.RUNNING and job.time_limit_min is not None:
+                deadline = job.start_time + job.time_limit_min * 60
+                if job.kill_signal and not job.warn_signal_sent and now >= deadline - job.kill_signal_secs:
+                    job.warn_signal_sent = True
+                    self.touch(job)
+                    actions.append(Signal(job.job_id, job.node_list, job.kill_signal, job.kill_signal_batch_only))
+                if now >= deadline and not job.timed_out and job.cancelled_by is None:
+                    job.timed_out = True
+                    self.touch(job)
+                    actions.extend(self._terminate(job, now))
+            elif job.state in states.FINISHED and job.end_time and now - job.end_time > self.config.min_job_age_s:
+                del self.jobs[job.job_id]
+                self._requests.pop(job.job_id, None)
+                self._purged.append(job.job_id)
+        for node in self.nodes.values():
+            if not node.not_responding and now - node.last_seen > self.config.slurmd_timeout_s:
+                actions.extend(self.node_down(node, NOT_RESPONDING, now, not_responding=True))
+        return actions
+
+    def node_down(self, node: Node, reason: str, now: float, not_responding: bool = False,
+                  uid: int = 0) -> list[Action]:
+        node.not_responding = node.not_responding or not_responding
+        node.base_state, node.reason, node.reason_time, node.reason_uid = states.N_DOWN, reason, now, uid
+        self._node_event(node, now, "DOWN")
+        actions: list[Action] = []
+        for job in list(self.jobs.values()):
+            if job.state == states.RUNNING and node.name in job.alloc_cpus:
+                actions.extend(self.node_failed_job(job, now))
+            elif job.state == states.COMPLETING and node.name in job.completing_nodes:
+                self.node_clean(job.job_id, node.name)
+        return actions
+
+    def update_nodes(self, names: list[str], new_state: str, reason: str, who: Identity,
+                     now: float) -> list[Action]:
+        if not self.is_admin(who):
+            raise Refused("Access/permission denied", 403)
+        unknown = [n for n in names if n not in self.nodes]
+        if unknown:
+            raise Refused(f"Invalid node name specified: {unknown[0]}", 404)
+        if new_state in ("drain", "down") and not reason:
+            raise Refused("You must specify a reason when DOWNING or DRAINING a node. Request denied")
+        actions: list[Action] = []
+        for name in names:
+            node = self.nodes[name]
+            if new_state == "drain":
+                node.drain, node.reason, node.reason_time, node.reason_uid = True, reason, now, who.uid
+                self._node_event(node, now, "DRAIN")
+            elif new_state == "down":
+                actions.extend(self.node_down(node, reason, now, uid=who.uid))
+            else:  # resume / idle / undrain
+                node.drain = False
+                if node.base_state == states.N_DOWN and not node.not_responding:
+                    node.base_state = states.N_IDLE
+                node.reason, node.reason_time = "", now
+                node.refresh_base_state()
+                self._node_event(node, now, "RESUME")
+        self._save_nodes()
+        return actions
+
+    # --- steps and interactive allocations --------------------------------------------------------
+
+    def create_step(self, job: Job, req: StepCreate, who: Identity, now: float) -> tuple[Step, dict[str, list[int]]]:
+        self._check_owner(job, who)
+        if job.state != states.RUNNING:
+            raise Refused("Job/step already completing or completed" if job.state in states.FINISHED or
+                          job.state == states.COMPLETING else "Job is pending execution", 409)
+        layout = step_layout(job, req)
+        step_id = job.next_step_id
+        job.next_step_id += 1
+        step = Step(step_id=str(step_id), name=req.name or job.name, nodes=list(layout),
+                    ntasks=sum(len(t) for t in layout.values()),
+                    cpus=sum(job.alloc_cpus[n] for n in layout), start_time=now)
+        job.steps.append(step)
+        self.touch(job)
+        return step, layout
+
+    def step_credential(self, job: Job, step: Step, layout: dict[str, list[int]]) -> str:
+        lifespan = (job.time_limit_min or 60 * 24 * 365) * 60 + 600
+        return auth.sign(self.key, {"job": job.job_id, "step": int(step.step_id), "uid": job.uid,
+                                    "layout": layout, "exp": int(step.start_time + lifespan)})
+
+    def complete_step(self, job: Job, step_id: str, done: StepComplete, who: Identity, now: float) -> None:
+        self._check_owner(job, who)
+        step = job.find_step(step_id)
+        if step is None:
+            raise Refused("Invalid job step id specified", 404)
+        if step.state != states.RUNNING:
+            return
+        step.state = states.COMPLETED if done.exit_code == 0 and not done.term_signal else states.FAILED
+        if job.cancelled_by is not None:
+            step.state = states.CANCELLED
+        step.exit_code, step.term_signal, step.end_time = done.exit_code, done.term_signal, now
+        step.total_cpu_s, step.max_rss_kb = done.total_cpu_s, done.max_rss_kb
+        self.touch(job)
+
+    def complete_allocation(self, job: Job, exit_code: int, term_signal: int, who: Identity,
+                            now: float) -> list[Action]:
+        self._check_owner(job, who)
+        if not job.interactive:
+            raise Refused("Only interactive allocations can be released this way", 400)
+        if job.state == states.PENDING:
+            return self.cancel([job], who, None, False, now)
+        if job.state != states.RUNNING:
+            return []
+        final = states.COMPLETED if exit_code == 0 and not term_signal else states.FAILED
+        if job.cancelled_by is not None:
+            final = states.CANCELLED
+        return self._end(job, final, exit_code, term_signal, now, job.node_list)
+
+
+def step_layout(job: Job, req: StepCreate) -> dict[str, list[int]]:
+    """Place a step's tasks on the allocation: block by each node's CPUs, task ids in node order."""
+    nodes = list(job.alloc_cpus)
+    if req.nodes is not None:
+        if req.nodes > len(nodes):
+            raise Refused("Requested node configuration is not available")
+        nodes = nodes[:req.nodes]
+    if req.ntasks is None:
+        if req.nodes is None and not req.ntasks_per_node and req.cpus_per_task == 1:
+            counts = {n: job.tasks_per_node.get(n, 1) for n in nodes}
+        else:
+            per = req.ntasks_per_node or max(1, min(job.alloc_cpus[n] for n in nodes) // req.cpus_per_task)
+            counts = dict.fromkeys(nodes, per)
+    else:
+        if req.ntasks < len(nodes):
+            nodes = nodes[:req.ntasks]
+        counts = dict.fromkeys(nodes, 1)
+        left = req.ntasks - len(nodes)
+        caps = {n: (req.ntasks_per_node or max(1, job.alloc_cpus[n] // req.cpus_per_task)) for n in nodes}
+        for n in nodes:
+            extra = min(left, caps[n] - 1)
+            counts[n] += extra
+            left -= extra
+        index = 0
+        while left > 0:  # oversubscribed: round robin, as srun --overcommit would
+            counts[nodes[index % len(nodes)]] += 1
+            left -= 1
+            index += 1
+    layout: dict[str, list[int]] = {}
+    task = 0
+    for n in nodes:
+        layout[n] = list(range(task, task + counts[n]))
+        task += counts[n]
+    return layout
+
+
+def _task_set(text: str) -> set[int]:
+    text = text.strip("[]")
+    ids: set[int] = set()
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        ids.update(range(int(first), int(last or first) + 1))
+    return ids
+
+
+def output_path(job: Job, pattern: str) -> str:
+    return patterns.expand(pattern, job_id=job.job_id, job_name=job.name, user=job.user,
+                           node=job.batch_host, array_job_id=job.array_job_id,
+                           array_task_id=job.array_task_id, work_dir=job.work_dir)
+
+
+def compress(names: Iterable[str]) -> str:
+    return hostlist.compress(names)

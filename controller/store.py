@@ -1,0 +1,113 @@
+"""The controller's durable state: an SQLite file in StateSaveLocation.
+
+Every change to a job is written here before the request that made it is answered, so a
+``kill -9`` loses nothing that was acknowledged. The same file is the accounting outbox:
+each job row carries a version and the version last copied to the accounting database,
+and node events wait in their own table, so the accounting database can be away for a
+while without losing a record. WAL mode lets the accounting thread read while the
+controller writes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    job_id INTEGER PRIMARY KEY,
+    data TEXT NOT NULL,
+    version INTEGER NOT NULL DEFAULT 1,
+    synced INTEGER NOT NULL DEFAULT 0,
+    purged INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS jobs_unsynced ON jobs (synced, version);
+CREATE TABLE IF NOT EXISTS node_events (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    data TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS meta (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+"""
+
+
+class StateStore:
+    """Durable job rows, node state and counters, plus the accounting outbox."""
+
+    def __init__(self, directory: str):
+        os.makedirs(directory, exist_ok=True)
+        self.path = os.path.join(directory, "state.db")
+        self._local = threading.local()
+        self._conn().executescript(_SCHEMA)
+
+    def _conn(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=True)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            self._local.conn = conn
+        return conn
+
+    # --- controller side -----------------------------------------------------------------
+
+    def load_jobs(self) -> list[dict[str, Any]]:
+        rows = self._conn().execute("SELECT data FROM jobs WHERE purged = 0 ORDER BY job_id")
+        return [json.loads(row[0]) for row in rows]
+
+    def get_meta(self, key: str, default: str | None = None) -> str | None:
+        row = self._conn().execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else default
+
+    def commit(self, jobs: Iterable[dict[str, Any]], purged: Iterable[int] = (),
+               meta: dict[str, str] | None = None, node_events: Iterable[dict[str, Any]] = ()) -> None:
+        """Write changed jobs, purge marks, counters and node events in one transaction."""
+        conn = self._conn()
+        conn.execute("BEGIN")
+        try:
+            conn.executemany(
+                "INSERT INTO jobs (job_id, data) VALUES (?, ?) ON CONFLICT(job_id) DO UPDATE SET "
+                "data = excluded.data, version = jobs.version + 1",
+                [(job["job_id"], json.dumps(job, separators=(",", ":"))) for job in jobs])
+            conn.executemany("UPDATE jobs SET purged = 1 WHERE job_id = ?", [(j,) for j in purged])
+            if meta:
+                conn.executemany("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE "
+                                 "SET value = excluded.value", list(meta.items()))
+            conn.executemany("INSERT INTO node_events (data) VALUES (?)",
+                             [(json.dumps(ev),) for ev in node_events])
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    # --- accounting side (its own thread, its own connection) -------------------------------
+
+    def unsynced_jobs(self, limit: int) -> list[tuple[dict[str, Any], int]]:
+        rows = self._conn().execute(
+            "SELECT data, version FROM jobs WHERE synced < version ORDER BY job_id LIMIT ?", (limit,))
+        return [(json.loads(data), version) for data, version in rows]
+
+    def mark_synced(self, versions: list[tuple[int, int]]) -> None:
+        conn = self._conn()
+        conn.execute("BEGIN")
+        conn.executemany("UPDATE jobs SET synced = ? WHERE job_id = ? AND synced < ?",
+                         [(v, j, v) for j, v in versions])
+        conn.execute("DELETE FROM jobs WHERE purged = 1 AND synced = version")
+        conn.execute("COMMIT")
+
+    def pending_node_events(self, limit: int) -> list[tuple[int, dict[str, Any]]]:
+        rows = self._conn().execute("SELECT id, data FROM node_events ORDER BY id LIMIT ?", (limit,))
+        return [(row_id, json.loads(data)) for row_id, data in rows]
+
+    def drop_node_events(self, ids: list[int]) -> None:
+        self._conn().executemany("DELETE FROM node_events WHERE id = ?", [(i,) for i in ids])
+
+    def backlog(self) -> int:
+        row = self._conn().execute("SELECT COUNT(*) FROM jobs WHERE synced < version").fetchone()
+        return int(row[0])

@@ -1,0 +1,171 @@
+"""Turning a submission into job records: validation with Slurm's messages, arrays, defaults.
+
+Pure functions of the request, the caller, the configuration and ``now``; the controller
+allocates the ids and stores the result.
+"""
+
+from __future__ import annotations
+
+import re
+import signal as signal_mod
+from dataclasses import dataclass
+
+from wattsched import hostlist, patterns, scheduling, timefmt
+from wattsched.api import JobSubmit
+from wattsched.auth import Identity
+from wattsched.config import Config
+from wattsched.model import Job
+
+
+class SubmitError(ValueError):
+    """A submission Slurm would refuse; the message is Slurm's wording."""
+
+
+@dataclass(frozen=True, slots=True)
+class ArraySpec:
+    task_ids: tuple[int, ...]
+    throttle: int
+
+
+def parse_array(spec: str, max_array_size: int) -> ArraySpec:
+    """``0-15%4``, ``1,3,5-7``, ``0-20:2``: task ids and the %N throttle."""
+    body, _, throttle_s = spec.partition("%")
+    ids: set[int] = set()
+    try:
+        throttle = int(throttle_s) if throttle_s else 0
+        for part in body.split(","):
+            match = re.fullmatch(r"(\d+)(?:-(\d+)(?::(\d+))?)?", part.strip())
+            if not match:
+                raise ValueError(part)
+            first = int(match.group(1))
+            last = int(match.group(2)) if match.group(2) else first
+            step = int(match.group(3) or 1)
+            if last < first or step < 1:
+                raise ValueError(part)
+            ids.update(range(first, last + 1, step))
+    except ValueError as exc:
+        raise SubmitError("Invalid job array specification") from exc
+    if not ids or max(ids) >= max_array_size or throttle < 0:
+        raise SubmitError("Invalid job array specification")
+    return ArraySpec(tuple(sorted(ids)), throttle)
+
+
+def parse_signal(spec: str) -> tuple[int, int, bool]:
+    """``[{R|B}:]SIG[@seconds]`` -> (signal number, seconds before the limit, batch shell only)."""
+    batch_only = False
+    body = spec
+    if ":" in body:
+        flags, body = body.split(":", 1)
+        if not set(flags.upper()) <= {"B", "R"}:
+            raise SubmitError(f"Invalid --signal specification: {spec}")
+        batch_only = "B" in flags.upper()
+    name, _, secs_s = body.partition("@")
+    try:
+        secs = int(secs_s) if secs_s else 60
+        number = int(name) if name.isdigit() else int(getattr(signal_mod, "SIG" + name.upper().removeprefix(
+            "SIG")))
+    except (ValueError, AttributeError) as exc:
+        raise SubmitError(f"Invalid --signal specification: {spec}") from exc
+    if not 1 <= number <= 64 or not 0 <= secs <= 65535:
+        raise SubmitError(f"Invalid --signal specification: {spec}")
+    return number, secs, batch_only
+
+
+def build_jobs(req: JobSubmit, who: Identity, gid: int, group: str, config: Config, now: float,
+               first_id: int, node_snaps: dict[str, scheduling.NodeSnap], select: scheduling.SelectPlugin,
+               partitions: dict[str, scheduling.PartitionSnap]) -> list[Job]:
+    """Validate ``req`` and return its job records (several for an array), ids from ``first_id``."""
+    part = _partition(req.partition, config, partitions)
+    if req.mem_per_node_mb and req.mem_per_cpu_mb:
+        raise SubmitError("--mem and --mem-per-cpu are mutually exclusive")
+    if req.script is None and not req.interactive:
+        raise SubmitError("Batch script is empty!")
+    if req.script is not None and not req.script.startswith("#!"):
+        raise SubmitError("This does not look like a batch script.  The first line must start with #! "
+                          "followed by the path to an interpreter.")
+    try:
+        time_limit = timefmt.parse_duration_min(req.time_limit) if req.time_limit else \
+            (part.default_time_min if part.default_time_min is not None else part.max_time_min)
+        begin = timefmt.parse_time(req.begin, now) if req.begin else 0.0
+    except timefmt.TimeFormatError as exc:
+        raise SubmitError(str(exc)) from exc
+    if time_limit == 0:
+        raise SubmitError("Invalid time limit specification")
+    if req.dependency:
+        try:
+            scheduling.parse_dependency(req.dependency)
+        except ValueError as exc:
+            raise SubmitError(str(exc)) from exc
+    kill_signal, kill_secs, kill_batch = parse_signal(req.signal) if req.signal else (0, 0, False)
+    try:
+        req_nodes = hostlist.expand(req.nodelist)
+        exc_nodes = hostlist.expand(req.exclude)
+    except hostlist.HostlistError as exc:
+        raise SubmitError("Invalid node name specified") from exc
+    for name in req_nodes + exc_nodes:
+        if name not in node_snaps:
+            raise SubmitError("Invalid node name specified")
+    features = [f for f in re.split(r"[&,]", req.constraint) if f] if req.constraint else []
+    ntasks_set = req.ntasks is not None
+    nodes_min = max(req.nodes_min, 1)
+    if req_nodes:
+        nodes_min = max(nodes_min, len(req_nodes))
+    ntasks = req.ntasks if ntasks_set else nodes_min * (req.ntasks_per_node or 1)
+    if ntasks < nodes_min:
+        nodes_min = ntasks
+    if req.nodes_max and req.nodes_max < nodes_min:
+        raise SubmitError("Node count specification invalid")
+
+    request = scheduling.JobRequest(
+        job_id=first_id, user=who.user, partition=part.name, submit_time=now, nodes_min=nodes_min,
+        nodes_max=req.nodes_max, ntasks=ntasks, ntasks_set=ntasks_set, ntasks_per_node=req.ntasks_per_node,
+        cpus_per_task=req.cpus_per_task, mem_per_node_mb=req.mem_per_node_mb,
+        mem_per_cpu_mb=req.mem_per_cpu_mb, exclusive=req.exclusive, req_nodes=tuple(req_nodes),
+        exc_nodes=tuple(exc_nodes), features=tuple(features))
+    if not scheduling.feasible(request, partitions[part.name], node_snaps, select, config.def_mem_per_cpu_mb):
+        raise SubmitError("Requested node configuration is not available")
+
+    array = parse_array(req.array, config.max_array_size) if req.array else None
+    output = req.output or patterns.default_output(array is not None)
+    template = Job(
+        job_id=first_id, name=req.name or ("interactive" if req.interactive else "sbatch"), uid=who.uid,
+        user=who.user, gid=gid, group=group, account=req.account, partition=part.name, script=req.script,
+        argv=list(req.argv), work_dir=req.work_dir, environment=dict(req.environment),
+        submit_host=req.submit_host, submit_line=req.submit_line, nodes_min=nodes_min,
+        nodes_max=req.nodes_max, ntasks=ntasks, ntasks_set=ntasks_set, ntasks_per_node=req.ntasks_per_node,
+        cpus_per_task=req.cpus_per_task, mem_per_node_mb=req.mem_per_node_mb,
+        mem_per_cpu_mb=req.mem_per_cpu_mb, time_limit_min=time_limit, begin_time=begin,
+        dependency=req.dependency, exclusive=req.exclusive, req_nodes=req_nodes, exc_nodes=exc_nodes,
+        features=features, std_out=output, std_err=req.error, std_in=req.input, open_mode=req.open_mode,
+        kill_signal=kill_signal, kill_signal_secs=kill_secs, kill_signal_batch_only=kill_batch,
+        comment=req.comment, wckey=req.wckey,
+        requeue=config.job_requeue if req.requeue is None else req.requeue, interactive=req.interactive,
+        nice=req.nice, hold="user" if req.hold else "", submit_time=now, eligible_time=max(now, begin))
+    if array is None:
+        return [template]
+    jobs = []
+    for offset, task_id in enumerate(array.task_ids):
+        job = Job.from_dict(template.to_dict())
+        job.job_id = first_id + offset
+        job.array_job_id = first_id
+        job.array_task_id = task_id
+        job.array_task_count = len(array.task_ids)
+        job.array_task_min = array.task_ids[0]
+        job.array_task_max = array.task_ids[-1]
+        job.array_throttle = array.throttle
+        jobs.append(job)
+    return jobs
+
+
+def _partition(name: str, config: Config, partitions: dict[str, scheduling.PartitionSnap]):
+    if name:
+        part = next((p for p in config.partitions if p.name == name), None)
+        if part is None:
+            raise SubmitError("Invalid partition name specified")
+    else:
+        part = config.default_partition()
+        if part is None:
+            raise SubmitError("No partition specified or system default partition")
+    if partitions[part.name].state in ("INACTIVE", "DRAIN"):
+        raise SubmitError("Required partition not available (inactive or drain)")
+    return part

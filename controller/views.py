@@ -1,0 +1,70 @@
+"""What the API shows of jobs, nodes and partitions: plain dicts the CLI formats."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from wattsched import hostlist, states
+from wattsched.config import Config
+from wattsched.controller.state import output_path
+from wattsched.model import Job, Node
+
+_HIDDEN = {"environment", "script", "completing_nodes", "steps"}
+
+
+def job_view(job: Job, now: float) -> dict[str, Any]:
+    data = {k: v for k, v in job.to_dict().items() if k not in _HIDDEN}
+    nodes = job.node_list
+    data.update(
+        display_id=job.display_id,
+        node_list=hostlist.compress(nodes),
+        num_nodes=len(nodes) or job.nodes_min,
+        num_cpus=job.num_cpus or job.ntasks * job.cpus_per_task,
+        run_time_s=_run_time(job, now),
+        std_out_path=output_path(job, job.std_out),
+        std_err_path=output_path(job, job.std_err or job.std_out),
+        command=(job.script or "").split("\n", 1)[0] if job.script else "(null)",
+        steps=[{"step_id": s.step_id, "name": s.name, "state": s.state, "nodes": hostlist.compress(s.nodes),
+                "ntasks": s.ntasks, "start_time": s.start_time} for s in job.steps],
+    )
+    if job.state == states.COMPLETING:
+        data["state"] = states.COMPLETING
+    return data
+
+
+def _run_time(job: Job, now: float) -> float:
+    if not job.start_time:
+        return 0.0
+    if job.state in (states.RUNNING,):
+        return now - job.start_time
+    return max(0.0, (job.end_time or now) - job.start_time)
+
+
+def node_view(node: Node, now: float) -> dict[str, Any]:
+    return {
+        "name": node.name, "cpus": node.cpus, "alloc_cpus": node.alloc_cpus,
+        "real_memory_mb": node.real_memory_mb, "alloc_mem_mb": node.alloc_mem_mb,
+        "sockets": node.sockets, "cores_per_socket": node.cores_per_socket,
+        "threads_per_core": node.threads_per_core, "weight": node.weight, "features": list(node.features),
+        "partitions": list(node.partitions), "state": node.state_long, "state_short": node.state_short,
+        "state_sinfo": states.node_state_sinfo_long(node.base_state, node.drain, node.not_responding),
+        "base_state": node.base_state, "drain": node.drain, "not_responding": node.not_responding,
+        "reason": node.reason, "reason_time": node.reason_time, "reason_uid": node.reason_uid,
+        "boot_time": node.boot_time, "last_seen": node.last_seen, "agent_url": node.agent_url,
+        "idle_watts": node.idle_watts, "max_watts": node.max_watts, "power_save_watts": node.power_save_watts,
+        "down_watts": node.down_watts, "power_cap_priority": node.power_cap_priority,
+    }
+
+
+def partition_views(config: Config, nodes: dict[str, Node]) -> list[dict[str, Any]]:
+    default = config.default_partition()
+    result = []
+    for part in config.partitions:
+        members = [nodes[n] for n in part.nodes if n in nodes]
+        result.append({
+            "name": part.name, "default": default is not None and part.name == default.name,
+            "state": part.state, "max_time_min": part.max_time_min, "default_time_min": part.default_time_min,
+            "max_nodes": part.max_nodes, "nodes": hostlist.compress(part.nodes),
+            "total_nodes": len(members), "total_cpus": sum(n.cpus for n in members),
+        })
+    return result

@@ -1,0 +1,52 @@
+"""The local token service: a Unix socket that mints a token for whoever connects.
+
+The caller's uid comes from the kernel (SO_PEERCRED), so a user who cannot read the
+cluster key still gets a credential for exactly their own identity and no other.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+import threading
+
+from wattsched import auth
+
+TOKEN_LIFESPAN_S = 300
+
+
+def serve(path: str, key: bytes) -> threading.Thread:
+    """Start serving tokens on ``path`` in a daemon thread."""
+    if os.path.exists(path):
+        os.unlink(path)
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    os.chmod(path, 0o666)
+    server.listen(64)
+
+    def loop() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            with conn:
+                creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+                _pid, uid, _gid = struct.unpack("3i", creds)
+                conn.sendall(auth.user_token(key, uid, lifespan_s=TOKEN_LIFESPAN_S).encode())
+
+    thread = threading.Thread(target=loop, name="authsocket", daemon=True)
+    thread.start()
+    return thread
+
+
+def fetch(path: str, timeout_s: float = 2.0) -> str:
+    """Ask the local token service for a token for the calling user."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout_s)
+        sock.connect(path)
+        chunks = []
+        while chunk := sock.recv(4096):
+            chunks.append(chunk)
+    return b"".join(chunks).decode()

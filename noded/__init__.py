@@ -1,0 +1,1 @@
+"""The node agent (slurmd's role): runs batch scripts and step tasks on one or many nodes."""

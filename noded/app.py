@@ -1,0 +1,80 @@
+"""The node agent's HTTP API (v1): launch batch scripts, signal jobs, run step tasks."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Annotated, Any
+
+from fastapi import FastAPI, HTTPException
+from fastapi.responses import StreamingResponse
+from wattsched import auth
+from wattsched.api import LaunchBatch, SignalJob, TaskLaunch
+from wattsched.httpauth import Who, require_role
+from wattsched.noded import steps
+from wattsched.noded.agent import Agent
+
+Ctl = Annotated[auth.Identity, require_role("controller")]
+
+
+def create_app(agent: Agent) -> FastAPI:
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: FastAPI):
+        task = asyncio.get_running_loop().create_task(agent.run())
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            await agent.close()
+
+    app = FastAPI(title="wattsched node agent", version="1", lifespan=lifespan)
+    app.state.key = agent.key
+
+    @app.post("/v1/launch")
+    async def launch(req: LaunchBatch, who: Ctl) -> dict[str, Any]:
+        accepted = []
+        for job in req.jobs:
+            if job.node in agent.nodes:
+                agent.batch.launch(job)
+                accepted.append(job.job_id)
+        return {"accepted": accepted}
+
+    @app.post("/v1/signal")
+    async def signal_job(req: SignalJob, who: Ctl) -> dict[str, Any]:
+        return {"clean": agent.signal_job(req.job_id, req.nodes, req.signal, req.batch_only, req.terminate)}
+
+    @app.post("/v1/steps/launch")
+    async def launch_tasks(req: TaskLaunch, who: Who) -> StreamingResponse:
+        try:
+            cred = auth.verify(agent.key, req.credential)
+        except auth.AuthError as exc:
+            raise HTTPException(403, f"Invalid job credential: {exc}") from exc
+        if cred.get("job") != req.job_id or cred.get("step") != req.step_id:
+            raise HTTPException(403, "Invalid job credential: wrong job or step")
+        if who.uid != cred.get("uid") and who.uid != 0:
+            raise HTTPException(403, "Access/permission denied")
+        layout = {node: list(tasks) for node, tasks in cred["layout"].items()}
+        if req.node not in layout or req.node not in agent.nodes:
+            raise HTTPException(400, f"Node {req.node} is not part of this step on this agent")
+        uid = int(cred["uid"])
+        pgids = agent.step_pgids.setdefault((req.node, req.job_id), set())
+        stream = steps.run_tasks(req, layout, uid, _gid_of(uid), auth.username(uid), agent.config.kill_wait_s,
+                                 pgids)
+        return StreamingResponse(stream, media_type="application/x-ndjson")
+
+    @app.get("/v1/ping")
+    async def ping(who: Who) -> dict[str, Any]:
+        return {"status": "UP", "nodes": list(agent.nodes), "controller_connected": agent.connected}
+
+    return app
+
+
+def _gid_of(uid: int) -> int:
+    import pwd
+
+    try:
+        return pwd.getpwuid(uid).pw_gid
+    except KeyError:
+        return uid

@@ -1,0 +1,35 @@
+"""Starting a node agent for some of the configured nodes."""
+
+from __future__ import annotations
+
+import socket
+
+import uvicorn
+from wattsched import auth, hostlist, logs
+from wattsched import config as config_mod
+from wattsched.noded.agent import Agent
+from wattsched.noded.app import create_app
+
+
+class AgentStartError(RuntimeError):
+    pass
+
+
+def select_nodes(config: config_mod.Config, expression: str | None) -> list[config_mod.NodeConf]:
+    """The nodes named by ``expression``, or the one named like this host."""
+    by_name = {n.name: n for n in config.nodes}
+    names = hostlist.expand(expression) if expression else [socket.gethostname().split(".")[0]]
+    unknown = [n for n in names if n not in by_name]
+    if unknown:
+        raise AgentStartError(f"{config.source}: node {unknown[0]} is not defined by a NodeName line")
+    return [by_name[n] for n in names]
+
+
+def run(config_path: str, nodes: str | None, host: str, port: int | None, advertise: str | None) -> None:
+    config = config_mod.load(config_path)
+    logs.setup(config.log_level)
+    selected = select_nodes(config, nodes)
+    listen_port = port or selected[0].port or config.slurmd_port
+    url = f"http://{advertise or host}:{listen_port}"
+    agent = Agent(config, selected, url, auth.read_key(config.key_file))
+    uvicorn.run(create_app(agent), host=host, port=listen_port, log_level="warning", access_log=False)
