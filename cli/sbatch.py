@@ -8,7 +8,6 @@ import sys
 import time
 from typing import Annotated, Any
 
-import click
 import typer
 from wattsched.cli import jobopts as o
 from wattsched.cli.common import Client, CLIError, die
@@ -69,9 +68,11 @@ def sbatch(
             raise CLIError("script argument not permitted with --wrap option")
         text = f"#!/bin/sh\n# This script was created by sbatch --wrap.\n\n{wrap}\n"
         default_name = "wrap"
+        command = "(null)"
     elif script is None or script == "-":
         text = sys.stdin.read()
         default_name = "sbatch"
+        command = "(null)"
     else:
         try:
             with open(script) as handle:
@@ -79,12 +80,13 @@ def sbatch(
         except OSError as exc:
             raise CLIError(f"Unable to open file {script}") from exc
         default_name = os.path.basename(script)
+        command = os.path.abspath(script)
     if not text.strip():
         raise CLIError("Batch script is empty!")
     _merge_directives(ctx, opts, directives(text))
     body = o.submission(opts, script=text, argv=list(opts.get("script_args") or []),
                         name=opts.get("job_name") or default_name, array=opts.get("array") or "",
-                        wckey=opts.get("wckey") or "", requeue=opts.get("requeue"))
+                        wckey=opts.get("wckey") or "", requeue=opts.get("requeue"), command=command)
     client = Client()
     try:
         reply = client.request("POST", "/v1/jobs", body)
@@ -106,7 +108,9 @@ def _merge_directives(ctx: typer.Context, opts: dict[str, Any], args: list[str])
     command = ctx.command
     try:
         sub = command.make_context("sbatch", list(args), resilient_parsing=False)
-    except click.UsageError as exc:
+    except Exception as exc:  # typer's bundled click raises its own UsageError class
+        if not hasattr(exc, "format_message"):
+            raise
         raise CLIError(f"Invalid #SBATCH directive: {exc.format_message()}") from exc
     if sub.params.get("script") is not None:
         raise CLIError(f"Invalid #SBATCH directive: unexpected argument '{sub.params['script']}'")
@@ -116,7 +120,8 @@ def _merge_directives(ctx: typer.Context, opts: dict[str, Any], args: list[str])
         key = {"time_": "time", "input_": "input"}.get(name, name)
         from_cli = ctx.get_parameter_source(name)
         from_directive = sub.get_parameter_source(name)
-        if from_cli == click.core.ParameterSource.DEFAULT and from_directive != click.core.ParameterSource.DEFAULT:
+        # typer ships its own click, so compare the sources by name
+        if from_cli is not None and from_cli.name == "DEFAULT" and from_directive.name != "DEFAULT":
             opts[key] = value
 
 

@@ -31,7 +31,7 @@ from wattsched.api import (
     SubmitReply,
 )
 from wattsched.controller.acctsync import AccountingSync
-from wattsched.controller.dispatch import Dispatcher
+from wattsched.controller.dispatch import Dispatcher, batch_environment
 from wattsched.controller.state import ClusterState, Refused
 from wattsched.controller.views import job_view, node_view, partition_views
 from wattsched.httpauth import Who, require_role
@@ -125,6 +125,8 @@ def create_app(controller: Controller) -> FastAPI:
                 controller.act(actions)
                 raise Refused("Unable to allocate resources: Requested nodes are busy", 503)
             controller.act(actions)
+        elif req.interactive:  # srun and salloc wait on this answer: try to place the job at once
+            controller.act(state.schedule(now))
         else:
             controller.changed()
         arrays = [j.job_id for j in jobs] if jobs[0].array_task_id is not None else []
@@ -185,8 +187,10 @@ def create_app(controller: Controller) -> FastAPI:
         controller.changed()
         placements = [StepPlacement(node=n, agent_url=state.nodes[n].agent_url, node_index=i, task_ids=t)
                       for i, (n, t) in enumerate(layout.items())]
+        slurm_env = {k: v for k, v in batch_environment(state, job).items() if k.startswith("SLURM")}
         return StepReply(job_id=job_id, step_id=int(step.step_id), ntasks=step.ntasks, nodes=list(layout),
-                         placements=placements, credential=state.step_credential(job, step, layout))
+                         placements=placements, credential=state.step_credential(job, step, layout),
+                         job_environment=slurm_env)
 
     @app.post("/v1/jobs/{job_id}/steps/{step_id}/complete")
     async def complete_step(job_id: int, step_id: str, done: StepComplete, who: Who) -> dict[str, str]:

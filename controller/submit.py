@@ -130,7 +130,8 @@ def build_jobs(req: JobSubmit, who: Identity, gid: int, group: str, config: Conf
     template = Job(
         job_id=first_id, name=req.name or ("interactive" if req.interactive else "sbatch"), uid=who.uid,
         user=who.user, gid=gid, group=group, account=req.account, partition=part.name, script=req.script,
-        argv=list(req.argv), work_dir=req.work_dir, environment=dict(req.environment),
+        argv=list(req.argv), command=req.command or ("(null)" if req.interactive else ""),
+        work_dir=req.work_dir, environment=dict(req.environment),
         submit_host=req.submit_host, submit_line=req.submit_line, nodes_min=nodes_min,
         nodes_max=req.nodes_max, ntasks=ntasks, ntasks_set=ntasks_set, ntasks_per_node=req.ntasks_per_node,
         cpus_per_task=req.cpus_per_task, mem_per_node_mb=req.mem_per_node_mb,

@@ -23,7 +23,7 @@ def job_view(job: Job, now: float) -> dict[str, Any]:
         run_time_s=_run_time(job, now),
         std_out_path=output_path(job, job.std_out),
         std_err_path=output_path(job, job.std_err or job.std_out),
-        command=(job.script or "").split("\n", 1)[0] if job.script else "(null)",
+        command=job.command or "(null)",
         steps=[{"step_id": s.step_id, "name": s.name, "state": s.state, "nodes": hostlist.compress(s.nodes),
                 "ntasks": s.ntasks, "start_time": s.start_time} for s in job.steps],
     )

@@ -23,6 +23,7 @@ class JobSubmit(Strict):
     name: str = Field("", max_length=1024)
     script: str | None = Field(None, max_length=4 * 1024 * 1024)
     argv: list[str] = []
+    command: str = ""
     work_dir: str = Field(min_length=1)
     environment: dict[str, str] = {}
     submit_host: str = ""
@@ -113,6 +114,7 @@ class StepReply(BaseModel):
     nodes: list[str]
     placements: list[StepPlacement]
     credential: str
+    job_environment: dict[str, str] = {}
 
 
 class StepComplete(Strict):

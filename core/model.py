@@ -45,6 +45,7 @@ class Job:
     partition: str = ""
     script: str | None = None
     argv: list[str] = field(default_factory=list)
+    command: str = ""
     work_dir: str = "/"
     environment: dict[str, str] = field(default_factory=dict)
     submit_host: str = ""

@@ -124,9 +124,23 @@ class SelectPlugin(Protocol):
                def_mem_per_cpu_mb: int) -> Allocation | None: ...
 
 
+@dataclass(slots=True)
+class ArrayThrottle:
+    """Running tasks per job array, kept current while a pass starts more of them."""
+
+    running: dict[int, int]
+
+    def allows(self, job: JobRequest) -> bool:
+        return not job.array_throttle or self.running.get(job.array_job_id, 0) < job.array_throttle
+
+    def started(self, job: JobRequest) -> None:
+        if job.array_job_id:
+            self.running[job.array_job_id] = self.running.get(job.array_job_id, 0) + 1
+
+
 class SchedulerPlugin(Protocol):
     def plan(self, snapshot: Snapshot, order: list[JobRequest], eligible: dict[int, str | None],
-             select: SelectPlugin, decisions: Decisions) -> None: ...
+             select: SelectPlugin, throttle: ArrayThrottle, decisions: Decisions) -> None: ...
 
 
 def schedule(snapshot: Snapshot, priority: PriorityPlugin, scheduler: SchedulerPlugin,
@@ -135,9 +149,9 @@ def schedule(snapshot: Snapshot, priority: PriorityPlugin, scheduler: SchedulerP
     decisions = Decisions(priorities=priority.priorities(snapshot))
     prio = decisions.priorities
     order = sorted(snapshot.pending, key=lambda j: (-prio.get(j.job_id, 0), j.submit_time, j.job_id))
-    running_per_array = _running_per_array(snapshot.jobs)
-    eligible = {job.job_id: ineligibility(job, snapshot, running_per_array) for job in order}
-    scheduler.plan(snapshot, order, eligible, select, decisions)
+    eligible = {job.job_id: ineligibility(job, snapshot) for job in order}
+    throttle = ArrayThrottle(_running_per_array(snapshot.jobs))
+    scheduler.plan(snapshot, order, eligible, select, throttle, decisions)
     return decisions
 
 
@@ -149,8 +163,11 @@ def _running_per_array(jobs: Mapping[int, JobBrief]) -> dict[int, int]:
     return counts
 
 
-def ineligibility(job: JobRequest, snapshot: Snapshot, running_per_array: Mapping[int, int]) -> str | None:
-    """The reason a pending job may not be considered now, or None if it may."""
+def ineligibility(job: JobRequest, snapshot: Snapshot) -> str | None:
+    """The reason a pending job may not be considered now, or None if it may.
+
+    The array throttle is not checked here: it changes as a pass starts tasks
+    (see :class:`ArrayThrottle`)."""
     if job.hold:
         return states.R_HELD_ADMIN if job.hold == "admin" else states.R_HELD_USER
     if job.begin_time > snapshot.now:
@@ -166,8 +183,6 @@ def ineligibility(job: JobRequest, snapshot: Snapshot, running_per_array: Mappin
         return states.R_PART_TIME
     if part.max_nodes is not None and job.nodes_min > part.max_nodes:
         return states.R_PART_NODES
-    if job.array_throttle and running_per_array.get(job.array_job_id, 0) >= job.array_throttle:
-        return states.R_ARRAY_LIMIT
     return None
 
 

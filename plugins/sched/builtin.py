@@ -10,14 +10,14 @@ over a partition limit) keep their own reason and block nothing, as in Slurm.
 from __future__ import annotations
 
 from wattsched import states
-from wattsched.scheduling import Decisions, JobRequest, SelectPlugin, Snapshot, candidates_for
+from wattsched.scheduling import ArrayThrottle, Decisions, JobRequest, SelectPlugin, Snapshot, candidates_for
 
 
 class BuiltinScheduler:
     """Start jobs in priority order until one cannot start."""
 
     def plan(self, snapshot: Snapshot, order: list[JobRequest], eligible: dict[int, str | None],
-             select: SelectPlugin, decisions: Decisions) -> None:
+             select: SelectPlugin, throttle: ArrayThrottle, decisions: Decisions) -> None:
         by_name = {n.name: n for n in snapshot.nodes}
         free = {n.name: (n.free_cpus, n.free_mem_mb) for n in snapshot.nodes}
         blocked: set[str] = set()
@@ -28,6 +28,9 @@ class BuiltinScheduler:
                 continue
             if job.partition in blocked:
                 decisions.reasons[job.job_id] = states.R_PRIORITY
+                continue
+            if not throttle.allows(job):
+                decisions.reasons[job.job_id] = states.R_ARRAY_LIMIT
                 continue
             alloc = select.select(job, candidates_for(job, snapshot, by_name, free), free,
                                   snapshot.def_mem_per_cpu_mb)
@@ -40,3 +43,4 @@ class BuiltinScheduler:
                 free_cpus, free_mem = free[name]
                 free[name] = (free_cpus - cpus, free_mem - alloc.mem_mb.get(name, 0))
             decisions.starts.append((job.job_id, alloc))
+            throttle.started(job)

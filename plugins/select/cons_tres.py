@@ -68,10 +68,17 @@ def _layout(job: JobRequest, chosen: list[tuple[NodeSnap, int]], cpt: int, per_c
             exclusive: bool) -> Allocation:
     tasks = {node.name: 1 for node, _cap in chosen}
     left = job.ntasks - len(chosen)
+    if job.nodes_min > 1:
+        # A node count was asked for: spread the tasks evenly, as Slurm's block layout does.
+        while left > 0:
+            for node, cap in chosen:
+                if left and tasks[node.name] < cap:
+                    tasks[node.name] += 1
+                    left -= 1
     for node, cap in chosen:
         if left <= 0:
             break
-        extra = min(cap - 1, left)
+        extra = min(cap - tasks[node.name], left)
         tasks[node.name] += extra
         left -= extra
     cpus = {}

@@ -1,0 +1,79 @@
+"""squeue's view of a job: the %-codes and -O field names, their titles and values."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from wattsched import timefmt
+
+SHORT = {"PENDING": "PD", "RUNNING": "R", "COMPLETING": "CG", "COMPLETED": "CD", "FAILED": "F",
+         "CANCELLED": "CA", "TIMEOUT": "TO", "NODE_FAIL": "NF", "REQUEUED": "RQ", "OUT_OF_MEMORY": "OOM"}
+
+
+def _reason_or_nodes(job: dict[str, Any]) -> str:
+    if job["state"] == "PENDING":
+        return f"({job['reason']})"
+    if job["state"] in ("RUNNING", "COMPLETING"):
+        return job["node_list"]
+    return f"({job['reason']})" if job["reason"] != "None" else ""
+
+
+def _time_left(job: dict[str, Any], now: float) -> str:
+    if job["time_limit_min"] is None:
+        return "UNLIMITED"
+    total = job["time_limit_min"] * 60
+    return timefmt.secs_to_str(max(0, total - job["run_time_s"]))
+
+
+def _start(job: dict[str, Any]) -> str:
+    return timefmt.ts_str(job["start_time"], "N/A")
+
+
+def _end(job: dict[str, Any]) -> str:
+    if job["end_time"]:
+        return timefmt.ts_str(job["end_time"])
+    if job["start_time"] and job["time_limit_min"] is not None:
+        return timefmt.ts_str(job["start_time"] + job["time_limit_min"] * 60)
+    return "N/A"
+
+
+# code -> (title, -O name, value)
+FIELDS: dict[str, tuple[str, str, Callable[[dict[str, Any], float], str]]] = {
+    "i": ("JOBID", "JobID", lambda j, n: j["display_id"]),
+    "A": ("JOBID", "JobArrayID", lambda j, n: str(j["job_id"])),
+    "F": ("ARRAY_JOB_ID", "ArrayJobID", lambda j, n: str(j["array_job_id"] or j["job_id"])),
+    "K": ("ARRAY_TASK_ID", "ArrayTaskID", lambda j, n: "N/A" if j["array_task_id"] is None else
+          str(j["array_task_id"])),
+    "j": ("NAME", "Name", lambda j, n: j["name"]),
+    "u": ("USER", "UserName", lambda j, n: j["user"]),
+    "U": ("UID", "UserID", lambda j, n: str(j["uid"])),
+    "g": ("GROUP", "GroupName", lambda j, n: j["group"]),
+    "a": ("ACCOUNT", "Account", lambda j, n: j["account"] or "(null)"),
+    "T": ("STATE", "State", lambda j, n: j["state"]),
+    "t": ("ST", "StateCompact", lambda j, n: SHORT.get(j["state"], j["state"])),
+    "M": ("TIME", "TimeUsed", lambda j, n: timefmt.secs_to_str(j["run_time_s"])),
+    "l": ("TIME_LIMIT", "TimeLimit", lambda j, n: timefmt.limit_str(j["time_limit_min"])),
+    "L": ("TIME_LEFT", "TimeLeft", _time_left),
+    "D": ("NODES", "NumNodes", lambda j, n: str(j["num_nodes"])),
+    "C": ("CPUS", "NumCPUs", lambda j, n: str(j["num_cpus"])),
+    "N": ("NODELIST", "NodeList", lambda j, n: j["node_list"]),
+    "R": ("NODELIST(REASON)", "ReasonList", lambda j, n: _reason_or_nodes(j)),
+    "r": ("REASON", "Reason", lambda j, n: j["reason"]),
+    "P": ("PARTITION", "Partition", lambda j, n: j["partition"]),
+    "S": ("START_TIME", "StartTime", lambda j, n: _start(j)),
+    "e": ("END_TIME", "EndTime", lambda j, n: _end(j)),
+    "V": ("SUBMIT_TIME", "SubmitTime", lambda j, n: timefmt.ts_str(j["submit_time"])),
+    "Q": ("PRIORITY", "PriorityLong", lambda j, n: str(j["priority"])),
+    "Z": ("WORK_DIR", "WorkDir", lambda j, n: j["work_dir"]),
+    "o": ("COMMAND", "Command", lambda j, n: j["command"]),
+    "E": ("DEPENDENCY", "Dependency", lambda j, n: j["dependency"] or "(null)"),
+    "k": ("COMMENT", "Comment", lambda j, n: j["comment"] or "(null)"),
+    "y": ("NICE", "Nice", lambda j, n: str(j["nice"])),
+    "B": ("EXEC_HOST", "BatchHost", lambda j, n: j["batch_host"] or "n/a"),
+    "q": ("QOS", "QOS", lambda j, n: "normal"),
+    "x": ("EXC_NODES", "ExcNodes", lambda j, n: ",".join(j["exc_nodes"])),
+    "n": ("REQ_NODES", "ReqNodes", lambda j, n: ",".join(j["req_nodes"])),
+    "w": ("WCKEY", "WCKey", lambda j, n: j["wckey"] or "(null)"),
+}
+BY_NAME = {name.lower(): code for code, (_title, name, _f) in FIELDS.items()}
