@@ -80,6 +80,8 @@ def squeue(
     if json_:
         print_json({"jobs": rows, "time": now})
         return
+    if not array:
+        rows = collapse_pending_arrays(rows)
     spec = fmt_ or (format_from_fields(fields) if fields else None) or os.environ.get("SQUEUE_FORMAT") or \
         (START if start else LONG if long else DEFAULT)
     parts = fmt.parse_format(spec)
@@ -92,6 +94,36 @@ def squeue(
         lines.append(fmt.render(parts, lambda code, job=job: _value(code, job, now)))
     if lines:
         print("\n".join(lines))
+
+
+def collapse_pending_arrays(rows: list[dict]) -> list[dict]:
+    """Pending tasks of one array show as one line, ``12_[3-15%4]``, as in Slurm (unless -r)."""
+    groups: dict[int, list[dict]] = {}
+    result: list[dict] = []
+    for job in rows:
+        if job["state"] == "PENDING" and job["array_task_id"] is not None:
+            if job["array_job_id"] not in groups:
+                groups[job["array_job_id"]] = []
+                result.append(job)
+            groups[job["array_job_id"]].append(job)
+        else:
+            result.append(job)
+    for index, job in enumerate(result):
+        tasks = groups.get(job["array_job_id"]) if job["state"] == "PENDING" else None
+        if tasks and len(tasks) > 1:
+            ids = _ranges(sorted(t["array_task_id"] for t in tasks))
+            throttle = f"%{job['array_throttle']}" if job["array_throttle"] else ""
+            result[index] = dict(job, display_id=f"{job['array_job_id']}_[{ids}{throttle}]")
+    return result
+
+
+def _ranges(ids: list[int]) -> str:
+    parts, start = [], ids[0]
+    for prev, cur in zip(ids, [*ids[1:], None], strict=True):
+        if cur != prev + 1 if cur is not None else True:
+            parts.append(str(start) if start == prev else f"{start}-{prev}")
+            start = cur
+    return ",".join(parts)
 
 
 def _value(code: str, job: dict, now: float) -> str:

@@ -1,0 +1,201 @@
+"""A real cluster for tests: a controller and node agents as processes on loopback ports.
+
+Commands are the installed console scripts (sbatch, squeue, ...) run as subprocesses with
+WATTSCHED_CONF pointing at the test cluster's configuration.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 20.0, interval: float = 0.1, what: str = "") -> Any:
+    deadline = time.time() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.time() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what or predicate}")
+        time.sleep(interval)
+
+
+class Cluster:
+    def __init__(self, root: Path, nodes: int = 4, cpus: int = 4, agents: int = 1, extra: str = "",
+                 node_extra: str = "", partitions: str | None = None, accounting_url: str = ""):
+        self.root = root
+        self.port = free_port()
+        self.conf = root / "wattsched.conf"
+        self.node_names = [f"n{i:02d}" for i in range(1, nodes + 1)]
+        lines = [
+            "ClusterName=testcluster",
+            "SlurmctldHost=localhost(127.0.0.1)",
+            f"SlurmctldPort={self.port}",
+            f"StateSaveLocation={root / 'ctld'}",
+            f"SlurmdSpoolDir={root / 'spool'}",
+            "KillWait=1",
+            "SlurmdTimeout=4",
+            "SchedulerInterval=0.2",
+            "MinJobAge=600",
+        ]
+        if accounting_url:
+            lines.append(f"AccountingStorageLoc={accounting_url}")
+        lines += [extra,
+                  f"NodeName=n[01-{nodes:02d}] CPUs={cpus} RealMemory=8000 {node_extra}",
+                  partitions or f"PartitionName=debug Nodes=n[01-{nodes:02d}] Default=YES MaxTime=INFINITE"]
+        self.conf.write_text("\n".join(line for line in lines if line) + "\n")
+        self.env = dict(os.environ, WATTSCHED_CONF=str(self.conf), SLURM_CONF=str(self.conf))
+        for var in ("SLURM_JOB_ID", "SLURM_JWT", "WATTSCHED_CONTROLLER"):
+            self.env.pop(var, None)
+        self.agents = agents
+        self.controller: subprocess.Popen | None = None
+        self.agent_procs: list[subprocess.Popen] = []
+        self.agent_ports: list[int] = []
+        self.logs = root / "logs"
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self.work = root / "work"
+        self.work.mkdir(exist_ok=True)
+
+    # --- processes ----------------------------------------------------------------------------
+
+    def _spawn(self, args: list[str], log: str) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-m", "wattsched.cli.wattsched", *args], env=self.env,
+                                stdout=open(self.logs / log, "ab"), stderr=subprocess.STDOUT,
+                                start_new_session=True)
+
+    def start_controller(self) -> None:
+        self.controller = self._spawn(["controller", str(self.conf)], "controller.log")
+        wait_for(lambda: self._ping(), 30, what="controller up")
+
+    def start_agent(self, index: int) -> None:
+        names = self.node_names
+        size = -(-len(names) // self.agents)
+        part = names[index * size:(index + 1) * size]
+        expr = f"{part[0]}" if len(part) == 1 else f"n[{part[0][1:]}-{part[-1][1:]}]"
+        if index >= len(self.agent_ports):
+            self.agent_ports.append(free_port())
+        proc = self._spawn(["noded", str(self.conf), "--nodes", expr, "--port", str(self.agent_ports[index])],
+                           f"noded{index}.log")
+        if index < len(self.agent_procs):
+            self.agent_procs[index] = proc
+        else:
+            self.agent_procs.append(proc)
+
+    def start(self) -> Cluster:
+        self.start_controller()
+        for index in range(self.agents):
+            self.start_agent(index)
+        self.wait_nodes_up()
+        return self
+
+    def wait_nodes_up(self, names: list[str] | None = None, timeout: float = 30) -> None:
+        wanted = set(names or self.node_names)
+        wait_for(lambda: wanted <= {n["name"] for n in self.nodes() if not n["not_responding"]}, timeout,
+                 what="nodes registered")
+
+    def kill_controller(self, sig: int = signal.SIGKILL) -> None:
+        assert self.controller is not None
+        os.killpg(self.controller.pid, sig)
+        self.controller.wait(10)
+
+    def kill_agent(self, index: int, sig: int = signal.SIGKILL) -> None:
+        proc = self.agent_procs[index]
+        os.kill(proc.pid, sig)  # only the agent: its jobs live on, as after a real agent crash
+        proc.wait(10)
+
+    def stop(self) -> None:
+        for proc in [*self.agent_procs, self.controller]:
+            if proc is not None and proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGTERM)
+                    proc.wait(10)
+                except (ProcessLookupError, subprocess.TimeoutExpired):
+                    os.killpg(proc.pid, signal.SIGKILL)
+        # batch scripts run in sessions of their own: make sure none outlives the test
+        subprocess.run(["pkill", "-9", "-f", str(self.root / "spool")], check=False)
+
+    # --- talking to it ------------------------------------------------------------------------
+
+    def key(self) -> bytes:
+        return (self.root / "ctld" / "jwt_hs256.key").read_bytes().strip()
+
+    def token(self, uid: int = 0, user: str = "root", role: str = "user") -> str:
+        from wattsched import auth
+
+        return auth.user_token(self.key(), uid, user, role=role)
+
+    def api(self, method: str, path: str, token: str | None = "root", **kwargs) -> httpx.Response:
+        headers = kwargs.pop("headers", {})
+        if token == "root":
+            token = self.token()
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        return httpx.request(method, f"http://127.0.0.1:{self.port}{path}", headers=headers, timeout=30, **kwargs)
+
+    def _ping(self) -> bool:
+        try:
+            return self.api("GET", "/v1/ping").status_code == 200
+        except (httpx.HTTPError, OSError):
+            return False
+
+    def nodes(self) -> list[dict]:
+        return self.api("GET", "/v1/nodes").json()["nodes"]
+
+    def jobs(self, *refs: str) -> list[dict]:
+        params = {"job": list(refs)} if refs else None
+        return self.api("GET", "/v1/jobs", params=params).json()["jobs"]
+
+    def job(self, job_id: int) -> dict:
+        jobs = self.jobs(str(job_id))
+        assert jobs, f"job {job_id} not found"
+        return jobs[0]
+
+    def run(self, *args: str, check: bool = True, env: dict | None = None, input: str | None = None,
+            timeout: float = 60) -> subprocess.CompletedProcess:
+        cmd = [str(BIN / args[0]), *args[1:]]
+        result = subprocess.run(cmd, env=env or self.env, cwd=self.work, capture_output=True, text=True,
+                                input=input, timeout=timeout)
+        if check and result.returncode != 0:
+            raise AssertionError(f"{' '.join(args)} exited {result.returncode}\nstdout: {result.stdout}\n"
+                                 f"stderr: {result.stderr}")
+        return result
+
+    def sbatch(self, *args: str, env: dict | None = None) -> int:
+        return int(self.run("sbatch", "--parsable", *args, env=env).stdout.strip())
+
+    def wait_state(self, job_id: int, states: set[str] | str, timeout: float = 30) -> dict:
+        wanted = {states} if isinstance(states, str) else states
+        return wait_for(lambda: (j := self.job(job_id))["state"] in wanted and j, timeout,
+                        what=f"job {job_id} in {wanted}")
+
+    def accounted(self, *job_ids: int, timeout: float = 30) -> list[dict]:
+        """Accounting rows of these jobs once all of them are there in a final state."""
+        final = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"}
+
+        def fetch():
+            rows = self.api("GET", "/v1/accounting/jobs", params={"job": list(job_ids)}).json()["jobs"]
+            return rows if len(rows) >= len(job_ids) and all(r["state"] in final for r in rows) else None
+
+        return wait_for(fetch, timeout, 0.2, what=f"accounting of {job_ids}")
+
+    def sacct_json(self, job_id: int) -> dict:
+        return json.loads(self.run("sacct", "-j", str(job_id), "--json").stdout)

@@ -1,0 +1,189 @@
+"""Jobs on a real cluster, through the real CLI: the walk-through a new user would do."""
+
+from __future__ import annotations
+
+import time
+
+from tests.harness import Cluster, wait_for
+
+
+TIMED: dict[str, int] = {}
+
+
+def test_submit_job_that_will_time_out(cluster: Cluster) -> None:
+    """Limits are whole minutes, as in Slurm: submitted first, checked by the module's last test."""
+    TIMED["job"] = cluster.sbatch("-t", "0:02", "-o", "timed-%j.out", "--wrap", "echo start; sleep 300")
+    assert cluster.job(TIMED["job"])["time_limit_min"] == 1
+
+
+def test_wrap_job_runs_and_is_accounted(cluster: Cluster) -> None:
+    out = cluster.run("sbatch", "--wrap", "hostname; echo node=$SLURMD_NODENAME; sleep 2").stdout
+    assert out.startswith("Submitted batch job ")
+    job_id = int(out.split()[-1])
+    cluster.wait_state(job_id, "RUNNING")
+    queue = cluster.run("squeue").stdout.splitlines()
+    assert queue[0].split() == ["JOBID", "PARTITION", "NAME", "USER", "ST", "TIME", "NODES", "NODELIST(REASON)"]
+    line = next(line for line in queue if line.split()[0] == str(job_id))
+    assert line.split()[4] == "R" and line.split()[2] == "wrap"
+    rows = cluster.accounted(job_id)
+    sacct = cluster.run("sacct", "-j", str(job_id)).stdout.splitlines()
+    assert sacct[0].split() == ["JobID", "JobName", "Partition", "Account", "AllocCPUS", "State", "ExitCode"]
+    assert sacct[2].split()[0] == str(job_id) and "COMPLETED" in sacct[2] and sacct[2].split()[-1] == "0:0"
+    assert sacct[3].split()[0] == f"{job_id}.batch" and "COMPLETED" in sacct[3]
+    assert rows[0]["state"] == "COMPLETED"
+    output = (cluster.work / f"slurm-{job_id}.out").read_text()
+    assert f"node={rows[0]['node_list']}" in output
+
+
+def test_multi_node_step_environment(cluster: Cluster) -> None:
+    script = cluster.work / "env.sh"
+    script.write_text("#!/bin/sh\n#SBATCH -N 4\n#SBATCH -n 8\n#SBATCH -o env-%j.out\n"
+                      "srun env | grep -E '^SLURM_(PROCID|NODEID|JOB_NODELIST|STEP_ID)=' | sort\n")
+    job_id = cluster.sbatch(str(script))
+    cluster.wait_state(job_id, "COMPLETED")
+    lines = (cluster.work / f"env-{job_id}.out").read_text().splitlines()
+    procids = sorted(int(line.split("=")[1]) for line in lines if line.startswith("SLURM_PROCID="))
+    nodeids = {int(line.split("=")[1]) for line in lines if line.startswith("SLURM_NODEID=")}
+    nodelists = {line.split("=")[1] for line in lines if line.startswith("SLURM_JOB_NODELIST=")}
+    assert procids == list(range(8))
+    assert nodeids == {0, 1, 2, 3}
+    assert nodelists == {"n[01-04]"}
+    steps = {s["step_id"]: s for s in cluster.accounted(job_id)[0]["steps"]}
+    assert steps["0"]["ntasks"] == 8 and steps["0"]["state"] == "COMPLETED"
+
+
+def test_array_throttle_never_exceeded(cluster: Cluster) -> None:
+    log = cluster.work / "array-times"
+    log.mkdir()
+    job_id = cluster.sbatch("--array=0-5%2", "-o", "/dev/null", "--wrap",
+                            f"echo $(date +%s.%N) > {log}/$SLURM_ARRAY_TASK_ID.start; sleep 1; "
+                            f"echo $(date +%s.%N) > {log}/$SLURM_ARRAY_TASK_ID.end")
+    squeue = cluster.run("squeue", "-j", str(job_id)).stdout
+    assert f"{job_id}_[" in squeue or "JobArrayTaskLimit" in squeue or f"{job_id}_" in squeue
+    wait_for(lambda: len(list(log.glob("*.end"))) == 6, 60, what="all array tasks")
+    spans = [(float((log / f"{i}.start").read_text()), float((log / f"{i}.end").read_text())) for i in range(6)]
+    for start, _end in spans:
+        running = sum(1 for s, e in spans if s <= start < e)
+        assert running <= 2, spans
+    ids = {r["array_task_id"] for r in cluster.accounted(*range(job_id, job_id + 6))}
+    assert ids == set(range(6))
+
+
+def test_afterok_dependency_holds_and_releases(cluster: Cluster) -> None:
+    first = cluster.sbatch("--wrap", "sleep 2")
+    second = cluster.sbatch(f"--dependency=afterok:{first}", "--wrap", "true")
+    failing = cluster.sbatch("--wrap", "exit 3")
+    never = cluster.sbatch(f"--dependency=afterok:{failing}", "--wrap", "true")
+    assert cluster.wait_state(second, "PENDING")["reason"] in ("Dependency", "None")
+    wait_for(lambda: cluster.job(second)["reason"] == "Dependency", 5, what="Dependency reason")
+    cluster.wait_state(first, "COMPLETED")
+    cluster.wait_state(second, {"RUNNING", "COMPLETED"})
+    cluster.wait_state(failing, "FAILED")
+    assert cluster.job(failing)["exit_code"] == 3
+    wait_for(lambda: cluster.job(never)["reason"] == "DependencyNeverSatisfied", 10, what="never satisfied")
+    squeue = cluster.run("squeue", "-j", str(never)).stdout
+    assert "(DependencyNeverSatisfied)" in squeue
+    cluster.run("scancel", str(never))
+
+
+def test_cancel_running_and_pending(cluster: Cluster) -> None:
+    cancelled = cluster.sbatch("--wrap", "sleep 60")
+    held = cluster.sbatch("-H", "--wrap", "sleep 60")
+    cluster.wait_state(cancelled, "RUNNING")
+    cluster.run("scancel", str(cancelled), str(held))
+    assert cluster.wait_state(cancelled, "CANCELLED")["term_signal"] in (0, 15)
+    cluster.wait_state(held, "CANCELLED")
+    rows = {r["job_id"]: r for r in cluster.accounted(cancelled, held)}
+    assert rows[cancelled]["state"] == "CANCELLED" and rows[held]["state"] == "CANCELLED"
+    sacct = cluster.run("sacct", "-j", str(cancelled), "-P", "-o", "JobID,State").stdout
+    assert f"{cancelled}|CANCELLED by 0" in sacct
+
+
+def test_signal_before_time_limit(cluster: Cluster) -> None:
+    script = cluster.work / "sig.sh"
+    script.write_text("#!/bin/bash\ntrap 'echo got USR1; exit 0' USR1\nfor i in $(seq 120); do sleep 0.5; done\n")
+    job_id = cluster.sbatch("-t", "1", "--signal=B:USR1@55", "-o", "sig-%j.out", str(script))
+    cluster.wait_state(job_id, "COMPLETED", timeout=40)
+    assert "got USR1" in (cluster.work / f"sig-{job_id}.out").read_text()
+
+
+def test_srun_outside_allocation_and_exit_codes(cluster: Cluster) -> None:
+    result = cluster.run("srun", "-N", "2", "-n", "3", "-l", "sh", "-c", "echo task $SLURM_PROCID", check=False)
+    assert result.returncode == 0, result.stderr
+    assert sorted(result.stdout.splitlines()) == ["0: task 0", "1: task 1", "2: task 2"]
+    failed = cluster.run("srun", "-n", "1", "sh", "-c", "exit 7", check=False)
+    assert failed.returncode == 7
+    assert "Exited with exit code 7" in failed.stderr
+
+
+def test_output_patterns_and_open_mode(cluster: Cluster) -> None:
+    job_id = cluster.sbatch("-J", "pat", "-o", "out-%x-%j-%u.txt", "-e", "err-%j.txt", "--wrap",
+                            "echo to-out; echo to-err >&2")
+    cluster.wait_state(job_id, "COMPLETED")
+    assert (cluster.work / f"out-pat-{job_id}-root.txt").read_text() == "to-out\n"
+    assert (cluster.work / f"err-{job_id}.txt").read_text() == "to-err\n"
+    for _ in range(2):
+        appended = cluster.sbatch("-o", "append.txt", "--open-mode=append", "--wrap", "echo line")
+        cluster.wait_state(appended, "COMPLETED")
+    assert (cluster.work / "append.txt").read_text() == "line\nline\n"
+
+
+def test_hold_release_and_update(cluster: Cluster) -> None:
+    job_id = cluster.sbatch("-H", "--wrap", "true")
+    assert cluster.wait_state(job_id, "PENDING")["reason"] == "JobHeldUser"
+    cluster.run("scontrol", "update", f"jobid={job_id}", "TimeLimit=5")
+    assert cluster.job(job_id)["time_limit_min"] == 5
+    show = cluster.run("scontrol", "show", "job", str(job_id)).stdout
+    assert f"JobId={job_id} JobName=wrap" in show and "JobState=PENDING Reason=JobHeldUser" in show
+    cluster.run("scontrol", "release", str(job_id))
+    cluster.wait_state(job_id, "COMPLETED")
+
+
+def test_squeue_formats(cluster: Cluster) -> None:
+    job_id = cluster.sbatch("-J", "fmt", "-t", "10", "--wrap", "sleep 5")
+    cluster.wait_state(job_id, "RUNNING")
+    line = cluster.run("squeue", "-h", "-j", str(job_id), "-o", "%i|%j|%T|%l|%D|%P").stdout.strip()
+    assert line == f"{job_id}|fmt|RUNNING|10:00|1|debug"
+    fields = cluster.run("squeue", "-j", str(job_id), "-O", "JobID:10,Name:8,State:.10").stdout.splitlines()
+    assert fields[0] == "JOBID     NAME         STATE"
+    data = cluster.run("squeue", "--json", "-j", str(job_id)).stdout
+    assert f'"job_id": {job_id}' in data
+    cluster.run("scancel", str(job_id))
+
+
+def test_sinfo_views(cluster: Cluster) -> None:
+    out = cluster.run("sinfo").stdout.splitlines()
+    assert out[0].split() == ["PARTITION", "AVAIL", "TIMELIMIT", "NODES", "STATE", "NODELIST"]
+    assert any(line.startswith("debug*") and "infinite" in line for line in out[1:])
+    nodes = cluster.run("sinfo", "-N", "-h", "-o", "%N %t").stdout.split("\n")
+    assert len([n for n in nodes if n]) == 4
+    assert "NODELIST" in cluster.run("sinfo", "-N", "-l").stdout
+
+
+def test_sacct_formats(cluster: Cluster) -> None:
+    job_id = cluster.sbatch("-J", "acct", "--wrap", "exit 2")
+    cluster.accounted(job_id)
+    parsable = cluster.run("sacct", "-j", str(job_id), "-p", "-o", "JobID,JobName,State,ExitCode").stdout
+    lines = parsable.splitlines()
+    assert lines[0] == "JobID|JobName|State|ExitCode|"
+    assert lines[1] == f"{job_id}|acct|FAILED|2:0|"
+    two = cluster.run("sacct", "-j", str(job_id), "-P", "-X", "-n", "-o", "JobIDRaw,NNodes,ElapsedRaw").stdout
+    assert two.strip().split("|")[:2] == [str(job_id), "1"]
+    assert "AllocCPUS" in cluster.run("sacct", "--helpformat").stdout
+    bad = cluster.run("sacct", "-o", "NoSuchField", check=False)
+    assert bad.returncode != 0 and "Invalid field requested" in bad.stderr
+
+
+def test_end_to_end_latency_is_low(cluster: Cluster) -> None:
+    started = time.time()
+    job_id = cluster.sbatch("--wrap", "true")
+    cluster.wait_state(job_id, "COMPLETED", timeout=10)
+    assert time.time() - started < 10
+
+
+def test_zz_time_limit_enforced(cluster: Cluster) -> None:
+    job_id = TIMED["job"]
+    job = cluster.wait_state(job_id, "TIMEOUT", timeout=90)
+    assert 60 <= job["end_time"] - job["start_time"] < 70
+    assert cluster.accounted(job_id)[0]["state"] == "TIMEOUT"
+    assert "TIMEOUT" in cluster.run("sacct", "-j", str(job_id), "-X", "-n").stdout
