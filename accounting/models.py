@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, Float, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy import BigInteger, Double, ForeignKey, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 
@@ -14,7 +14,7 @@ class ClusterRecord(Base):
     __tablename__ = "clusters"
 
     name: Mapped[str] = mapped_column(String(64), primary_key=True)
-    created: Mapped[float] = mapped_column(Float, default=0.0)
+    created: Mapped[float] = mapped_column(Double, default=0.0)
 
 
 class JobRecord(Base):
@@ -45,10 +45,10 @@ class JobRecord(Base):
     req_mem_mb: Mapped[int] = mapped_column(Integer, default=0)
     req_mem_per_cpu: Mapped[int] = mapped_column(Integer, default=0)
     timelimit_min: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    time_submit: Mapped[float] = mapped_column(Float)
-    time_eligible: Mapped[float] = mapped_column(Float, default=0.0)
-    time_start: Mapped[float] = mapped_column(Float, default=0.0)
-    time_end: Mapped[float] = mapped_column(Float, default=0.0)
+    time_submit: Mapped[float] = mapped_column(Double)
+    time_eligible: Mapped[float] = mapped_column(Double, default=0.0)
+    time_start: Mapped[float] = mapped_column(Double, default=0.0)
+    time_end: Mapped[float] = mapped_column(Double, default=0.0)
     priority: Mapped[int] = mapped_column(BigInteger, default=0)
     restart_count: Mapped[int] = mapped_column(Integer, default=0)
     work_dir: Mapped[str] = mapped_column(Text, default="")
@@ -79,9 +79,9 @@ class StepRecord(Base):
     nnodes: Mapped[int] = mapped_column(Integer, default=0)
     ntasks: Mapped[int] = mapped_column(Integer, default=0)
     alloc_cpus: Mapped[int] = mapped_column(Integer, default=0)
-    time_start: Mapped[float] = mapped_column(Float, default=0.0)
-    time_end: Mapped[float] = mapped_column(Float, default=0.0)
-    total_cpu_s: Mapped[float] = mapped_column(Float, default=0.0)
+    time_start: Mapped[float] = mapped_column(Double, default=0.0)
+    time_end: Mapped[float] = mapped_column(Double, default=0.0)
+    total_cpu_s: Mapped[float] = mapped_column(Double, default=0.0)
     max_rss_kb: Mapped[int] = mapped_column(BigInteger, default=0)
     consumed_energy_j: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
 
@@ -97,7 +97,7 @@ class NodeEventRecord(Base):
     state: Mapped[str] = mapped_column(String(32))
     reason: Mapped[str] = mapped_column(Text, default="")
     uid: Mapped[int] = mapped_column(Integer, default=0)
-    time: Mapped[float] = mapped_column(Float)
+    time: Mapped[float] = mapped_column(Double)
 
 
 class UserRecord(Base):

@@ -60,6 +60,9 @@ class AccountingStore:
     def __init__(self, url: str):
         self.engine = engine_for(url)
 
+    def close(self) -> None:
+        self.engine.dispose()
+
     def setup(self, cluster: str, now: float) -> None:
         migrate(self.engine)
         with Session(self.engine) as session, session.begin():

@@ -56,7 +56,7 @@ class AccountingSync:
                     continue
             except Exception as exc:  # the database may be down: keep the outbox, retry later
                 if self.healthy:
-                    log.error("accounting database unreachable, records kept for later: %s", exc)
+                    log.error("accounting write failed, records kept for a retry: %s", exc)
                 self.healthy, delay = False, min(delay * 2, 10.0)
                 self._stop.wait(delay)
                 continue

@@ -43,6 +43,7 @@ class Cluster:
     def __init__(self, root: Path, nodes: int = 4, cpus: int = 4, agents: int = 1, extra: str = "",
                  node_extra: str = "", partitions: str | None = None, accounting_url: str = ""):
         self.root = root
+        root.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
         self.conf = root / "wattsched.conf"
         self.node_names = [f"n{i:02d}" for i in range(1, nodes + 1)]

@@ -16,7 +16,7 @@ depends_on = None
 
 def upgrade() -> None:
     op.create_table("clusters", sa.Column("name", sa.String(64), primary_key=True),
-                    sa.Column("created", sa.Float, nullable=False))
+                    sa.Column("created", sa.Double, nullable=False))
     op.create_table(
         "jobs",
         sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
@@ -43,10 +43,10 @@ def upgrade() -> None:
         sa.Column("req_mem_mb", sa.Integer, nullable=False),
         sa.Column("req_mem_per_cpu", sa.Integer, nullable=False),
         sa.Column("timelimit_min", sa.Integer, nullable=True),
-        sa.Column("time_submit", sa.Float, nullable=False),
-        sa.Column("time_eligible", sa.Float, nullable=False),
-        sa.Column("time_start", sa.Float, nullable=False),
-        sa.Column("time_end", sa.Float, nullable=False),
+        sa.Column("time_submit", sa.Double, nullable=False),
+        sa.Column("time_eligible", sa.Double, nullable=False),
+        sa.Column("time_start", sa.Double, nullable=False),
+        sa.Column("time_end", sa.Double, nullable=False),
         sa.Column("priority", sa.BigInteger, nullable=False),
         sa.Column("restart_count", sa.Integer, nullable=False),
         sa.Column("work_dir", sa.Text, nullable=False),
@@ -73,9 +73,9 @@ def upgrade() -> None:
         sa.Column("nnodes", sa.Integer, nullable=False),
         sa.Column("ntasks", sa.Integer, nullable=False),
         sa.Column("alloc_cpus", sa.Integer, nullable=False),
-        sa.Column("time_start", sa.Float, nullable=False),
-        sa.Column("time_end", sa.Float, nullable=False),
-        sa.Column("total_cpu_s", sa.Float, nullable=False),
+        sa.Column("time_start", sa.Double, nullable=False),
+        sa.Column("time_end", sa.Double, nullable=False),
+        sa.Column("total_cpu_s", sa.Double, nullable=False),
         sa.Column("max_rss_kb", sa.BigInteger, nullable=False),
         sa.Column("consumed_energy_j", sa.BigInteger, nullable=True),
         sa.UniqueConstraint("job_row", "step_id", name="uq_step"),
@@ -88,7 +88,7 @@ def upgrade() -> None:
         sa.Column("state", sa.String(32), nullable=False),
         sa.Column("reason", sa.Text, nullable=False),
         sa.Column("uid", sa.Integer, nullable=False),
-        sa.Column("time", sa.Float, nullable=False),
+        sa.Column("time", sa.Double, nullable=False),
     )
     op.create_table("users", sa.Column("name", sa.String(64), primary_key=True),
                     sa.Column("default_account", sa.String(64), nullable=False),

@@ -1,0 +1,90 @@
+"""Configuration parsing: typed values, defaults, includes, and errors naming file, line and key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from wattsched import config
+
+ETC = Path(__file__).resolve().parent.parent / "etc"
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "w.conf"
+    path.write_text(text)
+    return path
+
+
+def test_full_file(tmp_path: Path) -> None:
+    path = write(tmp_path, """
+ClusterName=alpha   # comment
+SlurmctldHost=ctl(10.0.0.1)
+slurmctldport=7000
+StateSaveLocation=state
+NodeName=DEFAULT RealMemory=1000 IdleWatts=450 MaxWatts=950
+NodeName=leaf[1000-1003] Sockets=2 CoresPerSocket=8 ThreadsPerCore=2 Feature=ib,gpu Weight=5
+NodeName=leaf0 CPUs=32 PowerCapPriority=0 State=DRAIN
+PartitionName=DEFAULT MaxTime=1-00:00:00
+PartitionName=batch Nodes=leaf[1000-1003] Default=YES DefaultTime=30 MaxNodes=4
+PartitionName=all Nodes=ALL State=DOWN MaxTime=INFINITE
+""")
+    conf = config.load(path)
+    assert conf.cluster_name == "alpha" and conf.slurmctld_port == 7000
+    assert (conf.slurmctld_host, conf.slurmctld_addr) == ("ctl", "10.0.0.1")
+    assert conf.state_save_location == str(tmp_path / "state")
+    leaf = conf.nodes[0]
+    assert leaf.name == "leaf1000" and leaf.cpus == 32 and leaf.features == ("ib", "gpu")
+    assert (leaf.idle_watts, leaf.max_watts, leaf.real_memory_mb, leaf.weight) == (450, 950, 1000, 5)
+    assert conf.nodes[-1].state == "DRAIN" and conf.nodes[-1].power_cap_priority == 0
+    batch, every = conf.partitions
+    assert batch.default and batch.max_time_min == 1440 and batch.default_time_min == 30 and batch.max_nodes == 4
+    assert every.nodes == tuple(n.name for n in conf.nodes) and every.state == "DOWN" and every.max_time_min is None
+    assert conf.default_partition() is batch
+    assert ("ClusterName", "alpha") in conf.as_pairs()
+
+
+@pytest.mark.parametrize(("text", "line", "key", "message"), [
+    ("ClusterName=a\nNoSuchKey=1\n", 2, "NoSuchKey", "unknown configuration key"),
+    ("SlurmctldPort=abc\n", 1, "SlurmctldPort", "is not an integer"),
+    ("KillWait=-3\n", 1, "KillWait", "must not be negative"),
+    ("NodeName=a[1-2] CPUs=x\n", 1, "CPUs", "is not an integer"),
+    ("NodeName=a[1-2 CPUs=1\n", 1, "NodeName", "invalid hostlist"),
+    ("NodeName=a1 Color=red\n", 1, "Color", "unknown NodeName key"),
+    ("NodeName=a1\nNodeName=a1\n", 2, "NodeName", "defined twice"),
+    ("NodeName=a1\nPartitionName=p Nodes=a2\n", 2, "Nodes", "not defined by a NodeName line"),
+    ("NodeName=a1\nPartitionName=p Nodes=a1 MaxTime=forever\n", 2, "MaxTime", "Invalid time limit"),
+    ("NodeName=a1\nPartitionName=p Nodes=a1 Default=maybe\n", 2, "Default", "is not YES or NO"),
+    ("SchedulerType=backfill\n", 1, "SchedulerType", "is not a sched/<name> plugin"),
+    ("NodeName=a1\nPartitionName=p Nodes=a1\nPartitionName=p Nodes=a1\n", 3, "PartitionName", "duplicate"),
+    ("ClusterName\n", 1, "ClusterName", "expected Key=Value"),
+])
+def test_errors_name_file_line_and_key(tmp_path: Path, text: str, line: int, key: str, message: str) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(config.ConfigError) as caught:
+        config.load(path)
+    assert str(caught.value).startswith(f"{path}:{line}: {key}: ")
+    assert message in str(caught.value)
+
+
+def test_include_and_missing_file(tmp_path: Path) -> None:
+    (tmp_path / "nodes.conf").write_text("NodeName=x[1-3] CPUs=4\n")
+    path = write(tmp_path, "ClusterName=i\nInclude nodes.conf\nPartitionName=p Nodes=x[1-3]\n")
+    assert len(config.load(path).nodes) == 3
+    with pytest.raises(config.ConfigError, match="cannot read configuration"):
+        config.load(tmp_path / "absent.conf")
+
+
+def test_globals_only_skips_nodes(tmp_path: Path) -> None:
+    path = write(tmp_path, "ClusterName=g\nNodeName=x[1-3] CPUs=4\nPartitionName=p Nodes=x[1-3]\n")
+    conf = config.load(path, globals_only=True)
+    assert conf.cluster_name == "g" and conf.nodes == ()
+
+
+@pytest.mark.parametrize(("name", "nodes", "cpus"), [("emulated.conf", 16, 8), ("leaf257.conf", 257, 32),
+                                                     ("curie.conf", 5040, 16)])
+def test_shipped_configs(name: str, nodes: int, cpus: int) -> None:
+    conf = config.load(ETC / name)
+    assert len(conf.nodes) == nodes
+    assert all(n.cpus == cpus for n in conf.nodes)
