@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.harness import Cluster
+from wattsched.testcluster import Cluster
 
 
 @pytest.fixture(scope="module")

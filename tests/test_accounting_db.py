@@ -90,7 +90,7 @@ def test_node_events(store: AccountingStore) -> None:
 
 
 def test_controller_accounts_into_each_database(db_url: str, tmp_path) -> None:
-    from tests.harness import Cluster
+    from wattsched.testcluster import Cluster
 
     cluster = Cluster(tmp_path / "c", nodes=2, accounting_url=db_url).start()
     try:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from tests.harness import Cluster, wait_for
+from wattsched.testcluster import Cluster, wait_for
 
 
 TIMED: dict[str, int] = {}

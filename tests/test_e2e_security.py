@@ -6,7 +6,7 @@ import os
 import httpx
 
 from wattsched import auth
-from tests.harness import Cluster
+from wattsched.testcluster import Cluster
 
 
 def _alice_env(cluster: Cluster) -> dict:

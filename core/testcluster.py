@@ -1,4 +1,4 @@
-"""A real cluster for tests: a controller and node agents as processes on loopback ports.
+"""A real cluster on loopback for tests and benchmarks: controller and agents as processes.
 
 Commands are the installed console scripts (sbatch, squeue, ...) run as subprocesses with
 WATTSCHED_CONF pointing at the test cluster's configuration.

@@ -1,0 +1,151 @@
+"""The pure scheduling core: snapshots in, decisions out, no clock and no I/O."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from wattsched import states
+from wattsched.plugins.priority.basic import BasicPriority
+from wattsched.plugins.sched.builtin import BuiltinScheduler
+from wattsched.plugins.select.cons_tres import ConsTresSelect
+from wattsched.plugins.select.linear import LinearSelect
+from wattsched.scheduling import (JobBrief, JobRequest, NodeSnap, PartitionSnap, Snapshot, dependency_state,
+                                  feasible, schedule)
+
+NOW = 1_000_000.0
+
+
+def nodes(count: int = 4, cpus: int = 4, mem: int = 8000, **kw) -> tuple[NodeSnap, ...]:
+    return tuple(NodeSnap(f"n{i:02d}", cpus, cpus, mem, mem, **kw) for i in range(1, count + 1))
+
+
+def snap(jobs: list[JobRequest], node_list: tuple[NodeSnap, ...] | None = None, briefs=None,
+         **part) -> Snapshot:
+    node_list = node_list if node_list is not None else nodes()
+    partition = PartitionSnap("debug", tuple(n.name for n in node_list), **part)
+    return Snapshot(now=NOW, nodes=node_list, partitions={"debug": partition}, pending=tuple(jobs),
+                    jobs=briefs or {})
+
+
+def job(job_id: int, **kw) -> JobRequest:
+    return JobRequest(job_id=job_id, user=kw.pop("user", "u"), partition="debug", submit_time=NOW - 100 + job_id,
+                      **kw)
+
+
+def run(snapshot: Snapshot, select=None):
+    return schedule(snapshot, BasicPriority(), BuiltinScheduler(), select or ConsTresSelect())
+
+
+def test_fifo_order_and_first_fit_packing() -> None:
+    decisions = run(snap([job(1, ntasks=3), job(2, ntasks=2), job(3, ntasks=4)]))
+    started = {j: dict(a.cpus) for j, a in decisions.starts}
+    assert started == {1: {"n01": 3}, 2: {"n01": 1, "n02": 1}, 3: {"n02": 3, "n03": 1}}
+    assert decisions.priorities[1] > decisions.priorities[2] > decisions.priorities[3]
+
+
+def test_blocked_head_blocks_the_partition() -> None:
+    decisions = run(snap([job(1, nodes_min=5, ntasks=5), job(2)]))
+    assert decisions.starts == []
+    assert decisions.reasons == {1: states.R_RESOURCES, 2: states.R_PRIORITY}
+
+
+def test_node_count_spreads_tasks_evenly() -> None:
+    decisions = run(snap([job(1, nodes_min=4, ntasks=8)]))
+    (_, alloc), = decisions.starts
+    assert dict(alloc.tasks) == {"n01": 2, "n02": 2, "n03": 2, "n04": 2}
+
+
+def test_exclusive_and_linear_take_whole_idle_nodes() -> None:
+    busy = (NodeSnap("n01", 4, 3, 8000, 8000), *nodes(3)[1:])
+    decisions = run(snap([job(1, exclusive=True)], busy))
+    assert dict(decisions.starts[0][1].cpus) == {"n02": 4}
+    linear = run(snap([job(1)], busy), LinearSelect())
+    assert dict(linear.starts[0][1].cpus) == {"n02": 4}
+
+
+def test_memory_is_consumable() -> None:
+    decisions = run(snap([job(1, mem_per_node_mb=6000), job(2, mem_per_node_mb=6000)], nodes(1)))
+    assert [j for j, _ in decisions.starts] == [1]
+    assert decisions.reasons[2] == states.R_RESOURCES
+    per_cpu = run(snap([job(1, ntasks=4, mem_per_cpu_mb=3000)], nodes(2)))
+    assert dict(per_cpu.starts[0][1].tasks) == {"n01": 2, "n02": 2}
+
+
+def test_required_excluded_nodes_features_and_weight() -> None:
+    weighted = (NodeSnap("n01", 4, 4, 8000, 8000, weight=10), NodeSnap("n02", 4, 4, 8000, 8000, weight=1),
+                NodeSnap("n03", 4, 4, 8000, 8000, features=frozenset({"gpu"})))
+    decisions = run(snap([job(1), job(2, req_nodes=("n01",)), job(3, exc_nodes=("n02",)),
+                          job(4, features=("gpu",))], weighted))
+    started = {j: list(a.cpus) for j, a in decisions.starts}
+    assert started == {1: ["n02"], 2: ["n01"], 3: ["n03"], 4: ["n03"]}
+
+
+def test_holds_begin_time_and_partition_limits() -> None:
+    decisions = run(snap([job(1, hold="user"), job(2, hold="admin"), job(3, begin_time=NOW + 60),
+                          job(4, time_limit_min=120), job(5, nodes_min=3, ntasks=3, time_limit_min=10), job(6)],
+                         max_time_min=60, max_nodes=2))
+    assert decisions.reasons == {1: states.R_HELD_USER, 2: states.R_HELD_ADMIN, 3: states.R_BEGIN,
+                                 4: states.R_PART_TIME, 5: states.R_PART_NODES, 6: states.R_PART_TIME}
+    assert decisions.priorities[1] == 0
+    down = run(snap([job(1, time_limit_min=10)], state="DOWN"))
+    assert down.reasons == {1: states.R_PART_DOWN}
+
+
+def test_dependencies() -> None:
+    briefs = {1: JobBrief(1, states.RUNNING), 2: JobBrief(2, states.COMPLETED),
+              3: JobBrief(3, states.FAILED, exit_code=1), 4: JobBrief(4, states.PENDING)}
+    verdict = {dep: dependency_state(job(9, dependency=dep), briefs) for dep in
+               ["afterok:2", "afterok:1", "afterok:3", "afternotok:3", "afterany:3", "after:1", "after:4",
+                "afterok:2:1", "afterok:3?afterok:2", "afterok:3,afterok:2", "singleton"]}
+    assert verdict == {"afterok:2": None, "afterok:1": states.R_DEPENDENCY, "afterok:3": states.R_DEP_NEVER,
+                       "afternotok:3": None, "afterany:3": None, "after:1": None, "after:4": states.R_DEPENDENCY,
+                       "afterok:2:1": states.R_DEPENDENCY, "afterok:3?afterok:2": None,
+                       "afterok:3,afterok:2": states.R_DEP_NEVER, "singleton": None}
+    same_name = {1: JobBrief(1, states.RUNNING, user="u", name="x")}
+    assert dependency_state(job(9, dependency="singleton", name="x"), same_name) == states.R_DEPENDENCY
+
+
+def test_array_throttle_counts_starts_within_a_pass() -> None:
+    tasks = [job(i, array_job_id=10, array_throttle=2) for i in range(10, 16)]
+    briefs = {10: JobBrief(10, states.PENDING, array_job_id=10)}
+    decisions = run(snap(tasks, briefs=briefs))
+    assert [j for j, _ in decisions.starts] == [10, 11]
+    assert all(decisions.reasons[i] == states.R_ARRAY_LIMIT for i in range(12, 16))
+
+
+def test_feasibility_ignores_current_load() -> None:
+    part = PartitionSnap("debug", ("n01", "n02"))
+    full = {n.name: NodeSnap(n.name, 4, 0, 8000, 0) for n in nodes(2)}
+    assert feasible(job(1, ntasks=8), part, full, ConsTresSelect(), 0)
+    assert not feasible(job(1, ntasks=9), part, full, ConsTresSelect(), 0)
+    assert not feasible(job(1, cpus_per_task=5), part, full, ConsTresSelect(), 0)
+
+
+job_requests = st.builds(
+    lambda i, n, t, c, ex: (i, n, t, c, ex),
+    st.integers(), st.integers(1, 3), st.integers(1, 12), st.integers(1, 4), st.booleans())
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(job_requests, min_size=1, max_size=25), st.integers(1, 6), st.integers(1, 8),
+       st.lists(st.integers(0, 8), min_size=6, max_size=6))
+def test_property_no_overallocation_and_no_overtaking(raw, node_count, cpus, used) -> None:
+    node_list = tuple(NodeSnap(f"n{i}", cpus, cpus - min(cpus, used[i]), 1000, 1000)
+                      for i in range(node_count))
+    jobs = [job(index + 1, nodes_min=min(n, t), ntasks=t, cpus_per_task=c, exclusive=ex)
+            for index, (_i, n, t, c, ex) in enumerate(raw)]
+    decisions = run(snap(jobs, node_list))
+    free = {n.name: n.free_cpus for n in node_list}
+    for _job_id, alloc in decisions.starts:
+        for name, count in alloc.cpus.items():
+            free[name] -= count
+            assert free[name] >= 0
+    started = [j for j, _ in decisions.starts]
+    blocked = [j for j, r in decisions.reasons.items() if r == states.R_RESOURCES]
+    if blocked:  # builtin: nothing after the first blocked job (in priority order) starts
+        assert all(j < min(blocked) for j in started)
+    for job_id, alloc in decisions.starts:
+        request = jobs[job_id - 1]
+        assert sum(alloc.tasks.values()) == request.ntasks
+        assert len(alloc.cpus) >= request.nodes_min
