@@ -8,6 +8,7 @@ shell line that points the CLI at the cluster, and stops everything on Ctrl-C, S
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -43,7 +44,7 @@ def start(config_path: str, agents: int | None, log_dir: str | None, quiet: bool
     os.makedirs(state_dir, exist_ok=True)
     pidfile = os.path.join(state_dir, PIDFILE)
     if os.path.exists(pidfile):
-        info = json.load(open(pidfile))
+        info = _read_json(pidfile)
         if _alive(info["controller"]):
             raise CLIError(f"an emulated cluster is already running from {config_path} "
                            f"(pid {info['controller']}); stop it with: wattsched emulate --stop {config_path}")
@@ -51,21 +52,27 @@ def start(config_path: str, agents: int | None, log_dir: str | None, quiet: bool
     os.makedirs(logs, exist_ok=True)
     exe = [sys.executable, "-m", "wattsched.cli.wattsched"]
     env = dict(os.environ, WATTSCHED_CONF=config_path)
-    procs = [subprocess.Popen([*exe, "controller", config_path], env=env, start_new_session=True,
-                              stdout=open(os.path.join(logs, "controller.log"), "ab"), stderr=subprocess.STDOUT)]
+    procs = [_daemon([*exe, "controller", config_path], env, os.path.join(logs, "controller.log"))]
     _wait_for_key(config, procs[0])
     names = [n.name for n in config.nodes]
     for index, part in enumerate(slices(names, agents or config.emulated_agents)):
-        port = _free_port()
-        procs.append(subprocess.Popen(
-            [*exe, "noded", config_path, "--nodes", hostlist.compress(part), "--port", str(port)], env=env,
-            start_new_session=True, stdout=open(os.path.join(logs, f"noded{index}.log"), "ab"),
-            stderr=subprocess.STDOUT))
+        args = ["noded", config_path, "--nodes", hostlist.compress(part), "--port", str(_free_port())]
+        procs.append(_daemon([*exe, *args], env, os.path.join(logs, f"noded{index}.log")))
     info = {"controller": procs[0].pid, "agents": [p.pid for p in procs[1:]], "config": config_path}
     with open(pidfile, "w") as handle:
         json.dump(info, handle)
     _wait_registered(config, len(names), procs, quiet)
     return info
+
+
+def _daemon(argv: list[str], env: dict[str, str], log_path: str) -> subprocess.Popen:
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(argv, env=env, start_new_session=True, stdout=log, stderr=subprocess.STDOUT)
+
+
+def _read_json(path: str) -> dict:
+    with open(path) as handle:
+        return json.load(handle)
 
 
 def _wait_for_key(config, proc: subprocess.Popen, timeout_s: float = 60) -> None:
@@ -120,23 +127,17 @@ def _alive(pid: int) -> bool:
 
 def stop_pids(pids: list[int], timeout_s: float = 15) -> None:
     for pid in pids:
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signal.SIGTERM)
-        except (ProcessLookupError, PermissionError):
-            pass
     deadline = time.time() + timeout_s
     while time.time() < deadline and any(_alive(p) for p in pids):
         time.sleep(0.1)
         for pid in pids:  # reap our own children so they do not linger as zombies
-            try:
+            with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                pass
     for pid in pids:
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
 def stop(config_path: str) -> bool:
@@ -146,11 +147,16 @@ def stop(config_path: str) -> bool:
     pidfile = os.path.join(config.state_save_location, PIDFILE)
     if not os.path.exists(pidfile):
         return False
-    info = json.load(open(pidfile))
+    info = _read_json(pidfile)
     stop_pids(info["agents"] + [info["controller"]])
     os.unlink(pidfile)
     return True
 
 
-def shell_line(config_path: str, config) -> str:
-    return f"export WATTSCHED_CONF={config_path} SLURM_CONF={config_path}"
+def shell_line(config_path: str) -> str:
+    """The line that points a shell's Slurm commands at this cluster."""
+    line = f"export WATTSCHED_CONF={config_path} SLURM_CONF={config_path}"
+    bin_dir = os.path.dirname(sys.executable)
+    if bin_dir not in os.environ.get("PATH", "").split(os.pathsep):
+        line += f" PATH={bin_dir}:$PATH"
+    return line

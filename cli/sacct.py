@@ -8,7 +8,6 @@ from collections.abc import Callable
 from typing import Annotated, Any
 
 import typer
-
 from wattsched.cli import fmt
 from wattsched.cli.common import Client, CLIError, die, print_json, split_list
 
@@ -183,7 +182,8 @@ def sacct(
         for row in range(0, len(names), 4):
             print("".join(f"{n:<20}" for n in names[row:row + 4]).rstrip())
         return
-    from wattsched import auth, states as st, timefmt
+    from wattsched import auth, timefmt
+    from wattsched import states as st
 
     spec = fields or os.environ.get("SACCT_FORMAT") or (BRIEF_FIELDS if brief else LONG_FIELDS if long
                                                          else DEFAULT_FIELDS)
@@ -212,7 +212,7 @@ def sacct(
     wanted_tasks = {r for r in split_list(jobs) if "_" in r}
     if wanted_tasks:
         rows = [r for r in rows if f"{r['array_job_id']}_{r['array_task_id']}" in wanted_tasks
-                or str(r["job_id"]) in {t.split("_")[0] for t in wanted_tasks} and r["array_task_id"] is None]
+                or (str(r["job_id"]) in {t.split("_")[0] for t in wanted_tasks} and r["array_task_id"] is None)]
     if json_:
         print_json({"jobs": rows})
         return

@@ -7,7 +7,6 @@ import sys
 from typing import Annotated
 
 import typer
-
 from wattsched.cli.common import Client, CLIError, die, split_list
 
 app = typer.Typer(add_completion=False, context_settings={"help_option_names": ["--help"]})

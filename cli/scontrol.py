@@ -6,7 +6,6 @@ import time
 from typing import Annotated, Any
 
 import typer
-
 from wattsched.cli.common import Client, CLIError, die, print_json
 
 app = typer.Typer(add_completion=False, context_settings={"help_option_names": ["--help"],

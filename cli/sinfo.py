@@ -7,7 +7,6 @@ from collections.abc import Callable
 from typing import Annotated, Any
 
 import typer
-
 from wattsched.cli import fmt
 from wattsched.cli.common import Client, CLIError, die, print_json, split_list
 

@@ -7,7 +7,6 @@ import time
 from typing import Annotated
 
 import typer
-
 from wattsched.cli import fmt
 from wattsched.cli.common import Client, CLIError, die, print_json, split_list
 from wattsched.cli.jobfields import BY_NAME, FIELDS

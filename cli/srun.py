@@ -19,7 +19,6 @@ import urllib.parse
 from typing import Annotated, Any
 
 import typer
-
 from wattsched.cli import jobopts as o
 from wattsched.cli.common import Client, CLIError, die
 

@@ -8,7 +8,6 @@ from collections.abc import Iterator
 
 import pytest
 from sqlalchemy import create_engine, text
-
 from wattsched.accounting.store import AccountingStore, JobQuery
 from wattsched.model import Job, Step
 

@@ -6,7 +6,6 @@ import subprocess
 import sys
 
 import pytest
-
 from wattsched.testcluster import Cluster
 
 

@@ -6,7 +6,6 @@ import time
 
 from wattsched.testcluster import Cluster, wait_for
 
-
 TIMED: dict[str, int] = {}
 
 

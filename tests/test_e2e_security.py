@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import os
-import httpx
 
+import httpx
 from wattsched import auth
 from wattsched.testcluster import Cluster
 
@@ -109,7 +109,7 @@ def test_token_from_auth_socket_carries_the_callers_uid(tmp_path_factory) -> Non
         assert not os.access(config.key_file, os.R_OK) or os.geteuid() == 0
         answer = _as_uid(65534, lambda: Client(config).request("GET", "/v1/ping")["uid"])
         assert answer == "65534"
-        key_read = _as_uid(65534, lambda: open(config.key_file).read())
+        key_read = _as_uid(65534, lambda: auth.read_key(config.key_file))
         assert key_read.startswith("error: PermissionError")
     finally:
         cluster.stop()

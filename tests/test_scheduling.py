@@ -4,14 +4,21 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from wattsched import states
 from wattsched.plugins.priority.basic import BasicPriority
 from wattsched.plugins.sched.builtin import BuiltinScheduler
 from wattsched.plugins.select.cons_tres import ConsTresSelect
 from wattsched.plugins.select.linear import LinearSelect
-from wattsched.scheduling import (JobBrief, JobRequest, NodeSnap, PartitionSnap, Snapshot, dependency_state,
-                                  feasible, schedule)
+from wattsched.scheduling import (
+    JobBrief,
+    JobRequest,
+    NodeSnap,
+    PartitionSnap,
+    Snapshot,
+    dependency_state,
+    feasible,
+    schedule,
+)
 
 NOW = 1_000_000.0
 

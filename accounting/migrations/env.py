@@ -8,7 +8,8 @@ from wattsched.accounting.models import Base
 
 connection = context.config.attributes.get("connection")
 if connection is None:
-    engine = create_engine(context.config.get_main_option("sqlalchemy.url"))
+    url = context.get_x_argument(as_dictionary=True).get("url") or context.config.get_main_option("sqlalchemy.url")
+    engine = create_engine(url)
     with engine.begin() as conn:
         context.configure(connection=conn, target_metadata=Base.metadata)
         with context.begin_transaction():

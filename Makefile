@@ -1,0 +1,25 @@
+# The two set-up commands:  make emulate  (an emulated cluster to submit to)  and  make test.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+
+.PHONY: emulate test lint bench clean
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]'
+	touch $@
+
+emulate: $(BIN)/.installed
+	$(BIN)/wattsched emulate etc/emulated.conf
+
+test: $(BIN)/.installed
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q
+
+bench: $(BIN)/.installed
+	$(BIN)/python bench/run_all.py
+
+clean:
+	rm -rf $(VENV) wattsched-state build *.egg-info
