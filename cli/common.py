@@ -74,12 +74,20 @@ class Client:
         finally:
             conn.close()
         try:
-            decoded = json.loads(data) if data else {}
-        except json.JSONDecodeError:
+            decoded = _loads(data) if data else {}
+        except ValueError:
             decoded = {"detail": data.decode(errors="replace")}
         if reply.status >= 400:
             raise CLIError(_detail(decoded), reply.status)
         return decoded
+
+
+def _loads(data: bytes) -> Any:
+    try:
+        import orjson
+    except ImportError:  # orjson is a dependency; plain json keeps the CLI working without it
+        return json.loads(data)
+    return orjson.loads(data)
 
 
 def _detail(decoded: Any) -> str:

@@ -141,7 +141,7 @@ def show(client: Client, args: list[str], oneliner: bool, as_json: bool) -> None
         raise CLIError("too few arguments for keyword:show")
     what, rest = args[0].lower(), args[1:]
     if what in ("job", "jobs"):
-        params = {"job": rest[:1]} if rest else None
+        params = {"job": rest[:1] or None, "detail": "true"}
         jobs = client.request("GET", "/v1/jobs", params=params)["jobs"]
         if rest and not jobs:
             raise CLIError("Invalid job id specified")

@@ -133,11 +133,11 @@ def sinfo(
     if not noheader:
         lines.append(fmt.render_header(parts, {c: f[0] for c, f in FIELDS.items()}))
     by_name = {n["name"]: n for n in node_rows}
+    from wattsched import hostlist
+
     for part in part_rows:
         if wanted_parts and part["name"] not in wanted_parts:
             continue
-        from wattsched import hostlist
-
         members = [by_name[n] for n in hostlist.expand(part["nodes"]) if n in by_name]
         if node_view:
             groups = [[n] for n in members]
@@ -147,8 +147,8 @@ def sinfo(
             groups = _groups(members, codes)
         if not groups and not node_view and not reasons and not wanted_states and not nodes:
             groups = [[]]
-        for group in groups:
-            lines.append(fmt.render(parts, lambda code, p=part, g=group: _value(code, p, g)))
+        row = fmt.compile_row(parts, lambda code, p=part: _getter(code, p))
+        lines.extend(row(group) for group in groups)
     if reasons:  # one line per reason, not per partition
         lines = list(dict.fromkeys(lines))
     if lines:
@@ -162,9 +162,12 @@ def _groups(members: list[dict[str, Any]], codes: set[str]) -> list[list[dict[st
     return list(grouped.values())
 
 
-def _value(code: str, part: dict[str, Any], group: list[dict[str, Any]]) -> str:
+def _getter(code: str, part: dict[str, Any]):
     field = FIELDS.get(code)
-    return field[1](part, group) if field else f"%{code}"
+    if field is None:
+        return lambda _group: f"%{code}"
+    value = field[1]
+    return lambda group: value(part, group)
 
 
 def main() -> None:

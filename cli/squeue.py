@@ -69,10 +69,14 @@ def squeue(
 
         user_list.append(username(os.getuid()))
     job_list = split_list(jobs)
-    params = {"user": user_list or None, "partition": split_list(partitions) or None, "job": job_list or None}
+    active = wanted_states or (list(st.JOB_STATES) if job_list else list(DEFAULT_STATES))
+    params = {"user": user_list or None, "partition": split_list(partitions) or None, "job": job_list or None,
+              "state": active, "columns": "true"}
     reply = Client().request("GET", "/v1/jobs", params=params)
     now = reply["time"]
-    active = wanted_states or (list(st.JOB_STATES) if job_list else list(DEFAULT_STATES))
+    if "columns" in reply:
+        names = reply["columns"]
+        reply["jobs"] = [dict(zip(names, row, strict=True)) for row in reply["rows"]]
     rows = [j for j in reply["jobs"] if j["state"] in active]
     rows.sort(key=lambda j: (j["state"] != "RUNNING" and j["state"] != "COMPLETING", -j["priority"]
                              if j["state"] == "PENDING" else 0, j["job_id"]))
@@ -89,8 +93,8 @@ def squeue(
         lines.append(time.strftime("%a %b %d %H:%M:%S %Y", time.localtime(now)))
     if not noheader:
         lines.append(fmt.render_header(parts, {code: f[0] for code, f in FIELDS.items()}))
-    for job in rows:
-        lines.append(fmt.render(parts, lambda code, job=job: _value(code, job, now)))
+    row = fmt.compile_row(parts, lambda code: _getter(code, now))
+    lines.extend(row(job) for job in rows)
     if lines:
         print("\n".join(lines))
 
@@ -125,9 +129,12 @@ def _ranges(ids: list[int]) -> str:
     return ",".join(parts)
 
 
-def _value(code: str, job: dict, now: float) -> str:
+def _getter(code: str, now: float):
     field = FIELDS.get(code)
-    return field[2](job, now) if field else f"%{code}"
+    if field is None:
+        return lambda _job: f"%{code}"
+    value = field[2]
+    return lambda job: value(job, now)
 
 
 def main() -> None:

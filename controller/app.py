@@ -12,8 +12,9 @@ import contextlib
 import time
 from typing import Annotated, Any
 
+import orjson
 from fastapi import FastAPI, Query, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from wattsched import auth, hostlist, states
 from wattsched.accounting.store import AccountingStore, JobQuery
 from wattsched.api import (
@@ -136,7 +137,8 @@ def create_app(controller: Controller) -> FastAPI:
     async def list_jobs(who: Who, user: Annotated[list[str] | None, Query()] = None,
                         state_: Annotated[list[str] | None, Query(alias="state")] = None,
                         partition: Annotated[list[str] | None, Query()] = None,
-                        job: Annotated[list[str] | None, Query()] = None) -> JSONResponse:
+                        job: Annotated[list[str] | None, Query()] = None, detail: bool = False,
+                        columns: bool = False) -> Response:
         now = time.time()
         selected = state.jobs.values()
         if job:
@@ -149,10 +151,16 @@ def create_app(controller: Controller) -> FastAPI:
                     continue
             selected = wanted.values()
         users, states_, parts = set(user or ()), set(state_ or ()), set(partition or ())
-        result = [job_view(j, now) for j in selected
+        view = job_view if detail else state.brief
+        result = [view(j, now) for j in selected
                   if (not users or j.user in users) and (not parts or j.partition in parts)
                   and (not states_ or j.state in states_)]
-        return JSONResponse({"time": now, "jobs": result})
+        if columns and result:  # one header and rows of values: a third of the bytes for 10,000 jobs
+            names = list(result[0])
+            body = {"time": now, "columns": names, "rows": [[row[n] for n in names] for row in result]}
+        else:
+            body = {"time": now, "jobs": result}
+        return Response(orjson.dumps(body), media_type="application/json")
 
     @app.post("/v1/jobs/cancel")
     async def cancel(req: CancelRequest, who: Who) -> dict[str, Any]:

@@ -16,7 +16,8 @@ from collections.abc import Callable
 import httpx
 from wattsched import auth, states
 from wattsched.api import BatchLaunch, LaunchBatch, SignalJob
-from wattsched.controller.state import Action, ClusterState, Launch, Signal, output_path
+from wattsched.controller.state import Action, ClusterState, Launch, Signal
+from wattsched.controller.views import output_path
 from wattsched.model import Job
 
 log = logging.getLogger("wattsched.controller.dispatch")

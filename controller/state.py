@@ -16,11 +16,12 @@ import signal as signal_mod
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from wattsched import auth, hostlist, patterns, scheduling, states
+from wattsched import auth, hostlist, scheduling, states
 from wattsched.api import AgentHeartbeat, JobEvent, JobSubmit, JobUpdate, StepComplete, StepCreate
 from wattsched.auth import Identity
 from wattsched.config import Config
 from wattsched.controller import submit as submit_mod
+from wattsched.controller import views
 from wattsched.controller.store import StateStore
 from wattsched.model import Job, Node, Step
 
@@ -85,6 +86,7 @@ class ClusterState:
     _node_events: list[dict] = field(default_factory=list)
     _meta_dirty: bool = False
     _requests: dict[int, scheduling.JobRequest] = field(default_factory=dict)
+    _briefs: dict[int, dict] = field(default_factory=dict)
 
     # --- start-up ----------------------------------------------------------------------------
 
@@ -126,6 +128,16 @@ class ClusterState:
     def touch(self, job: Job) -> None:
         self._dirty.add(job.job_id)
         self._requests.pop(job.job_id, None)
+        self._briefs.pop(job.job_id, None)
+
+    def brief(self, job: Job, now: float) -> dict:
+        """The job's listing record, built once per change (squeue asks for 10,000 of them)."""
+        cached = self._briefs.get(job.job_id)
+        if cached is None:
+            cached = self._briefs[job.job_id] = views.job_brief(job, now)
+        if job.state in (states.RUNNING, states.COMPLETING):
+            return dict(cached, run_time_s=views.run_time(job, now))
+        return cached
 
     def _save_nodes(self) -> None:
         self._meta_dirty = True
@@ -198,6 +210,7 @@ class ClusterState:
             job = self.jobs[job_id]
             if job.priority != prio:
                 job.priority = prio
+                self._briefs.pop(job_id, None)
         for job_id, reason in decisions.reasons.items():
             job = self.jobs[job_id]
             if job.reason != reason:
@@ -215,6 +228,7 @@ class ClusterState:
         job.reason = states.R_NONE
         job.start_time = now
         job.alloc_cpus = dict(alloc.cpus)
+        job.nodes_expr = hostlist.compress(alloc.cpus)
         job.tasks_per_node = dict(alloc.tasks)
         job.alloc_mem_mb = max(alloc.mem_mb.values(), default=0)
         job.batch_host = next(iter(alloc.cpus))
@@ -460,7 +474,7 @@ class ClusterState:
         job.reason = states.R_NONE
         job.restart_count += 1
         job.start_time = job.end_time = 0.0
-        job.alloc_cpus, job.tasks_per_node, job.alloc_mem_mb = {}, {}, 0
+        job.alloc_cpus, job.tasks_per_node, job.alloc_mem_mb, job.nodes_expr = {}, {}, 0, ""
         job.batch_host, job.launched, job.final_state = "", False, ""
         job.cancelled_by, job.timed_out, job.warn_signal_sent = None, False, False
         job.exit_code = job.term_signal = 0
@@ -539,6 +553,7 @@ class ClusterState:
             elif job.state in states.FINISHED and job.end_time and now - job.end_time > self.config.min_job_age_s:
                 del self.jobs[job.job_id]
                 self._requests.pop(job.job_id, None)
+                self._briefs.pop(job.job_id, None)
                 self._purged.append(job.job_id)
         for node in self.nodes.values():
             if not node.not_responding and now - node.last_seen > self.config.slurmd_timeout_s:
@@ -681,11 +696,3 @@ def _task_set(text: str) -> set[int]:
     return ids
 
 
-def output_path(job: Job, pattern: str) -> str:
-    return patterns.expand(pattern, job_id=job.job_id, job_name=job.name, user=job.user,
-                           node=job.batch_host, array_job_id=job.array_job_id,
-                           array_task_id=job.array_task_id, work_dir=job.work_dir)
-
-
-def compress(names: Iterable[str]) -> str:
-    return hostlist.compress(names)

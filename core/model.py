@@ -103,6 +103,7 @@ class Job:
     restart_count: int = 0
     # allocation
     alloc_cpus: dict[str, int] = field(default_factory=dict)
+    nodes_expr: str = ""
     alloc_mem_mb: int = 0
     tasks_per_node: dict[str, int] = field(default_factory=dict)
     batch_host: str = ""

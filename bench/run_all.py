@@ -1,0 +1,12 @@
+"""Run every benchmark in this folder, one after the other."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+for script in ("bench_cli.py", "bench_throughput.py", "bench_curie.py"):
+    subprocess.run([sys.executable, str(HERE / script)], check=True)
