@@ -11,6 +11,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -19,6 +20,24 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import report
 from wattsched.testcluster import BIN, Cluster, wait_for
+
+
+def _concurrent_submissions(cluster: Cluster, body: dict, total: int, clients: int) -> float:
+    """Submissions per second from several clients at once (the client shares this machine's 2 cores)."""
+    headers = {"Authorization": f"Bearer {cluster.token()}"}
+
+    def worker(count: int) -> None:
+        with httpx.Client(base_url=f"http://127.0.0.1:{cluster.port}", headers=headers, timeout=60) as client:
+            for _ in range(count):
+                client.post("/v1/jobs", json=body).raise_for_status()
+
+    threads = [threading.Thread(target=worker, args=(total // clients,)) for _ in range(clients)]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return total // clients * clients / (time.perf_counter() - started)
 
 
 def main(cli_jobs: int = 100, api_jobs: int = 2000, e2e_jobs: int = 1000) -> None:
@@ -38,6 +57,7 @@ def main(cli_jobs: int = 100, api_jobs: int = 2000, e2e_jobs: int = 1000) -> Non
             for _ in range(api_jobs):
                 client.post("/v1/jobs", json=held).raise_for_status()
             api_rate = api_jobs / (time.perf_counter() - started)
+            api_rate_4 = _concurrent_submissions(cluster, held, api_jobs, clients=4)
             ids = [j["job_id"] for j in client.get("/v1/jobs").json()["jobs"] if j["state"] == "PENDING"]
             client.post("/v1/jobs/cancel", json={"job_ids": [str(i) for i in ids]}).raise_for_status()
 
@@ -57,7 +77,8 @@ def main(cli_jobs: int = 100, api_jobs: int = 2000, e2e_jobs: int = 1000) -> Non
             client.close()
             cluster.stop()
     report("submission and end-to-end throughput",
-           f"16 virtual nodes x 8 CPUs, 2 agents; {cli_jobs} sbatch -H via CLI, {api_jobs} held jobs via API, "
+           f"16 virtual nodes x 8 CPUs, 2 agents; {cli_jobs} sbatch -H via CLI, {api_jobs} held jobs via API "
+           "(one client, then 4 concurrent clients), "
            f"{e2e_jobs} jobs running 'true' via API",
            {"sbatch_cli_submissions_per_s": f"{cli_rate:.1f}",
             "api_submissions_per_s": f"{api_rate:.0f}",

@@ -40,6 +40,10 @@ from wattsched.httpauth import Who, require_role
 NodeAgent = Annotated[auth.Identity, require_role("node")]
 
 
+MIN_PASS_INTERVAL_S = 0.05
+TIMER_INTERVAL_S = 1.0
+
+
 class Controller:
     """The imperative shell: owns the state, the loop, the dispatcher and the accounting thread."""
 
@@ -63,14 +67,21 @@ class Controller:
 
     async def loop(self) -> None:
         interval = self.state.config.scheduler_interval_s
+        last_timers = 0.0
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._kick.wait(), timeout=interval)
-            await asyncio.sleep(0.01)  # coalesce bursts of submissions into one pass
+            # Coalesce bursts of submissions and job ends into one pass, and never let passes take
+            # more than about a third of the loop's time (Slurm's sched_min_interval, made adaptive).
+            await asyncio.sleep(max(MIN_PASS_INTERVAL_S, 2 * self.state.stats.last_ms / 1000))
             self._kick.clear()
             now = time.time()
             started = time.perf_counter()
-            actions = self.state.check_timers(now)
+            actions = []
+            timers_due = now - last_timers >= TIMER_INTERVAL_S
+            if timers_due:  # limits, warnings, node timeouts: a second's resolution is Slurm's too
+                actions += self.state.check_timers(now)
+                last_timers = now
             actions += self.state.schedule(now)
             elapsed_ms = (time.perf_counter() - started) * 1000
             stats = self.state.stats
@@ -82,7 +93,8 @@ class Controller:
                 self.sync.kick()
             assert self.dispatcher is not None
             self.dispatcher.run(actions)
-            self.dispatcher.retry()
+            if timers_due:
+                self.dispatcher.retry()
 
 
 def create_app(controller: Controller) -> FastAPI:

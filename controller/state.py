@@ -8,6 +8,7 @@ carries out against the node agents. Changed jobs are written to the state store
 
 from __future__ import annotations
 
+import functools
 import grp
 import json
 import logging
@@ -125,10 +126,12 @@ class ClusterState:
 
     # --- persistence -----------------------------------------------------------------------
 
-    def touch(self, job: Job) -> None:
+    def touch(self, job: Job, request_changed: bool = True) -> None:
+        """Mark a job changed: to be saved, and its cached views rebuilt."""
         self._dirty.add(job.job_id)
-        self._requests.pop(job.job_id, None)
         self._briefs.pop(job.job_id, None)
+        if request_changed:
+            self._requests.pop(job.job_id, None)
 
     def brief(self, job: Job, now: float) -> dict:
         """The job's listing record, built once per change (squeue asks for 10,000 of them)."""
@@ -215,7 +218,7 @@ class ClusterState:
             job = self.jobs[job_id]
             if job.reason != reason:
                 job.reason = reason
-                self.touch(job)
+                self.touch(job, request_changed=False)
         actions: list[Action] = []
         for job_id, alloc in decisions.starts:
             actions.extend(self._start(self.jobs[job_id], alloc, now))
@@ -254,15 +257,7 @@ class ClusterState:
     # --- submission ----------------------------------------------------------------------------
 
     def submit(self, req: JobSubmit, who: Identity, now: float) -> list[Job]:
-        try:
-            entry = pwd.getpwuid(who.uid)
-            gid = entry.pw_gid
-        except KeyError:
-            gid = who.uid
-        try:
-            group = grp.getgrgid(gid).gr_name
-        except KeyError:
-            group = str(gid)
+        gid, group = primary_group(who.uid)
         try:
             jobs = submit_mod.build_jobs(req, who, gid, group, self.config, now, self.next_job_id,
                                          self.node_snaps(), self.plugins.select, self.partition_snaps())
@@ -492,6 +487,11 @@ class ClusterState:
             acked.append(event.job_id)
         ended = {e.job_id for e in hb.events}
         to_kill: list[int] = []
+        by_host: dict[str, list[Job]] = {}
+        if hb.nodes:
+            for job in self.jobs.values():
+                if job.state == states.RUNNING and job.launched:
+                    by_host.setdefault(job.batch_host, []).append(job)
         for report in hb.nodes:
             node = self.nodes.get(report.name)
             if node is None:
@@ -513,9 +513,8 @@ class ClusterState:
                 if job is None or job.state not in (states.RUNNING, states.COMPLETING) or \
                         report.name not in job.alloc_cpus:
                     to_kill.append(job_id)
-            for job in list(self.jobs.values()):
-                if job.state == states.RUNNING and job.batch_host == report.name and job.launched \
-                        and job.job_id not in running and job.job_id not in ended \
+            for job in by_host.get(report.name, []):
+                if job.state == states.RUNNING and job.job_id not in running and job.job_id not in ended \
                         and hb.boot_time > job.start_time:
                     log.warning("job lost by its node agent", extra={"job": job.job_id, "node": report.name})
                     actions.extend(self.node_failed_job(job, now))
@@ -649,6 +648,19 @@ class ClusterState:
         if job.cancelled_by is not None:
             final = states.CANCELLED
         return self._end(job, final, exit_code, term_signal, now, job.node_list)
+
+
+@functools.lru_cache(maxsize=4096)
+def primary_group(uid: int) -> tuple[int, str]:
+    """The uid's primary gid and group name (cached: each lookup reads the user database)."""
+    try:
+        gid = pwd.getpwuid(uid).pw_gid
+    except KeyError:
+        gid = uid
+    try:
+        return gid, grp.getgrgid(gid).gr_name
+    except KeyError:
+        return gid, str(gid)
 
 
 def step_layout(job: Job, req: StepCreate) -> dict[str, list[int]]:
