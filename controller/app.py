@@ -153,6 +153,7 @@ def create_app(controller: Controller) -> FastAPI:
                         columns: bool = False) -> Response:
         now = time.time()
         selected = state.jobs.values()
+        job = [ref for ref in job or () if ref]
         if job:
             wanted: dict[int, Any] = {}
             for ref in job:

@@ -162,7 +162,7 @@ class Cluster:
         return self.api("GET", "/v1/nodes").json()["nodes"]
 
     def jobs(self, *refs: str) -> list[dict]:
-        params = {"job": list(refs) or None, "detail": "true"}
+        params = {"job": list(refs), "detail": "true"} if refs else {"detail": "true"}
         return self.api("GET", "/v1/jobs", params=params).json()["jobs"]
 
     def job(self, job_id: int) -> dict:
