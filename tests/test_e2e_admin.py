@@ -58,3 +58,48 @@ def test_show_config_partition_and_json(cluster: Cluster) -> None:
 def test_openapi_schema_is_served(cluster: Cluster) -> None:
     schema = cluster.api("GET", "/openapi.json", token=None).json()
     assert "/v1/jobs" in schema["paths"] and "JobSubmit" in schema["components"]["schemas"]
+
+
+def test_scancel_signal_and_srun_task_output_files(cluster: Cluster) -> None:
+    script = cluster.work / "usr1.sh"
+    script.write_text("#!/bin/bash\ntrap 'echo caught USR1; exit 0' USR1\nwhile true; do sleep 0.2; done\n")
+    job_id = cluster.sbatch("-o", "usr1-%j.out", str(script))
+    cluster.wait_state(job_id, "RUNNING")
+    wait_for(lambda: (cluster.root / "spool").exists(), 5)
+    import time
+
+    time.sleep(0.5)  # let bash install its trap
+    cluster.run("scancel", "--signal=USR1", "--batch", str(job_id))
+    cluster.wait_state(job_id, "COMPLETED")
+    assert "caught USR1" in (cluster.work / f"usr1-{job_id}.out").read_text()
+    cluster.run("srun", "-n", "3", "-o", "task-%t.out", "sh", "-c", "echo I am $SLURM_PROCID")
+    assert [(cluster.work / f"task-{t}.out").read_text() for t in range(3)] == [f"I am {t}\n" for t in range(3)]
+
+
+def test_emulate_starts_and_stops_a_cluster(tmp_path) -> None:
+    import os
+    import subprocess
+
+    from wattsched.testcluster import BIN, free_port
+
+    conf = tmp_path / "emu.conf"
+    conf.write_text(f"ClusterName=emu\nSlurmctldPort={free_port()}\nStateSaveLocation=state/ctld\n"
+                    "SlurmdSpoolDir=state/spool\nEmulatedAgents=2\nNodeName=v[1-6] CPUs=2 RealMemory=1000\n"
+                    "PartitionName=p Nodes=v[1-6] Default=YES\n")
+    env = dict(os.environ, WATTSCHED_CONF=str(conf))
+    up = subprocess.run([str(BIN / "wattsched"), "emulate", "--daemon", str(conf)], env=env, capture_output=True,
+                        text=True, timeout=120)
+    try:
+        assert up.returncode == 0, up.stderr
+        assert up.stdout.startswith(f"export WATTSCHED_CONF={conf}")
+        assert "6/6 nodes registered" in up.stderr
+        again = subprocess.run([str(BIN / "wattsched"), "emulate", "--daemon", str(conf)], env=env,
+                               capture_output=True, text=True, timeout=60)
+        assert again.returncode != 0 and "already running" in again.stderr
+        sinfo = subprocess.run([str(BIN / "sinfo"), "-h", "-o", "%D %t"], env=env, capture_output=True, text=True)
+        assert sinfo.stdout.split() == ["6", "idle"]
+    finally:
+        down = subprocess.run([str(BIN / "wattsched"), "emulate", "--stop", str(conf)], env=env,
+                              capture_output=True, text=True, timeout=60)
+    assert down.returncode == 0 and "stopped" in down.stderr
+    assert subprocess.run([str(BIN / "sinfo")], env=env, capture_output=True).returncode != 0
