@@ -17,6 +17,7 @@ import sys
 import time
 
 from wattsched.cli.common import CLIError
+from wattsched.noded.procs import alive
 
 PIDFILE = "emulate.json"
 
@@ -45,7 +46,7 @@ def start(config_path: str, agents: int | None, log_dir: str | None, quiet: bool
     pidfile = os.path.join(state_dir, PIDFILE)
     if os.path.exists(pidfile):
         info = _read_json(pidfile)
-        if _alive(info["controller"]):
+        if alive(info["controller"]):
             raise CLIError(f"an emulated cluster is already running from {config_path} "
                            f"(pid {info['controller']}); stop it with: wattsched emulate --stop {config_path}")
     logs = log_dir or os.path.join(state_dir, "log")
@@ -117,20 +118,12 @@ def _wait_registered(config, total: int, procs: list[subprocess.Popen], quiet: b
     raise CLIError(f"only {last} of {total} nodes registered in {timeout_s:.0f} s")
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-
-
 def stop_pids(pids: list[int], timeout_s: float = 15) -> None:
     for pid in pids:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signal.SIGTERM)
     deadline = time.time() + timeout_s
-    while time.time() < deadline and any(_alive(p) for p in pids):
+    while time.time() < deadline and any(alive(p) for p in pids):
         time.sleep(0.1)
         for pid in pids:  # reap our own children so they do not linger as zombies
             with contextlib.suppress(ChildProcessError):

@@ -48,6 +48,13 @@ def compile_row(parts: list[str | Column], value_of: Callable[[str], Callable[[A
     return lambda rec: "".join([piece(rec) for piece in pieces])
 
 
+def bound(value: Callable[[Any, Any], str] | None, code: str, context: Any) -> Callable[[Any], str]:
+    """A column's value function with its context (the time, the partition) bound; unknown codes echo."""
+    if value is None:
+        return lambda _rec: f"%{code}"
+    return lambda rec: value(rec, context)
+
+
 def render_header(parts: list[str | Column], titles: Mapping[str, str]) -> str:
     return compile_row(parts, lambda code: lambda _rec: titles.get(code, code.upper()))(None)
 

@@ -31,33 +31,33 @@ def _user(uid: int) -> str:
     return username(uid)
 
 
-# code -> (title, value of a group: (partition, nodes))
+# code -> (title, value of a group of nodes in a partition: (nodes, partition))
 FIELDS: dict[str, tuple[str, Callable[[dict[str, Any], list[dict[str, Any]]], str]]] = {
-    "P": ("PARTITION", lambda p, ns: p["name"] + ("*" if p["default"] else "")),
-    "R": ("PARTITION", lambda p, ns: p["name"]),
-    "a": ("AVAIL", lambda p, ns: {"UP": "up", "DOWN": "down", "DRAIN": "drain", "INACTIVE": "inact"}[p["state"]]),
-    "l": ("TIMELIMIT", lambda p, ns: _limit(p["max_time_min"])),
-    "L": ("DEFAULTTIME", lambda p, ns: "n/a" if p["default_time_min"] is None else _limit(p["default_time_min"])),
-    "s": ("JOB_SIZE", lambda p, ns: f"1-{p['max_nodes'] if p['max_nodes'] is not None else 'infinite'}"),
-    "r": ("ROOT", lambda p, ns: "no"),
-    "h": ("OVERSUBS", lambda p, ns: "NO"),
-    "g": ("GROUPS", lambda p, ns: "all"),
-    "D": ("NODES", lambda p, ns: str(len(ns))),
-    "t": ("STATE", lambda p, ns: ns[0]["state_short"] if ns else "n/a"),
-    "T": ("STATE", lambda p, ns: ns[0]["state_sinfo"] if ns else "n/a"),
-    "N": ("NODELIST", lambda p, ns: _compress([n["name"] for n in ns])),
-    "n": ("HOSTNAMES", lambda p, ns: _compress([n["name"] for n in ns])),
-    "c": ("CPUS", lambda p, ns: str(ns[0]["cpus"]) if ns else "0"),
-    "C": ("CPUS(A/I/O/T)", lambda p, ns: _cpu_counts(ns)),
-    "z": ("S:C:T", lambda p, ns: f"{ns[0]['sockets']}:{ns[0]['cores_per_socket']}:{ns[0]['threads_per_core']}"
+    "P": ("PARTITION", lambda ns, p: p["name"] + ("*" if p["default"] else "")),
+    "R": ("PARTITION", lambda ns, p: p["name"]),
+    "a": ("AVAIL", lambda ns, p: {"UP": "up", "DOWN": "down", "DRAIN": "drain", "INACTIVE": "inact"}[p["state"]]),
+    "l": ("TIMELIMIT", lambda ns, p: _limit(p["max_time_min"])),
+    "L": ("DEFAULTTIME", lambda ns, p: "n/a" if p["default_time_min"] is None else _limit(p["default_time_min"])),
+    "s": ("JOB_SIZE", lambda ns, p: f"1-{p['max_nodes'] if p['max_nodes'] is not None else 'infinite'}"),
+    "r": ("ROOT", lambda ns, p: "no"),
+    "h": ("OVERSUBS", lambda ns, p: "NO"),
+    "g": ("GROUPS", lambda ns, p: "all"),
+    "D": ("NODES", lambda ns, p: str(len(ns))),
+    "t": ("STATE", lambda ns, p: ns[0]["state_short"] if ns else "n/a"),
+    "T": ("STATE", lambda ns, p: ns[0]["state_sinfo"] if ns else "n/a"),
+    "N": ("NODELIST", lambda ns, p: _compress([n["name"] for n in ns])),
+    "n": ("HOSTNAMES", lambda ns, p: _compress([n["name"] for n in ns])),
+    "c": ("CPUS", lambda ns, p: str(ns[0]["cpus"]) if ns else "0"),
+    "C": ("CPUS(A/I/O/T)", lambda ns, p: _cpu_counts(ns)),
+    "z": ("S:C:T", lambda ns, p: f"{ns[0]['sockets']}:{ns[0]['cores_per_socket']}:{ns[0]['threads_per_core']}"
           if ns else "0:0:0"),
-    "m": ("MEMORY", lambda p, ns: str(ns[0]["real_memory_mb"]) if ns else "0"),
-    "d": ("TMP_DISK", lambda p, ns: "0"),
-    "w": ("WEIGHT", lambda p, ns: str(ns[0]["weight"]) if ns else "0"),
-    "f": ("AVAIL_FEATURES", lambda p, ns: ",".join(ns[0]["features"]) or "(null)" if ns else "(null)"),
-    "E": ("REASON", lambda p, ns: (ns[0]["reason"] or "none") if ns else "none"),
-    "u": ("USER", lambda p, ns: _user(ns[0]["reason_uid"]) if ns and ns[0]["reason"] else "Unknown"),
-    "H": ("TIMESTAMP", lambda p, ns: _stamp(ns[0]["reason_time"]) if ns and ns[0]["reason"] else "Unknown"),
+    "m": ("MEMORY", lambda ns, p: str(ns[0]["real_memory_mb"]) if ns else "0"),
+    "d": ("TMP_DISK", lambda ns, p: "0"),
+    "w": ("WEIGHT", lambda ns, p: str(ns[0]["weight"]) if ns else "0"),
+    "f": ("AVAIL_FEATURES", lambda ns, p: ",".join(ns[0]["features"]) or "(null)" if ns else "(null)"),
+    "E": ("REASON", lambda ns, p: (ns[0]["reason"] or "none") if ns else "none"),
+    "u": ("USER", lambda ns, p: _user(ns[0]["reason_uid"]) if ns and ns[0]["reason"] else "Unknown"),
+    "H": ("TIMESTAMP", lambda ns, p: _stamp(ns[0]["reason_time"]) if ns and ns[0]["reason"] else "Unknown"),
 }
 # -N -l shows the long title "AVAIL_FE" in an 8-wide column; titles are truncated by width anyway.
 
@@ -147,7 +147,8 @@ def sinfo(
             groups = _groups(members, codes)
         if not groups and not node_view and not reasons and not wanted_states and not nodes:
             groups = [[]]
-        row = fmt.compile_row(parts, lambda code, p=part: _getter(code, p))
+        row = fmt.compile_row(parts, lambda code, p=part: fmt.bound(FIELDS[code][1] if code in FIELDS else None,
+                                                                    code, p))
         lines.extend(row(group) for group in groups)
     if reasons:  # one line per reason, not per partition
         lines = list(dict.fromkeys(lines))
@@ -160,14 +161,6 @@ def _groups(members: list[dict[str, Any]], codes: set[str]) -> list[list[dict[st
     for node in members:
         grouped.setdefault(_group_key(codes, node), []).append(node)
     return list(grouped.values())
-
-
-def _getter(code: str, part: dict[str, Any]):
-    field = FIELDS.get(code)
-    if field is None:
-        return lambda _group: f"%{code}"
-    value = field[1]
-    return lambda group: value(part, group)
 
 
 def main() -> None:

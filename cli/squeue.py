@@ -93,7 +93,7 @@ def squeue(
         lines.append(time.strftime("%a %b %d %H:%M:%S %Y", time.localtime(now)))
     if not noheader:
         lines.append(fmt.render_header(parts, {code: f[0] for code, f in FIELDS.items()}))
-    row = fmt.compile_row(parts, lambda code: _getter(code, now))
+    row = fmt.compile_row(parts, lambda code: fmt.bound(FIELDS[code][2] if code in FIELDS else None, code, now))
     lines.extend(row(job) for job in rows)
     if lines:
         print("\n".join(lines))
@@ -127,14 +127,6 @@ def _ranges(ids: list[int]) -> str:
             parts.append(str(start) if start == prev else f"{start}-{prev}")
             start = cur
     return ",".join(parts)
-
-
-def _getter(code: str, now: float):
-    field = FIELDS.get(code)
-    if field is None:
-        return lambda _job: f"%{code}"
-    value = field[2]
-    return lambda job: value(job, now)
 
 
 def main() -> None:

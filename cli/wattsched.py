@@ -94,7 +94,7 @@ def emulate(config: Annotated[str | None, typer.Argument(help="Cluster configura
 
     signal.signal(signal.SIGINT, handle)
     signal.signal(signal.SIGTERM, handle)
-    while not stopping and emu._alive(info["controller"]):
+    while not stopping and emu.alive(info["controller"]):
         time.sleep(0.5)
     emu.stop(path)
     sys.stderr.write("wattsched: emulated cluster stopped\n")

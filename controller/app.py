@@ -35,7 +35,7 @@ from wattsched.controller.acctsync import AccountingSync
 from wattsched.controller.dispatch import Dispatcher, batch_environment
 from wattsched.controller.state import ClusterState, Refused
 from wattsched.controller.views import job_view, node_view, partition_views
-from wattsched.httpauth import Who, require_role
+from wattsched.httpauth import Who, loop_lifespan, require_role
 
 NodeAgent = Annotated[auth.Identity, require_role("node")]
 
@@ -100,22 +100,19 @@ class Controller:
 def create_app(controller: Controller) -> FastAPI:
     state = controller.state
 
-    @contextlib.asynccontextmanager
-    async def lifespan(_app: FastAPI):
+    def start() -> None:
         controller.dispatcher = Dispatcher(state, controller.changed)
         if controller.sync:
             controller.sync.start()
-        task = asyncio.get_running_loop().create_task(controller.loop())
-        try:
-            yield
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-            state.flush()
-            await controller.dispatcher.close()
-            if controller.sync:
-                controller.sync.stop()
+
+    async def stop() -> None:
+        state.flush()
+        assert controller.dispatcher is not None
+        await controller.dispatcher.close()
+        if controller.sync:
+            controller.sync.stop()
+
+    lifespan = loop_lifespan(controller.loop, start, stop)
 
     app = FastAPI(title="wattsched controller", version="1", lifespan=lifespan)
     app.state.key = state.key

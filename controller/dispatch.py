@@ -14,6 +14,7 @@ from collections import defaultdict
 from collections.abc import Callable
 
 import httpx
+from pydantic import BaseModel
 from wattsched import auth, states
 from wattsched.api import BatchLaunch, LaunchBatch, SignalJob
 from wattsched.controller.state import Action, ClusterState, Launch, Signal
@@ -69,16 +70,22 @@ class Dispatcher:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _launch(self, url: str, jobs: list[Job]) -> None:
-        body = LaunchBatch(jobs=[self._batch(job) for job in jobs])
+    async def _post(self, url: str, body: BaseModel) -> dict | None:
+        """POST to an agent; None (and a warning) when it fails, as the caller will retry later."""
         try:
-            reply = await self.client.post(f"{url}/v1/launch", content=body.model_dump_json(),
+            reply = await self.client.post(url, content=body.model_dump_json(),
                                            headers=self._headers() | {"Content-Type": "application/json"})
             reply.raise_for_status()
         except httpx.HTTPError as exc:
-            log.warning("launch failed, will retry", extra={"agent": url, "error": str(exc)})
+            log.warning("agent call failed, will retry", extra={"url": url, "error": str(exc)})
+            return None
+        return reply.json()
+
+    async def _launch(self, url: str, jobs: list[Job]) -> None:
+        reply = await self._post(f"{url}/v1/launch", LaunchBatch(jobs=[self._batch(job) for job in jobs]))
+        if reply is None:
             return
-        for job_id in reply.json().get("accepted", []):
+        for job_id in reply.get("accepted", []):
             self.state.launched(job_id)
         self.on_change()
 
@@ -93,15 +100,9 @@ class Dispatcher:
     async def _signal(self, url: str, action: Signal, names: list[str]) -> None:
         body = SignalJob(job_id=action.job_id, nodes=names, signal=action.signal, batch_only=action.batch_only,
                          terminate=action.terminate)
-        try:
-            reply = await self.client.post(f"{url}/v1/signal", content=body.model_dump_json(),
-                                           headers=self._headers() | {"Content-Type": "application/json"})
-            reply.raise_for_status()
-        except httpx.HTTPError as exc:
-            log.warning("signal failed, will retry", extra={"agent": url, "error": str(exc)})
-            return
-        if action.terminate:
-            for name in reply.json().get("clean", []):
+        reply = await self._post(f"{url}/v1/signal", body)
+        if reply is not None and action.terminate:
+            for name in reply.get("clean", []):
                 self.state.node_clean(action.job_id, name)
             self.on_change()
 

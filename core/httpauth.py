@@ -1,8 +1,12 @@
-"""The daemons' request authentication: a FastAPI dependency that yields the caller."""
+"""What both daemons' HTTP apps share: the request authentication dependency and the lifespan
+that runs a daemon's background loop."""
 
 from __future__ import annotations
 
-from typing import Annotated
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Annotated, Any
 
 from fastapi import Depends, HTTPException, Request
 from wattsched import auth
@@ -32,3 +36,23 @@ def require_role(role: str):
         return who
 
     return Depends(check)
+
+
+def loop_lifespan(run: Callable[[], Awaitable[None]], start: Callable[[], None] = lambda: None,
+                  stop: Callable[[], Awaitable[None]] | None = None):
+    """A FastAPI lifespan: ``start()``, run ``run()`` as a task while serving, then cancel it and ``stop()``."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Any) -> AsyncIterator[None]:
+        start()
+        task = asyncio.get_running_loop().create_task(run())
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            if stop is not None:
+                await stop()
+
+    return lifespan

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from typing import Annotated, Any
 
 from fastapi import FastAPI, HTTPException
 from fastapi.responses import StreamingResponse
 from wattsched import auth
 from wattsched.api import LaunchBatch, SignalJob, TaskLaunch
-from wattsched.httpauth import Who, require_role
+from wattsched.httpauth import Who, loop_lifespan, require_role
 from wattsched.noded import steps
 from wattsched.noded.agent import Agent
 
@@ -18,16 +16,7 @@ Ctl = Annotated[auth.Identity, require_role("controller")]
 
 
 def create_app(agent: Agent) -> FastAPI:
-    @contextlib.asynccontextmanager
-    async def lifespan(_app: FastAPI):
-        task = asyncio.get_running_loop().create_task(agent.run())
-        try:
-            yield
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-            await agent.close()
+    lifespan = loop_lifespan(agent.run, stop=agent.close)
 
     app = FastAPI(title="wattsched node agent", version="1", lifespan=lifespan)
     app.state.key = agent.key
