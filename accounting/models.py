@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, Double, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy import BigInteger, Boolean, Double, ForeignKey, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 
@@ -59,6 +59,7 @@ class JobRecord(Base):
     wckey: Mapped[str] = mapped_column(String(64), default="")
     constraints: Mapped[str] = mapped_column(String(1024), default="")
     consumed_energy_j: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    reservation: Mapped[str] = mapped_column(String(256), default="")
 
     steps: Mapped[list[StepRecord]] = relationship(back_populates="job", cascade="all, delete-orphan",
                                                    order_by="StepRecord.id")
@@ -98,6 +99,28 @@ class NodeEventRecord(Base):
     reason: Mapped[str] = mapped_column(Text, default="")
     uid: Mapped[int] = mapped_column(Integer, default=0)
     time: Mapped[float] = mapped_column(Double)
+
+
+class ReservationRecord(Base):
+    """One occurrence of a reservation (a DAILY one gets a row per day), as slurmdbd keeps them."""
+
+    __tablename__ = "reservations"
+    __table_args__ = (UniqueConstraint("cluster", "resv_id", "time_start", name="uq_resv"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    cluster: Mapped[str] = mapped_column(String(64), index=True)
+    resv_id: Mapped[int] = mapped_column(Integer)
+    name: Mapped[str] = mapped_column(String(256))
+    time_start: Mapped[float] = mapped_column(Double)
+    time_end: Mapped[float] = mapped_column(Double)
+    nodes: Mapped[str] = mapped_column(Text, default="")
+    node_cnt: Mapped[int] = mapped_column(Integer, default=0)
+    users: Mapped[str] = mapped_column(Text, default="")
+    accounts: Mapped[str] = mapped_column(Text, default="")
+    partition: Mapped[str] = mapped_column(String(64), default="")
+    flags: Mapped[str] = mapped_column(String(256), default="")
+    watts: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    deleted: Mapped[bool] = mapped_column(Boolean, default=False)
 
 
 class UserRecord(Base):

@@ -14,7 +14,7 @@ from sqlalchemy import bindparam, create_engine, insert, select, update
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.orm import Session, selectinload
 from wattsched import hostlist
-from wattsched.accounting.models import ClusterRecord, JobRecord, NodeEventRecord, StepRecord
+from wattsched.accounting.models import ClusterRecord, JobRecord, NodeEventRecord, ReservationRecord, StepRecord
 
 _MIGRATIONS = os.path.join(os.path.dirname(__file__), "migrations")
 
@@ -105,6 +105,29 @@ class AccountingStore:
             if changed_steps:
                 conn.execute(update(steps_t).where(steps_t.c.id == bindparam("sid")), changed_steps)
 
+    def upsert_reservations(self, cluster: str, reservations: list[dict[str, Any]]) -> None:
+        """Insert or update reservation rows by (cluster, id, start): each occurrence is a row."""
+        if not reservations:
+            return
+        table = ReservationRecord.__table__
+        with self.engine.begin() as conn:
+            for resv in reservations:
+                values = _resv_values(cluster, resv)
+                row = conn.execute(select(table.c.id).where(
+                    table.c.cluster == cluster, table.c.resv_id == resv["resv_id"],
+                    table.c.time_start == resv["start_time"])).first()
+                if row is None:
+                    conn.execute(insert(table), values)
+                else:
+                    conn.execute(update(table).where(table.c.id == row.id), values)
+
+    def reservations(self, cluster: str) -> list[dict[str, Any]]:
+        with Session(self.engine) as session:
+            rows = session.scalars(select(ReservationRecord).where(ReservationRecord.cluster == cluster)
+                                   .order_by(ReservationRecord.resv_id, ReservationRecord.time_start))
+            return [{c.name: getattr(r, c.name) for c in ReservationRecord.__table__.columns if c.name != "id"}
+                    for r in rows]
+
     def add_node_events(self, events: list[dict[str, Any]]) -> None:
         if not events:
             return
@@ -162,7 +185,7 @@ def _job_values(cluster: str, job: dict[str, Any]) -> dict[str, Any]:
         "work_dir": job.get("work_dir", ""), "std_out": job.get("std_out", ""), "std_err": job.get("std_err", ""),
         "submit_line": job.get("submit_line", ""), "comment": job.get("comment", ""),
         "wckey": job.get("wckey", ""), "constraints": ",".join(job.get("features", [])),
-        "consumed_energy_j": None,
+        "consumed_energy_j": None, "reservation": job.get("reservation", ""),
     }
 
 
@@ -176,6 +199,14 @@ def _step_values(step: dict[str, Any]) -> dict[str, Any]:
         "total_cpu_s": step.get("total_cpu_s", 0.0), "max_rss_kb": step.get("max_rss_kb", 0),
         "consumed_energy_j": None,
     }
+
+
+def _resv_values(cluster: str, resv: dict[str, Any]) -> dict[str, Any]:
+    return {"cluster": cluster, "resv_id": resv["resv_id"], "name": resv["name"], "time_start": resv["start_time"],
+            "time_end": resv["end_time"], "nodes": hostlist.compress(resv["nodes"]) if resv["nodes"] else "",
+            "node_cnt": len(resv["nodes"]), "users": ",".join(resv["users"]), "accounts": ",".join(resv["accounts"]),
+            "partition": resv.get("partition", ""), "flags": ",".join(resv["flags"]), "watts": resv.get("watts"),
+            "deleted": bool(resv.get("deleted"))}
 
 
 _JOB_COLUMNS = [c.key for c in JobRecord.__mapper__.column_attrs]

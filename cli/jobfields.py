@@ -27,6 +27,9 @@ def _time_left(job: dict[str, Any], now: float) -> str:
 
 
 def _start(job: dict[str, Any]) -> str:
+    """A started job's start, or a pending one's expected start from the backfill plan."""
+    if job["state"] == "PENDING":
+        return timefmt.ts_str(job["expected_start"], "N/A")
     return timefmt.ts_str(job["start_time"], "N/A")
 
 
@@ -75,5 +78,6 @@ FIELDS: dict[str, tuple[str, str, Callable[[dict[str, Any], float], str]]] = {
     "x": ("EXC_NODES", "ExcNodes", lambda j, n: ",".join(j["exc_nodes"])),
     "n": ("REQ_NODES", "ReqNodes", lambda j, n: ",".join(j["req_nodes"])),
     "w": ("WCKEY", "WCKey", lambda j, n: j["wckey"] or "(null)"),
+    "v": ("RESERVATION", "Reservation", lambda j, n: j["reservation"] or "(null)"),
 }
 BY_NAME = {name.lower(): code for code, (_title, name, _f) in FIELDS.items()}

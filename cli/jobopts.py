@@ -38,6 +38,7 @@ Begin = Annotated[str | None, typer.Option("-b", "--begin", help="Earliest start
 Dependency = Annotated[str | None, typer.Option("-d", "--dependency", help="Dependencies.")]
 Hold = Annotated[bool, typer.Option("-H", "--hold", help="Submit held.")]
 Nice = Annotated[int | None, typer.Option("--nice", help="Scheduling priority adjustment.")]
+Reservation = Annotated[str | None, typer.Option("--reservation", help="Run in this advanced reservation.")]
 Signal = Annotated[str | None, typer.Option("--signal", help="[{R|B}:]SIG[@seconds]")]
 Quiet = Annotated[bool, typer.Option("-Q", "--quiet", help="Quiet mode.")]
 Verbose = Annotated[int, typer.Option("-v", "--verbose", count=True, help="More messages.")]
@@ -122,6 +123,7 @@ def submission(opts: dict[str, Any], **extra: Any) -> dict[str, Any]:
         "signal": opts.get("signal") or "",
         "comment": opts.get("comment") or "",
         "nice": opts.get("nice") or 0,
+        "reservation": opts.get("reservation") or "",
     }
     body.update(extra)
     return body

@@ -1,4 +1,5 @@
-"""scontrol: show and update jobs, nodes, partitions and the configuration, in Slurm's layout."""
+"""scontrol: show and update jobs, nodes, partitions, reservations and the configuration, in Slurm's
+layout."""
 
 from __future__ import annotations
 
@@ -49,7 +50,7 @@ def job_lines(j: dict[str, Any]) -> list[str]:
         f"RunTime={timefmt.elapsed_str(j['run_time_s'])} TimeLimit={limit} TimeMin=N/A",
         f"SubmitTime={_ts(j['submit_time'])} EligibleTime={_ts(j['eligible_time'])}",
         f"AccrueTime={_ts(j['eligible_time'])}",
-        f"StartTime={_ts(j['start_time'])} EndTime={_ts(end)} Deadline=N/A",
+        f"StartTime={_ts(j['start_time'] or j['expected_start'])} EndTime={_ts(end)} Deadline=N/A",
         f"Partition={j['partition']} AllocNode:Sid={j['submit_host'] or '(null)'}:0",
         f"ReqNodeList={','.join(j['req_nodes']) or '(null)'} ExcNodeList={','.join(j['exc_nodes']) or '(null)'}",
         f"NodeList={j['node_list'] or '(null)'}",
@@ -61,6 +62,7 @@ def job_lines(j: dict[str, Any]) -> list[str]:
         f"MinCPUsNode={j['cpus_per_task']} MinMemoryNode={j['mem_per_node_mb']}M "
         f"MinMemoryCPU={j['mem_per_cpu_mb']}M MinTmpDiskNode=0",
         f"Features={'&'.join(j['features']) or '(null)'} DelayBoot=00:00:00",
+        f"Reservation={j['reservation']}" if j["reservation"] else None,
         f"OverSubscribe={'NO' if j['exclusive'] else 'OK'} Contiguous=0 Licenses=(null) Network=(null)",
         f"Command={j['command']}",
         f"WorkDir={j['work_dir']}",
@@ -172,6 +174,20 @@ def show(client: Client, args: list[str], oneliner: bool, as_json: bool) -> None
         if as_json:
             return print_json({"partitions": parts})
         return _emit([partition_lines(p) for p in parts], oneliner)
+    if what in ("reservation", "reservations", "res"):
+        from wattsched.cli import resv
+
+        found = client.request("GET", "/v1/reservations")["reservations"]
+        if rest:
+            found = [r for r in found if r["name"] == rest[0]]
+            if not found:
+                raise CLIError(f"Reservation {rest[0]} not found")
+        if as_json:
+            return print_json({"reservations": found})
+        if not found:
+            print("No reservations in the system")
+            return None
+        return _emit([resv.lines(r) for r in found], oneliner)
     if what == "config":
         conf = client.request("GET", "/v1/config")
         if as_json:
@@ -186,6 +202,10 @@ def show(client: Client, args: list[str], oneliner: bool, as_json: bool) -> None
 
 def update(client: Client, args: list[str]) -> None:
     pairs = _pairs(args)
+    if "reservationname" in pairs or "reservation" in pairs:
+        from wattsched.cli import resv
+
+        return resv.update(client, pairs)
     if "nodename" in pairs:
         node = pairs.pop("nodename")
         state = pairs.pop("state", "").lower()
@@ -195,7 +215,7 @@ def update(client: Client, args: list[str]) -> None:
         if pairs:
             raise CLIError(f"Update of this parameter is not supported: {next(iter(pairs))}")
         client.request("PATCH", f"/v1/nodes/{node}", {"state": state, "reason": reason})
-        return
+        return None
     job = pairs.pop("jobid", None) or pairs.pop("job", None)
     if job is None:
         raise CLIError("No valid entity in update command")
@@ -213,6 +233,23 @@ def update(client: Client, args: list[str]) -> None:
         else:
             body[names[key]] = value
     client.request("PATCH", f"/v1/jobs/{job}", body)
+    return None
+
+
+def create_or_delete(client: Client, command: str, args: list[str]) -> None:
+    """``create reservation Key=Value...``; ``delete ReservationName=NAME`` or ``delete reservation NAME``."""
+    from wattsched.cli import resv
+
+    if args and args[0].lower() in ("reservation", "res", "reservations"):
+        args = args[1:]
+    if command == "create":
+        resv.create(client, _pairs(args))
+        return
+    pairs = _pairs(args) if args and "=" in args[0] else {"reservationname": args[0]} if args else {}
+    name = pairs.get("reservationname") or pairs.get("reservation")
+    if not name:
+        raise CLIError("too few arguments for keyword:delete")
+    resv.delete(client, name)
 
 
 @app.command()
@@ -229,6 +266,8 @@ def scontrol(
         show(client, rest, oneliner, json_)
     elif command == "update":
         update(client, rest)
+    elif command in ("create", "delete"):
+        create_or_delete(client, command, rest)
     elif command in ("hold", "uhold", "release", "requeue"):
         if not rest:
             raise CLIError(f"too few arguments for keyword:{command}")

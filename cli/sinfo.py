@@ -101,10 +101,20 @@ def sinfo(
     nodes: Annotated[str | None, typer.Option("-n", "--nodes", help="Nodes (hostlist).")] = None,
     states: Annotated[list[str] | None, typer.Option("-t", "--states", help="Node states (idle, alloc, ...).")]
     = None,
+    reservation: Annotated[bool, typer.Option("-T", "--reservation", help="Show reservations.")] = False,
     json_: Annotated[bool, typer.Option("--json", help="JSON output.")] = False,
 ) -> None:
     """Show partitions and nodes."""
     client = Client()
+    if reservation:
+        from wattsched.cli import resv
+
+        found = client.request("GET", "/v1/reservations")["reservations"]
+        if json_:
+            print_json({"reservations": found})
+        elif found or not noheader:
+            print(resv.sinfo_table(found, noheader))
+        return
     node_rows = client.request("GET", "/v1/nodes")["nodes"]
     part_rows = client.request("GET", "/v1/partitions")["partitions"]
     wanted_parts = set(split_list(partitions))

@@ -1,4 +1,4 @@
-"""The accounting thread: copies job records and node events from the state store's outbox
+"""The accounting thread: copies job records, reservations and node events from the state store's outbox
 to the accounting database, in batches, retrying while the database is away."""
 
 from __future__ import annotations
@@ -36,13 +36,16 @@ class AccountingSync:
 
     def sync_once(self) -> int:
         """Copy one batch; returns how many records were written."""
-        rows = self.store.unsynced_jobs(BATCH)
+        rows = self.store.unsynced("jobs", BATCH)
         self.accounting.upsert_jobs(self.cluster, [data for data, _ in rows])
-        self.store.mark_synced([(data["job_id"], version) for data, version in rows])
+        self.store.mark_synced("jobs", [(data["job_id"], version) for data, version in rows])
+        resvs = self.store.unsynced("reservations", BATCH)
+        self.accounting.upsert_reservations(self.cluster, [data for data, _ in resvs])
+        self.store.mark_synced("reservations", [(data["resv_id"], version) for data, version in resvs])
         events = self.store.pending_node_events(BATCH)
         self.accounting.add_node_events([e for _, e in events])
         self.store.drop_node_events([i for i, _ in events])
-        return len(rows) + len(events)
+        return len(rows) + len(events) + len(resvs)
 
     def _run(self) -> None:
         delay = 0.5

@@ -1,4 +1,5 @@
-"""The controller's HTTP API (v1): jobs, steps, nodes, partitions, config, accounting, agents.
+"""The controller's HTTP API (v1): jobs, steps, nodes, partitions, reservations, config, diagnostics,
+accounting, agents.
 
 Every route but the OpenAPI document requires a bearer token (see :mod:`wattsched.auth`).
 Handlers run on the event loop that owns the state, apply one transition, write it to the
@@ -25,12 +26,14 @@ from wattsched.api import (
     JobSubmit,
     JobUpdate,
     NodeUpdate,
+    ReservationSpec,
     StepComplete,
     StepCreate,
     StepPlacement,
     StepReply,
     SubmitReply,
 )
+from wattsched.controller import reservations as reservations_mod
 from wattsched.controller.acctsync import AccountingSync
 from wattsched.controller.dispatch import Dispatcher, batch_environment
 from wattsched.controller.state import ClusterState, Refused
@@ -84,10 +87,7 @@ class Controller:
                 last_timers = now
             actions += self.state.schedule(now)
             elapsed_ms = (time.perf_counter() - started) * 1000
-            stats = self.state.stats
-            stats.cycles += 1
-            stats.last_ms = elapsed_ms
-            stats.total_ms += elapsed_ms
+            self.state.stats.pass_done(elapsed_ms)
             self.state.flush()
             if self.sync:
                 self.sync.kick()
@@ -227,7 +227,9 @@ def create_app(controller: Controller) -> FastAPI:
     @app.get("/v1/nodes")
     async def nodes(who: Who) -> JSONResponse:
         now = time.time()
-        return JSONResponse({"time": now, "nodes": [node_view(n, now) for n in state.nodes.values()]})
+        held = {name: "MAINT" if "MAINT" in r.flags else "RESERVED" for name, r in state.resv.active_on(now).items()}
+        return JSONResponse({"time": now, "nodes": [node_view(n, now, held.get(n.name, ""))
+                                                    for n in state.nodes.values()]})
 
     @app.patch("/v1/nodes/{node_expr}")
     async def update_nodes(node_expr: str, upd: NodeUpdate, who: Who) -> dict[str, Any]:
@@ -248,13 +250,50 @@ def create_app(controller: Controller) -> FastAPI:
                 "settings": [[k, v] for k, v in state.config.as_pairs()],
                 "accounting_healthy": controller.sync.healthy if controller.sync else None}
 
+    # --- reservations ---------------------------------------------------------------------------
+
+    @app.get("/v1/reservations")
+    async def reservations(who: Who) -> dict[str, Any]:
+        now = time.time()
+        return {"time": now, "reservations": [reservations_mod.show(r, state.nodes, now)
+                                              for r in sorted(state.resv.by_name.values(), key=lambda r: r.name)]}
+
+    @app.post("/v1/reservations")
+    async def create_reservation(spec: ReservationSpec, who: Who) -> dict[str, Any]:
+        now = time.time()
+        resv = state.create_reservation(spec, who, now)
+        controller.changed()
+        return reservations_mod.show(resv, state.nodes, now)
+
+    @app.patch("/v1/reservations/{name}")
+    async def update_reservation(name: str, spec: ReservationSpec, who: Who) -> dict[str, Any]:
+        now = time.time()
+        resv = state.update_reservation(name, spec, who, now)
+        controller.changed()
+        return reservations_mod.show(resv, state.nodes, now)
+
+    @app.delete("/v1/reservations/{name}")
+    async def delete_reservation(name: str, who: Who) -> dict[str, Any]:
+        state.delete_reservation(name, who)
+        controller.changed()
+        return {"deleted": name}
+
     @app.get("/v1/diag")
     async def diag(who: Who) -> dict[str, Any]:
         stats = state.stats
         return {"time": time.time(), "started": controller.started, "cycles": stats.cycles,
-                "last_cycle_ms": stats.last_ms, "mean_cycle_ms": stats.total_ms / max(1, stats.cycles),
+                "last_cycle_ms": stats.last_ms, "max_cycle_ms": stats.max_ms,
+                "mean_cycle_ms": stats.total_ms / max(1, stats.cycles),
+                "mean_depth": stats.depth_total / max(1, stats.cycles),
                 "jobs_started": stats.started, "queue_depth": stats.depth, "jobs": len(state.jobs),
-                "accounting_backlog": state.store.backlog()}
+                "jobs_pending": sum(j.state == states.PENDING for j in state.jobs.values()),
+                "jobs_running": sum(j.state == states.RUNNING for j in state.jobs.values()),
+                "bf_cycles": stats.bf_cycles, "bf_backfilled": stats.bf_backfilled,
+                "bf_last_backfilled": stats.bf_last_backfilled, "bf_last_time": stats.bf_last_time,
+                "bf_last_ms": stats.bf_last_ms, "bf_max_ms": stats.bf_max_ms,
+                "bf_mean_ms": stats.bf_total_ms / max(1, stats.bf_cycles), "bf_last_depth": stats.bf_last_depth,
+                "bf_mean_depth": stats.bf_depth_total / max(1, stats.bf_cycles), "bf_queue_len": stats.bf_queue_len,
+                "scheduler_type": state.config.scheduler_type, "accounting_backlog": state.store.backlog()}
 
     @app.get("/v1/ping")
     async def ping(who: Who) -> dict[str, Any]:

@@ -25,7 +25,8 @@ class StartupError(RuntimeError):
 
 def load_plugins(config: config_mod.Config) -> Plugins:
     try:
-        return Plugins(priority=load(config.priority_type), scheduler=load(config.scheduler_type),
+        return Plugins(priority=load(config.priority_type),
+                       scheduler=load(config.scheduler_type, params=config.scheduler_parameters),
                        select=load(config.select_type))
     except PluginError as exc:
         raise StartupError(f"{config.source}: {exc}") from exc

@@ -14,17 +14,19 @@ import json
 import logging
 import pwd
 import signal as signal_mod
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from wattsched import auth, hostlist, scheduling, states
-from wattsched.api import AgentHeartbeat, JobEvent, JobSubmit, JobUpdate, StepComplete, StepCreate
+from wattsched.api import AgentHeartbeat, JobEvent, JobSubmit, JobUpdate, ReservationSpec, StepComplete, StepCreate
 from wattsched.auth import Identity
 from wattsched.config import Config
 from wattsched.controller import submit as submit_mod
 from wattsched.controller import views
+from wattsched.controller.reservations import ReservationBook, ReservationError
 from wattsched.controller.store import StateStore
-from wattsched.model import Job, Node, Step
+from wattsched.model import Job, Node, Reservation, Step
 
 log = logging.getLogger("wattsched.controller")
 
@@ -65,11 +67,39 @@ class Plugins:
 
 @dataclass(slots=True)
 class PassStats:
+    """sdiag's figures: the main scheduling loop and the backfill passes within it."""
+
     cycles: int = 0
     last_ms: float = 0.0
+    max_ms: float = 0.0
     total_ms: float = 0.0
     started: int = 0
     depth: int = 0
+    depth_total: int = 0
+    bf_cycles: int = 0
+    bf_last_ms: float = 0.0
+    bf_max_ms: float = 0.0
+    bf_total_ms: float = 0.0
+    bf_last_time: float = 0.0
+    bf_backfilled: int = 0
+    bf_last_backfilled: int = 0
+    bf_last_depth: int = 0
+    bf_depth_total: int = 0
+    bf_queue_len: int = 0
+
+    def pass_done(self, ms: float) -> None:
+        self.cycles += 1
+        self.last_ms, self.max_ms, self.total_ms = ms, max(self.max_ms, ms), self.total_ms + ms
+        self.depth_total += self.depth
+
+    def backfill_done(self, now: float, ms: float, backfilled: int, depth: int, queue_len: int) -> None:
+        self.bf_cycles += 1
+        self.bf_last_time = now
+        self.bf_last_ms, self.bf_max_ms, self.bf_total_ms = ms, max(self.bf_max_ms, ms), self.bf_total_ms + ms
+        self.bf_backfilled += backfilled
+        self.bf_last_backfilled = backfilled
+        self.bf_last_depth, self.bf_depth_total = depth, self.bf_depth_total + depth
+        self.bf_queue_len = queue_len
 
 
 @dataclass
@@ -82,6 +112,8 @@ class ClusterState:
     nodes: dict[str, Node] = field(default_factory=dict)
     next_job_id: int = 1
     stats: PassStats = field(default_factory=PassStats)
+    resv: ReservationBook = field(default_factory=ReservationBook)
+    _resv_dirty: list[Reservation] = field(default_factory=list)
     _dirty: set[int] = field(default_factory=set)
     _purged: list[int] = field(default_factory=list)
     _node_events: list[dict] = field(default_factory=list)
@@ -117,6 +149,8 @@ class ClusterState:
                 if saved.get("down"):
                     node.base_state = states.N_DOWN
         state.next_job_id = int(store.get_meta("next_job_id", str(config.first_job_id)) or 1)
+        state.resv = ReservationBook([Reservation.from_dict(r) for r in store.load_reservations()],
+                                     int(store.get_meta("next_resv_id", "1") or 1))
         for data in store.load_jobs():
             job = Job.from_dict(data)
             state.jobs[job.job_id] = job
@@ -151,9 +185,9 @@ class ClusterState:
         self._save_nodes()
 
     def flush(self) -> None:
-        if not (self._dirty or self._purged or self._meta_dirty or self._node_events):
+        if not (self._dirty or self._purged or self._meta_dirty or self._node_events or self._resv_dirty):
             return
-        meta = {"next_job_id": str(self.next_job_id)}
+        meta = {"next_job_id": str(self.next_job_id), "next_resv_id": str(self.resv.next_id)}
         if self._meta_dirty:
             meta["nodes"] = json.dumps({
                 n.name: {"drain": n.drain, "reason": n.reason, "reason_time": n.reason_time,
@@ -161,7 +195,8 @@ class ClusterState:
                          "down": n.base_state == states.N_DOWN and n.reason != NOT_RESPONDING}
                 for n in self.nodes.values() if n.drain or n.reason})
         jobs = [self.jobs[j].to_dict() for j in self._dirty if j in self.jobs]
-        self.store.commit(jobs, self._purged, meta, self._node_events)
+        self.store.commit(jobs, self._purged, meta, self._node_events, [r.to_dict() for r in self._resv_dirty])
+        self._resv_dirty = []
         self._dirty.clear()
         self._purged = []
         self._node_events = []
@@ -191,24 +226,41 @@ class ClusterState:
                 exc_nodes=tuple(job.exc_nodes), features=tuple(job.features), time_limit_min=job.time_limit_min,
                 begin_time=job.begin_time, dependency=job.dependency, hold=job.hold,
                 admin_priority=job.admin_priority, nice=job.nice, array_job_id=job.array_job_id,
-                array_throttle=job.array_throttle)
+                array_throttle=job.array_throttle, account=job.account, reservation=job.reservation)
             self._requests[job.job_id] = cached
         return cached
 
-    def snapshot(self, now: float) -> scheduling.Snapshot:
+    def snapshot(self, now: float, backfill_due: bool = True) -> scheduling.Snapshot:
         pending = tuple(self._request(j) for j in self.jobs.values() if j.state == states.PENDING)
         needs_briefs = any(r.dependency or r.array_throttle for r in pending)
         briefs = {j.job_id: scheduling.JobBrief(j.job_id, j.state, j.user, j.name, j.exit_code, j.term_signal,
                                                 j.array_job_id, j.array_task_id, j.start_time)
                   for j in self.jobs.values()} if needs_briefs else {}
+        running = tuple(
+            scheduling.RunningJob(j.job_id, j.alloc_cpus, {n: j.alloc_mem_mb for n in j.alloc_cpus},
+                                  j.start_time + j.time_limit_min * 60 if j.time_limit_min is not None else None)
+            for j in self.jobs.values() if j.state in (states.RUNNING, states.COMPLETING)) if backfill_due else ()
         return scheduling.Snapshot(now=now, nodes=tuple(self.node_snaps().values()),
                                    partitions=self.partition_snaps(), pending=pending, jobs=briefs,
-                                   def_mem_per_cpu_mb=self.config.def_mem_per_cpu_mb)
+                                   def_mem_per_cpu_mb=self.config.def_mem_per_cpu_mb, running=running,
+                                   backfill_due=backfill_due, reservations=self.resv.snapshots())
 
     def schedule(self, now: float) -> list[Action]:
-        """One scheduling pass: call the pure core, then apply its decisions."""
-        snap = self.snapshot(now)
+        """One scheduling pass: call the pure core, then apply its decisions. A backfill
+        scheduler plans the whole queue every bf_interval; in between, passes are strict."""
+        backfill = getattr(self.plugins.scheduler, "backfill", False)
+        due = backfill and now - self.stats.bf_last_time >= self.config.scheduler_parameters.bf_interval_s
+        started = time.perf_counter()
+        snap = self.snapshot(now, due)
         decisions = scheduling.schedule(snap, self.plugins.priority, self.plugins.scheduler, self.plugins.select)
+        if due:
+            self.stats.backfill_done(now, (time.perf_counter() - started) * 1000, decisions.backfilled,
+                                     decisions.backfill_depth, len(snap.pending))
+            for job_id, when in decisions.expected_start.items():
+                job = self.jobs[job_id]
+                if job.expected_start != when:
+                    job.expected_start = when
+                    self._briefs.pop(job_id, None)
         for job_id, prio in decisions.priorities.items():
             job = self.jobs[job_id]
             if job.priority != prio:
@@ -230,6 +282,7 @@ class ClusterState:
         job.state = states.RUNNING
         job.reason = states.R_NONE
         job.start_time = now
+        job.expected_start = 0.0
         job.alloc_cpus = dict(alloc.cpus)
         job.nodes_expr = hostlist.compress(alloc.cpus)
         job.tasks_per_node = dict(alloc.tasks)
@@ -260,7 +313,8 @@ class ClusterState:
         gid, group = primary_group(who.uid)
         try:
             jobs = submit_mod.build_jobs(req, who, gid, group, self.config, now, self.next_job_id,
-                                         self.node_snaps(), self.plugins.select, self.partition_snaps())
+                                         self.node_snaps(), self.plugins.select, self.partition_snaps(),
+                                         self.resv.by_name)
         except submit_mod.SubmitError as exc:
             raise Refused(str(exc)) from exc
         self.next_job_id = jobs[-1].job_id + 1
@@ -554,6 +608,8 @@ class ClusterState:
                 self._requests.pop(job.job_id, None)
                 self._briefs.pop(job.job_id, None)
                 self._purged.append(job.job_id)
+        moved, ended = self.resv.roll(now)
+        self._resv_dirty.extend(moved + ended)
         for node in self.nodes.values():
             if not node.not_responding and now - node.last_seen > self.config.slurmd_timeout_s:
                 actions.extend(self.node_down(node, NOT_RESPONDING, now, not_responding=True))
@@ -598,6 +654,34 @@ class ClusterState:
                 self._node_event(node, now, "RESUME")
         self._save_nodes()
         return actions
+
+    # --- reservations ---------------------------------------------------------------------------
+
+    def _resv_call(self, who: Identity, call: Callable[[], Reservation]) -> Reservation:
+        if not self.is_admin(who):
+            raise Refused("Access/permission denied", 403)
+        try:
+            resv = call()
+        except ReservationError as exc:
+            raise Refused(str(exc)) from exc
+        self._resv_dirty.append(resv)
+        self._meta_dirty = True
+        return resv
+
+    def create_reservation(self, spec: ReservationSpec, who: Identity, now: float) -> Reservation:
+        default = self.config.default_partition()
+        return self._resv_call(who, lambda: self.resv.create(
+            spec, who.user, now, self.nodes, self.partition_snaps(), default.name if default else "",
+            self.jobs.values()))
+
+    def update_reservation(self, name: str, spec: ReservationSpec, who: Identity, now: float) -> Reservation:
+        default = self.config.default_partition()
+        return self._resv_call(who, lambda: self.resv.update(
+            name, spec, now, self.nodes, self.partition_snaps(), default.name if default else "",
+            self.jobs.values()))
+
+    def delete_reservation(self, name: str, who: Identity) -> Reservation:
+        return self._resv_call(who, lambda: self.resv.delete(name, self.jobs.values()))
 
     # --- steps and interactive allocations --------------------------------------------------------
 

@@ -3,8 +3,8 @@
 Every change to a job is written here before the request that made it is answered, so a
 ``kill -9`` loses nothing that was acknowledged. The same file is the accounting outbox:
 each job row carries a version and the version last copied to the accounting database,
-and node events wait in their own table, so the accounting database can be away for a
-while without losing a record. WAL mode lets the accounting thread read while the
+reservations are kept the same way, and node events wait in their own table, so the
+accounting database can be away for a while without losing a record. WAL mode lets the accounting thread read while the
 controller writes.
 """
 
@@ -26,6 +26,13 @@ CREATE TABLE IF NOT EXISTS jobs (
     purged INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS jobs_unsynced ON jobs (synced, version);
+CREATE TABLE IF NOT EXISTS reservations (
+    resv_id INTEGER PRIMARY KEY,
+    data TEXT NOT NULL,
+    version INTEGER NOT NULL DEFAULT 1,
+    synced INTEGER NOT NULL DEFAULT 0,
+    purged INTEGER NOT NULL DEFAULT 0
+);
 CREATE TABLE IF NOT EXISTS node_events (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     data TEXT NOT NULL
@@ -35,6 +42,9 @@ CREATE TABLE IF NOT EXISTS meta (
     value TEXT NOT NULL
 );
 """
+
+
+_KEYS = {"jobs": "job_id", "reservations": "resv_id"}
 
 
 class StateStore:
@@ -61,13 +71,19 @@ class StateStore:
         rows = self._conn().execute("SELECT data FROM jobs WHERE purged = 0 ORDER BY job_id")
         return [json.loads(row[0]) for row in rows]
 
+    def load_reservations(self) -> list[dict[str, Any]]:
+        rows = self._conn().execute("SELECT data FROM reservations WHERE purged = 0 ORDER BY resv_id")
+        return [json.loads(row[0]) for row in rows]
+
     def get_meta(self, key: str, default: str | None = None) -> str | None:
         row = self._conn().execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return row[0] if row else default
 
     def commit(self, jobs: Iterable[dict[str, Any]], purged: Iterable[int] = (),
-               meta: dict[str, str] | None = None, node_events: Iterable[dict[str, Any]] = ()) -> None:
-        """Write changed jobs, purge marks, counters and node events in one transaction."""
+               meta: dict[str, str] | None = None, node_events: Iterable[dict[str, Any]] = (),
+               reservations: Iterable[dict[str, Any]] = ()) -> None:
+        """Write changed jobs, purge marks, counters, node events and reservations (a deleted
+        one is kept until accounting has it) in one transaction."""
         conn = self._conn()
         conn.execute("BEGIN")
         try:
@@ -81,6 +97,10 @@ class StateStore:
                                  "SET value = excluded.value", list(meta.items()))
             conn.executemany("INSERT INTO node_events (data) VALUES (?)",
                              [(json.dumps(ev),) for ev in node_events])
+            conn.executemany(
+                "INSERT INTO reservations (resv_id, data, purged) VALUES (?, ?, ?) ON CONFLICT(resv_id) DO UPDATE "
+                "SET data = excluded.data, purged = excluded.purged, version = reservations.version + 1",
+                [(r["resv_id"], json.dumps(r), int(r["deleted"])) for r in reservations])
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
@@ -88,17 +108,20 @@ class StateStore:
 
     # --- accounting side (its own thread, its own connection) -------------------------------
 
-    def unsynced_jobs(self, limit: int) -> list[tuple[dict[str, Any], int]]:
+    def unsynced(self, table: str, limit: int) -> list[tuple[dict[str, Any], int]]:
+        """Rows of ``jobs`` or ``reservations`` changed since accounting last had them, with versions."""
+        key = _KEYS[table]
         rows = self._conn().execute(
-            "SELECT data, version FROM jobs WHERE synced < version ORDER BY job_id LIMIT ?", (limit,))
+            f"SELECT data, version FROM {table} WHERE synced < version ORDER BY {key} LIMIT ?", (limit,))
         return [(json.loads(data), version) for data, version in rows]
 
-    def mark_synced(self, versions: list[tuple[int, int]]) -> None:
+    def mark_synced(self, table: str, versions: list[tuple[int, int]]) -> None:
+        key = _KEYS[table]
         conn = self._conn()
         conn.execute("BEGIN")
-        conn.executemany("UPDATE jobs SET synced = ? WHERE job_id = ? AND synced < ?",
-                         [(v, j, v) for j, v in versions])
-        conn.execute("DELETE FROM jobs WHERE purged = 1 AND synced = version")
+        conn.executemany(f"UPDATE {table} SET synced = ? WHERE {key} = ? AND synced < ?",
+                         [(v, k, v) for k, v in versions])
+        conn.execute(f"DELETE FROM {table} WHERE purged = 1 AND synced = version")
         conn.execute("COMMIT")
 
     def pending_node_events(self, limit: int) -> list[tuple[int, dict[str, Any]]]:

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import re
 import signal as signal_mod
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from wattsched import hostlist, patterns, scheduling, timefmt
 from wattsched.api import JobSubmit
 from wattsched.auth import Identity
 from wattsched.config import Config
-from wattsched.model import Job
+from wattsched.model import Job, Reservation
 
 
 class SubmitError(ValueError):
@@ -73,9 +74,16 @@ def parse_signal(spec: str) -> tuple[int, int, bool]:
 
 def build_jobs(req: JobSubmit, who: Identity, gid: int, group: str, config: Config, now: float,
                first_id: int, node_snaps: dict[str, scheduling.NodeSnap], select: scheduling.SelectPlugin,
-               partitions: dict[str, scheduling.PartitionSnap]) -> list[Job]:
+               partitions: dict[str, scheduling.PartitionSnap],
+               reservations: Mapping[str, Reservation]) -> list[Job]:
     """Validate ``req`` and return its job records (several for an array), ids from ``first_id``."""
     part = _partition(req.partition, config, partitions)
+    if req.reservation:
+        resv = reservations.get(req.reservation)
+        if resv is None:
+            raise SubmitError("Requested reservation is invalid")
+        if who.user not in resv.users and not (req.account and req.account in resv.accounts):
+            raise SubmitError("Access denied to requested reservation")
     if req.mem_per_node_mb and req.mem_per_cpu_mb:
         raise SubmitError("--mem and --mem-per-cpu are mutually exclusive")
     if req.script is None and not req.interactive:
@@ -141,7 +149,8 @@ def build_jobs(req: JobSubmit, who: Identity, gid: int, group: str, config: Conf
         kill_signal=kill_signal, kill_signal_secs=kill_secs, kill_signal_batch_only=kill_batch,
         comment=req.comment, wckey=req.wckey,
         requeue=config.job_requeue if req.requeue is None else req.requeue, interactive=req.interactive,
-        nice=req.nice, hold="user" if req.hold else "", submit_time=now, eligible_time=max(now, begin))
+        nice=req.nice, hold="user" if req.hold else "", submit_time=now, eligible_time=max(now, begin),
+        reservation=req.reservation)
     if array is None:
         return [template]
     jobs = []

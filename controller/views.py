@@ -12,7 +12,7 @@ _HIDDEN = {"environment", "script", "completing_nodes", "steps"}
 _BRIEF = ("job_id", "array_job_id", "array_task_id", "array_throttle", "name", "user", "uid", "group", "account",
           "partition", "state", "reason", "hold", "priority", "time_limit_min", "start_time", "end_time",
           "submit_time", "work_dir", "dependency", "comment", "nice", "batch_host", "exc_nodes", "req_nodes",
-          "wckey", "exit_code", "term_signal")
+          "wckey", "exit_code", "term_signal", "expected_start", "reservation")
 
 
 def job_brief(job: Job, now: float) -> dict[str, Any]:
@@ -59,14 +59,18 @@ def run_time(job: Job, now: float) -> float:
     return max(0.0, (job.end_time or now) - job.start_time)
 
 
-def node_view(node: Node, now: float) -> dict[str, Any]:
+def node_view(node: Node, now: float, reserved: str = "") -> dict[str, Any]:
+    """A node for sinfo and scontrol; ``reserved`` is RESERVED or MAINT inside an active reservation."""
     return {
         "name": node.name, "cpus": node.cpus, "alloc_cpus": node.alloc_cpus,
         "real_memory_mb": node.real_memory_mb, "alloc_mem_mb": node.alloc_mem_mb,
         "sockets": node.sockets, "cores_per_socket": node.cores_per_socket,
         "threads_per_core": node.threads_per_core, "weight": node.weight, "features": list(node.features),
-        "partitions": list(node.partitions), "state": node.state_long, "state_short": node.state_short,
-        "state_sinfo": states.node_state_sinfo_long(node.base_state, node.drain, node.not_responding),
+        "partitions": list(node.partitions),
+        "state": states.node_state_long(node.base_state, node.drain, node.not_responding, reserved=reserved),
+        "state_short": states.node_state_short(node.base_state, node.drain, node.not_responding, reserved=reserved),
+        "state_sinfo": states.node_state_sinfo_long(node.base_state, node.drain, node.not_responding,
+                                                    reserved=reserved),
         "base_state": node.base_state, "drain": node.drain, "not_responding": node.not_responding,
         "reason": node.reason, "reason_time": node.reason_time, "reason_uid": node.reason_uid,
         "boot_time": node.boot_time, "last_seen": node.last_seen, "agent_url": node.agent_url,

@@ -57,6 +57,7 @@ class JobSubmit(Strict):
     interactive: bool = False
     immediate: bool = False
     nice: int = Field(0, ge=-2147483645, le=2147483645)
+    reservation: str = Field("", max_length=256)
 
 
 class SubmitReply(BaseModel):
@@ -75,6 +76,24 @@ class JobUpdate(Strict):
     name: str | None = None
     comment: str | None = None
     partition: str | None = None
+
+
+class ReservationSpec(Strict):
+    """``scontrol create|update reservation``: Slurm's keys; on update only the given ones change.
+    Times and durations are Slurm's strings (``now+20minutes``, ``2-12:00:00``), parsed by the
+    controller against its own clock."""
+
+    name: str = Field("", max_length=256, pattern=r"^[A-Za-z0-9_.\-]*$")
+    start_time: str = ""
+    end_time: str = ""
+    duration: str = ""
+    nodes: str = ""
+    node_cnt: int | None = Field(None, ge=1)
+    users: str = ""
+    accounts: str = ""
+    partition: str = ""
+    flags: str = ""
+    watts: int | None = Field(None, ge=0)
 
 
 class CancelRequest(Strict):

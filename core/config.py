@@ -63,6 +63,60 @@ class PartitionConf:
     max_nodes: int | None = None
 
 
+CANDIDATE_ORDERS = ("first", "shortest", "longest", "most_cpus", "fewest_cpus")
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerParams:
+    """SchedulerParameters, with Slurm's names and defaults, plus two keys of ours.
+
+    ``bf_reservations``: how many pending jobs get a reservation (1 = EASY; 0 = unlimited,
+    i.e. conservative backfilling). ``bf_candidate``: which backfill candidate starts first:
+    ``first`` (priority order, first fit) or best fit by ``shortest``/``longest`` time limit or
+    ``most_cpus``/``fewest_cpus`` (the BFF and BBF variants of seed 002).
+    """
+
+    bf_interval_s: int = 30
+    bf_window_min: int = 1440
+    bf_resolution_s: int = 60
+    bf_max_job_test: int = 500
+    bf_max_job_user: int = 0
+    bf_continue: bool = False
+    default_queue_depth: int = 100
+    bf_reservations: int = 1
+    bf_candidate: str = "first"
+
+
+_SCHED_INT_KEYS = {"bf_interval": "bf_interval_s", "bf_window": "bf_window_min", "bf_resolution": "bf_resolution_s",
+                   "bf_max_job_test": "bf_max_job_test", "bf_max_job_user": "bf_max_job_user",
+                   "default_queue_depth": "default_queue_depth"}
+
+
+def parse_scheduler_params(text: str) -> SchedulerParams:
+    """``bf_interval=30,bf_window=1440,bf_continue,bf_reservations=unlimited,bf_candidate=shortest``."""
+    values: dict[str, Any] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, sep, value = item.partition("=")
+        key = key.lower()
+        if key in _SCHED_INT_KEYS:
+            values[_SCHED_INT_KEYS[key]] = _int(value)
+        elif key == "bf_continue" and not sep:
+            values["bf_continue"] = True
+        elif key == "bf_reservations":
+            values["bf_reservations"] = 0 if value.lower() in ("unlimited", "infinite") else _int(value)
+            if values["bf_reservations"] == 0 and value.lower() not in ("unlimited", "infinite"):
+                raise ValueError("bf_reservations must be at least 1, or unlimited")
+        elif key == "bf_candidate":
+            if value.lower() not in CANDIDATE_ORDERS:
+                raise ValueError(f"bf_candidate '{value}' is not one of {', '.join(CANDIDATE_ORDERS)}")
+            values["bf_candidate"] = value.lower()
+        else:
+            raise ValueError(f"unknown scheduler parameter '{item}'")
+    if values.get("bf_resolution_s", 1) < 1 or values.get("bf_interval_s", 1) < 1:
+        raise ValueError("bf_interval and bf_resolution must be at least 1 second")
+    return SchedulerParams(**values)
+
+
 @dataclass(frozen=True, slots=True)
 class Config:
     """The effective configuration of a cluster."""
@@ -78,7 +132,7 @@ class Config:
     accounting_storage_type: str = "accounting_storage/sqlalchemy"
     accounting_storage_loc: str = ""
     scheduler_type: str = "sched/builtin"
-    scheduler_parameters: str = ""
+    scheduler_parameters: SchedulerParams = SchedulerParams()
     priority_type: str = "priority/basic"
     select_type: str = "select/cons_tres"
     auth_key_file: str = ""
@@ -126,6 +180,8 @@ class Config:
 
 
 def _show(value: Any) -> str:
+    if isinstance(value, SchedulerParams):
+        return ",".join(f"{k}={getattr(value, k)}" for k in value.__slots__)
     if value is None:
         return "(null)"
     if isinstance(value, bool):
@@ -227,7 +283,7 @@ _GLOBAL_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
                                                                   "accounting_storage/none")),
     "AccountingStorageLoc": ("accounting_storage_loc", _str),
     "SchedulerType": ("scheduler_type", _plugin("sched")),
-    "SchedulerParameters": ("scheduler_parameters", _str),
+    "SchedulerParameters": ("scheduler_parameters", parse_scheduler_params),
     "PriorityType": ("priority_type", _plugin("priority")),
     "SelectType": ("select_type", _plugin("select")),
     "AuthAltParameters": ("auth_key_file", _jwt_key),
@@ -434,4 +490,5 @@ def with_overrides(config: Config, **changes: Any) -> Config:
     return replace(config, **changes)
 
 
-__all__ = ["Config", "ConfigError", "NodeConf", "PartitionConf", "load", "with_overrides"]
+__all__ = ["Config", "ConfigError", "NodeConf", "PartitionConf", "SchedulerParams", "load", "parse_scheduler_params",
+           "with_overrides"]

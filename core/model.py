@@ -1,4 +1,4 @@
-"""The controller's records: jobs (with their steps), nodes and partitions.
+"""The controller's records: jobs (with their steps), nodes, partitions and reservations.
 
 These are plain mutable dataclasses owned by the controller's state; policies never see
 them directly but read the immutable snapshots of :mod:`wattsched.scheduling`.
@@ -78,6 +78,7 @@ class Job:
     requeue: bool = True
     interactive: bool = False
     nice: int = 0
+    reservation: str = ""
     array_job_id: int = 0
     array_task_id: int | None = None
     array_task_count: int = 0
@@ -90,6 +91,7 @@ class Job:
     hold: str = ""
     priority: int = 0
     admin_priority: int | None = None
+    expected_start: float = 0.0
     submit_time: float = 0.0
     eligible_time: float = 0.0
     start_time: float = 0.0
@@ -193,14 +195,35 @@ class Node:
             self.base_state = states.N_MIXED
 
     @property
-    def state_long(self) -> str:
-        return states.node_state_long(self.base_state, self.drain, self.not_responding)
-
-    @property
-    def state_short(self) -> str:
-        return states.node_state_short(self.base_state, self.drain, self.not_responding)
-
-    @property
     def schedulable(self) -> bool:
         return (self.base_state in (states.N_IDLE, states.N_MIXED) and not self.drain
                 and not self.not_responding)
+
+
+@dataclass(slots=True)
+class Reservation:
+    """An advanced reservation: nodes set aside over [start_time, end_time) for some users or
+    accounts. DAILY and WEEKLY ones move on by a day or a week when they end."""
+
+    resv_id: int
+    name: str
+    start_time: float
+    end_time: float
+    nodes: list[str] = field(default_factory=list)
+    users: list[str] = field(default_factory=list)
+    accounts: list[str] = field(default_factory=list)
+    partition: str = ""
+    flags: list[str] = field(default_factory=list)
+    watts: int | None = None
+    created: float = 0.0
+    deleted: bool = False
+
+    def active(self, now: float) -> bool:
+        return self.start_time <= now < self.end_time
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Reservation:
+        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})

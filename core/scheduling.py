@@ -12,6 +12,7 @@ jobs in priority order and asks the selection plugin for nodes.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -72,6 +73,8 @@ class JobRequest:
     nice: int = 0
     array_job_id: int = 0
     array_throttle: int = 0
+    account: str = ""
+    reservation: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +93,36 @@ class JobBrief:
 
 
 @dataclass(frozen=True, slots=True)
+class RunningJob:
+    """What a running job holds and when it will give it back (None: no time limit)."""
+
+    job_id: int
+    cpus: Mapping[str, int]
+    mem_mb: Mapping[str, int]
+    end_time: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class ResvSnap:
+    """An advanced reservation as a policy sees it: nodes held over [start, end) for its members."""
+
+    name: str
+    start: float
+    end: float
+    nodes: frozenset[str]
+    users: frozenset[str] = frozenset()
+    accounts: frozenset[str] = frozenset()
+    flags: frozenset[str] = frozenset()
+
+    def admits(self, user: str, account: str) -> bool:
+        """Whether a job of ``user`` under ``account`` may use the reservation."""
+        return user in self.users or (bool(account) and account in self.accounts)
+
+    def overlaps(self, start: float, end: float) -> bool:
+        return self.start < end and start < self.end
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     now: float
     nodes: tuple[NodeSnap, ...]
@@ -97,6 +130,9 @@ class Snapshot:
     pending: tuple[JobRequest, ...]
     jobs: Mapping[int, JobBrief] = field(default_factory=dict)
     def_mem_per_cpu_mb: int = 0
+    running: tuple[RunningJob, ...] = ()
+    backfill_due: bool = True
+    reservations: Mapping[str, ResvSnap] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +149,9 @@ class Decisions:
     starts: list[tuple[int, Allocation]] = field(default_factory=list)
     reasons: dict[int, str] = field(default_factory=dict)
     priorities: dict[int, int] = field(default_factory=dict)
+    expected_start: dict[int, float] = field(default_factory=dict)
+    backfilled: int = 0
+    backfill_depth: int = 0
 
 
 class PriorityPlugin(Protocol):
@@ -120,7 +159,7 @@ class PriorityPlugin(Protocol):
 
 
 class SelectPlugin(Protocol):
-    def select(self, job: JobRequest, candidates: list[NodeSnap], free: dict[str, tuple[int, int]],
+    def select(self, job: JobRequest, candidates: list[NodeSnap], free: Mapping[str, tuple[int, int]],
                def_mem_per_cpu_mb: int) -> Allocation | None: ...
 
 
@@ -176,6 +215,12 @@ def ineligibility(job: JobRequest, snapshot: Snapshot) -> str | None:
         verdict = dependency_state(job, snapshot.jobs)
         if verdict is not None:
             return verdict
+    if job.reservation:
+        resv = snapshot.reservations.get(job.reservation)
+        if resv is None:
+            return states.R_RESV_DELETED
+        if resv.start > snapshot.now and "FLEX" not in resv.flags:
+            return states.R_RESERVATION
     part = snapshot.partitions.get(job.partition)
     if part is None or part.state != "UP":
         return states.R_PART_DOWN
@@ -273,22 +318,87 @@ def _one_target(kind: str, brief: JobBrief) -> str | None:
     return None  # afterany
 
 
-def candidates_for(job: JobRequest, snapshot: Snapshot, by_name: Mapping[str, NodeSnap],
-                   free: Mapping[str, tuple[int, int]]) -> list[NodeSnap]:
-    """The partition's nodes the job may use now, lowest Weight first, then by name order."""
+def job_end(job: JobRequest, start: float) -> float:
+    """When a job starting at ``start`` must end at the latest (infinity: no time limit)."""
+    return start + job.time_limit_min * 60 if job.time_limit_min is not None else math.inf
+
+
+def reserved_for_others(job: JobRequest, snapshot: Snapshot, start: float, end: float) -> set[str]:
+    """Nodes the job may not use over [start, end): those of reservations it is not a member of."""
+    blocked: set[str] = set()
+    for resv in snapshot.reservations.values():
+        if resv.name != job.reservation and resv.overlaps(start, end):
+            blocked |= resv.nodes
+    return blocked
+
+
+class Candidates:
+    """The nodes a job may use, lowest Weight first, then by name order; built once per request
+    shape and pass, since a 5,000-node partition is too long to filter again for every job.
+
+    A job in a reservation may use only that reservation's nodes, and only within its window,
+    unless the reservation has the FLEX flag (then it may also start early, overrun and use
+    other free nodes). Nobody else may use a reservation's nodes during its window."""
+
+    def __init__(self, snapshot: Snapshot):
+        self.snapshot = snapshot
+        self.by_name = {n.name: n for n in snapshot.nodes}
+        self._lists: dict[tuple, list[NodeSnap]] = {}
+
+    def for_job(self, job: JobRequest, free_now: Mapping[str, tuple[int, int]] | None,
+                start: float | None = None) -> list[NodeSnap]:
+        """Nodes for ``job`` starting at ``start`` (default now); with ``free_now``, only those
+        with a free CPU in it."""
+        snapshot = self.snapshot
+        start = snapshot.now if start is None else start
+        blocking: tuple[str, ...] = ()
+        if snapshot.reservations:
+            end = job_end(job, start)
+            blocking = tuple(sorted(r.name for r in snapshot.reservations.values()
+                                    if r.name != job.reservation and r.overlaps(start, end)))
+            resv = snapshot.reservations.get(job.reservation) if job.reservation else None
+            if resv is not None and "FLEX" not in resv.flags and (start < resv.start or end > resv.end):
+                return []
+        key = (job.partition, job.reservation, job.exc_nodes, job.features, blocking)
+        nodes = self._lists.get(key)
+        if nodes is None:
+            nodes = self._lists[key] = self._build(job, blocking)
+        if free_now is None:
+            return nodes
+        return [n for n in nodes if free_now[n.name][0] > 0]
+
+    def _build(self, job: JobRequest, blocking: tuple[str, ...]) -> list[NodeSnap]:
+        snapshot = self.snapshot
+        excluded = set(job.exc_nodes)
+        for name in blocking:
+            excluded |= snapshot.reservations[name].nodes
+        resv = snapshot.reservations.get(job.reservation) if job.reservation else None
+        allowed = resv.nodes if resv is not None and "FLEX" not in resv.flags else None
+        wanted = set(job.features)
+        result = []
+        for name in snapshot.partitions[job.partition].nodes:
+            node = self.by_name.get(name)
+            if node is None or name in excluded or not node.schedulable:
+                continue
+            if (allowed is not None and name not in allowed) or (wanted and not wanted <= node.features):
+                continue
+            result.append(node)
+        result.sort(key=lambda n: n.weight)  # stable: name order within equal weight
+        return result
+
+
+def unplaced_reason(job: JobRequest, snapshot: Snapshot, by_name: Mapping[str, NodeSnap]) -> str:
+    """Slurm's reason for an eligible job that found no nodes: a named node is unavailable, a
+    maintenance reservation is in the way, or simply Resources."""
+    reserved = reserved_for_others(job, snapshot, snapshot.now, job_end(job, snapshot.now)) \
+        if snapshot.reservations else set()
+    if any(n not in by_name or not by_name[n].schedulable or n in reserved for n in job.req_nodes):
+        return states.R_NODE_NOT_AVAIL
     part = snapshot.partitions[job.partition]
-    excluded = set(job.exc_nodes)
-    wanted = set(job.features)
-    result = []
-    for name in part.nodes:
-        node = by_name.get(name)
-        if node is None or name in excluded or not node.schedulable or free[name][0] == 0:
-            continue
-        if wanted and not wanted <= node.features:
-            continue
-        result.append(node)
-    result.sort(key=lambda n: n.weight)  # stable: name order within equal weight
-    return result
+    if any("MAINT" in r.flags and r.name != job.reservation and r.overlaps(snapshot.now, job_end(job, snapshot.now))
+           and not r.nodes.isdisjoint(part.nodes) for r in snapshot.reservations.values()):
+        return states.R_MAINT
+    return states.R_RESOURCES
 
 
 def feasible(job: JobRequest, partition: PartitionSnap, nodes: Mapping[str, NodeSnap], select: SelectPlugin,

@@ -43,6 +43,9 @@ R_PART_DOWN = "PartitionDown"
 R_ARRAY_LIMIT = "JobArrayTaskLimit"
 R_NODE_NOT_AVAIL = "ReqNodeNotAvail"
 R_NODE_DOWN = "NodeDown"
+R_RESERVATION = "Reservation"
+R_RESV_DELETED = "ReservationDeleted"
+R_MAINT = "ReqNodeNotAvail, Reserved for maintenance"
 
 # Node base states and flags.
 N_IDLE, N_ALLOCATED, N_MIXED, N_DOWN, N_UNKNOWN, N_FUTURE = "IDLE", "ALLOCATED", "MIXED", "DOWN", "UNKNOWN", \
@@ -51,9 +54,13 @@ NODE_SHORT = {N_IDLE: "idle", N_ALLOCATED: "alloc", N_MIXED: "mix", N_DOWN: "dow
               N_FUTURE: "futr"}
 
 
-def node_state_long(base: str, drain: bool, not_responding: bool, completing: bool = False) -> str:
-    """scontrol's State= value, e.g. IDLE+DRAIN, DOWN+NOT_RESPONDING, MIXED+COMPLETING."""
+def node_state_long(base: str, drain: bool, not_responding: bool, completing: bool = False,
+                    reserved: str = "") -> str:
+    """scontrol's State= value, e.g. IDLE+DRAIN, DOWN+NOT_RESPONDING, MIXED+COMPLETING, IDLE+MAINT.
+    ``reserved`` is "RESERVED" or "MAINT" for a node in an active reservation."""
     parts = [base]
+    if reserved:
+        parts.append(reserved)
     if completing:
         parts.append("COMPLETING")
     if drain:
@@ -63,23 +70,35 @@ def node_state_long(base: str, drain: bool, not_responding: bool, completing: bo
     return "+".join(parts)
 
 
-def node_state_short(base: str, drain: bool, not_responding: bool, completing: bool = False) -> str:
-    """sinfo's %t value: idle, alloc, mix, down, drain, drng, comp, with '*' when not responding."""
+def node_state_short(base: str, drain: bool, not_responding: bool, completing: bool = False,
+                     reserved: str = "") -> str:
+    """sinfo's %t value: idle, alloc, mix, down, drain, drng, comp, maint, resv, with '*' when not
+    responding."""
     if drain:
         short = "drng" if base in (N_ALLOCATED, N_MIXED) else "drain"
     elif completing and base != N_DOWN:
         short = "comp"
+    elif reserved == "MAINT" and base != N_DOWN:
+        short = "maint"
+    elif reserved and base == N_IDLE:
+        short = "resv"
     else:
         short = NODE_SHORT.get(base, base.lower())
     return short + ("*" if not_responding else "")
 
 
-def node_state_sinfo_long(base: str, drain: bool, not_responding: bool, completing: bool = False) -> str:
-    """sinfo's %T value: idle, allocated, mixed, down, drained, draining, completing (+ '*')."""
+def node_state_sinfo_long(base: str, drain: bool, not_responding: bool, completing: bool = False,
+                          reserved: str = "") -> str:
+    """sinfo's %T value: idle, allocated, mixed, down, drained, draining, completing, maint,
+    reserved (+ '*')."""
     if drain:
         word = "draining" if base in (N_ALLOCATED, N_MIXED) else "drained"
     elif completing and base != N_DOWN:
         word = "completing"
+    elif reserved == "MAINT" and base != N_DOWN:
+        word = "maint"
+    elif reserved and base == N_IDLE:
+        word = "reserved"
     else:
         word = {N_IDLE: "idle", N_ALLOCATED: "allocated", N_MIXED: "mixed", N_DOWN: "down",
                 N_UNKNOWN: "unknown", N_FUTURE: "future"}.get(base, base.lower())

@@ -64,7 +64,9 @@ class Cluster:
                   f"NodeName=n[01-{nodes:02d}] CPUs={cpus} RealMemory=8000 {node_extra}",
                   partitions or f"PartitionName=debug Nodes=n[01-{nodes:02d}] Default=YES MaxTime=INFINITE"]
         self.conf.write_text("\n".join(line for line in lines if line) + "\n")
-        self.env = dict(os.environ, WATTSCHED_CONF=str(self.conf), SLURM_CONF=str(self.conf))
+        # the commands (srun inside batch scripts too) come from this interpreter's environment
+        self.env = dict(os.environ, WATTSCHED_CONF=str(self.conf), SLURM_CONF=str(self.conf),
+                        PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
         for var in ("SLURM_JOB_ID", "SLURM_JWT", "WATTSCHED_CONTROLLER"):
             self.env.pop(var, None)
         self.agents = agents

@@ -3,41 +3,59 @@
 Pending jobs are considered highest priority first. A job that is eligible but finds no
 nodes gets pending reason ``Resources`` and blocks its partition: no lower-priority job in
 that partition starts in this pass (they show ``Priority``), so nothing ever overtakes a
-blocked higher-priority job. Ineligible jobs (held, waiting on a dependency or begin time,
-over a partition limit) keep their own reason and block nothing, as in Slurm.
+blocked higher-priority job. Jobs of an advanced reservation block only the other jobs of
+that reservation, since they run on its nodes alone. Ineligible jobs (held, waiting on a
+dependency, a begin time or their reservation, over a partition limit) keep their own reason
+and block nothing, as in Slurm. At most ``default_queue_depth`` jobs are tried per pass; the
+rest keep their reason until a later pass.
 """
 
 from __future__ import annotations
 
 from wattsched import states
-from wattsched.scheduling import ArrayThrottle, Decisions, JobRequest, SelectPlugin, Snapshot, candidates_for
+from wattsched.config import SchedulerParams
+from wattsched.scheduling import (
+    ArrayThrottle,
+    Candidates,
+    Decisions,
+    JobRequest,
+    SelectPlugin,
+    Snapshot,
+    unplaced_reason,
+)
 
 
 class BuiltinScheduler:
     """Start jobs in priority order until one cannot start."""
 
+    def __init__(self, params: SchedulerParams | None = None):
+        self.params = params or SchedulerParams()
+
     def plan(self, snapshot: Snapshot, order: list[JobRequest], eligible: dict[int, str | None],
              select: SelectPlugin, throttle: ArrayThrottle, decisions: Decisions) -> None:
-        by_name = {n.name: n for n in snapshot.nodes}
+        candidates = Candidates(snapshot)
         free = {n.name: (n.free_cpus, n.free_mem_mb) for n in snapshot.nodes}
-        blocked: set[str] = set()
+        blocked: set[tuple[str, str]] = set()
+        tried = 0
         for job in order:
             reason = eligible[job.job_id]
             if reason is not None:
                 decisions.reasons[job.job_id] = reason
                 continue
-            if job.partition in blocked:
+            if (job.partition, job.reservation) in blocked:
                 decisions.reasons[job.job_id] = states.R_PRIORITY
                 continue
             if not throttle.allows(job):
                 decisions.reasons[job.job_id] = states.R_ARRAY_LIMIT
                 continue
-            alloc = select.select(job, candidates_for(job, snapshot, by_name, free), free,
+            if tried >= self.params.default_queue_depth:
+                continue
+            tried += 1
+            alloc = select.select(job, candidates.for_job(job, free), free,
                                   snapshot.def_mem_per_cpu_mb)
             if alloc is None:
-                unavailable = [n for n in job.req_nodes if n not in by_name or not by_name[n].schedulable]
-                decisions.reasons[job.job_id] = states.R_NODE_NOT_AVAIL if unavailable else states.R_RESOURCES
-                blocked.add(job.partition)
+                decisions.reasons[job.job_id] = unplaced_reason(job, snapshot, candidates.by_name)
+                blocked.add((job.partition, job.reservation))
                 continue
             for name, cpus in alloc.cpus.items():
                 free_cpus, free_mem = free[name]

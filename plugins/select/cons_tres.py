@@ -11,6 +11,8 @@ tracked for the job.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from wattsched.scheduling import Allocation, JobRequest, NodeSnap
 
 _MANY = 1 << 30
@@ -21,7 +23,7 @@ class ConsTresSelect:
 
     whole_nodes = False
 
-    def select(self, job: JobRequest, candidates: list[NodeSnap], free: dict[str, tuple[int, int]],
+    def select(self, job: JobRequest, candidates: list[NodeSnap], free: Mapping[str, tuple[int, int]],
                def_mem_per_cpu_mb: int) -> Allocation | None:
         exclusive = job.exclusive or self.whole_nodes
         cpt = max(1, job.cpus_per_task)

@@ -1,0 +1,264 @@
+"""Advanced reservations: ``scontrol create|update|delete reservation`` with Slurm's keys and
+messages, the choice of nodes for ``NodeCnt=``, the rolling of DAILY and WEEKLY reservations,
+and the snapshots the scheduling core sees.
+
+Pure functions of the request, the cluster's records and ``now``; the controller stores the
+results. Rules, as in Slurm: only administrators manage reservations; a reservation needs
+Users or Accounts (MAINT ones default to the creator); its nodes may not be in another
+reservation at the same time unless one of them has MAINT or OVERLAP; without IGNORE_JOBS,
+nodes still busy with jobs at the start time are refused ("Requested nodes are busy"), or
+avoided when the nodes are chosen by count; a reservation in use by running jobs cannot be
+deleted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from wattsched import hostlist, scheduling, states, timefmt
+from wattsched.api import ReservationSpec
+from wattsched.model import Job, Node, Reservation
+
+FLAGS = ("MAINT", "IGNORE_JOBS", "DAILY", "WEEKLY", "FLEX", "OVERLAP", "SPEC_NODES")
+_ROLL_S = {"DAILY": 86400, "WEEKLY": 7 * 86400}
+_FOREVER_S = 365 * 86400  # Duration=UNLIMITED: Slurm's one year
+
+
+class ReservationError(ValueError):
+    """A reservation request Slurm would refuse; the message is Slurm's wording."""
+
+
+def _flags(text: str, current: Iterable[str] = ()) -> list[str]:
+    """``MAINT,IGNORE_JOBS``; on update ``+DAILY`` adds and ``-DAILY`` removes a flag."""
+    result = list(current)
+    for raw in filter(None, (f.strip().upper() for f in text.split(","))):
+        sign, name = (raw[0], raw[1:]) if raw[0] in "+-" else ("", raw)
+        if name not in FLAGS:
+            raise ReservationError(f"Invalid reservation flag: {raw}")
+        if sign == "-":
+            result = [f for f in result if f != name]
+        elif name not in result:
+            result.append(name)
+    if "DAILY" in result and "WEEKLY" in result:
+        raise ReservationError("Invalid reservation flag: DAILY and WEEKLY together")
+    return result
+
+
+def _names(text: str) -> list[str]:
+    return [n.strip() for n in text.split(",") if n.strip()]
+
+
+def _window(spec: ReservationSpec, now: float, start: float | None, end: float | None) -> tuple[float, float]:
+    """Start and end from StartTime, EndTime and Duration (given ones win over ``start``/``end``)."""
+    try:
+        if spec.start_time:
+            start = timefmt.parse_time(spec.start_time, now)
+        if start is None:
+            raise ReservationError("StartTime must be specified")
+        if spec.duration:
+            minutes = timefmt.parse_duration_min(spec.duration)
+            end = start + (minutes * 60 if minutes is not None else _FOREVER_S)
+        elif spec.end_time:
+            end = timefmt.parse_time(spec.end_time, now)
+        elif end is not None and spec.start_time:
+            pass  # a new start keeps the old end, as in Slurm
+        if end is None:
+            raise ReservationError("Duration or EndTime must be specified")
+    except timefmt.TimeFormatError as exc:
+        raise ReservationError("Invalid time specified") from exc
+    if end <= start:
+        raise ReservationError("Invalid time specified")
+    return start, end
+
+
+def _busy_until(nodes: Iterable[str], jobs: Iterable[Job], now: float) -> dict[str, float]:
+    """Per node, when its running jobs will have ended at the latest (inf: no time limit)."""
+    wanted = set(nodes)
+    until: dict[str, float] = {}
+    for job in jobs:
+        if job.state not in (states.RUNNING, states.COMPLETING):
+            continue
+        end = job.start_time + job.time_limit_min * 60 if job.time_limit_min is not None else float("inf")
+        if job.state == states.COMPLETING:
+            end = now
+        for name in job.alloc_cpus:
+            if name in wanted:
+                until[name] = max(until.get(name, 0.0), end)
+    return until
+
+
+class ReservationBook:
+    """The cluster's reservations and the rules for changing them."""
+
+    def __init__(self, reservations: Iterable[Reservation] = (), next_id: int = 1):
+        self.by_name: dict[str, Reservation] = {r.name: r for r in reservations}
+        self.next_id = next_id
+
+    # --- views -------------------------------------------------------------------------------
+
+    def snapshots(self) -> dict[str, scheduling.ResvSnap]:
+        return {r.name: scheduling.ResvSnap(r.name, r.start_time, r.end_time, frozenset(r.nodes),
+                                            frozenset(r.users), frozenset(r.accounts), frozenset(r.flags))
+                for r in self.by_name.values() if r.nodes}
+
+    def active_on(self, now: float) -> dict[str, Reservation]:
+        """Node name -> the active reservation holding it (MAINT ones win, for node states)."""
+        result: dict[str, Reservation] = {}
+        for resv in self.by_name.values():
+            if resv.active(now):
+                for name in resv.nodes:
+                    if name not in result or "MAINT" in resv.flags:
+                        result[name] = resv
+        return result
+
+    # --- changes -----------------------------------------------------------------------------
+
+    def create(self, spec: ReservationSpec, creator: str, now: float, nodes: Mapping[str, Node],
+               partitions: Mapping[str, scheduling.PartitionSnap], default_partition: str,
+               jobs: Iterable[Job]) -> Reservation:
+        name = spec.name or f"{creator}_{self.next_id}"
+        if name in self.by_name:
+            raise ReservationError(f"Reservation {name} already exists")
+        flags = _flags(spec.flags)
+        start, end = _window(spec, now, None, None)
+        users, accounts = _names(spec.users), _names(spec.accounts)
+        if not users and not accounts:
+            if "MAINT" not in flags:
+                raise ReservationError("Either Users and/or Accounts must be specified.  No reservation created.")
+            users = [creator]
+        partition = spec.partition or ""
+        if partition and partition not in partitions:
+            raise ReservationError("Invalid partition name specified")
+        resv = Reservation(resv_id=self.next_id, name=name, start_time=start, end_time=end, users=users,
+                           accounts=accounts, partition=partition, flags=flags, created=now, watts=spec.watts)
+        if spec.nodes or spec.node_cnt:
+            resv.nodes = self._pick_nodes(resv, spec, nodes, partitions, partition or default_partition, jobs, now)
+        elif spec.watts is None:
+            raise ReservationError("Nodes, NodeCnt or Watts must be specified.  No reservation created.")
+        self.next_id += 1
+        self.by_name[name] = resv
+        return resv
+
+    def update(self, name: str, spec: ReservationSpec, now: float, nodes: Mapping[str, Node],
+               partitions: Mapping[str, scheduling.PartitionSnap], default_partition: str,
+               jobs: Iterable[Job]) -> Reservation:
+        resv = self._get(name)
+        if spec.name and spec.name != name:
+            raise ReservationError("Reservation name can not be changed")
+        flags = _flags(spec.flags, resv.flags)
+        start, end = _window(spec, now, resv.start_time, resv.end_time)
+        changed = Reservation.from_dict(resv.to_dict())
+        changed.start_time, changed.end_time, changed.flags = start, end, flags
+        if spec.users:
+            changed.users = _names(spec.users)
+        if spec.accounts:
+            changed.accounts = _names(spec.accounts)
+        if spec.partition:
+            if spec.partition not in partitions:
+                raise ReservationError("Invalid partition name specified")
+            changed.partition = spec.partition
+        if spec.watts is not None:
+            changed.watts = spec.watts
+        if spec.nodes or spec.node_cnt:
+            changed.nodes = self._pick_nodes(changed, spec, nodes, partitions,
+                                             changed.partition or default_partition, jobs, now)
+        else:
+            self._check_overlap(changed, changed.nodes)
+        self.by_name[name] = changed
+        return changed
+
+    def delete(self, name: str, jobs: Iterable[Job]) -> Reservation:
+        resv = self._get(name)
+        if any(j.reservation == name and j.state in (states.RUNNING, states.COMPLETING) for j in jobs):
+            raise ReservationError("Requested reservation is in use")
+        del self.by_name[name]
+        resv.deleted = True
+        return resv
+
+    def roll(self, now: float) -> tuple[list[Reservation], list[Reservation]]:
+        """Past reservations: DAILY/WEEKLY ones move on to their next occurrence, the others end.
+        Returns (moved, ended)."""
+        moved, ended = [], []
+        for name, resv in list(self.by_name.items()):
+            if resv.end_time > now:
+                continue
+            step = next((s for flag, s in _ROLL_S.items() if flag in resv.flags), 0)
+            if step:
+                skip = int((now - resv.end_time) // step) + 1
+                resv.start_time += skip * step
+                resv.end_time += skip * step
+                moved.append(resv)
+            else:
+                del self.by_name[name]
+                resv.deleted = True
+                ended.append(resv)
+        return moved, ended
+
+    # --- helpers -----------------------------------------------------------------------------
+
+    def _get(self, name: str) -> Reservation:
+        resv = self.by_name.get(name)
+        if resv is None:
+            raise ReservationError("Requested reservation is invalid")
+        return resv
+
+    def _check_overlap(self, resv: Reservation, names: Iterable[str]) -> None:
+        wanted = set(names)
+        for other in self._overlapping(resv):
+            if not wanted.isdisjoint(other.nodes):
+                raise ReservationError("Requested reservation overlaps with another reservation")
+
+    def _overlapping(self, resv: Reservation) -> list[Reservation]:
+        """Other reservations in the same time whose nodes this one may not share."""
+        if {"MAINT", "OVERLAP"} & set(resv.flags):
+            return []
+        return [o for o in self.by_name.values() if o.name != resv.name and not {"MAINT", "OVERLAP"} & set(o.flags)
+                and o.start_time < resv.end_time and resv.start_time < o.end_time]
+
+    def _pick_nodes(self, resv: Reservation, spec: ReservationSpec, nodes: Mapping[str, Node],
+                    partitions: Mapping[str, scheduling.PartitionSnap], partition: str, jobs: Iterable[Job],
+                    now: float) -> list[str]:
+        jobs = [j for j in jobs if j.reservation != resv.name]
+        if spec.nodes:
+            if spec.nodes.upper() == "ALL":
+                names = list(partitions[partition].nodes if spec.partition else nodes)
+            else:
+                try:
+                    names = hostlist.expand(spec.nodes)
+                except hostlist.HostlistError as exc:
+                    raise ReservationError("Invalid node name specified") from exc
+            unknown = [n for n in names if n not in nodes]
+            if unknown:
+                raise ReservationError(f"Invalid node name specified: {unknown[0]}")
+            if "SPEC_NODES" not in resv.flags:
+                resv.flags.append("SPEC_NODES")
+            self._check_overlap(resv, names)
+            if "IGNORE_JOBS" not in resv.flags and "MAINT" not in resv.flags:
+                busy = _busy_until(names, jobs, now)
+                if any(until > resv.start_time for until in busy.values()):
+                    raise ReservationError("Requested nodes are busy")
+            return names
+        part = partitions.get(partition)
+        if part is None:
+            raise ReservationError("No partition specified or system default partition")
+        taken = {n for other in self._overlapping(resv) for n in other.nodes}
+        busy = {} if "IGNORE_JOBS" in resv.flags else _busy_until(part.nodes, jobs, now)
+        usable = [nodes[n] for n in part.nodes if n in nodes and n not in taken and busy.get(n, 0.0) <= resv.start_time
+                  and not nodes[n].drain and nodes[n].base_state != states.N_DOWN]
+        usable.sort(key=lambda n: n.weight)  # stable: name order within a weight, for compact hostlists
+        if len(usable) < (spec.node_cnt or 0):
+            raise ReservationError("Requested nodes are busy")
+        return [n.name for n in usable[:spec.node_cnt]]
+
+
+def show(resv: Reservation, nodes: Mapping[str, Node], now: float) -> dict:
+    """The reservation as the API returns it (scontrol and sinfo format it)."""
+    cores = sum(nodes[n].cpus for n in resv.nodes if n in nodes)
+    return {
+        "name": resv.name, "id": resv.resv_id, "start_time": resv.start_time, "end_time": resv.end_time,
+        "duration_s": resv.end_time - resv.start_time, "nodes": hostlist.compress(resv.nodes) if resv.nodes else "",
+        "node_cnt": len(resv.nodes), "core_cnt": cores, "partition": resv.partition, "flags": resv.flags,
+        "users": resv.users, "accounts": resv.accounts, "watts": resv.watts,
+        "state": "ACTIVE" if resv.active(now) else "INACTIVE",
+        "tres": f"cpu={cores}" if cores else "",
+    }

@@ -1,0 +1,306 @@
+"""sched/backfill: EASY (or conservative) backfilling, with first-fit or best-fit candidates.
+
+Algorithm. Pending jobs are walked in priority order against a *profile*: each node's free
+CPUs and memory now, plus the steps by which they change later (running jobs give their
+resources back at start + time limit; every reservation takes them for its window). The
+first ``bf_reservations`` jobs that cannot start now get a reservation at their earliest
+start in the profile (their *shadow time*); a job whose earliest start is now starts. Every
+later job is a backfill candidate: it starts now only if, for its whole time limit, it uses
+nothing a reservation needs, so no reserved job is ever delayed. With ``bf_reservations=1``
+this is EASY backfilling as in all five seeds; with ``unlimited`` every job gets a
+reservation (conservative backfilling).
+
+Candidates start in priority order (``bf_candidate=first``, first fit) or, as in the BFF and
+BBF variants of seed 002_4f74bc575692707e.txt, repeatedly the best candidate that fits:
+``shortest`` or ``longest`` time limit, ``most_cpus`` or ``fewest_cpus``.
+
+Reservations. Advanced reservations are honoured by node selection itself (see
+:class:`wattsched.scheduling.Candidates`): a job's candidate nodes for a window exclude every
+reservation it is not a member of that overlaps the window, and a reservation's boundaries
+are among the start times tried.
+
+Speed. Within a pass free resources only shrink, so a request shape that failed to fit now
+with some time limit fails with any longer one: such candidates are rejected without a search.
+A candidate needing more CPUs than are free in the whole machine is rejected at once. Free
+resources over a window are computed lazily, node by node, only for the nodes the selection
+plugin looks at.
+
+Constraints. A job without a time limit never ends in the profile: it can start now only on
+resources no reservation needs, and a reservation behind it waits forever (no shadow time,
+reason Resources, no expected start). Reservations are only planned within ``bf_window``.
+
+Parameters (SchedulerParameters): ``bf_interval`` (seconds between full backfill passes; the
+passes in between are strict priority order, as sched/builtin), ``bf_window`` (minutes),
+``bf_resolution`` (seconds: release times are rounded up to it, which bounds the start times
+tried), ``bf_max_job_test`` (jobs tested per pass), ``bf_max_job_user`` (jobs tested per user
+per pass), ``bf_continue`` (accepted; a pass here is never interrupted, so it always runs to
+the end of the queue it tests), ``default_queue_depth`` (for the strict passes),
+``bf_reservations`` and ``bf_candidate`` (ours, see above).
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections import Counter
+from collections.abc import Iterator, Mapping
+
+from wattsched import states
+from wattsched.config import SchedulerParams
+from wattsched.plugins.sched.builtin import BuiltinScheduler
+from wattsched.scheduling import (
+    Allocation,
+    ArrayThrottle,
+    Candidates,
+    Decisions,
+    JobRequest,
+    SelectPlugin,
+    Snapshot,
+    job_end,
+    unplaced_reason,
+)
+
+_FOREVER = math.inf
+
+
+class Profile:
+    """Free CPUs and memory per node: now (after this pass's starts) and the later steps by
+    which they change (running jobs ending, reserved jobs starting and ending)."""
+
+    def __init__(self, now: float, free: Mapping[str, tuple[int, int]]):
+        self.now = now
+        self.free_now = dict(free)
+        self.total_now = sum(cpus for cpus, _mem in free.values())
+        self.steps: dict[str, list[tuple[float, int, int]]] = {}
+
+    def add(self, node: str, when: float, cpus: int, mem_mb: int) -> None:
+        if when <= self.now:
+            free_cpus, free_mem = self.free_now[node]
+            self.free_now[node] = (free_cpus + cpus, free_mem + mem_mb)
+            self.total_now += cpus
+        else:
+            bisect.insort(self.steps.setdefault(node, []), (when, cpus, mem_mb))
+
+    def hold(self, alloc: Allocation, start: float, end: float) -> None:
+        """Take the allocation's resources from ``start`` until ``end`` (forever: never given back)."""
+        for node, cpus in alloc.cpus.items():
+            mem = alloc.mem_mb.get(node, 0)
+            self.add(node, start, -cpus, -mem)
+            if end != _FOREVER:
+                self.add(node, end, cpus, mem)
+
+    def window(self, start: float, end: float) -> Window:
+        return Window(self, start, end)
+
+    def release_times(self, after: float, until: float, resolution: float) -> list[float]:
+        """Times at which something is given back, rounded up to ``resolution``, in order."""
+        times = set()
+        for steps in self.steps.values():
+            for when, cpus, mem in steps:
+                if (cpus > 0 or mem > 0) and after < when <= until:
+                    times.add(after + math.ceil((when - after) / resolution) * resolution)
+        return sorted(times)
+
+    def total_free_at(self, times: list[float]) -> list[int]:
+        """Free CPUs of the whole machine at each of the (sorted) ``times``."""
+        changes = sorted((when, cpus) for steps in self.steps.values() for when, cpus, _mem in steps)
+        result, total, index = [], self.total_now, 0
+        for when in times:
+            while index < len(changes) and changes[index][0] <= when:
+                total += changes[index][1]
+                index += 1
+            result.append(total)
+        return result
+
+
+class Window(Mapping[str, tuple[int, int]]):
+    """Per node, the least free CPUs and memory over [start, end), computed when first asked."""
+
+    def __init__(self, profile: Profile, start: float, end: float):
+        self.profile, self.start, self.end = profile, start, end
+        self._seen: dict[str, tuple[int, int]] = {}
+
+    def __getitem__(self, node: str) -> tuple[int, int]:
+        found = self._seen.get(node)
+        if found is None:
+            found = self._seen[node] = self._least(node)
+        return found
+
+    def _least(self, node: str) -> tuple[int, int]:
+        cpus, mem = self.profile.free_now[node]
+        steps = self.profile.steps.get(node)
+        if steps:
+            index = 0
+            while index < len(steps) and steps[index][0] <= self.start:
+                cpus, mem = cpus + steps[index][1], mem + steps[index][2]
+                index += 1
+            low_cpus, low_mem = cpus, mem
+            while index < len(steps) and steps[index][0] < self.end:
+                cpus, mem = cpus + steps[index][1], mem + steps[index][2]
+                low_cpus, low_mem = min(low_cpus, cpus), min(low_mem, mem)
+                index += 1
+            cpus, mem = low_cpus, low_mem
+        return max(0, cpus), max(0, mem)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.profile.free_now)
+
+    def __len__(self) -> int:
+        return len(self.profile.free_now)
+
+
+_BEST = {
+    "shortest": lambda job: job.time_limit_min if job.time_limit_min is not None else _FOREVER,
+    "longest": lambda job: -(job.time_limit_min if job.time_limit_min is not None else _FOREVER),
+    "most_cpus": lambda job: -job.ntasks * job.cpus_per_task,
+    "fewest_cpus": lambda job: job.ntasks * job.cpus_per_task,
+}
+
+
+def _shape(job: JobRequest) -> tuple:
+    """Everything about a request that decides where it fits, except its time limit."""
+    return (job.partition, job.reservation, job.nodes_min, job.nodes_max, job.ntasks, job.ntasks_per_node,
+            job.cpus_per_task, job.mem_per_node_mb, job.mem_per_cpu_mb, job.exclusive, job.req_nodes,
+            job.exc_nodes, job.features)
+
+
+class _Pass:
+    """The state of one backfill pass: the profile, the candidate lists, the failures seen."""
+
+    def __init__(self, snapshot: Snapshot, select: SelectPlugin, params: SchedulerParams):
+        self.snapshot, self.select, self.params = snapshot, select, params
+        self.now = snapshot.now
+        self.candidates = Candidates(snapshot)
+        self.profile = Profile(snapshot.now, {n.name: (n.free_cpus, n.free_mem_mb) for n in snapshot.nodes})
+        for running in snapshot.running:
+            if running.end_time is None:
+                continue
+            # a job past its limit is being killed: count its resources back a little later
+            end = max(running.end_time, self.now + params.bf_resolution_s)
+            for node, cpus in running.cpus.items():
+                if node in self.profile.free_now:
+                    self.profile.add(node, end, cpus, running.mem_mb.get(node, 0))
+        self.failed_end: dict[tuple, float] = {}
+
+    def fits_now(self, job: JobRequest) -> Allocation | None:
+        """Where the job can run from now to its time limit without taking anything reserved."""
+        end = job_end(job, self.now)
+        shape = _shape(job)
+        if end >= self.failed_end.get(shape, _FOREVER) or \
+                job.ntasks * max(1, job.cpus_per_task) > self.profile.total_now:
+            return None
+        window = self.profile.window(self.now, end)
+        alloc = self.select.select(job, self.candidates.for_job(job, self.profile.free_now), window,
+                                   self.snapshot.def_mem_per_cpu_mb)
+        if alloc is None:
+            self.failed_end[shape] = min(end, self.failed_end.get(shape, _FOREVER))
+        return alloc
+
+    def earliest(self, job: JobRequest) -> tuple[float, Allocation] | None:
+        """The job's earliest start within bf_window, and where."""
+        now, params = self.now, self.params
+        window_end = now + params.bf_window_min * 60
+        times = {now, *self.profile.release_times(now, window_end, params.bf_resolution_s)}
+        for resv in self.snapshot.reservations.values():
+            times.update(t for t in (resv.start, resv.end) if now < t <= window_end)
+        ordered = sorted(times)
+        need = job.ntasks * max(1, job.cpus_per_task)
+        for start, total in zip(ordered, self.profile.total_free_at(ordered), strict=True):
+            if total < need:  # not enough CPUs in the whole machine at that moment
+                continue
+            if start == now:
+                alloc = self.fits_now(job)
+            else:
+                window = self.profile.window(start, job_end(job, start))
+                alloc = self.select.select(job, self.candidates.for_job(job, None, start), window,
+                                           self.snapshot.def_mem_per_cpu_mb)
+            if alloc is not None:
+                return start, alloc
+        return None
+
+
+class BackfillScheduler:
+    """Reservations for the top blocked jobs; later jobs start now only if they delay none of them."""
+
+    backfill = True  # the controller gives it running jobs' end times every bf_interval
+
+    def __init__(self, params: SchedulerParams | None = None):
+        self.params = params or SchedulerParams()
+        self.strict = BuiltinScheduler(self.params)
+
+    def plan(self, snapshot: Snapshot, order: list[JobRequest], eligible: dict[int, str | None],
+             select: SelectPlugin, throttle: ArrayThrottle, decisions: Decisions) -> None:
+        if not snapshot.backfill_due:
+            self.strict.plan(snapshot, order, eligible, select, throttle, decisions)
+            return
+        params = self.params
+        bf = _Pass(snapshot, select, params)
+        reserved, tested = 0, 0
+        per_user: Counter[str] = Counter()
+        blocked: set[tuple[str, str]] = set()
+        later: list[JobRequest] = []
+        for job in order:
+            reason = eligible[job.job_id]
+            if reason is not None:
+                decisions.reasons[job.job_id] = reason
+                continue
+            if tested >= params.bf_max_job_test or (params.bf_max_job_user and
+                                                    per_user[job.user] >= params.bf_max_job_user):
+                decisions.reasons[job.job_id] = states.R_PRIORITY
+                continue
+            tested += 1
+            per_user[job.user] += 1
+            if not throttle.allows(job):
+                decisions.reasons[job.job_id] = states.R_ARRAY_LIMIT
+                continue
+            if params.bf_reservations == 0 or reserved < params.bf_reservations:
+                found = bf.earliest(job)
+                if found is not None and found[0] == bf.now:
+                    self._start(job, found[1], bf, throttle, decisions, backfilled=bool(blocked))
+                    continue
+                key = (job.partition, job.reservation)
+                decisions.reasons[job.job_id] = states.R_PRIORITY if key in blocked else \
+                    unplaced_reason(job, snapshot, bf.candidates.by_name)
+                blocked.add(key)
+                if found is not None:
+                    start, alloc = found
+                    bf.profile.hold(alloc, start, job_end(job, start))
+                    decisions.expected_start[job.job_id] = start
+                    reserved += 1
+            elif params.bf_candidate == "first":
+                alloc = bf.fits_now(job)
+                if alloc is not None:
+                    self._start(job, alloc, bf, throttle, decisions, backfilled=True)
+                else:
+                    decisions.reasons[job.job_id] = states.R_PRIORITY
+            else:
+                later.append(job)
+        self._best_fit(later, bf, throttle, decisions)
+        decisions.backfill_depth = tested
+
+    def _best_fit(self, later: list[JobRequest], bf: _Pass, throttle: ArrayThrottle, decisions: Decisions) -> None:
+        """Start the best-fitting candidate, again and again, until none fits (BFF/BBF)."""
+        key = _BEST.get(self.params.bf_candidate)
+        waiting = list(later)
+        while waiting and key is not None:
+            fitting = []
+            for job in waiting:
+                if throttle.allows(job):
+                    alloc = bf.fits_now(job)
+                    if alloc is not None:
+                        fitting.append((key(job), job, alloc))
+            if not fitting:
+                break
+            _key, job, alloc = min(fitting, key=lambda f: (f[0], f[1].submit_time, f[1].job_id))
+            self._start(job, alloc, bf, throttle, decisions, backfilled=True)
+            waiting.remove(job)
+        for job in waiting:
+            decisions.reasons[job.job_id] = states.R_PRIORITY
+
+    @staticmethod
+    def _start(job: JobRequest, alloc: Allocation, bf: _Pass, throttle: ArrayThrottle, decisions: Decisions,
+               backfilled: bool) -> None:
+        bf.profile.hold(alloc, bf.now, job_end(job, bf.now))
+        decisions.starts.append((job.job_id, alloc))
+        decisions.backfilled += int(backfilled)
+        throttle.started(job)

@@ -1,0 +1,272 @@
+"""sched/backfill and advanced reservations in the pure core: hand-checked cases and properties."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from wattsched import states
+from wattsched.config import ConfigError, SchedulerParams, parse_scheduler_params
+from wattsched.plugins.priority.basic import BasicPriority
+from wattsched.plugins.sched.backfill import BackfillScheduler
+from wattsched.plugins.sched.builtin import BuiltinScheduler
+from wattsched.plugins.select.cons_tres import ConsTresSelect
+from wattsched.scheduling import JobRequest, NodeSnap, PartitionSnap, ResvSnap, RunningJob, Snapshot, schedule
+
+NOW = 1_000_000.0
+HOUR = 3600.0
+
+
+def cluster(count: int, cpus: int, running: list[RunningJob], now: float = NOW,
+            pending: list[JobRequest] = (), reservations: list[ResvSnap] = ()) -> Snapshot:
+    """A snapshot whose free CPUs are what the running jobs leave."""
+    used: dict[str, int] = {}
+    for r in running:
+        for node, n in r.cpus.items():
+            used[node] = used.get(node, 0) + n
+    names = [f"n{i:02d}" for i in range(1, count + 1)]
+    node_snaps = tuple(NodeSnap(n, cpus, cpus - used.get(n, 0), 1000, 1000) for n in names)
+    return Snapshot(now=now, nodes=node_snaps, partitions={"p": PartitionSnap("p", tuple(names))},
+                    pending=tuple(pending), running=tuple(running),
+                    reservations={r.name: r for r in reservations})
+
+
+def job(job_id: int, ntasks: int, minutes: int | None, **kw) -> JobRequest:
+    return JobRequest(job_id=job_id, user=kw.pop("user", "u"), partition="p", submit_time=job_id, ntasks=ntasks,
+                      time_limit_min=minutes, **kw)
+
+
+def running(job_id: int, cpus: dict[str, int], end: float | None) -> RunningJob:
+    return RunningJob(job_id, cpus, dict.fromkeys(cpus, 0), end)
+
+
+def plan(snapshot: Snapshot, scheduler=None):
+    return schedule(snapshot, BasicPriority(), scheduler or BackfillScheduler(), ConsTresSelect())
+
+
+# --- the hand-checked example ----------------------------------------------------------------------
+
+def test_three_job_queue_where_only_backfill_runs_the_short_job_ahead() -> None:
+    """4 nodes x 4 CPUs; a running job holds n01-n03 for one more hour.
+
+    Job 1 wants all 16 CPUs for an hour: it must wait for that hour and gets a reservation
+    at NOW+1h. Job 2 (4 CPUs, 2 h) would fit on n04 now but would still hold it at NOW+1h:
+    starting it would delay job 1, so it waits. Job 3 (4 CPUs, 30 min) fits on n04 and ends
+    before NOW+1h: backfill starts it. Strict priority order starts nothing."""
+    busy = [running(99, {"n01": 4, "n02": 4, "n03": 4}, NOW + HOUR)]
+    queue = [job(1, 16, 60), job(2, 4, 120), job(3, 4, 30)]
+
+    strict = plan(cluster(4, 4, busy, pending=queue), BuiltinScheduler())
+    assert strict.starts == []
+    assert strict.reasons == {1: states.R_RESOURCES, 2: states.R_PRIORITY, 3: states.R_PRIORITY}
+
+    easy = plan(cluster(4, 4, busy, pending=queue))
+    assert [(j, dict(a.cpus)) for j, a in easy.starts] == [(3, {"n04": 4})]
+    assert easy.expected_start == {1: NOW + HOUR}
+    assert easy.reasons == {1: states.R_RESOURCES, 2: states.R_PRIORITY}
+    assert easy.backfilled == 1
+
+
+def test_conservative_backfilling_reserves_for_every_blocked_job() -> None:
+    busy = [running(99, {"n01": 4, "n02": 4, "n03": 4}, NOW + HOUR)]
+    queue = [job(1, 16, 60), job(2, 4, 120), job(3, 4, 90)]
+    easy = plan(cluster(4, 4, busy, pending=queue))
+    assert [j for j, _ in easy.starts] == []  # job 3 would hold n04 past NOW+1h
+    conservative = plan(cluster(4, 4, busy, pending=queue), BackfillScheduler(SchedulerParams(bf_reservations=0)))
+    assert conservative.expected_start == {1: NOW + HOUR, 2: NOW + 2 * HOUR, 3: NOW + 2 * HOUR}
+
+
+def test_best_fit_candidates_bff_and_bbf() -> None:
+    """n04 is free for one hour: of three candidates that fit, first fit takes the first in
+    priority order, best fit by shortest limit or most CPUs takes another."""
+    busy = [running(99, {"n01": 4, "n02": 4, "n03": 4}, NOW + HOUR)]
+    queue = [job(1, 16, 60), job(2, 2, 50), job(3, 1, 10), job(4, 4, 40)]
+    first = plan(cluster(4, 4, busy, pending=queue))
+    assert [j for j, _ in first.starts] == [2, 3]
+    shortest = plan(cluster(4, 4, busy, pending=queue), BackfillScheduler(SchedulerParams(bf_candidate="shortest")))
+    assert [j for j, _ in shortest.starts] == [3, 2]
+    most = plan(cluster(4, 4, busy, pending=queue), BackfillScheduler(SchedulerParams(bf_candidate="most_cpus")))
+    assert [j for j, _ in most.starts] == [4]
+
+
+def test_jobs_without_limit_never_backfill_ahead_of_a_reservation() -> None:
+    busy = [running(99, {"n01": 4, "n02": 4, "n03": 4}, NOW + HOUR)]
+    decisions = plan(cluster(4, 4, busy, pending=[job(1, 16, 60), job(2, 1, None)]))
+    assert decisions.starts == []
+    assert decisions.reasons[2] == states.R_PRIORITY
+
+
+def test_unlimited_running_job_leaves_the_blocked_job_without_expected_start() -> None:
+    busy = [running(99, {"n01": 4}, None)]
+    decisions = plan(cluster(2, 4, busy, pending=[job(1, 8, 60), job(2, 4, 10)]))
+    assert decisions.expected_start == {}
+    assert [j for j, _ in decisions.starts] == [2]  # nothing to delay: job 1 can never start
+
+
+def test_bf_max_job_test_and_per_user_limit() -> None:
+    busy = [running(99, {"n01": 4, "n02": 4, "n03": 4}, NOW + HOUR)]
+    queue = [job(1, 16, 60), job(2, 1, 10, user="a"), job(3, 1, 10, user="a"), job(4, 1, 10, user="b")]
+    limited = plan(cluster(4, 4, busy, pending=queue), BackfillScheduler(SchedulerParams(bf_max_job_test=2)))
+    assert [j for j, _ in limited.starts] == [2]
+    per_user = plan(cluster(4, 4, busy, pending=queue), BackfillScheduler(SchedulerParams(bf_max_job_user=1)))
+    assert [j for j, _ in per_user.starts] == [2, 4]
+
+
+def test_between_backfill_passes_the_scheduler_is_strict() -> None:
+    busy = [running(99, {"n01": 4, "n02": 4, "n03": 4}, NOW + HOUR)]
+    snapshot = cluster(4, 4, busy, pending=[job(1, 16, 60), job(3, 4, 30)])
+    from dataclasses import replace
+
+    decisions = plan(replace(snapshot, backfill_due=False))
+    assert decisions.starts == [] and decisions.expected_start == {}
+
+
+def test_builtin_default_queue_depth() -> None:
+    queue = [job(i, 1, 10) for i in range(1, 11)]
+    decisions = plan(cluster(4, 4, [], pending=queue), BuiltinScheduler(SchedulerParams(default_queue_depth=3)))
+    assert [j for j, _ in decisions.starts] == [1, 2, 3]
+
+
+# --- advanced reservations ---------------------------------------------------------------------------
+
+def test_reserved_nodes_are_kept_for_members_within_the_window() -> None:
+    resv = ResvSnap("maint", NOW + HOUR, NOW + 2 * HOUR, frozenset({"n01", "n02"}), frozenset({"alice"}))
+    queue = [job(1, 8, 120), job(2, 4, 30), job(3, 4, 30, user="alice", reservation="maint")]
+    decisions = plan(cluster(4, 4, [], pending=queue, reservations=[resv]))
+    started = {j: set(a.cpus) for j, a in decisions.starts}
+    # job 1 (2 h) may not touch n01/n02 and takes n03-n04; job 2 ends before the window opens
+    assert started == {1: {"n03", "n04"}, 2: {"n01"}}
+    assert decisions.reasons[3] == states.R_RESERVATION  # not started yet
+
+
+def test_active_reservation_members_run_on_its_nodes_only() -> None:
+    resv = ResvSnap("r", NOW - 10, NOW + HOUR, frozenset({"n03", "n04"}), frozenset({"alice"}))
+    queue = [job(1, 4, 30, user="alice", reservation="r"), job(2, 4, 30), job(3, 4, 90, user="alice",
+                                                                              reservation="r")]
+    for scheduler in (BuiltinScheduler(), BackfillScheduler()):
+        decisions = plan(cluster(4, 4, [], pending=queue, reservations=[resv]), scheduler)
+        started = {j: set(a.cpus) for j, a in decisions.starts}
+        assert started[1] == {"n03"} and started[2] == {"n01"}
+        assert 3 not in started  # it would overrun the reservation's end
+
+
+def test_flex_reservation_lets_members_start_early_and_overrun() -> None:
+    resv = ResvSnap("r", NOW + HOUR, NOW + 2 * HOUR, frozenset({"n01"}), frozenset({"alice"}),
+                    flags=frozenset({"FLEX"}))
+    decisions = plan(cluster(2, 4, [], pending=[job(1, 4, 600, user="alice", reservation="r")], reservations=[resv]))
+    assert [j for j, _ in decisions.starts] == [1]
+
+
+def test_pending_reasons_for_reservations() -> None:
+    maint = ResvSnap("m", NOW - 10, NOW + HOUR, frozenset({"n01", "n02"}), frozenset({"root"}),
+                     flags=frozenset({"MAINT"}))
+    queue = [job(1, 8, 30), job(2, 1, 30, reservation="gone")]
+    decisions = plan(cluster(2, 4, [], pending=queue, reservations=[maint]), BuiltinScheduler())
+    assert decisions.reasons == {1: states.R_MAINT, 2: states.R_RESV_DELETED}
+    named = plan(cluster(2, 4, [], pending=[job(3, 1, 30, req_nodes=("n01",))], reservations=[maint]))
+    assert named.reasons == {3: states.R_NODE_NOT_AVAIL}
+
+
+# --- SchedulerParameters -----------------------------------------------------------------------------
+
+def test_scheduler_parameters_parse() -> None:
+    params = parse_scheduler_params("bf_interval=5,bf_window=60,bf_resolution=30,bf_max_job_test=1000,"
+                                    "bf_max_job_user=10,bf_continue,default_queue_depth=50,"
+                                    "bf_reservations=unlimited,bf_candidate=shortest")
+    assert params == SchedulerParams(5, 60, 30, 1000, 10, True, 50, 0, "shortest")
+    for bad in ("bf_interval=x", "bf_candidate=random", "bogus=1", "bf_reservations=0", "bf_resolution=0"):
+        with pytest.raises(ValueError):
+            parse_scheduler_params(bad)
+
+
+def test_bad_scheduler_parameters_name_file_and_line(tmp_path) -> None:
+    from wattsched import config
+
+    path = tmp_path / "bad.conf"
+    path.write_text("ClusterName=c\nSchedulerParameters=bf_window=abc\nNodeName=n1 CPUs=1\n"
+                    "PartitionName=p Nodes=n1\n")
+    with pytest.raises(ConfigError, match=r"bad.conf:2: SchedulerParameters"):
+        config.load(str(path))
+
+
+# --- properties ----------------------------------------------------------------------------------------
+
+@st.composite
+def workloads(draw):
+    count = draw(st.integers(2, 6))
+    cpus = draw(st.integers(1, 8))
+    names = [f"n{i:02d}" for i in range(1, count + 1)]
+    free = dict.fromkeys(names, cpus)
+    busy = []
+    for job_id in range(1000, 1000 + draw(st.integers(0, 6))):
+        node = draw(st.sampled_from(names))
+        if free[node]:
+            take = draw(st.integers(1, free[node]))
+            free[node] -= take
+            busy.append(running(job_id, {node: take}, NOW + draw(st.integers(1, 300)) * 60))
+    queue = [job(i, draw(st.integers(1, count * cpus)), draw(st.integers(1, 240)))
+             for i in range(1, draw(st.integers(1, 12)) + 1)]
+    return count, cpus, busy, queue
+
+
+def _over_allocated(snapshot: Snapshot, decisions) -> bool:
+    free = {n.name: n.free_cpus for n in snapshot.nodes}
+    for _job, alloc in decisions.starts:
+        for node, n in alloc.cpus.items():
+            free[node] -= n
+    return any(v < 0 for v in free.values())
+
+
+@settings(max_examples=150, deadline=None)
+@given(workloads(), st.sampled_from([1, 0]), st.sampled_from(["first", "shortest", "most_cpus"]))
+def test_backfill_never_over_allocates(work, reservations, candidate) -> None:
+    count, cpus, busy, queue = work
+    snapshot = cluster(count, cpus, busy, pending=queue)
+    decisions = plan(snapshot, BackfillScheduler(SchedulerParams(bf_reservations=reservations,
+                                                                 bf_candidate=candidate)))
+    assert not _over_allocated(snapshot, decisions)
+
+
+@settings(max_examples=150, deadline=None)
+@given(workloads(), st.sampled_from([1, 60]))
+def test_easy_never_starts_the_reserved_job_later_than_its_reservation(work, resolution) -> None:
+    """Run the queue forward with exact runtimes (every job runs its whole limit), calling the
+    scheduler at every job end: the top job starts no later than its first expected start."""
+    count, cpus, busy, queue = work
+    scheduler = BackfillScheduler(SchedulerParams(bf_resolution_s=resolution))
+    now, pending, active = NOW, list(queue), list(busy)
+    promised: dict[int, float] = {}
+    started: dict[int, float] = {}
+    for _ in range(200):
+        snapshot = cluster(count, cpus, active, now, pending)
+        decisions = plan(snapshot, scheduler)
+        assert not _over_allocated(snapshot, decisions)
+        for job_id, when in decisions.expected_start.items():
+            promised.setdefault(job_id, when)
+        for job_id, alloc in decisions.starts:
+            request = next(j for j in pending if j.job_id == job_id)
+            pending.remove(request)
+            started[job_id] = now
+            active.append(running(job_id, dict(alloc.cpus), now + request.time_limit_min * 60))
+        if not pending:
+            break
+        now = min(r.end_time for r in active)
+        active = [r for r in active if r.end_time > now]
+    for job_id, when in promised.items():
+        if job_id in started:
+            assert started[job_id] <= when, (job_id, started[job_id] - NOW, when - NOW)
+
+
+@settings(max_examples=150, deadline=None)
+@given(workloads(), st.integers(0, 120), st.integers(10, 240), st.sampled_from(["builtin", "backfill"]))
+def test_reserved_nodes_are_never_used_by_others_in_the_window(work, offset, length, kind) -> None:
+    count, cpus, busy, queue = work
+    resv = ResvSnap("r", NOW + offset * 60, NOW + (offset + length) * 60, frozenset({"n01", "n02"}),
+                    frozenset({"alice"}))
+    snapshot = cluster(count, cpus, busy, pending=queue, reservations=[resv])
+    decisions = plan(snapshot, BuiltinScheduler() if kind == "builtin" else BackfillScheduler())
+    by_id = {j.job_id: j for j in queue}
+    for job_id, alloc in decisions.starts:
+        end = NOW + by_id[job_id].time_limit_min * 60
+        if resv.overlaps(NOW, end):
+            assert resv.nodes.isdisjoint(alloc.cpus)
