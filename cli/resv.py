@@ -59,7 +59,8 @@ def delete(client: Client, name: str) -> None:
 
 
 def _duration(seconds: float) -> str:
-    return timefmt.secs_to_str(int(seconds))
+    """Slurm's secs2time_str: HH:MM:SS or D-HH:MM:SS."""
+    return timefmt.elapsed_str(seconds)
 
 
 def lines(r: dict[str, Any]) -> list[str]:

@@ -4,6 +4,7 @@ layout."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Annotated, Any
 
 import typer
@@ -166,28 +167,12 @@ def show(client: Client, args: list[str], oneliner: bool, as_json: bool) -> None
             return print_json({"nodes": nodes})
         return _emit([node_lines(n) for n in nodes], oneliner)
     if what in ("partition", "partitions"):
-        parts = client.request("GET", "/v1/partitions")["partitions"]
-        if rest:
-            parts = [p for p in parts if p["name"] == rest[0]]
-            if not parts:
-                raise CLIError(f"Partition {rest[0]} not found")
-        if as_json:
-            return print_json({"partitions": parts})
-        return _emit([partition_lines(p) for p in parts], oneliner)
+        return _show_named(client, "partitions", "Partition", rest, partition_lines, oneliner, as_json)
     if what in ("reservation", "reservations", "res"):
         from wattsched.cli import resv
 
-        found = client.request("GET", "/v1/reservations")["reservations"]
-        if rest:
-            found = [r for r in found if r["name"] == rest[0]]
-            if not found:
-                raise CLIError(f"Reservation {rest[0]} not found")
-        if as_json:
-            return print_json({"reservations": found})
-        if not found:
-            print("No reservations in the system")
-            return None
-        return _emit([resv.lines(r) for r in found], oneliner)
+        return _show_named(client, "reservations", "Reservation", rest, resv.lines, oneliner, as_json,
+                           "No reservations in the system")
     if what == "config":
         conf = client.request("GET", "/v1/config")
         if as_json:
@@ -198,6 +183,23 @@ def show(client: Client, args: list[str], oneliner: bool, as_json: bool) -> None
         print(f"{'SLURM_CONF':<23} = {conf['source']}")
         return None
     raise CLIError(f"invalid entity:{args[0]} for keyword:show")
+
+
+def _show_named(client: Client, kind: str, title: str, rest: list[str],
+                lines: Callable[[dict[str, Any]], list[str]], oneliner: bool, as_json: bool,
+                none_message: str = "") -> None:
+    """``show partition [NAME]`` and ``show reservation [NAME]``: all records, or the named one."""
+    found = client.request("GET", f"/v1/{kind}")[kind]
+    if rest:
+        found = [r for r in found if r["name"] == rest[0]]
+        if not found:
+            raise CLIError(f"{title} {rest[0]} not found")
+    if as_json:
+        return print_json({kind: found})
+    if not found and none_message:
+        print(none_message)
+        return None
+    return _emit([lines(r) for r in found], oneliner)
 
 
 def update(client: Client, args: list[str]) -> None:

@@ -241,6 +241,8 @@ class ReservationBook:
         part = partitions.get(partition)
         if part is None:
             raise ReservationError("No partition specified or system default partition")
+        if (spec.node_cnt or 0) > len(part.nodes):
+            raise ReservationError("Requested node configuration is not available")
         taken = {n for other in self._overlapping(resv) for n in other.nodes}
         busy = {} if "IGNORE_JOBS" in resv.flags else _busy_until(part.nodes, jobs, now)
         usable = [nodes[n] for n in part.nodes if n in nodes and n not in taken and busy.get(n, 0.0) <= resv.start_time

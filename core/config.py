@@ -131,7 +131,7 @@ class Config:
     slurmd_spool_dir: str = "/var/spool/wattsched/d"
     accounting_storage_type: str = "accounting_storage/sqlalchemy"
     accounting_storage_loc: str = ""
-    scheduler_type: str = "sched/builtin"
+    scheduler_type: str = "sched/backfill"
     scheduler_parameters: SchedulerParams = SchedulerParams()
     priority_type: str = "priority/basic"
     select_type: str = "select/cons_tres"

@@ -196,7 +196,8 @@ class Node:
 
     @property
     def schedulable(self) -> bool:
-        return (self.base_state in (states.N_IDLE, states.N_MIXED) and not self.drain
+        """Up, responding and not drained: work may be placed on it, now or when it is free."""
+        return (self.base_state in (states.N_IDLE, states.N_MIXED, states.N_ALLOCATED) and not self.drain
                 and not self.not_responding)
 
 

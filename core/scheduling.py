@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -23,7 +23,8 @@ from wattsched import states
 
 @dataclass(frozen=True, slots=True)
 class NodeSnap:
-    """A node as a policy sees it: size, what is free, whether new work may land on it."""
+    """A node as a policy sees it: size, what is free, whether new work may land on it (now or,
+    when it is busy, once it is free)."""
 
     name: str
     cpus: int
@@ -345,10 +346,9 @@ class Candidates:
         self.by_name = {n.name: n for n in snapshot.nodes}
         self._lists: dict[tuple, list[NodeSnap]] = {}
 
-    def for_job(self, job: JobRequest, free_now: Mapping[str, tuple[int, int]] | None,
-                start: float | None = None) -> list[NodeSnap]:
-        """Nodes for ``job`` starting at ``start`` (default now); with ``free_now``, only those
-        with a free CPU in it."""
+    def for_job(self, job: JobRequest, usable: Collection[str] | None, start: float | None = None) -> list[NodeSnap]:
+        """Nodes for ``job`` starting at ``start`` (default now); with ``usable``, only those in it
+        (the nodes with a free CPU)."""
         snapshot = self.snapshot
         start = snapshot.now if start is None else start
         blocking: tuple[str, ...] = ()
@@ -363,9 +363,9 @@ class Candidates:
         nodes = self._lists.get(key)
         if nodes is None:
             nodes = self._lists[key] = self._build(job, blocking)
-        if free_now is None:
+        if usable is None:
             return nodes
-        return [n for n in nodes if free_now[n.name][0] > 0]
+        return [n for n in nodes if n.name in usable]
 
     def _build(self, job: JobRequest, blocking: tuple[str, ...]) -> list[NodeSnap]:
         snapshot = self.snapshot

@@ -146,6 +146,10 @@ class Cluster:
 
         return auth.user_token(self.key(), uid, user, role=role)
 
+    def user_env(self, uid: int = 1000, user: str = "alice") -> dict:
+        """The environment of commands run as another (non-admin) user, by a token in SLURM_JWT."""
+        return dict(self.env, SLURM_JWT=self.token(uid, user))
+
     def api(self, method: str, path: str, token: str | None = "root", **kwargs) -> httpx.Response:
         headers = kwargs.pop("headers", {})
         if token == "root":
@@ -187,8 +191,12 @@ class Cluster:
 
     def wait_state(self, job_id: int, states: set[str] | str, timeout: float = 30) -> dict:
         wanted = {states} if isinstance(states, str) else states
-        return wait_for(lambda: (j := self.job(job_id))["state"] in wanted and j, timeout,
-                        what=f"job {job_id} in {wanted}")
+        try:
+            return wait_for(lambda: (j := self.job(job_id))["state"] in wanted and j, timeout,
+                            what=f"job {job_id} in {wanted}")
+        except AssertionError as exc:
+            job = self.job(job_id)
+            raise AssertionError(f"{exc}; it is {job['state']} ({job['reason']})") from None
 
     def accounted(self, *job_ids: int, timeout: float = 30) -> list[dict]:
         """Accounting rows of these jobs once all of them are there in a final state."""

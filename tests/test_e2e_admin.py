@@ -44,7 +44,7 @@ def test_show_config_partition_and_json(cluster: Cluster) -> None:
     config = cluster.run("scontrol", "show", "config").stdout
     assert config.startswith("Configuration data as of ")
     assert "ClusterName             = testcluster" in config
-    assert "SchedulerType           = sched/builtin" in config
+    assert "SchedulerType           = sched/backfill" in config
     part = cluster.run("scontrol", "show", "partition", "debug").stdout
     assert part.startswith("PartitionName=debug") and "TotalCPUs=16 TotalNodes=4" in part
     nodes = json.loads(cluster.run("sinfo", "--json").stdout)

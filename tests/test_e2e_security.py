@@ -9,10 +9,6 @@ from wattsched import auth
 from wattsched.testcluster import Cluster
 
 
-def _alice_env(cluster: Cluster) -> dict:
-    return dict(cluster.env, SLURM_JWT=cluster.token(1000, "alice"))
-
-
 def test_unauthenticated_and_forged_requests_get_401(cluster: Cluster) -> None:
     before = len(cluster.jobs())
     body = {"script": "#!/bin/sh\ntrue\n", "work_dir": "/tmp"}
@@ -29,7 +25,7 @@ def test_unauthenticated_and_forged_requests_get_401(cluster: Cluster) -> None:
 
 def test_cross_user_requests_are_refused(cluster: Cluster) -> None:
     root_job = cluster.sbatch("-H", "--wrap", "true")
-    alice = _alice_env(cluster)
+    alice = cluster.user_env()
     alice_job = cluster.sbatch("-H", "--wrap", "true", env=alice)
     assert cluster.job(alice_job)["user"] == "alice" and cluster.job(alice_job)["uid"] == 1000
     refused = cluster.run("scancel", str(root_job), env=alice, check=False)

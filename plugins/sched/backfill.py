@@ -40,11 +40,11 @@ the end of the queue it tests), ``default_queue_depth`` (for the strict passes),
 
 from __future__ import annotations
 
-import bisect
 import math
 from collections import Counter
 from collections.abc import Iterator, Mapping
 
+import numpy as np
 from wattsched import states
 from wattsched.config import SchedulerParams
 from wattsched.plugins.sched.builtin import BuiltinScheduler
@@ -65,21 +65,30 @@ _FOREVER = math.inf
 
 class Profile:
     """Free CPUs and memory per node: now (after this pass's starts) and the later steps by
-    which they change (running jobs ending, reserved jobs starting and ending)."""
+    which they change (running jobs ending, reserved jobs starting and ending).
+
+    Steps are kept as arrays so that a window's least free resources, the release times and
+    the machine's free total over time are computed for all nodes at once."""
 
     def __init__(self, now: float, free: Mapping[str, tuple[int, int]]):
         self.now = now
-        self.free_now = dict(free)
-        self.total_now = sum(cpus for cpus, _mem in free.values())
-        self.steps: dict[str, list[tuple[float, int, int]]] = {}
+        self.names = list(free)
+        self.index = {name: i for i, name in enumerate(self.names)}
+        self.cpus_now = np.array([c for c, _m in free.values()], dtype=np.int64)
+        self.mem_now = np.array([m for _c, m in free.values()], dtype=np.int64)
+        self.total_now = int(self.cpus_now.sum())
+        self._new: list[tuple[float, int, int, int]] = []
+        empty = np.zeros(0, dtype=np.int64)
+        self._arrays: tuple[np.ndarray, ...] = (np.zeros(0), empty, empty, empty)
 
     def add(self, node: str, when: float, cpus: int, mem_mb: int) -> None:
+        i = self.index[node]
         if when <= self.now:
-            free_cpus, free_mem = self.free_now[node]
-            self.free_now[node] = (free_cpus + cpus, free_mem + mem_mb)
+            self.cpus_now[i] += cpus
+            self.mem_now[i] += mem_mb
             self.total_now += cpus
         else:
-            bisect.insort(self.steps.setdefault(node, []), (when, cpus, mem_mb))
+            self._new.append((when, i, cpus, mem_mb))
 
     def hold(self, alloc: Allocation, start: float, end: float) -> None:
         """Take the allocation's resources from ``start`` until ``end`` (forever: never given back)."""
@@ -89,64 +98,74 @@ class Profile:
             if end != _FOREVER:
                 self.add(node, end, cpus, mem)
 
+    def arrays(self) -> tuple[np.ndarray, ...]:
+        """The steps as (time, node, cpus, mem) arrays, sorted by node, then time; steps added
+        since the last call are merged in (converting only them keeps repeated calls cheap)."""
+        if self._new:
+            new = np.array(self._new, dtype=np.float64)
+            self._new = []
+            when = np.concatenate((self._arrays[0], new[:, 0]))
+            node = np.concatenate((self._arrays[1], new[:, 1].astype(np.int64)))
+            cpus = np.concatenate((self._arrays[2], new[:, 2].astype(np.int64)))
+            mem = np.concatenate((self._arrays[3], new[:, 3].astype(np.int64)))
+            order = np.lexsort((when, node))
+            self._arrays = (when[order], node[order], cpus[order], mem[order])
+        return self._arrays
+
     def window(self, start: float, end: float) -> Window:
         return Window(self, start, end)
 
     def release_times(self, after: float, until: float, resolution: float) -> list[float]:
         """Times at which something is given back, rounded up to ``resolution``, in order."""
-        times = set()
-        for steps in self.steps.values():
-            for when, cpus, mem in steps:
-                if (cpus > 0 or mem > 0) and after < when <= until:
-                    times.add(after + math.ceil((when - after) / resolution) * resolution)
-        return sorted(times)
+        when, _node, cpus, mem = self.arrays()
+        picked = when[((cpus > 0) | (mem > 0)) & (when > after) & (when <= until)]
+        return np.unique(after + np.ceil((picked - after) / resolution) * resolution).tolist()
 
     def total_free_at(self, times: list[float]) -> list[int]:
         """Free CPUs of the whole machine at each of the (sorted) ``times``."""
-        changes = sorted((when, cpus) for steps in self.steps.values() for when, cpus, _mem in steps)
-        result, total, index = [], self.total_now, 0
-        for when in times:
-            while index < len(changes) and changes[index][0] <= when:
-                total += changes[index][1]
-                index += 1
-            result.append(total)
-        return result
+        when, _node, cpus, _mem = self.arrays()
+        order = np.argsort(when, kind="stable")
+        running = np.concatenate(([0], np.cumsum(cpus[order])))
+        return (self.total_now + running[np.searchsorted(when[order], times, side="right")]).tolist()
 
 
 class Window(Mapping[str, tuple[int, int]]):
-    """Per node, the least free CPUs and memory over [start, end), computed when first asked."""
+    """Per node, the least free CPUs and memory over [start, end)."""
 
     def __init__(self, profile: Profile, start: float, end: float):
-        self.profile, self.start, self.end = profile, start, end
-        self._seen: dict[str, tuple[int, int]] = {}
+        self.profile = profile
+        when, node, cpus, mem = profile.arrays()
+        size = len(profile.names)
+        before = when <= start
+        low_cpus = profile.cpus_now + np.bincount(node[before], cpus[before], minlength=size).astype(np.int64)
+        low_mem = profile.mem_now + np.bincount(node[before], mem[before], minlength=size).astype(np.int64)
+        inside = (when > start) & (when < end)
+        if inside.any():
+            # steps stay sorted by node then time: a running sum per node gives each level reached
+            n_in, c_in, m_in = node[inside], cpus[inside], mem[inside]
+            first = np.flatnonzero(np.concatenate(([True], n_in[1:] != n_in[:-1])))
+            for values, low in ((c_in, low_cpus), (m_in, low_mem)):
+                sums = np.cumsum(values)
+                group_base = np.repeat(sums[first] - values[first], np.diff(np.append(first, len(values))))
+                dips = np.minimum.reduceat(sums - group_base, first)
+                low[n_in[first]] += np.minimum(dips, 0)
+        self.cpus = np.maximum(low_cpus, 0)
+        self.mem = np.maximum(low_mem, 0)
 
     def __getitem__(self, node: str) -> tuple[int, int]:
-        found = self._seen.get(node)
-        if found is None:
-            found = self._seen[node] = self._least(node)
-        return found
+        i = self.profile.index[node]
+        return int(self.cpus[i]), int(self.mem[i])
 
-    def _least(self, node: str) -> tuple[int, int]:
-        cpus, mem = self.profile.free_now[node]
-        steps = self.profile.steps.get(node)
-        if steps:
-            index = 0
-            while index < len(steps) and steps[index][0] <= self.start:
-                cpus, mem = cpus + steps[index][1], mem + steps[index][2]
-                index += 1
-            low_cpus, low_mem = cpus, mem
-            while index < len(steps) and steps[index][0] < self.end:
-                cpus, mem = cpus + steps[index][1], mem + steps[index][2]
-                low_cpus, low_mem = min(low_cpus, cpus), min(low_mem, mem)
-                index += 1
-            cpus, mem = low_cpus, low_mem
-        return max(0, cpus), max(0, mem)
+    def with_cpus(self) -> set[str]:
+        """The nodes with a free CPU throughout the window."""
+        names = self.profile.names
+        return {names[i] for i in np.flatnonzero(self.cpus > 0)}
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self.profile.free_now)
+        return iter(self.profile.names)
 
     def __len__(self) -> int:
-        return len(self.profile.free_now)
+        return len(self.profile.names)
 
 
 _BEST = {
@@ -178,7 +197,7 @@ class _Pass:
             # a job past its limit is being killed: count its resources back a little later
             end = max(running.end_time, self.now + params.bf_resolution_s)
             for node, cpus in running.cpus.items():
-                if node in self.profile.free_now:
+                if node in self.profile.index:
                     self.profile.add(node, end, cpus, running.mem_mb.get(node, 0))
         self.failed_end: dict[tuple, float] = {}
 
@@ -190,7 +209,7 @@ class _Pass:
                 job.ntasks * max(1, job.cpus_per_task) > self.profile.total_now:
             return None
         window = self.profile.window(self.now, end)
-        alloc = self.select.select(job, self.candidates.for_job(job, self.profile.free_now), window,
+        alloc = self.select.select(job, self.candidates.for_job(job, window.with_cpus()), window,
                                    self.snapshot.def_mem_per_cpu_mb)
         if alloc is None:
             self.failed_end[shape] = min(end, self.failed_end.get(shape, _FOREVER))
@@ -199,8 +218,11 @@ class _Pass:
     def earliest(self, job: JobRequest) -> tuple[float, Allocation] | None:
         """The job's earliest start within bf_window, and where."""
         now, params = self.now, self.params
+        alloc = self.fits_now(job)
+        if alloc is not None:  # most jobs at the head of a queue start at once: no timeline needed
+            return now, alloc
         window_end = now + params.bf_window_min * 60
-        times = {now, *self.profile.release_times(now, window_end, params.bf_resolution_s)}
+        times = set(self.profile.release_times(now, window_end, params.bf_resolution_s))
         for resv in self.snapshot.reservations.values():
             times.update(t for t in (resv.start, resv.end) if now < t <= window_end)
         ordered = sorted(times)
@@ -208,12 +230,9 @@ class _Pass:
         for start, total in zip(ordered, self.profile.total_free_at(ordered), strict=True):
             if total < need:  # not enough CPUs in the whole machine at that moment
                 continue
-            if start == now:
-                alloc = self.fits_now(job)
-            else:
-                window = self.profile.window(start, job_end(job, start))
-                alloc = self.select.select(job, self.candidates.for_job(job, None, start), window,
-                                           self.snapshot.def_mem_per_cpu_mb)
+            window = self.profile.window(start, job_end(job, start))
+            alloc = self.select.select(job, self.candidates.for_job(job, window.with_cpus(), start), window,
+                                       self.snapshot.def_mem_per_cpu_mb)
             if alloc is not None:
                 return start, alloc
         return None

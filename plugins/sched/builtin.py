@@ -35,6 +35,7 @@ class BuiltinScheduler:
              select: SelectPlugin, throttle: ArrayThrottle, decisions: Decisions) -> None:
         candidates = Candidates(snapshot)
         free = {n.name: (n.free_cpus, n.free_mem_mb) for n in snapshot.nodes}
+        with_cpus = {name for name, (cpus, _mem) in free.items() if cpus > 0}
         blocked: set[tuple[str, str]] = set()
         tried = 0
         for job in order:
@@ -51,7 +52,7 @@ class BuiltinScheduler:
             if tried >= self.params.default_queue_depth:
                 continue
             tried += 1
-            alloc = select.select(job, candidates.for_job(job, free), free,
+            alloc = select.select(job, candidates.for_job(job, with_cpus), free,
                                   snapshot.def_mem_per_cpu_mb)
             if alloc is None:
                 decisions.reasons[job.job_id] = unplaced_reason(job, snapshot, candidates.by_name)
@@ -60,5 +61,7 @@ class BuiltinScheduler:
             for name, cpus in alloc.cpus.items():
                 free_cpus, free_mem = free[name]
                 free[name] = (free_cpus - cpus, free_mem - alloc.mem_mb.get(name, 0))
+                if free_cpus == cpus:
+                    with_cpus.discard(name)
             decisions.starts.append((job.job_id, alloc))
             throttle.started(job)
