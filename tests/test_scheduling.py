@@ -156,3 +156,18 @@ def test_property_no_overallocation_and_no_overtaking(raw, node_count, cpus, use
         request = jobs[job_id - 1]
         assert sum(alloc.tasks.values()) == request.ntasks
         assert len(alloc.cpus) >= request.nodes_min
+
+
+def test_contiguous_best_fit_keeps_large_runs_whole() -> None:
+    """Free: n01 | n03-n04 | n06-n08 (n02, n05 busy). Two nodes go to n03-n04 (the smallest
+    run that holds them), three to n06-n08; a small job goes to the lone n01, not into a run."""
+    layout = {"n01": 4, "n02": 0, "n03": 4, "n04": 4, "n05": 0, "n06": 4, "n07": 4, "n08": 4}
+    busy = tuple(NodeSnap(name, 4, cpus, 8000, 8000) for name, cpus in layout.items())
+    two = run(snap([job(1, nodes_min=2, ntasks=8)], busy))
+    assert list(two.starts[0][1].cpus) == ["n03", "n04"]
+    three = run(snap([job(1, nodes_min=3, ntasks=12)], busy))
+    assert list(three.starts[0][1].cpus) == ["n06", "n07", "n08"]
+    scattered = run(snap([job(1, nodes_min=4, ntasks=16)], busy))  # no run is long enough: first fit
+    assert list(scattered.starts[0][1].cpus) == ["n01", "n03", "n04", "n06"]
+    small = run(snap([job(1, ntasks=3)], tuple(n for n in busy if n.name != "n01") + busy[:1]))
+    assert dict(small.starts[0][1].cpus) == {"n01": 3}
