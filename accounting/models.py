@@ -138,3 +138,17 @@ class AccountRecord(Base):
     description: Mapped[str] = mapped_column(Text, default="")
     organization: Mapped[str] = mapped_column(String(64), default="")
     parent: Mapped[str] = mapped_column(String(64), default="root")
+
+
+class AssociationRecord(Base):
+    """An account (``user`` empty) or a user's membership of an account, on one cluster."""
+
+    __tablename__ = "associations"
+    __table_args__ = (UniqueConstraint("cluster", "account", "user", name="uq_assoc"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    cluster: Mapped[str] = mapped_column(String(64), index=True)
+    account: Mapped[str] = mapped_column(String(64))
+    user: Mapped[str] = mapped_column(String(64), default="")
+    parent: Mapped[str] = mapped_column(String(64), default="root")
+    shares: Mapped[int] = mapped_column(Integer, default=1)

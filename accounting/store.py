@@ -10,10 +10,11 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import bindparam, create_engine, insert, select, update
+from sqlalchemy import bindparam, create_engine, func, insert, select, update
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.orm import Session, selectinload
 from wattsched import hostlist
+from wattsched.accounting.assoc import AssocStore
 from wattsched.accounting.models import ClusterRecord, JobRecord, NodeEventRecord, ReservationRecord, StepRecord
 
 _MIGRATIONS = os.path.join(os.path.dirname(__file__), "migrations")
@@ -68,6 +69,18 @@ class AccountingStore:
         with Session(self.engine) as session, session.begin():
             if session.get(ClusterRecord, cluster) is None:
                 session.add(ClusterRecord(name=cluster, created=now))
+        self.assocs(cluster).ensure_root()
+
+    def assocs(self, cluster: str) -> AssocStore:
+        return AssocStore(self.engine, cluster)
+
+    def history_start(self, cluster: str) -> float:
+        """When the cluster's recorded history begins: its creation, or its first job if earlier."""
+        with Session(self.engine) as session:
+            record = session.get(ClusterRecord, cluster)
+            first = session.scalar(select(func.min(JobRecord.time_start)).where(
+                JobRecord.cluster == cluster, JobRecord.time_start > 0))
+        return min(record.created if record else float("inf"), first or float("inf"))
 
     def upsert_jobs(self, cluster: str, jobs: list[dict[str, Any]]) -> None:
         """Insert or update job rows and their steps in bulk (Core statements: the ORM costs ~10x more)."""
@@ -185,7 +198,7 @@ def _job_values(cluster: str, job: dict[str, Any]) -> dict[str, Any]:
         "work_dir": job.get("work_dir", ""), "std_out": job.get("std_out", ""), "std_err": job.get("std_err", ""),
         "submit_line": job.get("submit_line", ""), "comment": job.get("comment", ""),
         "wckey": job.get("wckey", ""), "constraints": ",".join(job.get("features", [])),
-        "consumed_energy_j": None, "reservation": job.get("reservation", ""),
+        "consumed_energy_j": job.get("consumed_energy_j"), "reservation": job.get("reservation", ""),
     }
 
 

@@ -79,6 +79,33 @@ def format_table(rows: list[dict[str, Any]], fields: list[tuple[str, int]], pars
     return lines
 
 
+def parse_fields(spec: str, widths: Mapping[str, int]) -> list[tuple[str, int]]:
+    """``JobID,JobName%30,State`` (sacct --format, sshare -o, sacctmgr format=): known field names,
+    any case, with an optional %width; the default width's sign (left/right) is kept."""
+    lower = {name.lower(): name for name in widths}
+    fields = []
+    for item in spec.split(","):
+        if not item:
+            continue
+        name, _, width = item.partition("%")
+        canonical = lower.get(name.strip().lower())
+        if canonical is None:
+            raise ValueError(f'Invalid field requested: "{name}"')
+        default = widths[canonical]
+        size = int(width) if width.lstrip("-").isdigit() else default
+        fields.append((canonical, -abs(size) if default < 0 else abs(size)))
+    return fields
+
+
+def field_table(rows: list[Any], spec: str, catalogue: Mapping[str, tuple[int, Callable[[Any], str]]],
+                parsable: bool, parsable2: bool, header: bool) -> list[str]:
+    """sshare/sacctmgr output: ``spec`` names fields of ``catalogue`` (width, value of a row);
+    -p/-P give '|'-separated values (-p with a trailing '|')."""
+    columns = parse_fields(spec, {name: width for name, (width, _value) in catalogue.items()})
+    records = [{name: catalogue[name][1](row) for name, _ in columns} for row in rows]
+    return format_table(records, columns, "|" if parsable or parsable2 else None, trailing=parsable, header=header)
+
+
 def _fixed(value: str, width: int) -> str:
     size = abs(width)
     if len(value) > size:

@@ -128,7 +128,6 @@ FIELDS: dict[str, tuple[int, Callable[[Row, Row | None], str]]] = {
     "WCKey": (10, lambda j, s: j["wckey"]),
     "WorkDir": (20, lambda j, s: j["work_dir"]),
 }
-BY_LOWER = {name.lower(): name for name in FIELDS}
 
 
 def _elapsed_str(seconds: int) -> str:
@@ -139,18 +138,10 @@ def _elapsed_str(seconds: int) -> str:
 
 def parse_fields(spec: str) -> list[tuple[str, int]]:
     """``--format=JobID,JobName%30,State``: field names with an optional %width."""
-    fields = []
-    for item in spec.split(","):
-        if not item:
-            continue
-        name, _, width = item.partition("%")
-        canonical = BY_LOWER.get(name.strip().lower())
-        if canonical is None:
-            raise CLIError(f'Invalid field requested: "{name}"')
-        default = FIELDS[canonical][0]
-        size = int(width) if width.lstrip("-").isdigit() else default
-        fields.append((canonical, -abs(size) if default < 0 else size))
-    return fields
+    try:
+        return fmt.parse_fields(spec, {name: spec_[0] for name, spec_ in FIELDS.items()})
+    except ValueError as exc:
+        raise CLIError(str(exc)) from exc
 
 
 @app.command()

@@ -33,9 +33,11 @@ from wattsched.api import (
     StepReply,
     SubmitReply,
 )
+from wattsched.controller import priorityapi
 from wattsched.controller import reservations as reservations_mod
 from wattsched.controller.acctsync import AccountingSync
 from wattsched.controller.dispatch import Dispatcher, batch_environment
+from wattsched.controller.priority import FairShareCalc
 from wattsched.controller.state import ClusterState, Refused
 from wattsched.controller.views import job_view, node_view, partition_views
 from wattsched.httpauth import Who, loop_lifespan, require_role
@@ -53,6 +55,7 @@ class Controller:
     def __init__(self, state: ClusterState, accounting: AccountingStore | None, sync: AccountingSync | None):
         self.state, self.accounting, self.sync = state, accounting, sync
         self.dispatcher: Dispatcher | None = None
+        self.fairshare = FairShareCalc(state, accounting) if accounting is not None else None
         self._kick = asyncio.Event()
         self.started = time.time()
 
@@ -69,6 +72,10 @@ class Controller:
             self.dispatcher.run(actions)
 
     async def loop(self) -> None:
+        """The scheduling loop and, with accounting, the fair-share loop (cancelled together)."""
+        await asyncio.gather(self._schedule(), *([self.fairshare.loop()] if self.fairshare else []))
+
+    async def _schedule(self) -> None:
         interval = self.state.config.scheduler_interval_s
         last_timers = 0.0
         while True:
@@ -312,6 +319,8 @@ def create_app(controller: Controller) -> FastAPI:
         return {"token": auth.user_token(state.key, uid, target, lifespan_s=lifespan)}
 
     # --- accounting -----------------------------------------------------------------------------------
+
+    priorityapi.add_routes(app, controller)
 
     @app.get("/v1/accounting/jobs")
     def accounting_jobs(who: Who, job: Annotated[list[int] | None, Query()] = None,

@@ -25,7 +25,7 @@ class StartupError(RuntimeError):
 
 def load_plugins(config: config_mod.Config) -> Plugins:
     try:
-        return Plugins(priority=load(config.priority_type),
+        return Plugins(priority=load(config.priority_type, config=config),
                        scheduler=load(config.scheduler_type, params=config.scheduler_parameters),
                        select=load(config.select_type))
     except PluginError as exc:

@@ -24,6 +24,7 @@ from wattsched.auth import Identity
 from wattsched.config import Config
 from wattsched.controller import submit as submit_mod
 from wattsched.controller import views
+from wattsched.controller.priority import Shares
 from wattsched.controller.reservations import ReservationBook, ReservationError
 from wattsched.controller.store import StateStore
 from wattsched.model import Job, Node, Reservation, Step
@@ -113,6 +114,7 @@ class ClusterState:
     next_job_id: int = 1
     stats: PassStats = field(default_factory=PassStats)
     resv: ReservationBook = field(default_factory=ReservationBook)
+    shares: Shares = field(default_factory=Shares)
     _resv_dirty: list[Reservation] = field(default_factory=list)
     _dirty: set[int] = field(default_factory=set)
     _purged: list[int] = field(default_factory=list)
@@ -205,7 +207,8 @@ class ClusterState:
     # --- snapshots and scheduling --------------------------------------------------------------
 
     def partition_snaps(self) -> dict[str, scheduling.PartitionSnap]:
-        return {p.name: scheduling.PartitionSnap(p.name, p.nodes, p.state, p.max_time_min, p.max_nodes)
+        return {p.name: scheduling.PartitionSnap(p.name, p.nodes, p.state, p.max_time_min, p.max_nodes,
+                                                 p.priority_job_factor)
                 for p in self.config.partitions}
 
     def node_snaps(self) -> dict[str, scheduling.NodeSnap]:
@@ -243,7 +246,8 @@ class ClusterState:
         return scheduling.Snapshot(now=now, nodes=tuple(self.node_snaps().values()),
                                    partitions=self.partition_snaps(), pending=pending, jobs=briefs,
                                    def_mem_per_cpu_mb=self.config.def_mem_per_cpu_mb, running=running,
-                                   backfill_due=backfill_due, reservations=self.resv.snapshots())
+                                   backfill_due=backfill_due, reservations=self.resv.snapshots(),
+                                   fairshare=self.shares.factors)
 
     def schedule(self, now: float) -> list[Action]:
         """One scheduling pass: call the pure core, then apply its decisions. A backfill
@@ -311,6 +315,7 @@ class ClusterState:
 
     def submit(self, req: JobSubmit, who: Identity, now: float) -> list[Job]:
         gid, group = primary_group(who.uid)
+        req = self._with_account(req, who)
         try:
             jobs = submit_mod.build_jobs(req, who, gid, group, self.config, now, self.next_job_id,
                                          self.node_snaps(), self.plugins.select, self.partition_snaps(),
@@ -323,6 +328,15 @@ class ClusterState:
             self.jobs[job.job_id] = job
             self.touch(job)
         return jobs
+
+    def _with_account(self, req: JobSubmit, who: Identity) -> JobSubmit:
+        """The job's account: as asked, else the user's default; with
+        AccountingStorageEnforce=associations, only an account the user is associated with."""
+        account = req.account or self.shares.default_account.get(who.user, "")
+        if "associations" in self.config.accounting_storage_enforce and \
+                account not in self.shares.user_accounts.get(who.user, ()):
+            raise Refused("Invalid account or account/partition combination specified")
+        return req.model_copy(update={"account": account}) if account != req.account else req
 
     # --- lookups and permissions --------------------------------------------------------------
 

@@ -96,6 +96,18 @@ class ReservationSpec(Strict):
     watts: int | None = Field(None, ge=0)
 
 
+class AssocRequest(Strict):
+    """sacctmgr add|modify|delete cluster|account|user NAMES [where K=V...] [set K=V...].
+    Keys are sacctmgr's, lower case (parent, fairshare, description, organization, account,
+    defaultaccount, adminlevel)."""
+
+    action: Literal["add", "modify", "delete"]
+    entity: Literal["cluster", "account", "user"]
+    names: list[str] = Field(min_length=1)
+    where: dict[str, str] = {}
+    values: dict[str, str] = {}
+
+
 class CancelRequest(Strict):
     """scancel: signal (default: cancel) the named jobs."""
 

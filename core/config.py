@@ -61,6 +61,7 @@ class PartitionConf:
     default_time_min: int | None = None
     state: str = "UP"
     max_nodes: int | None = None
+    priority_job_factor: int = 1
 
 
 CANDIDATE_ORDERS = ("first", "shortest", "longest", "most_cpus", "fewest_cpus")
@@ -148,6 +149,21 @@ class Config:
     job_requeue: bool = True
     return_to_service: int = 1
     emulated_agents: int = 1
+    # priority/multifactor
+    priority_weight_age: int = 0
+    priority_weight_job_size: int = 0
+    priority_weight_partition: int = 0
+    priority_weight_fairshare: int = 0
+    priority_weight_qos: int = 0
+    priority_weight_energy: int = 0
+    priority_max_age_min: int = 7 * 1440
+    priority_favor_small: bool = False
+    priority_decay_half_life_min: int = 7 * 1440
+    priority_calc_period_s: int = 300
+    priority_usage_reset_period: str = "none"
+    fairshare_dampening_factor: int = 1
+    priority_flags: tuple[str, ...] = ()
+    accounting_storage_enforce: tuple[str, ...] = ()
     log_level: str = "info"
     nodes: tuple[NodeConf, ...] = ()
     partitions: tuple[PartitionConf, ...] = ()
@@ -264,6 +280,50 @@ def _names(value: str) -> tuple[str, ...]:
     return tuple(v for v in value.split(",") if v)
 
 
+def _minutes(value: str) -> int:
+    """A Slurm duration that must be finite (PriorityMaxAge=7-0, PriorityCalcPeriod=5)."""
+    minutes = _duration(value)
+    if minutes is None:
+        raise ValueError(f"'{value}' must be a finite duration")
+    return minutes
+
+
+def _period_s(value: str) -> int:
+    """Minutes (``5``), or ``MM:SS`` / ``HH:MM:SS`` for shorter periods, in seconds (at least 1)."""
+    parts = value.split(":")
+    try:
+        numbers = [int(p) for p in parts]
+    except ValueError as exc:
+        raise ValueError(f"'{value}' is not a period (minutes, MM:SS or HH:MM:SS)") from exc
+    if len(parts) > 3 or any(n < 0 for n in numbers):
+        raise ValueError(f"'{value}' is not a period (minutes, MM:SS or HH:MM:SS)")
+    seconds = numbers[0] * 60 if len(numbers) == 1 else sum(n * 60 ** i for i, n in enumerate(reversed(numbers)))
+    if seconds < 1:
+        raise ValueError(f"'{value}' must be at least one second")
+    return seconds
+
+
+def _positive(value: str) -> int:
+    number = _int(value)
+    if number < 1:
+        raise ValueError(f"'{value}' must be at least 1")
+    return number
+
+
+def _flag_list(*allowed: str) -> Callable[[str], tuple[str, ...]]:
+    """A comma-separated subset of ``allowed`` (case as in ``allowed``)."""
+    lookup = {a.lower(): a for a in allowed}
+
+    def parse(value: str) -> tuple[str, ...]:
+        flags = []
+        for item in filter(None, (v.strip() for v in value.split(","))):
+            if item.lower() not in lookup:
+                raise ValueError(f"'{item}' is not one of {', '.join(allowed)}")
+            flags.append(lookup[item.lower()])
+        return tuple(flags)
+    return parse
+
+
 def _jwt_key(value: str) -> str:
     for item in value.split(","):
         key, _, path = item.partition("=")
@@ -299,6 +359,22 @@ _GLOBAL_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "JobRequeue": ("job_requeue", _bool),
     "ReturnToService": ("return_to_service", _int),
     "EmulatedAgents": ("emulated_agents", _int),
+    "PriorityWeightAge": ("priority_weight_age", _int),
+    "PriorityWeightJobSize": ("priority_weight_job_size", _int),
+    "PriorityWeightPartition": ("priority_weight_partition", _int),
+    "PriorityWeightFairshare": ("priority_weight_fairshare", _int),
+    "PriorityWeightQOS": ("priority_weight_qos", _int),
+    "PriorityWeightEnergy": ("priority_weight_energy", _int),
+    "PriorityMaxAge": ("priority_max_age_min", _minutes),
+    "PriorityFavorSmall": ("priority_favor_small", _bool),
+    "PriorityDecayHalfLife": ("priority_decay_half_life_min", _minutes),
+    "PriorityCalcPeriod": ("priority_calc_period_s", _period_s),
+    "PriorityUsageResetPeriod": ("priority_usage_reset_period", _choice(
+        "none", "now", "daily", "weekly", "monthly", "quarterly", "yearly")),
+    "FairShareDampeningFactor": ("fairshare_dampening_factor", _positive),
+    "PriorityFlags": ("priority_flags", _flag_list("FAIR_TREE", "NO_FAIR_TREE")),
+    "AccountingStorageEnforce": ("accounting_storage_enforce", _flag_list(
+        "associations", "limits", "qos", "safe", "wckeys", "nojobs", "nosteps")),
     "SlurmctldDebug": ("log_level", _choice("quiet", "fatal", "error", "info", "verbose", "debug",
                                             "debug2", "debug3")),
 }
@@ -331,6 +407,7 @@ _PARTITION_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "DefaultTime": ("default_time_min", _duration),
     "State": ("state", _choice("up", "down", "drain", "inactive")),
     "MaxNodes": ("max_nodes", _opt_int),
+    "PriorityJobFactor": ("priority_job_factor", _int),
 }
 
 _LOWER_GLOBAL = {k.lower(): k for k in _GLOBAL_KEYS}

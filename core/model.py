@@ -111,6 +111,7 @@ class Job:
     batch_host: str = ""
     launched: bool = False
     completing_nodes: list[str] = field(default_factory=list)
+    consumed_energy_j: float | None = None  # filled by the node agents' energy plugins
     steps: list[Step] = field(default_factory=list)
     next_step_id: int = 0
 

@@ -43,6 +43,7 @@ class PartitionSnap:
     state: str = "UP"
     max_time_min: int | None = None
     max_nodes: int | None = None
+    priority_job_factor: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +135,8 @@ class Snapshot:
     running: tuple[RunningJob, ...] = ()
     backfill_due: bool = True
     reservations: Mapping[str, ResvSnap] = field(default_factory=dict)
+    # (FairShare, EnergyFairShare) per (account, user), from wattsched.fairshare
+    fairshare: Mapping[tuple[str, str], tuple[float, float]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -99,3 +99,53 @@ def test_controller_accounts_into_each_database(db_url: str, tmp_path) -> None:
         assert "COMPLETED" in cluster.run("sacct", "-j", str(job_id), "-X", "-n").stdout
     finally:
         cluster.stop()
+
+
+def _snapshot(store: AccountingStore) -> tuple:
+    assocs = store.assocs("c1")
+    return assocs.associations(), assocs.accounts(), assocs.users()
+
+
+def test_sacctmgr_round_trip_and_refusals_leave_the_database_unchanged(store: AccountingStore) -> None:
+    from wattsched.accounting.assoc import AssocError
+
+    assocs = store.assocs("c1")
+    assocs.add_account("phys", "root", 10, "physics", "uni")
+    assocs.add_account("theory", "phys", 2)
+    assocs.add_user("alice", "phys,theory", "theory", 3)
+    assocs.modify_account("phys", {"fairshare": "20"})
+    assocs.modify_user("alice", {"fairshare": "5"}, account="phys")
+    tree = {(a["account"], a["user"]): (a["parent"], a["shares"]) for a in assocs.associations()}
+    assert tree[("phys", "")] == ("root", 20) and tree[("theory", "")] == ("phys", 2)
+    assert tree[("phys", "alice")][1] == 5 and tree[("theory", "alice")][1] == 3
+    assert {u["name"]: u["default_account"] for u in assocs.users()}["alice"] == "theory"
+    before = _snapshot(store)
+    bad = [
+        (lambda: assocs.add_account("chem", "nowhere"), "Parent account nowhere doesn't exist"),
+        (lambda: assocs.add_account("chem", "root", -1), "Invalid Fairshare value"),
+        (lambda: assocs.add_account("phys"), "already exists"),
+        (lambda: assocs.add_user("alice", "phys"), "Nothing new added"),
+        (lambda: assocs.add_user("bob", "nowhere"), "Account nowhere doesn't exist"),
+        (lambda: assocs.add_user("bob", "phys", admin_level="King"), "Invalid AdminLevel"),
+        (lambda: assocs.modify_account("phys", {"parent": "theory"}), "loop"),
+        (lambda: assocs.modify_user("alice", {"defaultaccount": "root"}), "no association"),
+        (lambda: assocs.delete_account("phys"), "still has users"),
+        (lambda: assocs.delete_user("carol"), "doesn't exist"),
+    ]
+    for call, message in bad:
+        with pytest.raises(AssocError, match=message):
+            call()
+        assert _snapshot(store) == before, message
+    assocs.delete_user("alice", "theory")
+    assert {u["name"]: u["default_account"] for u in assocs.users()}["alice"] == "phys"
+    assocs.delete_user("alice")
+    assocs.delete_account("theory")
+    assert {(a["account"], a["user"]) for a in assocs.associations()} == {("root", ""), ("root", "root"),
+                                                                          ("phys", "")}
+
+
+def test_usage_records_come_from_finished_jobs(store: AccountingStore) -> None:
+    store.upsert_jobs("c1", [_job(1, account="phys", consumed_energy_j=5000), _job(2, state="RUNNING", end_time=0.0)])
+    records = store.assocs("c1").usage_records(since=0)
+    assert [(r.user, r.account, r.cpus, r.start, r.end, r.energy_j) for r in records] == [
+        ("alice", "phys", 8, 1010.0, 1070.0, 5000.0)]

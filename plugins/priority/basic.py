@@ -7,6 +7,7 @@ it; a held job shows priority 0.
 
 from __future__ import annotations
 
+from wattsched.config import Config
 from wattsched.scheduling import Snapshot
 
 # Slurm's basic plugin starts from this value (NO_VAL - 2^16 - 1) and counts down by job id.
@@ -15,6 +16,9 @@ BASE_PRIORITY = 4294901760
 
 class BasicPriority:
     """Priority by submit order; administrators' settings win."""
+
+    def __init__(self, config: Config | None = None):
+        del config  # nothing to configure: taken for a uniform plugin interface
 
     def priorities(self, snapshot: Snapshot) -> dict[int, int]:
         result = {}

@@ -1,0 +1,148 @@
+"""sacctmgr: add, modify, delete and show clusters, accounts, users and associations.
+
+    sacctmgr [-i] add account physics Parent=root Fairshare=10 Description="..." Organization=...
+    sacctmgr [-i] add user alice Account=physics DefaultAccount=physics Fairshare=2 AdminLevel=None
+    sacctmgr [-i] modify account physics set Fairshare=5
+    sacctmgr [-i] modify user alice where Account=physics set Fairshare=3
+    sacctmgr [-i] delete user alice [where Account=physics]
+    sacctmgr show assoc [format=Account,User,Share] [-P] [-n] [--json]
+
+Without -i the change is described and committed only when the answer is "y", as in Slurm.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated, Any
+
+import typer
+from wattsched.cli import fmt
+from wattsched.cli.common import Client, CLIError, die, print_json
+
+app = typer.Typer(add_completion=False, context_settings={"help_option_names": ["--help"],
+                                                          "allow_interspersed_args": True})
+
+ENTITIES = {"cluster": "cluster", "clusters": "cluster", "account": "account", "accounts": "account",
+            "user": "user", "users": "user", "association": "assoc", "associations": "assoc", "assoc": "assoc"}
+ACTIONS = {"add": "add", "create": "add", "modify": "modify", "update": "modify", "delete": "delete",
+           "remove": "delete", "show": "show", "list": "show"}
+# show: field -> (width, value)
+FIELDS: dict[str, dict[str, tuple[int, Any]]] = {
+    "assoc": {"Cluster": (10, lambda r: r["cluster"]), "Account": (10, lambda r: r["account"]),
+              "User": (10, lambda r: r["user"]), "Partition": (10, lambda r: ""),
+              "Share": (9, lambda r: str(r["shares"])), "Fairshare": (9, lambda r: str(r["shares"])),
+              "ParentName": (10, lambda r: "" if r["user"] else r["parent"]), "ID": (6, lambda r: str(r["id"])),
+              "DefaultAccount": (10, lambda r: r["default_account"] if r["user"] else "")},
+    "account": {"Account": (10, lambda r: r["name"]), "Descr": (20, lambda r: r["description"]),
+                "Org": (20, lambda r: r["organization"]), "ParentName": (10, lambda r: r["parent"])},
+    "user": {"User": (10, lambda r: r["name"]), "Def Acct": (10, lambda r: r["default_account"]),
+             "Admin": (9, lambda r: r["admin_level"])},
+    "cluster": {"Cluster": (10, lambda r: r["name"])},
+}
+DEFAULTS = {"assoc": "Cluster,Account,User,Partition,Share,ParentName", "account": "Account,Descr,Org",
+            "user": "User,Def Acct,Admin", "cluster": "Cluster"}
+ROWS = {"assoc": "associations", "account": "accounts", "user": "users", "cluster": "clusters"}
+
+
+def parse_command(words: list[str]) -> tuple[str, str, list[str], dict[str, str], dict[str, str]]:
+    """(action, entity, names, where, set) from ``add account physics Parent=root``,
+    ``modify user where name=alice account=physics set fairshare=2`` and the like."""
+    if len(words) < 2:
+        raise CLIError("You gave no command or entity.  Try 'sacctmgr --help'.")
+    action, entity = ACTIONS.get(words[0].lower()), ENTITIES.get(words[1].lower())
+    if action is None:
+        raise CLIError(f"Invalid command: {words[0]}")
+    if entity is None or (entity == "assoc" and action != "show"):
+        raise CLIError(f"No valid entity in {words[0]} command.  Input was '{words[1]}'")
+    names: list[str] = []
+    where: dict[str, str] = {}
+    values: dict[str, str] = {}
+    target = values if action == "add" else where
+    for word in words[2:]:
+        lowered = word.lower()
+        if lowered in ("where", "set"):
+            target = where if lowered == "where" else values
+            continue
+        key, sep, value = word.partition("=")
+        key = key.lower()
+        names_key = key in ("name", "names") or (key in ("user", "users") and entity != "assoc" and target is where)
+        if not sep:
+            names.extend(n for n in word.split(",") if n)
+        elif (names_key and (target is where or action == "add")) or (entity == "assoc" and key in ("user", "users")):
+            names.extend(n for n in value.split(",") if n)
+        else:
+            target[key] = value
+    return action, entity, names, where, values
+
+
+def _describe(action: str, entity: str, names: list[str], values: dict[str, str]) -> str:
+    verb = {"add": "Adding", "modify": "Modified", "delete": "Deleting"}[action]
+    lines = [f" {verb} {entity}(s)", *(f"  {n}" for n in names)]
+    if values:
+        lines.append(" Settings")
+        lines.extend(f"  {k:<15} = {v}" for k, v in values.items())
+    return "\n".join(lines)
+
+
+def _confirm() -> bool:
+    sys.stdout.write("Would you like to commit changes? (You have 30 seconds to decide)\n(N/y): ")
+    sys.stdout.flush()
+    answer = sys.stdin.readline().strip().lower()
+    return answer in ("y", "yes")
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def sacctmgr(
+    words: Annotated[list[str], typer.Argument(help="COMMAND ENTITY [NAMES] [where ...] [set ...]")],
+    immediate: Annotated[bool, typer.Option("-i", "--immediate", help="Commit without asking.")] = False,
+    noheader: Annotated[bool, typer.Option("-n", "--noheader", help="No header.")] = False,
+    parsable: Annotated[bool, typer.Option("-p", "--parsable", help="'|'-delimited, trailing '|'.")] = False,
+    parsable2: Annotated[bool, typer.Option("-P", "--parsable2", help="'|'-delimited.")] = False,
+    json_: Annotated[bool, typer.Option("--json", help="JSON output (show).")] = False,
+) -> None:
+    """Manage accounts, users and their associations."""
+    action, entity, names, where, values = parse_command(words)
+    client = Client()
+    if action == "show":
+        return _show(client, entity, names, where, noheader, parsable, parsable2, json_)
+    if not names:
+        raise CLIError(f"No {entity} name given.  Nothing {'added' if action == 'add' else 'changed'}.")
+    if action == "modify" and not values:
+        raise CLIError("You didn't give me anything to set")
+    print(_describe(action, entity, names, values))
+    if not immediate and not _confirm():
+        print(" Changes Discarded")
+        return None
+    client.request("POST", "/v1/associations", {"action": action, "entity": entity, "names": names,
+                                                "where": where, "values": values})
+    return None
+
+
+def _show(client: Client, entity: str, names: list[str], where: dict[str, str], noheader: bool, parsable: bool,
+          parsable2: bool, as_json: bool) -> None:
+    reply = client.request("GET", "/v1/associations")
+    rows = reply[ROWS[entity]]
+    wanted_accounts = set(where.get("account", "").split(",")) - {""}
+    key = "name" if entity != "assoc" else "user"
+    if entity == "assoc":
+        rows = [r for r in rows if not wanted_accounts or r["account"] in wanted_accounts]
+        wanted_users = set(names) | (set(where.get("user", "").split(",")) - {""})
+        rows = [r for r in rows if not wanted_users or r["user"] in wanted_users]
+    elif names:
+        rows = [r for r in rows if r[key] in names]
+    if as_json:
+        print_json({ROWS[entity]: rows})
+        return
+    spec = where.pop("format", None) or DEFAULTS[entity]
+    try:
+        lines = fmt.field_table(rows, spec, FIELDS[entity], parsable, parsable2, header=not noheader)
+    except ValueError as exc:
+        raise CLIError(str(exc)) from exc
+    print("\n".join(lines))
+
+
+def main() -> None:
+    try:
+        app(prog_name="sacctmgr")
+    except CLIError as exc:
+        die("sacctmgr", str(exc))

@@ -1,0 +1,90 @@
+"""The fair-share shell: every PriorityCalcPeriod (and after sacctmgr changes) it reads the
+associations and the job history from the accounting database in a worker thread, adds the
+running jobs' use so far, and hands the pure :mod:`wattsched.fairshare` computation's rows and
+factors to the controller's state. Because usage is always recomputed from the recorded
+history, it survives restarts and needs no state of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+
+from wattsched import fairshare, states
+from wattsched.accounting.store import AccountingStore
+from wattsched.config import Config
+from wattsched.fairshare import ShareRow, UsageRecord
+
+log = logging.getLogger("wattsched.controller")
+
+# Use older than this many half-lives weighs under 0.1 %: it is not read again.
+_HORIZON_HALF_LIVES = 10
+
+
+@dataclass(slots=True)
+class Shares:
+    """The latest fair-share computation and the association index used at submission."""
+
+    rows: list[ShareRow] = field(default_factory=list)
+    factors: dict[tuple[str, str], tuple[float, float]] = field(default_factory=dict)
+    user_accounts: dict[str, set[str]] = field(default_factory=dict)
+    default_account: dict[str, str] = field(default_factory=dict)
+    computed_at: float = 0.0
+
+
+def compute(accounting: AccountingStore, config: Config, running: list[UsageRecord], now: float,
+            origin: float) -> Shares:
+    """Read associations and history (blocking: run it in a thread) and compute the shares."""
+    assocs = accounting.assocs(config.cluster_name)
+    half_life = config.priority_decay_half_life_min * 60.0
+    since = fairshare.reset_boundary(config.priority_usage_reset_period, now, origin)
+    if half_life > 0:
+        since = max(since, now - _HORIZON_HALF_LIVES * half_life)
+    history = assocs.usage_records(since)
+    usage = fairshare.raw_usage([*history, *running], now, half_life, since)
+    seconds = fairshare.decayed_seconds(since, now, now, half_life)
+    cpu_capacity = sum(n.cpus for n in config.nodes) * seconds
+    watts = sum(n.max_watts or 0 for n in config.nodes)
+    # Without MaxWatts there is no energy budget to compare with: normalize by all energy used.
+    energy_capacity = watts * seconds if watts else sum(joules for _cpu, joules in usage.values())
+    associations = assocs.associations()
+    tree = [fairshare.Assoc(a["account"], a["user"], a["parent"], a["shares"]) for a in associations]
+    rows = fairshare.tree_rows(tree, usage, cpu_capacity, energy_capacity, config.fairshare_dampening_factor,
+                               fair_tree="FAIR_TREE" in config.priority_flags)
+    user_accounts: dict[str, set[str]] = {}
+    default_account: dict[str, str] = {}
+    for a in associations:
+        if a["user"]:
+            user_accounts.setdefault(a["user"], set()).add(a["account"])
+            default_account[a["user"]] = a["default_account"]
+    return Shares(rows, fairshare.factors(rows), user_accounts, default_account, now)
+
+
+class FairShareCalc:
+    """Runs :func:`compute` off the event loop and installs the result."""
+
+    def __init__(self, state, accounting: AccountingStore):
+        self.state, self.accounting = state, accounting
+        self._lock = asyncio.Lock()
+
+    async def refresh(self) -> None:
+        async with self._lock:
+            now = time.time()
+            running = [UsageRecord(j.user, j.account, j.num_cpus, j.start_time, None)
+                       for j in self.state.jobs.values() if j.state in (states.RUNNING, states.COMPLETING)]
+            try:
+                origin = await asyncio.to_thread(self.accounting.history_start, self.state.config.cluster_name)
+                shares = await asyncio.to_thread(compute, self.accounting, self.state.config, running, now,
+                                                 min(origin, now))
+            except Exception as exc:  # the database may be away: keep the last factors
+                log.error("fair-share computation failed, keeping the previous factors: %s", exc)
+                return
+            self.state.shares = shares
+
+    async def loop(self) -> None:
+        period = float(self.state.config.priority_calc_period_s)
+        while True:
+            await self.refresh()
+            await asyncio.sleep(period)

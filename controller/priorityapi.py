@@ -1,0 +1,101 @@
+"""The HTTP routes behind sacctmgr, sshare and sprio: associations (administrators change
+them, everyone reads them), fair-share rows and each pending job's priority factors."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import math
+import time
+from typing import Any
+
+from fastapi import FastAPI
+from wattsched.accounting.assoc import AssocError, AssocStore
+from wattsched.api import AssocRequest
+from wattsched.controller.state import Refused
+from wattsched.httpauth import Who
+
+
+def _apply(store: AssocStore, req: AssocRequest, now: float) -> None:
+    """One sacctmgr change, for each name (blocking: run it in a thread)."""
+    values, account = req.values, req.where.get("account", "")
+    for name in req.names:
+        if req.entity == "cluster":
+            if req.action != "add":
+                raise AssocError(f"{req.action} cluster is not supported: clusters are added, never changed")
+            store.add_cluster(name, now)
+        elif req.entity == "account":
+            if req.action == "add":
+                unknown = set(values) - {"parent", "fairshare", "description", "organization"}
+                if unknown:
+                    raise AssocError(f"Unknown option: {sorted(unknown)[0]}")
+                store.add_account(name, values.get("parent", "root"), values.get("fairshare", 1),
+                                  values.get("description", ""), values.get("organization", ""))
+            elif req.action == "modify":
+                store.modify_account(name, values)
+            else:
+                store.delete_account(name)
+        elif req.action == "add":
+            unknown = set(values) - {"account", "defaultaccount", "fairshare", "adminlevel"}
+            if unknown:
+                raise AssocError(f"Unknown option: {sorted(unknown)[0]}")
+            store.add_user(name, values.get("account", ""), values.get("defaultaccount", ""),
+                           values.get("fairshare", 1), values.get("adminlevel", ""))
+        elif req.action == "modify":
+            store.modify_user(name, values, account)
+        else:
+            store.delete_user(name, account)
+
+
+def _row(row: Any) -> dict[str, Any]:
+    data = {f.name: getattr(row, f.name) for f in dataclasses.fields(row) if f.name != "children"}
+    # JSON has no infinity: an unused association's LevelFS is shown as Slurm does, "inf"
+    return {k: ("inf" if isinstance(v, float) and math.isinf(v) else v) for k, v in data.items()}
+
+
+def add_routes(app: FastAPI, controller: Any) -> None:
+    state = controller.state
+
+    def accounting():
+        if controller.accounting is None:
+            raise Refused("Accounting storage is disabled (AccountingStorageType=accounting_storage/none)", 400)
+        return controller.accounting.assocs(state.config.cluster_name)
+
+    @app.post("/v1/associations")
+    async def change_associations(req: AssocRequest, who: Who) -> dict[str, Any]:
+        if not state.is_admin(who):
+            raise Refused("Access/permission denied", 403)
+        store = accounting()
+        try:
+            await asyncio.to_thread(_apply, store, req, time.time())
+        except AssocError as exc:
+            raise Refused(str(exc), 409) from exc
+        if controller.fairshare is not None:
+            await controller.fairshare.refresh()
+        return {"done": req.names}
+
+    @app.get("/v1/associations")
+    async def associations(who: Who) -> dict[str, Any]:
+        store = accounting()
+        assocs, accounts, users, clusters = await asyncio.gather(
+            asyncio.to_thread(store.associations), asyncio.to_thread(store.accounts),
+            asyncio.to_thread(store.users), asyncio.to_thread(store.clusters))
+        return {"time": time.time(), "associations": assocs, "accounts": accounts, "users": users,
+                "clusters": clusters}
+
+    @app.get("/v1/shares")
+    async def shares(who: Who) -> dict[str, Any]:
+        accounting()
+        found = state.shares
+        return {"time": time.time(), "computed_at": found.computed_at, "rows": [_row(r) for r in found.rows]}
+
+    @app.get("/v1/priority")
+    async def priority(who: Who) -> dict[str, Any]:
+        plugin = state.plugins.priority
+        if not hasattr(plugin, "breakdown"):
+            raise Refused(f"You are not running a supported priority plugin ({state.config.priority_type}). "
+                          "Only 'priority/multifactor' is supported.", 400)
+        now = time.time()
+        factors = plugin.breakdown(state.snapshot(now, backfill_due=False))
+        return {"time": now, "weights": dataclasses.asdict(plugin.weights),
+                "jobs": [dataclasses.asdict(f) for f in factors.values()]}

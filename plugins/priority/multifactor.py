@@ -1,0 +1,106 @@
+"""priority/multifactor: job priority as Slurm's weighted sum of factors, plus energy.
+
+    priority = site + W_age*age + W_size*jobsize + W_partition*partition + W_qos*qos
+               + W_fairshare*fairshare + W_energy*energyfairshare - nice
+
+Every factor is in [0, 1]; the sum is truncated to an integer (at least 1), as in Slurm.
+
+- age: time since the job became eligible over PriorityMaxAge (capped at 1);
+- jobsize: the job's share of the machine's CPUs (PriorityFavorSmall=YES: one minus it);
+- partition: the partition's PriorityJobFactor over the largest one;
+- qos: 0 (no QOS yet; PriorityWeightQOS is accepted);
+- fairshare / energy: the (account, user) association's FairShare and EnergyFairShare factors,
+  computed by :mod:`wattsched.fairshare` from decayed CPU-seconds and joules; with both weights
+  set (the seed's FS+EFS policy), each is first divided by its largest value among the pending
+  jobs, so that both span [0, 1].
+
+``scontrol update job Priority=N`` fixes a job's priority (site factor); a held job has 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from wattsched.config import Config
+from wattsched.scheduling import JobRequest, Snapshot
+
+
+@dataclass(frozen=True, slots=True)
+class Factors:
+    """One pending job's factors (each in [0, 1]) and its priority, as sprio shows them."""
+
+    job_id: int
+    user: str
+    partition: str
+    priority: int
+    site: int
+    age: float
+    fairshare: float
+    job_size: float
+    partition_factor: float
+    qos: float
+    energy: float
+    nice: int
+
+
+@dataclass(frozen=True, slots=True)
+class Weights:
+    age: int = 0
+    job_size: int = 0
+    partition: int = 0
+    fairshare: int = 0
+    qos: int = 0
+    energy: int = 0
+    max_age_s: float = 7 * 86400.0
+    favor_small: bool = False
+
+    @classmethod
+    def from_config(cls, config: Config) -> Weights:
+        return cls(config.priority_weight_age, config.priority_weight_job_size, config.priority_weight_partition,
+                   config.priority_weight_fairshare, config.priority_weight_qos, config.priority_weight_energy,
+                   config.priority_max_age_min * 60.0, config.priority_favor_small)
+
+
+class MultifactorPriority:
+    """Weighted factors; see the module's documentation."""
+
+    def __init__(self, config: Config | None = None):
+        self.weights = Weights.from_config(config) if config is not None else Weights()
+
+    def priorities(self, snapshot: Snapshot) -> dict[int, int]:
+        return {job_id: f.priority for job_id, f in self.breakdown(snapshot).items()}
+
+    def breakdown(self, snapshot: Snapshot) -> dict[int, Factors]:
+        w = self.weights
+        total_cpus = sum(n.cpus for n in snapshot.nodes) or 1
+        top_partition = max((p.priority_job_factor for p in snapshot.partitions.values()), default=1) or 1
+        shares = {job.job_id: snapshot.fairshare.get((job.account, job.user), (0.0, 0.0)) for job in snapshot.pending}
+        fs_scale = efs_scale = 1.0
+        if w.fairshare and w.energy:  # FS+EFS: each factor normalized to its current maximum
+            fs_scale = 1 / (max((fs for fs, _e in shares.values()), default=0.0) or 1.0)
+            efs_scale = 1 / (max((efs for _f, efs in shares.values()), default=0.0) or 1.0)
+        result = {}
+        for job in snapshot.pending:
+            fs, efs = shares[job.job_id]
+            part = snapshot.partitions.get(job.partition)
+            age = min(1.0, max(0.0, snapshot.now - _eligible(job)) / w.max_age_s) if w.max_age_s > 0 else 1.0
+            share = min(1.0, job.ntasks * max(1, job.cpus_per_task) / total_cpus)
+            size = 1.0 - share if w.favor_small else share
+            part_factor = (part.priority_job_factor if part else 0) / top_partition
+            energy = efs * efs_scale
+            fs = fs * fs_scale
+            if job.hold:
+                priority, site = 0, 0
+            elif job.admin_priority is not None:
+                priority = site = job.admin_priority
+            else:
+                total = (w.age * age + w.job_size * size + w.partition * part_factor + w.fairshare * fs
+                         + w.energy * energy)
+                priority, site = max(1, int(total) - job.nice), 0
+            result[job.job_id] = Factors(job.job_id, job.user, job.partition, priority, site, age, fs, size,
+                                         part_factor, 0.0, energy, job.nice)
+        return result
+
+
+def _eligible(job: JobRequest) -> float:
+    return max(job.submit_time, job.begin_time)
