@@ -31,6 +31,7 @@ class Shares:
     factors: dict[tuple[str, str], tuple[float, float]] = field(default_factory=dict)
     user_accounts: dict[str, set[str]] = field(default_factory=dict)
     default_account: dict[str, str] = field(default_factory=dict)
+    admins: frozenset[str] = frozenset()
     computed_at: float = 0.0
 
 
@@ -59,7 +60,8 @@ def compute(accounting: AccountingStore, config: Config, running: list[UsageReco
         if a["user"]:
             user_accounts.setdefault(a["user"], set()).add(a["account"])
             default_account[a["user"]] = a["default_account"]
-    return Shares(rows, fairshare.factors(rows), user_accounts, default_account, now)
+    admins = frozenset(u["name"] for u in assocs.users() if u["admin_level"] in ("Operator", "Administrator"))
+    return Shares(rows, fairshare.factors(rows), user_accounts, default_account, admins, now)
 
 
 class FairShareCalc:

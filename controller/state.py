@@ -341,7 +341,9 @@ class ClusterState:
     # --- lookups and permissions --------------------------------------------------------------
 
     def is_admin(self, who: Identity) -> bool:
-        return who.uid == 0 or who.user in self.config.admin_users or who.role == "controller"
+        """root, AdminUsers, the controller itself, and users sacctmgr made Operator or Administrator."""
+        return (who.uid == 0 or who.user in self.config.admin_users or who.role == "controller"
+                or who.user in self.shares.admins)
 
     def resolve(self, job_ref: str) -> list[Job]:
         """Jobs named by ``12`` (a job, or every task of array 12) or ``12_3`` (one task)."""

@@ -125,6 +125,13 @@ def test_sacctmgr_refusals_and_confirmation(fs_cluster: Cluster) -> None:
     assert c.run("sacctmgr", "show", "assoc", "-P").stdout == before
     users = c.run("sacctmgr", "show", "user", "green", "-P", "-n").stdout.strip()
     assert users == "green|phys|None"
+    # AdminLevel=Administrator makes a user an administrator of the cluster
+    c.run("sacctmgr", "-i", "modify", "user", "green", "set", "AdminLevel=Administrator")
+    c.run("sacctmgr", "-i", "add", "account", "byadmin", env=c.user_env(2001, "green"))
+    c.run("sacctmgr", "-i", "delete", "account", "byadmin", env=c.user_env(2001, "green"))
+    c.run("sacctmgr", "-i", "modify", "user", "green", "set", "AdminLevel=None")
+    refused = c.run("sacctmgr", "-i", "add", "account", "byadmin", env=c.user_env(2001, "green"), check=False)
+    assert refused.returncode == 1
 
 
 def test_sprio_needs_multifactor(tmp_path) -> None:
