@@ -69,7 +69,7 @@ def lines(r: dict[str, Any]) -> list[str]:
     return [
         f"ReservationName={r['name']} StartTime={timefmt.ts_str(r['start_time'])} "
         f"EndTime={timefmt.ts_str(r['end_time'])} Duration={_duration(r['duration_s'])}",
-        f"Nodes={r['nodes'] or '(null)'} NodeCnt={r['node_cnt']} CoreCnt={r['core_cnt']} Features=(null) "
+        f"Nodes={r['nodes']} NodeCnt={r['node_cnt']} CoreCnt={r['core_cnt']} Features=(null) "
         f"PartitionName={r['partition'] or '(null)'} Flags={','.join(r['flags'])}",
         f"TRES={r['tres']}",
         f"Users={','.join(r['users']) or '(null)'} Groups=(null) Accounts={','.join(r['accounts']) or '(null)'} "

@@ -173,6 +173,16 @@ def show(client: Client, args: list[str], oneliner: bool, as_json: bool) -> None
 
         return _show_named(client, "reservations", "Reservation", rest, resv.lines, oneliner, as_json,
                            "No reservations in the system")
+    if what == "powercap":
+        cap = client.request("GET", "/v1/powercap")
+        if as_json:
+            return print_json(cap)
+        if not cap["enabled"]:
+            print("Powercapping disabled.")
+            return None
+        print(f"MinWatts={cap['min_watts']} CurrentWatts={cap['current_watts']} PowerCap={cap['power_cap']} "
+              f"AdjustedMaxWatts={cap['adjusted_max_watts']} MaxWatts={cap['max_watts']}")
+        return None
     if what == "config":
         conf = client.request("GET", "/v1/config")
         if as_json:
@@ -204,6 +214,11 @@ def _show_named(client: Client, kind: str, title: str, rest: list[str],
 
 def update(client: Client, args: list[str]) -> None:
     pairs = _pairs(args)
+    if "powercap" in pairs:
+        if len(pairs) > 1:
+            raise CLIError(f"Update of this parameter is not supported: {next(k for k in pairs if k != 'powercap')}")
+        client.request("PATCH", "/v1/powercap", {"power_cap": pairs["powercap"]})
+        return None
     if "reservationname" in pairs or "reservation" in pairs:
         from wattsched.cli import resv
 

@@ -119,6 +119,11 @@ def srun(
     raise typer.Exit(code)
 
 
+# what srun says before "queued and waiting" when the power cap holds a job back (seed 003)
+POWER_MESSAGES = {"PowerNotAvail": "Required power not available now",
+                  "PowerReserved": "Required power at least partially reserved"}
+
+
 def allocate(client: Client, opts: dict[str, Any], immediate: bool, quiet: bool) -> int:
     name = opts.get("job_name") or os.path.basename(opts["command"][0])
     body = o.submission(opts, script=None, interactive=True, immediate=immediate, name=name,
@@ -138,6 +143,9 @@ def allocate(client: Client, opts: dict[str, Any], immediate: bool, quiet: bool)
             if job["state"] != "PENDING":
                 raise CLIError(f"Job allocation {job_id} has been revoked.")
             if not announced and not quiet:
+                why = POWER_MESSAGES.get(job["reason"])
+                if why:
+                    sys.stderr.write(f"srun: {why}\n")
                 sys.stderr.write(f"srun: job {job_id} queued and waiting for resources\n")
                 announced = True
             time.sleep(0.2)

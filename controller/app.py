@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
 from typing import Annotated, Any
 
 import orjson
 from fastapi import FastAPI, Query, Request
 from fastapi.responses import JSONResponse, Response
-from wattsched import auth, hostlist, states
+from wattsched import auth, hostlist, power, states
 from wattsched.accounting.store import AccountingStore, JobQuery
 from wattsched.api import (
     AgentHeartbeat,
@@ -26,6 +27,7 @@ from wattsched.api import (
     JobSubmit,
     JobUpdate,
     NodeUpdate,
+    PowerCapUpdate,
     ReservationSpec,
     StepComplete,
     StepCreate,
@@ -46,6 +48,9 @@ NodeAgent = Annotated[auth.Identity, require_role("node")]
 
 
 MIN_PASS_INTERVAL_S = 0.05
+# --immediate refusals by pending reason (the power-capping prototype's wording, seed 003)
+IMMEDIATE_REFUSAL = {states.R_POWER: "Required power not available now",
+                     states.R_POWER_RESERVED: "Required power at least partially reserved"}
 TIMER_INTERVAL_S = 1.0
 
 
@@ -138,9 +143,10 @@ def create_app(controller: Controller) -> FastAPI:
             actions = state.schedule(now)
             job = jobs[0]
             if job.state != states.RUNNING:
+                why = IMMEDIATE_REFUSAL.get(job.reason, "Requested nodes are busy")
                 state.cancel([job], who, None, False, now)
                 controller.act(actions)
-                raise Refused("Unable to allocate resources: Requested nodes are busy", 503)
+                raise Refused(f"Unable to allocate resources: {why}", 503)
             controller.act(actions)
         elif req.interactive:  # srun and salloc wait on this answer: try to place the job at once
             controller.act(state.schedule(now))
@@ -256,6 +262,21 @@ def create_app(controller: Controller) -> FastAPI:
         return {"time": time.time(), "source": state.config.source,
                 "settings": [[k, v] for k, v in state.config.as_pairs()],
                 "accounting_healthy": controller.sync.healthy if controller.sync else None}
+
+    # --- power cap -----------------------------------------------------------------------------
+
+    @app.get("/v1/powercap")
+    async def show_powercap(who: Who) -> dict[str, Any]:
+        figures = power.summary(state.node_power(), state.power_states())
+        return {"time": time.time(), "enabled": state.power_cap is not None,
+                "power_cap": None if state.power_cap is None else
+                ("INFINITE" if math.isinf(state.power_cap) else int(state.power_cap)), **figures}
+
+    @app.patch("/v1/powercap")
+    async def update_powercap(upd: PowerCapUpdate, who: Who) -> dict[str, Any]:
+        state.set_power_cap(upd.power_cap, who)
+        controller.changed()
+        return {"power_cap": upd.power_cap}
 
     # --- reservations ---------------------------------------------------------------------------
 

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from wattsched import hostlist, scheduling, states, timefmt
+from wattsched import hostlist, power, scheduling, states, timefmt
 from wattsched.api import ReservationSpec
 from wattsched.model import Job, Node, Reservation
 
-FLAGS = ("MAINT", "IGNORE_JOBS", "DAILY", "WEEKLY", "FLEX", "OVERLAP", "SPEC_NODES")
+FLAGS = ("MAINT", "IGNORE_JOBS", "DAILY", "WEEKLY", "FLEX", "OVERLAP", "SPEC_NODES", "LICENSE_ONLY")
 _ROLL_S = {"DAILY": 86400, "WEEKLY": 7 * 86400}
 _FOREVER_S = 365 * 86400  # Duration=UNLIMITED: Slurm's one year
 
@@ -101,6 +101,10 @@ class ReservationBook:
                                             frozenset(r.users), frozenset(r.accounts), frozenset(r.flags))
                 for r in self.by_name.values() if r.nodes}
 
+    def power_snapshots(self) -> tuple[power.PowerResv, ...]:
+        return tuple(power.PowerResv(r.name, r.start_time, r.end_time, r.watts)
+                     for r in self.by_name.values() if r.watts)
+
     def active_on(self, now: float) -> dict[str, Reservation]:
         """Node name -> the active reservation holding it (MAINT ones win, for node states)."""
         result: dict[str, Reservation] = {}
@@ -126,13 +130,13 @@ class ReservationBook:
             if "MAINT" not in flags:
                 raise ReservationError("Either Users and/or Accounts must be specified.  No reservation created.")
             users = [creator]
-        partition = spec.partition or ""
+        partition = spec.partition or default_partition
         if partition and partition not in partitions:
             raise ReservationError("Invalid partition name specified")
         resv = Reservation(resv_id=self.next_id, name=name, start_time=start, end_time=end, users=users,
                            accounts=accounts, partition=partition, flags=flags, created=now, watts=spec.watts)
         if spec.nodes or spec.node_cnt:
-            resv.nodes = self._pick_nodes(resv, spec, nodes, partitions, partition or default_partition, jobs, now)
+            resv.nodes = self._pick_nodes(resv, spec, nodes, partitions, partition, jobs, now)
         elif spec.watts is None:
             raise ReservationError("Nodes, NodeCnt or Watts must be specified.  No reservation created.")
         self.next_id += 1

@@ -18,10 +18,10 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from wattsched import auth, hostlist, scheduling, states
+from wattsched import auth, hostlist, power, scheduling, states
 from wattsched.api import AgentHeartbeat, JobEvent, JobSubmit, JobUpdate, ReservationSpec, StepComplete, StepCreate
 from wattsched.auth import Identity
-from wattsched.config import Config
+from wattsched.config import Config, parse_power_cap
 from wattsched.controller import submit as submit_mod
 from wattsched.controller import views
 from wattsched.controller.priority import Shares
@@ -115,6 +115,7 @@ class ClusterState:
     stats: PassStats = field(default_factory=PassStats)
     resv: ReservationBook = field(default_factory=ReservationBook)
     shares: Shares = field(default_factory=Shares)
+    power_cap: float | None = None  # watts, math.inf (INFINITE) or None (capping off)
     _resv_dirty: list[Reservation] = field(default_factory=list)
     _dirty: set[int] = field(default_factory=set)
     _purged: list[int] = field(default_factory=list)
@@ -151,6 +152,8 @@ class ClusterState:
                 if saved.get("down"):
                     node.base_state = states.N_DOWN
         state.next_job_id = int(store.get_meta("next_job_id", str(config.first_job_id)) or 1)
+        saved_cap = store.get_meta("power_cap")
+        state.power_cap = config.power_cap if saved_cap is None else json.loads(saved_cap)
         state.resv = ReservationBook([Reservation.from_dict(r) for r in store.load_reservations()],
                                      int(store.get_meta("next_resv_id", "1") or 1))
         for data in store.load_jobs():
@@ -189,7 +192,8 @@ class ClusterState:
     def flush(self) -> None:
         if not (self._dirty or self._purged or self._meta_dirty or self._node_events or self._resv_dirty):
             return
-        meta = {"next_job_id": str(self.next_job_id), "next_resv_id": str(self.resv.next_id)}
+        meta = {"next_job_id": str(self.next_job_id), "next_resv_id": str(self.resv.next_id),
+                "power_cap": json.dumps(self.power_cap)}
         if self._meta_dirty:
             meta["nodes"] = json.dumps({
                 n.name: {"drain": n.drain, "reason": n.reason, "reason_time": n.reason_time,
@@ -242,12 +246,48 @@ class ClusterState:
         running = tuple(
             scheduling.RunningJob(j.job_id, j.alloc_cpus, {n: j.alloc_mem_mb for n in j.alloc_cpus},
                                   j.start_time + j.time_limit_min * 60 if j.time_limit_min is not None else None)
-            for j in self.jobs.values() if j.state in (states.RUNNING, states.COMPLETING)) if backfill_due else ()
+            for j in self.jobs.values() if j.state in (states.RUNNING, states.COMPLETING)) \
+            if backfill_due or self.power_cap is not None else ()
         return scheduling.Snapshot(now=now, nodes=tuple(self.node_snaps().values()),
                                    partitions=self.partition_snaps(), pending=pending, jobs=briefs,
                                    def_mem_per_cpu_mb=self.config.def_mem_per_cpu_mb, running=running,
                                    backfill_due=backfill_due, reservations=self.resv.snapshots(),
-                                   fairshare=self.shares.factors)
+                                   fairshare=self.shares.factors, power=self.power_snap())
+
+    # --- power ---------------------------------------------------------------------------------
+
+    def node_power(self) -> dict[str, power.NodePower]:
+        result = {}
+        for n in self.nodes.values():
+            idle, most = n.idle_watts or 0, n.max_watts or 0
+            result[n.name] = power.NodePower(idle, most, idle if n.power_save_watts is None else n.power_save_watts,
+                                             most if n.down_watts is None else n.down_watts,
+                                             n.power_cap_priority == 0)
+        return result
+
+    def power_states(self) -> dict[str, str]:
+        """Each node's state for power: busy (allocated or mixed), idle, down."""
+        result = {}
+        for n in self.nodes.values():
+            if n.base_state in (states.N_DOWN, states.N_UNKNOWN, states.N_FUTURE) or n.not_responding:
+                result[n.name] = power.DOWN
+            else:
+                result[n.name] = power.BUSY if n.alloc_cpus else power.IDLE
+        return result
+
+    def power_snap(self) -> power.PowerSnap | None:
+        if self.power_cap is None:
+            return None
+        return power.PowerSnap(self.node_power(), self.power_states(), self.power_cap, self.resv.power_snapshots())
+
+    def set_power_cap(self, value: str, who: Identity) -> None:
+        if not self.is_admin(who):
+            raise Refused("Access/permission denied", 403)
+        try:
+            self.power_cap = parse_power_cap(value)
+        except ValueError as exc:
+            raise Refused(f"Invalid power cap: {value}") from exc
+        self._meta_dirty = True
 
     def schedule(self, now: float) -> list[Action]:
         """One scheduling pass: call the pure core, then apply its decisions. A backfill

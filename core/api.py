@@ -96,6 +96,12 @@ class ReservationSpec(Strict):
     watts: int | None = Field(None, ge=0)
 
 
+class PowerCapUpdate(Strict):
+    """``scontrol update powercap=<watts>|INFINITE``."""
+
+    power_cap: str = Field(min_length=1, max_length=32)
+
+
 class AssocRequest(Strict):
     """sacctmgr add|modify|delete cluster|account|user NAMES [where K=V...] [set K=V...].
     Keys are sacctmgr's, lower case (parent, fairshare, description, organization, account,

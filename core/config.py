@@ -9,6 +9,7 @@ every bad value is a :class:`ConfigError` naming the file, the line and the key.
 
 from __future__ import annotations
 
+import math
 import os
 import shlex
 from collections.abc import Callable
@@ -74,7 +75,9 @@ class SchedulerParams:
     ``bf_reservations``: how many pending jobs get a reservation (1 = EASY; 0 = unlimited,
     i.e. conservative backfilling). ``bf_candidate``: which backfill candidate starts first:
     ``first`` (priority order, first fit) or best fit by ``shortest``/``longest`` time limit or
-    ``most_cpus``/``fewest_cpus`` (the BFF and BBF variants of seed 002).
+    ``most_cpus``/``fewest_cpus`` (the BFF and BBF variants of seed 002). ``bf_power``: under a
+    PowerCap, ``plan`` puts power in the backfill timeline; ``admit`` checks it only for jobs
+    starting now (the plain admission of seed 003, for comparison).
     """
 
     bf_interval_s: int = 30
@@ -86,6 +89,7 @@ class SchedulerParams:
     default_queue_depth: int = 100
     bf_reservations: int = 1
     bf_candidate: str = "first"
+    bf_power: str = "plan"
 
 
 _SCHED_INT_KEYS = {"bf_interval": "bf_interval_s", "bf_window": "bf_window_min", "bf_resolution": "bf_resolution_s",
@@ -107,6 +111,10 @@ def parse_scheduler_params(text: str) -> SchedulerParams:
             values["bf_reservations"] = 0 if value.lower() in ("unlimited", "infinite") else _int(value)
             if values["bf_reservations"] == 0 and value.lower() not in ("unlimited", "infinite"):
                 raise ValueError("bf_reservations must be at least 1, or unlimited")
+        elif key == "bf_power":
+            if value.lower() not in ("plan", "admit"):
+                raise ValueError(f"bf_power '{value}' is not plan or admit")
+            values["bf_power"] = value.lower()
         elif key == "bf_candidate":
             if value.lower() not in CANDIDATE_ORDERS:
                 raise ValueError(f"bf_candidate '{value}' is not one of {', '.join(CANDIDATE_ORDERS)}")
@@ -164,6 +172,7 @@ class Config:
     fairshare_dampening_factor: int = 1
     priority_flags: tuple[str, ...] = ()
     accounting_storage_enforce: tuple[str, ...] = ()
+    power_cap: float | None = None  # watts; math.inf for INFINITE; None: capping off
     log_level: str = "info"
     nodes: tuple[NodeConf, ...] = ()
     partitions: tuple[PartitionConf, ...] = ()
@@ -196,6 +205,8 @@ class Config:
 
 
 def _show(value: Any) -> str:
+    if isinstance(value, float) and math.isinf(value):
+        return "INFINITE"
     if isinstance(value, SchedulerParams):
         return ",".join(f"{k}={getattr(value, k)}" for k in value.__slots__)
     if value is None:
@@ -303,6 +314,14 @@ def _period_s(value: str) -> int:
     return seconds
 
 
+def parse_power_cap(value: str) -> float:
+    """PowerCap: watts, or INFINITE (capping on, without a limit)."""
+    if value.upper() in ("INFINITE", "UNLIMITED"):
+        return math.inf
+    watts = _int(value)
+    return float(watts)
+
+
 def _positive(value: str) -> int:
     number = _int(value)
     if number < 1:
@@ -375,6 +394,7 @@ _GLOBAL_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "PriorityFlags": ("priority_flags", _flag_list("FAIR_TREE", "NO_FAIR_TREE")),
     "AccountingStorageEnforce": ("accounting_storage_enforce", _flag_list(
         "associations", "limits", "qos", "safe", "wckeys", "nojobs", "nosteps")),
+    "PowerCap": ("power_cap", parse_power_cap),
     "SlurmctldDebug": ("log_level", _choice("quiet", "fatal", "error", "info", "verbose", "debug",
                                             "debug2", "debug3")),
 }

@@ -18,7 +18,9 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from wattsched import power as power_mod
 from wattsched import states
+from wattsched.power import PowerSnap
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +139,8 @@ class Snapshot:
     reservations: Mapping[str, ResvSnap] = field(default_factory=dict)
     # (FairShare, EnergyFairShare) per (account, user), from wattsched.fairshare
     fairshare: Mapping[tuple[str, str], tuple[float, float]] = field(default_factory=dict)
+    # watts per node and the cap, when PowerCap is configured (wattsched.power)
+    power: PowerSnap | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -388,6 +392,54 @@ class Candidates:
             result.append(node)
         result.sort(key=lambda n: n.weight)  # stable: name order within equal weight
         return result
+
+
+class PowerMeter:
+    """The cluster's current maximum power during a pass, as jobs start and their nodes get busy.
+
+    A job whose nodes all stay busy with other jobs for its whole run adds nothing and always
+    passes (the prototype's rule for filling busy nodes); any other job is checked."""
+
+    def __init__(self, snap: PowerSnap, running: tuple[RunningJob, ...] = ()):
+        self.snap = snap
+        self.busy = {name for name, state in snap.states.items() if state == power_mod.BUSY}
+        self.current = float(sum(node.watts(snap.states.get(name, power_mod.IDLE))
+                                 for name, node in snap.nodes.items()))
+        # how long each busy node stays busy (unknown: as long as any job may need it)
+        self.busy_until = dict.fromkeys(self.busy, math.inf)
+        if running:
+            self.busy_until = {}
+            for job in running:
+                end = math.inf if job.end_time is None else job.end_time
+                for name in job.cpus:
+                    self.busy_until[name] = max(self.busy_until.get(name, -math.inf), end)
+            for name in self.busy - set(self.busy_until):
+                self.busy_until[name] = math.inf
+
+    def added(self, alloc: Allocation) -> float:
+        """The watts the allocation adds now: its nodes that are not busy yet go to MaxWatts."""
+        extra = 0
+        for name in alloc.cpus:
+            node = self.snap.nodes.get(name)
+            if node is not None and name not in self.busy:
+                extra += node.max - node.watts(self.snap.states.get(name, power_mod.IDLE))
+        return extra
+
+    def check(self, job: JobRequest, alloc: Allocation, start: float) -> str | None:
+        end = job_end(job, start)
+        if all(self.busy_until.get(n, -math.inf) >= end or self.snap.nodes.get(n, _ALWAYS).always_max
+               for n in alloc.cpus):
+            return None
+        return power_mod.admission(self.snap, self.current, self.added(alloc), start, end, job.reservation)
+
+    def commit(self, alloc: Allocation, end: float) -> None:
+        self.current += self.added(alloc)
+        self.busy.update(alloc.cpus)
+        for name in alloc.cpus:
+            self.busy_until[name] = max(self.busy_until.get(name, -math.inf), end)
+
+
+_ALWAYS = power_mod.NodePower(0, 0, 0, 0, always_max=True)
 
 
 def unplaced_reason(job: JobRequest, snapshot: Snapshot, by_name: Mapping[str, NodeSnap]) -> str:

@@ -46,6 +46,8 @@ R_NODE_DOWN = "NodeDown"
 R_RESERVATION = "Reservation"
 R_RESV_DELETED = "ReservationDeleted"
 R_MAINT = "ReqNodeNotAvail, Reserved for maintenance"
+R_POWER = "PowerNotAvail"
+R_POWER_RESERVED = "PowerReserved"
 
 # Node base states and flags.
 N_IDLE, N_ALLOCATED, N_MIXED, N_DOWN, N_UNKNOWN, N_FUTURE = "IDLE", "ALLOCATED", "MIXED", "DOWN", "UNKNOWN", \

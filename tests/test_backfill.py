@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -270,3 +272,54 @@ def test_reserved_nodes_are_never_used_by_others_in_the_window(work, offset, len
         end = NOW + by_id[job_id].time_limit_min * 60
         if resv.overlaps(NOW, end):
             assert resv.nodes.isdisjoint(alloc.cpus)
+
+
+# --- power capping ------------------------------------------------------------------------------------
+
+@st.composite
+def capped(draw):
+    from wattsched import power
+
+    count, cpus, busy, queue = draw(workloads())
+    names = [f"n{i:02d}" for i in range(1, count + 1)]
+    watts = {n: power.NodePower(100, 300, 100, 300, always_max=draw(st.booleans()) and n == "n01") for n in names}
+    used = {node for r in busy for node in r.cpus}
+    states_ = {n: power.BUSY if n in used else power.IDLE for n in names}
+    current = sum(watts[n].watts(states_[n]) for n in names)
+    cap = draw(st.sampled_from([math.inf, float(draw(st.integers(current - 100, 300 * count)))]))
+    resvs = tuple(power.PowerResv(f"r{i}", NOW + draw(st.integers(0, 120)) * 60,
+                                  NOW + draw(st.integers(121, 400)) * 60, draw(st.integers(50, 400)))
+                  for i in range(draw(st.integers(0, 2))))
+    return count, cpus, busy, queue, power.PowerSnap(watts, states_, cap, resvs)
+
+
+def _busy_power(snap, busy_nodes) -> float:
+    return sum(node.max if name in busy_nodes else node.watts(snap.states[name]) for name, node in snap.nodes.items())
+
+
+@settings(max_examples=200, deadline=None)
+@given(capped(), st.sampled_from(["builtin", "plan", "admit"]))
+def test_power_never_exceeds_the_cap_or_a_planned_cap(work, kind) -> None:
+    from dataclasses import replace
+
+    count, cpus, busy, queue, snap = work
+    snapshot = replace(cluster(count, cpus, busy, pending=queue), power=snap)
+    scheduler = BuiltinScheduler() if kind == "builtin" else BackfillScheduler(SchedulerParams(bf_power=kind))
+    decisions = plan(snapshot, scheduler)
+    by_id = {j.job_id: j for j in queue}
+    limit = snap.limit()
+    running_nodes = {node for r in busy for node in r.cpus}
+    starts = [(by_id[j], a, NOW + by_id[j].time_limit_min * 60) for j, a in decisions.starts]
+    adders = [(job, a, end) for job, a, end in starts if any(n not in running_nodes and not snap.nodes[n].always_max
+                                                             for n in a.cpus)]
+    if adders:
+        assert _busy_power(snap, running_nodes | {n for _j, a, _e in starts for n in a.cpus}) <= limit
+    for resv in snap.reservations:
+        t = resv.start
+        overlapping = [j for j, _a, end in adders if end >= t]
+        if not overlapping:
+            continue
+        busy_at = {n for r in busy if r.end_time is None or r.end_time > t for n in r.cpus}
+        busy_at |= {n for _j, a, end in starts if end > t for n in a.cpus}
+        reserved = sum(r.watts for r in snap.reservations if r.start <= t < r.end)
+        assert _busy_power(snap, busy_at) <= limit - reserved, (kind, t - NOW)

@@ -57,7 +57,7 @@ def test_reservation_life_cycle(bf_cluster: Cluster) -> None:
     assert out.strip() == "Reservation created: maint"
     shown = c.run("scontrol", "show", "reservation", "maint").stdout
     assert re.search(r"^ReservationName=maint StartTime=\S+ EndTime=\S+ Duration=00:30:00$", shown, re.M)
-    assert "   Nodes=n04 NodeCnt=1 CoreCnt=4 Features=(null) PartitionName=(null) Flags=MAINT,IGNORE_JOBS,SPEC_NODES" \
+    assert "   Nodes=n04 NodeCnt=1 CoreCnt=4 Features=(null) PartitionName=debug Flags=MAINT,IGNORE_JOBS,SPEC_NODES" \
         in shown
     assert "   Users=root Groups=(null) Accounts=(null) Licenses=(null) State=ACTIVE BurstBuffer=(null) Watts=n/a" \
         in shown

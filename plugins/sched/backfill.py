@@ -25,6 +25,12 @@ A candidate needing more CPUs than are free in the whole machine is rejected at 
 resources over a window are computed lazily, node by node, only for the nodes the selection
 plugin looks at.
 
+Power. Under a PowerCap (``bf_power=plan``, the default) the timeline also tracks the cluster's
+maximum power (:mod:`wattsched.plugins.sched.powerplan`): a job blocked by the cap gets its
+reservation when both its nodes and its power are free, and backfilled jobs may delay it in
+neither. ``bf_power=admit`` is the prototype's plain admission (seed 003): power is checked only
+for jobs starting now, and a job it blocks gets no reservation; the next job is tried.
+
 Constraints. A job without a time limit never ends in the profile: it can start now only on
 resources no reservation needs, and a reservation behind it waits forever (no shadow time,
 reason Resources, no expected start). Reservations are only planned within ``bf_window``.
@@ -48,12 +54,14 @@ import numpy as np
 from wattsched import states
 from wattsched.config import SchedulerParams
 from wattsched.plugins.sched.builtin import BuiltinScheduler
+from wattsched.plugins.sched.powerplan import PowerPlan
 from wattsched.scheduling import (
     Allocation,
     ArrayThrottle,
     Candidates,
     Decisions,
     JobRequest,
+    PowerMeter,
     SelectPlugin,
     Snapshot,
     job_end,
@@ -200,6 +208,31 @@ class _Pass:
                 if node in self.profile.index:
                     self.profile.add(node, end, cpus, running.mem_mb.get(node, 0))
         self.failed_end: dict[tuple, float] = {}
+        self.meter = PowerMeter(snapshot.power, snapshot.running) if snapshot.power is not None else None
+        self.power = PowerPlan(self.meter, snapshot.running, self.now, params.bf_resolution_s) \
+            if self.meter is not None and params.bf_power == "plan" else None
+
+    def power_reason(self, job: JobRequest, alloc: Allocation, start: float) -> str | None:
+        """Why the power cap keeps the job from starting at ``start`` on ``alloc`` (None: it does not)."""
+        if self.power is not None:
+            return self.power.check(job, alloc, start)
+        if self.meter is not None and start == self.now:
+            return self.meter.check(job, alloc, start)
+        return None
+
+    def start(self, job: JobRequest, alloc: Allocation) -> None:
+        end = job_end(job, self.now)
+        self.profile.hold(alloc, self.now, end)
+        if self.power is not None:
+            self.power.start_now(alloc, end)
+        elif self.meter is not None:
+            self.meter.commit(alloc, end)
+
+    def reserve(self, job: JobRequest, alloc: Allocation, start: float) -> None:
+        end = job_end(job, start)
+        self.profile.hold(alloc, start, end)
+        if self.power is not None:
+            self.power.hold(alloc, start, end)
 
     def fits_now(self, job: JobRequest) -> Allocation | None:
         """Where the job can run from now to its time limit without taking anything reserved."""
@@ -216,15 +249,17 @@ class _Pass:
         return alloc
 
     def earliest(self, job: JobRequest) -> tuple[float, Allocation] | None:
-        """The job's earliest start within bf_window, and where."""
+        """The job's earliest start within bf_window (nodes, and power when it is planned), and where."""
         now, params = self.now, self.params
         alloc = self.fits_now(job)
-        if alloc is not None:  # most jobs at the head of a queue start at once: no timeline needed
-            return now, alloc
+        if alloc is not None and (self.power is None or self.power.check(job, alloc, now) is None):
+            return now, alloc  # most jobs at the head of a queue start at once: no timeline needed
         window_end = now + params.bf_window_min * 60
         times = set(self.profile.release_times(now, window_end, params.bf_resolution_s))
         for resv in self.snapshot.reservations.values():
             times.update(t for t in (resv.start, resv.end) if now < t <= window_end)
+        if self.power is not None:
+            times.update(t for t in self.power.release_times() if t <= window_end)
         ordered = sorted(times)
         need = job.ntasks * max(1, job.cpus_per_task)
         for start, total in zip(ordered, self.profile.total_free_at(ordered), strict=True):
@@ -233,7 +268,7 @@ class _Pass:
             window = self.profile.window(start, job_end(job, start))
             alloc = self.select.select(job, self.candidates.for_job(job, window.with_cpus(), start), window,
                                        self.snapshot.def_mem_per_cpu_mb)
-            if alloc is not None:
+            if alloc is not None and (self.power is None or self.power.check(job, alloc, start) is None):
                 return start, alloc
         return None
 
@@ -274,24 +309,32 @@ class BackfillScheduler:
                 continue
             if params.bf_reservations == 0 or reserved < params.bf_reservations:
                 found = bf.earliest(job)
-                if found is not None and found[0] == bf.now:
+                now_alloc = bf.fits_now(job) if found is None or found[0] != bf.now else found[1]
+                power_reason = bf.power_reason(job, now_alloc, bf.now) if now_alloc is not None else None
+                if found is not None and found[0] == bf.now and power_reason is None:
                     self._start(job, found[1], bf, throttle, decisions, backfilled=bool(blocked))
                     continue
                 key = (job.partition, job.reservation)
-                decisions.reasons[job.job_id] = states.R_PRIORITY if key in blocked else \
-                    unplaced_reason(job, snapshot, bf.candidates.by_name)
+                if power_reason is not None:
+                    decisions.reasons[job.job_id] = power_reason
+                    if bf.power is None:  # plain admission: the next job is tried, nothing is reserved
+                        continue
+                else:
+                    decisions.reasons[job.job_id] = states.R_PRIORITY if key in blocked else \
+                        unplaced_reason(job, snapshot, bf.candidates.by_name)
                 blocked.add(key)
                 if found is not None:
                     start, alloc = found
-                    bf.profile.hold(alloc, start, job_end(job, start))
+                    bf.reserve(job, alloc, start)
                     decisions.expected_start[job.job_id] = start
                     reserved += 1
             elif params.bf_candidate == "first":
                 alloc = bf.fits_now(job)
-                if alloc is not None:
+                reason = states.R_PRIORITY if alloc is None else bf.power_reason(job, alloc, bf.now)
+                if reason is None:
                     self._start(job, alloc, bf, throttle, decisions, backfilled=True)
                 else:
-                    decisions.reasons[job.job_id] = states.R_PRIORITY
+                    decisions.reasons[job.job_id] = reason
             else:
                 later.append(job)
         self._best_fit(later, bf, throttle, decisions)
@@ -306,7 +349,7 @@ class BackfillScheduler:
             for job in waiting:
                 if throttle.allows(job):
                     alloc = bf.fits_now(job)
-                    if alloc is not None:
+                    if alloc is not None and bf.power_reason(job, alloc, bf.now) is None:
                         fitting.append((key(job), job, alloc))
             if not fitting:
                 break
@@ -319,7 +362,7 @@ class BackfillScheduler:
     @staticmethod
     def _start(job: JobRequest, alloc: Allocation, bf: _Pass, throttle: ArrayThrottle, decisions: Decisions,
                backfilled: bool) -> None:
-        bf.profile.hold(alloc, bf.now, job_end(job, bf.now))
+        bf.start(job, alloc)
         decisions.starts.append((job.job_id, alloc))
         decisions.backfilled += int(backfilled)
         throttle.started(job)

@@ -6,7 +6,9 @@ that partition starts in this pass (they show ``Priority``), so nothing ever ove
 blocked higher-priority job. Jobs of an advanced reservation block only the other jobs of
 that reservation, since they run on its nodes alone. Ineligible jobs (held, waiting on a
 dependency, a begin time or their reservation, over a partition limit) keep their own reason
-and block nothing, as in Slurm. At most ``default_queue_depth`` jobs are tried per pass; the
+and block nothing, as in Slurm. Under a PowerCap, a job whose nodes would take the cluster over
+the cap (or a planned cap) stays pending with PowerNotAvail (PowerReserved) and the next job is
+tried, as in the power-capping prototype (seed 003). At most ``default_queue_depth`` jobs are tried per pass; the
 rest keep their reason until a later pass.
 """
 
@@ -19,8 +21,10 @@ from wattsched.scheduling import (
     Candidates,
     Decisions,
     JobRequest,
+    PowerMeter,
     SelectPlugin,
     Snapshot,
+    job_end,
     unplaced_reason,
 )
 
@@ -38,6 +42,7 @@ class BuiltinScheduler:
         with_cpus = {name for name, (cpus, _mem) in free.items() if cpus > 0}
         blocked: set[tuple[str, str]] = set()
         tried = 0
+        meter = PowerMeter(snapshot.power, snapshot.running) if snapshot.power is not None else None
         for job in order:
             reason = eligible[job.job_id]
             if reason is not None:
@@ -58,6 +63,12 @@ class BuiltinScheduler:
                 decisions.reasons[job.job_id] = unplaced_reason(job, snapshot, candidates.by_name)
                 blocked.add((job.partition, job.reservation))
                 continue
+            if meter is not None:
+                power_reason = meter.check(job, alloc, snapshot.now)
+                if power_reason is not None:
+                    decisions.reasons[job.job_id] = power_reason
+                    continue
+                meter.commit(alloc, job_end(job, snapshot.now))
             for name, cpus in alloc.cpus.items():
                 free_cpus, free_mem = free[name]
                 free[name] = (free_cpus - cpus, free_mem - alloc.mem_mb.get(name, 0))

@@ -1,0 +1,106 @@
+"""Power capping: the cluster's maximum power from node states, and whether a job may start under
+the cap and the planned caps (seed 003_bc13d05f223e0089.txt, section 4), as pure functions.
+
+Each node declares IdleWatts, MaxWatts, PowerSaveWatts (default IdleWatts) and DownWatts (default
+MaxWatts). The cluster's *current* maximum power sums, per node, the watts of its state: busy
+(allocated or mixed) -> MaxWatts, idle -> IdleWatts, powered down -> PowerSaveWatts, down ->
+DownWatts; a node with PowerCapPriority=0 always counts MaxWatts (and is always usable).
+MinWatts has every node powered down; MaxWatts every node busy; AdjustedMaxWatts every node
+busy except the powered-down and down ones, which keep their own watts.
+
+A job may start on candidate nodes when the current maximum power with those nodes busy stays
+within the cap, and within the cap minus every power reservation that overlaps its run (the
+*planned* caps; with PowerCap=INFINITE the cap is the cluster's MaxWatts). A job of a power
+reservation may use that reservation's watts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from wattsched import states
+
+BUSY, IDLE, SAVED, DOWN = "busy", "idle", "saved", "down"
+INFINITE = math.inf
+
+
+@dataclass(frozen=True, slots=True)
+class NodePower:
+    idle: int
+    max: int
+    save: int
+    down: int
+    always_max: bool = False
+
+    def watts(self, state: str) -> int:
+        if self.always_max:
+            return self.max
+        return {BUSY: self.max, IDLE: self.idle, SAVED: self.save, DOWN: self.down}[state]
+
+
+@dataclass(frozen=True, slots=True)
+class PowerResv:
+    """Watts set aside over [start, end) for the jobs of one reservation."""
+
+    name: str
+    start: float
+    end: float
+    watts: int
+
+
+@dataclass(frozen=True, slots=True)
+class PowerSnap:
+    """What admission needs: each node's watts and state, the cap and the power reservations."""
+
+    nodes: Mapping[str, NodePower]
+    states: Mapping[str, str]
+    cap: float  # watts, or INFINITE
+    reservations: tuple[PowerResv, ...] = ()
+
+    def limit(self) -> float:
+        """The cap in watts: INFINITE means the cluster's MaxWatts."""
+        return float(self.max_watts()) if self.cap == INFINITE else self.cap
+
+    def max_watts(self) -> int:
+        return sum(n.max for n in self.nodes.values())
+
+
+def summary(nodes: Mapping[str, NodePower], node_states: Mapping[str, str]) -> dict[str, int]:
+    """scontrol show powercap's figures (without the cap)."""
+    current = adjusted = minimum = maximum = 0
+    for name, node in nodes.items():
+        state = node_states.get(name, IDLE)
+        current += node.watts(state)
+        minimum += node.watts(SAVED)
+        maximum += node.max
+        adjusted += node.watts(state) if state in (SAVED, DOWN) else node.max
+    return {"min_watts": minimum, "current_watts": current, "adjusted_max_watts": adjusted, "max_watts": maximum}
+
+
+def extra_watts(snap: PowerSnap, busy_now: Iterable[str]) -> dict[str, int]:
+    """Per node, the watts it adds when it goes from its state now to busy (0 if already busy)."""
+    already = set(busy_now)
+    return {name: 0 if name in already else node.max - node.watts(snap.states.get(name, IDLE))
+            for name, node in snap.nodes.items()}
+
+
+def reserved_watts(snap: PowerSnap, start: float, end: float, own: str = "") -> int:
+    """Watts of the power reservations overlapping [start, end], except the job's own."""
+    return sum(r.watts for r in snap.reservations if r.name != own and r.start <= end and start <= r.end)
+
+
+def admission(snap: PowerSnap, current: float, added: float, start: float, end: float,
+              own_reservation: str = "") -> str | None:
+    """None if ``added`` watts on top of ``current`` fit under the cap and the planned caps over
+    [start, end]; else Slurm's pending reason (PowerNotAvail, or PowerReserved when only a
+    reservation is in the way). A job that adds nothing is not refused by the cap itself (the
+    cluster may be over a cap just lowered), but still by a reservation it overlaps."""
+    total = current + added
+    if total > snap.limit() and added > 0:
+        return states.R_POWER
+    reserved = reserved_watts(snap, start, end, own_reservation)
+    if reserved and total > snap.limit() - reserved:
+        return states.R_POWER_RESERVED
+    return None

@@ -1,0 +1,140 @@
+"""The power-capping prototype's Examples 1 and 3 (seed 003, section 5) on etc/leaf257.conf,
+emulated, through the real commands: the same command sequences and the seed's figures."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from wattsched.testcluster import BIN, free_port, wait_for
+
+ETC = Path(__file__).resolve().parent.parent / "etc"
+
+
+class Leaf:
+    """The 257-node cluster started with `wattsched emulate`, and its commands."""
+
+    def __init__(self, root: Path):
+        self.conf = root / "leaf257.conf"
+        text = (ETC / "leaf257.conf").read_text()
+        text = text.replace("../wattsched-state/leaf257", str(root / "state"))
+        text = text.replace("SlurmctldPort=6827", f"SlurmctldPort={free_port()}")
+        self.conf.write_text(text)
+        self.env = dict(os.environ, WATTSCHED_CONF=str(self.conf), PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}")
+        self.env.pop("SLURM_JOB_ID", None)
+        self.work = root
+
+    def run(self, *args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
+        result = subprocess.run([str(BIN / args[0]), *args[1:]], env=self.env, cwd=self.work, capture_output=True,
+                                text=True, timeout=timeout)
+        if check and result.returncode:
+            raise AssertionError(f"{args} exited {result.returncode}: {result.stderr}")
+        return result
+
+    def srun_background(self, *args: str) -> subprocess.Popen:
+        return subprocess.Popen([str(BIN / "srun"), *args], env=self.env, cwd=self.work, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True)
+
+    def powercap(self) -> str:
+        return self.run("scontrol", "show", "powercap").stdout.strip()
+
+    def reason(self, job_id: str) -> str:
+        return self.run("squeue", "-h", "-j", job_id, "-o", "%r").stdout.strip()
+
+
+@pytest.fixture
+def leaf(tmp_path) -> Iterator[Leaf]:
+    cluster = Leaf(tmp_path)
+    cluster.run("wattsched", "emulate", "--daemon", str(cluster.conf), timeout=180)
+    yield cluster
+    cluster.run("wattsched", "emulate", "--stop", str(cluster.conf), check=False)
+
+
+def _read_until(stream, pattern: str) -> list[str]:
+    lines = []
+    while True:
+        line = stream.readline()
+        assert line, f"srun ended before printing {pattern!r}: {lines}"
+        lines.append(line.rstrip("\n"))
+        if re.search(pattern, line):
+            return lines
+
+
+def test_example_1_power_counters_and_cap(leaf: Leaf) -> None:
+    assert leaf.powercap() == "MinWatts=116150 CurrentWatts=116150 PowerCap=INFINITE AdjustedMaxWatts=244150 " \
+                              "MaxWatts=244150"
+    first = leaf.srun_background("-n", "10", "-N", "10", "sleep", "100")
+    wait_for(lambda: "CurrentWatts=121150 " in leaf.powercap(), 30, what="10-node job counted")
+    _interrupt(first)
+    wait_for(lambda: "CurrentWatts=116150 " in leaf.powercap(), 30, what="nodes idle again")
+
+    leaf.run("scontrol", "update", "powercap=121000")
+    assert leaf.powercap() == "MinWatts=116150 CurrentWatts=116150 PowerCap=121000 AdjustedMaxWatts=244150 " \
+                              "MaxWatts=244150"
+    blocked = leaf.srun_background("-n", "10", "-N", "10", "sleep", "100")
+    said = _read_until(blocked.stderr, r"queued and waiting")
+    assert said[0] == "srun: Required power not available now"
+    job_id = re.search(r"srun: job (\d+) queued and waiting for resources", said[1]).group(1)
+    assert leaf.reason(job_id) == "PowerNotAvail"
+    smaller = leaf.srun_background("-n", "10", "-N", "9", "sleep", "100")
+    wait_for(lambda: "CurrentWatts=120650 " in leaf.powercap(), 30, what="9-node job counted")
+    assert leaf.powercap() == "MinWatts=116150 CurrentWatts=120650 PowerCap=121000 AdjustedMaxWatts=244150 " \
+                              "MaxWatts=244150"
+    assert leaf.reason(job_id) == "PowerNotAvail"
+    leaf.run("scontrol", "update", "powercap=INFINITE")
+    assert _read_until(blocked.stderr, r"has been allocated")[-1] == f"srun: job {job_id} has been allocated resources"
+    for proc in (blocked, smaller):
+        _interrupt(proc)
+    # the cap survives a controller restart, and only an administrator may change it
+    leaf.run("scontrol", "update", "powercap=200000")
+    refused = subprocess.run([str(BIN / "scontrol"), "update", "powercap=1"], capture_output=True, text=True,
+                             env=dict(leaf.env, SLURM_JWT=_user_token(leaf)))
+    assert refused.returncode == 1 and "Access/permission denied" in refused.stderr
+    bad = leaf.run("scontrol", "update", "powercap=lots", check=False)
+    assert bad.returncode == 1 and "Invalid power cap" in bad.stderr
+    assert "PowerCap=200000 " in leaf.powercap()
+    assert leaf.run("scontrol", "show", "powercap", "--json").returncode == 0
+
+
+def _interrupt(proc: subprocess.Popen) -> None:
+    """Ctrl-C, as a user would: srun ends its step and gives its allocation back."""
+    proc.send_signal(signal.SIGINT)
+    proc.wait(30)
+
+
+def _user_token(leaf: Leaf) -> str:
+    from wattsched import auth, config
+
+    conf = config.load(str(leaf.conf))
+    return auth.user_token(auth.read_key(conf.key_file), 1000, "alice")
+
+
+def test_example_3_power_reservation(leaf: Leaf) -> None:
+    created = leaf.run("scontrol", "create", "res", "FLAG=LICENSE_ONLY", "starttime=now+20minutes", "duration=3",
+                       "Watts=123150", "Users=root").stdout.strip()
+    assert created == "Reservation created: root_1"
+    shown = leaf.run("scontrol", "show", "res").stdout
+    assert re.search(r"^ReservationName=root_1 StartTime=\S+ EndTime=\S+ Duration=00:03:00$", shown, re.M)
+    assert "   Nodes= NodeCnt=0 CoreCnt=0 Features=(null) PartitionName=virtual Flags=LICENSE_ONLY" in shown
+    assert "Users=root Groups=(null) Accounts=(null) Licenses=(null) State=INACTIVE BurstBuffer=(null) " \
+           "Watts=123150" in shown
+    assert leaf.powercap() == "MinWatts=116150 CurrentWatts=116150 PowerCap=INFINITE AdjustedMaxWatts=244150 " \
+                              "MaxWatts=244150"
+    long = leaf.run("srun", "--immediate", "-t", "40", "-n", "10", "-N", "10", "sleep", "100", check=False)
+    assert long.returncode == 1
+    assert "srun: error: Unable to allocate resources: Required power at least partially reserved" in long.stderr
+    short = leaf.run("srun", "--immediate", "-t", "15", "-n", "10", "-N", "10", "true", check=False)
+    assert short.returncode == 0, short.stderr
+    nine = leaf.run("srun", "--immediate", "-t", "30", "-n", "10", "-N", "9", "true", check=False)
+    assert nine.returncode == 0, nine.stderr
+    waiting = leaf.srun_background("-t", "20", "-n", "10", "-N", "10", "true")
+    said = _read_until(waiting.stderr, r"queued and waiting")
+    assert said[0] == "srun: Required power at least partially reserved"
+    leaf.run("scontrol", "delete", "ReservationName=root_1")
+    assert _read_until(waiting.stderr, r"has been allocated")[-1].endswith("has been allocated resources")
+    assert waiting.wait(60) == 0
