@@ -60,6 +60,8 @@ class JobRecord(Base):
     constraints: Mapped[str] = mapped_column(String(1024), default="")
     consumed_energy_j: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     reservation: Mapped[str] = mapped_column(String(256), default="")
+    req_cpu_freq: Mapped[str] = mapped_column(String(64), default="")
+    cpu_freq_khz: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
     steps: Mapped[list[StepRecord]] = relationship(back_populates="job", cascade="all, delete-orphan",
                                                    order_by="StepRecord.id")

@@ -199,6 +199,7 @@ def _job_values(cluster: str, job: dict[str, Any]) -> dict[str, Any]:
         "submit_line": job.get("submit_line", ""), "comment": job.get("comment", ""),
         "wckey": job.get("wckey", ""), "constraints": ",".join(job.get("features", [])),
         "consumed_energy_j": job.get("consumed_energy_j"), "reservation": job.get("reservation", ""),
+        "req_cpu_freq": job.get("cpu_freq", ""), "cpu_freq_khz": job.get("cpu_freq_khz"),
     }
 
 

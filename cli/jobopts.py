@@ -39,6 +39,10 @@ Dependency = Annotated[str | None, typer.Option("-d", "--dependency", help="Depe
 Hold = Annotated[bool, typer.Option("-H", "--hold", help="Submit held.")]
 Nice = Annotated[int | None, typer.Option("--nice", help="Scheduling priority adjustment.")]
 Reservation = Annotated[str | None, typer.Option("--reservation", help="Run in this advanced reservation.")]
+CpuFreq = Annotated[str | None, typer.Option("--cpu-freq", help="p1[-p2[:governor]]: kHz, low, medium, high, "
+                                                                "highm1, or a governor.")]
+PowerFit = Annotated[bool, typer.Option("--power-fit", help="Under a power cap, may run at a lower CPU frequency "
+                                                            "to start sooner (ours; not with --cpu-freq).")]
 Signal = Annotated[str | None, typer.Option("--signal", help="[{R|B}:]SIG[@seconds]")]
 Quiet = Annotated[bool, typer.Option("-Q", "--quiet", help="Quiet mode.")]
 Verbose = Annotated[int, typer.Option("-v", "--verbose", count=True, help="More messages.")]
@@ -124,6 +128,8 @@ def submission(opts: dict[str, Any], **extra: Any) -> dict[str, Any]:
         "comment": opts.get("comment") or "",
         "nice": opts.get("nice") or 0,
         "reservation": opts.get("reservation") or "",
+        "cpu_freq": opts.get("cpu_freq") or "",
+        "power_fit": bool(opts.get("power_fit")),
     }
     body.update(extra)
     return body

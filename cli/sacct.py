@@ -83,6 +83,7 @@ FIELDS: dict[str, tuple[int, Callable[[Row, Row | None], str]]] = {
     "AllocCPUS": (10, lambda j, s: str((s or j)["alloc_cpus"])),
     "AllocNodes": (10, lambda j, s: str((s or j)["nnodes"])),
     "AveCPUFreq": (10, lambda j, s: ""),
+    "ReqCPUFreq": (13, lambda j, s: j["req_cpu_freq"] or (str(j["cpu_freq_khz"]) if j["cpu_freq_khz"] else "Unknown")),
     "AveRSS": (10, lambda j, s: _kb(s["max_rss_kb"]) if s else ""),
     "Cluster": (10, lambda j, s: j["cluster"]),
     "Comment": (14, lambda j, s: j["comment"] if not s else ""),

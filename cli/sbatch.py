@@ -51,6 +51,7 @@ def sbatch(
     exclude: o.Exclude = None, constraint: o.Constraint = None, open_mode: o.OpenMode = None,
     comment: o.Comment = None, begin: o.Begin = None, dependency: o.Dependency = None, hold: o.Hold = False,
     nice: o.Nice = None, reservation: o.Reservation = None, signal: o.Signal = None, quiet: o.Quiet = False,
+    cpu_freq: o.CpuFreq = None, power_fit: o.PowerFit = False,
     verbose: o.Verbose = 0,
     wrap: Annotated[str | None, typer.Option("--wrap", help="Wrap a command in a sh script.")] = None,
     parsable: Annotated[bool, typer.Option("--parsable", help="Print only the job id.")] = False,

@@ -80,6 +80,7 @@ def srun(
     exclude: o.Exclude = None, constraint: o.Constraint = None, open_mode: o.OpenMode = None,
     comment: o.Comment = None, begin: o.Begin = None, dependency: o.Dependency = None, hold: o.Hold = False,
     nice: o.Nice = None, reservation: o.Reservation = None, signal: o.Signal = None, quiet: o.Quiet = False,
+    cpu_freq: o.CpuFreq = None, power_fit: o.PowerFit = False,
     verbose: o.Verbose = 0,
     label: Annotated[bool, typer.Option("-l", "--label", help="Prefix output lines with the task id.")] = False,
     unbuffered: Annotated[bool, typer.Option("-u", "--unbuffered", help="Do not line-buffer output.")] = False,

@@ -16,7 +16,7 @@ import pwd
 import signal as signal_mod
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from wattsched import auth, hostlist, power, scheduling, states
 from wattsched.api import AgentHeartbeat, JobEvent, JobSubmit, JobUpdate, ReservationSpec, StepComplete, StepCreate
@@ -136,7 +136,8 @@ class ClusterState:
                         threads_per_core=conf.threads_per_core, weight=conf.weight, features=conf.features,
                         partitions=parts, idle_watts=conf.idle_watts, max_watts=conf.max_watts,
                         power_save_watts=conf.power_save_watts, down_watts=conf.down_watts,
-                        power_cap_priority=conf.power_cap_priority, last_seen=now)
+                        power_cap_priority=conf.power_cap_priority, cpu_freq_watts=conf.cpu_freq_watts,
+                        last_seen=now)
             if conf.state in ("DOWN", "DRAIN", "FUTURE"):
                 node.base_state = states.N_FUTURE if conf.state == "FUTURE" else states.N_UNKNOWN
                 node.drain = conf.state == "DRAIN"
@@ -233,7 +234,8 @@ class ClusterState:
                 exc_nodes=tuple(job.exc_nodes), features=tuple(job.features), time_limit_min=job.time_limit_min,
                 begin_time=job.begin_time, dependency=job.dependency, hold=job.hold,
                 admin_priority=job.admin_priority, nice=job.nice, array_job_id=job.array_job_id,
-                array_throttle=job.array_throttle, account=job.account, reservation=job.reservation)
+                array_throttle=job.array_throttle, account=job.account, reservation=job.reservation,
+                cpu_freq_pinned=bool(job.cpu_freq), power_fit=job.power_fit)
             self._requests[job.job_id] = cached
         return cached
 
@@ -257,12 +259,22 @@ class ClusterState:
     # --- power ---------------------------------------------------------------------------------
 
     def node_power(self) -> dict[str, power.NodePower]:
+        """Each node's watts; a busy node whose jobs all run at a capped frequency counts their watts."""
+        capped: dict[str, list[int | None]] = {}
+        for job in self.jobs.values():
+            if job.state in (states.RUNNING, states.COMPLETING):
+                for name in job.alloc_cpus:
+                    capped.setdefault(name, []).append(job.cpu_freq_khz)
         result = {}
         for n in self.nodes.values():
             idle, most = n.idle_watts or 0, n.max_watts or 0
-            result[n.name] = power.NodePower(idle, most, idle if n.power_save_watts is None else n.power_save_watts,
-                                             most if n.down_watts is None else n.down_watts,
-                                             n.power_cap_priority == 0)
+            node = power.NodePower(idle, most, idle if n.power_save_watts is None else n.power_save_watts,
+                                   most if n.down_watts is None else n.down_watts, n.power_cap_priority == 0,
+                                   freq_watts=n.cpu_freq_watts)
+            freqs = capped.get(n.name, [])
+            if freqs and None not in freqs:
+                node = replace(node, busy=max(node.busy_at(f) for f in freqs))
+            result[n.name] = node
         return result
 
     def power_states(self) -> dict[str, str]:
@@ -327,6 +339,7 @@ class ClusterState:
         job.reason = states.R_NONE
         job.start_time = now
         job.expected_start = 0.0
+        job.cpu_freq_khz = alloc.cpu_freq_khz
         job.alloc_cpus = dict(alloc.cpus)
         job.nodes_expr = hostlist.compress(alloc.cpus)
         job.tasks_per_node = dict(alloc.tasks)

@@ -51,6 +51,24 @@ def parse_array(spec: str, max_array_size: int) -> ArraySpec:
     return ArraySpec(tuple(sorted(ids)), throttle)
 
 
+_FREQ_WORDS = {"low", "medium", "high", "highm1", "conservative", "ondemand", "performance", "powersave",
+               "userspace", "schedutil"}
+
+
+def check_cpu_freq(spec: str) -> str:
+    """--cpu-freq: ``p1[-p2[:governor]]`` with p a frequency in kHz or low/medium/high/highm1,
+    or a governor alone, as Slurm accepts it."""
+    if not spec:
+        return ""
+    body, _, governor = spec.partition(":")
+    parts = body.split("-") if body else []
+    valid = len(parts) <= 2 and all(p.isdigit() or p.lower() in _FREQ_WORDS for p in parts) and \
+        (not governor or governor.lower() in _FREQ_WORDS)
+    if not valid or (not parts and not governor):
+        raise SubmitError(f"Invalid --cpu-freq argument: {spec}")
+    return spec
+
+
 def parse_signal(spec: str) -> tuple[int, int, bool]:
     """``[{R|B}:]SIG[@seconds]`` -> (signal number, seconds before the limit, batch shell only)."""
     batch_only = False
@@ -84,6 +102,8 @@ def build_jobs(req: JobSubmit, who: Identity, gid: int, group: str, config: Conf
             raise SubmitError("Requested reservation is invalid")
         if who.user not in resv.users and not (req.account and req.account in resv.accounts):
             raise SubmitError("Access denied to requested reservation")
+    if req.power_fit and req.cpu_freq:
+        raise SubmitError("--power-fit and --cpu-freq are mutually exclusive")
     if req.mem_per_node_mb and req.mem_per_cpu_mb:
         raise SubmitError("--mem and --mem-per-cpu are mutually exclusive")
     if req.script is None and not req.interactive:
@@ -150,7 +170,7 @@ def build_jobs(req: JobSubmit, who: Identity, gid: int, group: str, config: Conf
         comment=req.comment, wckey=req.wckey,
         requeue=config.job_requeue if req.requeue is None else req.requeue, interactive=req.interactive,
         nice=req.nice, hold="user" if req.hold else "", submit_time=now, eligible_time=max(now, begin),
-        reservation=req.reservation)
+        reservation=req.reservation, cpu_freq=check_cpu_freq(req.cpu_freq), power_fit=req.power_fit)
     if array is None:
         return [template]
     jobs = []

@@ -58,6 +58,8 @@ class JobSubmit(Strict):
     immediate: bool = False
     nice: int = Field(0, ge=-2147483645, le=2147483645)
     reservation: str = Field("", max_length=256)
+    cpu_freq: str = Field("", max_length=64)
+    power_fit: bool = False
 
 
 class SubmitReply(BaseModel):

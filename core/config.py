@@ -48,6 +48,7 @@ class NodeConf:
     power_save_watts: int | None = None
     down_watts: int | None = None
     power_cap_priority: int | None = None
+    cpu_freq_watts: tuple[tuple[int, int], ...] = ()  # (kHz, watts while busy), highest frequency first
 
 
 @dataclass(frozen=True, slots=True)
@@ -314,6 +315,19 @@ def _period_s(value: str) -> int:
     return seconds
 
 
+def parse_freq_watts(value: str) -> tuple[tuple[int, int], ...]:
+    """CpuFreqWatts (ours): ``1200000:600,1800000:780,2400000:950``, kHz:watts of a busy node."""
+    pairs = []
+    for item in filter(None, value.split(",")):
+        khz, sep, watts = item.partition(":")
+        if not sep:
+            raise ValueError(f"'{item}' is not FREQUENCY_KHZ:WATTS")
+        pairs.append((_int(khz), _int(watts)))
+    if len({k for k, _w in pairs}) != len(pairs):
+        raise ValueError("a frequency is listed twice")
+    return tuple(sorted(pairs, reverse=True))
+
+
 def parse_power_cap(value: str) -> float:
     """PowerCap: watts, or INFINITE (capping on, without a limit)."""
     if value.upper() in ("INFINITE", "UNLIMITED"):
@@ -418,6 +432,7 @@ _NODE_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "PowerSaveWatts": ("power_save_watts", _int),
     "DownWatts": ("down_watts", _int),
     "PowerCapPriority": ("power_cap_priority", _int),
+    "CpuFreqWatts": ("cpu_freq_watts", parse_freq_watts),
 }
 
 _PARTITION_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {

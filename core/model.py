@@ -79,6 +79,8 @@ class Job:
     interactive: bool = False
     nice: int = 0
     reservation: str = ""
+    cpu_freq: str = ""  # --cpu-freq as given (the user pinned the frequency)
+    power_fit: bool = False  # --power-fit: may run at a lower frequency to fit under the power cap
     array_job_id: int = 0
     array_task_id: int | None = None
     array_task_count: int = 0
@@ -112,6 +114,7 @@ class Job:
     launched: bool = False
     completing_nodes: list[str] = field(default_factory=list)
     consumed_energy_j: float | None = None  # filled by the node agents' energy plugins
+    cpu_freq_khz: int | None = None  # the frequency the controller chose to fit the power cap
     steps: list[Step] = field(default_factory=list)
     next_step_id: int = 0
 
@@ -183,6 +186,7 @@ class Node:
     power_save_watts: int | None = None
     down_watts: int | None = None
     power_cap_priority: int | None = None
+    cpu_freq_watts: tuple[tuple[int, int], ...] = ()
 
     def refresh_base_state(self) -> None:
         """Derive IDLE / MIXED / ALLOCATED from the allocation of a node that is up."""

@@ -28,16 +28,29 @@ INFINITE = math.inf
 
 @dataclass(frozen=True, slots=True)
 class NodePower:
+    """A node's watts by state; ``busy`` when it runs at a capped frequency now (else MaxWatts);
+    ``freq_watts``: (kHz, watts while busy at that frequency), highest first (CpuFreqWatts)."""
+
     idle: int
     max: int
     save: int
     down: int
     always_max: bool = False
+    busy: int | None = None
+    freq_watts: tuple[tuple[int, int], ...] = ()
 
     def watts(self, state: str) -> int:
         if self.always_max:
             return self.max
-        return {BUSY: self.max, IDLE: self.idle, SAVED: self.save, DOWN: self.down}[state]
+        if state == BUSY:
+            return self.max if self.busy is None else self.busy
+        return {IDLE: self.idle, SAVED: self.save, DOWN: self.down}[state]
+
+    def busy_at(self, khz: int | None) -> int:
+        """Watts while busy at ``khz`` (None: full speed, MaxWatts)."""
+        if khz is None or self.always_max:
+            return self.max
+        return next((w for f, w in self.freq_watts if f == khz), self.max)
 
 
 @dataclass(frozen=True, slots=True)

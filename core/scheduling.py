@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from wattsched import power as power_mod
@@ -79,6 +79,8 @@ class JobRequest:
     array_throttle: int = 0
     account: str = ""
     reservation: str = ""
+    cpu_freq_pinned: bool = False  # --cpu-freq given: the frequency is the user's
+    power_fit: bool = False  # --power-fit: may run at a lower frequency to fit under the cap
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +152,7 @@ class Allocation:
     cpus: Mapping[str, int]
     tasks: Mapping[str, int]
     mem_mb: Mapping[str, int]
+    cpu_freq_khz: int | None = None  # set when the job must run at a lower frequency to fit a power cap
 
 
 @dataclass(slots=True)
@@ -417,12 +420,13 @@ class PowerMeter:
                 self.busy_until[name] = math.inf
 
     def added(self, alloc: Allocation) -> float:
-        """The watts the allocation adds now: its nodes that are not busy yet go to MaxWatts."""
+        """The watts the allocation adds now: its nodes that are not busy yet go to their busy watts
+        (MaxWatts, or the watts of the allocation's CPU frequency)."""
         extra = 0
         for name in alloc.cpus:
             node = self.snap.nodes.get(name)
             if node is not None and name not in self.busy:
-                extra += node.max - node.watts(self.snap.states.get(name, power_mod.IDLE))
+                extra += node.busy_at(alloc.cpu_freq_khz) - node.watts(self.snap.states.get(name, power_mod.IDLE))
         return extra
 
     def check(self, job: JobRequest, alloc: Allocation, start: float) -> str | None:
@@ -437,6 +441,24 @@ class PowerMeter:
         self.busy.update(alloc.cpus)
         for name in alloc.cpus:
             self.busy_until[name] = max(self.busy_until.get(name, -math.inf), end)
+
+
+def fit_power(job: JobRequest, alloc: Allocation, snap: PowerSnap,
+              check: Callable[[Allocation], str | None]) -> tuple[Allocation, str | None]:
+    """The allocation and the power cap's verdict on it. A --power-fit job that does not fit at
+    full speed, on nodes that all declare CpuFreqWatts, gets the highest frequency that fits
+    (never when the user pinned --cpu-freq)."""
+    reason = check(alloc)
+    if reason is None or not job.power_fit or job.cpu_freq_pinned:
+        return alloc, reason
+    tables = [dict(snap.nodes[n].freq_watts) for n in alloc.cpus if n in snap.nodes]
+    if not tables or len(tables) < len(alloc.cpus) or not all(tables):
+        return alloc, reason
+    for khz in sorted(set.intersection(*(set(t) for t in tables)), reverse=True):
+        fitted = replace(alloc, cpu_freq_khz=khz)
+        if check(fitted) is None:
+            return fitted, None
+    return alloc, reason
 
 
 _ALWAYS = power_mod.NodePower(0, 0, 0, 0, always_max=True)

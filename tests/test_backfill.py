@@ -294,7 +294,12 @@ def capped(draw):
 
 
 def _busy_power(snap, busy_nodes) -> float:
-    return sum(node.max if name in busy_nodes else node.watts(snap.states[name]) for name, node in snap.nodes.items())
+    """Power with ``busy_nodes`` busy; the others in their state now, or idle if they are busy now."""
+    from wattsched import power
+
+    return sum(node.max if name in busy_nodes else
+               node.watts(power.IDLE if snap.states[name] == power.BUSY else snap.states[name])
+               for name, node in snap.nodes.items())
 
 
 @settings(max_examples=200, deadline=None)
@@ -316,10 +321,34 @@ def test_power_never_exceeds_the_cap_or_a_planned_cap(work, kind) -> None:
         assert _busy_power(snap, running_nodes | {n for _j, a, _e in starts for n in a.cpus}) <= limit
     for resv in snap.reservations:
         t = resv.start
-        overlapping = [j for j, _a, end in adders if end >= t]
+        overlapping = [j for j, _a, end in adders if end > t]
         if not overlapping:
             continue
         busy_at = {n for r in busy if r.end_time is None or r.end_time > t for n in r.cpus}
         busy_at |= {n for _j, a, end in starts if end > t for n in a.cpus}
         reserved = sum(r.watts for r in snap.reservations if r.start <= t < r.end)
         assert _busy_power(snap, busy_at) <= limit - reserved, (kind, t - NOW)
+
+
+@pytest.mark.parametrize("kind", ["builtin", "plan", "admit"])
+def test_power_fit_picks_the_highest_frequency_under_the_cap(kind) -> None:
+    from dataclasses import replace
+
+    from wattsched import power
+
+    table = ((2_000_000, 300), (1_500_000, 220), (1_000_000, 160))
+    watts = {n: power.NodePower(100, 300, 100, 300, freq_watts=table) for n in ("n01", "n02")}
+    snap = power.PowerSnap(watts, {"n01": power.IDLE, "n02": power.IDLE}, 350.0)
+    scheduler = BuiltinScheduler() if kind == "builtin" else BackfillScheduler(SchedulerParams(bf_power=kind))
+    queue = [job(1, 4, 30, power_fit=True), job(2, 4, 30), job(3, 4, 30, power_fit=True, cpu_freq_pinned=True)]
+    for request in queue:
+        decisions = plan(replace(cluster(2, 4, [], pending=[request]), power=snap), scheduler)
+        if request.job_id == 1:
+            (_, alloc), = decisions.starts
+            assert alloc.cpu_freq_khz == 1_500_000  # 100 + 100 + 120 = 320 <= 350; at 2 GHz 400 would not fit
+        else:
+            assert decisions.starts == [] and decisions.reasons[request.job_id] == states.R_POWER
+    # a node already running at 1.5 GHz counts 220 W, not MaxWatts
+    busy = replace(snap, nodes={**watts, "n01": replace(watts["n01"], busy=220)},
+                   states={"n01": power.BUSY, "n02": power.IDLE})
+    assert power.summary(busy.nodes, busy.states)["current_watts"] == 320

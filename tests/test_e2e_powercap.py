@@ -138,3 +138,33 @@ def test_example_3_power_reservation(leaf: Leaf) -> None:
     leaf.run("scontrol", "delete", "ReservationName=root_1")
     assert _read_until(waiting.stderr, r"has been allocated")[-1].endswith("has been allocated resources")
     assert waiting.wait(60) == 0
+
+
+def test_power_fit_runs_a_job_at_a_lower_frequency(tmp_path) -> None:
+    from wattsched.testcluster import Cluster
+
+    c = Cluster(tmp_path, extra="PowerCap=550",
+                node_extra="IdleWatts=100 MaxWatts=300 CpuFreqWatts=2000000:300,1500000:220,1000000:160").start()
+    try:
+        assert c.run("scontrol", "show", "powercap").stdout.strip() == \
+            "MinWatts=400 CurrentWatts=400 PowerCap=550 AdjustedMaxWatts=1200 MaxWatts=1200"
+        fitted = c.sbatch("--power-fit", "--exclusive", "-t", "5", "-o", "fit-%j.out",
+                          "--wrap", 'echo "freq=$SLURM_CPU_FREQ_REQ"; sleep 4')
+        assert c.wait_state(fitted, "RUNNING")["cpu_freq_khz"] == 1_500_000
+        assert "CurrentWatts=520 " in c.run("scontrol", "show", "powercap").stdout
+        plain = c.sbatch("--exclusive", "-t", "5", "--wrap", "true")
+        wait_for(lambda: c.job(plain)["reason"] == "PowerNotAvail", 15, what="plain job held by the cap")
+        c.wait_state(fitted, "COMPLETED")
+        assert (c.work / f"fit-{fitted}.out").read_text().strip() == "freq=1500000"
+        assert c.job(plain)["reason"] == "PowerNotAvail"  # 400 + 200 W never fits under 550 W at full speed
+        c.run("scontrol", "update", "powercap=INFINITE")
+        assert c.wait_state(plain, "COMPLETED")["cpu_freq_khz"] is None
+        c.accounted(fitted)
+        sacct = c.run("sacct", "-X", "-n", "-P", "-j", str(fitted), "-o", "JobID,ReqCPUFreq").stdout.strip()
+        assert sacct == f"{fitted}|1500000"
+        both = c.run("sbatch", "--power-fit", "--cpu-freq=high", "--wrap", "true", check=False)
+        assert both.returncode == 1 and "mutually exclusive" in both.stderr
+        bogus = c.run("sbatch", "--cpu-freq=fast", "--wrap", "true", check=False)
+        assert bogus.returncode == 1 and "Invalid --cpu-freq argument: fast" in bogus.stderr
+    finally:
+        c.stop()

@@ -64,6 +64,7 @@ from wattsched.scheduling import (
     PowerMeter,
     SelectPlugin,
     Snapshot,
+    fit_power,
     job_end,
     unplaced_reason,
 )
@@ -212,13 +213,16 @@ class _Pass:
         self.power = PowerPlan(self.meter, snapshot.running, self.now, params.bf_resolution_s) \
             if self.meter is not None and params.bf_power == "plan" else None
 
-    def power_reason(self, job: JobRequest, alloc: Allocation, start: float) -> str | None:
-        """Why the power cap keeps the job from starting at ``start`` on ``alloc`` (None: it does not)."""
+    def power_fit(self, job: JobRequest, alloc: Allocation, start: float) -> tuple[Allocation, str | None]:
+        """The allocation (at a lower CPU frequency if that is what fits) and why the power cap keeps
+        the job from starting at ``start`` (None: it does not)."""
         if self.power is not None:
-            return self.power.check(job, alloc, start)
+            plan = self.power
+            return fit_power(job, alloc, plan.snap, lambda a: plan.check(job, a, start))
         if self.meter is not None and start == self.now:
-            return self.meter.check(job, alloc, start)
-        return None
+            meter = self.meter
+            return fit_power(job, alloc, meter.snap, lambda a: meter.check(job, a, start))
+        return alloc, None
 
     def start(self, job: JobRequest, alloc: Allocation) -> None:
         end = job_end(job, self.now)
@@ -252,8 +256,10 @@ class _Pass:
         """The job's earliest start within bf_window (nodes, and power when it is planned), and where."""
         now, params = self.now, self.params
         alloc = self.fits_now(job)
-        if alloc is not None and (self.power is None or self.power.check(job, alloc, now) is None):
-            return now, alloc  # most jobs at the head of a queue start at once: no timeline needed
+        if alloc is not None:
+            alloc, reason = self.power_fit(job, alloc, now) if self.power is not None else (alloc, None)
+            if reason is None:
+                return now, alloc  # most jobs at the head of a queue start at once: no timeline needed
         window_end = now + params.bf_window_min * 60
         times = set(self.profile.release_times(now, window_end, params.bf_resolution_s))
         for resv in self.snapshot.reservations.values():
@@ -268,8 +274,10 @@ class _Pass:
             window = self.profile.window(start, job_end(job, start))
             alloc = self.select.select(job, self.candidates.for_job(job, window.with_cpus(), start), window,
                                        self.snapshot.def_mem_per_cpu_mb)
-            if alloc is not None and (self.power is None or self.power.check(job, alloc, start) is None):
-                return start, alloc
+            if alloc is not None:
+                alloc, reason = self.power_fit(job, alloc, start) if self.power is not None else (alloc, None)
+                if reason is None:
+                    return start, alloc
         return None
 
 
@@ -309,10 +317,13 @@ class BackfillScheduler:
                 continue
             if params.bf_reservations == 0 or reserved < params.bf_reservations:
                 found = bf.earliest(job)
-                now_alloc = bf.fits_now(job) if found is None or found[0] != bf.now else found[1]
-                power_reason = bf.power_reason(job, now_alloc, bf.now) if now_alloc is not None else None
+                if found is not None and found[0] == bf.now:
+                    now_alloc, power_reason = bf.power_fit(job, found[1], bf.now)
+                else:
+                    now_alloc = bf.fits_now(job)
+                    power_reason = bf.power_fit(job, now_alloc, bf.now)[1] if now_alloc is not None else None
                 if found is not None and found[0] == bf.now and power_reason is None:
-                    self._start(job, found[1], bf, throttle, decisions, backfilled=bool(blocked))
+                    self._start(job, now_alloc, bf, throttle, decisions, backfilled=bool(blocked))
                     continue
                 key = (job.partition, job.reservation)
                 if power_reason is not None:
@@ -330,7 +341,9 @@ class BackfillScheduler:
                     reserved += 1
             elif params.bf_candidate == "first":
                 alloc = bf.fits_now(job)
-                reason = states.R_PRIORITY if alloc is None else bf.power_reason(job, alloc, bf.now)
+                reason = states.R_PRIORITY
+                if alloc is not None:
+                    alloc, reason = bf.power_fit(job, alloc, bf.now)
                 if reason is None:
                     self._start(job, alloc, bf, throttle, decisions, backfilled=True)
                 else:
@@ -349,8 +362,10 @@ class BackfillScheduler:
             for job in waiting:
                 if throttle.allows(job):
                     alloc = bf.fits_now(job)
-                    if alloc is not None and bf.power_reason(job, alloc, bf.now) is None:
-                        fitting.append((key(job), job, alloc))
+                    if alloc is not None:
+                        alloc, reason = bf.power_fit(job, alloc, bf.now)
+                        if reason is None:
+                            fitting.append((key(job), job, alloc))
             if not fitting:
                 break
             _key, job, alloc = min(fitting, key=lambda f: (f[0], f[1].submit_time, f[1].job_id))

@@ -24,6 +24,7 @@ from wattsched.scheduling import (
     PowerMeter,
     SelectPlugin,
     Snapshot,
+    fit_power,
     job_end,
     unplaced_reason,
 )
@@ -64,7 +65,8 @@ class BuiltinScheduler:
                 blocked.add((job.partition, job.reservation))
                 continue
             if meter is not None:
-                power_reason = meter.check(job, alloc, snapshot.now)
+                alloc, power_reason = fit_power(job, alloc, meter.snap,
+                                                lambda a, j=job: meter.check(j, a, snapshot.now))
                 if power_reason is not None:
                     decisions.reasons[job.job_id] = power_reason
                     continue

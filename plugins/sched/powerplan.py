@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 from wattsched import states
-from wattsched.power import PowerSnap
+from wattsched.power import BUSY, IDLE, PowerSnap
 from wattsched.scheduling import Allocation, JobRequest, PowerMeter, RunningJob, job_end
 
 
@@ -26,26 +26,37 @@ class PowerPlan:
     def __init__(self, meter: PowerMeter, running: tuple[RunningJob, ...], now: float, grace_s: float):
         snap: PowerSnap = meter.snap
         self.snap, self.meter, self.now = snap, meter, now
-        self.extra = {name: 0 if node.always_max else node.max - node.watts(snap.states.get(name, "idle"))
-                      for name, node in snap.nodes.items()}
         self.release: dict[str, float] = dict.fromkeys(meter.busy, now + grace_s)  # e.g. COMPLETING nodes
         for job in running:
             # a job past its limit is being killed: its nodes are counted busy a little longer
             end = math.inf if job.end_time is None else max(job.end_time, now + grace_s)
             for name in job.cpus:
                 self.release[name] = max(self.release.get(name, now), end)
-        self.holds: list[tuple[float, float, frozenset[str]]] = []
+        # what each busy node adds over the idle state it returns to when released
+        self.extra = {n: 0 if snap.nodes[n].always_max else snap.nodes[n].watts(BUSY) - snap.nodes[n].idle
+                      for n in self.release if n in snap.nodes}
+        self.holds: list[tuple[float, float, frozenset[str], int | None]] = []
         self._sorted: tuple[np.ndarray, np.ndarray] | None = None
-        self.static = meter.current - sum(self.extra.get(n, 0) for n in self.release)
+        self.static = meter.current - sum(self.extra.values())
+
+    def _adds(self, name: str, khz: int | None) -> int:
+        """What a node adds when a job makes it busy at ``khz``, from the state it is in when free."""
+        node = self.snap.nodes.get(name)
+        if node is None or node.always_max:
+            return 0
+        state = self.snap.states.get(name, IDLE)
+        return node.busy_at(khz) - node.watts(IDLE if state == BUSY else state)
 
     def start_now(self, alloc: Allocation, end: float) -> None:
         self.meter.commit(alloc, end)
         for name in alloc.cpus:
+            if name not in self.release:
+                self.extra[name] = self._adds(name, alloc.cpu_freq_khz)
             self.release[name] = max(self.release.get(name, self.now), end)
         self._sorted = None
 
     def hold(self, alloc: Allocation, start: float, end: float) -> None:
-        self.holds.append((start, end, frozenset(alloc.cpus)))
+        self.holds.append((start, end, frozenset(alloc.cpus), alloc.cpu_freq_khz))
 
     def _busy_extra(self, t: float) -> float:
         """Extra watts of the nodes whose running (or just started) jobs still hold them at t."""
@@ -57,15 +68,16 @@ class PowerPlan:
         times, tail = self._sorted
         return float(tail[np.searchsorted(times, t, side="right")])
 
-    def level(self, t: float, nodes: frozenset[str]) -> tuple[float, float]:
-        """(the cluster's maximum power at t, the part the given nodes add at t)."""
-        held: set[str] = set()
-        for start, end, names in self.holds:
+    def level(self, t: float, nodes: frozenset[str], khz: int | None = None) -> tuple[float, float]:
+        """(the cluster's maximum power at t, the part the given nodes at ``khz`` add at t)."""
+        held: dict[str, int] = {}
+        for start, end, names, hold_khz in self.holds:
             if start <= t < end:
-                held |= names
-        idle_at = [n for n in held | nodes if self.release.get(n, self.now) <= t]
-        others = sum(self.extra.get(n, 0) for n in idle_at if n in held)
-        mine = sum(self.extra.get(n, 0) for n in idle_at if n not in held)
+                for name in names:
+                    held[name] = max(held.get(name, 0), self._adds(name, hold_khz))
+        free_at = [n for n in set(held) | nodes if self.release.get(n, self.now) <= t]
+        others = sum(held[n] for n in free_at if n in held)
+        mine = sum(self._adds(n, khz) for n in free_at if n not in held)
         return self.static + self._busy_extra(t) + others, mine
 
     def check(self, job: JobRequest, alloc: Allocation, start: float) -> str | None:
@@ -73,10 +85,10 @@ class PowerPlan:
         end = job_end(job, start)
         nodes = frozenset(alloc.cpus)
         limit = self.snap.limit()
-        times = {start, *(s for s, _e, _n in self.holds if start < s < end),
+        times = {start, *(h[0] for h in self.holds if start < h[0] < end),
                  *(r.start for r in self.snap.reservations if start < r.start < end)}
         for t in sorted(times):
-            level, mine = self.level(t, nodes)
+            level, mine = self.level(t, nodes, alloc.cpu_freq_khz)
             if mine <= 0:
                 continue  # nothing added: filling busy nodes always passes, as in the prototype
             if level + mine > limit:
@@ -90,6 +102,6 @@ class PowerPlan:
     def release_times(self) -> list[float]:
         """When power comes back: node releases, held jobs' ends and power reservations' ends."""
         times = {t for t in self.release.values() if t != math.inf}
-        times.update(e for _s, e, _n in self.holds)
+        times.update(h[1] for h in self.holds)
         times.update(r.end for r in self.snap.reservations)
         return sorted(t for t in times if t > self.now)
