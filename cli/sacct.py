@@ -73,6 +73,16 @@ def _job_id(job: Row, step: Row | None, raw: bool) -> str:
     return f"{base}.{step['step_id']}" if step else base
 
 
+def _energy(joules: float | None) -> str:
+    """ConsumedEnergy as sacct prints it: joules, with K/M/G/T past a thousand."""
+    value = float(joules or 0)
+    for unit in ("", "K", "M", "G", "T"):
+        if value < 1000 or unit == "T":
+            return f"{value:.0f}" if not unit else f"{value:.2f}{unit}"
+        value /= 1000
+    return f"{value:.2f}T"
+
+
 def _kb(value: int) -> str:
     return f"{value}K" if value else ""
 
@@ -88,7 +98,7 @@ FIELDS: dict[str, tuple[int, Callable[[Row, Row | None], str]]] = {
     "Cluster": (10, lambda j, s: j["cluster"]),
     "Comment": (14, lambda j, s: j["comment"] if not s else ""),
     "Constraints": (19, lambda j, s: j["constraints"]),
-    "ConsumedEnergy": (14, lambda j, s: str((s or j)["consumed_energy_j"] or 0)),
+    "ConsumedEnergy": (14, lambda j, s: _energy((s or j)["consumed_energy_j"])),
     "ConsumedEnergyRaw": (17, lambda j, s: str((s or j)["consumed_energy_j"] or 0)),
     "CPUTime": (10, lambda j, s: _elapsed_str(_elapsed(j, s) * (s or j)["alloc_cpus"])),
     "CPUTimeRAW": (10, lambda j, s: str(_elapsed(j, s) * (s or j)["alloc_cpus"])),

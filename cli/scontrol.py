@@ -74,7 +74,7 @@ def job_lines(j: dict[str, Any]) -> list[str]:
     ]
 
 
-def node_lines(n: dict[str, Any]) -> list[str]:
+def node_lines(n: dict[str, Any]) -> list[str | None]:
     features = ",".join(n["features"]) or "(null)"
     lines = [
         f"NodeName={n['name']} Arch=x86_64 CoresPerSocket={n['cores_per_socket']}",
@@ -92,7 +92,8 @@ def node_lines(n: dict[str, Any]) -> list[str]:
         f"CfgTRES=cpu={n['cpus']},mem={n['real_memory_mb']}M,billing={n['cpus']}",
         f"AllocTRES={'cpu=' + str(n['alloc_cpus']) if n['alloc_cpus'] else ''}",
         "CapWatts=n/a",
-        "CurrentWatts=0 AveWatts=0",
+        f"CurrentWatts={n['current_watts']} AveWatts={n['ave_watts']}",
+        f"LowestJoules={n['lowest_joules']} ConsumedJoules={n['consumed_joules']}" if n["metered"] else None,
         "ExtSensorsJoules=n/s ExtSensorsWatts=0 ExtSensorsTemp=n/s",
     ]
     if n["reason"]:

@@ -244,6 +244,13 @@ def create_app(controller: Controller) -> FastAPI:
         return JSONResponse({"time": now, "nodes": [node_view(n, now, held.get(n.name, ""))
                                                     for n in state.nodes.values()]})
 
+    @app.get("/v1/nodes/{name}/energy")
+    async def node_energy(name: str, who: Who) -> dict[str, Any]:
+        node = state.nodes.get(name)
+        if node is None:
+            raise Refused(f"Invalid node name specified: {name}", 404)
+        return {"node": name, "samples": node.energy_samples, "current_watts": node.current_watts}
+
     @app.patch("/v1/nodes/{node_expr}")
     async def update_nodes(node_expr: str, upd: NodeUpdate, who: Who) -> dict[str, Any]:
         try:

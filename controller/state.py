@@ -22,8 +22,8 @@ from wattsched import auth, hostlist, power, scheduling, states
 from wattsched.api import AgentHeartbeat, JobEvent, JobSubmit, JobUpdate, ReservationSpec, StepComplete, StepCreate
 from wattsched.auth import Identity
 from wattsched.config import Config, parse_power_cap
+from wattsched.controller import energy, views
 from wattsched.controller import submit as submit_mod
-from wattsched.controller import views
 from wattsched.controller.priority import Shares
 from wattsched.controller.reservations import ReservationBook, ReservationError
 from wattsched.controller.store import StateStore
@@ -116,6 +116,7 @@ class ClusterState:
     resv: ReservationBook = field(default_factory=ReservationBook)
     shares: Shares = field(default_factory=Shares)
     power_cap: float | None = None  # watts, math.inf (INFINITE) or None (capping off)
+    _energy_due: dict[int, float] = field(default_factory=dict)  # ended jobs awaiting their nodes' samples
     _resv_dirty: list[Reservation] = field(default_factory=list)
     _dirty: set[int] = field(default_factory=set)
     _purged: list[int] = field(default_factory=list)
@@ -466,6 +467,8 @@ class ClusterState:
                 step.state = final if final != states.COMPLETED else states.CANCELLED
                 step.end_time = now
         self.touch(job)
+        if job.start_time and any(self.nodes[n].energy_samples for n in job.alloc_cpus if n in self.nodes):
+            self._energy_due[job.job_id] = now
         if completing_nodes:
             job.state = states.COMPLETING
             job.completing_nodes = list(completing_nodes)
@@ -621,6 +624,8 @@ class ClusterState:
                 continue
             node.agent_url, node.last_seen, node.boot_time = hb.agent_url, now, hb.boot_time
             node.registered = True
+            if report.energy is not None:
+                node.add_energy_sample(report.energy.time, report.energy.joules, report.energy.watts)
             if node.not_responding:
                 node.not_responding = False
                 if node.base_state == states.N_DOWN and node.reason == NOT_RESPONDING and \
@@ -641,7 +646,26 @@ class ClusterState:
                         and hb.boot_time > job.start_time:
                     log.warning("job lost by its node agent", extra={"job": job.job_id, "node": report.name})
                     actions.extend(self.node_failed_job(job, now))
+        if hb.nodes and self._energy_due:
+            self._account_energy(now)
         return acked, to_kill, actions
+
+    def _account_energy(self, now: float) -> None:
+        """Give ended jobs their energy once every node's samples cover their end (at most ten
+        minutes after it: a node that stopped reporting leaves the job without energy)."""
+        for job_id, ended in list(self._energy_due.items()):
+            job = self.jobs.get(job_id)
+            if job is None or now - ended > 600:
+                self._energy_due.pop(job_id, None)
+                continue
+            occupants = {n: [(j.start_time, j.end_time or now, j.alloc_cpus[n]) for j in self.jobs.values()
+                             if j.start_time and n in j.alloc_cpus] for n in job.alloc_cpus}
+            joules = energy.job_energy({n: self.nodes[n].energy_samples for n in job.alloc_cpus if n in self.nodes},
+                                       job.start_time, job.end_time, job.alloc_cpus, occupants)
+            if joules is not None:
+                job.consumed_energy_j = round(joules)
+                self.touch(job, request_changed=False)
+                del self._energy_due[job_id]
 
     def launched(self, job_id: int) -> None:
         job = self.jobs.get(job_id)

@@ -170,11 +170,21 @@ class AllocationComplete(Strict):
 
 # --- node agents --------------------------------------------------------------------------------
 
+class EnergySample(Strict):
+    """A node's energy counter (joules since it was first metered) and power at ``time``."""
+
+    time: float
+    joules: float
+    watts: float
+    stale: bool = False
+
+
 class NodeReport(Strict):
     name: str
     cpus: int
     real_memory_mb: int
     running_jobs: list[int] = []
+    energy: EnergySample | None = None
 
 
 class JobEvent(Strict):

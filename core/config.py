@@ -174,6 +174,11 @@ class Config:
     priority_flags: tuple[str, ...] = ()
     accounting_storage_enforce: tuple[str, ...] = ()
     power_cap: float | None = None  # watts; math.inf for INFINITE; None: capping off
+    acct_gather_energy_type: str = "acct_gather_energy/none"
+    acct_gather_node_freq_s: int = 30
+    energy_sysfs_root: str = ""
+    energy_emulated_lag_s: float = 0.0
+    energy_emulated_noise: float = 0.0
     log_level: str = "info"
     nodes: tuple[NodeConf, ...] = ()
     partitions: tuple[PartitionConf, ...] = ()
@@ -336,6 +341,16 @@ def parse_power_cap(value: str) -> float:
     return float(watts)
 
 
+def _non_negative_float(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError as exc:
+        raise ValueError(f"'{value}' is not a number") from exc
+    if number < 0:
+        raise ValueError(f"'{value}' must not be negative")
+    return number
+
+
 def _positive(value: str) -> int:
     number = _int(value)
     if number < 1:
@@ -409,11 +424,16 @@ _GLOBAL_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "AccountingStorageEnforce": ("accounting_storage_enforce", _flag_list(
         "associations", "limits", "qos", "safe", "wckeys", "nojobs", "nosteps")),
     "PowerCap": ("power_cap", parse_power_cap),
+    "AcctGatherEnergyType": ("acct_gather_energy_type", _plugin("acct_gather_energy")),
+    "AcctGatherNodeFreq": ("acct_gather_node_freq_s", _positive),
+    "EnergySysfsRoot": ("energy_sysfs_root", _str),
+    "EnergyEmulatedLag": ("energy_emulated_lag_s", _non_negative_float),
+    "EnergyEmulatedNoise": ("energy_emulated_noise", _non_negative_float),
     "SlurmctldDebug": ("log_level", _choice("quiet", "fatal", "error", "info", "verbose", "debug",
                                             "debug2", "debug3")),
 }
 # Keys whose value is a path resolved against the config file's folder when relative.
-_PATH_ATTRS = {"state_save_location", "slurmd_spool_dir", "auth_key_file"}
+_PATH_ATTRS = {"state_save_location", "slurmd_spool_dir", "auth_key_file", "energy_sysfs_root"}
 
 _NODE_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "CPUs": ("cpus", _int),

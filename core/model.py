@@ -187,6 +187,31 @@ class Node:
     down_watts: int | None = None
     power_cap_priority: int | None = None
     cpu_freq_watts: tuple[tuple[int, int], ...] = ()
+    # energy: the agent's counter samples (time, joules), kept for an hour; first and latest reading
+    energy_samples: list[tuple[float, float]] = field(default_factory=list)
+    energy_first: tuple[float, float] | None = None
+    current_watts: float = 0.0
+
+    def add_energy_sample(self, when: float, joules: float, watts: float) -> None:
+        if self.energy_samples and when <= self.energy_samples[-1][0]:
+            return
+        self.energy_samples.append((when, joules))
+        if self.energy_first is None:
+            self.energy_first = (when, joules)
+        self.current_watts = watts
+        if len(self.energy_samples) > 64 and when - self.energy_samples[0][0] > 3600:
+            del self.energy_samples[:len(self.energy_samples) // 4]
+
+    @property
+    def consumed_joules(self) -> float:
+        return self.energy_samples[-1][1] if self.energy_samples else 0.0
+
+    @property
+    def ave_watts(self) -> float:
+        if not self.energy_samples or self.energy_first is None or self.energy_samples[-1][0] <= self.energy_first[0]:
+            return self.current_watts
+        (t0, j0), (t1, j1) = self.energy_first, self.energy_samples[-1]
+        return (j1 - j0) / (t1 - t0)
 
     def refresh_base_state(self) -> None:
         """Derive IDLE / MIXED / ALLOCATED from the allocation of a node that is up."""

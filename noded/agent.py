@@ -1,4 +1,5 @@
-"""The agent: the nodes it hosts, its outbox of job ends, and its heartbeat to the controller.
+"""The agent: the nodes it hosts, their energy meter, its outbox of job ends, and its heartbeat
+to the controller (which carries each node's energy counter).
 
 One agent process can host many virtual nodes (emulation) or just its own host. Each
 batch script's end is written to the outbox folder before it is reported, and removed only
@@ -16,11 +17,12 @@ import signal
 import time
 
 import httpx
-from wattsched import auth
+from wattsched import auth, plugins
 from wattsched.api import AgentHeartbeat, JobEvent, NodeReport
 from wattsched.config import Config, NodeConf
 from wattsched.noded import procs
 from wattsched.noded.batch import BatchRunner
+from wattsched.noded.energy import EnergyMeter
 
 log = logging.getLogger("wattsched.noded")
 
@@ -39,6 +41,18 @@ class Agent:
         self.heartbeat_s = max(0.5, min(30.0, config.slurmd_timeout_s / 4))
         self._token, self._token_time = "", 0.0
         self.connected = False
+        self.energy = EnergyMeter(plugins.load(config.acct_gather_energy_type, config=config, nodes=nodes),
+                                  {n.name: n.cpus for n in nodes}, self.spool, config.acct_gather_node_freq_s,
+                                  self._job_pgids)
+
+    def _job_pgids(self) -> dict[str, set[int]]:
+        """Per node, the process groups of its jobs (batch scripts and step tasks)."""
+        groups: dict[str, set[int]] = {name: set() for name in self.nodes}
+        for job in list(self.batch.jobs.values()):
+            groups.setdefault(job.node, set()).add(job.supervisor_pid)
+        for (node, _job_id), pgids in list(self.step_pgids.items()):
+            groups.setdefault(node, set()).update(pgids)
+        return groups
 
     def _headers(self) -> dict[str, str]:
         now = time.time()
@@ -107,9 +121,10 @@ class Agent:
     # --- talking to the controller ----------------------------------------------------------------
 
     def report(self, with_events: bool = True, with_nodes: bool = True) -> AgentHeartbeat:
+        energy = self.energy.samples() if with_nodes else {}
         nodes = [NodeReport(name=n.name, cpus=n.cpus, real_memory_mb=n.real_memory_mb,
-                            running_jobs=self.batch.running_on(n.name)) for n in self.nodes.values()] \
-            if with_nodes else []
+                            running_jobs=self.batch.running_on(n.name), energy=energy.get(n.name))
+                 for n in self.nodes.values()] if with_nodes else []
         return AgentHeartbeat(agent_url=self.url, boot_time=self.boot_time, nodes=nodes,
                               events=self.pending_events() if with_events else [])
 
@@ -132,6 +147,7 @@ class Agent:
     async def run(self) -> None:
         """Heartbeats every few seconds; job ends as soon as they happen (in small batches)."""
         self.batch.recover(list(self.nodes))
+        self.energy.start()
         last_beat = 0.0
         while True:
             with contextlib.suppress(TimeoutError):
@@ -148,4 +164,5 @@ class Agent:
                     last_beat = now
 
     async def close(self) -> None:
+        self.energy.stop()
         await self.client.aclose()

@@ -1,0 +1,1 @@
+"""Energy sensor plugins (AcctGatherEnergyType), polled by the node agent in its own thread."""

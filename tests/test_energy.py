@@ -1,0 +1,114 @@
+"""Energy accounting: sensor plugins against kernel-shaped sysfs trees, the agent's meter, job
+energy from node counters (seed 004, eqs. 1-2), and a real job's ConsumedEnergyRaw."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from wattsched.config import Config, NodeConf
+from wattsched.controller.energy import counter_at, job_energy
+from wattsched.noded.energy import EnergyMeter
+from wattsched.plugins.acct_gather_energy.emulated import EmulatedEnergy
+from wattsched.plugins.acct_gather_energy.rapl import RaplEnergy
+from wattsched.testcluster import Cluster, wait_for
+
+
+def _zone(root: Path, name: str, label: str, uj: int, wrap: int) -> Path:
+    zone = root / "sys" / "class" / "powercap" / name
+    zone.mkdir(parents=True, exist_ok=True)
+    (zone / "name").write_text(label + "\n")
+    (zone / "energy_uj").write_text(f"{uj}\n")
+    (zone / "max_energy_range_uj").write_text(f"{wrap}\n")
+    return zone
+
+
+def test_rapl_sums_packages_and_dram_and_survives_wraparound(tmp_path) -> None:
+    wrap = 262143328850
+    pkg = _zone(tmp_path, "intel-rapl:0", "package-0", wrap - 1_000_000, wrap)
+    dram = _zone(tmp_path, "intel-rapl:0/intel-rapl:0:0", "dram", 5_000_000, wrap)
+    core = _zone(tmp_path, "intel-rapl:0/intel-rapl:0:1", "core", 7_000_000, wrap)  # inside the package: not added
+    _zone(tmp_path, "intel-rapl:1", "package-1", 0, wrap)
+    rapl = RaplEnergy(Config(energy_sysfs_root=str(tmp_path)), [])
+    assert [Path(z).name for z in rapl.zones] == ["intel-rapl:0", "intel-rapl:0:0", "intel-rapl:1"]
+    assert rapl.read("n", 0, 0) == 0.0
+    (pkg / "energy_uj").write_text("3000000\n")  # wrapped: 1 J to the top, 3 J after, plus the wrap's 1 uJ
+    (dram / "energy_uj").write_text("7000000\n")  # +2 J
+    (core / "energy_uj").write_text("9000000\n")
+    assert rapl.read("n", 1, 0) == pytest.approx(1.000001 + 3 + 2)
+
+
+def test_emulated_model_lag_and_trapezoid_integration(tmp_path) -> None:
+    node = NodeConf(name="v1", cpus=4, idle_watts=100, max_watts=300)
+    model = EmulatedEnergy(Config(), [node])
+    assert model.read("v1", 0, 0.0) == 100 and model.read("v1", 0, 0.5) == 200 and model.read("v1", 0, 2) == 300
+    lagged = EmulatedEnergy(Config(energy_emulated_lag_s=70), [node])
+    lagged.read("v1", 0, 0.0)
+    after = lagged.read("v1", 70, 1.0)
+    assert after == pytest.approx(100 + 200 * (1 - 1 / 2.718281828), rel=1e-3)  # one time constant: 63 %
+    meter = EnergyMeter(model, {"v1": 4}, str(tmp_path), 1.0, lambda: {"v1": set()})
+    for t in range(0, 11):
+        meter.poll_once(1000.0 + t)
+    assert meter.samples()["v1"].joules == pytest.approx(100 * 10)  # idle: E = P * t exactly
+    meter._save()
+    again = EnergyMeter(model, {"v1": 4}, str(tmp_path), 1.0, lambda: {"v1": set()})
+    again.poll_once(2000.0)
+    again.poll_once(2002.0)
+    assert again.samples()["v1"].joules == pytest.approx(1000 + 200)  # the count goes on after a restart
+
+
+def test_hung_sensor_is_flagged_stale_and_does_not_block_others(tmp_path) -> None:
+    class Sticky(EmulatedEnergy):
+        def read(self, node, now, utilization):
+            if node == "v2":
+                time.sleep(3)
+            return super().read(node, now, utilization)
+
+    nodes = [NodeConf(name=n, cpus=1, idle_watts=50, max_watts=100) for n in ("v1", "v2")]
+    meter = EnergyMeter(Sticky(Config(), nodes), {"v1": 1, "v2": 1}, str(tmp_path), 1.0, lambda: {},
+                        read_timeout_s=0.2)
+    started = time.monotonic()
+    meter.poll_once(1.0)
+    meter.poll_once(2.0)
+    assert time.monotonic() - started < 1.5
+    samples = meter.samples()
+    assert samples["v1"].joules == pytest.approx(50) and "v2" not in samples
+    assert meter.nodes["v2"].stale
+
+
+def test_job_energy_is_the_sum_of_node_deltas_and_shared_nodes_are_split() -> None:
+    samples = {"a": [(0.0, 0.0), (10.0, 1000.0), (20.0, 3000.0)], "b": [(0.0, 500.0), (20.0, 2500.0)]}
+    assert counter_at(samples["a"], 15.0) == 2000.0 and counter_at(samples["a"], 25.0) is None
+    alone = job_energy(samples, 5.0, 15.0, {"a": 4, "b": 4}, {"a": [(5, 15, 4)], "b": [(5, 15, 4)]})
+    assert alone == pytest.approx((2000 - 500) + (2000 - 1000))
+    assert job_energy(samples, 5.0, 25.0, {"a": 4}, {}) is None  # the end is not covered yet
+    shared = job_energy(samples, 0.0, 20.0, {"a": 1}, {"a": [(0, 20, 1), (0, 10, 3)]})
+    assert shared == pytest.approx(1000 * 1 / 4 + 2000 * 1 / 1)
+
+
+def test_a_4_node_job_is_charged_the_sum_of_its_nodes_energy(tmp_path) -> None:
+    c = Cluster(tmp_path, agents=2, extra="AcctGatherEnergyType=acct_gather_energy/emulated\nAcctGatherNodeFreq=1",
+                node_extra="IdleWatts=100 MaxWatts=300").start()
+    try:
+        wait_for(lambda: all(n["metered"] for n in c.nodes()), 20, what="nodes metered")
+        job_id = c.sbatch("-N", "4", "-n", "4", "-t", "2", "--wrap",
+                          "srun sh -c 'end=$(($(date +%s)+3)); while [ $(date +%s) -lt $end ]; do :; done'")
+        job = c.wait_state(job_id, "COMPLETED", timeout=60)
+        row = wait_for(lambda: (r := c.accounted(job_id)[0])["consumed_energy_j"] and r, 30,
+                       what="energy accounted")
+        expected = 0.0
+        for name in job["alloc_cpus"]:
+            samples = [tuple(s) for s in c.api("GET", f"/v1/nodes/{name}/energy").json()["samples"]]
+            expected += counter_at(samples, job["end_time"]) - counter_at(samples, job["start_time"])
+        assert row["consumed_energy_j"] == pytest.approx(expected, abs=1)
+        elapsed = job["end_time"] - job["start_time"]
+        # four nodes, each between idle (100 W) and busy (300 W) for the job's run
+        assert 4 * 100 * elapsed * 0.9 <= row["consumed_energy_j"] <= 4 * 300 * elapsed * 1.1
+        assert row["consumed_energy_j"] > 4 * 100 * elapsed  # the busy loop drew more than idle power
+        raw = c.run("sacct", "-X", "-n", "-P", "-j", str(job_id), "-o", "ConsumedEnergyRaw").stdout.strip()
+        assert raw == str(row["consumed_energy_j"])
+        shown = c.run("scontrol", "show", "node", "n01").stdout
+        assert "ConsumedJoules=" in shown and "CurrentWatts=" in shown
+    finally:
+        c.stop()
