@@ -226,14 +226,18 @@ def _show(value: Any) -> str:
 
 # --- value parsers ---------------------------------------------------------------------------
 
-def _int(value: str) -> int:
+def _non_negative(value: str, cast: Callable[[str], Any], what: str) -> Any:
     try:
-        number = int(value)
+        number = cast(value)
     except ValueError as exc:
-        raise ValueError(f"'{value}' is not an integer") from exc
+        raise ValueError(f"'{value}' is not {what}") from exc
     if number < 0:
         raise ValueError(f"'{value}' must not be negative")
     return number
+
+
+def _int(value: str) -> int:
+    return _non_negative(value, int, "an integer")
 
 
 def _opt_int(value: str) -> int | None:
@@ -342,13 +346,7 @@ def parse_power_cap(value: str) -> float:
 
 
 def _non_negative_float(value: str) -> float:
-    try:
-        number = float(value)
-    except ValueError as exc:
-        raise ValueError(f"'{value}' is not a number") from exc
-    if number < 0:
-        raise ValueError(f"'{value}' must not be negative")
-    return number
+    return _non_negative(value, float, "a number")
 
 
 def _positive(value: str) -> int:
