@@ -74,13 +74,14 @@ def _job_id(job: Row, step: Row | None, raw: bool) -> str:
 
 
 def _energy(joules: float | None) -> str:
-    """ConsumedEnergy as sacct prints it: joules, with K/M/G/T past a thousand."""
+    """ConsumedEnergy as sacct prints it (convert_num_unit2, divisor 1000): 850, 12K, 1.25M."""
     value = float(joules or 0)
-    for unit in ("", "K", "M", "G", "T"):
-        if value < 1000 or unit == "T":
-            return f"{value:.0f}" if not unit else f"{value:.2f}{unit}"
-        value /= 1000
-    return f"{value:.2f}T"
+    unit = ""
+    for bigger in ("K", "M", "G", "T"):
+        if value < 1000:
+            break
+        value, unit = value / 1000, bigger
+    return f"{value:.0f}{unit}" if value == int(value) else f"{value:.2f}{unit}"
 
 
 def _kb(value: int) -> str:

@@ -653,19 +653,29 @@ class ClusterState:
     def _account_energy(self, now: float) -> None:
         """Give ended jobs their energy once every node's samples cover their end (at most ten
         minutes after it: a node that stopped reporting leaves the job without energy)."""
+        ready = []
         for job_id, ended in list(self._energy_due.items()):
             job = self.jobs.get(job_id)
             if job is None or now - ended > 600:
-                self._energy_due.pop(job_id, None)
-                continue
-            occupants = {n: [(j.start_time, j.end_time or now, j.alloc_cpus[n]) for j in self.jobs.values()
-                             if j.start_time and n in j.alloc_cpus] for n in job.alloc_cpus}
-            joules = energy.job_energy({n: self.nodes[n].energy_samples for n in job.alloc_cpus if n in self.nodes},
+                del self._energy_due[job_id]
+            elif all(n in self.nodes and self.nodes[n].energy_samples
+                     and self.nodes[n].energy_samples[-1][0] >= job.end_time for n in job.alloc_cpus):
+                ready.append(job)
+        if not ready:
+            return
+        wanted = {n for job in ready for n in job.alloc_cpus}
+        occupants: dict[str, list[tuple[float, float, int]]] = {}
+        for other in self.jobs.values():  # one pass over the jobs for every node being settled
+            if other.start_time:
+                for n in wanted.intersection(other.alloc_cpus):
+                    occupants.setdefault(n, []).append((other.start_time, other.end_time or now, other.alloc_cpus[n]))
+        for job in ready:
+            joules = energy.job_energy({n: self.nodes[n].energy_samples for n in job.alloc_cpus},
                                        job.start_time, job.end_time, job.alloc_cpus, occupants)
             if joules is not None:
                 job.consumed_energy_j = round(joules)
                 self.touch(job, request_changed=False)
-                del self._energy_due[job_id]
+                del self._energy_due[job.job_id]
 
     def launched(self, job_id: int) -> None:
         job = self.jobs.get(job_id)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from wattsched import states
 
@@ -71,13 +71,14 @@ class PowerSnap:
     states: Mapping[str, str]
     cap: float  # watts, or INFINITE
     reservations: tuple[PowerResv, ...] = ()
+    max_watts: int = field(init=False)  # every node busy; summed once, admission asks for it often
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "max_watts", sum(n.max for n in self.nodes.values()))
 
     def limit(self) -> float:
         """The cap in watts: INFINITE means the cluster's MaxWatts."""
-        return float(self.max_watts()) if self.cap == INFINITE else self.cap
-
-    def max_watts(self) -> int:
-        return sum(n.max for n in self.nodes.values())
+        return float(self.max_watts) if self.cap == INFINITE else self.cap
 
 
 def summary(nodes: Mapping[str, NodePower], node_states: Mapping[str, str]) -> dict[str, int]:
@@ -104,16 +105,20 @@ def reserved_watts(snap: PowerSnap, start: float, end: float, own: str = "") -> 
     return sum(r.watts for r in snap.reservations if r.name != own and r.start <= end and start <= r.end)
 
 
-def admission(snap: PowerSnap, current: float, added: float, start: float, end: float,
-              own_reservation: str = "") -> str | None:
-    """None if ``added`` watts on top of ``current`` fit under the cap and the planned caps over
-    [start, end]; else Slurm's pending reason (PowerNotAvail, or PowerReserved when only a
-    reservation is in the way). A job that adds nothing is not refused by the cap itself (the
-    cluster may be over a cap just lowered), but still by a reservation it overlaps."""
-    total = current + added
-    if total > snap.limit() and added > 0:
+def verdict(total: float, added: float, limit: float, reserved: float) -> str | None:
+    """Slurm's pending reason for a cluster at ``total`` watts once a job adds ``added``: over the
+    cap (PowerNotAvail) or only over the cap minus ``reserved`` watts (PowerReserved); None: fine.
+    A job that adds nothing is not refused by the cap itself (the cluster may be over a cap just
+    lowered), but still by a reservation."""
+    if total > limit and added > 0:
         return states.R_POWER
-    reserved = reserved_watts(snap, start, end, own_reservation)
-    if reserved and total > snap.limit() - reserved:
+    if reserved and total > limit - reserved:
         return states.R_POWER_RESERVED
     return None
+
+
+def admission(snap: PowerSnap, current: float, added: float, start: float, end: float,
+              own_reservation: str = "") -> str | None:
+    """The verdict for ``added`` watts on top of ``current`` under the cap and every power
+    reservation overlapping [start, end] (the prototype's plain admission)."""
+    return verdict(current + added, added, snap.limit(), reserved_watts(snap, start, end, own_reservation))

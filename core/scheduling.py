@@ -120,10 +120,6 @@ class ResvSnap:
     accounts: frozenset[str] = frozenset()
     flags: frozenset[str] = frozenset()
 
-    def admits(self, user: str, account: str) -> bool:
-        """Whether a job of ``user`` under ``account`` may use the reservation."""
-        return user in self.users or (bool(account) and account in self.accounts)
-
     def overlaps(self, start: float, end: float) -> bool:
         return self.start < end and start < self.end
 
@@ -334,13 +330,10 @@ def job_end(job: JobRequest, start: float) -> float:
     return start + job.time_limit_min * 60 if job.time_limit_min is not None else math.inf
 
 
-def reserved_for_others(job: JobRequest, snapshot: Snapshot, start: float, end: float) -> set[str]:
-    """Nodes the job may not use over [start, end): those of reservations it is not a member of."""
-    blocked: set[str] = set()
-    for resv in snapshot.reservations.values():
-        if resv.name != job.reservation and resv.overlaps(start, end):
-            blocked |= resv.nodes
-    return blocked
+def blocking_reservations(job: JobRequest, snapshot: Snapshot, start: float, end: float) -> list[ResvSnap]:
+    """The reservations whose nodes the job may not use over [start, end): those overlapping it
+    that it is not a member of."""
+    return [r for r in snapshot.reservations.values() if r.name != job.reservation and r.overlaps(start, end)]
 
 
 class Candidates:
@@ -364,8 +357,7 @@ class Candidates:
         blocking: tuple[str, ...] = ()
         if snapshot.reservations:
             end = job_end(job, start)
-            blocking = tuple(sorted(r.name for r in snapshot.reservations.values()
-                                    if r.name != job.reservation and r.overlaps(start, end)))
+            blocking = tuple(sorted(r.name for r in blocking_reservations(job, snapshot, start, end)))
             resv = snapshot.reservations.get(job.reservation) if job.reservation else None
             if resv is not None and "FLEX" not in resv.flags and (start < resv.start or end > resv.end):
                 return []
@@ -467,13 +459,12 @@ _ALWAYS = power_mod.NodePower(0, 0, 0, 0, always_max=True)
 def unplaced_reason(job: JobRequest, snapshot: Snapshot, by_name: Mapping[str, NodeSnap]) -> str:
     """Slurm's reason for an eligible job that found no nodes: a named node is unavailable, a
     maintenance reservation is in the way, or simply Resources."""
-    reserved = reserved_for_others(job, snapshot, snapshot.now, job_end(job, snapshot.now)) \
-        if snapshot.reservations else set()
+    blocking = blocking_reservations(job, snapshot, snapshot.now, job_end(job, snapshot.now))
+    reserved = {n for r in blocking for n in r.nodes}
     if any(n not in by_name or not by_name[n].schedulable or n in reserved for n in job.req_nodes):
         return states.R_NODE_NOT_AVAIL
     part = snapshot.partitions[job.partition]
-    if any("MAINT" in r.flags and r.name != job.reservation and r.overlaps(snapshot.now, job_end(job, snapshot.now))
-           and not r.nodes.isdisjoint(part.nodes) for r in snapshot.reservations.values()):
+    if any("MAINT" in r.flags and not r.nodes.isdisjoint(part.nodes) for r in blocking):
         return states.R_MAINT
     return states.R_RESOURCES
 

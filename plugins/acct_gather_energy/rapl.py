@@ -10,6 +10,7 @@ keeps growing however often the hardware counters wrap.
 from __future__ import annotations
 
 import os
+import threading
 
 from wattsched.config import Config, NodeConf
 
@@ -22,6 +23,8 @@ class RaplEnergy:
         self.zones = self._zones()
         self._last: dict[str, int] = {}
         self._total_uj = 0
+        self._read_at: float | None = None
+        self._lock = threading.Lock()
 
     def _zones(self) -> list[str]:
         """Package zones (intel-rapl:N) and their dram subzones, whose energy adds up."""
@@ -40,8 +43,16 @@ class RaplEnergy:
         return zones
 
     def read(self, node: str, now: float, utilization: float) -> float:
-        """The host's joules since the agent first read them (all nodes of a host share them)."""
-        del node, now, utilization
+        """The host's joules since the agent first read them. All nodes an agent hosts share the
+        host's counters: the sysfs files are read once per poll (``now``), the others get that."""
+        del node, utilization
+        with self._lock:
+            if now != self._read_at:
+                self._read_zones()
+                self._read_at = now
+            return self._total_uj / 1e6
+
+    def _read_zones(self) -> None:
         for zone in self.zones:
             value = int(_read(os.path.join(zone, "energy_uj"), "0"))
             last = self._last.get(zone)
@@ -51,7 +62,6 @@ class RaplEnergy:
                     delta += int(_read(os.path.join(zone, "max_energy_range_uj"), "0")) + 1
                 self._total_uj += delta
             self._last[zone] = value
-        return self._total_uj / 1e6
 
 
 def _read(path: str, default: str) -> str:

@@ -257,7 +257,7 @@ class _Pass:
         now, params = self.now, self.params
         alloc = self.fits_now(job)
         if alloc is not None:
-            alloc, reason = self.power_fit(job, alloc, now) if self.power is not None else (alloc, None)
+            alloc, reason = self._planned_power(job, alloc, now)
             if reason is None:
                 return now, alloc  # most jobs at the head of a queue start at once: no timeline needed
         window_end = now + params.bf_window_min * 60
@@ -275,10 +275,14 @@ class _Pass:
             alloc = self.select.select(job, self.candidates.for_job(job, window.with_cpus(), start), window,
                                        self.snapshot.def_mem_per_cpu_mb)
             if alloc is not None:
-                alloc, reason = self.power_fit(job, alloc, start) if self.power is not None else (alloc, None)
+                alloc, reason = self._planned_power(job, alloc, start)
                 if reason is None:
                     return start, alloc
         return None
+
+    def _planned_power(self, job: JobRequest, alloc: Allocation, start: float) -> tuple[Allocation, str | None]:
+        """Power as the timeline plans it; plain admission only judges jobs starting now, elsewhere."""
+        return self.power_fit(job, alloc, start) if self.power is not None else (alloc, None)
 
 
 class BackfillScheduler:

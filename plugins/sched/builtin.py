@@ -8,8 +8,8 @@ that reservation, since they run on its nodes alone. Ineligible jobs (held, wait
 dependency, a begin time or their reservation, over a partition limit) keep their own reason
 and block nothing, as in Slurm. Under a PowerCap, a job whose nodes would take the cluster over
 the cap (or a planned cap) stays pending with PowerNotAvail (PowerReserved) and the next job is
-tried, as in the power-capping prototype (seed 003). At most ``default_queue_depth`` jobs are tried per pass; the
-rest keep their reason until a later pass.
+tried, as in the power-capping prototype (seed 003). At most ``default_queue_depth`` jobs are
+tried per pass; the rest keep their reason until a later pass.
 """
 
 from __future__ import annotations

@@ -17,8 +17,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from wattsched import states
-from wattsched.power import BUSY, IDLE, PowerSnap
+from wattsched.power import BUSY, IDLE, PowerSnap, verdict
 from wattsched.scheduling import Allocation, JobRequest, PowerMeter, RunningJob, job_end
 
 
@@ -91,12 +90,11 @@ class PowerPlan:
             level, mine = self.level(t, nodes, alloc.cpu_freq_khz)
             if mine <= 0:
                 continue  # nothing added: filling busy nodes always passes, as in the prototype
-            if level + mine > limit:
-                return states.R_POWER
             reserved = sum(r.watts for r in self.snap.reservations
                            if r.name != job.reservation and r.start <= t < r.end)
-            if level + mine > limit - reserved:
-                return states.R_POWER_RESERVED
+            reason = verdict(level + mine, mine, limit, reserved)
+            if reason is not None:
+                return reason
         return None
 
     def release_times(self) -> list[float]:
