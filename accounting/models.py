@@ -62,6 +62,8 @@ class JobRecord(Base):
     reservation: Mapped[str] = mapped_column(String(256), default="")
     req_cpu_freq: Mapped[str] = mapped_column(String(64), default="")
     cpu_freq_khz: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    ave_cpu_freq_khz: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    profile: Mapped[str] = mapped_column(String(32), default="")
 
     steps: Mapped[list[StepRecord]] = relationship(back_populates="job", cascade="all, delete-orphan",
                                                    order_by="StepRecord.id")

@@ -200,6 +200,7 @@ def _job_values(cluster: str, job: dict[str, Any]) -> dict[str, Any]:
         "wckey": job.get("wckey", ""), "constraints": ",".join(job.get("features", [])),
         "consumed_energy_j": job.get("consumed_energy_j"), "reservation": job.get("reservation", ""),
         "req_cpu_freq": job.get("cpu_freq", ""), "cpu_freq_khz": job.get("cpu_freq_khz"),
+        "ave_cpu_freq_khz": job.get("ave_cpu_freq_khz") or None, "profile": ",".join(job.get("profile", ())),
     }
 
 
@@ -211,7 +212,7 @@ def _step_values(step: dict[str, Any]) -> dict[str, Any]:
         "node_list": hostlist.compress(nodes), "nnodes": len(nodes), "ntasks": step["ntasks"],
         "alloc_cpus": step["cpus"], "time_start": step.get("start_time", 0.0), "time_end": step.get("end_time", 0.0),
         "total_cpu_s": step.get("total_cpu_s", 0.0), "max_rss_kb": step.get("max_rss_kb", 0),
-        "consumed_energy_j": None,
+        "consumed_energy_j": step.get("consumed_energy_j"),
     }
 
 

@@ -43,6 +43,10 @@ CpuFreq = Annotated[str | None, typer.Option("--cpu-freq", help="p1[-p2[:governo
                                                                 "highm1, or a governor.")]
 PowerFit = Annotated[bool, typer.Option("--power-fit", help="Under a power cap, may run at a lower CPU frequency "
                                                             "to start sooner (ours; not with --cpu-freq).")]
+Profile = Annotated[str | None, typer.Option("--profile", help="all, none, or energy,task: record a power "
+                                                                "profile (acct_gather_profile/hdf5).")]
+AcctgFreq = Annotated[str | None, typer.Option("--acctg-freq", help="Sampling intervals: energy=N,task=N "
+                                                                    "(seconds).")]
 Signal = Annotated[str | None, typer.Option("--signal", help="[{R|B}:]SIG[@seconds]")]
 Quiet = Annotated[bool, typer.Option("-Q", "--quiet", help="Quiet mode.")]
 Verbose = Annotated[int, typer.Option("-v", "--verbose", count=True, help="More messages.")]
@@ -130,6 +134,8 @@ def submission(opts: dict[str, Any], **extra: Any) -> dict[str, Any]:
         "reservation": opts.get("reservation") or "",
         "cpu_freq": opts.get("cpu_freq") or "",
         "power_fit": bool(opts.get("power_fit")),
+        "profile": opts.get("profile") or "",
+        "acctg_freq": opts.get("acctg_freq") or "",
     }
     body.update(extra)
     return body

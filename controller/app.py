@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
+import os
 import time
 from typing import Annotated, Any
 
 import orjson
 from fastapi import FastAPI, Query, Request
 from fastapi.responses import JSONResponse, Response
-from wattsched import auth, hostlist, power, states
+from wattsched import auth, h5profile, hostlist, power, states
 from wattsched.accounting.store import AccountingStore, JobQuery
 from wattsched.api import (
     AgentHeartbeat,
@@ -45,6 +47,7 @@ from wattsched.controller.views import job_view, node_view, partition_views
 from wattsched.httpauth import Who, loop_lifespan, require_role
 
 NodeAgent = Annotated[auth.Identity, require_role("node")]
+log = logging.getLogger("wattsched.controller")
 
 
 MIN_PASS_INTERVAL_S = 0.05
@@ -107,6 +110,24 @@ class Controller:
             self.dispatcher.run(actions)
             if timers_due:
                 self.dispatcher.retry()
+                self._merge_profiles()
+
+    def _merge_profiles(self) -> None:
+        """Merge the node profiles of ended jobs into one file per job, off the event loop."""
+        due, self.state.profiles_due[:] = list(self.state.profiles_due), []
+        for user, uid, job_id in due:
+            task = asyncio.get_running_loop().run_in_executor(None, merge_profile, self.state.config.profile_dir,
+                                                             user, uid, job_id)
+            task.add_done_callback(lambda fut: fut.exception())  # logged inside; keep asyncio quiet
+
+
+def merge_profile(profile_dir: str, user: str, uid: int, job_id: int) -> None:
+    try:
+        path = h5profile.merge(profile_dir, user, job_id)
+        if path and os.geteuid() == 0 and uid:
+            os.chown(path, uid, -1)
+    except (OSError, KeyError) as exc:
+        log.warning("profile merge failed", extra={"job": job_id, "error": str(exc)})
 
 
 def create_app(controller: Controller) -> FastAPI:
@@ -236,6 +257,15 @@ def create_app(controller: Controller) -> FastAPI:
         return {"status": "ok"}
 
     # --- nodes, partitions, config -------------------------------------------------------------------
+
+    @app.get("/v1/jobs/{job_ref}/stat")
+    async def job_stat(job_ref: str, who: Who) -> dict[str, Any]:
+        jobs = [j for j in state.resolve(job_ref) if j.state == states.RUNNING]
+        for job in jobs:
+            if job.uid != who.uid and not state.is_admin(who):
+                raise Refused("Access/permission denied", 403)
+        now = time.time()
+        return {"jobs": [state.job_stat(job, now) for job in jobs]}
 
     @app.get("/v1/nodes")
     async def nodes(who: Who) -> JSONResponse:

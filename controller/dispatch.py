@@ -16,7 +16,8 @@ from collections.abc import Callable
 import httpx
 from pydantic import BaseModel
 from wattsched import auth, states
-from wattsched.api import BatchLaunch, LaunchBatch, SignalJob
+from wattsched.api import BatchLaunch, JobAllocation, LaunchBatch, SignalJob
+from wattsched.config import Config
 from wattsched.controller.state import Action, ClusterState, Launch, Signal
 from wattsched.controller.views import output_path
 from wattsched.model import Job
@@ -46,13 +47,22 @@ class Dispatcher:
 
     def run(self, actions: list[Action]) -> None:
         launches: dict[str, list[Job]] = defaultdict(list)
+        allocations: dict[str, list[JobAllocation]] = defaultdict(list)
         now = time.monotonic()
         for action in actions:
             if isinstance(action, Launch):
-                node = self.state.nodes[action.job.batch_host]
-                self._last_try[("launch", action.job.job_id)] = now
-                if node.agent_url:
-                    launches[node.agent_url].append(action.job)
+                job = action.job
+                self._last_try[("launch", job.job_id)] = now
+                by_agent: dict[str, dict[str, int]] = defaultdict(dict)
+                for name, cpus in job.alloc_cpus.items():
+                    node = self.state.nodes.get(name)
+                    if node is not None and node.agent_url:
+                        by_agent[node.agent_url][name] = cpus
+                for url, share in by_agent.items():
+                    allocations[url].append(job_allocation(self.state.config, job, share))
+                batch_node = self.state.nodes[job.batch_host]
+                if not job.interactive and batch_node.agent_url:
+                    launches[batch_node.agent_url].append(job)
             else:
                 self._last_try[("signal", action.job_id)] = now
                 by_agent: dict[str, list[str]] = defaultdict(list)
@@ -62,8 +72,8 @@ class Dispatcher:
                         by_agent[node.agent_url].append(name)
                 for url, names in by_agent.items():
                     self._spawn(self._signal(url, action, names))
-        for url, jobs in launches.items():
-            self._spawn(self._launch(url, jobs))
+        for url in set(launches) | set(allocations):
+            self._spawn(self._launch(url, launches.get(url, []), allocations.get(url, [])))
 
     def _spawn(self, coro) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -81,8 +91,9 @@ class Dispatcher:
             return None
         return reply.json()
 
-    async def _launch(self, url: str, jobs: list[Job]) -> None:
-        reply = await self._post(f"{url}/v1/launch", LaunchBatch(jobs=[self._batch(job) for job in jobs]))
+    async def _launch(self, url: str, jobs: list[Job], allocations: list[JobAllocation]) -> None:
+        reply = await self._post(f"{url}/v1/launch", LaunchBatch(jobs=[self._batch(job) for job in jobs],
+                                                                 allocations=allocations))
         if reply is None:
             return
         for job_id in reply.get("accepted", []):
@@ -129,6 +140,17 @@ class Dispatcher:
 
     async def close(self) -> None:
         await self.client.aclose()
+
+
+def job_allocation(config: Config, job: Job, nodes: dict[str, int]) -> JobAllocation:
+    """What the agents of ``nodes`` need to run the job there: its CPUs, frequency and profile."""
+    freq = dict(job.acctg_freq)
+    defaults = dict(config.job_acct_gather_frequency)
+    cpu_freq = job.cpu_freq or (str(job.cpu_freq_khz) if job.cpu_freq_khz else "")
+    energy_s = freq.get("energy") or defaults.get("energy") or config.acct_gather_node_freq_s
+    return JobAllocation(job_id=job.job_id, uid=job.uid, user=job.user, start_time=job.start_time, nodes=nodes,
+                         cpu_freq=cpu_freq, profile=list(job.profile), profile_energy_s=energy_s,
+                         profile_task_s=freq.get("task") or defaults.get("task") or 30)
 
 
 def batch_environment(state: ClusterState, job: Job) -> dict[str, str]:

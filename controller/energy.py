@@ -1,11 +1,13 @@
-"""Job energy from the nodes' energy counters (seed 004, eq. 2): for each node of a job,
+"""Job and step energy from the nodes' energy counters (seed 004, eq. 2): for each node of a job,
 EN(end) - EN(start), read off the node's counter samples by linear interpolation, and summed
 over the job's nodes.
 
-A node shared by several jobs is not charged in full to each (Slurm's weakness): between two
-samples its energy is split among the jobs running on it in proportion to their allocated CPUs
-(the documented rule; splitting the dynamic part by each job's CPU time is for later). Pure
-functions of the samples and the jobs' intervals.
+A node shared by several jobs is not charged in full to each (Slurm's weakness). Between two
+samples, its energy is split in two parts: the idle part (IdleWatts x the interval, at most
+the energy measured) is split among the jobs on the node by their allocated CPUs; the rest,
+the dynamic part, by the CPU time each job's processes used in that interval (by CPUs when
+none used any, or when the node declares no IdleWatts). A job alone on its node gets all of
+it. Pure functions of the samples and the jobs' intervals.
 """
 
 from __future__ import annotations
@@ -13,8 +15,26 @@ from __future__ import annotations
 import bisect
 import itertools
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 Samples = Sequence[tuple[float, float]]  # (time, joules), in time order
+JobCpu = Sequence[Mapping[int, float]]  # per sample: job id -> CPU seconds of its processes on the node
+
+
+@dataclass(frozen=True, slots=True)
+class Occupant:
+    start: float
+    end: float
+    cpus: int
+    job_id: int = 0
+
+
+@dataclass(slots=True)
+class NodeHistory:
+    samples: Samples
+    job_cpu: JobCpu = ()
+    idle_watts: float | None = None
+    occupants: Sequence[Occupant] = field(default_factory=tuple)
 
 
 def counter_at(samples: Samples, t: float) -> float | None:
@@ -28,10 +48,18 @@ def counter_at(samples: Samples, t: float) -> float | None:
     return j0 if t1 <= t0 else j0 + (j1 - j0) * (t - t0) / (t1 - t0)
 
 
-def node_energy(samples: Samples, start: float, end: float, cpus: int,
-                occupants: Sequence[tuple[float, float, int]]) -> float | None:
-    """The job's part of one node's energy over [start, end]; ``occupants`` are all jobs on the
-    node (the job included) as (start, end, cpus)."""
+def _cpu_deltas(history: NodeHistory, t: float) -> dict[int, float]:
+    """Each job's CPU seconds over the sample interval that holds ``t``."""
+    index = bisect.bisect_right(history.samples, (t, float("inf")))
+    if index == 0 or index >= len(history.samples) or len(history.job_cpu) != len(history.samples):
+        return {}
+    before, after = history.job_cpu[index - 1], history.job_cpu[index]
+    return {job: max(0.0, cpu - before.get(job, 0.0)) for job, cpu in after.items()}
+
+
+def node_energy(history: NodeHistory, start: float, end: float, cpus: int, job_id: int = 0) -> float | None:
+    """The job's part of one node's energy over [start, end]."""
+    samples = history.samples
     if counter_at(samples, end) is None:
         return None
     cuts = [start, *(t for t, _j in samples if start < t < end), end]
@@ -40,18 +68,35 @@ def node_energy(samples: Samples, start: float, end: float, cpus: int,
         if b <= a:
             continue
         middle = (a + b) / 2
-        sharing = sum(c for s, e, c in occupants if s <= middle < e) or cpus
-        total += (counter_at(samples, b) - counter_at(samples, a)) * cpus / sharing
+        present = [o for o in history.occupants if o.start <= middle < o.end]
+        energy = counter_at(samples, b) - counter_at(samples, a)
+        sharing = sum(o.cpus for o in present) or cpus
+        if len(present) <= 1 or history.idle_watts is None:
+            total += energy * cpus / sharing
+            continue
+        idle = min(energy, history.idle_watts * (b - a))
+        deltas = _cpu_deltas(history, middle)
+        used = sum(deltas.get(o.job_id, 0.0) for o in present)
+        dynamic_share = deltas.get(job_id, 0.0) / used if used > 0 else cpus / sharing
+        total += idle * cpus / sharing + (energy - idle) * dynamic_share
     return total
 
 
-def job_energy(samples: Mapping[str, Samples], start: float, end: float, cpus: Mapping[str, int],
-               occupants: Mapping[str, Sequence[tuple[float, float, int]]]) -> float | None:
-    """The job's energy in joules, or None while a node's samples do not yet cover its end."""
+def job_energy(histories: Mapping[str, NodeHistory], start: float, end: float, cpus: Mapping[str, int],
+               job_id: int = 0) -> float | None:
+    """The job's (or a step's) energy in joules, or None while a node's samples do not yet
+    cover its end."""
     total = 0.0
     for node, node_cpus in cpus.items():
-        part = node_energy(samples.get(node, ()), start, end, node_cpus, occupants.get(node, ()))
+        history = histories.get(node)
+        part = node_energy(history, start, end, node_cpus, job_id) if history is not None else None
         if part is None:
             return None
         total += part
     return total
+
+
+def covered_until(histories: Mapping[str, NodeHistory], nodes: Sequence[str]) -> float:
+    """The latest time every one of ``nodes`` has a sample for (0 when one has none)."""
+    ends = [histories[n].samples[-1][0] if n in histories and histories[n].samples else 0.0 for n in nodes]
+    return min(ends, default=0.0)

@@ -19,7 +19,17 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
 from wattsched import auth, hostlist, power, scheduling, states
-from wattsched.api import AgentHeartbeat, JobEvent, JobSubmit, JobUpdate, ReservationSpec, StepComplete, StepCreate
+from wattsched.api import (
+    AgentHeartbeat,
+    JobEvent,
+    JobSubmit,
+    JobUpdate,
+    JobUsage,
+    NodeReport,
+    ReservationSpec,
+    StepComplete,
+    StepCreate,
+)
 from wattsched.auth import Identity
 from wattsched.config import Config, parse_power_cap
 from wattsched.controller import energy, views
@@ -117,6 +127,8 @@ class ClusterState:
     shares: Shares = field(default_factory=Shares)
     power_cap: float | None = None  # watts, math.inf (INFINITE) or None (capping off)
     _energy_due: dict[int, float] = field(default_factory=dict)  # ended jobs awaiting their nodes' samples
+    profiles_due: list[tuple[str, int, int]] = field(default_factory=list)  # (user, uid, job): profiles to merge
+    job_usage: dict[int, dict[str, JobUsage]] = field(default_factory=dict)  # running jobs, per node (sstat)
     _resv_dirty: list[Reservation] = field(default_factory=list)
     _dirty: set[int] = field(default_factory=set)
     _purged: list[int] = field(default_factory=list)
@@ -351,7 +363,7 @@ class ClusterState:
         self.touch(job)
         if job.interactive:
             job.launched = True
-            return []
+            return [Launch(job)]  # its nodes' agents still set its CPU frequency and profile it
         job.steps.append(Step(step_id="batch", name="batch", nodes=[job.batch_host], ntasks=1,
                               cpus=job.alloc_cpus[job.batch_host], start_time=now))
         return [Launch(job)]
@@ -477,6 +489,9 @@ class ClusterState:
         return []
 
     def _finish(self, job: Job) -> None:
+        if job.profile and self.config.acct_gather_profile_type == "acct_gather_profile/hdf5":
+            self.profiles_due.append((job.user, job.uid, job.job_id))
+        self.job_usage.pop(job.job_id, None)
         self._hold_resources(job, -1)
         job.state = job.final_state or states.COMPLETED
         job.completing_nodes = []
@@ -625,7 +640,9 @@ class ClusterState:
             node.agent_url, node.last_seen, node.boot_time = hb.agent_url, now, hb.boot_time
             node.registered = True
             if report.energy is not None:
-                node.add_energy_sample(report.energy.time, report.energy.joules, report.energy.watts)
+                node.add_energy_sample(report.energy.time, report.energy.joules, report.energy.watts,
+                                       {u.job_id: u.cpu_s for u in report.jobs})
+            self._job_usage(report)
             if node.not_responding:
                 node.not_responding = False
                 if node.base_state == states.N_DOWN and node.reason == NOT_RESPONDING and \
@@ -650,9 +667,49 @@ class ClusterState:
             self._account_energy(now)
         return acked, to_kill, actions
 
+    def _job_usage(self, report: NodeReport) -> None:
+        """Running jobs' CPU frequency as their nodes report it (sacct/sstat AveCPUFreq)."""
+        for usage in report.jobs:
+            job = self.jobs.get(usage.job_id)
+            if job is None or job.state != states.RUNNING:
+                continue
+            self.job_usage.setdefault(job.job_id, {})[report.name] = usage
+            if usage.cpu_freq_khz:
+                job.freq_reports += 1
+                job.ave_cpu_freq_khz += round((usage.cpu_freq_khz - job.ave_cpu_freq_khz) / job.freq_reports)
+
+    def histories(self, nodes: Iterable[str], now: float) -> dict[str, energy.NodeHistory]:
+        """The energy history of ``nodes`` with the jobs that ran on them (for the split)."""
+        wanted = {n for n in nodes if n in self.nodes}
+        occupants: dict[str, list[energy.Occupant]] = {n: [] for n in wanted}
+        for other in self.jobs.values():  # one pass over the jobs for every node being settled
+            if other.start_time:
+                for n in wanted.intersection(other.alloc_cpus):
+                    occupants[n].append(energy.Occupant(other.start_time, other.end_time or now,
+                                                        other.alloc_cpus[n], other.job_id))
+        return {n: energy.NodeHistory(self.nodes[n].energy_samples, self.nodes[n].job_cpu_samples,
+                                      self.nodes[n].idle_watts, occupants[n]) for n in wanted}
+
+    def job_stat(self, job: Job, now: float) -> dict:
+        """sstat: a running job's energy so far (up to its nodes' latest common sample), CPU time,
+        memory and CPU frequency, from what its nodes reported."""
+        usage = self.job_usage.get(job.job_id, {})
+        histories = self.histories(job.alloc_cpus, now)
+        until = energy.covered_until(histories, list(job.alloc_cpus))
+        joules = energy.job_energy(histories, job.start_time, until, job.alloc_cpus, job.job_id) \
+            if until > job.start_time else None
+        rss_node = max(usage, key=lambda n: usage[n].rss_kb, default="")
+        return {"job_id": job.job_id, "display_id": job.display_id, "state": job.state,
+                "consumed_energy_j": round(joules) if joules is not None else None, "energy_until": until,
+                "total_cpu_s": sum(u.cpu_s for u in usage.values()), "ntasks": job.ntasks,
+                "nodes": list(job.alloc_cpus), "max_rss_kb": usage[rss_node].rss_kb if rss_node else 0,
+                "max_rss_node": rss_node, "ave_cpu_freq_khz": job.ave_cpu_freq_khz, "cpu_freq": job.cpu_freq,
+                "cpu_freq_khz": job.cpu_freq_khz, "alloc_cpus": job.num_cpus}
+
     def _account_energy(self, now: float) -> None:
-        """Give ended jobs their energy once every node's samples cover their end (at most ten
-        minutes after it: a node that stopped reporting leaves the job without energy)."""
+        """Give ended jobs (and their steps) their energy once every node's samples cover their
+        end (at most ten minutes after it: a node that stopped reporting leaves the job without
+        energy)."""
         ready = []
         for job_id, ended in list(self._energy_due.items()):
             job = self.jobs.get(job_id)
@@ -663,19 +720,19 @@ class ClusterState:
                 ready.append(job)
         if not ready:
             return
-        wanted = {n for job in ready for n in job.alloc_cpus}
-        occupants: dict[str, list[tuple[float, float, int]]] = {}
-        for other in self.jobs.values():  # one pass over the jobs for every node being settled
-            if other.start_time:
-                for n in wanted.intersection(other.alloc_cpus):
-                    occupants.setdefault(n, []).append((other.start_time, other.end_time or now, other.alloc_cpus[n]))
+        histories = self.histories({n for job in ready for n in job.alloc_cpus}, now)
         for job in ready:
-            joules = energy.job_energy({n: self.nodes[n].energy_samples for n in job.alloc_cpus},
-                                       job.start_time, job.end_time, job.alloc_cpus, occupants)
-            if joules is not None:
-                job.consumed_energy_j = round(joules)
-                self.touch(job, request_changed=False)
-                del self._energy_due[job.job_id]
+            joules = energy.job_energy(histories, job.start_time, job.end_time, job.alloc_cpus, job.job_id)
+            if joules is None:
+                continue
+            job.consumed_energy_j = round(joules)
+            for step in job.steps:
+                if step.start_time and step.end_time:
+                    part = energy.job_energy(histories, step.start_time, step.end_time,
+                                             {n: job.alloc_cpus.get(n, 1) for n in step.nodes}, job.job_id)
+                    step.consumed_energy_j = round(part) if part is not None else None
+            self.touch(job, request_changed=False)
+            del self._energy_due[job.job_id]
 
     def launched(self, job_id: int) -> None:
         job = self.jobs.get(job_id)

@@ -11,7 +11,8 @@ import signal as signal_mod
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from wattsched import hostlist, patterns, scheduling, timefmt
+from wattsched import config as config_mod
+from wattsched import cpufreq, hostlist, patterns, scheduling, timefmt
 from wattsched.api import JobSubmit
 from wattsched.auth import Identity
 from wattsched.config import Config
@@ -51,22 +52,33 @@ def parse_array(spec: str, max_array_size: int) -> ArraySpec:
     return ArraySpec(tuple(sorted(ids)), throttle)
 
 
-_FREQ_WORDS = {"low", "medium", "high", "highm1", "conservative", "ondemand", "performance", "powersave",
-               "userspace", "schedutil"}
-
-
-def check_cpu_freq(spec: str) -> str:
-    """--cpu-freq: ``p1[-p2[:governor]]`` with p a frequency in kHz or low/medium/high/highm1,
-    or a governor alone, as Slurm accepts it."""
-    if not spec:
-        return ""
-    body, _, governor = spec.partition(":")
-    parts = body.split("-") if body else []
-    valid = len(parts) <= 2 and all(p.isdigit() or p.lower() in _FREQ_WORDS for p in parts) and \
-        (not governor or governor.lower() in _FREQ_WORDS)
-    if not valid or (not parts and not governor):
-        raise SubmitError(f"Invalid --cpu-freq argument: {spec}")
+def check_cpu_freq(spec: str, config: Config) -> str:
+    """--cpu-freq as Slurm accepts it, with a governor the site allows (CpuFreqGovernors)."""
+    try:
+        cpufreq.check(spec, config.cpu_freq_governors)
+    except cpufreq.FreqError as exc:
+        raise SubmitError(str(exc)) from exc
     return spec
+
+
+def check_profile(spec: str, config: Config) -> tuple[str, ...]:
+    """--profile: all, none, or a list of energy and task; without it, ProfileHDF5Default."""
+    words = [w.strip().lower() for w in spec.split(",") if w.strip()] or \
+        [w.lower() for w in config.profile_hdf5_default]
+    if words == ["all"]:
+        return ("energy", "task")
+    if words in ([], ["none"]):
+        return ()
+    if any(w not in ("energy", "task") for w in words):
+        raise SubmitError(f"Invalid --profile specification: {spec} (all, none, energy, task)")
+    return tuple(sorted(set(words)))
+
+
+def check_acctg_freq(spec: str) -> tuple[tuple[str, int], ...]:
+    try:
+        return config_mod.parse_acctg_freq(spec)
+    except ValueError as exc:
+        raise SubmitError(f"Invalid --acctg-freq specification: {exc}") from exc
 
 
 def parse_signal(spec: str) -> tuple[int, int, bool]:
@@ -170,7 +182,8 @@ def build_jobs(req: JobSubmit, who: Identity, gid: int, group: str, config: Conf
         comment=req.comment, wckey=req.wckey,
         requeue=config.job_requeue if req.requeue is None else req.requeue, interactive=req.interactive,
         nice=req.nice, hold="user" if req.hold else "", submit_time=now, eligible_time=max(now, begin),
-        reservation=req.reservation, cpu_freq=check_cpu_freq(req.cpu_freq), power_fit=req.power_fit)
+        reservation=req.reservation, cpu_freq=check_cpu_freq(req.cpu_freq, config), power_fit=req.power_fit,
+        profile=check_profile(req.profile, config), acctg_freq=check_acctg_freq(req.acctg_freq))
     if array is None:
         return [template]
     jobs = []

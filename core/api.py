@@ -60,6 +60,8 @@ class JobSubmit(Strict):
     reservation: str = Field("", max_length=256)
     cpu_freq: str = Field("", max_length=64)
     power_fit: bool = False
+    profile: str = Field("", max_length=64)
+    acctg_freq: str = Field("", max_length=128)
 
 
 class SubmitReply(BaseModel):
@@ -179,12 +181,22 @@ class EnergySample(Strict):
     stale: bool = False
 
 
+class JobUsage(Strict):
+    """A job's processes on one node: CPU seconds so far and the frequency of its CPUs."""
+
+    job_id: int
+    cpu_s: float = 0.0
+    cpu_freq_khz: int = 0
+    rss_kb: int = 0
+
+
 class NodeReport(Strict):
     name: str
     cpus: int
     real_memory_mb: int
     running_jobs: list[int] = []
     energy: EnergySample | None = None
+    jobs: list[JobUsage] = []
 
 
 class JobEvent(Strict):
@@ -229,8 +241,24 @@ class BatchLaunch(Strict):
     open_mode: str = "truncate"
 
 
+class JobAllocation(Strict):
+    """A job's allocation, sent to every agent hosting one of its nodes when it starts: the
+    agent sets the job's CPU frequency there and profiles it, until the job ends on the node."""
+
+    job_id: int
+    uid: int
+    user: str
+    start_time: float
+    nodes: dict[str, int]  # node -> allocated CPUs
+    cpu_freq: str = ""  # --cpu-freq, else CpuFreqDef, else the frequency fitted to the power cap
+    profile: list[Literal["energy", "task"]] = []
+    profile_energy_s: int = Field(0, ge=0)
+    profile_task_s: int = Field(0, ge=0)
+
+
 class LaunchBatch(Strict):
-    jobs: list[BatchLaunch]
+    jobs: list[BatchLaunch] = []
+    allocations: list[JobAllocation] = []
 
 
 class SignalJob(Strict):

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from wattsched import hostlist, timefmt
+from wattsched import cpufreq, hostlist, timefmt
 
 
 class ConfigError(ValueError):
@@ -49,6 +49,7 @@ class NodeConf:
     down_watts: int | None = None
     power_cap_priority: int | None = None
     cpu_freq_watts: tuple[tuple[int, int], ...] = ()  # (kHz, watts while busy), highest frequency first
+    bmc_addr: str = ""  # the node's BMC, host[:port]; %n stands for the node name
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +180,21 @@ class Config:
     energy_sysfs_root: str = ""
     energy_emulated_lag_s: float = 0.0
     energy_emulated_noise: float = 0.0
+    energy_ipmi_username: str = ""
+    energy_ipmi_password: str = ""
+    energy_ipmi_frequency_s: int = 0  # 0: AcctGatherNodeFreq
+    energy_ipmi_calc_adjustment: bool = False
+    energy_ipmi_power_sensors: tuple[str, ...] = ()
+    energy_ipmi_timeout_s: int = 10
+    emulated_nodes: bool = False
+    emulated_bmc_port: int = 16230
+    cpu_freq_def: str = ""
+    cpu_freq_governors: tuple[str, ...] = cpufreq.DEFAULT_GOVERNORS
+    cpu_freq_sysfs_root: str = ""
+    acct_gather_profile_type: str = "acct_gather_profile/none"
+    profile_hdf5_dir: str = ""
+    profile_hdf5_default: tuple[str, ...] = ()
+    job_acct_gather_frequency: tuple[tuple[str, int], ...] = ()
     log_level: str = "info"
     nodes: tuple[NodeConf, ...] = ()
     partitions: tuple[PartitionConf, ...] = ()
@@ -189,6 +205,11 @@ class Config:
         if self.accounting_storage_loc:
             return self.accounting_storage_loc
         return f"sqlite:///{os.path.join(self.state_save_location, 'accounting.db')}"
+
+    @property
+    def profile_dir(self) -> str:
+        """ProfileHDF5Dir, by default ``profile`` beside the agents' spool folder."""
+        return self.profile_hdf5_dir or os.path.join(os.path.dirname(self.slurmd_spool_dir.rstrip("/")), "profile")
 
     @property
     def key_file(self) -> str:
@@ -370,6 +391,29 @@ def _flag_list(*allowed: str) -> Callable[[str], tuple[str, ...]]:
     return parse
 
 
+def _cpu_freq_spec(value: str) -> str:
+    cpufreq.parse(value)
+    return value
+
+
+def _governors(value: str) -> tuple[str, ...]:
+    return tuple(g.lower() for g in _flag_list(*cpufreq.GOVERNORS)(value))
+
+
+def parse_acctg_freq(value: str) -> tuple[tuple[str, int], ...]:
+    """``task=30,energy=10`` (JobAcctGatherFrequency, --acctg-freq): seconds per data type; a bare
+    number is the task interval, as in Slurm."""
+    pairs = []
+    for item in filter(None, value.split(",")):
+        kind, sep, seconds = item.partition("=")
+        if not sep:
+            kind, seconds = "task", kind
+        if kind.lower() not in ("task", "energy", "network", "filesystem"):
+            raise ValueError(f"'{item}' is not task=N, energy=N, network=N or filesystem=N")
+        pairs.append((kind.lower(), _int(seconds)))
+    return tuple(pairs)
+
+
 def _jwt_key(value: str) -> str:
     for item in value.split(","):
         key, _, path = item.partition("=")
@@ -427,11 +471,28 @@ _GLOBAL_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "EnergySysfsRoot": ("energy_sysfs_root", _str),
     "EnergyEmulatedLag": ("energy_emulated_lag_s", _non_negative_float),
     "EnergyEmulatedNoise": ("energy_emulated_noise", _non_negative_float),
+    "EnergyIPMIUsername": ("energy_ipmi_username", _str),
+    "EnergyIPMIPassword": ("energy_ipmi_password", _str),
+    "EnergyIPMIFrequency": ("energy_ipmi_frequency_s", _int),
+    "EnergyIPMICalcAdjustment": ("energy_ipmi_calc_adjustment", _bool),
+    "EnergyIPMIPowerSensors": ("energy_ipmi_power_sensors", _names),
+    "EnergyIPMITimeout": ("energy_ipmi_timeout_s", _positive),
+    "EmulatedNodes": ("emulated_nodes", _bool),
+    "EmulatedBMCPort": ("emulated_bmc_port", _positive),
+    "CpuFreqDef": ("cpu_freq_def", _cpu_freq_spec),
+    "CpuFreqGovernors": ("cpu_freq_governors", _governors),
+    "CpuFreqSysfsRoot": ("cpu_freq_sysfs_root", _str),
+    "AcctGatherProfileType": ("acct_gather_profile_type", _choice("acct_gather_profile/none",
+                                                                  "acct_gather_profile/hdf5")),
+    "ProfileHDF5Dir": ("profile_hdf5_dir", _str),
+    "ProfileHDF5Default": ("profile_hdf5_default", _flag_list("None", "All", "Energy", "Task")),
+    "JobAcctGatherFrequency": ("job_acct_gather_frequency", parse_acctg_freq),
     "SlurmctldDebug": ("log_level", _choice("quiet", "fatal", "error", "info", "verbose", "debug",
                                             "debug2", "debug3")),
 }
 # Keys whose value is a path resolved against the config file's folder when relative.
-_PATH_ATTRS = {"state_save_location", "slurmd_spool_dir", "auth_key_file", "energy_sysfs_root"}
+_PATH_ATTRS = {"state_save_location", "slurmd_spool_dir", "auth_key_file", "energy_sysfs_root",
+               "cpu_freq_sysfs_root", "profile_hdf5_dir"}
 
 _NODE_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "CPUs": ("cpus", _int),
@@ -451,6 +512,7 @@ _NODE_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "DownWatts": ("down_watts", _int),
     "PowerCapPriority": ("power_cap_priority", _int),
     "CpuFreqWatts": ("cpu_freq_watts", parse_freq_watts),
+    "BmcAddr": ("bmc_addr", _str),
 }
 
 _PARTITION_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {

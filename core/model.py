@@ -29,6 +29,7 @@ class Step:
     term_signal: int = 0
     total_cpu_s: float = 0.0
     max_rss_kb: int = 0
+    consumed_energy_j: float | None = None
 
 
 @dataclass(slots=True)
@@ -81,6 +82,8 @@ class Job:
     reservation: str = ""
     cpu_freq: str = ""  # --cpu-freq as given (the user pinned the frequency)
     power_fit: bool = False  # --power-fit: may run at a lower frequency to fit under the power cap
+    profile: tuple[str, ...] = ()  # --profile series: energy, task
+    acctg_freq: tuple[tuple[str, int], ...] = ()  # --acctg-freq: (type, seconds)
     array_job_id: int = 0
     array_task_id: int | None = None
     array_task_count: int = 0
@@ -115,6 +118,8 @@ class Job:
     completing_nodes: list[str] = field(default_factory=list)
     consumed_energy_j: float | None = None  # filled by the node agents' energy plugins
     cpu_freq_khz: int | None = None  # the frequency the controller chose to fit the power cap
+    ave_cpu_freq_khz: int = 0  # mean frequency of the job's CPUs, as its nodes reported it
+    freq_reports: int = 0
     steps: list[Step] = field(default_factory=list)
     next_step_id: int = 0
 
@@ -189,18 +194,23 @@ class Node:
     cpu_freq_watts: tuple[tuple[int, int], ...] = ()
     # energy: the agent's counter samples (time, joules), kept for an hour; first and latest reading
     energy_samples: list[tuple[float, float]] = field(default_factory=list)
+    job_cpu_samples: list[dict[int, float]] = field(default_factory=list)  # per sample: job -> CPU seconds
     energy_first: tuple[float, float] | None = None
     current_watts: float = 0.0
 
-    def add_energy_sample(self, when: float, joules: float, watts: float) -> None:
+    def add_energy_sample(self, when: float, joules: float, watts: float,
+                          job_cpu: dict[int, float] | None = None) -> None:
         if self.energy_samples and when <= self.energy_samples[-1][0]:
             return
         self.energy_samples.append((when, joules))
+        self.job_cpu_samples.append(job_cpu or {})
         if self.energy_first is None:
             self.energy_first = (when, joules)
         self.current_watts = watts
         if len(self.energy_samples) > 64 and when - self.energy_samples[0][0] > 3600:
-            del self.energy_samples[:len(self.energy_samples) // 4]
+            cut = len(self.energy_samples) // 4
+            del self.energy_samples[:cut]
+            del self.job_cpu_samples[:cut]
 
     @property
     def consumed_joules(self) -> float:

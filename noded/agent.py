@@ -1,8 +1,10 @@
 """The agent: the nodes it hosts, their energy meter, its outbox of job ends, and its heartbeat
 to the controller (which carries each node's energy counter).
 
-One agent process can host many virtual nodes (emulation) or just its own host. Each
-batch script's end is written to the outbox folder before it is reported, and removed only
+One agent process can host many virtual nodes (emulation) or just its own host. The jobs
+allocated on its nodes (noded.allocations) get their CPU frequency and power profile there;
+on virtual nodes a job below its CPUs' highest frequency is slowed to match (noded.throttle).
+Each batch script's end is written to the outbox folder before it is reported, and removed only
 when the controller acknowledges it, so neither side's restart loses it.
 """
 
@@ -14,15 +16,20 @@ import json
 import logging
 import os
 import signal
+import threading
 import time
 
 import httpx
 from wattsched import auth, plugins
-from wattsched.api import AgentHeartbeat, JobEvent, NodeReport
+from wattsched.api import AgentHeartbeat, JobAllocation, JobEvent, NodeReport
 from wattsched.config import Config, NodeConf
 from wattsched.noded import procs
+from wattsched.noded.allocations import Allocations
 from wattsched.noded.batch import BatchRunner
 from wattsched.noded.energy import EnergyMeter
+from wattsched.noded.profiler import Profiler
+from wattsched.noded.throttle import Throttle
+from wattsched.plugins.acct_gather_energy.emulated import EmulatedEnergy
 
 log = logging.getLogger("wattsched.noded")
 
@@ -41,18 +48,60 @@ class Agent:
         self.heartbeat_s = max(0.5, min(30.0, config.slurmd_timeout_s / 4))
         self._token, self._token_time = "", 0.0
         self.connected = False
-        self.energy = EnergyMeter(plugins.load(config.acct_gather_energy_type, config=config, nodes=nodes),
-                                  {n.name: n.cpus for n in nodes}, self.spool, config.acct_gather_node_freq_s,
-                                  self._job_pgids)
+        self.lock = threading.Lock()  # over the allocations, shared with the meter and profiler threads
+        self.allocations = Allocations(config, self.nodes, self.spool)
+        plugin = plugins.load(config.acct_gather_energy_type, config=config, nodes=nodes)
+        model = plugin if isinstance(plugin, EmulatedEnergy) else (
+            EmulatedEnergy(config, nodes) if config.emulated_nodes else None)
+        self.base_interval_s = float(config.energy_ipmi_frequency_s or config.acct_gather_node_freq_s) \
+            if config.acct_gather_energy_type.endswith("/ipmi") else float(config.acct_gather_node_freq_s)
+        self.energy = EnergyMeter(plugin, {n.name: n.cpus for n in nodes}, self.spool, self.base_interval_s,
+                                  self._job_loads, read_timeout_s=float(config.energy_ipmi_timeout_s), model=model)
+        self.throttle = Throttle(lambda key: self.job_pgids(*key))
+        self.profiler = Profiler(self.allocations, self.energy, self.job_pgids, self.lock)
 
-    def _job_pgids(self) -> dict[str, set[int]]:
-        """Per node, the process groups of its jobs (batch scripts and step tasks)."""
-        groups: dict[str, set[int]] = {name: set() for name in self.nodes}
-        for job in list(self.batch.jobs.values()):
-            groups.setdefault(job.node, set()).add(job.supervisor_pid)
-        for (node, _job_id), pgids in list(self.step_pgids.items()):
-            groups.setdefault(node, set()).update(pgids)
+    def job_pgids(self, node: str, job_id: int) -> set[int]:
+        """The process groups of a job on a node: its batch script's and its step tasks'."""
+        groups = set(self.step_pgids.get((node, job_id), ()))
+        batch = self.batch.jobs.get(job_id)
+        if batch is not None and batch.node == node:
+            groups.add(batch.supervisor_pid)
         return groups
+
+    def _job_loads(self) -> dict[str, dict[int, tuple[set[int], int, int]]]:
+        """Per node, each job's process groups and the (current, highest) kHz of its CPUs."""
+        loads: dict[str, dict[int, tuple[set[int], int, int]]] = {name: {} for name in self.nodes}
+        with self.lock:
+            for (node, job_id), job in self.allocations.jobs.items():
+                loads[node][job_id] = (self.job_pgids(node, job_id), *self.allocations.freq_of(job))
+        for job in list(self.batch.jobs.values()):  # jobs launched before their allocation arrived
+            loads.setdefault(job.node, {}).setdefault(job.job_id, ({job.supervisor_pid}, 0, 0))
+        for (node, job_id), pgids in list(self.step_pgids.items()):
+            loads.setdefault(node, {}).setdefault(job_id, (set(pgids), 0, 0))
+        return loads
+
+    def allocate(self, alloc: JobAllocation) -> None:
+        """A job starts on some of our nodes: its CPUs, frequency and profile there."""
+        with self.lock:
+            added = self.allocations.add(alloc)
+            for job in added:
+                if self.config.emulated_nodes:
+                    khz, f_max = self.allocations.freq_of(job)
+                    if khz and f_max:
+                        self.throttle.set((job.node, job.job_id), khz / f_max)
+            self._sampling_interval()
+
+    def _release(self, node: str, job_id: int) -> None:
+        """The job is over on ``node``: its CPUs get their frequency back, its profile is closed."""
+        with self.lock:
+            self.throttle.release((node, job_id))
+            self.allocations.remove(node, job_id)
+            self._sampling_interval()
+
+    def _sampling_interval(self) -> None:
+        """The meter polls at least as often as the shortest energy profile interval asks."""
+        asked = [j.energy_s for j in self.allocations.jobs.values() if "energy" in j.profile and j.energy_s]
+        self.energy.interval_s = min([self.base_interval_s, *asked])
 
     def _headers(self) -> dict[str, str]:
         now = time.time()
@@ -100,12 +149,14 @@ class Agent:
             pgids = self.step_pgids.get((node, job_id), set())
             on_node = job_id in self.batch.jobs and self.batch.jobs[job_id].node == node
             if terminate:
+                self.throttle.release((node, job_id))  # a stopped process cannot act on SIGTERM
                 for pgid in pgids:
                     procs.killpg(pgid, signal.SIGTERM)
                 if pgids:
                     asyncio.get_running_loop().call_later(self.config.kill_wait_s, self._kill_steps, node, job_id)
                 if not on_node or self.batch.terminate(job_id):
                     clean.append(node)
+                    self._release(node, job_id)
             else:
                 if not batch_only:
                     for pgid in pgids:
@@ -123,10 +174,16 @@ class Agent:
     def report(self, with_events: bool = True, with_nodes: bool = True) -> AgentHeartbeat:
         energy = self.energy.samples() if with_nodes else {}
         nodes = [NodeReport(name=n.name, cpus=n.cpus, real_memory_mb=n.real_memory_mb,
-                            running_jobs=self.batch.running_on(n.name), energy=energy.get(n.name))
+                            running_jobs=self._running_on(n.name), energy=energy.get(n.name),
+                            jobs=self.energy.usage(n.name))
                  for n in self.nodes.values()] if with_nodes else []
         return AgentHeartbeat(agent_url=self.url, boot_time=self.boot_time, nodes=nodes,
                               events=self.pending_events() if with_events else [])
+
+    def _running_on(self, node: str) -> list[int]:
+        with self.lock:
+            allocated = {j for (n, j) in self.allocations.jobs if n == node}
+        return sorted(allocated.union(self.batch.running_on(node)))
 
     async def send(self, hb: AgentHeartbeat) -> None:
         try:
@@ -147,7 +204,17 @@ class Agent:
     async def run(self) -> None:
         """Heartbeats every few seconds; job ends as soon as they happen (in small batches)."""
         self.batch.recover(list(self.nodes))
+        for job in list(self.batch.jobs.values()):
+            procs.killpg(job.supervisor_pid, signal.SIGCONT)  # in case we died while it was throttled
+        with self.lock:
+            self.allocations.recover()
+            for job in self.allocations.jobs.values():
+                khz, f_max = self.allocations.freq_of(job)
+                if self.config.emulated_nodes and khz and f_max:
+                    self.throttle.set((job.node, job.job_id), khz / f_max)
+            self._sampling_interval()
         self.energy.start()
+        self.profiler.start()
         last_beat = 0.0
         while True:
             with contextlib.suppress(TimeoutError):
@@ -164,5 +231,7 @@ class Agent:
                     last_beat = now
 
     async def close(self) -> None:
+        self.throttle.stop()
+        self.profiler.stop()
         self.energy.stop()
         await self.client.aclose()

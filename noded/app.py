@@ -23,6 +23,8 @@ def create_app(agent: Agent) -> FastAPI:
 
     @app.post("/v1/launch")
     async def launch(req: LaunchBatch, who: Ctl) -> dict[str, Any]:
+        for alloc in req.allocations:
+            agent.allocate(alloc)
         accepted = []
         for job in req.jobs:
             if job.node in agent.nodes:

@@ -8,8 +8,12 @@ flagged stale, and never holds up the other nodes, job launches or heartbeats (t
 event loop, not here). Counters are saved in the spool folder, so a node's energy survives an
 agent restart (Slurm's reset on restart is why it stopped printing ConsumedJoules).
 
-The emulated model needs each node's CPU utilization: the CPU time of the processes in the
-process groups of the node's jobs (batch scripts and step tasks), read from /proc.
+Every poll also reads from /proc the CPU time of each job's processes on each node (batch
+script and step tasks, by process group): the controller splits a shared node's dynamic
+energy by it, sstat shows it, and the emulated power model turns it into load. A job whose
+CPUs run at f < f_max gets only f / f_max of the CPU (noded.throttle), so its load is its CPU
+use over that share, drawn at the watts of f. On virtual nodes read through an emulated BMC,
+the model's watts are published in ``<spool>/<node>/model_watts`` for the BMC to serve.
 """
 
 from __future__ import annotations
@@ -23,11 +27,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from wattsched.api import EnergySample
+from wattsched.api import EnergySample, JobUsage
+from wattsched.noded import procstat
 
 log = logging.getLogger("wattsched.noded")
 
-_TICKS = os.sysconf("SC_CLK_TCK")
+# per node: for each job, (process groups, current kHz, highest kHz)
+JobLoads = Callable[[], dict[str, dict[int, tuple[set[int], int, int]]]]
 
 
 @dataclass(slots=True)
@@ -39,29 +45,18 @@ class NodeEnergy:
     base: float = 0.0  # an energy plugin's reading that corresponds to joules=0 here
 
 
-def cpu_seconds_by_pgid() -> dict[int, float]:
-    """CPU seconds (user + system) of all processes, summed per process group."""
-    totals: dict[int, float] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as handle:
-                fields = handle.read().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        pgid = int(fields[2])
-        totals[pgid] = totals.get(pgid, 0.0) + (int(fields[11]) + int(fields[12])) / _TICKS
-    return totals
-
-
 class EnergyMeter:
     """Per-node energy counters, fed by a polling thread."""
 
     def __init__(self, plugin, nodes: dict[str, int], spool: str, interval_s: float,
-                 pgids_of: Callable[[], dict[str, set[int]]], read_timeout_s: float = 5.0):
+                 job_loads: JobLoads, read_timeout_s: float = 5.0, model=None):
         self.plugin, self.cpus, self.interval_s = plugin, nodes, interval_s
-        self.pgids_of = pgids_of
+        self.job_loads = job_loads
+        self.model = model  # the emulated power model whose watts an emulated BMC serves
+        self.spool = spool
+        self.job_cpu: dict[tuple[str, int], float] = {}  # CPU seconds of each job's processes on a node
+        self.job_freq: dict[tuple[str, int], int] = {}
+        self.job_rss: dict[tuple[str, int], int] = {}
         self.read_timeout_s = read_timeout_s
         self.path = os.path.join(spool, "energy.json")
         self.nodes = {name: NodeEnergy() for name in nodes}
@@ -70,7 +65,7 @@ class EnergyMeter:
         self._stop = threading.Event()
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="energy-read")
         self._pending: dict[str, concurrent.futures.Future] = {}
-        self._cpu_prev: dict[str, tuple[float, float]] = {}
+        self._cpu_prev: dict[tuple[str, int], tuple[float, float]] = {}
         self._thread = threading.Thread(target=self._run, name="energy", daemon=True)
         self._last_save = 0.0
 
@@ -92,7 +87,7 @@ class EnergyMeter:
         os.replace(self.path + ".tmp", self.path)
 
     def start(self) -> None:
-        if self.plugin.kind != "none":
+        if self.plugin.kind != "none" or self.model is not None:
             self._thread.start()
 
     def stop(self) -> None:
@@ -107,28 +102,68 @@ class EnergyMeter:
             return {n: EnergySample(time=e.time, joules=e.joules, watts=e.watts, stale=e.stale)
                     for n, e in self.nodes.items() if e.time}
 
-    def _utilization(self, now: float) -> dict[str, float]:
-        by_pgid = cpu_seconds_by_pgid()
-        result = {}
-        for node, pgids in self.pgids_of().items():
-            used = sum(by_pgid.get(p, 0.0) for p in pgids)
-            previous = self._cpu_prev.get(node)
-            self._cpu_prev[node] = (used, now)
-            if previous is None or now <= previous[1]:
-                continue
-            result[node] = max(0.0, used - previous[0]) / (now - previous[1]) / max(1, self.cpus.get(node, 1))
-        return result
+    def usage(self, node: str) -> list[JobUsage]:
+        with self._lock:
+            return [JobUsage(job_id=j, cpu_s=round(cpu, 3), cpu_freq_khz=self.job_freq.get((n, j), 0),
+                             rss_kb=self.job_rss.get((n, j), 0))
+                    for (n, j), cpu in self.job_cpu.items() if n == node]
+
+    def _loads(self, now: float) -> dict[str, list[tuple[float, int, int]]]:
+        """Per node, each job's load as (busy share of the node, kHz, highest kHz), and the
+        jobs' CPU seconds brought up to date (a process that ended takes its time along: only
+        rises count)."""
+        groups = procstat.by_pgid()
+        loads: dict[str, list[tuple[float, int, int]]] = {}
+        seen = set()
+        for node, jobs in self.job_loads().items():
+            for job_id, (pgids, khz, f_max) in jobs.items():
+                key = (node, job_id)
+                seen.add(key)
+                total = procstat.total(groups, pgids)
+                used = total.cpu_s
+                self.job_rss[key] = total.rss_kb
+                previous = self._cpu_prev.get(key)
+                self._cpu_prev[key] = (used, now)
+                self.job_freq[key] = khz
+                if previous is None:
+                    self.job_cpu.setdefault(key, 0.0)
+                    continue
+                rise = max(0.0, used - previous[0])
+                self.job_cpu[key] = self.job_cpu.get(key, 0.0) + rise
+                if now > previous[1]:
+                    share = khz / f_max if khz and f_max else 1.0
+                    busy = rise / (now - previous[1]) / max(1, self.cpus.get(node, 1)) / share
+                    loads.setdefault(node, []).append((busy, khz, f_max))
+        for key in [k for k in self._cpu_prev if k not in seen]:
+            del self._cpu_prev[key]
+            self.job_cpu.pop(key, None)
+            self.job_freq.pop(key, None)
+            self.job_rss.pop(key, None)
+        return loads
+
+    def _publish(self, loads: dict[str, list[tuple[float, int, int]]]) -> None:
+        for node in self.nodes:
+            path = os.path.join(self.spool, node, "model_watts")
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path + ".tmp", "w") as handle:
+                handle.write(f"{self.model.model(node, loads.get(node, [])):.3f}\n")
+            os.replace(path + ".tmp", path)
 
     def poll_once(self, now: float) -> None:
         """Read every node (each read with its time limit) and update the counters."""
-        usage = self._utilization(now) if self.plugin.kind == "power" else {}
+        with self._lock:
+            loads = self._loads(now)
+        if self.model is not None and self.model is not self.plugin:
+            self._publish(loads)
+        if self.plugin.kind == "none":
+            return
         futures = {}
         for name in self.nodes:
             pending = self._pending.get(name)
             if pending is not None and not pending.done():
                 self.nodes[name].stale = True  # still stuck in its last read
                 continue
-            futures[name] = self._pool.submit(self.plugin.read, name, now, usage.get(name, 0.0))
+            futures[name] = self._pool.submit(self.plugin.read, name, now, loads.get(name, []))
         done, _late = concurrent.futures.wait(futures.values(), timeout=self.read_timeout_s)
         with self._lock:
             for name, future in futures.items():

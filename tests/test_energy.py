@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from wattsched.config import Config, NodeConf
-from wattsched.controller.energy import counter_at, job_energy
+from wattsched.controller.energy import NodeHistory, Occupant, counter_at, job_energy
 from wattsched.noded.energy import EnergyMeter
 from wattsched.plugins.acct_gather_energy.emulated import EmulatedEnergy
 from wattsched.plugins.acct_gather_energy.rapl import RaplEnergy
@@ -42,17 +42,20 @@ def test_rapl_sums_packages_and_dram_and_survives_wraparound(tmp_path) -> None:
 def test_emulated_model_lag_and_trapezoid_integration(tmp_path) -> None:
     node = NodeConf(name="v1", cpus=4, idle_watts=100, max_watts=300)
     model = EmulatedEnergy(Config(), [node])
-    assert model.read("v1", 0, 0.0) == 100 and model.read("v1", 0, 0.5) == 200 and model.read("v1", 0, 2) == 300
+    assert model.read("v1", 0, []) == 100 and model.read("v1", 0, [(0.5, 0, 0)]) == 200
+    assert model.read("v1", 0, [(0.7, 0, 0), (0.7, 0, 0)]) == 300  # busy shares are capped at the whole node
+    # at half the highest frequency a busy node draws idle + (max - idle) / 8 without a CpuFreqWatts table
+    assert model.read("v1", 0, [(1.0, 1200000, 2400000)]) == pytest.approx(100 + 200 / 8)
     lagged = EmulatedEnergy(Config(energy_emulated_lag_s=70), [node])
-    lagged.read("v1", 0, 0.0)
-    after = lagged.read("v1", 70, 1.0)
+    lagged.read("v1", 0, [])
+    after = lagged.read("v1", 70, [(1.0, 0, 0)])
     assert after == pytest.approx(100 + 200 * (1 - 1 / 2.718281828), rel=1e-3)  # one time constant: 63 %
-    meter = EnergyMeter(model, {"v1": 4}, str(tmp_path), 1.0, lambda: {"v1": set()})
+    meter = EnergyMeter(model, {"v1": 4}, str(tmp_path), 1.0, lambda: {"v1": {}})
     for t in range(0, 11):
         meter.poll_once(1000.0 + t)
     assert meter.samples()["v1"].joules == pytest.approx(100 * 10)  # idle: E = P * t exactly
     meter._save()
-    again = EnergyMeter(model, {"v1": 4}, str(tmp_path), 1.0, lambda: {"v1": set()})
+    again = EnergyMeter(model, {"v1": 4}, str(tmp_path), 1.0, lambda: {"v1": {}})
     again.poll_once(2000.0)
     again.poll_once(2002.0)
     assert again.samples()["v1"].joules == pytest.approx(1000 + 200)  # the count goes on after a restart
@@ -60,10 +63,10 @@ def test_emulated_model_lag_and_trapezoid_integration(tmp_path) -> None:
 
 def test_hung_sensor_is_flagged_stale_and_does_not_block_others(tmp_path) -> None:
     class Sticky(EmulatedEnergy):
-        def read(self, node, now, utilization):
+        def read(self, node, now, load):
             if node == "v2":
                 time.sleep(3)
-            return super().read(node, now, utilization)
+            return super().read(node, now, load)
 
     nodes = [NodeConf(name=n, cpus=1, idle_watts=50, max_watts=100) for n in ("v1", "v2")]
     meter = EnergyMeter(Sticky(Config(), nodes), {"v1": 1, "v2": 1}, str(tmp_path), 1.0, lambda: {},
@@ -80,11 +83,25 @@ def test_hung_sensor_is_flagged_stale_and_does_not_block_others(tmp_path) -> Non
 def test_job_energy_is_the_sum_of_node_deltas_and_shared_nodes_are_split() -> None:
     samples = {"a": [(0.0, 0.0), (10.0, 1000.0), (20.0, 3000.0)], "b": [(0.0, 500.0), (20.0, 2500.0)]}
     assert counter_at(samples["a"], 15.0) == 2000.0 and counter_at(samples["a"], 25.0) is None
-    alone = job_energy(samples, 5.0, 15.0, {"a": 4, "b": 4}, {"a": [(5, 15, 4)], "b": [(5, 15, 4)]})
-    assert alone == pytest.approx((2000 - 500) + (2000 - 1000))
-    assert job_energy(samples, 5.0, 25.0, {"a": 4}, {}) is None  # the end is not covered yet
-    shared = job_energy(samples, 0.0, 20.0, {"a": 1}, {"a": [(0, 20, 1), (0, 10, 3)]})
-    assert shared == pytest.approx(1000 * 1 / 4 + 2000 * 1 / 1)
+    alone = {n: NodeHistory(s, occupants=[Occupant(5, 15, 4, 1)]) for n, s in samples.items()}
+    assert job_energy(alone, 5.0, 15.0, {"a": 4, "b": 4}, 1) == pytest.approx((2000 - 500) + (2000 - 1000))
+    assert job_energy(alone, 5.0, 25.0, {"a": 4}, 1) is None  # the end is not covered yet
+    # without IdleWatts: split by allocated CPUs (1 of 4 while the other job runs)
+    shared = {"a": NodeHistory(samples["a"], occupants=[Occupant(0, 20, 1, 1), Occupant(0, 10, 3, 2)])}
+    assert job_energy(shared, 0.0, 20.0, {"a": 1}, 1) == pytest.approx(1000 * 1 / 4 + 2000 * 1 / 1)
+
+
+def test_shared_node_idle_part_by_cpus_dynamic_part_by_cpu_time() -> None:
+    # 10 s at 100 W idle + 200 W dynamic = 3000 J; job 1 holds 1 CPU and computes 9 CPU-s,
+    # job 2 holds 3 CPUs and computes 1 CPU-s: job 1 gets 1000/4 + 2000*0.9, job 2 1000*3/4 + 2000*0.1
+    history = NodeHistory([(0.0, 0.0), (10.0, 3000.0)], [{}, {1: 9.0, 2: 1.0}], idle_watts=100,
+                          occupants=[Occupant(0, 10, 1, 1), Occupant(0, 10, 3, 2)])
+    one = job_energy({"a": history}, 0.0, 10.0, {"a": 1}, 1)
+    two = job_energy({"a": history}, 0.0, 10.0, {"a": 3}, 2)
+    assert one == pytest.approx(250 + 1800) and two == pytest.approx(750 + 200)
+    assert one + two == pytest.approx(3000)  # nothing is charged twice or lost
+    idle_only = NodeHistory([(0.0, 0.0), (10.0, 1000.0)], [{}, {}], idle_watts=100, occupants=history.occupants)
+    assert job_energy({"a": idle_only}, 0.0, 10.0, {"a": 1}, 1) == pytest.approx(250)
 
 
 def test_a_4_node_job_is_charged_the_sum_of_its_nodes_energy(tmp_path) -> None:

@@ -1,39 +1,40 @@
 """acct_gather_energy/emulated: a node power model for virtual nodes.
 
-    P = IdleWatts + (MaxWatts - IdleWatts) * u
+    P = IdleWatts + sum over the node's jobs of (W(f_j) - IdleWatts) * b_j
 
-where u is the CPU utilization of the jobs' processes on the node (CPU-seconds per second over
-the node's CPUs, in [0, 1]). With ``EnergyEmulatedLag=tau`` the reading follows the model
-through a first-order response (a BMC that averages, like the ~70 s ramp seed 004 observed):
-P_read(t) = P_read(t0) + (P(t) - P_read(t0)) * (1 - exp(-(t - t0) / tau)); with
-``EnergyEmulatedNoise=x`` each reading is multiplied by a factor drawn from N(1, x), seeded by
-the node name so a run can be repeated.
+where b_j is the busy share of job j (CPU-seconds per second of its processes over the node's
+CPUs, measured against the share f_j / f_max the job gets at its frequency: see noded.throttle)
+and W(f) the watts of a busy node at frequency f (``CpuFreqWatts``, else MaxWatts scaled by
+(f / f_max)^3: wattsched.cpufreq.busy_watts). The busy shares are capped at 1 in total.
+
+With ``EnergyEmulatedLag=tau`` the reading follows the model through a first-order response (a
+BMC that averages, like the ~70 s ramp seed 004 observed): P_read(t) = P_read(t0) + (P(t) -
+P_read(t0)) * (1 - exp(-(t - t0) / tau)); with ``EnergyEmulatedNoise=x`` each reading is
+multiplied by a factor drawn from N(1, x), seeded by the node name so a run can be repeated.
+The emulated BMC (wattsched.noded.bmc) applies the same lag and noise to the same model.
 """
 
 from __future__ import annotations
 
 import math
 import random
+from collections.abc import Sequence
 
+from wattsched import cpufreq
 from wattsched.config import Config, NodeConf
 
+Load = Sequence[tuple[float, int, int]]  # per job: (busy share, kHz, highest kHz)
 
-class EmulatedEnergy:
-    kind = "power"  # readings are watts; the agent integrates them
 
-    def __init__(self, config: Config, nodes: list[NodeConf]):
-        self.watts = {n.name: (n.idle_watts or 0, n.max_watts or n.idle_watts or 0) for n in nodes}
-        self.lag_s = config.energy_emulated_lag_s
-        self.noise = config.energy_emulated_noise
-        self._rng = {n.name: random.Random(n.name) for n in nodes}
+class Response:
+    """The lag and noise of a sensor that shows a model's watts."""
+
+    def __init__(self, lag_s: float, noise: float):
+        self.lag_s, self.noise = lag_s, noise
         self._shown: dict[str, tuple[float, float]] = {}
+        self._rng: dict[str, random.Random] = {}
 
-    def model(self, node: str, utilization: float) -> float:
-        idle, most = self.watts[node]
-        return idle + (most - idle) * min(1.0, max(0.0, utilization))
-
-    def read(self, node: str, now: float, utilization: float) -> float:
-        target = self.model(node, utilization)
+    def shown(self, node: str, target: float, now: float) -> float:
         if self.lag_s > 0:
             previous = self._shown.get(node)
             if previous is not None:
@@ -41,5 +42,29 @@ class EmulatedEnergy:
                 target = shown + (target - shown) * (1 - math.exp(-max(0.0, now - when) / self.lag_s))
             self._shown[node] = (target, now)
         if self.noise > 0:
-            target *= max(0.0, self._rng[node].gauss(1.0, self.noise))
+            rng = self._rng.setdefault(node, random.Random(node))
+            target *= max(0.0, rng.gauss(1.0, self.noise))
         return target
+
+
+class EmulatedEnergy:
+    kind = "power"  # readings are watts; the agent integrates them
+
+    def __init__(self, config: Config, nodes: list[NodeConf]):
+        self.nodes = {n.name: n for n in nodes}
+        self.response = Response(config.energy_emulated_lag_s, config.energy_emulated_noise)
+
+    def model(self, node: str, load: Load) -> float:
+        conf = self.nodes[node]
+        idle = float(conf.idle_watts or 0)
+        most = float(conf.max_watts or conf.idle_watts or 0)
+        room, watts = 1.0, idle
+        for busy, khz, f_max in load:
+            share = min(room, max(0.0, busy))
+            room -= share
+            full = cpufreq.busy_watts(khz, f_max, idle, most, conf.cpu_freq_watts) if khz and f_max else most
+            watts += (full - idle) * share
+        return watts
+
+    def read(self, node: str, now: float, load: Load) -> float:
+        return self.response.shown(node, self.model(node, load), now)

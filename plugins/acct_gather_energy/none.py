@@ -11,5 +11,5 @@ class NoEnergy:
     def __init__(self, config: Config, nodes: list[NodeConf]):
         del config, nodes
 
-    def read(self, node: str, now: float, utilization: float) -> float:
+    def read(self, node: str, now: float, load: object) -> float:
         raise NotImplementedError("acct_gather_energy/none has no readings")

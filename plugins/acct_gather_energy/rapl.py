@@ -42,10 +42,10 @@ class RaplEnergy:
                     zones.append(subpath)
         return zones
 
-    def read(self, node: str, now: float, utilization: float) -> float:
+    def read(self, node: str, now: float, load: object) -> float:
         """The host's joules since the agent first read them. All nodes an agent hosts share the
         host's counters: the sysfs files are read once per poll (``now``), the others get that."""
-        del node, utilization
+        del node, load
         with self._lock:
             if now != self._read_at:
                 self._read_zones()

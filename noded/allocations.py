@@ -1,0 +1,176 @@
+"""The jobs allocated on an agent's nodes: their CPUs, CPU frequency and power profile.
+
+When a job starts, every agent hosting one of its nodes gets its allocation. For each node the
+agent picks the job's CPUs (the lowest free ones: CPU ids are the agent's bookkeeping, jobs
+are not bound to them), sets their frequency as ``--cpu-freq`` (or CpuFreqDef, or the
+frequency the controller fitted to the power cap) asks, and opens the node's profile file when
+``--profile`` asks for one. The CPUs' previous cpufreq settings are written to the spool
+*before* they change, so that when the job ends on the node (batch end, cancel, time limit,
+node clean-up) they are restored, and an agent that crashed restores them after its restart.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+from dataclasses import asdict, dataclass, field
+
+from wattsched import cpufreq, h5profile
+from wattsched.api import JobAllocation
+from wattsched.config import Config, NodeConf
+from wattsched.noded.cpufreq import CpuFreqSysfs, layout_tree
+
+log = logging.getLogger("wattsched.noded")
+
+
+@dataclass
+class NodeJob:
+    job_id: int
+    node: str
+    uid: int
+    user: str
+    start: float
+    cpus: int
+    cpu_ids: list[int]
+    cpu_freq: str = ""
+    saved: dict[str, dict[str, str]] = field(default_factory=dict)  # cpu id -> previous cpufreq settings
+    profile: list[str] = field(default_factory=list)
+    energy_s: int = 0
+    task_s: int = 0
+    joules_at_start: float | None = None
+
+
+class Allocations:
+    def __init__(self, config: Config, nodes: dict[str, NodeConf], spool: str):
+        self.config, self.nodes, self.spool = config, nodes, spool
+        self.jobs: dict[tuple[str, int], NodeJob] = {}
+        self.sysfs = {name: self._sysfs(node) for name, node in nodes.items()}
+        self.profiles: dict[tuple[str, int], h5profile.NodeProfile] = {}
+        self._warned = False
+
+    def _sysfs(self, node: NodeConf) -> CpuFreqSysfs:
+        if self.config.emulated_nodes:
+            root = os.path.join(self.spool, node.name, "sysfs")
+            freqs = [khz for khz, _w in node.cpu_freq_watts] or list(cpufreq.DEFAULT_LADDER)
+            layout_tree(root, node.cpus, freqs)
+            return CpuFreqSysfs(root, emulated=True)
+        return CpuFreqSysfs(self.config.cpu_freq_sysfs_root or "/")
+
+    def _record(self, job: NodeJob) -> str:
+        return os.path.join(self.spool, job.node, "alloc", f"{job.job_id}.json")
+
+    def _save(self, job: NodeJob) -> None:
+        path = self._record(job)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path + ".tmp", "w") as handle:
+            json.dump(asdict(job), handle)
+        os.replace(path + ".tmp", path)
+
+    # --- start and end -------------------------------------------------------------------------
+
+    def add(self, alloc: JobAllocation) -> list[NodeJob]:
+        """Take a job's allocation on our nodes (again: nothing changes)."""
+        added = []
+        for node, cpus in alloc.nodes.items():
+            if node not in self.nodes or (node, alloc.job_id) in self.jobs:
+                continue
+            job = NodeJob(alloc.job_id, node, alloc.uid, alloc.user, alloc.start_time, cpus,
+                          self._free_cpus(node, cpus), alloc.cpu_freq or self.config.cpu_freq_def,
+                          profile=list(alloc.profile), energy_s=alloc.profile_energy_s, task_s=alloc.profile_task_s)
+            self.jobs[(node, job.job_id)] = job
+            self._apply_freq(job)
+            self._open_profile(job)
+            added.append(job)
+        return added
+
+    def _free_cpus(self, node: str, count: int) -> list[int]:
+        taken = {c for (n, _j), job in self.jobs.items() if n == node for c in job.cpu_ids}
+        total = self.nodes[node].cpus
+        free = [c for c in range(total) if c not in taken]
+        return (free or list(range(total)))[:max(1, count)]
+
+    def _apply_freq(self, job: NodeJob) -> None:
+        request = cpufreq.parse(job.cpu_freq) if job.cpu_freq else None
+        sysfs = self.sysfs[job.node]
+        if request is None:
+            self._save(job)
+            return
+        if not sysfs.present():
+            if not self._warned:
+                log.warning("no cpufreq sysfs: --cpu-freq is not applied", extra={"root": sysfs.base})
+                self._warned = True
+            self._save(job)
+            return
+        try:
+            setting = cpufreq.resolve(request, sysfs.available(job.cpu_ids[0]))
+            job.saved = {str(c): sysfs.settings(c) for c in job.cpu_ids}
+            self._save(job)  # the originals are on disk before anything changes
+            sysfs.apply(job.cpu_ids, setting)
+        except (OSError, cpufreq.FreqError) as exc:
+            log.warning("cpu frequency not set", extra={"job": job.job_id, "node": job.node, "error": str(exc)})
+            self._restore(job)
+
+    def _restore(self, job: NodeJob) -> None:
+        if job.saved:
+            try:
+                self.sysfs[job.node].restore({int(c): v for c, v in job.saved.items()})
+            except OSError as exc:
+                log.error("cpu frequency not restored", extra={"job": job.job_id, "node": job.node,
+                                                               "error": str(exc)})
+
+    def _open_profile(self, job: NodeJob) -> None:
+        if not job.profile or self.config.acct_gather_profile_type != "acct_gather_profile/hdf5":
+            return
+        path = h5profile.node_path(self.config.profile_dir, job.user, job.job_id, job.node)
+        series = [s.capitalize() for s in job.profile]
+        try:
+            self.profiles[(job.node, job.job_id)] = h5profile.NodeProfile(
+                path, job.job_id, job.node, job.user, job.start, series, {"CPUFreqRequest": job.cpu_freq})
+            if os.geteuid() == 0 and job.uid:
+                for target in (os.path.dirname(path), path):
+                    os.chown(target, job.uid, -1)
+        except OSError as exc:
+            log.warning("profile not written", extra={"job": job.job_id, "node": job.node, "error": str(exc)})
+
+    def remove(self, node: str, job_id: int) -> None:
+        """The job is over on ``node``: restore its CPUs and close its profile."""
+        job = self.jobs.pop((node, job_id), None)
+        if job is None:
+            return
+        profile = self.profiles.pop((node, job_id), None)
+        if profile is not None:
+            profile.close()
+        self._restore(job)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self._record(job))
+
+    def recover(self) -> None:
+        """After a restart: the allocations of jobs that may still run, with their saved originals
+        (restored when the controller says the job is over here)."""
+        for node in self.nodes:
+            folder = os.path.join(self.spool, node, "alloc")
+            if not os.path.isdir(folder):
+                continue
+            for name in os.listdir(folder):
+                try:
+                    with open(os.path.join(folder, name)) as handle:
+                        job = NodeJob(**json.load(handle))
+                except (OSError, ValueError, TypeError):
+                    continue
+                self.jobs[(node, job.job_id)] = job
+                self._open_profile(job)
+
+    # --- what the meter, the profiler and the throttle need ----------------------------------
+
+    def freq_of(self, job: NodeJob) -> tuple[int, int]:
+        """(current kHz, highest kHz) of the job's CPUs; (0, 0) without cpufreq."""
+        sysfs = self.sysfs[job.node]
+        try:
+            return sysfs.current_khz(job.cpu_ids[0]), sysfs.max_khz(job.cpu_ids[0])
+        except (OSError, ValueError, IndexError):
+            return 0, 0
+
+    def on_node(self, node: str) -> list[NodeJob]:
+        return [job for (n, _j), job in self.jobs.items() if n == node]

@@ -1,0 +1,137 @@
+"""Emulated BMCs: one RMCP+ (IPMI 2.0 over UDP) server per virtual node on a loopback port, all
+in one process (pyghmi keeps one event loop per process), started by ``wattsched bmc``.
+
+Each answers what acct_gather_energy/ipmi and power saving ask of a real BMC:
+
+- DCMI Get Power Reading (netfn 0x2C, cmd 0x02, group extension 0xDC), byte for byte as the
+  DCMI specification lays out the response: current, minimum, maximum and average watts over
+  the statistics period, an IPMI timestamp, the period in milliseconds, and the "power
+  measurement active" state bit. The watts are the node's emulated power model, which its agent
+  publishes in ``<SlurmdSpoolDir>/<node>/model_watts``, shown through the configured
+  EnergyEmulatedLag and EnergyEmulatedNoise (a BMC averages); a node whose chassis is off
+  draws its PowerSaveWatts.
+- Chassis status and control (power on, off, cycle, reset, soft shutdown), the state kept in
+  ``<SlurmdSpoolDir>/<node>/chassis`` so that it survives a restart of this process.
+
+pyghmi's server always answers "SHA-1" to an RMCP+ open-session request, even to a SHA-256
+proposal it cannot honour, and pyghmi's own client then fails at RAKP2. We refuse any proposal
+but HMAC-SHA1 authentication and integrity with status 0x11 ("no cipher suite match"), after
+which clients fall back to SHA-1 (cipher suite 3), as with real BMCs.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import struct
+import time
+
+from pyghmi.ipmi import bmc as pyghmi_bmc
+from pyghmi.ipmi.private import session as ipmisession
+from wattsched.config import Config, NodeConf
+from wattsched.plugins.acct_gather_energy.emulated import Response
+
+STATS_PERIOD_S = 60.0
+_HMAC_SHA1 = 1
+
+
+def bmc_port(config: Config, node: NodeConf) -> int:
+    """The loopback port of a virtual node's emulated BMC: EmulatedBMCPort + its index."""
+    return config.emulated_bmc_port + [n.name for n in config.nodes].index(node.name)
+
+
+class EmulatedBmc(pyghmi_bmc.Bmc):
+    def __init__(self, node: NodeConf, port: int, spool: str, users: dict[str, str], response: Response):
+        super().__init__(users, port=port, address="127.0.0.1")
+        self.node, self.spool, self.response = node, spool, response
+        self.readings: collections.deque[tuple[float, float]] = collections.deque()
+        os.makedirs(os.path.join(spool, node.name), exist_ok=True)
+
+    # --- RMCP+: refuse what cannot be honoured --------------------------------------------------
+
+    def sessionless_data(self, data, sockaddr):
+        raw = bytearray(data)
+        if len(raw) >= 16 + 29 and raw[4] == 6 and raw[5] == 0x10:  # RMCP+ open session request
+            request = raw[16:]
+            if request[12] & 0x3F != _HMAC_SHA1 or request[20] & 0x3F != _HMAC_SHA1:
+                payload = bytes([request[0], 0x11, 0, 0]) + bytes(request[4:8])
+                packet = b"\x06\x00\xff\x07" + bytes([6, 0x11]) + b"\x00" * 8 + struct.pack("<H", len(payload))
+                ipmisession._io_sendto(self.serversocket, packet + payload, sockaddr)
+                return
+        super().sessionless_data(data, sockaddr)
+
+    # --- chassis ---------------------------------------------------------------------------------
+
+    def _chassis_path(self) -> str:
+        return os.path.join(self.spool, self.node.name, "chassis")
+
+    def get_power_state(self):
+        try:
+            with open(self._chassis_path()) as handle:
+                return handle.read().strip() or "on"
+        except OSError:
+            return "on"
+
+    def _set_power(self, state: str) -> int:
+        with open(self._chassis_path() + ".tmp", "w") as handle:
+            handle.write(state + "\n")
+        os.replace(self._chassis_path() + ".tmp", self._chassis_path())
+        return 0
+
+    def power_on(self):
+        return self._set_power("on")
+
+    def power_off(self):
+        return self._set_power("off")
+
+    def power_shutdown(self):
+        return self._set_power("off")
+
+    def power_cycle(self):
+        return self._set_power("on")
+
+    def power_reset(self):
+        return self._set_power("on")
+
+    # --- DCMI power reading ----------------------------------------------------------------------
+
+    def watts(self, now: float) -> float:
+        """The node's power as this BMC shows it now."""
+        if self.get_power_state() == "off":
+            return float(self.node.power_save_watts if self.node.power_save_watts is not None
+                         else self.node.idle_watts or 0)
+        try:
+            with open(os.path.join(self.spool, self.node.name, "model_watts")) as handle:
+                model = float(handle.read())
+        except (OSError, ValueError):
+            model = float(self.node.idle_watts or 0)
+        return self.response.shown(self.node.name, model, now)
+
+    def power_reading(self, now: float) -> list[int]:
+        current = self.watts(now)
+        self.readings.append((now, current))
+        while self.readings and now - self.readings[0][0] > STATS_PERIOD_S:
+            self.readings.popleft()
+        values = [w for _t, w in self.readings]
+        period_ms = int((now - self.readings[0][0]) * 1000) if len(self.readings) > 1 else 1000
+        body = struct.pack("<BHHHHIIB", 0xDC, round(current), round(min(values)), round(max(values)),
+                           round(sum(values) / len(values)), int(now), period_ms, 0x40)
+        return list(body)
+
+    def handle_raw_request(self, request, session):
+        if request["netfn"] == 0x2C and request["command"] == 0x02:
+            data = request.get("data") or []
+            if not data or data[0] != 0xDC:
+                return session.send_ipmi_response(code=0xCC)  # invalid data field in request
+            return session.send_ipmi_response(data=self.power_reading(time.time()))
+        return super().handle_raw_request(request, session)
+
+
+def serve(config: Config, names: list[str] | None = None) -> None:
+    """Run the emulated BMCs of the configured (or the named) nodes until killed."""
+    users = {config.energy_ipmi_username or "admin": config.energy_ipmi_password or "admin"}
+    response = Response(config.energy_emulated_lag_s, config.energy_emulated_noise)
+    for node in config.nodes:
+        if names is None or node.name in names:
+            EmulatedBmc(node, bmc_port(config, node), config.slurmd_spool_dir, users, response)
+    pyghmi_bmc.Bmc.listen(timeout=3600)
