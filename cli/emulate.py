@@ -1,7 +1,8 @@
 """``wattsched emulate``: a whole cluster of virtual nodes on this host.
 
-Starts the controller and ``EmulatedAgents`` agent processes, each hosting a slice of the
-configured nodes on its own loopback port, waits for every node to register, prints the
+Starts the controller, the emulated BMCs when the nodes are metered through IPMI, and
+``EmulatedAgents`` agent processes, each hosting a slice of the configured nodes on its own
+loopback port, waits for every node to register, prints the
 shell line that points the CLI at the cluster, and stops everything on Ctrl-C, SIGTERM or
 ``wattsched emulate --stop``.
 """
@@ -55,6 +56,9 @@ def start(config_path: str, agents: int | None, log_dir: str | None, quiet: bool
     env = dict(os.environ, WATTSCHED_CONF=config_path)
     procs = [_daemon([*exe, "controller", config_path], env, os.path.join(logs, "controller.log"))]
     _wait_for_key(config, procs[0])
+    if config.emulated_nodes and config.acct_gather_energy_type == "acct_gather_energy/ipmi":
+        # the virtual nodes' BMCs, read over RMCP+ by the agents as real BMCs would be
+        procs.append(_daemon([*exe, "bmc", config_path], env, os.path.join(logs, "bmc.log")))
     names = [n.name for n in config.nodes]
     for index, part in enumerate(slices(names, agents or config.emulated_agents)):
         args = ["noded", config_path, "--nodes", hostlist.compress(part), "--port", str(_free_port())]

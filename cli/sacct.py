@@ -73,15 +73,56 @@ def _job_id(job: Row, step: Row | None, raw: bool) -> str:
     return f"{base}.{step['step_id']}" if step else base
 
 
+def num_unit(value: float | None, units: str = " KMGTP") -> str:
+    """A number as Slurm's convert_num_unit2 prints it (divisor 1000): 850, 12K, 1.25M; ``units``
+    starts at the value's own unit (kHz frequencies start at K: 2400000 -> 2.40G)."""
+    number = float(value or 0)
+    index = 0
+    while number >= 1000 and index < len(units) - 1:
+        number, index = number / 1000, index + 1
+    unit = units[index].strip()
+    return f"{number:.0f}{unit}" if number == int(number) else f"{number:.2f}{unit}"
+
+
 def _energy(joules: float | None) -> str:
-    """ConsumedEnergy as sacct prints it (convert_num_unit2, divisor 1000): 850, 12K, 1.25M."""
-    value = float(joules or 0)
-    unit = ""
-    for bigger in ("K", "M", "G", "T"):
-        if value < 1000:
-            break
-        value, unit = value / 1000, bigger
-    return f"{value:.0f}{unit}" if value == int(value) else f"{value:.2f}{unit}"
+    return num_unit(joules)
+
+
+GOVERNOR_NAMES = {"userspace": "UserSpace", "ondemand": "OnDemand", "powersave": "PowerSave", "schedutil": "SchedUtil"}
+
+
+def freq_text(khz: int | None) -> str:
+    return num_unit(khz, "KMGT") if khz else "Unknown"
+
+
+def req_freq(spec: str, chosen_khz: int | None, part: str) -> str:
+    """ReqCPUFreqMin/Max/Gov of a --cpu-freq (or of the frequency fitted to a power cap)."""
+    from wattsched import cpufreq
+
+    try:
+        request = cpufreq.parse(spec) if spec else (cpufreq.FreqRequest(low=str(chosen_khz)) if chosen_khz else None)
+    except cpufreq.FreqError:
+        request = None
+    if request is None:
+        return "Unknown"
+    if part == "gov":
+        governor = request.governor_needed
+        return GOVERNOR_NAMES.get(governor, governor.capitalize() or "Unknown")
+    value = request.low if part == "min" or request.high is None else request.high
+    if value is None:
+        return "Unknown"
+    return freq_text(int(value)) if value.isdigit() else value.capitalize().replace("m1", "M1")
+
+
+def tres_usage(cpu_s: float, joules: float | None, rss_kb: int) -> str:
+    from wattsched import timefmt
+
+    parts = [f"cpu={timefmt.elapsed_str(int(cpu_s))}"]
+    if joules is not None:
+        parts.append(f"energy={round(joules)}")
+    if rss_kb:
+        parts.append(f"mem={rss_kb}K")
+    return ",".join(parts)
 
 
 def _kb(value: int) -> str:
@@ -93,8 +134,13 @@ FIELDS: dict[str, tuple[int, Callable[[Row, Row | None], str]]] = {
     "Account": (10, lambda j, s: j["account"]),
     "AllocCPUS": (10, lambda j, s: str((s or j)["alloc_cpus"])),
     "AllocNodes": (10, lambda j, s: str((s or j)["nnodes"])),
-    "AveCPUFreq": (10, lambda j, s: ""),
+    "AveCPUFreq": (10, lambda j, s: freq_text(j.get("ave_cpu_freq_khz")) if j.get("ave_cpu_freq_khz") else ""),
     "ReqCPUFreq": (13, lambda j, s: j["req_cpu_freq"] or (str(j["cpu_freq_khz"]) if j["cpu_freq_khz"] else "Unknown")),
+    "ReqCPUFreqMin": (13, lambda j, s: req_freq(j["req_cpu_freq"], j["cpu_freq_khz"], "min")),
+    "ReqCPUFreqMax": (13, lambda j, s: req_freq(j["req_cpu_freq"], j["cpu_freq_khz"], "max")),
+    "ReqCPUFreqGov": (13, lambda j, s: req_freq(j["req_cpu_freq"], j["cpu_freq_khz"], "gov")),
+    "TRESUsageInTot": (14, lambda j, s: tres_usage(s["total_cpu_s"] if s else sum(x["total_cpu_s"] for x in j["steps"]),
+                                                   (s or j)["consumed_energy_j"], s["max_rss_kb"] if s else 0)),
     "AveRSS": (10, lambda j, s: _kb(s["max_rss_kb"]) if s else ""),
     "Cluster": (10, lambda j, s: j["cluster"]),
     "Comment": (14, lambda j, s: j["comment"] if not s else ""),

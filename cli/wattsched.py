@@ -101,6 +101,44 @@ def emulate(config: Annotated[str | None, typer.Argument(help="Cluster configura
 
 
 @app.command()
+def bmc(config: Annotated[str | None, typer.Argument(help="Configuration file.")] = None,
+        nodes: Annotated[str | None, typer.Option(help="Hostlist of the nodes to serve (default: all).")] = None,
+        ) -> None:
+    """Run the emulated BMCs (IPMI over RMCP+ on loopback) of the configured virtual nodes."""
+    from wattsched import hostlist
+    from wattsched.config import ConfigError, load
+    from wattsched.noded.bmc import serve
+
+    try:
+        conf = load(_config_arg(config))
+        serve(conf, hostlist.expand(nodes) if nodes else None)
+    except (ConfigError, OSError) as exc:
+        raise CLIError(str(exc)) from exc
+
+
+profile_app = typer.Typer(add_completion=False, no_args_is_help=True, help="Job power profiles (HDF5).")
+app.add_typer(profile_app, name="profile")
+
+
+@profile_app.command("plot")
+def profile_plot(
+    job: Annotated[int, typer.Option("-j", "--jobs", help="Job id.")],
+    input_: Annotated[str | None, typer.Option("-i", "--input", help="Merged profile (default: the job's "
+                                                                      "job_<id>.h5 in ProfileHDF5Dir).")] = None,
+    output: Annotated[str | None, typer.Option("-o", "--output", help="PNG file (default: ./job_<id>_power.png).")]
+    = None,
+    user: Annotated[str | None, typer.Option("--user", help="The job's user (default: you).")] = None,
+) -> None:
+    """Draw a job's power over time, one line per node, to a PNG."""
+    from wattsched.cli.profiles import find_merged, plot_power
+
+    path = input_ or find_merged(job, user)
+    out = output or f"job_{job}_power.png"
+    plot_power(path, job, out)
+    print(out)
+
+
+@app.command()
 def version() -> None:
     """Print the version."""
     from wattsched import __version__

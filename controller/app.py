@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import math
 import os
@@ -66,6 +67,7 @@ class Controller:
         self.fairshare = FairShareCalc(state, accounting) if accounting is not None else None
         self._kick = asyncio.Event()
         self.started = time.time()
+        self._merge_tries: dict[tuple[str, int, int], int] = {}
 
     def changed(self) -> None:
         """Persist, wake the scheduler and the accounting thread."""
@@ -113,21 +115,34 @@ class Controller:
                 self._merge_profiles()
 
     def _merge_profiles(self) -> None:
-        """Merge the node profiles of ended jobs into one file per job, off the event loop."""
+        """Merge the node profiles of ended jobs into one file per job, off the event loop; a file
+        still open on a node (HDF5 locks it) is tried again for a minute."""
         due, self.state.profiles_due[:] = list(self.state.profiles_due), []
-        for user, uid, job_id in due:
+        for entry in due:
             task = asyncio.get_running_loop().run_in_executor(None, merge_profile, self.state.config.profile_dir,
-                                                             user, uid, job_id)
-            task.add_done_callback(lambda fut: fut.exception())  # logged inside; keep asyncio quiet
+                                                             *entry)
+            task.add_done_callback(functools.partial(self._merged, entry))
+
+    def _merged(self, entry: tuple[str, int, int], future: asyncio.Future) -> None:
+        tries = self._merge_tries.get(entry, 0) + 1
+        if future.result() or tries >= 60:
+            self._merge_tries.pop(entry, None)
+            return
+        self._merge_tries[entry] = tries
+        self.state.profiles_due.append(entry)
 
 
-def merge_profile(profile_dir: str, user: str, uid: int, job_id: int) -> None:
+def merge_profile(profile_dir: str, user: str, uid: int, job_id: int) -> bool:
+    """Merge a job's node profiles; False when a node file is still locked (try again later)."""
     try:
         path = h5profile.merge(profile_dir, user, job_id)
         if path and os.geteuid() == 0 and uid:
             os.chown(path, uid, -1)
+    except BlockingIOError:
+        return False
     except (OSError, KeyError) as exc:
         log.warning("profile merge failed", extra={"job": job_id, "error": str(exc)})
+    return True
 
 
 def create_app(controller: Controller) -> FastAPI:

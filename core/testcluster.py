@@ -41,7 +41,7 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 20.0, interval: floa
 
 class Cluster:
     def __init__(self, root: Path, nodes: int = 4, cpus: int = 4, agents: int = 1, extra: str = "",
-                 node_extra: str = "", partitions: str | None = None, accounting_url: str = ""):
+                 node_extra: str = "", partitions: str | None = None, accounting_url: str = "", bmc: bool = False):
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
@@ -70,6 +70,8 @@ class Cluster:
         for var in ("SLURM_JOB_ID", "SLURM_JWT", "WATTSCHED_CONTROLLER"):
             self.env.pop(var, None)
         self.agents = agents
+        self.bmc = bmc  # run the nodes' emulated BMCs (wattsched bmc) before the agents
+        self.bmc_proc: subprocess.Popen | None = None
         self.controller: subprocess.Popen | None = None
         self.agent_procs: list[subprocess.Popen] = []
         self.agent_ports: list[int] = []
@@ -104,6 +106,8 @@ class Cluster:
             self.agent_procs.append(proc)
 
     def start(self) -> Cluster:
+        if self.bmc:
+            self.bmc_proc = self._spawn(["bmc", str(self.conf)], "bmc.log")
         self.start_controller()
         for index in range(self.agents):
             self.start_agent(index)
@@ -126,7 +130,7 @@ class Cluster:
         proc.wait(10)
 
     def stop(self) -> None:
-        for proc in [*self.agent_procs, self.controller]:
+        for proc in [*self.agent_procs, self.controller, self.bmc_proc]:
             if proc is not None and proc.poll() is None:
                 try:
                     os.killpg(proc.pid, signal.SIGTERM)

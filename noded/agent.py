@@ -113,6 +113,9 @@ class Agent:
     # --- job ends ----------------------------------------------------------------------------
 
     def _job_ended(self, event: JobEvent) -> None:
+        # the batch host gets no terminate from the controller: its allocation ends here, before
+        # the end is reported (so the profile is closed when the controller merges it)
+        self._release(event.node, event.job_id)
         path = os.path.join(self.outbox, f"{event.node}.{event.job_id}.json")
         with open(path + ".tmp", "w") as handle:
             handle.write(event.model_dump_json())

@@ -46,17 +46,24 @@ class Allocations:
     def __init__(self, config: Config, nodes: dict[str, NodeConf], spool: str):
         self.config, self.nodes, self.spool = config, nodes, spool
         self.jobs: dict[tuple[str, int], NodeJob] = {}
-        self.sysfs = {name: self._sysfs(node) for name, node in nodes.items()}
+        self.sysfs = {name: self._sysfs(node) for name, node in nodes.items()}  # laid out on first use
         self.profiles: dict[tuple[str, int], h5profile.NodeProfile] = {}
         self._warned = False
 
     def _sysfs(self, node: NodeConf) -> CpuFreqSysfs:
         if self.config.emulated_nodes:
-            root = os.path.join(self.spool, node.name, "sysfs")
-            freqs = [khz for khz, _w in node.cpu_freq_watts] or list(cpufreq.DEFAULT_LADDER)
-            layout_tree(root, node.cpus, freqs)
-            return CpuFreqSysfs(root, emulated=True)
+            return CpuFreqSysfs(os.path.join(self.spool, node.name, "sysfs"), emulated=True)
         return CpuFreqSysfs(self.config.cpu_freq_sysfs_root or "/")
+
+    def _ladder(self, node: str) -> list[int]:
+        return [khz for khz, _w in self.nodes[node].cpu_freq_watts] or list(cpufreq.DEFAULT_LADDER)
+
+    def tree(self, node: str) -> CpuFreqSysfs:
+        """The node's cpufreq tree; a virtual node's is laid out the first time it is needed."""
+        sysfs = self.sysfs[node]
+        if sysfs.emulated and not sysfs.present():
+            layout_tree(sysfs.root, self.nodes[node].cpus, self._ladder(node))
+        return sysfs
 
     def _record(self, job: NodeJob) -> str:
         return os.path.join(self.spool, job.node, "alloc", f"{job.job_id}.json")
@@ -93,10 +100,10 @@ class Allocations:
 
     def _apply_freq(self, job: NodeJob) -> None:
         request = cpufreq.parse(job.cpu_freq) if job.cpu_freq else None
-        sysfs = self.sysfs[job.node]
         if request is None:
             self._save(job)
             return
+        sysfs = self.tree(job.node)
         if not sysfs.present():
             if not self._warned:
                 log.warning("no cpufreq sysfs: --cpu-freq is not applied", extra={"root": sysfs.base})
@@ -167,6 +174,9 @@ class Allocations:
     def freq_of(self, job: NodeJob) -> tuple[int, int]:
         """(current kHz, highest kHz) of the job's CPUs; (0, 0) without cpufreq."""
         sysfs = self.sysfs[job.node]
+        if sysfs.emulated and not sysfs.present():
+            top = max(self._ladder(job.node))  # untouched: the performance governor's top speed
+            return top, top
         try:
             return sysfs.current_khz(job.cpu_ids[0]), sysfs.max_khz(job.cpu_ids[0])
         except (OSError, ValueError, IndexError):

@@ -22,7 +22,8 @@ _FILES = ("scaling_governor", "scaling_min_freq", "scaling_max_freq", "scaling_s
 
 class CpuFreqSysfs:
     def __init__(self, root: str, emulated: bool = False):
-        self.base = os.path.join(root or "/", "sys", "devices", "system", "cpu")
+        self.root = root or "/"
+        self.base = os.path.join(self.root, "sys", "devices", "system", "cpu")
         self.emulated = emulated
 
     def _path(self, cpu: int, name: str) -> str:
