@@ -56,17 +56,19 @@ def start(config_path: str, agents: int | None, log_dir: str | None, quiet: bool
     env = dict(os.environ, WATTSCHED_CONF=config_path)
     procs = [_daemon([*exe, "controller", config_path], env, os.path.join(logs, "controller.log"))]
     _wait_for_key(config, procs[0])
+    bmcs = []
     if config.emulated_nodes and config.acct_gather_energy_type == "acct_gather_energy/ipmi":
         # the virtual nodes' BMCs, read over RMCP+ by the agents as real BMCs would be
-        procs.append(_daemon([*exe, "bmc", config_path], env, os.path.join(logs, "bmc.log")))
+        bmcs.append(_daemon([*exe, "bmc", config_path], env, os.path.join(logs, "bmc.log")))
     names = [n.name for n in config.nodes]
     for index, part in enumerate(slices(names, agents or config.emulated_agents)):
         args = ["noded", config_path, "--nodes", hostlist.compress(part), "--port", str(_free_port())]
         procs.append(_daemon([*exe, *args], env, os.path.join(logs, f"noded{index}.log")))
-    info = {"controller": procs[0].pid, "agents": [p.pid for p in procs[1:]], "config": config_path}
+    info = {"controller": procs[0].pid, "agents": [p.pid for p in procs[1:]], "bmc": [p.pid for p in bmcs],
+            "config": config_path}
     with open(pidfile, "w") as handle:
         json.dump(info, handle)
-    _wait_registered(config, len(names), procs, quiet)
+    _wait_registered(config, len(names), procs + bmcs, quiet)
     return info
 
 
@@ -145,7 +147,7 @@ def stop(config_path: str) -> bool:
     if not os.path.exists(pidfile):
         return False
     info = _read_json(pidfile)
-    stop_pids(info["agents"] + [info["controller"]])
+    stop_pids(info["agents"] + info.get("bmc", []) + [info["controller"]])
     os.unlink(pidfile)
     return True
 

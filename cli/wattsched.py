@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -104,16 +105,41 @@ def emulate(config: Annotated[str | None, typer.Argument(help="Cluster configura
 def bmc(config: Annotated[str | None, typer.Argument(help="Configuration file.")] = None,
         nodes: Annotated[str | None, typer.Option(help="Hostlist of the nodes to serve (default: all).")] = None,
         ) -> None:
-    """Run the emulated BMCs (IPMI over RMCP+ on loopback) of the configured virtual nodes."""
+    """Run the emulated BMCs (IPMI over RMCP+ on loopback) of the configured virtual nodes, each in a
+    process of its own (pyghmi's event loop stalls when one process serves many), forked from one."""
     from wattsched import hostlist
     from wattsched.config import ConfigError, load
     from wattsched.noded.bmc import serve
 
     try:
-        conf = load(_config_arg(config))
-        serve(conf, hostlist.expand(nodes) if nodes else None)
+        path = _config_arg(config)
+        conf = load(path)
+        names = hostlist.expand(nodes) if nodes else [n.name for n in conf.nodes]
+        if len(names) == 1:
+            serve(conf, names)
+            return
     except (ConfigError, OSError) as exc:
         raise CLIError(str(exc)) from exc
+    children = []
+    for name in names:  # forked after pyghmi is imported, before it has a socket or a thread
+        pid = os.fork()
+        if pid == 0:
+            try:
+                serve(conf, [name])
+            finally:
+                os._exit(1)
+        children.append(pid)
+
+    def stop(_sig, _frame):
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    os.wait()  # one BMC died: take the others down with it
+    stop(0, None)
 
 
 profile_app = typer.Typer(add_completion=False, no_args_is_help=True, help="Job power profiles (HDF5).")

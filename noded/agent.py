@@ -46,6 +46,9 @@ class Agent:
         self._kick = asyncio.Event()
         self.client = httpx.AsyncClient(timeout=httpx.Timeout(config.message_timeout_s))
         self.heartbeat_s = max(0.5, min(30.0, config.slurmd_timeout_s / 4))
+        if config.acct_gather_energy_type != "acct_gather_energy/none":
+            # node energy reaches the controller every AcctGatherNodeFreq, as in Slurm (sstat reads it)
+            self.heartbeat_s = max(0.5, min(self.heartbeat_s, config.acct_gather_node_freq_s))
         self._token, self._token_time = "", 0.0
         self.connected = False
         self.lock = threading.Lock()  # over the allocations, shared with the meter and profiler threads
@@ -224,14 +227,17 @@ class Agent:
                 await asyncio.wait_for(self._kick.wait(), timeout=min(1.0, self.heartbeat_s))
             self._kick.clear()
             await asyncio.sleep(0.02)  # let job ends that finish together travel together
-            await self.batch.poll_adopted()
-            now = time.monotonic()
-            full = now - last_beat >= self.heartbeat_s or not self.connected
-            hb = self.report(with_nodes=full)
-            if full or hb.events:
-                await self.send(hb)
-                if full and self.connected:
-                    last_beat = now
+            try:
+                await self.batch.poll_adopted()
+                now = time.monotonic()
+                full = now - last_beat >= self.heartbeat_s or not self.connected
+                hb = self.report(with_nodes=full)
+                if full or hb.events:
+                    await self.send(hb)
+                    if full and self.connected:
+                        last_beat = now
+            except Exception:  # one bad report must not end the heartbeats for good
+                log.exception("heartbeat failed")
 
     async def close(self) -> None:
         self.throttle.stop()

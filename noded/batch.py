@@ -173,6 +173,8 @@ class BatchRunner:
             if not os.path.isdir(node_dir):
                 continue
             for entry in sorted(os.listdir(node_dir)):
+                if not entry.startswith("job"):
+                    continue  # the node's other state: cpufreq tree, allocations, BMC files
                 spool = os.path.join(node_dir, entry)
                 try:
                     with open(os.path.join(spool, "job.json")) as handle:

@@ -32,6 +32,7 @@ from wattsched.config import Config, NodeConf
 from wattsched.plugins.acct_gather_energy.emulated import Response
 
 STATS_PERIOD_S = 60.0
+WAKE_S = 0.05
 _HMAC_SHA1 = 1
 
 
@@ -113,7 +114,7 @@ class EmulatedBmc(pyghmi_bmc.Bmc):
         while self.readings and now - self.readings[0][0] > STATS_PERIOD_S:
             self.readings.popleft()
         values = [w for _t, w in self.readings]
-        period_ms = int((now - self.readings[0][0]) * 1000) if len(self.readings) > 1 else 1000
+        period_ms = max(1, int((now - self.readings[0][0]) * 1000))
         body = struct.pack("<BHHHHIIB", 0xDC, round(current), round(min(values)), round(max(values)),
                            round(sum(values) / len(values)), int(now), period_ms, 0x40)
         return list(body)
@@ -134,4 +135,7 @@ def serve(config: Config, names: list[str] | None = None) -> None:
     for node in config.nodes:
         if names is None or node.name in names:
             EmulatedBmc(node, bmc_port(config, node), config.slurmd_spool_dir, users, response)
-    pyghmi_bmc.Bmc.listen(timeout=3600)
+    while True:
+        # pyghmi's loop can miss its IO thread's wake-up and then sleep for its whole timeout
+        # with packets queued: a short timeout bounds such a stall
+        ipmisession.Session.wait_for_rsp(WAKE_S)

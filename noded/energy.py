@@ -33,6 +33,7 @@ from wattsched.noded import procstat
 log = logging.getLogger("wattsched.noded")
 
 # per node: for each job, (process groups, current kHz, highest kHz)
+SLOW_READ_S = 0.1
 JobLoads = Callable[[], dict[str, dict[int, tuple[set[int], int, int]]]]
 
 
@@ -151,6 +152,7 @@ class EnergyMeter:
 
     def poll_once(self, now: float) -> None:
         """Read every node (each read with its time limit) and update the counters."""
+        began = time.monotonic()
         with self._lock:
             loads = self._loads(now)
         if self.model is not None and self.model is not self.plugin:
@@ -163,17 +165,27 @@ class EnergyMeter:
             if pending is not None and not pending.done():
                 self.nodes[name].stale = True  # still stuck in its last read
                 continue
-            futures[name] = self._pool.submit(self.plugin.read, name, now, loads.get(name, []))
+            futures[name] = self._pool.submit(self._timed_read, name, now, began, loads.get(name, []))
         done, _late = concurrent.futures.wait(futures.values(), timeout=self.read_timeout_s)
         with self._lock:
             for name, future in futures.items():
                 state = self.nodes[name]
                 if future not in done or future.exception() is not None:
+                    if not state.stale:  # once per episode: a flapping sensor must not flood the log
+                        error = future.exception() if future in done else "no answer in time"
+                        log.warning("energy reading failed", extra={"node": name, "error": str(error)})
                     state.stale = True
                     self._pending[name] = future
                     continue
                 self._pending.pop(name, None)
-                self._update(state, future.result(), now)
+                self._update(state, *future.result())
+
+    def _timed_read(self, node: str, now: float, began: float, load) -> tuple[float, float]:
+        """A reading and when it was taken: a read slower than SLOW_READ_S (an IPMI exchange that
+        had to be sent again) is stamped with the time it completed, not when the poll began."""
+        value = self.plugin.read(node, now, load)
+        took = time.monotonic() - began
+        return value, now + took if took > SLOW_READ_S else now
 
     def _update(self, state: NodeEnergy, value: float, now: float) -> None:
         if self.plugin.kind == "power":

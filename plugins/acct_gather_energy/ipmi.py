@@ -8,16 +8,44 @@ BmcAddr, the node's emulated BMC on 127.0.0.1 (wattsched.noded.bmc). Credentials
 EnergyIPMIUsername / EnergyIPMIPassword. The agent integrates the watts into joules (seed 004,
 eq. 1); a read that does not answer within EnergyIPMITimeout fails, and a BMC that hangs only
 leaves its own node stale.
+
+pyghmi keeps a session whose login failed in its table of sessions being set up, and the next
+client for the same BMC waits on it forever: after any failure we evict it, so that a BMC that
+was unreachable for a while is read again once it answers.
+
+pyghmi shares one IO thread among all the sessions of a process, and logins and exchanges
+running at once from several threads lose replies (an agent hosting many virtual nodes reads
+many BMCs): so everything pyghmi does here is done one call at a time. So that a BMC that does
+not answer cannot hold the others up, each read first sends it a sessionless "Get Channel
+Authentication Capabilities" request (what ipmitool sends first; any BMC answers it) on a
+socket of our own, and goes no further without an answer within PROBE_S.
 """
 
 from __future__ import annotations
 
+import socket
 import struct
 import threading
 
 from pyghmi import exceptions as ipmi_errors
 from pyghmi.ipmi import command as ipmi_command
+from pyghmi.ipmi.private import session as ipmi_session
 from wattsched.config import Config, NodeConf
+
+EXCHANGE_S = 1.0  # before pyghmi's first retransmission
+PROBE_S = 0.5
+
+
+def _auth_capabilities_request() -> bytes:
+    """IPMI 1.5 sessionless Get Channel Authentication Capabilities (netfn App, cmd 0x38) for
+    the current channel, IPMI 2.0 extended data asked for, administrator level."""
+    header = bytes([0x20, 0x06 << 2])
+    body = bytes([0x81, 0x00, 0x38, 0x8E, 0x04])
+    message = header + bytes([-sum(header) & 0xFF]) + body + bytes([-sum(body) & 0xFF])
+    return b"\x06\x00\xff\x07" + b"\x00" + b"\x00" * 8 + bytes([len(message)]) + message
+
+
+PROBE = _auth_capabilities_request()
 
 
 def bmc_endpoint(config: Config, node: NodeConf) -> tuple[str, int]:
@@ -41,32 +69,55 @@ class IpmiEnergy:
         self.sensors = config.energy_ipmi_power_sensors
         self.timeout_s = config.energy_ipmi_timeout_s
         self._sessions: dict[str, ipmi_command.Command] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # over the table of sessions
+        self._pyghmi = threading.Lock()  # one pyghmi call at a time
 
-    def _session(self, node: str) -> ipmi_command.Command:
+    def session(self, node: str) -> ipmi_command.Command:
         with self._lock:
             session = self._sessions.get(node)
         if session is None:
             host, port = self.endpoints[node]
-            session = ipmi_command.Command(bmc=host, userid=self.user, password=self.password, port=port,
-                                           keepalive=False)
+            with self._pyghmi:
+                session = ipmi_command.Command(bmc=host, userid=self.user, password=self.password, port=port,
+                                               keepalive=False)
             with self._lock:
                 self._sessions[node] = session
         return session
 
+    def _forget(self, node: str) -> None:
+        """Log in afresh next time, past pyghmi's leftover of a failed login."""
+        host, port = self.endpoints[node]
+        with self._lock:
+            self._sessions.pop(node, None)
+        stale = ipmi_session.Session.initting_sessions.pop((host, self.user, self.password, port, None), None)
+        if stale is not None:
+            stale.broken = True
+
+    def _probe(self, node: str) -> None:
+        host, port = self.endpoints[node]
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_DGRAM) as sock:
+            sock.settimeout(PROBE_S)
+            try:
+                sock.sendto(PROBE, (host, port))
+                sock.recvfrom(512)
+            except OSError as exc:  # timeout, refused, unreachable
+                self._forget(node)
+                raise OSError(f"BMC of {node} at {host}:{port} does not answer") from exc
+
     def read(self, node: str, now: float, load: object) -> float:
         del now, load
         try:
-            session = self._session(node)
-            if self.sensors:
-                return float(sum(session.get_sensor_reading(name).value or 0 for name in self.sensors))
-            reply = session.raw_command(netfn=0x2C, command=0x02, data=(0xDC, 1, 0, 0), timeout=self.timeout_s)
+            self._probe(node)
+            session = self.session(node)
+            with self._pyghmi:
+                if self.sensors:
+                    return float(sum(session.get_sensor_reading(name).value or 0 for name in self.sensors))
+                reply = session.raw_command(netfn=0x2C, command=0x02, data=(0xDC, 1, 0, 0), timeout=EXCHANGE_S)
         except (ipmi_errors.IpmiException, OSError) as exc:
-            with self._lock:
-                self._sessions.pop(node, None)  # log in again next time
-            raise OSError(f"BMC of {node}: {exc}") from exc
-        if "error" in reply:
-            with self._lock:
-                self._sessions.pop(node, None)
-            raise OSError(f"BMC of {node}: {reply['error']}")
+            self._forget(node)
+            raise OSError(f"BMC of {node}: {exc or 'no answer'}") from exc
+        if not reply or "error" in reply:
+            self._forget(node)
+            raise OSError(f"BMC of {node}: {reply['error'] if reply else 'no answer'}")
         return float(struct.unpack("<H", bytes(reply["data"][1:3]))[0])
