@@ -2,7 +2,8 @@
 thread of its own, every AcctGatherNodeFreq seconds, and keeps each node's energy counter.
 
 Power readings are integrated with the trapezoid rule over the measured timestamps (seed 004,
-eq. 1: E += (P_prev + P_now) / 2 * dt); energy readings (RAPL) are taken as they are. Each read
+eq. 1: E += (P_prev + P_now) / 2 * dt), or, from plugins whose reading is the mean power since
+the previous one (the emulated model, driven by CPU time between polls), as E += P * dt; energy readings (RAPL) are taken as they are. Each read
 has a time limit: a sensor that does not answer in time leaves its node's last reading in place,
 flagged stale, and never holds up the other nodes, job launches or heartbeats (they run on the
 event loop, not here). Counters are saved in the spool folder, so a node's energy survives an
@@ -190,7 +191,10 @@ class EnergyMeter:
     def _update(self, state: NodeEnergy, value: float, now: float) -> None:
         if self.plugin.kind == "power":
             if state.time:
-                state.joules += (state.watts + value) / 2 * (now - state.time)
+                # a mean over the interval since the last reading counts as it is; a power sampled
+                # at an instant is integrated with the trapezoid rule (seed 004, eq. 1)
+                mean = value if getattr(self.plugin, "interval_mean", False) else (state.watts + value) / 2
+                state.joules += mean * (now - state.time)
             state.watts = value
         else:
             if not state.time:

@@ -49,6 +49,7 @@ class Response:
 
 class EmulatedEnergy:
     kind = "power"  # readings are watts; the agent integrates them
+    interval_mean = True  # the busy shares are CPU time since the last poll: a reading is that interval's mean
 
     def __init__(self, config: Config, nodes: list[NodeConf]):
         self.nodes = {n.name: n for n in nodes}
