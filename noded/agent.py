@@ -59,7 +59,9 @@ class Agent:
         self.base_interval_s = float(config.energy_ipmi_frequency_s or config.acct_gather_node_freq_s) \
             if config.acct_gather_energy_type.endswith("/ipmi") else float(config.acct_gather_node_freq_s)
         self.energy = EnergyMeter(plugin, {n.name: n.cpus for n in nodes}, self.spool, self.base_interval_s,
-                                  self._job_loads, read_timeout_s=float(config.energy_ipmi_timeout_s), model=model)
+                                  self._job_loads, read_timeout_s=float(config.energy_ipmi_timeout_s), model=model,
+                                  calc_adjustment=config.energy_ipmi_calc_adjustment
+                                  and config.acct_gather_energy_type.endswith("/ipmi"))
         self.throttle = Throttle(lambda key: self.job_pgids(*key))
         self.profiler = Profiler(self.allocations, self.energy, self.job_pgids, self.lock)
 

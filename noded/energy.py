@@ -3,7 +3,8 @@ thread of its own, every AcctGatherNodeFreq seconds, and keeps each node's energ
 
 Power readings are integrated with the trapezoid rule over the measured timestamps (seed 004,
 eq. 1: E += (P_prev + P_now) / 2 * dt), or, from plugins whose reading is the mean power since
-the previous one (the emulated model, driven by CPU time between polls), as E += P * dt; energy readings (RAPL) are taken as they are. Each read
+the previous one (the emulated model, driven by CPU time between polls), as E += P * dt;
+energy readings (RAPL) are taken as they are. Each read
 has a time limit: a sensor that does not answer in time leaves its node's last reading in place,
 flagged stale, and never holds up the other nodes, job launches or heartbeats (they run on the
 event loop, not here). Counters are saved in the spool folder, so a node's energy survives an
@@ -51,10 +52,11 @@ class EnergyMeter:
     """Per-node energy counters, fed by a polling thread."""
 
     def __init__(self, plugin, nodes: dict[str, int], spool: str, interval_s: float,
-                 job_loads: JobLoads, read_timeout_s: float = 5.0, model=None):
+                 job_loads: JobLoads, read_timeout_s: float = 5.0, model=None, calc_adjustment: bool = False):
         self.plugin, self.cpus, self.interval_s = plugin, nodes, interval_s
         self.job_loads = job_loads
         self.model = model  # the emulated power model whose watts an emulated BMC serves
+        self.calc_adjustment = calc_adjustment
         self.spool = spool
         self.job_cpu: dict[tuple[str, int], float] = {}  # CPU seconds of each job's processes on a node
         self.job_freq: dict[tuple[str, int], int] = {}
@@ -100,9 +102,16 @@ class EnergyMeter:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     def samples(self) -> dict[str, EnergySample]:
+        """Each node's counter; with ``calc_adjustment`` (EnergyIPMICalcAdjustment) carried from
+        the last reading to now at the last power, as Slurm does between two BMC reads."""
+        now = time.time()
         with self._lock:
-            return {n: EnergySample(time=e.time, joules=e.joules, watts=e.watts, stale=e.stale)
-                    for n, e in self.nodes.items() if e.time}
+            return {n: self._adjusted(e, now) for n, e in self.nodes.items() if e.time}
+
+    def _adjusted(self, e: NodeEnergy, now: float) -> EnergySample:
+        if self.calc_adjustment and not e.stale and now > e.time:
+            return EnergySample(time=now, joules=e.joules + e.watts * (now - e.time), watts=e.watts)
+        return EnergySample(time=e.time, joules=e.joules, watts=e.watts, stale=e.stale)
 
     def usage(self, node: str) -> list[JobUsage]:
         with self._lock:

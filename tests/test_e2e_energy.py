@@ -166,6 +166,16 @@ def test_bad_frequency_profile_and_acctg_requests_are_refused(cluster: Cluster) 
     assert len(c.jobs()) == before  # nothing was accepted
     refused = c.api("POST", "/v1/jobs", json={"work_dir": "/tmp", "script": "#!/bin/sh\n", "profile": 7})
     assert refused.status_code == 422
+    for args, message in [(["sstat", "-j", "99999"], "Invalid job id specified"),
+                          (["sstat"], "use -j JOBID"),
+                          (["sreport", "cluster", "Nonsense"], "Unknown report"),
+                          (["sreport", "user", "TopUsage", "--tres=watts"], "Invalid TRES"),
+                          (["sreport", "user", "TopUsage", "start=now", "end=now-1hour"], "start must be before end"),
+                          (["sh5util", "-j", "99999"], "No node-step files found for job 99999"),
+                          (["sh5util", "-L", "-i", "/nonexistent.h5", "-s", "Energy"], "no such file"),
+                          (["wattsched", "profile", "plot", "-j", "99999"], "no profile of job 99999")]:
+        result = c.run(*args, check=False)
+        assert result.returncode != 0 and message in result.stderr, (args, result.stderr)
 
 
 def test_time_limit_restores_the_frequency(cluster: Cluster) -> None:

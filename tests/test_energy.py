@@ -129,3 +129,46 @@ def test_a_4_node_job_is_charged_the_sum_of_its_nodes_energy(tmp_path) -> None:
         assert "ConsumedJoules=" in shown and "CurrentWatts=" in shown
     finally:
         c.stop()
+
+
+def _nvml_available() -> str:
+    """'' when NVML answers here, else why not."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        return "" if pynvml.nvmlDeviceGetCount() else "NVML found no GPU"
+    except Exception as exc:  # the library loads, but no driver or device: NVMLError and its kin
+        return f"NVML is not available: {exc}"
+
+
+def test_gpu_plugin_sums_the_gpus_energy_counters() -> None:
+    reason = _nvml_available()
+    if reason:
+        pytest.skip(f"acct_gather_energy/gpu needs an NVIDIA GPU and driver: {reason}")
+    from wattsched.plugins.acct_gather_energy.gpu import GpuEnergy
+
+    plugin = GpuEnergy(Config(), [])
+    first = plugin.read("n", 1.0, [])
+    time.sleep(1)
+    assert plugin.read("n", 2.0, []) >= first > 0
+
+
+def test_gpu_plugin_without_nvml_says_so() -> None:
+    if not _nvml_available():
+        pytest.skip("this machine has a GPU: the error path is not reachable")
+    from wattsched.plugins.acct_gather_energy.gpu import GpuEnergy
+
+    with pytest.raises(RuntimeError, match="acct_gather_energy/gpu: NVML is not available here"):
+        GpuEnergy(Config(), [])
+
+
+def test_calc_adjustment_carries_the_counter_to_now_at_the_last_power(tmp_path) -> None:
+    node = NodeConf(name="v1", cpus=4, idle_watts=100, max_watts=300)
+    meter = EnergyMeter(EmulatedEnergy(Config(), [node]), {"v1": 4}, str(tmp_path), 1.0, lambda: {"v1": {}},
+                        calc_adjustment=True)
+    then = time.time() - 2.0
+    meter.poll_once(then - 1.0)
+    meter.poll_once(then)  # 100 J so far, at 100 W, two seconds ago
+    sample = meter.samples()["v1"]
+    assert sample.time >= then + 2.0 and sample.joules == pytest.approx(100 + 100 * (sample.time - then))
