@@ -63,7 +63,7 @@ class Agent:
                                   calc_adjustment=config.energy_ipmi_calc_adjustment
                                   and config.acct_gather_energy_type.endswith("/ipmi"))
         self.throttle = Throttle(lambda key: self.job_pgids(*key))
-        self.profiler = Profiler(self.allocations, self.energy, self.job_pgids, self.lock)
+        self.profiler = Profiler(self.allocations, self.energy, self.lock)
 
     def job_pgids(self, node: str, job_id: int) -> set[int]:
         """The process groups of a job on a node: its batch script's and its step tasks'."""
@@ -104,8 +104,10 @@ class Agent:
             self._sampling_interval()
 
     def _sampling_interval(self) -> None:
-        """The meter polls at least as often as the shortest energy profile interval asks."""
-        asked = [j.energy_s for j in self.allocations.jobs.values() if "energy" in j.profile and j.energy_s]
+        """The meter polls at least as often as the shortest profile interval asks."""
+        asked = [interval for j in self.allocations.jobs.values()
+                 for series, interval in (("energy", j.energy_s), ("task", j.task_s))
+                 if series in j.profile and interval]
         self.energy.interval_s = min([self.base_interval_s, *asked])
 
     def _headers(self) -> dict[str, str]:

@@ -10,8 +10,8 @@ flagged stale, and never holds up the other nodes, job launches or heartbeats (t
 event loop, not here). Counters are saved in the spool folder, so a node's energy survives an
 agent restart (Slurm's reset on restart is why it stopped printing ConsumedJoules).
 
-Every poll also reads from /proc the CPU time of each job's processes on each node (batch
-script and step tasks, by process group): the controller splits a shared node's dynamic
+Every poll also reads from /proc the CPU time and RSS of each job's processes on each node
+(batch script and step tasks and what they started): the controller splits a shared node's dynamic
 energy by it, sstat shows it, and the emulated power model turns it into load. A job whose
 CPUs run at f < f_max gets only f / f_max of the CPU (noded.throttle), so its load is its CPU
 use over that share, drawn at the watts of f. On virtual nodes read through an emulated BMC,
@@ -113,6 +113,11 @@ class EnergyMeter:
             return EnergySample(time=now, joules=e.joules + e.watts * (now - e.time), watts=e.watts)
         return EnergySample(time=e.time, joules=e.joules, watts=e.watts, stale=e.stale)
 
+    def job_usage(self, node: str, job_id: int) -> tuple[float, int]:
+        """A job's CPU seconds and RSS on a node as of the last poll."""
+        with self._lock:
+            return self.job_cpu.get((node, job_id), 0.0), self.job_rss.get((node, job_id), 0)
+
     def usage(self, node: str) -> list[JobUsage]:
         with self._lock:
             return [JobUsage(job_id=j, cpu_s=round(cpu, 3), cpu_freq_khz=self.job_freq.get((n, j), 0),
@@ -123,14 +128,14 @@ class EnergyMeter:
         """Per node, each job's load as (busy share of the node, kHz, highest kHz), and the
         jobs' CPU seconds brought up to date (a process that ended takes its time along: only
         rises count)."""
-        groups = procstat.by_pgid()
+        reader = procstat.Reader()
         loads: dict[str, list[tuple[float, int, int]]] = {}
         seen = set()
         for node, jobs in self.job_loads().items():
             for job_id, (pgids, khz, f_max) in jobs.items():
                 key = (node, job_id)
                 seen.add(key)
-                total = procstat.total(groups, pgids)
+                total = reader.usage(pgids)
                 used = total.cpu_s
                 self.job_rss[key] = total.rss_kb
                 previous = self._cpu_prev.get(key)

@@ -1,9 +1,9 @@
 """The profiling thread of acct_gather_profile/hdf5: appends each profiled job's samples to its
 node's HDF5 file at the job's intervals (--acctg-freq energy=N, task=N).
 
-Energy samples take the node's latest meter reading (the meter polls at least as often as the
-shortest energy interval asked for); task samples read the CPU time and RSS of the job's
-processes from /proc. Writes happen in this thread only, so h5py is never used concurrently.
+Samples take the meter's latest poll (the meter polls at least as often as the shortest
+interval asked for): the node's power and energy, and the CPU time and RSS of the job's
+processes. Writes happen in this thread only, so h5py is never used concurrently.
 """
 
 from __future__ import annotations
@@ -11,9 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
 
-from wattsched.noded import procstat
 from wattsched.noded.allocations import Allocations
 from wattsched.noded.energy import EnergyMeter
 
@@ -23,9 +21,8 @@ TICK_S = 0.25
 
 
 class Profiler:
-    def __init__(self, allocations: Allocations, meter: EnergyMeter,
-                 pgids_of: Callable[[str, int], set[int]], lock: threading.Lock):
-        self.allocations, self.meter, self.pgids_of = allocations, meter, pgids_of
+    def __init__(self, allocations: Allocations, meter: EnergyMeter, lock: threading.Lock):
+        self.allocations, self.meter = allocations, meter
         self.lock = lock  # the agent's lock over its allocations
         self._due: dict[tuple[str, int, str], float] = {}
         self._last_task: dict[tuple[str, int], tuple[float, float]] = {}
@@ -49,7 +46,6 @@ class Profiler:
 
     def sample(self, now: float) -> None:
         with self.lock:
-            groups = None
             for key, profile in list(self.allocations.profiles.items()):
                 job = self.allocations.jobs.get(key)
                 if job is None:
@@ -63,14 +59,11 @@ class Profiler:
                         profile.append("Energy", now, Power=state.watts, Energy=state.joules - job.joules_at_start,
                                        CPUFrequency=khz)
                 if "task" in job.profile and self._is_due(key, "task", job.task_s, now):
-                    if groups is None:
-                        groups = procstat.by_pgid()
-                    usage = procstat.total(groups, self.pgids_of(*key))
+                    cpu_s, rss_kb = self.meter.job_usage(*key)
                     then, cpu_before = self._last_task.get(key, (job.start, 0.0))
-                    self._last_task[key] = (now, usage.cpu_s)
-                    percent = max(0.0, usage.cpu_s - cpu_before) / max(1e-9, now - then) * 100
-                    profile.append("Task", now, CPUFrequency=khz, CPUTime=usage.cpu_s, CPUUtilization=percent,
-                                   RSS=usage.rss_kb)
+                    self._last_task[key] = (now, cpu_s)
+                    percent = max(0.0, cpu_s - cpu_before) / max(1e-9, now - then) * 100
+                    profile.append("Task", now, CPUFrequency=khz, CPUTime=cpu_s, CPUUtilization=percent, RSS=rss_kb)
             live = set(self.allocations.profiles)
             for key in [k for k in self._due if (k[0], k[1]) not in live]:
                 del self._due[key]
