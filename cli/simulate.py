@@ -1,0 +1,98 @@
+"""``wattsched simulate``: replay a workload through the controller's policy code in virtual time."""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from wattsched.cli.common import CLIError
+
+TRACES = Path(__file__).resolve().parent.parent.parent / "shared" / "traces"
+
+
+def platform(config_path: str, settings: list[str]):
+    """The configuration, with ``Key=Value`` settings applied after it as if appended to the file
+    (so a wrong one is reported like any configuration error)."""
+    from wattsched import config
+
+    base = Path(config_path).resolve()
+    if not base.exists():
+        raise CLIError(f"configuration file {config_path} not found")
+    if not settings:
+        return config.load(base)
+    with tempfile.TemporaryDirectory() as tmp:
+        combined = Path(tmp) / "settings"
+        combined.write_text(f"Include {base}\n" + "\n".join(settings) + "\n")
+        conf = config.load(combined)
+    return config.with_overrides(conf, source=str(base))
+
+
+def open_workload(spec: str, max_jobs: int | None, cpus_per_node: int, seed: int):
+    """A file (.swf, .swf.gz, .json) or a generator: ``synthetic002:COUNT[:MAXNODES]``."""
+    from wattsched.simulator import workload
+
+    if spec.startswith("synthetic002:"):
+        parts = spec.split(":")[1:]
+        try:
+            count, max_nodes = int(parts[0]), int(parts[1]) if len(parts) > 1 else 32
+        except ValueError as exc:
+            raise CLIError(f"bad generator '{spec}': synthetic002:COUNT[:MAXNODES]") from exc
+        return workload.synthetic_002(count, max_nodes, cpus_per_node, seed)
+    path = Path(spec)
+    if not path.exists():
+        hint = f" (the traces are expected in {TRACES}; any SWF file will do)" if spec.endswith((".swf", ".gz")) else ""
+        raise CLIError(f"workload {spec} not found{hint}")
+    try:
+        return workload.load(path, max_jobs)
+    except workload.WorkloadError as exc:
+        raise CLIError(str(exc)) from exc
+
+
+def simulate(config: Annotated[str, typer.Argument(help="Cluster configuration (etc/*.conf).")],
+             workload_spec: Annotated[str, typer.Argument(metavar="WORKLOAD",
+                                                          help="SWF (.swf, .swf.gz), JSON, or synthetic002:COUNT")],
+             out: Annotated[Path, typer.Option("--out", "-o", help="Folder for jobs.csv, summary.json, report.md.")]
+             = Path("simulation"),
+             jobs: Annotated[int | None, typer.Option("--jobs", "-n", help="Only the first N jobs.")] = None,
+             setting: Annotated[list[str] | None, typer.Option("--set", help="Key=Value over the configuration.")]
+             = None,
+             seed: Annotated[int, typer.Option(help="Seed of generated workloads.")] = 1,
+             quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False) -> None:
+    """Replay a workload through the same scheduling, power-cap and power-saving code as the controller."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from wattsched.config import ConfigError
+    from wattsched.simulator import engine, report
+
+    try:
+        conf = platform(config, setting or [])
+    except ConfigError as exc:
+        raise CLIError(str(exc)) from exc
+    cpus = min((n.cpus for n in conf.nodes), default=1)
+    load = open_workload(workload_spec, jobs, cpus, seed)
+    with Progress(TextColumn("simulating"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[rate]}"),
+                  TimeElapsedColumn(), disable=quiet, transient=True, console=None) as bar:
+        task = bar.add_task("jobs", total=len(load.jobs), rate="")
+        sim = None
+
+        def progress(done: int, total: int) -> None:
+            elapsed = bar.tasks[0].elapsed or 0
+            rate = f"{sim.events / elapsed:,.0f} events/s" if sim and elapsed > 0 else ""
+            bar.update(task, completed=done, total=total, rate=rate)
+
+        try:
+            sim = engine.Simulation(conf, load, progress=progress)
+            result = sim.run()
+        except ValueError as exc:
+            raise CLIError(str(exc)) from exc
+    paths = report.write(result, out, f"Simulation of {workload_spec} on {config}")
+    summary = result.summary()
+    sys.stdout.write(f"{summary['jobs']} jobs ({summary['infeasible']} too large for the platform, "
+                     f"{load.skipped} skipped, {load.clipped} clipped) in {summary['wall_s']:.1f} s "
+                     f"({summary['events_per_s']:,.0f} events/s)\n"
+                     f"energy {summary['energy_j'] / 3.6e9:.3f} MWh, mean wait {summary['mean_wait_s']:.0f} s, "
+                     f"max wait {summary['max_wait_s']:.0f} s, utilization {summary['utilization']:.3f}, "
+                     f"switches {summary['switches_off']} off / {summary['switches_on']} on\n"
+                     f"written: {', '.join(str(p) for p in paths.values())}\n")

@@ -1,0 +1,389 @@
+"""The discrete-event engine: a virtual clock, an event queue, and the controller's pure policy
+core (wattsched.scheduling with the configured priority, scheduler and selection plugins,
+wattsched.power for the cap, wattsched.powersave with the configured policies). Nothing here
+decides what to start or what to switch: it only builds the snapshots the controller would
+build and carries the decisions out in virtual time.
+
+Model. Jobs take whole nodes (``--exclusive``), as in the seeds' simulations; a job runs for its
+run time (clipped to its limit). A node is on, off, switching on or switching off
+(wattsched.switching, with each node's SwitchOnTime / SwitchOffTime: the hardware's times, where
+the live controller waits SuspendTimeout). A job allocated powered-down nodes starts when the
+last of them is on. Power: computing IdleWatts + (MaxWatts - IdleWatts) x the user's energy
+factor, idle IdleWatts, off PowerSaveWatts, switching SwitchOnWatts / SwitchOffWatts, integrated
+from the first submission to the last completion.
+
+Events at the same instant are handled together (job ends first, then switches, submissions and
+policy ticks), then one scheduling pass and one power-saving decision follow, as in the
+controller's loop. Ties are broken by insertion order, so a run is deterministic.
+"""
+
+from __future__ import annotations
+
+import collections
+import heapq
+import math
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from wattsched import plugins, power, powersave, scheduling, states, switching
+from wattsched.config import Config, NodeConf
+from wattsched.simulator.workload import SimJob, Workload
+
+END, SWITCHED, SUBMIT, TICK, PERIOD = 0, 1, 2, 3, 4
+COMPUTING, IDLE, OFF, SWITCHING_ON, SWITCHING_OFF = "computing", "idle", "off", "switching_on", "switching_off"
+BOUNDED_SLOWDOWN_TAU_S = 10.0
+
+
+@dataclass(slots=True)
+class SimNode:
+    conf: NodeConf
+    power: str = switching.ON
+    job: int = 0  # the job holding it (running, or waiting for other nodes)
+    alloc_cpus: int = 0  # what that job's allocation holds here, as the controller counts it
+    alloc_mem_mb: int = 0
+    idle_since: float = 0.0
+    category: str = IDLE
+    since: float = 0.0
+    watts: float = 0.0
+
+
+@dataclass(slots=True)
+class JobRecord:
+    job: SimJob
+    nodes: int
+    start: float = -1.0
+    end: float = -1.0
+    alloc: list[str] = field(default_factory=list)
+    alloc_cpus: dict[str, int] = field(default_factory=dict)
+    alloc_mem_mb: dict[str, int] = field(default_factory=dict)
+    waiting_for: int = 0  # nodes still switching on
+    energy_j: float = 0.0
+    freq_khz: int | None = None
+
+    @property
+    def wait(self) -> float:
+        return self.start - self.job.submit
+
+    @property
+    def runtime(self) -> float:
+        return self.end - self.start
+
+
+@dataclass(slots=True)
+class Result:
+    records: list[JobRecord]
+    energy_by_state: dict[str, float]
+    switches_on: int
+    switches_off: int
+    events: int
+    passes: int
+    wall_s: float
+    infeasible: int
+    first_submit: float
+    last_end: float
+    node_count: int
+    power_events: list[tuple[float, str, str, str]]
+
+    def summary(self) -> dict[str, float | int]:
+        done = [r for r in self.records if r.end >= 0]
+        waits = [r.wait for r in done]
+        stretch = [(r.wait + r.runtime) / r.runtime for r in done if r.runtime > 0]
+        bsld = [max(1.0, (r.wait + r.runtime) / max(r.runtime, BOUNDED_SLOWDOWN_TAU_S)) for r in done]
+        makespan = self.last_end - self.first_submit
+        busy = sum(r.runtime * r.nodes for r in done)
+        return {
+            "jobs": len(done), "infeasible": self.infeasible, "nodes": self.node_count,
+            "makespan_s": makespan, "utilization": busy / (makespan * self.node_count) if makespan > 0 else 0.0,
+            "energy_j": sum(self.energy_by_state.values()),
+            **{f"energy_{k}_j": v for k, v in self.energy_by_state.items()},
+            "mean_wait_s": statistics.fmean(waits) if waits else 0.0,
+            "median_wait_s": statistics.median(waits) if waits else 0.0,
+            "max_wait_s": max(waits, default=0.0),
+            "mean_stretch": statistics.fmean(stretch) if stretch else 0.0,
+            "mean_bounded_slowdown": statistics.fmean(bsld) if bsld else 0.0,
+            "switches_on": self.switches_on, "switches_off": self.switches_off,
+            "events": self.events, "passes": self.passes, "wall_s": self.wall_s,
+            "events_per_s": self.events / self.wall_s if self.wall_s > 0 else 0.0,
+        }
+
+
+class Simulation:
+    def __init__(self, config: Config, workload: Workload, progress: Callable[[int, int], None] | None = None):
+        self.config = config
+        self.priority, self.scheduler, self.select = plugins.scheduling(config)
+        self.policies = plugins.power_save_policies(config)
+        self.memories: dict[str, dict] = {}
+        self.progress = progress
+        self.nodes = {n.name: SimNode(n) for n in config.nodes}
+        self.partitions = {p.name: scheduling.PartitionSnap(p.name, p.nodes, p.state, p.max_time_min, p.max_nodes,
+                                                            p.priority_job_factor) for p in config.partitions}
+        default = config.default_partition()
+        if default is None:
+            raise ValueError(f"{config.source}: no partition to simulate on")
+        self.partition = default.name
+        cpus = {n.cpus for n in config.nodes if n.name in default.nodes}
+        self.cpus_per_node = min(cpus) if cpus else 1
+        excluded = set(config.suspend_exc_nodes)
+        for part in config.partitions:
+            if part.name in config.suspend_exc_parts:
+                excluded.update(part.nodes)
+        self.excluded = frozenset(excluded)
+        self.node_power = {n.name: power.NodePower(n.idle_watts or 0, n.max_watts or 0, _save(n),
+                                                   n.down_watts if n.down_watts is not None else n.max_watts or 0,
+                                                   n.power_cap_priority == 0, freq_watts=n.cpu_freq_watts)
+                           for n in config.nodes}
+        self.workload = workload
+        size = len(default.nodes)
+        self.records: dict[int, JobRecord] = {}
+        self.infeasible = 0
+        for job in workload.jobs:
+            nodes = workload.nodes_of(job, self.cpus_per_node)
+            if nodes > size:
+                self.infeasible += 1
+                continue
+            self.records[job.job_id] = JobRecord(job, nodes)
+        self.pending: dict[int, scheduling.JobRequest] = {}
+        self.running: dict[int, JobRecord] = {}
+        self.heap: list[tuple[float, int, int, int, str]] = []
+        self.seq = 0
+        self.energy = dict.fromkeys((COMPUTING, IDLE, OFF, SWITCHING_ON, SWITCHING_OFF), 0.0)
+        self.switches_on = self.switches_off = 0
+        self.suspends: collections.deque[float] = collections.deque()
+        self.resumes: collections.deque[float] = collections.deque()
+        self.reasons: dict[int, str] = {}
+        self.expected: dict[int, float] = {}
+        self.order: list[int] = []
+        self.power_events: list[tuple[float, str, str, str]] = []
+        self.events = self.passes = 0
+        self.period = min((p.period for _n, p in self.policies if hasattr(p, "period")), default=None)
+        self.t_idle = next((p.t_idle for _n, p in self.policies if hasattr(p, "t_idle")), None)
+
+    # --- events -----------------------------------------------------------------------------------
+
+    def _push(self, when: float, kind: int, job_id: int = 0, node: str = "") -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (when, kind, self.seq, job_id, node))
+
+    def run(self) -> Result:
+        started = time.perf_counter()
+        jobs = sorted(self.records.values(), key=lambda r: (r.job.submit, r.job.job_id))
+        if not jobs:
+            raise ValueError("the workload has no job this platform can run")
+        first = jobs[0].job.submit
+        for node in self.nodes.values():
+            node.since = node.idle_since = first
+            node.watts = self._watts(node)
+        for record in jobs:
+            self._push(record.job.submit, SUBMIT, record.job.job_id)
+        if self.period:
+            self._push(first + self.period, PERIOD)
+        total = len(jobs)
+        done = 0
+        last_end = first
+        while self.heap:
+            now = self.heap[0][0]
+            while self.heap and self.heap[0][0] == now:
+                _when, kind, _seq, job_id, name = heapq.heappop(self.heap)
+                self.events += 1
+                if kind == END:
+                    self._end(self.records[job_id], now)
+                    done += 1
+                    last_end = now
+                elif kind == SWITCHED:
+                    self._switched(self.nodes[name], now)
+                elif kind == SUBMIT:
+                    self.pending[job_id] = self._request(self.records[job_id])
+                elif kind == PERIOD and done < total:  # the policies' periodic call (TICK: a timeout)
+                    self._push(now + self.period, PERIOD)
+            if done == total:  # the last completion ends the simulation: nothing more to decide
+                break
+            self._pass(now)
+            if self.progress and self.events % 2000 < 8:
+                self.progress(done, total)
+        for node in self.nodes.values():
+            self._account(node, last_end)
+        if self.progress:
+            self.progress(done, total)
+        return Result(list(self.records.values()), dict(self.energy), self.switches_on, self.switches_off,
+                      self.events, self.passes, time.perf_counter() - started, self.infeasible, first, last_end,
+                      len(self.nodes), self.power_events)
+
+    def _request(self, record: JobRecord) -> scheduling.JobRequest:
+        job = record.job
+        return scheduling.JobRequest(job_id=job.job_id, user=job.user, partition=self.partition,
+                                     submit_time=job.submit, nodes_min=record.nodes, ntasks=record.nodes,
+                                     ntasks_set=True, exclusive=True, account=job.account,
+                                     time_limit_min=max(1, math.ceil(job.walltime / 60)))
+
+    # --- one pass: the controller's loop in virtual time --------------------------------------------
+
+    def _pass(self, now: float) -> None:
+        self.passes += 1
+        snap = self.snapshot(now)
+        decisions = scheduling.schedule(snap, self.priority, self.scheduler, self.select)
+        self.reasons, self.expected = decisions.reasons, decisions.expected_start
+        prio = decisions.priorities
+        self.order = sorted(self.pending, key=lambda j: (-prio.get(j, 0), self.pending[j].submit_time, j))
+        for job_id, alloc in decisions.starts:
+            self._start(self.records[job_id], alloc, now)
+        if self.policies:
+            self._power_tick(now, snap.power)
+
+    def snapshot(self, now: float) -> scheduling.Snapshot:
+        nodes = tuple(scheduling.NodeSnap(n.conf.name, n.conf.cpus, n.conf.cpus - n.alloc_cpus,
+                                          n.conf.real_memory_mb, n.conf.real_memory_mb - n.alloc_mem_mb,
+                                          n.conf.weight, frozenset(n.conf.features),
+                                          n.power != switching.SWITCHING_OFF, n.power == switching.OFF)
+                      for n in self.nodes.values())
+        running = tuple(scheduling.RunningJob(r.job.job_id, r.alloc_cpus, r.alloc_mem_mb, self._limit_end(r))
+                        for r in self.running.values())
+        return scheduling.Snapshot(now=now, nodes=nodes, partitions=self.partitions,
+                                   pending=tuple(self.pending.values()), running=running, backfill_due=True,
+                                   power=self._power_snap())
+
+    def _limit_end(self, record: JobRecord) -> float:
+        begin = record.start if record.start >= 0 else self._ready_at(record)
+        return begin + max(1, math.ceil(record.job.walltime / 60)) * 60
+
+    def _ready_at(self, record: JobRecord) -> float:
+        return max((self.nodes[n].since + self.nodes[n].conf.switching.on_s for n in record.alloc
+                    if self.nodes[n].power == switching.SWITCHING_ON), default=0.0)
+
+    def _power_snap(self) -> power.PowerSnap | None:
+        if self.config.power_cap is None:
+            return None
+        node_states = {}
+        for name, node in self.nodes.items():
+            if node.power == switching.OFF:
+                node_states[name] = power.SAVED
+            else:
+                node_states[name] = power.BUSY if node.job else power.IDLE
+        return power.PowerSnap(self.node_power, node_states, self.config.power_cap)
+
+    # --- jobs ------------------------------------------------------------------------------------------
+
+    def _start(self, record: JobRecord, alloc: scheduling.Allocation, now: float) -> None:
+        del self.pending[record.job.job_id]
+        self.running[record.job.job_id] = record
+        record.alloc = list(alloc.cpus)
+        record.alloc_cpus, record.alloc_mem_mb = dict(alloc.cpus), dict(alloc.mem_mb)
+        record.freq_khz = alloc.cpu_freq_khz
+        for name in record.alloc:
+            node = self.nodes[name]
+            node.job = record.job.job_id
+            node.alloc_cpus, node.alloc_mem_mb = alloc.cpus[name], alloc.mem_mb.get(name, 0)
+            if node.power == switching.OFF:
+                self._switch(node, switching.ON, now, f"job {record.job.job_id}")
+            elif node.power == switching.SWITCHING_ON:
+                self.power_events.append((now, name, "ALLOCATED", f"job {record.job.job_id}"))
+        record.waiting_for = sum(1 for n in record.alloc if self.nodes[n].power != switching.ON)
+        if record.waiting_for == 0:
+            self._run(record, now)
+
+    def _run(self, record: JobRecord, now: float) -> None:
+        record.start = now
+        for name in record.alloc:
+            self._set_category(self.nodes[name], COMPUTING, now)
+        self._push(now + record.job.runtime, END, record.job.job_id)
+
+    def _end(self, record: JobRecord, now: float) -> None:
+        record.end = now
+        del self.running[record.job.job_id]
+        for name in record.alloc:
+            node = self.nodes[name]
+            record.energy_j += node.watts * (now - record.start)
+            node.job = node.alloc_cpus = node.alloc_mem_mb = 0
+            node.idle_since = now
+            self._set_category(node, IDLE, now)
+            if self.t_idle is not None:
+                self._push(now + self.t_idle, TICK)
+
+    # --- power -------------------------------------------------------------------------------------------
+
+    def _power_tick(self, now: float, power_snap: power.PowerSnap | None) -> None:
+        ps_nodes = tuple(powersave.PsNode(n.conf.name, self._ps_state(n), n.idle_since, n.conf.name in self.excluded)
+                         for n in self.nodes.values())
+        pending = tuple(powersave.PendingBrief(j, self.records[j].nodes, self.records[j].job.walltime,
+                                               self.expected.get(j), self.reasons.get(j, ""))
+                        for j in self.order if j in self.pending)
+        releases = tuple((self._limit_end(r), len(r.alloc)) for r in self.running.values())
+        snap = powersave.PowerSaveSnap(now, ps_nodes, pending, releases, power_snap,
+                                       powersave.recent(self.suspends, now), powersave.recent(self.resumes, now))
+        off, on, self.memories = powersave.decide(self.policies, snap, self.memories, self.config.suspend_rate,
+                                                  self.config.resume_rate)
+        for name in off:
+            self._switch(self.nodes[name], switching.OFF, now, "")
+        for name in on:
+            self._switch(self.nodes[name], switching.ON, now, "")
+
+    @staticmethod
+    def _ps_state(node: SimNode) -> str:
+        if node.power != switching.ON:
+            return {switching.OFF: powersave.OFF, switching.SWITCHING_ON: powersave.SWITCHING_ON,
+                    switching.SWITCHING_OFF: powersave.SWITCHING_OFF}[node.power]
+        return powersave.BUSY if node.job else powersave.IDLE
+
+    def _switch(self, node: SimNode, target: str, now: float, reason: str) -> None:
+        sw = node.conf.switching
+        if target == switching.ON:
+            node.power = switching.SWITCHING_ON
+            self.switches_on += 1
+            self.resumes.append(now)
+            self.power_events.append((now, node.conf.name, states.P_POWERING_UP, reason))
+            self._set_category(node, SWITCHING_ON, now)
+            self._push(now + sw.on_s, SWITCHED, node=node.conf.name)
+        else:
+            node.power = switching.SWITCHING_OFF
+            self.switches_off += 1
+            self.suspends.append(now)
+            self.power_events.append((now, node.conf.name, states.P_POWERING_DOWN, reason))
+            self._set_category(node, SWITCHING_OFF, now)
+            self._push(now + sw.off_s, SWITCHED, node=node.conf.name)
+
+    def _switched(self, node: SimNode, now: float) -> None:
+        if node.power == switching.SWITCHING_OFF:
+            node.power = switching.OFF
+            self.power_events.append((now, node.conf.name, states.P_POWERED_DOWN, ""))
+            self._set_category(node, OFF, now)
+            return
+        node.power = switching.ON
+        node.idle_since = now
+        self.power_events.append((now, node.conf.name, "POWERED_UP", f"job {node.job}" if node.job else ""))
+        self._set_category(node, IDLE, now)
+        if node.job:
+            record = self.records[node.job]
+            record.waiting_for -= 1
+            if record.waiting_for == 0:
+                self._run(record, now)
+        elif self.t_idle is not None:
+            self._push(now + self.t_idle, TICK)
+
+    def _set_category(self, node: SimNode, category: str, now: float) -> None:
+        self._account(node, now)
+        node.category = category
+        node.watts = self._watts(node)
+
+    def _account(self, node: SimNode, now: float) -> None:
+        self.energy[node.category] += node.watts * (now - node.since)
+        node.since = now
+
+    def _watts(self, node: SimNode) -> float:
+        conf = node.conf
+        idle = float(conf.idle_watts or 0)
+        if node.category == COMPUTING:
+            record = self.records[node.job]
+            busy = float(self.node_power[conf.name].busy_at(record.freq_khz))
+            return idle + (busy - idle) * record.job.energy_factor
+        if node.category == IDLE:
+            return idle
+        if node.category == OFF:
+            return float(_save(conf))
+        return conf.switching.on_watts if node.category == SWITCHING_ON else conf.switching.off_watts
+
+
+def _save(conf: NodeConf) -> int:
+    return conf.power_save_watts if conf.power_save_watts is not None else conf.idle_watts or 0
+
+

@@ -1,0 +1,139 @@
+"""The simulator: SWF parsing of a real trace, a hand-computed schedule and energy, power saving
+in virtual time, determinism, and the command's output and errors."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from wattsched import config
+from wattsched.simulator import engine, workload
+from wattsched.simulator.workload import SimJob, Workload
+from wattsched.testcluster import BIN
+
+TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
+KTH = TRACES / "KTH-SP2-1996-2.1-cln.swf.gz"
+
+
+def _platform(tmp_path, extra: str = "", nodes: int = 4) -> config.Config:
+    path = tmp_path / "p.conf"
+    path.write_text(f"SchedulerType=sched/backfill\nSelectType=select/linear\n{extra}\n"
+                    f"NodeName=s[1-{nodes}] CPUs=1 IdleWatts=95 MaxWatts=191 PowerSaveWatts=10 "
+                    "SwitchOnTime=10 SwitchOffTime=20 SwitchOnWatts=120 SwitchOffWatts=100\n"
+                    f"PartitionName=p Nodes=s[1-{nodes}] Default=YES\n")
+    return config.load(path)
+
+
+# Four one-CPU nodes, EASY backfilling:
+#   J1 t=0   3 nodes 600 s (limit 600)    starts at once
+#   J2 t=10  2 nodes 300 s (limit 600)    one node free: waits, reserved at 600 when J1 ends
+#   J3 t=20  1 node  300 s (limit 300)    backfilled on the free node: ends at 320, before 600
+#   J4 t=30  1 node  1200 s (limit 1200)  no node until J3 ends at 320; there, at 600 J2 needs 2 of
+#                                         the 4 nodes then free, so J4 backfills at 320
+HAND = [SimJob(1, 0, 600, 600, 3), SimJob(2, 10, 300, 600, 2), SimJob(3, 20, 300, 300, 1),
+        SimJob(4, 30, 1200, 1200, 1)]
+HAND_STARTS = {1: 0.0, 2: 600.0, 3: 20.0, 4: 320.0}
+
+
+def test_a_hand_built_workload_runs_as_computed_by_hand(tmp_path) -> None:
+    result = engine.Simulation(_platform(tmp_path), Workload(list(HAND))).run()
+    starts = {r.job.job_id: r.start for r in result.records}
+    assert starts == HAND_STARTS
+    assert {r.job.job_id: r.end for r in result.records} == {1: 600.0, 2: 900.0, 3: 320.0, 4: 1520.0}
+    # 3,900 busy node-seconds at 191 W, the other 4 x 1,520 - 3,900 at 95 W
+    assert result.energy_by_state["computing"] == pytest.approx(3900 * 191)
+    assert result.energy_by_state["idle"] == pytest.approx((4 * 1520 - 3900) * 95)
+    summary = result.summary()
+    assert summary["makespan_s"] == 1520 and summary["max_wait_s"] == 590
+    assert summary["mean_wait_s"] == pytest.approx((0 + 590 + 0 + 290) / 4)
+
+
+def test_idle_timeout_in_virtual_time_switches_and_wakes_nodes(tmp_path) -> None:
+    # SuspendTime=0: idle nodes go off at once (20 s at 100 W, then 10 W), and a job given off nodes
+    # waits 10 s for them to switch on (120 W)
+    jobs = Workload([SimJob(1, 0, 100, 100, 1), SimJob(2, 1000, 100, 100, 2)])
+    result = engine.Simulation(_platform(tmp_path, "SuspendTime=0", nodes=2), jobs).run()
+    starts = {r.job.job_id: r.start for r in result.records}
+    # at t=0 both nodes are on: job 1 starts on s1, s2 goes off; at 1000 both are off: job 2 waits 10 s
+    assert starts == {1: 0.0, 2: 1010.0}
+    assert result.switches_off == 2 and result.switches_on == 2
+    energy = result.energy_by_state
+    assert energy["computing"] == pytest.approx(100 * 191 + 2 * 100 * 191)
+    assert energy["switching_on"] == pytest.approx(2 * 10 * 120)
+    assert energy["switching_off"] == pytest.approx(2 * 20 * 100)
+    # s2 off from 20 to 1000, s1 from 120 to 1000
+    assert energy["off"] == pytest.approx((1000 - 20) * 10 + (1000 - 120) * 10)
+    always_on = engine.Simulation(_platform(tmp_path, nodes=2), jobs).run()
+    assert sum(energy.values()) < sum(always_on.energy_by_state.values())
+
+
+def test_same_input_same_output(tmp_path) -> None:
+    conf = _platform(tmp_path, "PowerSaveType=power_save/energy_aware", nodes=8)
+    jobs = workload.synthetic_002(60, 8, 1, seed=5)
+    assert jobs.jobs == workload.synthetic_002(60, 8, 1, seed=5).jobs
+    first, second = (engine.Simulation(conf, jobs).run() for _ in range(2))
+    rows = [(r.job.job_id, r.start, r.end, r.energy_j) for r in first.records]
+    assert rows == [(r.job.job_id, r.start, r.end, r.energy_j) for r in second.records]
+    assert first.energy_by_state == second.energy_by_state
+
+
+@pytest.mark.skipif(not KTH.exists(), reason=f"the KTH SP2 trace is not at {KTH}")
+def test_swf_parsing_of_a_real_trace() -> None:
+    trace = workload.parse_swf(KTH, max_jobs=500)
+    assert trace.header["MaxNodes"] == "100" and trace.header["UnixStartTime"] == "843480031"
+    assert len(trace.jobs) == 500
+    with gzip.open(KTH, "rt") as handle:
+        first = next(line for line in handle if not line.startswith(";")).split()
+    assert len(first) == 18
+    job = trace.jobs[0]
+    assert (job.job_id, job.submit, job.runtime, job.procs, job.walltime, job.user) == \
+        (int(first[0]), float(first[1]), float(first[3]), int(first[4]), float(first[8]), f"u{first[11]}")
+
+
+def test_swf_conventions_unknowns_clipping_and_errors(tmp_path) -> None:
+    path = tmp_path / "t.swf"
+    path.write_text("; MaxNodes: 8\n"
+                    "1 0 5 100 4 -1 -1 4 60 -1 1 3 3 -1 -1 -1 -1 -1\n"  # ran 100 s over a 60 s limit
+                    "2 10 0 50 -1 -1 -1 2 -1 -1 1 -1 -1 -1 -1 -1 -1 -1\n"  # allocated unknown: requested 2
+                    "3 20 0 -1 2 -1 -1 2 600 -1 0 4 4 -1 -1 -1 -1 -1\n")  # run time unknown: skipped
+    trace = workload.parse_swf(path)
+    assert [(j.job_id, j.runtime, j.walltime, j.procs, j.user) for j in trace.jobs] == \
+        [(1, 60, 60, 4, "u3"), (2, 50, 50, 2, "unknown")]
+    assert trace.clipped == 1 and trace.skipped == 1 and trace.header == {"MaxNodes": "8"}
+    path.write_text("1 0 5 100 4\n")
+    with pytest.raises(workload.WorkloadError, match=r"t.swf:1: 5 fields, SWF has 18"):
+        workload.parse_swf(path)
+    as_json = tmp_path / "w.json"
+    workload.save_json(Workload(list(HAND)), as_json)
+    assert workload.load(as_json).jobs == HAND
+
+
+def test_simulate_command_writes_its_outputs_and_refuses_bad_input(tmp_path) -> None:
+    conf = tmp_path / "p.conf"
+    _platform(tmp_path)  # writes p.conf
+    as_json = tmp_path / "w.json"
+    workload.save_json(Workload(list(HAND)), as_json)
+    out = tmp_path / "out"
+    done = subprocess.run([str(BIN / "wattsched"), "simulate", str(conf), str(as_json), "-o", str(out), "-q",
+                           "--set", "SuspendTime=NONE"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "4 jobs" in done.stdout
+    rows = (out / "jobs.csv").read_text().splitlines()
+    assert rows[0] == ",".join(engine_columns()) and len(rows) == 5
+    assert json.loads((out / "summary.json").read_text())["jobs"] == 4
+    assert (out / "energy.png").stat().st_size > 0 and "![energy by node state]" in (out / "report.md").read_text()
+    for args, message in [([str(conf), str(tmp_path / "none.swf")], "not found"),
+                          ([str(conf), str(as_json), "--set", "SuspendTime=soon"], "SuspendTime"),
+                          ([str(conf), "synthetic002:x"], "bad generator")]:
+        bad = subprocess.run([str(BIN / "wattsched"), "simulate", *args, "-q", "-o", str(out)], capture_output=True,
+                             text=True, timeout=60)
+        assert bad.returncode == 1 and message in bad.stderr, bad.stderr
+
+
+def engine_columns() -> tuple[str, ...]:
+    from wattsched.simulator.report import JOB_COLUMNS
+
+    return JOB_COLUMNS
