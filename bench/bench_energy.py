@@ -198,7 +198,7 @@ def ipmi_latency() -> None:
 
 
 def freqcurve() -> None:
-    from wattsched.cpufreq import DEFAULT_LADDER
+    from wattsched.cpufreq import DEFAULT_LADDER, busy_watts
     from wattsched.testcluster import Cluster, wait_for
 
     root = Path(tempfile.mkdtemp(prefix="bench-freq-"))
@@ -223,8 +223,17 @@ def freqcurve() -> None:
                 time.sleep(2)  # let the node settle back to idle
     finally:
         cluster.stop()
-    figures = {f"{label} at {khz / 1e6:.1f} GHz": f"{seconds:6.1f} s {joules:6d} J"
-               for label, khz, seconds, joules in rows}
+    figures = {}
+    top = max(DEFAULT_LADDER)
+    for label, khz, seconds, joules in rows:
+        # the model's expectation from the full-speed run: compute stretches by f_max/f at W(f),
+        # the 8 s of sleep stay 8 s at idle power
+        full = next(s for lbl, k, s, _j in rows if lbl == label and k == top)
+        compute = full - (8 if label == "half compute" else 0)
+        expected_s = compute * top / khz + (full - compute)
+        expected_j = busy_watts(khz, top, 95, 190) * compute * top / khz + 95 * (full - compute)
+        figures[f"{label} at {khz / 1e6:.1f} GHz"] = (f"{seconds:6.1f} s {joules:6d} J   "
+                                                      f"(model {expected_s:5.1f} s {expected_j:6.0f} J)")
     for label in ("compute-bound", "half compute"):
         best = min((r for r in rows if r[0] == label), key=lambda r: r[3])
         figures[f"{label}: least energy"] = f"{best[1] / 1e6:.1f} GHz ({best[3]} J)"

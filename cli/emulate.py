@@ -57,7 +57,7 @@ def start(config_path: str, agents: int | None, log_dir: str | None, quiet: bool
     procs = [_daemon([*exe, "controller", config_path], env, os.path.join(logs, "controller.log"))]
     _wait_for_key(config, procs[0])
     bmcs = []
-    if config.emulated_nodes and config.acct_gather_energy_type == "acct_gather_energy/ipmi":
+    if config.emulated_bmcs:
         # the virtual nodes' BMCs, read over RMCP+ by the agents as real BMCs would be
         bmcs.append(_daemon([*exe, "bmc", config_path], env, os.path.join(logs, "bmc.log")))
     names = [n.name for n in config.nodes]

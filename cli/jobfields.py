@@ -5,10 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from wattsched import timefmt
+from wattsched import states, timefmt
 
-SHORT = {"PENDING": "PD", "RUNNING": "R", "COMPLETING": "CG", "COMPLETED": "CD", "FAILED": "F",
-         "CANCELLED": "CA", "TIMEOUT": "TO", "NODE_FAIL": "NF", "REQUEUED": "RQ", "OUT_OF_MEMORY": "OOM"}
+SHORT = states.JOB_SHORT
 
 
 def _reason_or_nodes(job: dict[str, Any]) -> str:

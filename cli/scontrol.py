@@ -227,7 +227,7 @@ def update(client: Client, args: list[str]) -> None:
     if "nodename" in pairs:
         node = pairs.pop("nodename")
         state = pairs.pop("state", "").lower()
-        if state not in ("drain", "resume", "down", "idle", "undrain"):
+        if state not in ("drain", "resume", "down", "idle", "undrain", "power_down", "power_down_asap", "power_up"):
             raise CLIError(f"Invalid node state specified: {state or '(none)'}")
         reason = pairs.pop("reason", "")
         if pairs:

@@ -125,8 +125,10 @@ def sinfo(
         node_rows = [n for n in node_rows if n["name"] in wanted_nodes]
     wanted_states = {s.lower() for s in split_list(states)}
     if wanted_states:
-        node_rows = [n for n in node_rows if n["state_short"].rstrip("*") in wanted_states
-                     or n["state_sinfo"].rstrip("*") in wanted_states]
+        # a state names the base state whatever the suffix (idle matches idle~), or a power flag
+        node_rows = [n for n in node_rows if n["state_short"].rstrip("*~#%!") in wanted_states
+                     or n["state_sinfo"].rstrip("*~#%!") in wanted_states
+                     or (n.get("power") and n["power"].lower() in wanted_states)]
     if reasons:
         node_rows = [n for n in node_rows if n["reason"] and (n["drain"] or n["base_state"] == "DOWN")]
     if json_:

@@ -16,7 +16,7 @@ app = typer.Typer(add_completion=False, context_settings={"help_option_names": [
 DEFAULT = "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R"
 LONG = "%.18i %.9P %.8j %.8u %.8T %.10M %.9l %.6D %R"
 START = "%.18i %.9P %.8j %.8u %.2t %.19S %.6D %R"
-DEFAULT_STATES = ("PENDING", "RUNNING", "COMPLETING")
+DEFAULT_STATES = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING")
 
 
 def format_from_fields(spec: str) -> str:
@@ -78,7 +78,7 @@ def squeue(
         names = reply["columns"]
         reply["jobs"] = [dict(zip(names, row, strict=True)) for row in reply["rows"]]
     rows = [j for j in reply["jobs"] if j["state"] in active]
-    rows.sort(key=lambda j: (j["state"] != "RUNNING" and j["state"] != "COMPLETING", -j["priority"]
+    rows.sort(key=lambda j: (j["state"] == "PENDING", -j["priority"]
                              if j["state"] == "PENDING" else 0, j["job_id"]))
     if json_:
         print_json({"jobs": rows, "time": now})

@@ -142,7 +142,7 @@ def allocate(client: Client, opts: dict[str, Any], immediate: bool, quiet: bool)
             job = client.request("GET", "/v1/jobs", params={"job": [str(job_id)]})["jobs"][0]
             if job["state"] == "RUNNING":
                 break
-            if job["state"] != "PENDING":
+            if job["state"] not in ("PENDING", "CONFIGURING"):  # CONFIGURING: its nodes are powering up
                 raise CLIError(f"Job allocation {job_id} has been revoked.")
             if not announced and not quiet:
                 why = POWER_MESSAGES.get(job["reason"])

@@ -122,9 +122,11 @@ def bmc(config: Annotated[str | None, typer.Argument(help="Configuration file.")
         raise CLIError(str(exc)) from exc
     children = []
     for name in names:  # forked after pyghmi is imported, before it has a socket or a thread
+        parent = os.getpid()
         pid = os.fork()
         if pid == 0:
             try:
+                _die_with(parent)
                 serve(conf, [name])
             finally:
                 os._exit(1)
@@ -140,6 +142,34 @@ def bmc(config: Annotated[str | None, typer.Argument(help="Configuration file.")
     signal.signal(signal.SIGINT, stop)
     os.wait()  # one BMC died: take the others down with it
     stop(0, None)
+
+
+def _die_with(parent: int) -> None:
+    """Have the kernel end this process when ``parent`` dies, even by SIGKILL (Linux prctl)."""
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+    if os.getppid() != parent:  # it died before we asked
+        raise SystemExit(0)
+
+
+def _power_app() -> typer.Typer:
+    from wattsched.cli.power import app as power
+
+    return power
+
+
+app.add_typer(_power_app(), name="power")
+
+
+def _simulate_command() -> None:
+    from wattsched.cli.simulate import simulate
+
+    app.command(name="simulate")(simulate)
+
+
+_simulate_command()
 
 
 profile_app = typer.Typer(add_completion=False, no_args_is_help=True, help="Job power profiles (HDF5).")

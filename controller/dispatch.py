@@ -1,4 +1,5 @@
-"""Carrying out the controller's actions on node agents: launching scripts, signalling jobs.
+"""Carrying out the controller's actions on node agents: launching scripts, signalling jobs;
+and running the power-saving programs.
 
 Calls are asynchronous and grouped per agent. Failed calls are not lost: the state keeps
 what still has to happen (a job not yet launched, a job still completing or being killed),
@@ -18,6 +19,7 @@ from pydantic import BaseModel
 from wattsched import auth, states
 from wattsched.api import BatchLaunch, JobAllocation, LaunchBatch, SignalJob
 from wattsched.config import Config
+from wattsched.controller.powersaving import PowerProgram, run_program
 from wattsched.controller.state import Action, ClusterState, Launch, Signal
 from wattsched.controller.views import output_path
 from wattsched.model import Job
@@ -63,6 +65,8 @@ class Dispatcher:
                 batch_node = self.state.nodes[job.batch_host]
                 if not job.interactive and batch_node.agent_url:
                     launches[batch_node.agent_url].append(job)
+            elif isinstance(action, PowerProgram):
+                run_program(self.state.config, action)
             else:
                 self._last_try[("signal", action.job_id)] = now
                 by_agent: dict[str, list[str]] = defaultdict(list)
@@ -101,8 +105,8 @@ class Dispatcher:
         self.on_change()
 
     def _batch(self, job: Job) -> BatchLaunch:
-        return BatchLaunch(job_id=job.job_id, node=job.batch_host, uid=job.uid, gid=job.gid, user=job.user,
-                           script=job.script or "", argv=job.argv, work_dir=job.work_dir,
+        return BatchLaunch(job_id=job.job_id, node=job.batch_host, run=job.restart_count, uid=job.uid,
+                           gid=job.gid, user=job.user, script=job.script or "", argv=job.argv, work_dir=job.work_dir,
                            environment=batch_environment(self.state, job),
                            std_out=output_path(job, job.std_out),
                            std_err=output_path(job, job.std_err or job.std_out),
@@ -122,16 +126,16 @@ class Dispatcher:
         now = time.monotonic()
         actions: list[Action] = []
         for job in self.state.jobs.values():
-            if job.state == states.RUNNING and not job.launched:
+            if job.state == states.RUNNING and not job.launched and not job.configuring:
                 key = ("launch", job.job_id)
                 if now - self._last_try.get(key, 0) > RETRY_AFTER_S:
                     actions.append(Launch(job))
-            elif job.state == states.COMPLETING or (job.state == states.RUNNING and
+            elif job.completing_nodes or (job.state == states.RUNNING and
                                                     (job.cancelled_by is not None or job.timed_out)):
                 key = ("signal", job.job_id)
                 if now - self._last_try.get(key, 0) > RETRY_AFTER_S:
-                    nodes = job.completing_nodes if job.state == states.COMPLETING else job.node_list
-                    actions.append(Signal(job.job_id, nodes, 9 if job.state == states.COMPLETING else 15,
+                    nodes = job.completing_nodes or job.node_list
+                    actions.append(Signal(job.job_id, nodes, 9 if job.completing_nodes else 15,
                                           terminate=True))
         for key in [k for k in self._last_try if k[1] not in self.state.jobs]:
             del self._last_try[key]

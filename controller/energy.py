@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 Samples = Sequence[tuple[float, float]]  # (time, joules), in time order
@@ -100,3 +100,17 @@ def covered_until(histories: Mapping[str, NodeHistory], nodes: Sequence[str]) ->
     """The latest time every one of ``nodes`` has a sample for (0 when one has none)."""
     ends = [histories[n].samples[-1][0] if n in histories and histories[n].samples else 0.0 for n in nodes]
     return min(ends, default=0.0)
+
+
+def cluster_joules(nodes: Iterable, start: float, end: float) -> float | None:
+    """The metered nodes' energy over [start, end] from their counter samples (None when some
+    metered node's samples, kept for an hour, do not cover the period)."""
+    total = 0.0
+    for node in nodes:
+        if not node.energy_samples:
+            continue
+        first, last = counter_at(node.energy_samples, start), counter_at(node.energy_samples, end)
+        if first is None or last is None or start < node.energy_samples[0][0]:
+            return None
+        total += last - first
+    return total

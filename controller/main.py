@@ -12,9 +12,10 @@ from wattsched import config as config_mod
 from wattsched.accounting.store import AccountingStore
 from wattsched.controller.acctsync import AccountingSync
 from wattsched.controller.app import Controller, create_app
+from wattsched.controller.powersaving import PowerSaving
 from wattsched.controller.state import ClusterState, Plugins
 from wattsched.controller.store import StateStore
-from wattsched.plugins import PluginError, load
+from wattsched.plugins import PluginError, scheduling
 
 log = logging.getLogger("wattsched.controller")
 
@@ -25,10 +26,10 @@ class StartupError(RuntimeError):
 
 def load_plugins(config: config_mod.Config) -> Plugins:
     try:
-        return Plugins(priority=load(config.priority_type, config=config),
-                       scheduler=load(config.scheduler_type, params=config.scheduler_parameters),
-                       select=load(config.select_type))
-    except PluginError as exc:
+        priority, scheduler, select = scheduling(config)
+        PowerSaving(config)  # a wrong PowerSaveType or PowerSaveParameters stops the start here
+        return Plugins(priority=priority, scheduler=scheduler, select=select)
+    except (PluginError, ValueError) as exc:
         raise StartupError(f"{config.source}: {exc}") from exc
 
 

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
-from wattsched import auth, hostlist, power, scheduling, states
+from wattsched import auth, hostlist, power, powersave, scheduling, states
 from wattsched.api import (
     AgentHeartbeat,
     JobEvent,
@@ -34,6 +34,7 @@ from wattsched.auth import Identity
 from wattsched.config import Config, parse_power_cap
 from wattsched.controller import energy, views
 from wattsched.controller import submit as submit_mod
+from wattsched.controller.powersaving import RESUME_TIMEOUT_REASON, PowerProgram, PowerSaving
 from wattsched.controller.priority import Shares
 from wattsched.controller.reservations import ReservationBook, ReservationError
 from wattsched.controller.store import StateStore
@@ -42,6 +43,10 @@ from wattsched.model import Job, Node, Reservation, Step
 log = logging.getLogger("wattsched.controller")
 
 NOT_RESPONDING = "Not responding"
+# pending reasons of jobs that no node switching would help start now
+_NOT_WAITING_FOR_NODES = frozenset({states.R_DEPENDENCY, states.R_DEP_NEVER, states.R_BEGIN, states.R_HELD_USER,
+                                    states.R_HELD_ADMIN, states.R_PART_DOWN, states.R_PART_TIME,
+                                    states.R_PART_NODES, states.R_RESERVATION, states.R_RESV_DELETED})
 
 
 class Refused(Exception):
@@ -66,7 +71,7 @@ class Signal:
     terminate: bool = False
 
 
-Action = Launch | Signal
+Action = Launch | Signal | PowerProgram
 
 
 @dataclass(slots=True)
@@ -126,6 +131,7 @@ class ClusterState:
     resv: ReservationBook = field(default_factory=ReservationBook)
     shares: Shares = field(default_factory=Shares)
     power_cap: float | None = None  # watts, math.inf (INFINITE) or None (capping off)
+    power_saving: PowerSaving | None = None
     _energy_due: dict[int, float] = field(default_factory=dict)  # ended jobs awaiting their nodes' samples
     profiles_due: list[tuple[str, int, int]] = field(default_factory=list)  # (user, uid, job): profiles to merge
     job_usage: dict[int, dict[str, JobUsage]] = field(default_factory=dict)  # running jobs, per node (sstat)
@@ -141,7 +147,7 @@ class ClusterState:
 
     @classmethod
     def open(cls, config: Config, store: StateStore, plugins: Plugins, key: bytes, now: float) -> ClusterState:
-        state = cls(config=config, store=store, plugins=plugins, key=key)
+        state = cls(config=config, store=store, plugins=plugins, key=key, power_saving=PowerSaving(config))
         for conf in config.nodes:
             parts = tuple(p.name for p in config.partitions if conf.name in p.nodes)
             node = Node(name=conf.name, cpus=conf.cpus, real_memory_mb=conf.real_memory_mb,
@@ -165,6 +171,8 @@ class ClusterState:
                 node.reason_time, node.reason_uid = saved.get("reason_time", 0), saved.get("reason_uid", 0)
                 if saved.get("down"):
                     node.base_state = states.N_DOWN
+                node.power, node.power_since = saved.get("power", ""), saved.get("power_since", 0.0)
+                node.power_job = saved.get("power_job", 0)
         state.next_job_id = int(store.get_meta("next_job_id", str(config.first_job_id)) or 1)
         saved_cap = store.get_meta("power_cap")
         state.power_cap = config.power_cap if saved_cap is None else json.loads(saved_cap)
@@ -198,8 +206,9 @@ class ClusterState:
     def _save_nodes(self) -> None:
         self._meta_dirty = True
 
-    def _node_event(self, node: Node, now: float, state: str) -> None:
-        self._node_events.append({"node": node.name, "state": state, "reason": node.reason, "time": now,
+    def _node_event(self, node: Node, now: float, state: str, reason: str | None = None) -> None:
+        self._node_events.append({"node": node.name, "state": state, "time": now,
+                                  "reason": node.reason if reason is None else reason,
                                   "uid": node.reason_uid, "cluster": self.config.cluster_name})
         self._save_nodes()
 
@@ -212,8 +221,9 @@ class ClusterState:
             meta["nodes"] = json.dumps({
                 n.name: {"drain": n.drain, "reason": n.reason, "reason_time": n.reason_time,
                          "reason_uid": n.reason_uid,
-                         "down": n.base_state == states.N_DOWN and n.reason != NOT_RESPONDING}
-                for n in self.nodes.values() if n.drain or n.reason})
+                         "down": n.base_state == states.N_DOWN and n.reason != NOT_RESPONDING,
+                         "power": n.power, "power_since": n.power_since, "power_job": n.power_job}
+                for n in self.nodes.values() if n.drain or n.reason or n.power})
         jobs = [self.jobs[j].to_dict() for j in self._dirty if j in self.jobs]
         self.store.commit(jobs, self._purged, meta, self._node_events, [r.to_dict() for r in self._resv_dirty])
         self._resv_dirty = []
@@ -232,7 +242,7 @@ class ClusterState:
     def node_snaps(self) -> dict[str, scheduling.NodeSnap]:
         return {n.name: scheduling.NodeSnap(n.name, n.cpus, n.cpus - n.alloc_cpus, n.real_memory_mb,
                                             n.real_memory_mb - n.alloc_mem_mb, n.weight, frozenset(n.features),
-                                            n.schedulable)
+                                            n.schedulable, n.power == states.P_POWERED_DOWN)
                 for n in self.nodes.values()}
 
     def _request(self, job: Job) -> scheduling.JobRequest:
@@ -253,7 +263,9 @@ class ClusterState:
         return cached
 
     def snapshot(self, now: float, backfill_due: bool = True) -> scheduling.Snapshot:
-        pending = tuple(self._request(j) for j in self.jobs.values() if j.state == states.PENDING)
+        # a requeued job waits until its previous run is gone from every node (Slurm's COMPLETING flag)
+        pending = tuple(self._request(j) for j in self.jobs.values()
+                        if j.state == states.PENDING and not j.completing_nodes)
         needs_briefs = any(r.dependency or r.array_throttle for r in pending)
         briefs = {j.job_id: scheduling.JobBrief(j.job_id, j.state, j.user, j.name, j.exit_code, j.term_signal,
                                                 j.array_job_id, j.array_task_id, j.start_time)
@@ -291,10 +303,13 @@ class ClusterState:
         return result
 
     def power_states(self) -> dict[str, str]:
-        """Each node's state for power: busy (allocated or mixed), idle, down."""
+        """Each node's state for power: busy (allocated or mixed), idle, powered down (saved), down.
+        A node powering down still counts as idle until it is off: the cap is never broken."""
         result = {}
         for n in self.nodes.values():
-            if n.base_state in (states.N_DOWN, states.N_UNKNOWN, states.N_FUTURE) or n.not_responding:
+            if n.power == states.P_POWERED_DOWN:
+                result[n.name] = power.SAVED
+            elif n.base_state in (states.N_DOWN, states.N_UNKNOWN, states.N_FUTURE) or n.not_responding:
                 result[n.name] = power.DOWN
             else:
                 result[n.name] = power.BUSY if n.alloc_cpus else power.IDLE
@@ -361,12 +376,44 @@ class ClusterState:
         job.launched = False
         self._hold_resources(job, +1)
         self.touch(job)
+        waking = [n for n in alloc.cpus if self.nodes[n].power in (states.P_POWERED_DOWN, states.P_POWERING_UP)]
+        if waking:
+            return self._configure(job, waking, now)
         if job.interactive:
             job.launched = True
             return [Launch(job)]  # its nodes' agents still set its CPU frequency and profile it
         job.steps.append(Step(step_id="batch", name="batch", nodes=[job.batch_host], ntasks=1,
                               cpus=job.alloc_cpus[job.batch_host], start_time=now))
         return [Launch(job)]
+
+    def _configure(self, job: Job, waking: list[str], now: float) -> list[Action]:
+        """Hold a job CONFIGURING while its powered-down nodes are woken (Slurm's power save)."""
+        assert self.power_saving is not None
+        job.configuring = True
+        if not job.interactive:
+            job.steps.append(Step(step_id="batch", name="batch", nodes=[job.batch_host], ntasks=1,
+                                  cpus=job.alloc_cpus[job.batch_host], start_time=now))
+        asleep = [n for n in waking if self.nodes[n].power == states.P_POWERED_DOWN]
+        for name in asleep:
+            self.power_saving.begin_resume(self.nodes[name], now, job.job_id)
+            self._node_event(self.nodes[name], now, states.P_POWERING_UP, f"job {job.job_id}")
+        return [PowerProgram("resume", asleep)] if asleep else []
+
+    def _configured(self, now: float) -> list[Action]:
+        """Launch the CONFIGURING jobs whose nodes are all up; their run starts now."""
+        actions: list[Action] = []
+        for job in self.jobs.values():
+            if job.configuring and job.state == states.RUNNING and all(
+                    self.nodes[n].power not in (states.P_POWERED_DOWN, states.P_POWERING_UP) for n in job.alloc_cpus):
+                job.configuring = False
+                job.start_time = now
+                for step in job.steps:
+                    step.start_time = now
+                self.touch(job)
+                if job.interactive:
+                    job.launched = True
+                actions.append(Launch(job))
+        return actions
 
     def _hold_resources(self, job: Job, sign: int) -> None:
         for name, cpus in job.alloc_cpus.items():
@@ -500,16 +547,21 @@ class ClusterState:
     def node_clean(self, job_id: int, node: str) -> None:
         """An agent confirmed a job has no process left on ``node``."""
         job = self.jobs.get(job_id)
-        if job is None or job.state != states.COMPLETING or node not in job.completing_nodes:
+        if job is None or node not in job.completing_nodes:
             return
         job.completing_nodes.remove(node)
-        if not job.completing_nodes:
+        if job.state == states.PENDING:
+            self.touch(job)
+        elif not job.completing_nodes:
             self._finish(job)
         else:
             self.touch(job)
 
     def batch_ended(self, event: JobEvent, now: float) -> list[Action]:
         job = self.jobs.get(event.job_id)
+        if job is not None and event.run < job.restart_count:
+            self.node_clean(job.job_id, event.node)  # the end of a run that was requeued
+            return []
         if job is None or job.state not in (states.RUNNING,) or job.batch_host != event.node:
             return []
         batch = job.find_step("batch")
@@ -601,8 +653,13 @@ class ClusterState:
 
     def _requeue(self, job: Job, now: float) -> list[Action]:
         nodes = job.node_list
+        # the run is cleaned up where it may have processes: a configuring job never ran, a down
+        # node will not answer
+        live = [] if job.configuring else [n for n in nodes if self.nodes[n].base_state != states.N_DOWN
+                                           and not self.nodes[n].not_responding]
         self._hold_resources(job, -1)
         self._reset_for_requeue(job)
+        job.completing_nodes = live
         return [Signal(job.job_id, nodes, signal_mod.SIGKILL, terminate=True)]
 
     def _reset_for_requeue(self, job: Job) -> None:
@@ -611,7 +668,7 @@ class ClusterState:
         job.restart_count += 1
         job.start_time = job.end_time = 0.0
         job.alloc_cpus, job.tasks_per_node, job.alloc_mem_mb, job.nodes_expr = {}, {}, 0, ""
-        job.batch_host, job.launched, job.final_state = "", False, ""
+        job.batch_host, job.launched, job.final_state, job.configuring = "", False, "", False
         job.cancelled_by, job.timed_out, job.warn_signal_sent = None, False, False
         job.exit_code = job.term_signal = 0
         job.steps, job.next_step_id, job.completing_nodes = [], 0, []
@@ -629,6 +686,7 @@ class ClusterState:
         ended = {e.job_id for e in hb.events}
         to_kill: list[int] = []
         by_host: dict[str, list[Job]] = {}
+        woken = False
         if hb.nodes:
             for job in self.jobs.values():
                 if job.state == states.RUNNING and job.launched:
@@ -643,6 +701,7 @@ class ClusterState:
                 node.add_energy_sample(report.energy.time, report.energy.joules, report.energy.watts,
                                        {u.job_id: u.cpu_s for u in report.jobs})
             self._job_usage(report)
+            woken |= self._node_up(node, report, now)
             if node.not_responding:
                 node.not_responding = False
                 if node.base_state == states.N_DOWN and node.reason == NOT_RESPONDING and \
@@ -663,6 +722,8 @@ class ClusterState:
                         and hb.boot_time > job.start_time:
                     log.warning("job lost by its node agent", extra={"job": job.job_id, "node": report.name})
                     actions.extend(self.node_failed_job(job, now))
+        if woken:
+            actions.extend(self._configured(now))
         if hb.nodes and self._energy_due:
             self._account_energy(now)
         return acked, to_kill, actions
@@ -744,7 +805,7 @@ class ClusterState:
         """A node under a job failed: requeue the job if it may be, else end it NODE_FAIL."""
         others = [n for n in job.node_list if self.nodes[n].schedulable or self.nodes[n].base_state in (
             states.N_ALLOCATED, states.N_MIXED)]
-        if job.requeue and not job.interactive and self.config.job_requeue:
+        if (job.configuring or (job.requeue and self.config.job_requeue)) and not job.interactive:
             return self._requeue(job, now)
         return self._end(job, states.NODE_FAIL, 0, 0, now, [n for n in others if not
                                                               self.nodes[n].not_responding])
@@ -753,7 +814,7 @@ class ClusterState:
         """Time limits, --signal warnings, unresponsive nodes and purging of old jobs."""
         actions: list[Action] = []
         for job in list(self.jobs.values()):
-            if job.state == states.RUNNING and job.time_limit_min is not None:
+            if job.state == states.RUNNING and job.time_limit_min is not None and not job.configuring:
                 deadline = job.start_time + job.time_limit_min * 60
                 if job.kill_signal and not job.warn_signal_sent and now >= deadline - job.kill_signal_secs:
                     job.warn_signal_sent = True
@@ -771,9 +832,77 @@ class ClusterState:
         moved, ended = self.resv.roll(now)
         self._resv_dirty.extend(moved + ended)
         for node in self.nodes.values():
-            if not node.not_responding and now - node.last_seen > self.config.slurmd_timeout_s:
+            # a node switched off (or switching) has no agent to hear from: its switch has its own timeouts
+            if not node.not_responding and not node.power and now - node.last_seen > self.config.slurmd_timeout_s:
                 actions.extend(self.node_down(node, NOT_RESPONDING, now, not_responding=True))
+        actions.extend(self.power_tick(now))
         return actions
+
+    # --- power saving ------------------------------------------------------------------------------
+
+    def power_tick(self, now: float) -> list[Action]:
+        """Finish switches that ran their time, then ask the power-saving policies what to switch."""
+        saver = self.power_saving
+        assert saver is not None
+        actions: list[Action] = []
+        for node in self.nodes.values():
+            if node.alloc_cpus or node.power:
+                node.idle_since = 0.0
+            elif not node.idle_since:
+                node.idle_since = now
+            verdict = saver.timed_out(node, now)
+            if verdict == states.P_POWERED_DOWN:
+                node.power = states.P_POWERED_DOWN
+                self._node_event(node, now, states.P_POWERED_DOWN, "")
+            elif verdict == RESUME_TIMEOUT_REASON:
+                log.warning("node did not resume in time", extra={"node": node.name})
+                node.power = ""
+                actions.extend(self.node_down(node, RESUME_TIMEOUT_REASON, now))
+        pending_down = [n for n in self.nodes.values() if n.power == states.P_POWER_DOWN and not n.alloc_cpus]
+        suspend = [n.name for n in pending_down]
+        if saver.policies:
+            off, on = saver.decide(saver.snapshot(self.nodes.values(), self._pending_briefs(), self._releases(),
+                                                  self.power_snap(), now))
+            suspend += off
+            actions.extend(self._resume(on, now, 0))
+        actions.extend(self._suspend(suspend, now))
+        return actions
+
+    def _pending_briefs(self) -> list[powersave.PendingBrief]:
+        """Eligible pending jobs in priority order, as whole nodes and time limits."""
+        infinite = 365 * 86400.0
+        pending = sorted((j for j in self.jobs.values() if j.state == states.PENDING and not j.hold
+                          and not j.completing_nodes and j.reason not in _NOT_WAITING_FOR_NODES),
+                         key=lambda j: (-j.priority, j.submit_time, j.job_id))
+        return [powersave.PendingBrief(j.job_id, max(j.nodes_min, 1),
+                                       j.time_limit_min * 60.0 if j.time_limit_min is not None else infinite,
+                                       j.expected_start or None, j.reason) for j in pending]
+
+    def _releases(self) -> list[tuple[float, int]]:
+        return [(j.start_time + j.time_limit_min * 60 if j.time_limit_min is not None else float("inf"),
+                 len(j.alloc_cpus)) for j in self.jobs.values() if j.state in (states.RUNNING, states.COMPLETING)]
+
+    def _suspend(self, names: list[str], now: float) -> list[Action]:
+        assert self.power_saving is not None
+        for name in names:
+            self.power_saving.begin_suspend(self.nodes[name], now)
+            self._node_event(self.nodes[name], now, states.P_POWERING_DOWN, "")
+        return [PowerProgram("suspend", names)] if names else []
+
+    def _resume(self, names: list[str], now: float, job_id: int) -> list[Action]:
+        assert self.power_saving is not None
+        for name in names:
+            self.power_saving.begin_resume(self.nodes[name], now, job_id)
+            self._node_event(self.nodes[name], now, states.P_POWERING_UP, f"job {job_id}" if job_id else "")
+        return [PowerProgram("resume", names)] if names else []
+
+    def _node_up(self, node: Node, report: NodeReport, now: float) -> bool:
+        """Whether a node powering up has come up: its agent reports it on since the resume began."""
+        if node.power != states.P_POWERING_UP or report.power != "on" or report.up_since < node.power_since:
+            return False
+        self._node_event(node, now, "POWERED_UP", f"job {node.power_job}" if node.power_job else "")
+        node.power, node.power_job = "", 0
+        return True
 
     def node_down(self, node: Node, reason: str, now: float, not_responding: bool = False,
                   uid: int = 0) -> list[Action]:
@@ -784,7 +913,7 @@ class ClusterState:
         for job in list(self.jobs.values()):
             if job.state == states.RUNNING and node.name in job.alloc_cpus:
                 actions.extend(self.node_failed_job(job, now))
-            elif job.state == states.COMPLETING and node.name in job.completing_nodes:
+            elif node.name in job.completing_nodes:
                 self.node_clean(job.job_id, node.name)
         return actions
 
@@ -797,6 +926,8 @@ class ClusterState:
             raise Refused(f"Invalid node name specified: {unknown[0]}", 404)
         if new_state in ("drain", "down") and not reason:
             raise Refused("You must specify a reason when DOWNING or DRAINING a node. Request denied")
+        if new_state.startswith("power_"):
+            return self._power_command(names, new_state, now)
         actions: list[Action] = []
         for name in names:
             node = self.nodes[name]
@@ -814,6 +945,27 @@ class ClusterState:
                 self._node_event(node, now, "RESUME")
         self._save_nodes()
         return actions
+
+    def _power_command(self, names: list[str], command: str, now: float) -> list[Action]:
+        """scontrol update nodename=... state=power_down|power_down_asap|power_up. A busy node is
+        marked POWER_DOWN and switched off once idle (Slurm's "!" state)."""
+        if command == "power_up":
+            asleep = [n for n in names if self.nodes[n].power == states.P_POWERED_DOWN]
+            for name in names:
+                if self.nodes[name].power == states.P_POWER_DOWN:
+                    self.nodes[name].power = ""
+            self._save_nodes()
+            return self._resume(asleep, now, 0)
+        wrong = [n for n in names if self.nodes[n].power in (states.P_POWERING_UP, states.P_POWERING_DOWN)]
+        if wrong:
+            way = "up" if self.nodes[wrong[0]].power == states.P_POWERING_UP else "down"
+            raise Refused(f"Node {wrong[0]} is already being powered {way}")
+        idle = [n for n in names if not self.nodes[n].power and not self.nodes[n].alloc_cpus]
+        for name in names:
+            if not self.nodes[name].power and self.nodes[name].alloc_cpus:
+                self.nodes[name].power = states.P_POWER_DOWN
+        self._save_nodes()
+        return self._suspend(idle, now)
 
     # --- reservations ---------------------------------------------------------------------------
 

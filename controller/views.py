@@ -26,8 +26,8 @@ def job_brief(job: Job, now: float) -> dict[str, Any]:
         run_time_s=run_time(job, now),
         command=job.command or "(null)",
     )
-    if job.state == states.COMPLETING:
-        data["state"] = states.COMPLETING
+    if job.configuring and job.state == states.RUNNING:
+        data["state"] = states.CONFIGURING
     return data
 
 
@@ -67,10 +67,13 @@ def node_view(node: Node, now: float, reserved: str = "") -> dict[str, Any]:
         "sockets": node.sockets, "cores_per_socket": node.cores_per_socket,
         "threads_per_core": node.threads_per_core, "weight": node.weight, "features": list(node.features),
         "partitions": list(node.partitions),
-        "state": states.node_state_long(node.base_state, node.drain, node.not_responding, reserved=reserved),
-        "state_short": states.node_state_short(node.base_state, node.drain, node.not_responding, reserved=reserved),
+        "state": states.node_state_long(node.base_state, node.drain, node.not_responding, reserved=reserved,
+                                        power=node.power),
+        "state_short": states.node_state_short(node.base_state, node.drain, node.not_responding, reserved=reserved,
+                                               power=node.power),
         "state_sinfo": states.node_state_sinfo_long(node.base_state, node.drain, node.not_responding,
-                                                    reserved=reserved),
+                                                    reserved=reserved, power=node.power),
+        "power": node.power, "power_since": node.power_since,
         "base_state": node.base_state, "drain": node.drain, "not_responding": node.not_responding,
         "reason": node.reason, "reason_time": node.reason_time, "reason_uid": node.reason_uid,
         "boot_time": node.boot_time, "last_seen": node.last_seen, "agent_url": node.agent_url,

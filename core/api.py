@@ -127,7 +127,7 @@ class CancelRequest(Strict):
 
 
 class NodeUpdate(Strict):
-    state: Literal["drain", "resume", "down", "idle", "undrain"]
+    state: Literal["drain", "resume", "down", "idle", "undrain", "power_down", "power_down_asap", "power_up"]
     reason: str = ""
 
 
@@ -197,6 +197,9 @@ class NodeReport(Strict):
     running_jobs: list[int] = []
     energy: EnergySample | None = None
     jobs: list[JobUsage] = []
+    # on, off, switching_on or switching_off (wattsched.switching), and since when it has been up
+    power: str = "on"
+    up_since: float = 0.0
 
 
 class JobEvent(Strict):
@@ -204,6 +207,7 @@ class JobEvent(Strict):
 
     job_id: int
     node: str
+    run: int = 0  # the job's restart count when it was launched
     exit_code: int = 0
     term_signal: int = 0
     end_time: float
@@ -228,6 +232,7 @@ class BatchLaunch(Strict):
 
     job_id: int
     node: str
+    run: int = 0  # the job's restart count: a requeued job's runs get their own spool and events
     uid: int
     gid: int
     user: str

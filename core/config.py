@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from wattsched import cpufreq, hostlist, timefmt
+from wattsched import cpufreq, hostlist, switching, timefmt
 
 
 class ConfigError(ValueError):
@@ -50,6 +50,15 @@ class NodeConf:
     power_cap_priority: int | None = None
     cpu_freq_watts: tuple[tuple[int, int], ...] = ()  # (kHz, watts while busy), highest frequency first
     bmc_addr: str = ""  # the node's BMC, host[:port]; %n stands for the node name
+    # switching times and watts (ours; defaults from seed 001), used by emulated nodes and the simulator
+    switch_on_s: float = switching.DEFAULT_ON_S
+    switch_off_s: float = switching.DEFAULT_OFF_S
+    switch_on_watts: float = switching.DEFAULT_ON_WATTS
+    switch_off_watts: float = switching.DEFAULT_OFF_WATTS
+
+    @property
+    def switching(self) -> switching.Switching:
+        return switching.Switching(self.switch_on_s, self.switch_off_s, self.switch_on_watts, self.switch_off_watts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,6 +204,18 @@ class Config:
     profile_hdf5_dir: str = ""
     profile_hdf5_default: tuple[str, ...] = ()
     job_acct_gather_frequency: tuple[tuple[str, int], ...] = ()
+    # power saving (Slurm's names, plus PowerSaveType and PowerSaveParameters of ours)
+    suspend_time_s: int | None = None  # None: NONE, no idle timeout
+    suspend_timeout_s: int = 30
+    resume_timeout_s: int = 60
+    suspend_rate: int = 60
+    resume_rate: int = 300
+    suspend_program: str = ""
+    resume_program: str = ""
+    suspend_exc_nodes: tuple[str, ...] = ()
+    suspend_exc_parts: tuple[str, ...] = ()
+    power_save_type: tuple[str, ...] = ()
+    power_save_parameters: tuple[tuple[str, float | str], ...] = ()
     log_level: str = "info"
     nodes: tuple[NodeConf, ...] = ()
     partitions: tuple[PartitionConf, ...] = ()
@@ -210,6 +231,19 @@ class Config:
     def profile_dir(self) -> str:
         """ProfileHDF5Dir, by default ``profile`` beside the agents' spool folder."""
         return self.profile_hdf5_dir or os.path.join(os.path.dirname(self.slurmd_spool_dir.rstrip("/")), "profile")
+
+    @property
+    def power_saving(self) -> bool:
+        """Whether anything may switch nodes off: an idle timeout or a power-saving policy."""
+        return self.suspend_time_s is not None or bool(self.power_save_type)
+
+    @property
+    def emulated_bmcs(self) -> bool:
+        """Whether virtual nodes need their emulated BMCs: read by acct_gather_energy/ipmi, or
+        switched by the default Suspend/ResumeProgram (``wattsched power``)."""
+        default_programs = self.power_saving and not (self.suspend_program and self.resume_program)
+        return self.emulated_nodes and (self.acct_gather_energy_type == "acct_gather_energy/ipmi"
+                                        or default_programs)
 
     @property
     def key_file(self) -> str:
@@ -241,7 +275,7 @@ def _show(value: Any) -> str:
     if isinstance(value, bool):
         return "Yes" if value else "No"
     if isinstance(value, tuple):
-        return ",".join(value) or "(null)"
+        return ",".join(f"{v[0]}={v[1]}" if isinstance(v, tuple) else v for v in value) or "(null)"
     return str(value) if value != "" else "(null)"
 
 
@@ -377,6 +411,41 @@ def _positive(value: str) -> int:
     return number
 
 
+def _suspend_time(value: str) -> int | None:
+    """SuspendTime: seconds, or NONE / INFINITE / -1 for no idle timeout."""
+    if value.upper() in ("NONE", "INFINITE", "-1"):
+        return None
+    return _int(value)
+
+
+def _hostlist(value: str) -> tuple[str, ...]:
+    try:
+        return tuple(hostlist.expand(value))
+    except hostlist.HostlistError as exc:
+        raise ValueError(str(exc)) from exc
+
+
+def _power_save_types(value: str) -> tuple[str, ...]:
+    names = _names(value)
+    for name in names:
+        _plugin("power_save")(name)
+    return names
+
+
+POWER_SAVE_PARAMS = {"threshold": float, "period": float, "mu_threshold": float, "inertia": str}
+
+
+def parse_power_save_params(value: str) -> tuple[tuple[str, float | str], ...]:
+    """PowerSaveParameters (ours): ``threshold=50,period=300,mu_threshold=500,inertia=double``."""
+    pairs = []
+    for item in _names(value):
+        key, sep, raw = item.partition("=")
+        if key not in POWER_SAVE_PARAMS or not sep:
+            raise ValueError(f"'{item}' is not one of {', '.join(k + '=' for k in POWER_SAVE_PARAMS)}")
+        pairs.append((key, raw if POWER_SAVE_PARAMS[key] is str else _non_negative_float(raw)))
+    return tuple(pairs)
+
+
 def _flag_list(*allowed: str) -> Callable[[str], tuple[str, ...]]:
     """A comma-separated subset of ``allowed`` (case as in ``allowed``)."""
     lookup = {a.lower(): a for a in allowed}
@@ -487,6 +556,17 @@ _GLOBAL_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "ProfileHDF5Dir": ("profile_hdf5_dir", _str),
     "ProfileHDF5Default": ("profile_hdf5_default", _flag_list("None", "All", "Energy", "Task")),
     "JobAcctGatherFrequency": ("job_acct_gather_frequency", parse_acctg_freq),
+    "SuspendTime": ("suspend_time_s", _suspend_time),
+    "SuspendTimeout": ("suspend_timeout_s", _positive),
+    "ResumeTimeout": ("resume_timeout_s", _positive),
+    "SuspendRate": ("suspend_rate", _int),
+    "ResumeRate": ("resume_rate", _int),
+    "SuspendProgram": ("suspend_program", _str),
+    "ResumeProgram": ("resume_program", _str),
+    "SuspendExcNodes": ("suspend_exc_nodes", _hostlist),
+    "SuspendExcParts": ("suspend_exc_parts", _names),
+    "PowerSaveType": ("power_save_type", _power_save_types),
+    "PowerSaveParameters": ("power_save_parameters", parse_power_save_params),
     "SlurmctldDebug": ("log_level", _choice("quiet", "fatal", "error", "info", "verbose", "debug",
                                             "debug2", "debug3")),
 }
@@ -513,6 +593,10 @@ _NODE_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "PowerCapPriority": ("power_cap_priority", _int),
     "CpuFreqWatts": ("cpu_freq_watts", parse_freq_watts),
     "BmcAddr": ("bmc_addr", _str),
+    "SwitchOnTime": ("switch_on_s", _non_negative_float),
+    "SwitchOffTime": ("switch_off_s", _non_negative_float),
+    "SwitchOnWatts": ("switch_on_watts", _non_negative_float),
+    "SwitchOffWatts": ("switch_off_watts", _non_negative_float),
 }
 
 _PARTITION_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
@@ -603,6 +687,13 @@ def load(path: str | os.PathLike[str], globals_only: bool = False) -> Config:
                                   f"node {unknown[0]} is not defined by a NodeName line")
         values["state"] = values.get("state", "up").upper()
         part_objs.append(PartitionConf(name=name, nodes=members, **values))
+    where = globals_.pop("_where", {})
+    for key, attr, known in (("SuspendExcNodes", "suspend_exc_nodes", nodes),
+                             ("SuspendExcParts", "suspend_exc_parts", seen_parts)):
+        unknown = [n for n in globals_.get(attr, ()) if n not in known]
+        if unknown and not globals_only:
+            raise ConfigError(*where[key], key, f"'{unknown[0]}' is not a configured "
+                              f"{'node' if known is nodes else 'partition'}")
     defaults = [p for p in part_objs if p.default]
     if len(defaults) > 1:
         values, ppath, lineno = partitions[part_objs.index(defaults[1])]
@@ -654,6 +745,7 @@ def _read(path: str, globals_: dict, nodes: dict, node_lines: dict, partitions: 
         else:
             for key, value in pairs:
                 _set(globals_, _GLOBAL_KEYS, _LOWER_GLOBAL, key, value, path, lineno, "configuration")
+                globals_.setdefault("_where", {})[_LOWER_GLOBAL.get(key.lower(), key)] = (path, lineno)
 
 
 def _add_nodes(expr: str, values: dict, nodes: dict, node_lines: dict, path: str, lineno: int,

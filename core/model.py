@@ -115,6 +115,7 @@ class Job:
     tasks_per_node: dict[str, int] = field(default_factory=dict)
     batch_host: str = ""
     launched: bool = False
+    configuring: bool = False  # allocated nodes still powering up: launched once they are all up
     completing_nodes: list[str] = field(default_factory=list)
     consumed_energy_j: float | None = None  # filled by the node agents' energy plugins
     cpu_freq_khz: int | None = None  # the frequency the controller chose to fit the power cap
@@ -192,6 +193,11 @@ class Node:
     down_watts: int | None = None
     power_cap_priority: int | None = None
     cpu_freq_watts: tuple[tuple[int, int], ...] = ()
+    # power saving: a flag of wattsched.states (P_*) or "", since when, and since when idle
+    power: str = ""
+    power_since: float = 0.0
+    power_job: int = 0  # the job a resume was for (its added waiting time is reported)
+    idle_since: float = 0.0
     # energy: the agent's counter samples (time, joules), kept for an hour; first and latest reading
     energy_samples: list[tuple[float, float]] = field(default_factory=list)
     job_cpu_samples: list[dict[int, float]] = field(default_factory=list)  # per sample: job -> CPU seconds
@@ -236,9 +242,12 @@ class Node:
 
     @property
     def schedulable(self) -> bool:
-        """Up, responding and not drained: work may be placed on it, now or when it is free."""
+        """Up (or powered down, to be woken for the job), responding and not drained, not being
+        powered down: work may be placed on it, now or when it is free."""
+        if self.power in (states.P_POWERED_DOWN, states.P_POWERING_UP):
+            return self.base_state in (states.N_IDLE, states.N_MIXED, states.N_ALLOCATED) and not self.drain
         return (self.base_state in (states.N_IDLE, states.N_MIXED, states.N_ALLOCATED) and not self.drain
-                and not self.not_responding)
+                and not self.not_responding and self.power not in (states.P_POWERING_DOWN, states.P_POWER_DOWN))
 
 
 @dataclass(slots=True)

@@ -36,6 +36,7 @@ class NodeSnap:
     weight: int = 1
     features: frozenset[str] = frozenset()
     schedulable: bool = True
+    powered_down: bool = False  # power saving switched it off: used after the nodes that are on
 
 
 @dataclass(frozen=True, slots=True)
@@ -385,7 +386,8 @@ class Candidates:
             if (allowed is not None and name not in allowed) or (wanted and not wanted <= node.features):
                 continue
             result.append(node)
-        result.sort(key=lambda n: n.weight)  # stable: name order within equal weight
+        # stable: name order within equal weight; waking a node costs time and energy, so last
+        result.sort(key=lambda n: (n.weight, n.powered_down))
         return result
 
 

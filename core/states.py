@@ -5,15 +5,17 @@ from __future__ import annotations
 PENDING, RUNNING, COMPLETING = "PENDING", "RUNNING", "COMPLETING"
 COMPLETED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL = "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"
 REQUEUED, OUT_OF_MEMORY = "REQUEUED", "OUT_OF_MEMORY"
+# a RUNNING job whose nodes are still powering up (Slurm's CONFIGURING flag): shown, never stored
+CONFIGURING = "CONFIGURING"
 
 JOB_STATES = (PENDING, RUNNING, COMPLETING, COMPLETED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL, REQUEUED,
-              OUT_OF_MEMORY)
+              OUT_OF_MEMORY, CONFIGURING)
 FINISHED = frozenset({COMPLETED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL, OUT_OF_MEMORY})
 ACTIVE = frozenset({PENDING, RUNNING, COMPLETING})
 
 JOB_SHORT = {
     PENDING: "PD", RUNNING: "R", COMPLETING: "CG", COMPLETED: "CD", FAILED: "F", CANCELLED: "CA",
-    TIMEOUT: "TO", NODE_FAIL: "NF", REQUEUED: "RQ", OUT_OF_MEMORY: "OOM",
+    TIMEOUT: "TO", NODE_FAIL: "NF", REQUEUED: "RQ", OUT_OF_MEMORY: "OOM", CONFIGURING: "CF",
 }
 SHORT_TO_STATE = {short: state for state, short in JOB_SHORT.items()}
 
@@ -49,6 +51,11 @@ R_MAINT = "ReqNodeNotAvail, Reserved for maintenance"
 R_POWER = "PowerNotAvail"
 R_POWER_RESERVED = "PowerReserved"
 
+# Node power-saving flags (scontrol's +FLAG, sinfo's suffix).
+P_POWER_DOWN, P_POWERED_DOWN, P_POWERING_UP, P_POWERING_DOWN = "POWER_DOWN", "POWERED_DOWN", "POWERING_UP", \
+    "POWERING_DOWN"
+POWER_SUFFIX = {P_POWER_DOWN: "!", P_POWERED_DOWN: "~", P_POWERING_UP: "#", P_POWERING_DOWN: "%"}
+
 # Node base states and flags.
 N_IDLE, N_ALLOCATED, N_MIXED, N_DOWN, N_UNKNOWN, N_FUTURE = "IDLE", "ALLOCATED", "MIXED", "DOWN", "UNKNOWN", \
     "FUTURE"
@@ -57,7 +64,7 @@ NODE_SHORT = {N_IDLE: "idle", N_ALLOCATED: "alloc", N_MIXED: "mix", N_DOWN: "dow
 
 
 def node_state_long(base: str, drain: bool, not_responding: bool, completing: bool = False,
-                    reserved: str = "") -> str:
+                    reserved: str = "", power: str = "") -> str:
     """scontrol's State= value, e.g. IDLE+DRAIN, DOWN+NOT_RESPONDING, MIXED+COMPLETING, IDLE+MAINT.
     ``reserved`` is "RESERVED" or "MAINT" for a node in an active reservation."""
     parts = [base]
@@ -67,15 +74,18 @@ def node_state_long(base: str, drain: bool, not_responding: bool, completing: bo
         parts.append("COMPLETING")
     if drain:
         parts.append("DRAIN")
+    if power:
+        parts.append(power)
     if not_responding:
         parts.append("NOT_RESPONDING")
     return "+".join(parts)
 
 
 def node_state_short(base: str, drain: bool, not_responding: bool, completing: bool = False,
-                     reserved: str = "") -> str:
+                     reserved: str = "", power: str = "") -> str:
     """sinfo's %t value: idle, alloc, mix, down, drain, drng, comp, maint, resv, with '*' when not
-    responding."""
+    responding, or a power-saving suffix: '~' powered down, '#' powering up, '%' powering down,
+    '!' to be powered down (which Slurm shows before '*')."""
     if drain:
         short = "drng" if base in (N_ALLOCATED, N_MIXED) else "drain"
     elif completing and base != N_DOWN:
@@ -86,11 +96,17 @@ def node_state_short(base: str, drain: bool, not_responding: bool, completing: b
         short = "resv"
     else:
         short = NODE_SHORT.get(base, base.lower())
-    return short + ("*" if not_responding else "")
+    return short + _suffix(not_responding, power)
+
+
+def _suffix(not_responding: bool, power: str) -> str:
+    if power:
+        return POWER_SUFFIX[power]
+    return "*" if not_responding else ""
 
 
 def node_state_sinfo_long(base: str, drain: bool, not_responding: bool, completing: bool = False,
-                          reserved: str = "") -> str:
+                          reserved: str = "", power: str = "") -> str:
     """sinfo's %T value: idle, allocated, mixed, down, drained, draining, completing, maint,
     reserved (+ '*')."""
     if drain:
@@ -104,4 +120,4 @@ def node_state_sinfo_long(base: str, drain: bool, not_responding: bool, completi
     else:
         word = {N_IDLE: "idle", N_ALLOCATED: "allocated", N_MIXED: "mixed", N_DOWN: "down",
                 N_UNKNOWN: "unknown", N_FUTURE: "future"}.get(base, base.lower())
-    return word + ("*" if not_responding else "")
+    return word + _suffix(not_responding, power)

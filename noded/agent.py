@@ -20,10 +20,10 @@ import threading
 import time
 
 import httpx
-from wattsched import auth, plugins
+from wattsched import auth, plugins, switching
 from wattsched.api import AgentHeartbeat, JobAllocation, JobEvent, NodeReport
 from wattsched.config import Config, NodeConf
-from wattsched.noded import procs
+from wattsched.noded import chassis, procs
 from wattsched.noded.allocations import Allocations
 from wattsched.noded.batch import BatchRunner
 from wattsched.noded.energy import EnergyMeter
@@ -123,7 +123,7 @@ class Agent:
         # the batch host gets no terminate from the controller: its allocation ends here, before
         # the end is reported (so the profile is closed when the controller merges it)
         self._release(event.node, event.job_id)
-        path = os.path.join(self.outbox, f"{event.node}.{event.job_id}.json")
+        path = self._outbox_path(event)
         with open(path + ".tmp", "w") as handle:
             handle.write(event.model_dump_json())
         os.replace(path + ".tmp", path)
@@ -131,6 +131,9 @@ class Agent:
             procs.killpg(pgid, signal.SIGKILL)
         with contextlib.suppress(RuntimeError):
             self._kick.set()
+
+    def _outbox_path(self, event: JobEvent) -> str:
+        return os.path.join(self.outbox, f"{event.node}.{event.job_id}.{event.run}.json")
 
     def pending_events(self) -> list[JobEvent]:
         events = []
@@ -145,8 +148,8 @@ class Agent:
         for event in events:
             if event.job_id in done:
                 with contextlib.suppress(FileNotFoundError):
-                    os.unlink(os.path.join(self.outbox, f"{event.node}.{event.job_id}.json"))
-                self.batch.forget(event.node, event.job_id)
+                    os.unlink(self._outbox_path(event))
+                self.batch.forget(event)
 
     # --- signals ---------------------------------------------------------------------------------
 
@@ -183,12 +186,22 @@ class Agent:
 
     def report(self, with_events: bool = True, with_nodes: bool = True) -> AgentHeartbeat:
         energy = self.energy.samples() if with_nodes else {}
+        now = time.time()
         nodes = [NodeReport(name=n.name, cpus=n.cpus, real_memory_mb=n.real_memory_mb,
                             running_jobs=self._running_on(n.name), energy=energy.get(n.name),
-                            jobs=self.energy.usage(n.name))
+                            jobs=self.energy.usage(n.name), **self._power(n, now))
                  for n in self.nodes.values()] if with_nodes else []
         return AgentHeartbeat(agent_url=self.url, boot_time=self.boot_time, nodes=nodes,
                               events=self.pending_events() if with_events else [])
+
+    def _power(self, node: NodeConf, now: float) -> dict:
+        """A virtual node is as its emulated chassis says (up once a switch-on has finished); a
+        real node that runs its agent is on, and has been since the agent started."""
+        if not self.config.emulated_nodes:
+            return {"power": switching.ON, "up_since": self.boot_time}
+        record = chassis.read(self.spool, node.name)
+        return {"power": record.state(now, node.switching),
+                "up_since": max(0.0, record.settles_at(node.switching)) if record.target == switching.ON else 0.0}
 
     def _running_on(self, node: str) -> list[int]:
         with self.lock:

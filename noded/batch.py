@@ -40,6 +40,7 @@ SUPERVISOR = (
 class BatchJob:
     job_id: int
     node: str
+    run: int
     spool: str
     supervisor_pid: int
     start: float
@@ -58,13 +59,13 @@ class BatchRunner:
         self.on_end = on_end
         self.jobs: dict[int, BatchJob] = {}
 
-    def job_dir(self, node: str, job_id: int) -> str:
-        return os.path.join(self.spool_root, node, f"job{job_id:08d}")
+    def job_dir(self, node: str, job_id: int, run: int) -> str:
+        return os.path.join(self.spool_root, node, f"job{job_id:08d}" + (f".{run}" if run else ""))
 
     def launch(self, req: BatchLaunch) -> None:
         if req.job_id in self.jobs:
             return
-        spool = self.job_dir(req.node, req.job_id)
+        spool = self.job_dir(req.node, req.job_id, req.run)
         if os.path.exists(os.path.join(spool, "status")):
             return  # already ran; its end is in the event outbox
         os.makedirs(spool, exist_ok=True)
@@ -91,15 +92,15 @@ class BatchRunner:
         except OSError as exc:
             log.warning("batch launch failed", extra={"job": req.job_id, "error": str(exc)})
             self._write_status(spool, 1)
-            self.on_end(JobEvent(job_id=req.job_id, node=req.node, exit_code=1, end_time=time.time()))
+            self.on_end(JobEvent(job_id=req.job_id, node=req.node, run=req.run, exit_code=1, end_time=time.time()))
             return
         finally:
             for fd in set(fds):
                 os.close(fd)
         with open(os.path.join(spool, "job.json"), "w") as handle:
-            json.dump({"job_id": req.job_id, "node": req.node, "supervisor": proc.pid, "start": time.time()},
-                      handle)
-        job = BatchJob(req.job_id, req.node, spool, proc.pid, time.time())
+            json.dump({"job_id": req.job_id, "node": req.node, "run": req.run, "supervisor": proc.pid,
+                       "start": time.time()}, handle)
+        job = BatchJob(req.job_id, req.node, req.run, spool, proc.pid, time.time())
         self.jobs[req.job_id] = job
         procs.reap(proc, asyncio.get_running_loop()).add_done_callback(
             lambda fut: self._ended(job, fut.result()))
@@ -116,7 +117,7 @@ class BatchRunner:
         if job.kill_task:
             job.kill_task.cancel()
         self.jobs.pop(job.job_id, None)
-        self.on_end(JobEvent(job_id=job.job_id, node=job.node, exit_code=code, term_signal=sig,
+        self.on_end(JobEvent(job_id=job.job_id, node=job.node, run=job.run, exit_code=code, term_signal=sig,
                              end_time=time.time(), total_cpu_s=sup.cpu_s, max_rss_kb=sup.max_rss_kb))
 
     def _script_status(self, job: BatchJob, sup: procs.Exit) -> tuple[int, int]:
@@ -182,11 +183,12 @@ class BatchRunner:
                 except (OSError, ValueError):
                     shutil.rmtree(spool, ignore_errors=True)
                     continue
-                job = BatchJob(info["job_id"], node, spool, info["supervisor"], info["start"], adopted=True)
+                job = BatchJob(info["job_id"], node, info.get("run", 0), spool, info["supervisor"], info["start"],
+                               adopted=True)
                 if os.path.exists(os.path.join(spool, "status")) or not procs.alive(job.supervisor_pid):
                     code, sig = self._script_status(job, procs.Exit(1, 0, 0.0, 0))
-                    self.on_end(JobEvent(job_id=job.job_id, node=node, exit_code=code, term_signal=sig,
-                                         end_time=time.time()))
+                    self.on_end(JobEvent(job_id=job.job_id, node=node, run=job.run, exit_code=code,
+                                         term_signal=sig, end_time=time.time()))
                 else:
                     self.jobs[job.job_id] = job
 
@@ -196,9 +198,9 @@ class BatchRunner:
             if os.path.exists(os.path.join(job.spool, "status")) or not procs.alive(job.supervisor_pid):
                 self._ended(job, procs.Exit(1, 0, 0.0, 0))
 
-    def forget(self, node: str, job_id: int) -> None:
-        """The controller has the job's end: drop its spool folder."""
-        shutil.rmtree(self.job_dir(node, job_id), ignore_errors=True)
+    def forget(self, event: JobEvent) -> None:
+        """The controller has the run's end: drop its spool folder."""
+        shutil.rmtree(self.job_dir(event.node, event.job_id, event.run), ignore_errors=True)
 
     def running_on(self, node: str) -> list[int]:
         return [j.job_id for j in self.jobs.values() if j.node == node]

@@ -8,10 +8,11 @@ Each answers what acct_gather_energy/ipmi and power saving ask of a real BMC:
   the statistics period, an IPMI timestamp, the period in milliseconds, and the "power
   measurement active" state bit. The watts are the node's emulated power model, which its agent
   publishes in ``<SlurmdSpoolDir>/<node>/model_watts``, shown through the configured
-  EnergyEmulatedLag and EnergyEmulatedNoise (a BMC averages); a node whose chassis is off
-  draws its PowerSaveWatts.
+  EnergyEmulatedLag and EnergyEmulatedNoise (a BMC averages).
 - Chassis status and control (power on, off, cycle, reset, soft shutdown), the state kept in
-  ``<SlurmdSpoolDir>/<node>/chassis`` so that it survives a restart of this process.
+  ``<SlurmdSpoolDir>/<node>/chassis`` (wattsched.noded.chassis) so that it survives a restart
+  of this process. A switch takes the node's SwitchOnTime / SwitchOffTime (wattsched.switching):
+  the node's agent sees it come up only then, and its power model draws the switching watts.
 
 pyghmi's server always answers "SHA-1" to an RMCP+ open-session request, even to a SHA-256
 proposal it cannot honour, and pyghmi's own client then fails at RAKP2. We refuse any proposal
@@ -28,11 +29,13 @@ import time
 
 from pyghmi.ipmi import bmc as pyghmi_bmc
 from pyghmi.ipmi.private import session as ipmisession
+from wattsched import switching
 from wattsched.config import Config, NodeConf
-from wattsched.plugins.acct_gather_energy.emulated import Response
+from wattsched.noded import chassis
+from wattsched.plugins.acct_gather_energy.emulated import Response, off_watts
 
 STATS_PERIOD_S = 60.0
-WAKE_S = 0.05
+WAKE_S = 0.5
 _HMAC_SHA1 = 1
 
 
@@ -63,44 +66,39 @@ class EmulatedBmc(pyghmi_bmc.Bmc):
 
     # --- chassis ---------------------------------------------------------------------------------
 
-    def _chassis_path(self) -> str:
-        return os.path.join(self.spool, self.node.name, "chassis")
-
     def get_power_state(self):
-        try:
-            with open(self._chassis_path()) as handle:
-                return handle.read().strip() or "on"
-        except OSError:
-            return "on"
+        return chassis.read(self.spool, self.node.name).target
 
-    def _set_power(self, state: str) -> int:
-        with open(self._chassis_path() + ".tmp", "w") as handle:
-            handle.write(state + "\n")
-        os.replace(self._chassis_path() + ".tmp", self._chassis_path())
+    def _set_power(self, target: str) -> int:
+        current = chassis.read(self.spool, self.node.name)
+        chassis.write(self.spool, self.node.name, switching.command(current, target, time.time(),
+                                                                     self.node.switching))
         return 0
 
     def power_on(self):
-        return self._set_power("on")
+        return self._set_power(switching.ON)
 
     def power_off(self):
-        return self._set_power("off")
+        return self._set_power(switching.OFF)
 
     def power_shutdown(self):
-        return self._set_power("off")
+        return self._set_power(switching.OFF)
 
     def power_cycle(self):
-        return self._set_power("on")
+        return self._set_power(switching.ON)
 
     def power_reset(self):
-        return self._set_power("on")
+        return self._set_power(switching.ON)
 
     # --- DCMI power reading ----------------------------------------------------------------------
 
     def watts(self, now: float) -> float:
-        """The node's power as this BMC shows it now."""
-        if self.get_power_state() == "off":
-            return float(self.node.power_save_watts if self.node.power_save_watts is not None
-                         else self.node.idle_watts or 0)
+        """The node's power as this BMC shows it now: its agent's model while it is on, the
+        switching or off watts otherwise (the agent may be gone with the node)."""
+        state = chassis.read(self.spool, self.node.name).state(now, self.node.switching)
+        fixed = switching.state_watts(state, self.node.switching, off_watts(self.node))
+        if fixed is not None:
+            return self.response.shown(self.node.name, fixed, now)
         try:
             with open(os.path.join(self.spool, self.node.name, "model_watts")) as handle:
                 model = float(handle.read())
@@ -137,5 +135,5 @@ def serve(config: Config, names: list[str] | None = None) -> None:
             EmulatedBmc(node, bmc_port(config, node), config.slurmd_spool_dir, users, response)
     while True:
         # pyghmi's loop can miss its IO thread's wake-up and then sleep for its whole timeout
-        # with packets queued: a short timeout bounds such a stall
+        # with packets queued: a bounded timeout bounds such a stall
         ipmisession.Session.wait_for_rsp(WAKE_S)

@@ -158,6 +158,7 @@ class EnergyMeter:
         return loads
 
     def _publish(self, loads: dict[str, list[tuple[float, int, int]]]) -> None:
+        # the BMC shows the off and switching watts itself: the model here is the node while on
         for node in self.nodes:
             path = os.path.join(self.spool, node, "model_watts")
             os.makedirs(os.path.dirname(path), exist_ok=True)

@@ -1,5 +1,5 @@
 """Slower CPUs for virtual nodes: a job whose CPUs run below their highest frequency gets only
-that fraction of each 100 ms period (SIGCONT at the start, SIGSTOP after f / f_max of it).
+that fraction of each 500 ms period (SIGCONT at the start, SIGSTOP after f / f_max of it).
 
 Compute-bound work therefore takes f_max / f times longer, while sleeping and waiting take as
 long as before: the job's own compute-bound fraction decides how its run time stretches, as on
@@ -15,7 +15,9 @@ from collections.abc import Callable
 
 from wattsched.noded import procs
 
-PERIOD_S = 0.1
+# Long enough that a thread's wake-up latency in a busy agent (a few ms) stays ~1 % of the
+# shortest stop window (f / f_max = 0.92 leaves 40 ms); short enough to look continuous to a job.
+PERIOD_S = 0.5
 
 
 class Throttle:

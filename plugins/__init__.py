@@ -27,3 +27,22 @@ def load(name: str, **options: Any) -> Any:
             return ep.load()(**options)
     kind = name.split("/", 1)[0]
     raise PluginError(f"no plugin named '{name}' (available: {', '.join(available(kind)) or 'none'})")
+
+
+def scheduling(config: Any) -> tuple[Any, Any, Any]:
+    """The configured priority, scheduler and selection plugins (PriorityType, SchedulerType,
+    SelectType): the same objects for the controller and the simulator."""
+    return (load(config.priority_type, config=config),
+            load(config.scheduler_type, params=config.scheduler_parameters),
+            load(config.select_type))
+
+
+def power_save_policies(config: Any) -> list[tuple[str, Any]]:
+    """Slurm's idle timeout (when SuspendTime is set) and the PowerSaveType policies, with
+    PowerSaveParameters."""
+    params = dict(config.power_save_parameters)
+    policies: list[tuple[str, Any]] = []
+    if config.suspend_time_s is not None:
+        policies.append(("power_save/idle", load("power_save/idle", t_idle=float(config.suspend_time_s))))
+    policies += [(name, load(name, **params)) for name in config.power_save_type]
+    return policies

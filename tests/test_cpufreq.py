@@ -115,3 +115,38 @@ def test_range_writes_never_put_min_above_max(tmp_path) -> None:
     assert writes == ["scaling_max_freq", "scaling_min_freq"]
     sysfs.restore(low)
     assert sysfs.settings(0)["scaling_max_freq"] == "2400000"
+
+
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as handle:
+        return handle.read().rsplit(")", 1)[1].split()[0]
+
+
+def test_throttle_never_leaves_a_job_stopped() -> None:
+    """Released or shut down mid-cycle, the throttle lets the job's processes run again."""
+    import subprocess
+    import time
+
+    from wattsched.noded.throttle import PERIOD_S, Throttle
+
+    procs = [subprocess.Popen(["sh", "-c", "while :; do :; done"], start_new_session=True) for _ in range(2)]
+    try:
+        throttle = Throttle(lambda key: {procs[key[1]].pid})
+        throttle.set(("n", 0), 0.3)
+        throttle.set(("n", 1), 0.3)
+        stopped_seen = False
+        deadline = time.monotonic() + 3 * PERIOD_S
+        while time.monotonic() < deadline and not stopped_seen:
+            stopped_seen = _state(procs[0].pid) == "T"
+            time.sleep(0.01)
+        assert stopped_seen  # the duty cycle does stop the job
+        throttle.release(("n", 0))
+        time.sleep(2 * PERIOD_S)
+        assert _state(procs[0].pid) != "T"
+        throttle.stop()
+        time.sleep(PERIOD_S)
+        assert _state(procs[1].pid) != "T"
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 from wattsched.testcluster import Cluster, wait_for
 
@@ -21,13 +22,18 @@ def test_drain_resume_and_reasons(cluster: Cluster) -> None:
     assert "drain" not in cluster.run("sinfo", "-h", "-o", "%t").stdout
 
 
-def test_requeue_running_job(cluster: Cluster) -> None:
-    job_id = cluster.sbatch("-o", "/dev/null", "--wrap", "sleep 30")
+def test_requeue_running_job(cluster: Cluster, tmp_path) -> None:
+    runs = tmp_path / "runs"
+    job_id = cluster.sbatch("-o", "/dev/null", "--wrap", f"echo $SLURM_RESTART_COUNT >> {runs}; sleep 30")
     cluster.wait_state(job_id, "RUNNING")
+    wait_for(lambda: runs.exists(), 10, what="first run")
     cluster.run("scontrol", "requeue", str(job_id))
     job = wait_for(lambda: (j := cluster.job(job_id))["restart_count"] == 1 and j, 10, what="requeued")
     assert job["state"] in ("PENDING", "RUNNING")
-    cluster.wait_state(job_id, "RUNNING")
+    # the second run really runs, and the first run's end (it was killed) does not end it
+    wait_for(lambda: runs.read_text().split() == ["0", "1"], 20, what="second run")
+    time.sleep(1)
+    assert cluster.job(job_id)["state"] == "RUNNING"
     cluster.run("scancel", str(job_id))
 
 

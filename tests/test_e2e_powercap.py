@@ -1,4 +1,4 @@
-"""The power-capping prototype's Examples 1 and 3 (seed 003, section 5) on etc/leaf257.conf,
+"""The power-capping prototype's Examples 1, 2 and 3 (seed 003, section 5) on etc/leaf257.conf,
 emulated, through the real commands: the same command sequences and the seed's figures."""
 
 from __future__ import annotations
@@ -19,9 +19,10 @@ ETC = Path(__file__).resolve().parent.parent / "etc"
 class Leaf:
     """The 257-node cluster started with `wattsched emulate`, and its commands."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, extra: str = "", node_default: str = ""):
         self.conf = root / "leaf257.conf"
-        text = (ETC / "leaf257.conf").read_text()
+        text = (ETC / "leaf257.conf").read_text() + extra
+        text = text.replace("IdleWatts=450 MaxWatts=950", f"IdleWatts=450 MaxWatts=950 {node_default}".rstrip())
         text = text.replace("../wattsched-state/leaf257", str(root / "state"))
         text = text.replace("SlurmctldPort=6827", f"SlurmctldPort={free_port()}")
         self.conf.write_text(text)
@@ -47,12 +48,24 @@ class Leaf:
         return self.run("squeue", "-h", "-j", job_id, "-o", "%r").stdout.strip()
 
 
-@pytest.fixture
-def leaf(tmp_path) -> Iterator[Leaf]:
-    cluster = Leaf(tmp_path)
+def _started(cluster: Leaf) -> Iterator[Leaf]:
     cluster.run("wattsched", "emulate", "--daemon", str(cluster.conf), timeout=180)
     yield cluster
     cluster.run("wattsched", "emulate", "--stop", str(cluster.conf), check=False)
+
+
+@pytest.fixture
+def leaf(tmp_path) -> Iterator[Leaf]:
+    yield from _started(Leaf(tmp_path))
+
+
+@pytest.fixture
+def leaf_powersave(tmp_path) -> Iterator[Leaf]:
+    """Example 2's configuration: PowerSaveWatts=5, and power saving that reclaims idle nodes' watts
+    for jobs blocked by the cap. Its programs only flag the nodes (the seed's emulated nodes had
+    no hardware to switch); switching through BMCs is tested in test_e2e_powersave."""
+    extra = "PowerSaveType=power_save/reclaim\nSuspendTimeout=2\nSuspendProgram=/bin/true\nResumeProgram=/bin/true\n"
+    yield from _started(Leaf(tmp_path, extra=extra, node_default="PowerSaveWatts=5"))
 
 
 def _read_until(stream, pattern: str) -> list[str]:
@@ -99,6 +112,33 @@ def test_example_1_power_counters_and_cap(leaf: Leaf) -> None:
     assert bad.returncode == 1 and "Invalid power cap" in bad.stderr
     assert "PowerCap=200000 " in leaf.powercap()
     assert leaf.run("scontrol", "show", "powercap", "--json").returncode == 0
+
+
+def test_example_2_power_saving_reclaims_watts_for_a_blocked_job(leaf_powersave: Leaf) -> None:
+    leaf = leaf_powersave
+    assert leaf.powercap() == "MinWatts=2230 CurrentWatts=116150 PowerCap=INFINITE AdjustedMaxWatts=244150 " \
+                              "MaxWatts=244150"
+    leaf.run("scontrol", "update", "powercap=121000")
+    assert leaf.powercap() == "MinWatts=2230 CurrentWatts=116150 PowerCap=121000 AdjustedMaxWatts=244150 " \
+                              "MaxWatts=244150"
+    job = leaf.srun_background("-n", "10", "-N", "10", "sleep", "100")
+    said = _read_until(job.stderr, r"queued and waiting")
+    assert said[0] == "srun: Required power not available now"
+    job_id = re.search(r"srun: job (\d+) queued", said[1]).group(1)
+    # power saving switches off just enough idle nodes (one: 445 W back for 150 W missing), and once
+    # it is powered down the job starts on the first ten nodes
+    assert _read_until(job.stderr, r"has been allocated")[-1] == f"srun: job {job_id} has been allocated resources"
+    assert leaf.run("squeue", "-h", "-j", job_id, "-o", "%N").stdout.strip() == "leaf[1000-1009]"
+    assert leaf.run("sinfo", "-h", "-n", "leaf1255", "-o", "%t").stdout.strip() == "idle~"
+    # the seed's node states when it printed its figures: 10 busy, 107 off, the rest idle
+    leaf.run("scontrol", "update", "nodename=leaf[1010-1115]", "state=power_down")
+    wait_for(lambda: leaf.run("sinfo", "-h", "-p", "virtual", "-o", "%t %D").stdout.split("\n")
+             .count("idle~ 107") == 1, 30, what="107 nodes powered down")
+    assert leaf.powercap() == "MinWatts=2230 CurrentWatts=73535 PowerCap=121000 AdjustedMaxWatts=143035 " \
+                              "MaxWatts=244150"
+    states = sorted(leaf.run("sinfo", "-h", "-p", "virtual", "-o", "%t %D %N").stdout.split("\n"))
+    assert states == ["", "idle 139 leaf[1116-1254]", "idle~ 107 leaf[1010-1115,1255]", "mix 10 leaf[1000-1009]"]
+    _interrupt(job)
 
 
 def _interrupt(proc: subprocess.Popen) -> None:

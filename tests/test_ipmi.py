@@ -32,7 +32,8 @@ def bmcs(tmp_path):
     conf.write_text(f"ClusterName=t\nSlurmdSpoolDir={tmp_path / 'spool'}\nStateSaveLocation={tmp_path / 'ctld'}\n"
                     f"EmulatedNodes=YES\nEmulatedBMCPort={base}\nEnergyIPMIUsername=admin\n"
                     "EnergyIPMIPassword=s3cret\n"
-                    "NodeName=v[1-2] CPUs=4 IdleWatts=100 MaxWatts=200 PowerSaveWatts=6\n"
+                    "NodeName=v[1-2] CPUs=4 IdleWatts=100 MaxWatts=200 PowerSaveWatts=6 SwitchOffTime=1.5 "
+                    "SwitchOffWatts=90 SwitchOnTime=1.5 SwitchOnWatts=120\n"
                     "PartitionName=p Nodes=ALL Default=YES\n")
     proc = subprocess.Popen([sys.executable, "-m", "wattsched.cli.wattsched", "bmc", str(conf)])
     config = config_mod.load(conf)
@@ -74,9 +75,11 @@ def test_chassis_power_control_switches_the_reading_to_powersavewatts(bmcs) -> N
     assert session.get_power()["powerstate"] == "on"
     session.set_power("off", wait=False)
     assert session.get_power()["powerstate"] == "off"
-    assert plugin.read("v1", 0, []) == 6.0
+    assert plugin.read("v1", 0, []) == 90.0  # SwitchOffWatts while it shuts down
+    wait_for(lambda: plugin.read("v1", 0, []) == 6.0, 10, interval=0.2, what="PowerSaveWatts once off")
     session.set_power("on", wait=False)
-    assert plugin.read("v1", 0, []) == 100.0
+    assert plugin.read("v1", 0, []) == 120.0  # SwitchOnWatts while it boots
+    wait_for(lambda: plugin.read("v1", 0, []) == 100.0, 10, interval=0.2, what="IdleWatts once on")
 
 
 def _open_session(port: int, auth: int, integrity: int) -> bytes:

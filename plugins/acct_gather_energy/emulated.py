@@ -12,6 +12,9 @@ BMC that averages, like the ~70 s ramp seed 004 observed): P_read(t) = P_read(t0
 P_read(t0)) * (1 - exp(-(t - t0) / tau)); with ``EnergyEmulatedNoise=x`` each reading is
 multiplied by a factor drawn from N(1, x), seeded by the node name so a run can be repeated.
 The emulated BMC (wattsched.noded.bmc) applies the same lag and noise to the same model.
+
+A node whose chassis is off or switching (power saving, wattsched.switching) draws
+PowerSaveWatts or its SwitchOnWatts / SwitchOffWatts instead.
 """
 
 from __future__ import annotations
@@ -20,8 +23,9 @@ import math
 import random
 from collections.abc import Sequence
 
-from wattsched import cpufreq
+from wattsched import cpufreq, switching
 from wattsched.config import Config, NodeConf
+from wattsched.noded import chassis
 
 Load = Sequence[tuple[float, int, int]]  # per job: (busy share, kHz, highest kHz)
 
@@ -47,6 +51,11 @@ class Response:
         return target
 
 
+def off_watts(node: NodeConf) -> float:
+    """What a switched-off node draws: PowerSaveWatts (default IdleWatts, as the power cap counts it)."""
+    return float(node.power_save_watts if node.power_save_watts is not None else node.idle_watts or 0)
+
+
 class EmulatedEnergy:
     kind = "power"  # readings are watts; the agent integrates them
     interval_mean = True  # the busy shares are CPU time since the last poll: a reading is that interval's mean
@@ -54,9 +63,15 @@ class EmulatedEnergy:
     def __init__(self, config: Config, nodes: list[NodeConf]):
         self.nodes = {n.name: n for n in nodes}
         self.response = Response(config.energy_emulated_lag_s, config.energy_emulated_noise)
+        self.spool = config.slurmd_spool_dir
 
-    def model(self, node: str, load: Load) -> float:
+    def model(self, node: str, load: Load, now: float | None = None) -> float:
         conf = self.nodes[node]
+        if now is not None:
+            state = chassis.read(self.spool, node).state(now, conf.switching)
+            fixed = switching.state_watts(state, conf.switching, off_watts(conf))
+            if fixed is not None:
+                return fixed
         idle = float(conf.idle_watts or 0)
         most = float(conf.max_watts or conf.idle_watts or 0)
         room, watts = 1.0, idle
@@ -68,4 +83,4 @@ class EmulatedEnergy:
         return watts
 
     def read(self, node: str, now: float, load: Load) -> float:
-        return self.response.shown(node, self.model(node, load), now)
+        return self.response.shown(node, self.model(node, load, now), now)

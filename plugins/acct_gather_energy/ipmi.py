@@ -19,6 +19,9 @@ many BMCs): so everything pyghmi does here is done one call at a time. So that a
 not answer cannot hold the others up, each read first sends it a sessionless "Get Channel
 Authentication Capabilities" request (what ipmitool sends first; any BMC answers it) on a
 socket of our own, and goes no further without an answer within PROBE_S.
+
+The same client switches nodes for power saving (``wattsched power on|off``, the default
+Suspend/ResumeProgram of virtual nodes): IPMI chassis control and chassis status.
 """
 
 from __future__ import annotations
@@ -121,3 +124,21 @@ class IpmiEnergy:
             self._forget(node)
             raise OSError(f"BMC of {node}: {reply['error'] if reply else 'no answer'}")
         return float(struct.unpack("<H", bytes(reply["data"][1:3]))[0])
+
+    def chassis(self, node: str, target: str | None = None) -> str:
+        """Switch the node's chassis ``on`` or ``off`` (None: only ask); returns its power state."""
+        try:
+            self._probe(node)
+            session = self.session(node)
+            with self._pyghmi:
+                if target is None:
+                    reply = session.get_power()
+                else:
+                    reply = session.set_power(target, wait=False)
+        except (ipmi_errors.IpmiException, OSError) as exc:
+            self._forget(node)
+            raise OSError(f"BMC of {node}: {exc or 'no answer'}") from exc
+        if not reply or "error" in reply:
+            self._forget(node)
+            raise OSError(f"BMC of {node}: {reply['error'] if reply else 'no answer'}")
+        return str(reply.get("powerstate", target))

@@ -1,0 +1,134 @@
+"""The controller's power-saving shell (Slurm's power save, plus our policies): it keeps node
+power flags, runs SuspendProgram / ResumeProgram with a hostlist, and times switches out.
+
+- Suspend: a node chosen by the policies (wattsched.powersave) or by an admin becomes
+  POWERING_DOWN (not schedulable), SuspendProgram runs, and after SuspendTimeout it is
+  POWERED_DOWN (``idle~``): schedulable again, and counted at PowerSaveWatts by the power cap.
+- Resume: a job allocated powered-down nodes stays CONFIGURING while ResumeProgram wakes them
+  (POWERING_UP, ``#``); it is launched when every node has come up, its start time set then.
+  A node is up when its agent reports it on since after the resume began (a real node boots
+  a new agent; a virtual node's chassis finishes switching on). A node not up within
+  ResumeTimeout goes DOWN and its job is requeued.
+- Rates: at most SuspendRate suspends and ResumeRate resumes per minute (0: no limit);
+  resumes for jobs are never held back, as a job would otherwise wait for a minute.
+- Every change is a node event (POWERING_DOWN, POWERED_DOWN, POWERING_UP, POWERED_UP,
+  the reason naming the job a resume was for), from which the saving report is made.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import shlex
+import subprocess
+import sys
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from wattsched import hostlist, plugins, powersave, states
+from wattsched.config import Config
+from wattsched.model import Node
+
+log = logging.getLogger("wattsched.controller.power")
+
+RESUME_TIMEOUT_REASON = "ResumeTimeout reached"
+
+
+@dataclass(slots=True)
+class PowerProgram:
+    """Run SuspendProgram (``suspend``) or ResumeProgram (``resume``) on some nodes."""
+
+    kind: str
+    nodes: list[str]
+
+
+def program_argv(config: Config, kind: str, nodes: list[str]) -> list[str]:
+    """The command for a hostlist: the configured program, or for virtual nodes ``wattsched power
+    on|off`` through their emulated BMCs (the path real hardware takes)."""
+    program = config.suspend_program if kind == "suspend" else config.resume_program
+    names = hostlist.compress(nodes)
+    if program:
+        return [*shlex.split(program), names]
+    return [sys.executable, "-m", "wattsched.cli.wattsched", "power", "off" if kind == "suspend" else "on",
+            names, "--config", config.source]
+
+
+class PowerSaving:
+    def __init__(self, config: Config):
+        self.config = config
+        self.policies = plugins.power_save_policies(config)
+        self.memories: dict[str, dict] = {}
+        self.suspends: collections.deque[float] = collections.deque()
+        self.resumes: collections.deque[float] = collections.deque()
+        excluded = set(config.suspend_exc_nodes)
+        for part in config.partitions:
+            if part.name in config.suspend_exc_parts:
+                excluded.update(part.nodes)
+        self.excluded = frozenset(excluded)
+
+    # --- the pure policies' view ------------------------------------------------------------------
+
+    @staticmethod
+    def node_state(node: Node) -> str:
+        if node.power == states.P_POWERED_DOWN:
+            return powersave.OFF
+        if node.power == states.P_POWERING_DOWN:
+            return powersave.SWITCHING_OFF
+        if node.power == states.P_POWERING_UP:
+            return powersave.SWITCHING_ON
+        if node.base_state in (states.N_DOWN, states.N_UNKNOWN, states.N_FUTURE) or node.not_responding \
+                or node.drain:
+            return powersave.DOWN
+        return powersave.BUSY if node.alloc_cpus else powersave.IDLE
+
+    def snapshot(self, nodes: Iterable[Node], pending: list[powersave.PendingBrief],
+                 releases: list[tuple[float, int]], power_snap, now: float) -> powersave.PowerSaveSnap:
+        ps_nodes = tuple(powersave.PsNode(n.name, self.node_state(n), n.idle_since, n.name in self.excluded)
+                         for n in nodes)
+        return powersave.PowerSaveSnap(now, ps_nodes, tuple(pending), tuple(releases), power_snap,
+                                       powersave.recent(self.suspends, now), powersave.recent(self.resumes, now))
+
+    def decide(self, snap: powersave.PowerSaveSnap) -> tuple[list[str], list[str]]:
+        off, on, self.memories = powersave.decide(self.policies, snap, self.memories, self.config.suspend_rate,
+                                                  self.config.resume_rate)
+        return off, on
+
+    # --- switching ------------------------------------------------------------------------------
+
+    def begin_suspend(self, node: Node, now: float) -> None:
+        node.power, node.power_since, node.power_job = states.P_POWERING_DOWN, now, 0
+        self.suspends.append(now)
+
+    def begin_resume(self, node: Node, now: float, job_id: int = 0) -> None:
+        node.power, node.power_since, node.power_job = states.P_POWERING_UP, now, job_id
+        self.resumes.append(now)
+
+    def timed_out(self, node: Node, now: float) -> str | None:
+        """The next flag of a node whose switch has run its time: POWERED_DOWN after
+        SuspendTimeout, or DOWN (the returned reason) after ResumeTimeout."""
+        if node.power == states.P_POWERING_DOWN and now - node.power_since >= self.config.suspend_timeout_s:
+            return states.P_POWERED_DOWN
+        if node.power == states.P_POWERING_UP and now - node.power_since >= self.config.resume_timeout_s:
+            return RESUME_TIMEOUT_REASON
+        return None
+
+
+def run_program(config: Config, action: PowerProgram) -> None:
+    """Run the program in a thread of its own, as Slurm forks it: the controller never waits."""
+    argv = program_argv(config, action.kind, action.nodes)
+    env = dict(os.environ, SLURM_CONF=config.source, WATTSCHED_CONF=config.source)
+
+    def run() -> None:
+        try:
+            done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600, check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            log.error("power program failed", extra={"program": argv[0], "error": str(exc)})
+            return
+        if done.returncode != 0:
+            log.error("power program failed", extra={"program": argv[0], "nodes": argv[-1] if not
+                      config.suspend_program else hostlist.compress(action.nodes),
+                      "exit": done.returncode, "stderr": done.stderr.strip()[-500:]})
+
+    threading.Thread(target=run, name=f"power-{action.kind}", daemon=True).start()

@@ -1,0 +1,115 @@
+"""Slurm's power saving on an emulated cluster, through the real controller, agents, emulated BMCs
+(IPMI chassis control over RMCP+ on loopback) and commands: idle nodes go to ``idle~``, a job
+on them is CONFIGURING while they power up, a node that never comes back goes DOWN and its job
+is requeued, and the saving is reported."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+from wattsched.testcluster import Cluster, free_port, wait_for
+
+pytestmark = pytest.mark.slow
+
+NODE_WATTS = "IdleWatts=95 MaxWatts=190 PowerSaveWatts=10 SwitchOnTime=2 SwitchOffTime=1"
+
+
+def _cluster(tmp_path, extra: str, bmc: bool) -> Cluster:
+    return Cluster(tmp_path, nodes=3, cpus=2, bmc=bmc, node_extra=NODE_WATTS,
+                   extra="EmulatedNodes=YES\nAcctGatherEnergyType=acct_gather_energy/emulated\nAcctGatherNodeFreq=1\n"
+                         f"EmulatedBMCPort={free_port()}\n{extra}").start()
+
+
+def _run(cluster: Cluster, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(list(args), env=env or cluster.env, cwd=cluster.work, capture_output=True, text=True,
+                          timeout=60)
+
+
+def _out(cluster: Cluster, *args: str) -> str:
+    result = _run(cluster, *args)
+    assert result.returncode == 0, (args, result.stderr)
+    return result.stdout
+
+
+def _sinfo(cluster: Cluster) -> dict[str, str]:
+    return {n: s for s, n in (line.split() for line in _out(cluster, "sinfo", "-h", "-N", "-o", "%t %N").split("\n")
+                              if line)}
+
+
+def test_idle_nodes_power_down_and_wake_for_a_job_through_their_bmcs(tmp_path) -> None:
+    cluster = _cluster(tmp_path, "SuspendTime=2\nSuspendTimeout=2\nResumeTimeout=30\nSuspendExcNodes=n03", bmc=True)
+    try:
+        wait_for(lambda: _sinfo(cluster) == {"n01": "idle~", "n02": "idle~", "n03": "idle"}, 30,
+                 what="idle nodes powered down, the excluded one left on")
+        assert _out(cluster, "wattsched", "power", "status", "n[01-03]").split("\n")[:3] == \
+            ["n01 off", "n02 off", "n03 on"]
+        shown = _out(cluster, "scontrol", "show", "node", "n01")
+        assert "State=IDLE+POWERED_DOWN " in shown
+        wait_for(lambda: "CurrentWatts=10 " in _out(cluster, "scontrol", "show", "node", "n01"), 15,
+                 what="a switched-off node drawing PowerSaveWatts")
+
+        job = _out(cluster, "sbatch", "--parsable", "-N3", "--wrap", "sleep 2").strip()
+        wait_for(lambda: _out(cluster, "squeue", "-h", "-j", job, "-o", "%t").strip() == "CF", 10,
+                 what="the job CONFIGURING while its nodes power up")
+        assert _sinfo(cluster)["n01"].endswith("#")
+        assert "JobState=CONFIGURING" in _out(cluster, "scontrol", "show", "job", job)
+        wait_for(lambda: _out(cluster, "squeue", "-h", "-j", job, "-o", "%t").strip() in ("R", ""), 30,
+                 what="the job running once its nodes are up")
+        wait_for(lambda: "COMPLETED" in _out(cluster, "sacct", "-n", "-X", "-j", job, "-o", "State"), 60,
+                 what="the job completed")
+        wait_for(lambda: set(_sinfo(cluster).values()) == {"idle~", "idle"}, 30, what="powered down again")
+
+        # an administrator switches the excluded node by hand, off then on
+        assert _run(cluster, "scontrol", "update", "nodename=n03", "state=power_down").returncode == 0
+        wait_for(lambda: _sinfo(cluster)["n03"] == "idle~", 20, what="n03 powered down by hand")
+        assert _run(cluster, "scontrol", "update", "nodename=n03", "state=power_up").returncode == 0
+        wait_for(lambda: _sinfo(cluster)["n03"] == "idle", 20, what="n03 powered up by hand")
+
+        report = json.loads(_out(cluster, "wattsched", "power", "report", "--json"))
+        assert report["switches_off"] >= 3 and report["switches_on"] >= 3
+        assert report["jobs_delayed"] == 1 and 1.5 <= report["wait_added_s"] < 30
+        assert report["saved_j"] > 0 and report["off_s"] > 0
+        parsable = _out(cluster, "wattsched", "power", "report", "-P").split("\n")
+        assert parsable[0].startswith("Nodes|SwitchesOff|SwitchesOn|") and parsable[1].startswith("3|")
+
+        # refused: an unknown node, a state that is not one, a user who is not an administrator
+        bad = _run(cluster, "scontrol", "update", "nodename=n99", "state=power_down")
+        assert bad.returncode == 1 and "Invalid node name specified: n99" in bad.stderr
+        bad = _run(cluster, "scontrol", "update", "nodename=n01", "state=power_sideways")
+        assert bad.returncode == 1 and "Invalid node state specified" in bad.stderr
+        user = dict(cluster.env, SLURM_JWT=_user_token(cluster))
+        bad = _run(cluster, "scontrol", "update", "nodename=n01", "state=power_up", env=user)
+        assert bad.returncode == 1 and "Access/permission denied" in bad.stderr
+        bad = _run(cluster, "wattsched", "power", "off", "n77")
+        assert bad.returncode == 1 and "Invalid node name specified: n77" in bad.stderr
+        assert set(_sinfo(cluster).values()) <= {"idle~", "idle"}  # nothing changed by the refusals
+    finally:
+        cluster.stop()
+
+
+def test_a_node_that_never_comes_back_goes_down_and_its_job_is_requeued(tmp_path) -> None:
+    # programs that do nothing: the nodes are flagged off, but nothing ever switches them back on
+    cluster = _cluster(tmp_path, "SuspendTime=1\nSuspendTimeout=1\nResumeTimeout=3\n"
+                                 "SuspendProgram=/bin/true\nResumeProgram=/bin/true", bmc=False)
+    try:
+        wait_for(lambda: set(_sinfo(cluster).values()) == {"idle~"}, 30, what="nodes powered down")
+        job = _out(cluster, "sbatch", "--parsable", "-N1", "--wrap", "sleep 1").strip()
+        wait_for(lambda: _out(cluster, "squeue", "-h", "-j", job, "-o", "%t").strip() == "CF", 10,
+                 what="the job CONFIGURING")
+        node = _out(cluster, "squeue", "-h", "-j", job, "-o", "%N").strip()
+        wait_for(lambda: "Reason=ResumeTimeout reached" in _out(cluster, "scontrol", "show", "node", node), 15,
+                 what="the node DOWN after ResumeTimeout")
+        assert _sinfo(cluster)[node].startswith("down")
+        shown = _out(cluster, "scontrol", "show", "job", job)
+        assert "Restarts=1" in shown and "JobState=RUNNING" not in shown
+    finally:
+        cluster.stop()
+
+
+def _user_token(cluster: Cluster) -> str:
+    from wattsched import auth, config
+
+    conf = config.load(str(cluster.conf))
+    return auth.user_token(auth.read_key(conf.key_file), 1000, "alice")
