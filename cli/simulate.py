@@ -60,6 +60,9 @@ def simulate(config: Annotated[str, typer.Argument(help="Cluster configuration (
              setting: Annotated[list[str] | None, typer.Option("--set", help="Key=Value over the configuration.")]
              = None,
              seed: Annotated[int, typer.Option(help="Seed of generated workloads.")] = 1,
+             shared: Annotated[bool, typer.Option(
+                 "--shared", help="Jobs ask for CPUs and share nodes (default: whole nodes, as in the seeds).")]
+             = False,
              quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False) -> None:
     """Replay a workload through the same scheduling, power-cap and power-saving code as the controller."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -83,7 +86,7 @@ def simulate(config: Annotated[str, typer.Argument(help="Cluster configuration (
             bar.update(task, completed=done, total=total, rate=rate)
 
         try:
-            sim = engine.Simulation(conf, load, progress=progress)
+            sim = engine.Simulation(conf, load, progress=progress, shared=shared)
             result = sim.run()
         except ValueError as exc:
             raise CLIError(str(exc)) from exc

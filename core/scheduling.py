@@ -378,16 +378,15 @@ class Candidates:
         resv = snapshot.reservations.get(job.reservation) if job.reservation else None
         allowed = resv.nodes if resv is not None and "FLEX" not in resv.flags else None
         wanted = set(job.features)
-        result = []
-        for name in snapshot.partitions[job.partition].nodes:
-            node = self.by_name.get(name)
-            if node is None or name in excluded or not node.schedulable:
-                continue
-            if (allowed is not None and name not in allowed) or (wanted and not wanted <= node.features):
-                continue
-            result.append(node)
+        by_name = self.by_name
+        result = [node for name in snapshot.partitions[job.partition].nodes
+                  if (node := by_name.get(name)) is not None and node.schedulable]
+        if excluded or allowed is not None or wanted:
+            result = [n for n in result if n.name not in excluded and (allowed is None or n.name in allowed)
+                      and (not wanted or wanted <= n.features)]
         # stable: name order within equal weight; waking a node costs time and energy, so last
-        result.sort(key=lambda n: (n.weight, n.powered_down))
+        if len({(n.weight, n.powered_down) for n in result}) > 1:
+            result.sort(key=lambda n: (n.weight, n.powered_down))
         return result
 
 

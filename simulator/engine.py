@@ -4,13 +4,15 @@ wattsched.power for the cap, wattsched.powersave with the configured policies). 
 decides what to start or what to switch: it only builds the snapshots the controller would
 build and carries the decisions out in virtual time.
 
-Model. Jobs take whole nodes (``--exclusive``), as in the seeds' simulations; a job runs for its
+Model. Jobs take whole nodes (``--exclusive``), as in the seeds' simulations, or, ``shared``,
+ask for CPUs (``-n``) and share nodes as the selection plugin packs them; a job runs for its
 run time (clipped to its limit). A node is on, off, switching on or switching off
 (wattsched.switching, with each node's SwitchOnTime / SwitchOffTime: the hardware's times, where
 the live controller waits SuspendTimeout). A job allocated powered-down nodes starts when the
 last of them is on. Power: computing IdleWatts + (MaxWatts - IdleWatts) x the user's energy
-factor, idle IdleWatts, off PowerSaveWatts, switching SwitchOnWatts / SwitchOffWatts, integrated
-from the first submission to the last completion.
+factor x the share of the node's CPUs each job holds, idle IdleWatts, off PowerSaveWatts,
+switching SwitchOnWatts / SwitchOffWatts, integrated from the first submission to the last
+completion.
 
 Events at the same instant are handled together (job ends first, then switches, submissions and
 policy ticks), then one scheduling pass and one power-saving decision follow, as in the
@@ -31,7 +33,7 @@ from wattsched import plugins, power, powersave, scheduling, states, switching
 from wattsched.config import Config, NodeConf
 from wattsched.simulator.workload import SimJob, Workload
 
-END, SWITCHED, SUBMIT, TICK, PERIOD = 0, 1, 2, 3, 4
+END, SWITCHED, SUBMIT, TICK, PERIOD, BACKFILL = 0, 1, 2, 3, 4, 5
 COMPUTING, IDLE, OFF, SWITCHING_ON, SWITCHING_OFF = "computing", "idle", "off", "switching_on", "switching_off"
 BOUNDED_SLOWDOWN_TAU_S = 10.0
 
@@ -40,8 +42,8 @@ BOUNDED_SLOWDOWN_TAU_S = 10.0
 class SimNode:
     conf: NodeConf
     power: str = switching.ON
-    job: int = 0  # the job holding it (running, or waiting for other nodes)
-    alloc_cpus: int = 0  # what that job's allocation holds here, as the controller counts it
+    jobs: dict[int, int] = field(default_factory=dict)  # jobs holding it (running or waiting) -> CPUs
+    alloc_cpus: int = 0  # what those jobs' allocations hold here, as the controller counts it
     alloc_mem_mb: int = 0
     idle_since: float = 0.0
     category: str = IDLE
@@ -61,6 +63,7 @@ class JobRecord:
     waiting_for: int = 0  # nodes still switching on
     energy_j: float = 0.0
     freq_khz: int | None = None
+    running: scheduling.RunningJob | None = None  # as snapshots show it, once it runs
 
     @property
     def wait(self) -> float:
@@ -85,6 +88,7 @@ class Result:
     last_end: float
     node_count: int
     power_events: list[tuple[float, str, str, str]]
+    pass_times: list[float]  # when the scheduler ran, as the controller's loop would have
 
     def summary(self) -> dict[str, float | int]:
         done = [r for r in self.records if r.end >= 0]
@@ -110,8 +114,10 @@ class Result:
 
 
 class Simulation:
-    def __init__(self, config: Config, workload: Workload, progress: Callable[[int, int], None] | None = None):
+    def __init__(self, config: Config, workload: Workload, progress: Callable[[int, int], None] | None = None,
+                 shared: bool = False):
         self.config = config
+        self.shared = shared
         self.priority, self.scheduler, self.select = plugins.scheduling(config)
         self.policies = plugins.power_save_policies(config)
         self.memories: dict[str, dict] = {}
@@ -157,6 +163,14 @@ class Simulation:
         self.order: list[int] = []
         self.power_events: list[tuple[float, str, str, str]] = []
         self.events = self.passes = 0
+        self.pass_times: list[float] = []
+        # a backfill scheduler plans the whole queue every bf_interval, strict passes in between
+        self.bf_interval = config.scheduler_parameters.bf_interval_s \
+            if getattr(self.scheduler, "backfill", False) else None
+        self.last_backfill = -math.inf
+        self.backfill_wake = -math.inf
+        self.node_snaps = {name: self._node_snap(node) for name, node in self.nodes.items()}
+        self.nodes_tuple: tuple[scheduling.NodeSnap, ...] | None = None
         self.period = min((p.period for _n, p in self.policies if hasattr(p, "period")), default=None)
         self.t_idle = next((p.t_idle for _n, p in self.policies if hasattr(p, "t_idle")), None)
 
@@ -208,10 +222,14 @@ class Simulation:
             self.progress(done, total)
         return Result(list(self.records.values()), dict(self.energy), self.switches_on, self.switches_off,
                       self.events, self.passes, time.perf_counter() - started, self.infeasible, first, last_end,
-                      len(self.nodes), self.power_events)
+                      len(self.nodes), self.power_events, self.pass_times)
 
     def _request(self, record: JobRecord) -> scheduling.JobRequest:
         job = record.job
+        if self.shared:
+            return scheduling.JobRequest(job_id=job.job_id, user=job.user, partition=self.partition,
+                                         submit_time=job.submit, ntasks=job.procs, ntasks_set=True,
+                                         account=job.account, time_limit_min=max(1, math.ceil(job.walltime / 60)))
         return scheduling.JobRequest(job_id=job.job_id, user=job.user, partition=self.partition,
                                      submit_time=job.submit, nodes_min=record.nodes, ntasks=record.nodes,
                                      ntasks_set=True, exclusive=True, account=job.account,
@@ -221,9 +239,18 @@ class Simulation:
 
     def _pass(self, now: float) -> None:
         self.passes += 1
-        snap = self.snapshot(now)
+        self.pass_times.append(now)
+        due = self.bf_interval is None or now - self.last_backfill >= self.bf_interval
+        if due:
+            self.last_backfill = now
+        elif self.backfill_wake <= now:  # the controller's timer: the next full pass comes anyway
+            self.backfill_wake = self.last_backfill + self.bf_interval
+            self._push(self.backfill_wake, BACKFILL)
+        snap = self.snapshot(now, due)
         decisions = scheduling.schedule(snap, self.priority, self.scheduler, self.select)
-        self.reasons, self.expected = decisions.reasons, decisions.expected_start
+        self.reasons = decisions.reasons
+        if due:
+            self.expected = decisions.expected_start
         prio = decisions.priorities
         self.order = sorted(self.pending, key=lambda j: (-prio.get(j, 0), self.pending[j].submit_time, j))
         for job_id, alloc in decisions.starts:
@@ -231,17 +258,27 @@ class Simulation:
         if self.policies:
             self._power_tick(now, snap.power)
 
-    def snapshot(self, now: float) -> scheduling.Snapshot:
-        nodes = tuple(scheduling.NodeSnap(n.conf.name, n.conf.cpus, n.conf.cpus - n.alloc_cpus,
-                                          n.conf.real_memory_mb, n.conf.real_memory_mb - n.alloc_mem_mb,
-                                          n.conf.weight, frozenset(n.conf.features),
-                                          n.power != switching.SWITCHING_OFF, n.power == switching.OFF)
-                      for n in self.nodes.values())
-        running = tuple(scheduling.RunningJob(r.job.job_id, r.alloc_cpus, r.alloc_mem_mb, self._limit_end(r))
-                        for r in self.running.values())
-        return scheduling.Snapshot(now=now, nodes=nodes, partitions=self.partitions,
-                                   pending=tuple(self.pending.values()), running=running, backfill_due=True,
-                                   power=self._power_snap())
+    def snapshot(self, now: float, backfill_due: bool = True) -> scheduling.Snapshot:
+        if self.nodes_tuple is None:
+            self.nodes_tuple = tuple(self.node_snaps.values())
+        running = tuple(r.running or scheduling.RunningJob(r.job.job_id, r.alloc_cpus, r.alloc_mem_mb,
+                                                            self._limit_end(r))
+                        for r in self.running.values()) \
+            if backfill_due or self.config.power_cap is not None else ()
+        return scheduling.Snapshot(now=now, nodes=self.nodes_tuple, partitions=self.partitions,
+                                   pending=tuple(self.pending.values()), running=running,
+                                   backfill_due=backfill_due, power=self._power_snap())
+
+    @staticmethod
+    def _node_snap(node: SimNode) -> scheduling.NodeSnap:
+        conf = node.conf
+        return scheduling.NodeSnap(conf.name, conf.cpus, conf.cpus - node.alloc_cpus, conf.real_memory_mb,
+                                   conf.real_memory_mb - node.alloc_mem_mb, conf.weight, frozenset(conf.features),
+                                   node.power != switching.SWITCHING_OFF, node.power == switching.OFF)
+
+    def _changed(self, node: SimNode) -> None:
+        self.node_snaps[node.conf.name] = self._node_snap(node)
+        self.nodes_tuple = None
 
     def _limit_end(self, record: JobRecord) -> float:
         begin = record.start if record.start >= 0 else self._ready_at(record)
@@ -259,7 +296,7 @@ class Simulation:
             if node.power == switching.OFF:
                 node_states[name] = power.SAVED
             else:
-                node_states[name] = power.BUSY if node.job else power.IDLE
+                node_states[name] = power.BUSY if node.jobs else power.IDLE
         return power.PowerSnap(self.node_power, node_states, self.config.power_cap)
 
     # --- jobs ------------------------------------------------------------------------------------------
@@ -268,12 +305,15 @@ class Simulation:
         del self.pending[record.job.job_id]
         self.running[record.job.job_id] = record
         record.alloc = list(alloc.cpus)
+        record.nodes = len(record.alloc)
         record.alloc_cpus, record.alloc_mem_mb = dict(alloc.cpus), dict(alloc.mem_mb)
         record.freq_khz = alloc.cpu_freq_khz
         for name in record.alloc:
             node = self.nodes[name]
-            node.job = record.job.job_id
-            node.alloc_cpus, node.alloc_mem_mb = alloc.cpus[name], alloc.mem_mb.get(name, 0)
+            node.jobs[record.job.job_id] = alloc.cpus[name]
+            node.alloc_cpus += alloc.cpus[name]
+            node.alloc_mem_mb += alloc.mem_mb.get(name, 0)
+            self._changed(node)
             if node.power == switching.OFF:
                 self._switch(node, switching.ON, now, f"job {record.job.job_id}")
             elif node.power == switching.SWITCHING_ON:
@@ -284,8 +324,10 @@ class Simulation:
 
     def _run(self, record: JobRecord, now: float) -> None:
         record.start = now
+        record.running = scheduling.RunningJob(record.job.job_id, record.alloc_cpus, record.alloc_mem_mb,
+                                               self._limit_end(record))
         for name in record.alloc:
-            self._set_category(self.nodes[name], COMPUTING, now)
+            self._set_category(self.nodes[name], COMPUTING, now)  # the watts of one more job
         self._push(now + record.job.runtime, END, record.job.job_id)
 
     def _end(self, record: JobRecord, now: float) -> None:
@@ -293,8 +335,14 @@ class Simulation:
         del self.running[record.job.job_id]
         for name in record.alloc:
             node = self.nodes[name]
-            record.energy_j += node.watts * (now - record.start)
-            node.job = node.alloc_cpus = node.alloc_mem_mb = 0
+            cpus = node.jobs.pop(record.job.job_id)
+            record.energy_j += self._job_watts(node, record, cpus) * (now - record.start)
+            node.alloc_cpus -= cpus
+            node.alloc_mem_mb -= record.alloc_mem_mb.get(name, 0)
+            self._changed(node)
+            if any(self.records[j].start >= 0 for j in node.jobs):
+                self._set_category(node, COMPUTING, now)
+                continue
             node.idle_since = now
             self._set_category(node, IDLE, now)
             if self.t_idle is not None:
@@ -323,12 +371,13 @@ class Simulation:
         if node.power != switching.ON:
             return {switching.OFF: powersave.OFF, switching.SWITCHING_ON: powersave.SWITCHING_ON,
                     switching.SWITCHING_OFF: powersave.SWITCHING_OFF}[node.power]
-        return powersave.BUSY if node.job else powersave.IDLE
+        return powersave.BUSY if node.jobs else powersave.IDLE
 
     def _switch(self, node: SimNode, target: str, now: float, reason: str) -> None:
         sw = node.conf.switching
         if target == switching.ON:
             node.power = switching.SWITCHING_ON
+            self._changed(node)
             self.switches_on += 1
             self.resumes.append(now)
             self.power_events.append((now, node.conf.name, states.P_POWERING_UP, reason))
@@ -336,6 +385,7 @@ class Simulation:
             self._push(now + sw.on_s, SWITCHED, node=node.conf.name)
         else:
             node.power = switching.SWITCHING_OFF
+            self._changed(node)
             self.switches_off += 1
             self.suspends.append(now)
             self.power_events.append((now, node.conf.name, states.P_POWERING_DOWN, reason))
@@ -345,19 +395,22 @@ class Simulation:
     def _switched(self, node: SimNode, now: float) -> None:
         if node.power == switching.SWITCHING_OFF:
             node.power = switching.OFF
+            self._changed(node)
             self.power_events.append((now, node.conf.name, states.P_POWERED_DOWN, ""))
             self._set_category(node, OFF, now)
             return
         node.power = switching.ON
         node.idle_since = now
-        self.power_events.append((now, node.conf.name, "POWERED_UP", f"job {node.job}" if node.job else ""))
+        self._changed(node)
+        self.power_events.append((now, node.conf.name, "POWERED_UP",
+                                  " ".join(f"job {j}" for j in node.jobs)))
         self._set_category(node, IDLE, now)
-        if node.job:
-            record = self.records[node.job]
+        for job_id in list(node.jobs):
+            record = self.records[job_id]
             record.waiting_for -= 1
             if record.waiting_for == 0:
                 self._run(record, now)
-        elif self.t_idle is not None:
+        if not node.jobs and self.t_idle is not None:
             self._push(now + self.t_idle, TICK)
 
     def _set_category(self, node: SimNode, category: str, now: float) -> None:
@@ -373,14 +426,22 @@ class Simulation:
         conf = node.conf
         idle = float(conf.idle_watts or 0)
         if node.category == COMPUTING:
-            record = self.records[node.job]
-            busy = float(self.node_power[conf.name].busy_at(record.freq_khz))
-            return idle + (busy - idle) * record.job.energy_factor
+            return idle + sum(self._job_watts(node, self.records[j], cpus) - idle * cpus / conf.cpus
+                              for j, cpus in node.jobs.items() if self.records[j].start >= 0)
         if node.category == IDLE:
             return idle
         if node.category == OFF:
             return float(_save(conf))
         return conf.switching.on_watts if node.category == SWITCHING_ON else conf.switching.off_watts
+
+
+    def _job_watts(self, node: SimNode, record: JobRecord, cpus: int) -> float:
+        """A job's part of its node's watts: its share of idle, and of the dynamic watts at its
+        frequency, scaled by its user's energy factor."""
+        conf = node.conf
+        idle = float(conf.idle_watts or 0)
+        busy = float(self.node_power[conf.name].busy_at(record.freq_khz))
+        return (idle + (busy - idle) * record.job.energy_factor) * cpus / conf.cpus
 
 
 def _save(conf: NodeConf) -> int:

@@ -24,10 +24,11 @@ ROOT = Identity(0, "root")
 EPOCH = 1_800_000_000.0  # a real clock's time: the controller's first backfill pass is due from its start
 
 
-def _config(tmp_path, extra: str = "") -> config.Config:
+def _config(tmp_path, extra: str = "", bf_interval: int = 1) -> config.Config:
     path = tmp_path / "agree.conf"
     path.write_text(f"StateSaveLocation={tmp_path / 'ctld'}\nSlurmdSpoolDir={tmp_path / 'spool'}\n"
-                    "SchedulerType=sched/backfill\nSchedulerParameters=bf_interval=1\nSelectType=select/linear\n"
+                    f"SchedulerType=sched/backfill\nSchedulerParameters=bf_interval={bf_interval}\n"
+                    "SelectType=select/linear\n"
                     f"{extra}\nNodeName=a[01-12] CPUs=1 RealMemory=1000 IdleWatts=95 MaxWatts=191 PowerSaveWatts=10\n"
                     "PartitionName=p Nodes=a[01-12] Default=YES MaxTime=INFINITE\n")
     return config.load(path)
@@ -45,7 +46,8 @@ def _replay(conf: config.Config, jobs: Workload, result: engine.Result, tmp_path
         ends[record.end].append(record)
         starts[record.start].add(record.job.job_id)
     ids: dict[int, int] = {}  # simulated id -> controller id
-    for now in sorted(set(submits) | set(ends)):
+    # the controller's loop passes at each change and when its backfill timer is due
+    for now in sorted(set(submits) | set(ends) | set(result.pass_times)):
         for record in ends.get(now, []):
             job = state.jobs[ids[record.job.job_id]]
             state.batch_ended(JobEvent(job_id=job.job_id, node=job.batch_host, exit_code=0, end_time=now), now)
@@ -74,9 +76,10 @@ def test_hand_built_queue_same_decisions(tmp_path) -> None:
     _replay(conf, jobs, engine.Simulation(conf, jobs).run(), tmp_path)
 
 
-@pytest.mark.parametrize("seed", [1, 2])
-def test_generated_workload_same_decisions(tmp_path, seed) -> None:
-    conf = _config(tmp_path)
+@pytest.mark.parametrize(("seed", "bf_interval"), [(1, 1), (2, 1), (3, 150)])
+def test_generated_workload_same_decisions(tmp_path, seed, bf_interval) -> None:
+    # bf_interval=150: strict passes between full backfill passes, in both
+    conf = _config(tmp_path, bf_interval=bf_interval)
     generated = workload.synthetic_002(80, 12, 1, seed=seed)
     # minutes-long jobs on a minute grid, run times below limits, so that backfilling has work
     jobs = Workload([SimJob(j.job_id, EPOCH + round(j.submit / 600) * 60, float(60 * (1 + j.job_id % 5)),

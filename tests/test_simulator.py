@@ -39,7 +39,9 @@ HAND_STARTS = {1: 0.0, 2: 600.0, 3: 20.0, 4: 320.0}
 
 
 def test_a_hand_built_workload_runs_as_computed_by_hand(tmp_path) -> None:
-    result = engine.Simulation(_platform(tmp_path), Workload(list(HAND))).run()
+    # backfilling at every event, as in the seeds' simulators
+    result = engine.Simulation(_platform(tmp_path, "SchedulerParameters=bf_interval=1"),
+                               Workload(list(HAND))).run()
     starts = {r.job.job_id: r.start for r in result.records}
     assert starts == HAND_STARTS
     assert {r.job.job_id: r.end for r in result.records} == {1: 600.0, 2: 900.0, 3: 320.0, 4: 1520.0}
@@ -49,6 +51,29 @@ def test_a_hand_built_workload_runs_as_computed_by_hand(tmp_path) -> None:
     summary = result.summary()
     assert summary["makespan_s"] == 1520 and summary["max_wait_s"] == 590
     assert summary["mean_wait_s"] == pytest.approx((0 + 590 + 0 + 290) / 4)
+
+
+def test_backfill_runs_every_bf_interval_as_in_the_controller(tmp_path) -> None:
+    # bf_interval=30 (the default): the passes at t=10 and t=20 are strict, the full pass at t=0 was
+    # the last one, so J3 is backfilled at the next full pass, t=30, with J4 (no node left for it)
+    result = engine.Simulation(_platform(tmp_path), Workload(list(HAND))).run()
+    assert {r.job.job_id: r.start for r in result.records} == {1: 0.0, 2: 600.0, 3: 30.0, 4: 330.0}
+
+
+def test_jobs_share_nodes_cpu_by_cpu_and_pay_their_share_of_the_watts(tmp_path) -> None:
+    path = tmp_path / "shared.conf"
+    path.write_text("SchedulerType=sched/backfill\nSchedulerParameters=bf_interval=1\nSelectType=select/cons_tres\n"
+                    "NodeName=c[1-2] CPUs=4 RealMemory=1000 IdleWatts=100 MaxWatts=300\n"
+                    "PartitionName=p Nodes=c[1-2] Default=YES\n")
+    jobs = Workload([SimJob(1, 0, 100, 100, 2), SimJob(2, 0, 100, 100, 2), SimJob(3, 0, 200, 200, 6)])
+    result = engine.Simulation(config.load(path), jobs, shared=True).run()
+    records = {r.job.job_id: r for r in result.records}
+    # J1 and J2 pack onto c1; J3 (6 CPUs) needs both nodes whole, so it waits for them
+    assert records[1].alloc == records[2].alloc == ["c1"] and records[3].start == 100.0
+    # a job on half a node pays half its idle watts and all of its own dynamic watts
+    assert records[1].energy_j == pytest.approx((100 + 200) * 0.5 * 100)
+    assert records[3].energy_j == pytest.approx(300 * 6 / 4 * 200)
+    assert result.energy_by_state["computing"] == pytest.approx(300 * 100 + 6 / 4 * 300 * 200 + 100 * 0.5 * 200)
 
 
 def test_idle_timeout_in_virtual_time_switches_and_wakes_nodes(tmp_path) -> None:

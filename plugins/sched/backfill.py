@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 from wattsched import states
@@ -61,7 +61,9 @@ from wattsched.scheduling import (
     Candidates,
     Decisions,
     JobRequest,
+    NodeSnap,
     PowerMeter,
+    RunningJob,
     SelectPlugin,
     Snapshot,
     fit_power,
@@ -79,12 +81,12 @@ class Profile:
     Steps are kept as arrays so that a window's least free resources, the release times and
     the machine's free total over time are computed for all nodes at once."""
 
-    def __init__(self, now: float, free: Mapping[str, tuple[int, int]]):
+    def __init__(self, now: float, nodes: Sequence[NodeSnap]):
         self.now = now
-        self.names = list(free)
+        self.names = [n.name for n in nodes]
         self.index = {name: i for i, name in enumerate(self.names)}
-        self.cpus_now = np.array([c for c, _m in free.values()], dtype=np.int64)
-        self.mem_now = np.array([m for _c, m in free.values()], dtype=np.int64)
+        self.cpus_now = np.fromiter((n.free_cpus for n in nodes), dtype=np.int64, count=len(nodes))
+        self.mem_now = np.fromiter((n.free_mem_mb for n in nodes), dtype=np.int64, count=len(nodes))
         self.total_now = int(self.cpus_now.sum())
         self._new: list[tuple[float, int, int, int]] = []
         empty = np.zeros(0, dtype=np.int64)
@@ -98,6 +100,16 @@ class Profile:
             self.total_now += cpus
         else:
             self._new.append((when, i, cpus, mem_mb))
+
+    def releases(self, running: Iterable[RunningJob], resolution: float) -> None:
+        """Running jobs give their resources back at their time limit (a job past it is being
+        killed: a little later); a job without a limit never does."""
+        index, soonest, new = self.index, self.now + resolution, self._new
+        for job in running:
+            if job.end_time is not None:
+                end, mem = max(job.end_time, soonest), job.mem_mb
+                new.extend([(end, i, cpus, mem.get(node, 0)) for node, cpus in job.cpus.items()
+                            if (i := index.get(node)) is not None])
 
     def hold(self, alloc: Allocation, start: float, end: float) -> None:
         """Take the allocation's resources from ``start`` until ``end`` (forever: never given back)."""
@@ -199,15 +211,8 @@ class _Pass:
         self.snapshot, self.select, self.params = snapshot, select, params
         self.now = snapshot.now
         self.candidates = Candidates(snapshot)
-        self.profile = Profile(snapshot.now, {n.name: (n.free_cpus, n.free_mem_mb) for n in snapshot.nodes})
-        for running in snapshot.running:
-            if running.end_time is None:
-                continue
-            # a job past its limit is being killed: count its resources back a little later
-            end = max(running.end_time, self.now + params.bf_resolution_s)
-            for node, cpus in running.cpus.items():
-                if node in self.profile.index:
-                    self.profile.add(node, end, cpus, running.mem_mb.get(node, 0))
+        self.profile = Profile(snapshot.now, snapshot.nodes)
+        self.profile.releases(snapshot.running, params.bf_resolution_s)
         self.failed_end: dict[tuple, float] = {}
         self.meter = PowerMeter(snapshot.power, snapshot.running) if snapshot.power is not None else None
         self.power = PowerPlan(self.meter, snapshot.running, self.now, params.bf_resolution_s) \
