@@ -30,10 +30,16 @@ def platform(config_path: str, settings: list[str]):
     return config.with_overrides(conf, source=str(base))
 
 
-def open_workload(spec: str, max_jobs: int | None, cpus_per_node: int, seed: int):
-    """A file (.swf, .swf.gz, .json) or a generator: ``synthetic002:COUNT[:MAXNODES]``."""
+def open_workload(spec: str, max_jobs: int | None, cpus_per_node: int, total_cpus: int, seed: int):
+    """A file (.swf, .swf.gz, .json) or a generator: ``synthetic002:COUNT[:MAXNODES]``,
+    ``lightesp[:REPEAT]``."""
     from wattsched.simulator import workload
 
+    if spec.startswith("lightesp"):
+        repeat = spec.partition(":")[2] or "1"
+        if not repeat.isdigit() or int(repeat) < 1:
+            raise CLIError(f"bad generator '{spec}': lightesp[:REPEAT]")
+        return workload.light_esp(total_cpus, cpus_per_node, int(repeat), seed)
     if spec.startswith("synthetic002:"):
         parts = spec.split(":")[1:]
         try:
@@ -53,7 +59,8 @@ def open_workload(spec: str, max_jobs: int | None, cpus_per_node: int, seed: int
 
 def simulate(config: Annotated[str, typer.Argument(help="Cluster configuration (etc/*.conf).")],
              workload_spec: Annotated[str, typer.Argument(metavar="WORKLOAD",
-                                                          help="SWF (.swf, .swf.gz), JSON, or synthetic002:COUNT")],
+                                                          help="SWF (.swf, .swf.gz), JSON, synthetic002:COUNT "
+                                                               "or lightesp[:REPEAT]")],
              out: Annotated[Path, typer.Option("--out", "-o", help="Folder for jobs.csv, summary.json, report.md.")]
              = Path("simulation"),
              jobs: Annotated[int | None, typer.Option("--jobs", "-n", help="Only the first N jobs.")] = None,
@@ -63,18 +70,28 @@ def simulate(config: Annotated[str, typer.Argument(help="Cluster configuration (
              shared: Annotated[bool, typer.Option(
                  "--shared", help="Jobs ask for CPUs and share nodes (default: whole nodes, as in the seeds).")]
              = False,
+             energy_model: Annotated[str, typer.Option(
+                 "--energy-model", help="A job's accounted energy: 'node' (its nodes' power model) or 'cpu' "
+                                        "(its CPU-seconds at MaxWatts per CPU, as in seed 000).")] = "node",
+             user_factor: Annotated[list[str] | None, typer.Option(
+                 "--user-factor", help="USER=FACTOR: that user's energy efficiency (0.7 green, 1.3 gluttonous).")]
+             = None,
              quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False) -> None:
     """Replay a workload through the same scheduling, power-cap and power-saving code as the controller."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from wattsched.config import ConfigError
-    from wattsched.simulator import engine, report
+    from wattsched.simulator import engine, report, workload
 
     try:
         conf = platform(config, setting or [])
     except ConfigError as exc:
         raise CLIError(str(exc)) from exc
     cpus = min((n.cpus for n in conf.nodes), default=1)
-    load = open_workload(workload_spec, jobs, cpus, seed)
+    load = open_workload(workload_spec, jobs, cpus, sum(n.cpus for n in conf.nodes), seed)
+    try:
+        load = workload.with_user_factors(load, dict(_pair(p) for p in user_factor or []))
+    except ValueError as exc:
+        raise CLIError(str(exc)) from exc
     with Progress(TextColumn("simulating"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[rate]}"),
                   TimeElapsedColumn(), disable=quiet, transient=True, console=None) as bar:
         task = bar.add_task("jobs", total=len(load.jobs), rate="")
@@ -86,7 +103,7 @@ def simulate(config: Annotated[str, typer.Argument(help="Cluster configuration (
             bar.update(task, completed=done, total=total, rate=rate)
 
         try:
-            sim = engine.Simulation(conf, load, progress=progress, shared=shared)
+            sim = engine.Simulation(conf, load, progress=progress, shared=shared, energy_model=energy_model)
             result = sim.run()
         except ValueError as exc:
             raise CLIError(str(exc)) from exc
@@ -99,3 +116,13 @@ def simulate(config: Annotated[str, typer.Argument(help="Cluster configuration (
                      f"max wait {summary['max_wait_s']:.0f} s, utilization {summary['utilization']:.3f}, "
                      f"switches {summary['switches_off']} off / {summary['switches_on']} on\n"
                      f"written: {', '.join(str(p) for p in paths.values())}\n")
+
+
+def _pair(text: str) -> tuple[str, float]:
+    user, sep, value = text.partition("=")
+    try:
+        if not sep or not user:
+            raise ValueError
+        return user, float(value)
+    except ValueError:
+        raise CLIError(f"bad --user-factor '{text}': USER=FACTOR, e.g. alice=0.7") from None

@@ -19,10 +19,6 @@ from wattsched.fairshare import ShareRow, UsageRecord
 
 log = logging.getLogger("wattsched.controller")
 
-# Use older than this many half-lives weighs under 0.1 %: it is not read again.
-_HORIZON_HALF_LIVES = 10
-
-
 @dataclass(slots=True)
 class Shares:
     """The latest fair-share computation and the association index used at submission."""
@@ -40,20 +36,13 @@ def compute(accounting: AccountingStore, config: Config, running: list[UsageReco
     """Read associations and history (blocking: run it in a thread) and compute the shares."""
     assocs = accounting.assocs(config.cluster_name)
     half_life = config.priority_decay_half_life_min * 60.0
-    since = fairshare.reset_boundary(config.priority_usage_reset_period, now, origin)
-    if half_life > 0:
-        since = max(since, now - _HORIZON_HALF_LIVES * half_life)
+    since = fairshare.usage_since(config.priority_usage_reset_period, half_life, now, origin)
     history = assocs.usage_records(since)
-    usage = fairshare.raw_usage([*history, *running], now, half_life, since)
-    seconds = fairshare.decayed_seconds(since, now, now, half_life)
-    cpu_capacity = sum(n.cpus for n in config.nodes) * seconds
-    watts = sum(n.max_watts or 0 for n in config.nodes)
-    # Without MaxWatts there is no energy budget to compare with: normalize by all energy used.
-    energy_capacity = watts * seconds if watts else sum(joules for _cpu, joules in usage.values())
     associations = assocs.associations()
     tree = [fairshare.Assoc(a["account"], a["user"], a["parent"], a["shares"]) for a in associations]
-    rows = fairshare.tree_rows(tree, usage, cpu_capacity, energy_capacity, config.fairshare_dampening_factor,
-                               fair_tree="FAIR_TREE" in config.priority_flags)
+    rows = fairshare.shares(tree, [*history, *running], now, since, half_life, sum(n.cpus for n in config.nodes),
+                            sum(n.max_watts or 0 for n in config.nodes), config.fairshare_dampening_factor,
+                            fair_tree="FAIR_TREE" in config.priority_flags)
     user_accounts: dict[str, set[str]] = {}
     default_account: dict[str, str] = {}
     for a in associations:

@@ -28,6 +28,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 ROOT = "root"
+# Use older than this many half-lives weighs under 0.1 %: it is not read again.
+HORIZON_HALF_LIVES = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +128,24 @@ def raw_usage(records: Iterable[UsageRecord], now: float, half_life_s: float,
         cpu_s, joules = usage.get((rec.account, rec.user), (0.0, 0.0))
         usage[(rec.account, rec.user)] = (cpu_s + rec.cpus * weight, joules + energy)
     return usage
+
+
+def usage_since(reset_period: str, half_life_s: float, now: float, origin: float) -> float:
+    """From when use counts: the last PriorityUsageResetPeriod boundary, and no further back than
+    the decay horizon."""
+    since = reset_boundary(reset_period, now, origin)
+    return max(since, now - HORIZON_HALF_LIVES * half_life_s) if half_life_s > 0 else since
+
+
+def shares(assocs: Iterable[Assoc], records: Iterable[UsageRecord], now: float, since: float, half_life_s: float,
+           cpus: int, max_watts: float, damping: float = 1.0, fair_tree: bool = False) -> list[ShareRow]:
+    """The whole computation, from the jobs' use to every association's factors, for a machine of
+    ``cpus`` CPUs whose nodes draw at most ``max_watts`` together."""
+    usage = raw_usage(records, now, half_life_s, since)
+    seconds = decayed_seconds(since, now, now, half_life_s)
+    # Without MaxWatts there is no energy budget to compare with: normalize by all energy used.
+    energy_capacity = max_watts * seconds if max_watts else sum(joules for _cpu, joules in usage.values())
+    return tree_rows(assocs, usage, cpus * seconds, energy_capacity, damping, fair_tree)
 
 
 def tree_rows(assocs: Iterable[Assoc], usage: Mapping[tuple[str, str], tuple[float, float]],

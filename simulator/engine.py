@@ -31,11 +31,16 @@ from dataclasses import dataclass, field
 
 from wattsched import plugins, power, powersave, scheduling, states, switching
 from wattsched.config import Config, NodeConf
+from wattsched.fairshare import UsageRecord
+from wattsched.simulator.shares import DEFAULT_ACCOUNT, SimShares
 from wattsched.simulator.workload import SimJob, Workload
 
 END, SWITCHED, SUBMIT, TICK, PERIOD, BACKFILL = 0, 1, 2, 3, 4, 5
 COMPUTING, IDLE, OFF, SWITCHING_ON, SWITCHING_OFF = "computing", "idle", "off", "switching_on", "switching_off"
 BOUNDED_SLOWDOWN_TAU_S = 10.0
+# what a job's accounted energy (the one EnergyFairShare charges) follows: its nodes' power model,
+# or its CPU-seconds (seed 000's simulations)
+ENERGY_MODELS = ("node", "cpu")
 
 
 @dataclass(slots=True)
@@ -55,6 +60,7 @@ class SimNode:
 class JobRecord:
     job: SimJob
     nodes: int
+    submit: float  # the trace's, or for a job following another, that one's end plus the think time
     start: float = -1.0
     end: float = -1.0
     alloc: list[str] = field(default_factory=list)
@@ -67,7 +73,7 @@ class JobRecord:
 
     @property
     def wait(self) -> float:
-        return self.start - self.job.submit
+        return self.start - self.submit
 
     @property
     def runtime(self) -> float:
@@ -115,9 +121,12 @@ class Result:
 
 class Simulation:
     def __init__(self, config: Config, workload: Workload, progress: Callable[[int, int], None] | None = None,
-                 shared: bool = False):
+                 shared: bool = False, energy_model: str = "node"):
+        if energy_model not in ENERGY_MODELS:
+            raise ValueError(f"unknown energy model {energy_model!r}: one of {', '.join(ENERGY_MODELS)}")
         self.config = config
         self.shared = shared
+        self.energy_model = energy_model
         self.priority, self.scheduler, self.select = plugins.scheduling(config)
         self.policies = plugins.power_save_policies(config)
         self.memories: dict[str, dict] = {}
@@ -149,8 +158,12 @@ class Simulation:
             if nodes > size:
                 self.infeasible += 1
                 continue
-            self.records[job.job_id] = JobRecord(job, nodes)
+            self.records[job.job_id] = JobRecord(job, nodes, job.submit)
         self.pending: dict[int, scheduling.JobRequest] = {}
+        fair = config.priority_type == "priority/multifactor" and \
+            (config.priority_weight_fairshare or config.priority_weight_energy)
+        self.shares = SimShares(config, ((r.job.account or DEFAULT_ACCOUNT, r.job.user) for r in self.records.values()),
+                                min((r.job.submit for r in self.records.values()), default=0.0)) if fair else None
         self.running: dict[int, JobRecord] = {}
         self.heap: list[tuple[float, int, int, int, str]] = []
         self.seq = 0
@@ -189,8 +202,12 @@ class Simulation:
         for node in self.nodes.values():
             node.since = node.idle_since = first
             node.watts = self._watts(node)
+        self.followers: dict[int, list[JobRecord]] = {}
         for record in jobs:
-            self._push(record.job.submit, SUBMIT, record.job.job_id)
+            if record.job.preceding in self.records:  # a closed loop: sent once the preceding job ends
+                self.followers.setdefault(record.job.preceding, []).append(record)
+            else:
+                self._push(record.job.submit, SUBMIT, record.job.job_id)
         if self.period:
             self._push(first + self.period, PERIOD)
         total = len(jobs)
@@ -226,21 +243,22 @@ class Simulation:
 
     def _request(self, record: JobRecord) -> scheduling.JobRequest:
         job = record.job
+        account, limit = job.account or DEFAULT_ACCOUNT, max(1, math.ceil(job.walltime / 60))
         if self.shared:
             return scheduling.JobRequest(job_id=job.job_id, user=job.user, partition=self.partition,
-                                         submit_time=job.submit, ntasks=job.procs, ntasks_set=True,
-                                         account=job.account, time_limit_min=max(1, math.ceil(job.walltime / 60)))
+                                         submit_time=record.submit, ntasks=job.procs, ntasks_set=True,
+                                         account=account, time_limit_min=limit)
         return scheduling.JobRequest(job_id=job.job_id, user=job.user, partition=self.partition,
-                                     submit_time=job.submit, nodes_min=record.nodes, ntasks=record.nodes,
-                                     ntasks_set=True, exclusive=True, account=job.account,
-                                     time_limit_min=max(1, math.ceil(job.walltime / 60)))
+                                     submit_time=record.submit, nodes_min=record.nodes, ntasks=record.nodes,
+                                     ntasks_set=True, exclusive=True, account=account, time_limit_min=limit)
 
     # --- one pass: the controller's loop in virtual time --------------------------------------------
 
     def _pass(self, now: float) -> None:
         self.passes += 1
         self.pass_times.append(now)
-        due = self.bf_interval is None or now - self.last_backfill >= self.bf_interval
+        # (the wake-up itself is due: last + interval - last may round below the interval)
+        due = self.bf_interval is None or now - self.last_backfill >= self.bf_interval or now == self.backfill_wake
         if due:
             self.last_backfill = now
         elif self.backfill_wake <= now:  # the controller's timer: the next full pass comes anyway
@@ -265,9 +283,12 @@ class Simulation:
                                                             self._limit_end(r))
                         for r in self.running.values()) \
             if backfill_due or self.config.power_cap is not None else ()
+        fair = self.shares.current(now, [
+            UsageRecord(r.job.user, r.job.account or DEFAULT_ACCOUNT, sum(r.alloc_cpus.values()), r.start, None)
+            for r in self.running.values() if r.start >= 0]) if self.shares is not None and self.pending else {}
         return scheduling.Snapshot(now=now, nodes=self.nodes_tuple, partitions=self.partitions,
                                    pending=tuple(self.pending.values()), running=running,
-                                   backfill_due=backfill_due, power=self._power_snap())
+                                   backfill_due=backfill_due, fairshare=fair, power=self._power_snap())
 
     @staticmethod
     def _node_snap(node: SimNode) -> scheduling.NodeSnap:
@@ -333,6 +354,9 @@ class Simulation:
     def _end(self, record: JobRecord, now: float) -> None:
         record.end = now
         del self.running[record.job.job_id]
+        for follower in self.followers.pop(record.job.job_id, []):
+            follower.submit = now + follower.job.think
+            self._push(follower.submit, SUBMIT, follower.job.job_id)
         for name in record.alloc:
             node = self.nodes[name]
             cpus = node.jobs.pop(record.job.job_id)
@@ -347,6 +371,12 @@ class Simulation:
             self._set_category(node, IDLE, now)
             if self.t_idle is not None:
                 self._push(now + self.t_idle, TICK)
+        if self.energy_model == "cpu":  # seed 000: a job's energy is its CPU-seconds at MaxWatts per CPU
+            record.energy_j = sum(cpus * (self.nodes[n].conf.max_watts or 0) / self.nodes[n].conf.cpus
+                                  for n, cpus in record.alloc_cpus.items()) * record.runtime * record.job.energy_factor
+        if self.shares is not None:
+            self.shares.ended(record.job.user, record.job.account or DEFAULT_ACCOUNT, sum(record.alloc_cpus.values()),
+                              record.start, now, record.energy_j)
 
     # --- power -------------------------------------------------------------------------------------------
 

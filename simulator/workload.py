@@ -17,7 +17,7 @@ import json
 import math
 import random
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 SWF_FIELDS = ("job", "submit", "wait", "run", "procs_alloc", "cpu_avg", "mem_avg", "procs_req", "time_req",
@@ -38,6 +38,8 @@ class SimJob:
     user: str = "user"
     account: str = ""
     energy_factor: float = 1.0  # this user's energy efficiency (1.3: gluttonous, 0.7: green)
+    preceding: int = 0  # a closed loop: submitted ``think`` seconds after this job ends
+    think: float = 0.0
 
 
 @dataclass(slots=True)
@@ -125,17 +127,78 @@ def load(path: str | Path, max_jobs: int | None = None) -> Workload:
 def synthetic_002(count: int, max_nodes: int, cpus_per_node: int, seed: int, clients: int = 20) -> Workload:
     """The synthetic workload of seed 002 (Table 5): jobs of Uniform(1, max_nodes) nodes and
     Uniform(600 s, 86400 s) wall time, sent by ``clients`` clients that each wait for their job
-    to finish and then stay idle Uniform(100 s, 300 s) before sending the next. A closed loop
-    cannot be known before simulating it, so the submit times here are an open approximation:
-    each client's next job follows its previous one by its wall time plus the idle interval.
-    A job runs its whole wall time (the seed's jobs have no separate run time)."""
+    to finish and then stay idle Uniform(100 s, 300 s) before sending the next. The loop is
+    closed: each client's first job is sent at time 0, each next one (``preceding``) its idle
+    interval (``think``) after the previous one ends, when the simulation gets there; the submit
+    times written here are only what they would be without waiting. A job runs its whole wall
+    time (the seed's jobs have no separate run time)."""
     rng = random.Random(seed)
     jobs, clocks = [], [0.0] * clients
+    last = [0] * clients
     for job_id in range(1, count + 1):
         client = (job_id - 1) % clients
         wall = rng.uniform(600, 86400)
         nodes = rng.randint(1, max_nodes)
-        jobs.append(SimJob(job_id, clocks[client], wall, wall, nodes * cpus_per_node, f"client{client}"))
-        clocks[client] += wall + rng.uniform(100, 300)
+        think = rng.uniform(100, 300)
+        jobs.append(SimJob(job_id, clocks[client], wall, wall, nodes * cpus_per_node, f"client{client}",
+                           preceding=last[client], think=think if last[client] else 0.0))
+        clocks[client] += wall + think
+        last[client] = job_id
     jobs.sort(key=lambda j: (j.submit, j.job_id))
     return Workload(jobs, {"Generator": f"seed 002 Table 5, 1-{max_nodes} nodes, seed {seed}"})
+
+
+# Light-ESP (seed 000, Table II): type, fraction of the machine, number of jobs, run time (s)
+LIGHT_ESP = (("A", 0.03125, 75, 22), ("B", 0.06250, 9, 27), ("C", 0.5, 3, 45), ("D", 0.25, 3, 51),
+             ("E", 0.5, 3, 26), ("F", 0.06250, 9, 154), ("G", 0.125, 6, 111), ("H", 0.15820, 6, 89),
+             ("I", 0.03125, 24, 119), ("J", 0.06250, 24, 60), ("K", 0.09570, 15, 41), ("L", 0.125, 36, 30),
+             ("M", 0.25, 15, 15), ("Z", 1.0, 2, 20))
+LIGHT_ESP_SPAN_S = 900  # the turnaround of one Light-ESP log (15 minutes)
+
+
+def light_esp(total_cpus: int, cpus_per_node: int, repeat: int, seed: int, users: int = 3) -> Workload:
+    """Light-ESP scaled to a machine of ``total_cpus``: each type's fraction of the machine,
+    rounded to whole nodes (at least one), its number of jobs and run time; a limit of twice the
+    run time. As in ESP, a random half of the jobs is submitted at once and the rest at regular
+    intervals over the first two thirds of the log, the two full-machine Z jobs at one third and
+    two thirds. ``repeat`` logs follow each other every 15 minutes. The jobs are dealt to
+    ``users`` users in turn within each type, so their workloads are equal, and the dealing
+    rotates from one log to the next (seed 000 changes the attributed user between runs)."""
+    rng = random.Random(seed)
+    jobs: list[SimJob] = []
+    for rep in range(repeat):
+        log = [(kind, frac, run) for kind, frac, count, run in LIGHT_ESP if kind != "Z" for _ in range(count)]
+        rng.shuffle(log)
+        half = len(log) // 2
+        step = (LIGHT_ESP_SPAN_S * 2 / 3) / max(1, len(log) - half)
+        times = [0.0] * half + [step * (i + 1) for i in range(len(log) - half)]
+        log += [("Z", 1.0, 20), ("Z", 1.0, 20)]
+        times += [LIGHT_ESP_SPAN_S / 3, LIGHT_ESP_SPAN_S * 2 / 3]
+        dealt: dict[str, int] = {}
+        for (kind, frac, run), when in zip(log, times, strict=True):
+            turn = dealt.get(kind, 0)
+            dealt[kind] = turn + 1
+            nodes = max(1, round(frac * total_cpus / cpus_per_node))
+            jobs.append(SimJob(len(jobs) + 1, rep * LIGHT_ESP_SPAN_S + when, float(run), 2.0 * run,
+                               nodes * cpus_per_node, f"user{(turn + rep) % users + 1}"))
+    jobs.sort(key=lambda j: (j.submit, j.job_id))
+    return Workload(jobs, {"Generator": f"Light-ESP (seed 000 Table II) x{repeat}, {total_cpus} CPUs, seed {seed}"})
+
+
+def with_user_factors(workload: Workload, factors: dict[str, float]) -> Workload:
+    """The workload with each named user's jobs at that energy efficiency factor."""
+    for user, factor in factors.items():
+        if factor <= 0:
+            raise ValueError(f"energy factor of {user} must be positive, not {factor}")
+    if not factors:
+        return workload
+    jobs = [replace(j, energy_factor=factors.get(j.user, j.energy_factor)) for j in workload.jobs]
+    return Workload(jobs, dict(workload.header), workload.skipped, workload.clipped)
+
+
+def most_active_users(workload: Workload, count: int) -> list[str]:
+    """The users who submitted the most jobs, most first (ties by name)."""
+    jobs: dict[str, int] = {}
+    for job in workload.jobs:
+        jobs[job.user] = jobs.get(job.user, 0) + 1
+    return sorted(jobs, key=lambda u: (-jobs[u], u))[:count]
