@@ -152,7 +152,11 @@ def test_simulate_command_writes_its_outputs_and_refuses_bad_input(tmp_path) -> 
     assert (out / "energy.png").stat().st_size > 0 and "![energy by node state]" in (out / "report.md").read_text()
     for args, message in [([str(conf), str(tmp_path / "none.swf")], "not found"),
                           ([str(conf), str(as_json), "--set", "SuspendTime=soon"], "SuspendTime"),
-                          ([str(conf), "synthetic002:x"], "bad generator")]:
+                          ([str(conf), "synthetic002:x"], "bad generator"),
+                          ([str(conf), "lightesp:0"], "bad generator"),
+                          ([str(conf), str(as_json), "--user-factor", "alice"], "bad --user-factor"),
+                          ([str(conf), str(as_json), "--user-factor", "alice=-1"], "must be positive"),
+                          ([str(conf), str(as_json), "--energy-model", "watts"], "unknown energy model")]:
         bad = subprocess.run([str(BIN / "wattsched"), "simulate", *args, "-q", "-o", str(out)], capture_output=True,
                              text=True, timeout=60)
         assert bad.returncode == 1 and message in bad.stderr, bad.stderr
@@ -162,3 +166,68 @@ def engine_columns() -> tuple[str, ...]:
     from wattsched.simulator.report import JOB_COLUMNS
 
     return JOB_COLUMNS
+
+
+def test_light_esp_is_table_ii_scaled_to_the_machine() -> None:
+    one = workload.light_esp(180, 12, 1, seed=3)
+    assert len(one.jobs) == 230 and sum(j.runtime for j in one.jobs) == sum(
+        count * run for _k, _f, count, run in workload.LIGHT_ESP)
+    # type A (1/32 of 180 cores) rounds to one 12-core node; Z takes the whole machine, twice
+    assert sum(j.procs == 180 for j in one.jobs) == 2 and min(j.procs for j in one.jobs) == 12
+    assert max(j.submit for j in one.jobs) <= workload.LIGHT_ESP_SPAN_S
+    four = workload.light_esp(180, 12, 4, seed=3)
+    assert len(four.jobs) == 920 and max(j.submit for j in four.jobs) > 3 * workload.LIGHT_ESP_SPAN_S
+    work = {u: sum(j.procs * j.runtime for j in four.jobs if j.user == u) for u in ("user1", "user2", "user3")}
+    assert max(work.values()) / min(work.values()) < 1.1  # three users of (nearly) equal workload
+    green = workload.with_user_factors(four, {"user1": 0.7})
+    assert {j.energy_factor for j in green.jobs if j.user == "user1"} == {0.7}
+    assert {j.energy_factor for j in green.jobs if j.user != "user1"} == {1.0}
+    assert workload.most_active_users(four, 1)[0] in work
+
+
+def test_energy_fairshare_favours_the_green_user_as_in_seed_000(tmp_path) -> None:
+    """Experiment (b) in small: Light-ESP x4, users 0.7x / 1x / 1.3x. Under FS their mean stretches
+    are about equal; under EFS the green user's is the lowest and the gluttonous user's the highest."""
+    base = config.load(Path(__file__).resolve().parents[1] / "etc" / "lightesp180.conf")
+    jobs = workload.with_user_factors(workload.light_esp(180, 12, 4, seed=1), {"user1": 0.7, "user3": 1.3})
+    means = {}
+    for policy, weights in (("FS", {"priority_weight_fairshare": 1000}), ("EFS", {"priority_weight_energy": 1000})):
+        result = engine.Simulation(config.with_overrides(base, priority_weight_age=0, **weights), jobs,
+                                   energy_model="cpu").run()
+        by: dict[str, list[float]] = {}
+        for r in result.records:
+            by.setdefault(r.job.user, []).append((r.wait + r.runtime) / r.runtime)
+        means[policy] = {u: sum(v) / len(v) for u, v in by.items()}
+    fs, efs = means["FS"], means["EFS"]
+    assert max(fs.values()) / min(fs.values()) < 1.25
+    assert efs["user1"] < efs["user2"] < efs["user3"] and efs["user3"] / efs["user1"] > 1.5
+
+
+def test_cpu_energy_model_and_closed_loop_clients(tmp_path) -> None:
+    conf = _platform(tmp_path, "SchedulerParameters=bf_interval=1", nodes=2)
+    # job 2 is job 1's client's next request: sent 50 s after job 1 ends, whatever its trace time
+    jobs = Workload([SimJob(1, 0, 100, 100, 1, "a", energy_factor=0.7),
+                     SimJob(2, 5, 100, 100, 1, "a", preceding=1, think=50)])
+    result = engine.Simulation(conf, jobs, energy_model="cpu").run()
+    records = {r.job.job_id: r for r in result.records}
+    assert records[2].submit == 150.0 and records[2].start == 150.0 and records[2].wait == 0.0
+    # CPU-seconds at MaxWatts per CPU, times the user's factor
+    assert records[1].energy_j == pytest.approx(100 * 191 * 0.7)
+    assert records[2].energy_j == pytest.approx(100 * 191)
+
+
+def test_backfill_wake_up_is_due_despite_float_rounding(tmp_path) -> None:
+    # submit times that are not whole seconds: last + 1 - last may come out below 1 (a wake-up that
+    # was never due spun forever at one instant)
+    conf = _platform(tmp_path, "SchedulerParameters=bf_interval=1", nodes=2)
+    first = 31.931167482028844  # (first + 1) - first < 1
+    assert (first + 1) - first < 1
+    jobs = Workload([SimJob(i, first + 0.1 * (i - 1), 30, 60, 2 if i % 3 == 0 else 1) for i in range(1, 40)])
+    sim = engine.Simulation(conf, jobs)
+
+    def bounded(_done: int, _total: int) -> None:
+        assert sim.events < 10_000, "the simulation spins at one instant"
+
+    sim.progress = bounded
+    result = sim.run()
+    assert all(r.end > 0 for r in result.records) and result.passes < 1000
