@@ -93,6 +93,7 @@ class Result:
     first_submit: float
     last_end: float
     node_count: int
+    cpus: int
     power_events: list[tuple[float, str, str, str]]
     pass_times: list[float]  # when the scheduler ran, as the controller's loop would have
 
@@ -102,10 +103,10 @@ class Result:
         stretch = [(r.wait + r.runtime) / r.runtime for r in done if r.runtime > 0]
         bsld = [max(1.0, (r.wait + r.runtime) / max(r.runtime, BOUNDED_SLOWDOWN_TAU_S)) for r in done]
         makespan = self.last_end - self.first_submit
-        busy = sum(r.runtime * r.nodes for r in done)
+        busy = sum(r.runtime * sum(r.alloc_cpus.values()) for r in done)
         return {
             "jobs": len(done), "infeasible": self.infeasible, "nodes": self.node_count,
-            "makespan_s": makespan, "utilization": busy / (makespan * self.node_count) if makespan > 0 else 0.0,
+            "makespan_s": makespan, "utilization": busy / (makespan * self.cpus) if makespan > 0 else 0.0,
             "energy_j": sum(self.energy_by_state.values()),
             **{f"energy_{k}_j": v for k, v in self.energy_by_state.items()},
             "mean_wait_s": statistics.fmean(waits) if waits else 0.0,
@@ -239,7 +240,8 @@ class Simulation:
             self.progress(done, total)
         return Result(list(self.records.values()), dict(self.energy), self.switches_on, self.switches_off,
                       self.events, self.passes, time.perf_counter() - started, self.infeasible, first, last_end,
-                      len(self.nodes), self.power_events, self.pass_times)
+                      len(self.nodes), sum(n.conf.cpus for n in self.nodes.values()), self.power_events,
+                      self.pass_times)
 
     def _request(self, record: JobRecord) -> scheduling.JobRequest:
         job = record.job
@@ -269,11 +271,11 @@ class Simulation:
         self.reasons = decisions.reasons
         if due:
             self.expected = decisions.expected_start
-        prio = decisions.priorities
-        self.order = sorted(self.pending, key=lambda j: (-prio.get(j, 0), self.pending[j].submit_time, j))
         for job_id, alloc in decisions.starts:
             self._start(self.records[job_id], alloc, now)
         if self.policies:
+            prio = decisions.priorities
+            self.order = sorted(self.pending, key=lambda j: (-prio.get(j, 0), self.pending[j].submit_time, j))
             self._power_tick(now, snap.power)
 
     def snapshot(self, now: float, backfill_due: bool = True) -> scheduling.Snapshot:

@@ -74,6 +74,16 @@ from wattsched.scheduling import (
 _FOREVER = math.inf
 
 
+class ReleaseMemo:
+    """Each running job's release steps, from one pass to the next, for as long as the pass gets
+    the very same RunningJob (the simulator keeps them; the controller builds new ones, which
+    only misses): a thousand running jobs need not be turned into steps again at every pass."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self.steps: dict[int, tuple[RunningJob, float, list[tuple[float, int, int, int]]]] = {}
+
+
 class Profile:
     """Free CPUs and memory per node: now (after this pass's starts) and the later steps by
     which they change (running jobs ending, reserved jobs starting and ending).
@@ -101,15 +111,28 @@ class Profile:
         else:
             self._new.append((when, i, cpus, mem_mb))
 
-    def releases(self, running: Iterable[RunningJob], resolution: float) -> None:
+    def releases(self, running: Iterable[RunningJob], resolution: float, memo: ReleaseMemo) -> None:
         """Running jobs give their resources back at their time limit (a job past it is being
         killed: a little later); a job without a limit never does."""
         index, soonest, new = self.index, self.now + resolution, self._new
+        if memo.names != self.names:
+            memo.names, memo.steps = self.names, {}
+        known, fresh = memo.steps, {}
         for job in running:
-            if job.end_time is not None:
-                end, mem = max(job.end_time, soonest), job.mem_mb
-                new.extend([(end, i, cpus, mem.get(node, 0)) for node, cpus in job.cpus.items()
-                            if (i := index.get(node)) is not None])
+            if job.end_time is None:
+                continue
+            end = max(job.end_time, soonest)
+            hit = known.get(job.job_id)
+            if hit is not None and hit[0] is job and hit[1] == end:
+                steps = hit[2]
+            else:
+                mem = job.mem_mb
+                steps = [(end, i, cpus, mem.get(node, 0)) for node, cpus in job.cpus.items()
+                         if (i := index.get(node)) is not None]
+            new.extend(steps)
+            fresh[job.job_id] = (job, end, steps)
+        memo.steps = fresh
+
 
     def hold(self, alloc: Allocation, start: float, end: float) -> None:
         """Take the allocation's resources from ``start`` until ``end`` (forever: never given back)."""
@@ -207,12 +230,12 @@ def _shape(job: JobRequest) -> tuple:
 class _Pass:
     """The state of one backfill pass: the profile, the candidate lists, the failures seen."""
 
-    def __init__(self, snapshot: Snapshot, select: SelectPlugin, params: SchedulerParams):
+    def __init__(self, snapshot: Snapshot, select: SelectPlugin, params: SchedulerParams, memo: ReleaseMemo):
         self.snapshot, self.select, self.params = snapshot, select, params
         self.now = snapshot.now
         self.candidates = Candidates(snapshot)
         self.profile = Profile(snapshot.now, snapshot.nodes)
-        self.profile.releases(snapshot.running, params.bf_resolution_s)
+        self.profile.releases(snapshot.running, params.bf_resolution_s, memo)
         self.failed_end: dict[tuple, float] = {}
         self.meter = PowerMeter(snapshot.power, snapshot.running) if snapshot.power is not None else None
         self.power = PowerPlan(self.meter, snapshot.running, self.now, params.bf_resolution_s) \
@@ -298,6 +321,7 @@ class BackfillScheduler:
     def __init__(self, params: SchedulerParams | None = None):
         self.params = params or SchedulerParams()
         self.strict = BuiltinScheduler(self.params)
+        self.memo = ReleaseMemo()
 
     def plan(self, snapshot: Snapshot, order: list[JobRequest], eligible: dict[int, str | None],
              select: SelectPlugin, throttle: ArrayThrottle, decisions: Decisions) -> None:
@@ -305,7 +329,7 @@ class BackfillScheduler:
             self.strict.plan(snapshot, order, eligible, select, throttle, decisions)
             return
         params = self.params
-        bf = _Pass(snapshot, select, params)
+        bf = _Pass(snapshot, select, params, self.memo)
         reserved, tested = 0, 0
         per_user: Counter[str] = Counter()
         blocked: set[tuple[str, str]] = set()
