@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import describe
 from wattsched import config
 from wattsched.config import Config
-from wattsched.simulator import engine, workload
+from wattsched.simulator import engine, report, workload
 from wattsched.simulator.workload import Workload
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -85,18 +85,7 @@ def _table(out: Path, name: str, title: str, header: Sequence[str], rows: list[S
 
 
 def _plot(out: Path, name: str, draw: Callable) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    draw(ax)
-    fig.tight_layout()
-    path = out / f"{name}.png"
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return report.save_plot(out / f"{name}.png", draw)
 
 
 def _finish(out: Path, text: str, workload_desc: str, plots: list[Path]) -> None:

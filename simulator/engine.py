@@ -406,23 +406,19 @@ class Simulation:
         return powersave.BUSY if node.jobs else powersave.IDLE
 
     def _switch(self, node: SimNode, target: str, now: float, reason: str) -> None:
-        sw = node.conf.switching
-        if target == switching.ON:
-            node.power = switching.SWITCHING_ON
-            self._changed(node)
+        on = target == switching.ON
+        node.power = switching.SWITCHING_ON if on else switching.SWITCHING_OFF
+        self._changed(node)
+        if on:
             self.switches_on += 1
             self.resumes.append(now)
-            self.power_events.append((now, node.conf.name, states.P_POWERING_UP, reason))
-            self._set_category(node, SWITCHING_ON, now)
-            self._push(now + sw.on_s, SWITCHED, node=node.conf.name)
         else:
-            node.power = switching.SWITCHING_OFF
-            self._changed(node)
             self.switches_off += 1
             self.suspends.append(now)
-            self.power_events.append((now, node.conf.name, states.P_POWERING_DOWN, reason))
-            self._set_category(node, SWITCHING_OFF, now)
-            self._push(now + sw.off_s, SWITCHED, node=node.conf.name)
+        self.power_events.append((now, node.conf.name, states.P_POWERING_UP if on else states.P_POWERING_DOWN, reason))
+        self._set_category(node, SWITCHING_ON if on else SWITCHING_OFF, now)
+        sw = node.conf.switching
+        self._push(now + (sw.on_s if on else sw.off_s), SWITCHED, node=node.conf.name)
 
     def _switched(self, node: SimNode, now: float) -> None:
         if node.power == switching.SWITCHING_OFF:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from wattsched.simulator.engine import BOUNDED_SLOWDOWN_TAU_S, Result
 
@@ -50,31 +52,35 @@ def _fmt(value: float | int) -> str:
 
 
 def _plots(result: Result, out: Path) -> dict[str, Path]:
+    done = [r for r in result.records if r.end >= 0]
+
+    def waits(ax) -> None:
+        ax.hist([r.wait / 3600 for r in done], bins=50, color="#4477aa")
+        ax.set_xlabel("waiting time (h)")
+        ax.set_ylabel("jobs")
+        ax.set_yscale("log")
+        ax.set_title("Waiting times")
+
+    def energy(ax) -> None:
+        names = list(result.energy_by_state)
+        ax.bar(names, [result.energy_by_state[n] / 3.6e9 for n in names], color="#228833")
+        ax.set_ylabel("energy (MWh)")
+        ax.set_title("Energy by node state")
+
+    return {"waiting times": save_plot(out / "waits.png", waits),
+            "energy by node state": save_plot(out / "energy.png", energy)}
+
+
+def save_plot(path: Path, draw: Callable[[Any], None]) -> Path:
+    """A 7 x 4 in PNG of what ``draw`` puts on its axes."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    done = [r for r in result.records if r.end >= 0]
-    paths = {}
-    fig, ax = plt.subplots(figsize=(7, 4))
-    ax.hist([r.wait / 3600 for r in done], bins=50, color="#4477aa")
-    ax.set_xlabel("waiting time (h)")
-    ax.set_ylabel("jobs")
-    ax.set_yscale("log")
-    ax.set_title("Waiting times")
-    paths["waiting times"] = out / "waits.png"
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    draw(ax)
     fig.tight_layout()
-    fig.savefig(paths["waiting times"], dpi=100)
+    fig.savefig(path, dpi=100)
     plt.close(fig)
-
-    fig, ax = plt.subplots(figsize=(7, 4))
-    names = list(result.energy_by_state)
-    ax.bar(names, [result.energy_by_state[n] / 3.6e9 for n in names], color="#228833")
-    ax.set_ylabel("energy (MWh)")
-    ax.set_title("Energy by node state")
-    paths["energy by node state"] = out / "energy.png"
-    fig.tight_layout()
-    fig.savefig(paths["energy by node state"], dpi=100)
-    plt.close(fig)
-    return paths
+    return path

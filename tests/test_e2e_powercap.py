@@ -89,10 +89,7 @@ def test_example_1_power_counters_and_cap(leaf: Leaf) -> None:
     leaf.run("scontrol", "update", "powercap=121000")
     assert leaf.powercap() == "MinWatts=116150 CurrentWatts=116150 PowerCap=121000 AdjustedMaxWatts=244150 " \
                               "MaxWatts=244150"
-    blocked = leaf.srun_background("-n", "10", "-N", "10", "sleep", "100")
-    said = _read_until(blocked.stderr, r"queued and waiting")
-    assert said[0] == "srun: Required power not available now"
-    job_id = re.search(r"srun: job (\d+) queued and waiting for resources", said[1]).group(1)
+    blocked, job_id = _blocked_by_power(leaf)
     assert leaf.reason(job_id) == "PowerNotAvail"
     smaller = leaf.srun_background("-n", "10", "-N", "9", "sleep", "100")
     wait_for(lambda: "CurrentWatts=120650 " in leaf.powercap(), 30, what="9-node job counted")
@@ -121,10 +118,7 @@ def test_example_2_power_saving_reclaims_watts_for_a_blocked_job(leaf_powersave:
     leaf.run("scontrol", "update", "powercap=121000")
     assert leaf.powercap() == "MinWatts=2230 CurrentWatts=116150 PowerCap=121000 AdjustedMaxWatts=244150 " \
                               "MaxWatts=244150"
-    job = leaf.srun_background("-n", "10", "-N", "10", "sleep", "100")
-    said = _read_until(job.stderr, r"queued and waiting")
-    assert said[0] == "srun: Required power not available now"
-    job_id = re.search(r"srun: job (\d+) queued", said[1]).group(1)
+    job, job_id = _blocked_by_power(leaf)
     # power saving switches off just enough idle nodes (one: 445 W back for 150 W missing), and once
     # it is powered down the job starts on the first ten nodes
     assert _read_until(job.stderr, r"has been allocated")[-1] == f"srun: job {job_id} has been allocated resources"
@@ -208,3 +202,11 @@ def test_power_fit_runs_a_job_at_a_lower_frequency(tmp_path) -> None:
         assert bogus.returncode == 1 and "Invalid --cpu-freq argument: fast" in bogus.stderr
     finally:
         c.stop()
+
+
+def _blocked_by_power(leaf: Leaf) -> tuple[subprocess.Popen, str]:
+    """A 10-node srun that the cap keeps waiting: srun says why, then that it is queued."""
+    job = leaf.srun_background("-n", "10", "-N", "10", "sleep", "100")
+    said = _read_until(job.stderr, r"queued and waiting")
+    assert said[0] == "srun: Required power not available now"
+    return job, re.search(r"srun: job (\d+) queued and waiting for resources", said[1]).group(1)

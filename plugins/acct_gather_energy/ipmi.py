@@ -29,6 +29,8 @@ from __future__ import annotations
 import socket
 import struct
 import threading
+from collections.abc import Callable
+from typing import Any
 
 from pyghmi import exceptions as ipmi_errors
 from pyghmi.ipmi import command as ipmi_command
@@ -110,35 +112,33 @@ class IpmiEnergy:
 
     def read(self, node: str, now: float, load: object) -> float:
         del now, load
-        try:
-            self._probe(node)
-            session = self.session(node)
-            with self._pyghmi:
-                if self.sensors:
-                    return float(sum(session.get_sensor_reading(name).value or 0 for name in self.sensors))
-                reply = session.raw_command(netfn=0x2C, command=0x02, data=(0xDC, 1, 0, 0), timeout=EXCHANGE_S)
-        except (ipmi_errors.IpmiException, OSError) as exc:
-            self._forget(node)
-            raise OSError(f"BMC of {node}: {exc or 'no answer'}") from exc
-        if not reply or "error" in reply:
-            self._forget(node)
-            raise OSError(f"BMC of {node}: {reply['error'] if reply else 'no answer'}")
+        if self.sensors:
+            return self._exchange(node, lambda session: float(sum(
+                session.get_sensor_reading(name).value or 0 for name in self.sensors)))
+        reply = self._exchange(node, lambda session: session.raw_command(
+            netfn=0x2C, command=0x02, data=(0xDC, 1, 0, 0), timeout=EXCHANGE_S))
         return float(struct.unpack("<H", bytes(reply["data"][1:3]))[0])
 
     def chassis(self, node: str, target: str | None = None) -> str:
         """Switch the node's chassis ``on`` or ``off`` (None: only ask); returns its power state."""
+        reply = self._exchange(node, lambda session: session.get_power() if target is None
+                               else session.set_power(target, wait=False))
+        return str(reply.get("powerstate", target))
+
+    def _exchange(self, node: str, call: Callable[[Any], Any]) -> Any:
+        """One call on the node's session, once its BMC answers; a failure or an error reply is an
+        OSError naming the node, and drops its session so the next call logs in again."""
         try:
             self._probe(node)
             session = self.session(node)
             with self._pyghmi:
-                if target is None:
-                    reply = session.get_power()
-                else:
-                    reply = session.set_power(target, wait=False)
+                reply = call(session)
         except (ipmi_errors.IpmiException, OSError) as exc:
             self._forget(node)
             raise OSError(f"BMC of {node}: {exc or 'no answer'}") from exc
+        if isinstance(reply, float):
+            return reply
         if not reply or "error" in reply:
             self._forget(node)
             raise OSError(f"BMC of {node}: {reply['error'] if reply else 'no answer'}")
-        return str(reply.get("powerstate", target))
+        return reply
