@@ -285,7 +285,7 @@ class Simulation:
                                                             self._limit_end(r))
                         for r in self.running.values()) \
             if backfill_due or self.config.power_cap is not None else ()
-        fair = self.shares.current(now, [
+        fair = self.shares.current(now, lambda: [
             UsageRecord(r.job.user, r.job.account or DEFAULT_ACCOUNT, sum(r.alloc_cpus.values()), r.start, None)
             for r in self.running.values() if r.start >= 0]) if self.shares is not None and self.pending else {}
         return scheduling.Snapshot(now=now, nodes=self.nodes_tuple, partitions=self.partitions,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import collections
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from wattsched import fairshare
 from wattsched.config import Config
@@ -37,14 +37,17 @@ class SimShares:
     def ended(self, user: str, account: str, cpus: int, start: float, end: float, energy_j: float) -> None:
         self.history.append(UsageRecord(user, account, cpus, start, end, energy_j))
 
-    def current(self, now: float, running: Iterable[UsageRecord]) -> Mapping[tuple[str, str], tuple[float, float]]:
+    def current(self, now: float, running: Callable[[], Iterable[UsageRecord]]
+                ) -> Mapping[tuple[str, str], tuple[float, float]]:
+        """The factors, recomputed when PriorityCalcPeriod has passed (``running``: the running
+        jobs' use, asked for only then)."""
         if now < self.next_at:
             return self.factors
         self.next_at = now + self.config.priority_calc_period_s
         since = fairshare.usage_since(self.config.priority_usage_reset_period, self.half_life_s, now, self.origin)
         while self.history and self.history[0].end is not None and self.history[0].end < since:
             self.history.popleft()
-        rows = fairshare.shares(self.assocs, [*self.history, *running], now, since, self.half_life_s, self.cpus,
+        rows = fairshare.shares(self.assocs, [*self.history, *running()], now, since, self.half_life_s, self.cpus,
                                 self.max_watts, self.config.fairshare_dampening_factor,
                                 fair_tree="FAIR_TREE" in self.config.priority_flags)
         self.factors = fairshare.factors(rows)
