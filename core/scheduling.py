@@ -12,12 +12,17 @@ jobs in priority order and asks the selection plugin for nodes.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
+import operator
 import re
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 from typing import Protocol
 
+import numpy as np
 from wattsched import power as power_mod
 from wattsched import states
 from wattsched.power import PowerSnap
@@ -49,9 +54,10 @@ class PartitionSnap:
     priority_job_factor: int = 1
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class JobRequest:
-    """What a pending job asks for."""
+    """What a pending job asks for. Compared and hashed by identity: a shell keeps one request
+    per job for as long as the job is unchanged (see :class:`QueueMemo`)."""
 
     job_id: int
     user: str
@@ -99,9 +105,10 @@ class JobBrief:
     start_time: float = 0.0
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class RunningJob:
-    """What a running job holds and when it will give it back (None: no time limit)."""
+    """What a running job holds and when it will give it back (None: no time limit). Compared and
+    hashed by identity, as :class:`JobRequest`."""
 
     job_id: int
     cpus: Mapping[str, int]
@@ -130,7 +137,7 @@ class Snapshot:
     now: float
     nodes: tuple[NodeSnap, ...]
     partitions: Mapping[str, PartitionSnap]
-    pending: tuple[JobRequest, ...]
+    pending: Collection[JobRequest]  # a tuple, or the shell's PendingQueue
     jobs: Mapping[int, JobBrief] = field(default_factory=dict)
     def_mem_per_cpu_mb: int = 0
     running: tuple[RunningJob, ...] = ()
@@ -156,7 +163,7 @@ class Allocation:
 class Decisions:
     starts: list[tuple[int, Allocation]] = field(default_factory=list)
     reasons: dict[int, str] = field(default_factory=dict)
-    priorities: dict[int, int] = field(default_factory=dict)
+    priorities: Mapping[int, int] = field(default_factory=dict)
     expected_start: dict[int, float] = field(default_factory=dict)
     backfilled: int = 0
     backfill_depth: int = 0
@@ -186,20 +193,164 @@ class ArrayThrottle:
 
 
 class SchedulerPlugin(Protocol):
-    def plan(self, snapshot: Snapshot, order: list[JobRequest], eligible: dict[int, str | None],
+    """Walks ``order`` (the pending jobs, highest priority first), skipping the ``ineligible`` ones
+    (job id -> their reason; both read-only), and records what to start and why others wait."""
+
+    def plan(self, snapshot: Snapshot, order: Sequence[JobRequest], ineligible: Mapping[int, str],
              select: SelectPlugin, throttle: ArrayThrottle, decisions: Decisions) -> None: ...
 
 
 def schedule(snapshot: Snapshot, priority: PriorityPlugin, scheduler: SchedulerPlugin,
-             select: SelectPlugin) -> Decisions:
-    """Run one scheduling pass over ``snapshot`` and return what to start and why others wait."""
-    decisions = Decisions(priorities=priority.priorities(snapshot))
-    prio = decisions.priorities
-    order = sorted(snapshot.pending, key=lambda j: (-prio.get(j.job_id, 0), j.submit_time, j.job_id))
-    eligible = {job.job_id: ineligibility(job, snapshot) for job in order}
+             select: SelectPlugin, memo: QueueMemo | None = None) -> Decisions:
+    """Run one scheduling pass over ``snapshot`` and return what to start and why others wait.
+    A shell that calls it pass after pass may keep a :class:`QueueMemo` for it; the decisions'
+    priorities are then a view of the memo's, good until the next pass."""
+    if memo is not None and getattr(priority, "static", False):
+        prio, order, ineligible = memo.update(snapshot, priority)
+    else:
+        prio = priority.priorities(snapshot)
+        order = sorted(snapshot.pending, key=lambda j: (-prio.get(j.job_id, 0), j.submit_time, j.job_id))
+        ineligible = {job.job_id: reason for job in order if (reason := ineligibility(job, snapshot)) is not None}
+    decisions = Decisions(priorities=prio)
     throttle = ArrayThrottle(_running_per_array(snapshot.jobs))
-    scheduler.plan(snapshot, order, eligible, select, throttle, decisions)
+    scheduler.plan(snapshot, order, ineligible, select, throttle, decisions)
     return decisions
+
+
+class PendingQueue(Collection[JobRequest]):
+    """The pending jobs as a shell keeps them from pass to pass, with a log of what changed since a
+    :class:`QueueMemo` last read it: a snapshot may hold it as its ``pending``, and the memo then
+    works on the changes alone instead of comparing whole queues. The shell changes it only
+    between passes."""
+
+    def __init__(self) -> None:
+        self._jobs: dict[int, JobRequest] = {}
+        self._log: list[tuple[JobRequest, bool]] = []  # (request, added)
+        self.reads = 0  # how often the log was taken: a memo that did not take the last one resyncs
+
+    def put(self, job: JobRequest) -> None:
+        """Add a job, or replace its request."""
+        old = self._jobs.get(job.job_id)
+        if old is not None:
+            self._log.append((old, False))
+        self._jobs[job.job_id] = job
+        self._log.append((job, True))
+
+    def remove(self, job_id: int) -> JobRequest:
+        job = self._jobs.pop(job_id)
+        self._log.append((job, False))
+        return job
+
+    def get(self, job_id: int) -> JobRequest | None:
+        return self._jobs.get(job_id)
+
+    def take_log(self) -> list[tuple[JobRequest, bool]]:
+        log, self._log = self._log, []
+        self.reads += 1
+        return log
+
+    def __iter__(self) -> Iterator[JobRequest]:
+        return iter(self._jobs.values())
+
+    def __len__(self) -> int:
+        return len(self._jobs)
+
+    def __contains__(self, job: object) -> bool:
+        return isinstance(job, JobRequest) and self._jobs.get(job.job_id) is job
+
+
+class QueueMemo:
+    """The queue as the previous pass left it: each pending job's priority, its place in priority
+    order and the reasons of the ineligible ones. Only the jobs that arrived or left since are
+    worked on: with a :class:`PendingQueue` a pass costs what changed, not the length of the
+    queue (a simulated queue of thousands of jobs is otherwise ranked again at every one of a
+    hundred thousand passes); with any other collection the queues are compared as sets.
+
+    Used only with a priority plugin whose priorities depend on the job alone (``static``, as
+    priority/basic). Requests are matched by identity, so a shell that replaces a job's request
+    after an update simply ranks that job again. Eligibility is kept for jobs whose verdict
+    depends on the job and the partitions alone; jobs with a begin time, a dependency or a
+    reservation are checked at every pass, and everything is checked again when the snapshot
+    brings other partitions. A pure memo: the decisions are those of a pass without it."""
+
+    def __init__(self) -> None:
+        self._reset(None, None)
+
+    def _reset(self, partitions: Mapping[str, PartitionSnap] | None, queue: PendingQueue | None) -> None:
+        self.partitions, self.queue = partitions, queue
+        self.reads = queue.reads if queue is not None else 0
+        self.jobs: set[JobRequest] = set()
+        self.order: list[JobRequest] = []
+        self.priorities: dict[int, int] = {}
+        self.ineligible: dict[int, str] = {}
+        self.varying: set[JobRequest] = set()  # checked at every pass
+
+    def update(self, snapshot: Snapshot, priority: PriorityPlugin) \
+            -> tuple[Mapping[int, int], list[JobRequest], Mapping[int, str]]:
+        """The priorities, the priority order and the ineligible jobs' reasons of ``snapshot``'s
+        queue (read-only: they are the memo's own, until the next pass)."""
+        pending = snapshot.pending
+        queue = pending if isinstance(pending, PendingQueue) else None
+        if snapshot.partitions is not self.partitions or queue is not self.queue or \
+                (queue is not None and queue.reads != self.reads):
+            self._reset(snapshot.partitions, queue)
+        if queue is not None and self.jobs:
+            gone: set[JobRequest] = set()
+            new: set[JobRequest] = set()
+            for job, added in queue.take_log():
+                if added:
+                    new.add(job)
+                elif job in new:
+                    new.discard(job)
+                else:
+                    gone.add(job)
+            self.reads = queue.reads
+            self.jobs -= gone
+            self.jobs |= new
+        else:
+            current = set(pending)
+            gone, new = self.jobs - current, current - self.jobs
+            self.jobs = current
+            if queue is not None:
+                queue.take_log()
+                self.reads = queue.reads
+        if gone:
+            self.order = [j for j in self.order if j not in gone]
+            self.varying -= gone
+            for job in gone:
+                del self.priorities[job.job_id]
+                self.ineligible.pop(job.job_id, None)
+        if new:
+            self._add(snapshot, priority, new)
+        for job in self.varying:
+            self._check(job, snapshot)
+        return MappingProxyType(self.priorities), self.order, self.ineligible
+
+    def _check(self, job: JobRequest, snapshot: Snapshot) -> None:
+        reason = ineligibility(job, snapshot)
+        if reason is None:
+            self.ineligible.pop(job.job_id, None)
+        else:
+            self.ineligible[job.job_id] = reason
+
+    def _add(self, snapshot: Snapshot, priority: PriorityPlugin, new: set[JobRequest]) -> None:
+        prio = self.priorities
+        prio.update(priority.priorities(replace(snapshot, pending=tuple(new))))
+
+        def key(j: JobRequest) -> tuple[int, float, int]:
+            return -prio[j.job_id], j.submit_time, j.job_id
+
+        arrivals = sorted(new, key=key)
+        order = self.order
+        if order and key(arrivals[0]) < key(order[-1]):
+            for job in arrivals:
+                bisect.insort(order, job, key=key)
+        else:  # the usual case: the newcomers rank below everyone already waiting
+            order.extend(arrivals)
+        for job in arrivals:
+            self._check(job, snapshot)
+            if job.begin_time or job.dependency or job.reservation:
+                self.varying.add(job)
 
 
 def _running_per_array(jobs: Mapping[int, JobBrief]) -> dict[int, int]:
@@ -337,18 +488,81 @@ def blocking_reservations(job: JobRequest, snapshot: Snapshot, start: float, end
     return [r for r in snapshot.reservations.values() if r.name != job.reservation and r.overlaps(start, end)]
 
 
+class NodeMemo:
+    """The snapshot's nodes as schedulers look them up, kept from pass to pass: by name, their
+    free CPUs and memory (as a mapping and as arrays in node order), the names with a free CPU,
+    and the candidate lists of :class:`Candidates`. A shell keeps a node's NodeSnap while the
+    node is unchanged, so only the nodes whose snapshot is not the last pass's are looked at
+    again; candidate lists are kept while nodes change in nothing but their free resources (and
+    partitions and reservations are the same). A pure memo: what it gives is what the snapshot
+    says."""
+
+    def __init__(self) -> None:
+        self.nodes: tuple[NodeSnap, ...] = ()
+        self.partitions: Mapping[str, PartitionSnap] = {}
+        self.reservations: Mapping[str, ResvSnap] = {}
+        self._rebuild(())
+
+    def refresh(self, snapshot: Snapshot) -> None:
+        if snapshot.partitions != self.partitions or snapshot.reservations != self.reservations:
+            self.partitions, self.reservations = snapshot.partitions, snapshot.reservations
+            self.lists = {}
+        nodes, old = snapshot.nodes, self.nodes
+        if nodes is old:
+            return
+        self.nodes = nodes
+        if len(nodes) != len(old):
+            self._rebuild(nodes)
+            return
+        for i in itertools.compress(itertools.count(), map(operator.is_not, old, nodes)):
+            before, node = old[i], nodes[i]
+            if node.name != before.name:
+                self._rebuild(nodes)
+                return
+            if _fixed(node) != _fixed(before):
+                self.lists = {}
+            self._set(i, node)
+
+    def _rebuild(self, nodes: tuple[NodeSnap, ...]) -> None:
+        self.names: list[str] = [n.name for n in nodes]
+        self.index: dict[str, int] = {name: i for i, name in enumerate(self.names)}
+        self.by_name: dict[str, NodeSnap] = dict(zip(self.names, nodes, strict=True))
+        self.free: dict[str, tuple[int, int]] = {n.name: (n.free_cpus, n.free_mem_mb) for n in nodes}
+        self.with_cpus: set[str] = {n.name for n in nodes if n.free_cpus > 0}
+        self.cpus = np.array([n.free_cpus for n in nodes], dtype=np.int64)
+        self.mem = np.array([n.free_mem_mb for n in nodes], dtype=np.int64)
+        self.lists: dict[tuple, tuple[list[str], dict[str, int]]] = {}
+
+    def _set(self, i: int, node: NodeSnap) -> None:
+        name = node.name
+        self.by_name[name] = node
+        self.free[name] = (node.free_cpus, node.free_mem_mb)
+        self.cpus[i], self.mem[i] = node.free_cpus, node.free_mem_mb
+        if node.free_cpus > 0:
+            self.with_cpus.add(name)
+        else:
+            self.with_cpus.discard(name)
+
+
+def _fixed(node: NodeSnap) -> tuple:
+    """What decides whether and in which order a node is a candidate."""
+    return node.cpus, node.real_memory_mb, node.weight, node.features, node.schedulable, node.powered_down
+
+
 class Candidates:
     """The nodes a job may use, lowest Weight first, then by name order; built once per request
-    shape and pass, since a 5,000-node partition is too long to filter again for every job.
+    shape (and, with a :class:`NodeMemo`, kept across passes while the nodes' fixed attributes
+    stay), since a 5,000-node partition is too long to filter again for every job.
 
     A job in a reservation may use only that reservation's nodes, and only within its window,
     unless the reservation has the FLEX flag (then it may also start early, overrun and use
     other free nodes). Nobody else may use a reservation's nodes during its window."""
 
-    def __init__(self, snapshot: Snapshot):
+    def __init__(self, snapshot: Snapshot, memo: NodeMemo | None = None):
         self.snapshot = snapshot
-        self.by_name = {n.name: n for n in snapshot.nodes}
-        self._lists: dict[tuple, list[NodeSnap]] = {}
+        self.memo = memo if memo is not None else NodeMemo()
+        self.memo.refresh(snapshot)
+        self.by_name = self.memo.by_name
 
     def for_job(self, job: JobRequest, usable: Collection[str] | None, start: float | None = None) -> list[NodeSnap]:
         """Nodes for ``job`` starting at ``start`` (default now); with ``usable``, only those in it
@@ -363,14 +577,19 @@ class Candidates:
             if resv is not None and "FLEX" not in resv.flags and (start < resv.start or end > resv.end):
                 return []
         key = (job.partition, job.reservation, job.exc_nodes, job.features, blocking)
-        nodes = self._lists.get(key)
-        if nodes is None:
-            nodes = self._lists[key] = self._build(job, blocking)
+        built = self.memo.lists.get(key)
+        if built is None:
+            names = self._build(job, blocking)
+            built = self.memo.lists[key] = (names, {name: p for p, name in enumerate(names)})
+        names, position = built
+        by_name = self.by_name
         if usable is None:
-            return nodes
-        return [n for n in nodes if n.name in usable]
+            return [by_name[name] for name in names]
+        if len(usable) * 8 < len(names):  # a busy machine: pick the few usable nodes out by position
+            return [by_name[name] for _p, name in sorted((position[n], n) for n in usable if n in position)]
+        return [by_name[name] for name in names if name in usable]
 
-    def _build(self, job: JobRequest, blocking: tuple[str, ...]) -> list[NodeSnap]:
+    def _build(self, job: JobRequest, blocking: tuple[str, ...]) -> list[str]:
         snapshot = self.snapshot
         excluded = set(job.exc_nodes)
         for name in blocking:
@@ -387,7 +606,7 @@ class Candidates:
         # stable: name order within equal weight; waking a node costs time and energy, so last
         if len({(n.weight, n.powered_down) for n in result}) > 1:
             result.sort(key=lambda n: (n.weight, n.powered_down))
-        return result
+        return [n.name for n in result]
 
 
 class PowerMeter:

@@ -69,7 +69,6 @@ class JobRecord:
     waiting_for: int = 0  # nodes still switching on
     energy_j: float = 0.0
     freq_khz: int | None = None
-    running: scheduling.RunningJob | None = None  # as snapshots show it, once it runs
 
     @property
     def wait(self) -> float:
@@ -129,6 +128,7 @@ class Simulation:
         self.shared = shared
         self.energy_model = energy_model
         self.priority, self.scheduler, self.select = plugins.scheduling(config)
+        self.queue_memo = scheduling.QueueMemo()
         self.policies = plugins.power_save_policies(config)
         self.memories: dict[str, dict] = {}
         self.progress = progress
@@ -160,7 +160,7 @@ class Simulation:
                 self.infeasible += 1
                 continue
             self.records[job.job_id] = JobRecord(job, nodes, job.submit)
-        self.pending: dict[int, scheduling.JobRequest] = {}
+        self.pending = scheduling.PendingQueue()
         fair = config.priority_type == "priority/multifactor" and \
             (config.priority_weight_fairshare or config.priority_weight_energy)
         self.shares = SimShares(config, ((r.job.account or DEFAULT_ACCOUNT, r.job.user) for r in self.records.values()),
@@ -185,6 +185,8 @@ class Simulation:
         self.backfill_wake = -math.inf
         self.node_snaps = {name: self._node_snap(node) for name, node in self.nodes.items()}
         self.nodes_tuple: tuple[scheduling.NodeSnap, ...] | None = None
+        # what each running job (or one waiting for its nodes to power up) holds, as snapshots show it
+        self.holding: dict[int, scheduling.RunningJob] = {}
         self.period = min((p.period for _n, p in self.policies if hasattr(p, "period")), default=None)
         self.t_idle = next((p.t_idle for _n, p in self.policies if hasattr(p, "t_idle")), None)
 
@@ -226,7 +228,7 @@ class Simulation:
                 elif kind == SWITCHED:
                     self._switched(self.nodes[name], now)
                 elif kind == SUBMIT:
-                    self.pending[job_id] = self._request(self.records[job_id])
+                    self.pending.put(self._request(self.records[job_id]))
                 elif kind == PERIOD and done < total:  # the policies' periodic call (TICK: a timeout)
                     self._push(now + self.period, PERIOD)
             if done == total:  # the last completion ends the simulation: nothing more to decide
@@ -267,7 +269,7 @@ class Simulation:
             self.backfill_wake = self.last_backfill + self.bf_interval
             self._push(self.backfill_wake, BACKFILL)
         snap = self.snapshot(now, due)
-        decisions = scheduling.schedule(snap, self.priority, self.scheduler, self.select)
+        decisions = scheduling.schedule(snap, self.priority, self.scheduler, self.select, self.queue_memo)
         self.reasons = decisions.reasons
         if due:
             self.expected = decisions.expected_start
@@ -275,21 +277,19 @@ class Simulation:
             self._start(self.records[job_id], alloc, now)
         if self.policies:
             prio = decisions.priorities
-            self.order = sorted(self.pending, key=lambda j: (-prio.get(j, 0), self.pending[j].submit_time, j))
+            self.order = [j.job_id for j in sorted(self.pending, key=lambda j: (-prio.get(j.job_id, 0), j.submit_time,
+                                                                                 j.job_id))]
             self._power_tick(now, snap.power)
 
     def snapshot(self, now: float, backfill_due: bool = True) -> scheduling.Snapshot:
         if self.nodes_tuple is None:
             self.nodes_tuple = tuple(self.node_snaps.values())
-        running = tuple(r.running or scheduling.RunningJob(r.job.job_id, r.alloc_cpus, r.alloc_mem_mb,
-                                                            self._limit_end(r))
-                        for r in self.running.values()) \
-            if backfill_due or self.config.power_cap is not None else ()
+        running = tuple(self.holding.values()) if backfill_due or self.config.power_cap is not None else ()
         fair = self.shares.current(now, lambda: [
             UsageRecord(r.job.user, r.job.account or DEFAULT_ACCOUNT, sum(r.alloc_cpus.values()), r.start, None)
             for r in self.running.values() if r.start >= 0]) if self.shares is not None and self.pending else {}
         return scheduling.Snapshot(now=now, nodes=self.nodes_tuple, partitions=self.partitions,
-                                   pending=tuple(self.pending.values()), running=running,
+                                   pending=self.pending, running=running,
                                    backfill_due=backfill_due, fairshare=fair, power=self._power_snap())
 
     @staticmethod
@@ -325,7 +325,7 @@ class Simulation:
     # --- jobs ------------------------------------------------------------------------------------------
 
     def _start(self, record: JobRecord, alloc: scheduling.Allocation, now: float) -> None:
-        del self.pending[record.job.job_id]
+        self.pending.remove(record.job.job_id)
         self.running[record.job.job_id] = record
         record.alloc = list(alloc.cpus)
         record.nodes = len(record.alloc)
@@ -344,18 +344,24 @@ class Simulation:
         record.waiting_for = sum(1 for n in record.alloc if self.nodes[n].power != switching.ON)
         if record.waiting_for == 0:
             self._run(record, now)
+        else:  # held from now, until the limit counted from when its last node is up
+            self._hold(record)
 
     def _run(self, record: JobRecord, now: float) -> None:
         record.start = now
-        record.running = scheduling.RunningJob(record.job.job_id, record.alloc_cpus, record.alloc_mem_mb,
-                                               self._limit_end(record))
+        self._hold(record)
         for name in record.alloc:
             self._set_category(self.nodes[name], COMPUTING, now)  # the watts of one more job
         self._push(now + record.job.runtime, END, record.job.job_id)
 
+    def _hold(self, record: JobRecord) -> None:
+        self.holding[record.job.job_id] = scheduling.RunningJob(record.job.job_id, record.alloc_cpus,
+                                                                record.alloc_mem_mb, self._limit_end(record))
+
     def _end(self, record: JobRecord, now: float) -> None:
         record.end = now
         del self.running[record.job.job_id]
+        del self.holding[record.job.job_id]
         for follower in self.followers.pop(record.job.job_id, []):
             follower.submit = now + follower.job.think
             self._push(follower.submit, SUBMIT, follower.job.job_id)
@@ -387,7 +393,7 @@ class Simulation:
                          for n in self.nodes.values())
         pending = tuple(powersave.PendingBrief(j, self.records[j].nodes, self.records[j].job.walltime,
                                                self.expected.get(j), self.reasons.get(j, ""))
-                        for j in self.order if j in self.pending)
+                        for j in self.order if self.pending.get(j) is not None)
         releases = tuple((self._limit_end(r), len(r.alloc)) for r in self.running.values())
         snap = powersave.PowerSaveSnap(now, ps_nodes, pending, releases, power_snap,
                                        powersave.recent(self.suspends, now), powersave.recent(self.resumes, now))

@@ -17,16 +17,11 @@ BASE_PRIORITY = 4294901760
 class BasicPriority:
     """Priority by submit order; administrators' settings win."""
 
+    static = True  # a job's priority depends on nothing but the job (wattsched.scheduling.QueueMemo)
+
     def __init__(self, config: Config | None = None):
         del config  # nothing to configure: taken for a uniform plugin interface
 
     def priorities(self, snapshot: Snapshot) -> dict[int, int]:
-        result = {}
-        for job in snapshot.pending:
-            if job.hold:
-                result[job.job_id] = 0
-            elif job.admin_priority is not None:
-                result[job.job_id] = job.admin_priority
-            else:
-                result[job.job_id] = max(1, BASE_PRIORITY - job.job_id)
-        return result
+        return {job.job_id: 0 if job.hold else job.admin_priority if job.admin_priority is not None
+                else max(1, BASE_PRIORITY - job.job_id) for job in snapshot.pending}

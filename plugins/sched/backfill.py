@@ -19,8 +19,10 @@ Reservations. Advanced reservations are honoured by node selection itself (see
 reservation it is not a member of that overlaps the window, and a reservation's boundaries
 are among the start times tried.
 
-Speed. Within a pass free resources only shrink, so a request shape that failed to fit now
-with some time limit fails with any longer one: such candidates are rejected without a search.
+Speed. Within a pass free resources only shrink, so a request that failed to fit now fails
+again with a longer time limit or more tasks (of the same shape otherwise): such candidates are
+rejected without a search. This holds for any selection plugin with which more tasks never fit
+where fewer did not.
 A candidate needing more CPUs than are free in the whole machine is rejected at once. Free
 resources over a window are computed lazily, node by node, only for the nodes the selection
 plugin looks at.
@@ -38,9 +40,10 @@ reason Resources, no expected start). Reservations are only planned within ``bf_
 Parameters (SchedulerParameters): ``bf_interval`` (seconds between full backfill passes; the
 passes in between are strict priority order, as sched/builtin), ``bf_window`` (minutes),
 ``bf_resolution`` (seconds: release times are rounded up to it, which bounds the start times
-tried), ``bf_max_job_test`` (jobs tested per pass), ``bf_max_job_user`` (jobs tested per user
-per pass), ``bf_continue`` (accepted; a pass here is never interrupted, so it always runs to
-the end of the queue it tests), ``default_queue_depth`` (for the strict passes),
+tried), ``bf_max_job_test`` (jobs tested per pass; as in Slurm, the jobs past it are not looked
+at and keep their reasons), ``bf_max_job_user`` (jobs tested per user per pass),
+``bf_continue`` (accepted; a pass here is never interrupted, so it always runs to the end of
+the queue it tests), ``default_queue_depth`` (for the strict passes),
 ``bf_reservations`` and ``bf_candidate`` (ours, see above).
 """
 
@@ -61,7 +64,7 @@ from wattsched.scheduling import (
     Candidates,
     Decisions,
     JobRequest,
-    NodeSnap,
+    NodeMemo,
     PowerMeter,
     RunningJob,
     SelectPlugin,
@@ -75,13 +78,39 @@ _FOREVER = math.inf
 
 
 class ReleaseMemo:
-    """Each running job's release steps, from one pass to the next, for as long as the pass gets
-    the very same RunningJob (the simulator keeps them; the controller builds new ones, which
-    only misses): a thousand running jobs need not be turned into steps again at every pass."""
+    """Running jobs' release steps from one pass to the next, as arrays sorted by node then time,
+    for as long as the pass gets the very same RunningJob objects (the simulator keeps them; the
+    controller builds new ones, which only misses): only the jobs that started or ended since are
+    turned into steps, where a thousand running jobs would otherwise be at every pass."""
 
-    def __init__(self) -> None:
-        self.names: list[str] = []
-        self.steps: dict[int, tuple[RunningJob, float, list[tuple[float, int, int, int]]]] = {}
+    def __init__(self, names: list[str] | None = None) -> None:
+        self.names = names or []
+        self.jobs: set[RunningJob] = set()
+        empty = np.zeros(0, dtype=np.int64)
+        # (end time, node index, cpus, memory, job id), sorted by node, then end time
+        self.steps: tuple[np.ndarray, ...] = (np.zeros(0), empty, empty, empty, empty)
+
+    def update(self, running: Iterable[RunningJob], index: Mapping[str, int]) -> tuple[np.ndarray, ...]:
+        current = set(running)
+        gone, new = self.jobs - current, current - self.jobs
+        self.jobs = current
+        if not gone and not new:
+            return self.steps
+        steps = self.steps
+        if gone:
+            kept = ~np.isin(steps[4], np.fromiter((j.job_id for j in gone), dtype=np.int64, count=len(gone)))
+            steps = tuple(column[kept] for column in steps)
+        rows = [(job.end_time, i, cpus, job.mem_mb.get(node, 0), job.job_id) for job in new
+                if job.end_time is not None for node, cpus in job.cpus.items() if (i := index.get(node)) is not None]
+        if rows:
+            added = np.array(rows, dtype=np.float64)
+            when = np.concatenate((steps[0], added[:, 0]))
+            others = (np.concatenate((old, added[:, k].astype(np.int64))) for k, old in enumerate(steps[1:], 1))
+            steps = (when, *others)
+            order = np.lexsort((steps[0], steps[1]))
+            steps = tuple(column[order] for column in steps)
+        self.steps = steps
+        return steps
 
 
 class Profile:
@@ -91,16 +120,19 @@ class Profile:
     Steps are kept as arrays so that a window's least free resources, the release times and
     the machine's free total over time are computed for all nodes at once."""
 
-    def __init__(self, now: float, nodes: Sequence[NodeSnap]):
+    def __init__(self, now: float, nodes: NodeMemo):
         self.now = now
-        self.names = [n.name for n in nodes]
-        self.index = {name: i for i, name in enumerate(self.names)}
-        self.cpus_now = np.fromiter((n.free_cpus for n in nodes), dtype=np.int64, count=len(nodes))
-        self.mem_now = np.fromiter((n.free_mem_mb for n in nodes), dtype=np.int64, count=len(nodes))
+        self.names = nodes.names
+        self.index = nodes.index
+        self.cpus_now = nodes.cpus.copy()
+        self.mem_now = nodes.mem.copy()
         self.total_now = int(self.cpus_now.sum())
         self._new: list[tuple[float, int, int, int]] = []
         empty = np.zeros(0, dtype=np.int64)
         self._arrays: tuple[np.ndarray, ...] = (np.zeros(0), empty, empty, empty)
+        # what was derived from one version of the arrays, kept until a step is added
+        self._released: tuple = (None, None, [])
+        self._over_time: tuple = (None, None, None)
 
     def add(self, node: str, when: float, cpus: int, mem_mb: int) -> None:
         i = self.index[node]
@@ -111,28 +143,16 @@ class Profile:
         else:
             self._new.append((when, i, cpus, mem_mb))
 
-    def releases(self, running: Iterable[RunningJob], resolution: float, memo: ReleaseMemo) -> None:
+    def releases(self, running: Iterable[RunningJob], resolution: float, memo: ReleaseMemo) -> ReleaseMemo:
         """Running jobs give their resources back at their time limit (a job past it is being
-        killed: a little later); a job without a limit never does."""
-        index, soonest, new = self.index, self.now + resolution, self._new
-        if memo.names != self.names:
-            memo.names, memo.steps = self.names, {}
-        known, fresh = memo.steps, {}
-        for job in running:
-            if job.end_time is None:
-                continue
-            end = max(job.end_time, soonest)
-            hit = known.get(job.job_id)
-            if hit is not None and hit[0] is job and hit[1] == end:
-                steps = hit[2]
-            else:
-                mem = job.mem_mb
-                steps = [(end, i, cpus, mem.get(node, 0)) for node, cpus in job.cpus.items()
-                         if (i := index.get(node)) is not None]
-            new.extend(steps)
-            fresh[job.job_id] = (job, end, steps)
-        memo.steps = fresh
-
+        killed: a little later); a job without a limit never does. Returns the memo to keep for
+        the next pass (a new one when the nodes are not those of the last pass)."""
+        if memo.names is not self.names:  # other nodes (NodeMemo keeps the list while they stay)
+            memo = ReleaseMemo(self.names)
+        when, node, cpus, mem, _job = memo.update(running, self.index)
+        # raising every time to one floor keeps the steps sorted by node, then time
+        self._arrays = (np.maximum(when, self.now + resolution), node, cpus, mem)
+        return memo
 
     def hold(self, alloc: Allocation, start: float, end: float) -> None:
         """Take the allocation's resources from ``start`` until ``end`` (forever: never given back)."""
@@ -161,16 +181,24 @@ class Profile:
 
     def release_times(self, after: float, until: float, resolution: float) -> list[float]:
         """Times at which something is given back, rounded up to ``resolution``, in order."""
-        when, _node, cpus, mem = self.arrays()
-        picked = when[((cpus > 0) | (mem > 0)) & (when > after) & (when <= until)]
-        return np.unique(after + np.ceil((picked - after) / resolution) * resolution).tolist()
+        arrays = self.arrays()
+        key = (after, until, resolution)
+        if self._released[0] is not arrays or self._released[1] != key:
+            when, _node, cpus, mem = arrays
+            picked = when[((cpus > 0) | (mem > 0)) & (when > after) & (when <= until)]
+            times = np.unique(after + np.ceil((picked - after) / resolution) * resolution).tolist()
+            self._released = (arrays, key, times)
+        return self._released[2]
 
     def total_free_at(self, times: list[float]) -> list[int]:
         """Free CPUs of the whole machine at each of the (sorted) ``times``."""
-        when, _node, cpus, _mem = self.arrays()
-        order = np.argsort(when, kind="stable")
-        running = np.concatenate(([0], np.cumsum(cpus[order])))
-        return (self.total_now + running[np.searchsorted(when[order], times, side="right")]).tolist()
+        arrays = self.arrays()
+        if self._over_time[0] is not arrays:  # steps in time order and the running change they make
+            when, _node, cpus, _mem = arrays
+            order = np.argsort(when, kind="stable")
+            self._over_time = (arrays, when[order], np.concatenate(([0], np.cumsum(cpus[order]))))
+        _arrays, when, running = self._over_time
+        return (self.total_now + running[np.searchsorted(when, times, side="right")]).tolist()
 
 
 class Window(Mapping[str, tuple[int, int]]):
@@ -181,8 +209,10 @@ class Window(Mapping[str, tuple[int, int]]):
         when, node, cpus, mem = profile.arrays()
         size = len(profile.names)
         before = when <= start
-        low_cpus = profile.cpus_now + np.bincount(node[before], cpus[before], minlength=size).astype(np.int64)
-        low_mem = profile.mem_now + np.bincount(node[before], mem[before], minlength=size).astype(np.int64)
+        low_cpus, low_mem = profile.cpus_now.copy(), profile.mem_now.copy()
+        if before.any():  # never for a window from now: steps come later, starts are counted in cpus_now
+            low_cpus += np.bincount(node[before], cpus[before], minlength=size).astype(np.int64)
+            low_mem += np.bincount(node[before], mem[before], minlength=size).astype(np.int64)
         inside = (when > start) & (when < end)
         if inside.any():
             # steps stay sorted by node then time: a running sum per node gives each level reached
@@ -195,10 +225,13 @@ class Window(Mapping[str, tuple[int, int]]):
                 low[n_in[first]] += np.minimum(dips, 0)
         self.cpus = np.maximum(low_cpus, 0)
         self.mem = np.maximum(low_mem, 0)
+        self._lists: tuple[list[int], list[int]] | None = None
 
     def __getitem__(self, node: str) -> tuple[int, int]:
+        if self._lists is None:  # a selection asks for dozens of nodes: plain ints beat numpy scalars
+            self._lists = (self.cpus.tolist(), self.mem.tolist())
         i = self.profile.index[node]
-        return int(self.cpus[i]), int(self.mem[i])
+        return self._lists[0][i], self._lists[1][i]
 
     def with_cpus(self) -> set[str]:
         """The nodes with a free CPU throughout the window."""
@@ -221,8 +254,8 @@ _BEST = {
 
 
 def _shape(job: JobRequest) -> tuple:
-    """Everything about a request that decides where it fits, except its time limit."""
-    return (job.partition, job.reservation, job.nodes_min, job.nodes_max, job.ntasks, job.ntasks_per_node,
+    """Everything about a request that decides where it fits, but its time limit and task count."""
+    return (job.partition, job.reservation, job.nodes_min, job.nodes_max, job.ntasks_per_node,
             job.cpus_per_task, job.mem_per_node_mb, job.mem_per_cpu_mb, job.exclusive, job.req_nodes,
             job.exc_nodes, job.features)
 
@@ -230,13 +263,16 @@ def _shape(job: JobRequest) -> tuple:
 class _Pass:
     """The state of one backfill pass: the profile, the candidate lists, the failures seen."""
 
-    def __init__(self, snapshot: Snapshot, select: SelectPlugin, params: SchedulerParams, memo: ReleaseMemo):
+    def __init__(self, snapshot: Snapshot, select: SelectPlugin, params: SchedulerParams, memo: ReleaseMemo,
+                 nodes: NodeMemo):
         self.snapshot, self.select, self.params = snapshot, select, params
         self.now = snapshot.now
-        self.candidates = Candidates(snapshot)
-        self.profile = Profile(snapshot.now, snapshot.nodes)
-        self.profile.releases(snapshot.running, params.bf_resolution_s, memo)
-        self.failed_end: dict[tuple, float] = {}
+        self.candidates = Candidates(snapshot, nodes)
+        self.profile = Profile(snapshot.now, nodes)
+        self.memo = self.profile.releases(snapshot.running, params.bf_resolution_s, memo)
+        # per request shape, the (tasks, end) of the requests that did not fit now: a frontier
+        # where no entry asks for fewer tasks and ends sooner than another
+        self.failed: dict[tuple, list[tuple[int, float]]] = {}
         self.meter = PowerMeter(snapshot.power, snapshot.running) if snapshot.power is not None else None
         self.power = PowerPlan(self.meter, snapshot.running, self.now, params.bf_resolution_s) \
             if self.meter is not None and params.bf_power == "plan" else None
@@ -268,16 +304,18 @@ class _Pass:
 
     def fits_now(self, job: JobRequest) -> Allocation | None:
         """Where the job can run from now to its time limit without taking anything reserved."""
+        if job.ntasks * max(1, job.cpus_per_task) > self.profile.total_now:
+            return None
         end = job_end(job, self.now)
-        shape = _shape(job)
-        if end >= self.failed_end.get(shape, _FOREVER) or \
-                job.ntasks * max(1, job.cpus_per_task) > self.profile.total_now:
+        failed = self.failed.setdefault(_shape(job), [])
+        if any(tasks <= job.ntasks and until <= end for tasks, until in failed):
             return None
         window = self.profile.window(self.now, end)
         alloc = self.select.select(job, self.candidates.for_job(job, window.with_cpus()), window,
                                    self.snapshot.def_mem_per_cpu_mb)
         if alloc is None:
-            self.failed_end[shape] = min(end, self.failed_end.get(shape, _FOREVER))
+            failed[:] = [(tasks, until) for tasks, until in failed if tasks < job.ntasks or until < end]
+            failed.append((job.ntasks, end))
         return alloc
 
     def earliest(self, job: JobRequest) -> tuple[float, Allocation] | None:
@@ -323,28 +361,34 @@ class BackfillScheduler:
         self.strict = BuiltinScheduler(self.params)
         self.memo = ReleaseMemo()
 
-    def plan(self, snapshot: Snapshot, order: list[JobRequest], eligible: dict[int, str | None],
+    def plan(self, snapshot: Snapshot, order: Sequence[JobRequest], ineligible: Mapping[int, str],
              select: SelectPlugin, throttle: ArrayThrottle, decisions: Decisions) -> None:
         if not snapshot.backfill_due:
-            self.strict.plan(snapshot, order, eligible, select, throttle, decisions)
+            self.strict.plan(snapshot, order, ineligible, select, throttle, decisions)
             return
         params = self.params
-        bf = _Pass(snapshot, select, params, self.memo)
+        bf = _Pass(snapshot, select, params, self.memo, self.strict.nodes)
+        self.memo = bf.memo
         reserved, tested = 0, 0
         per_user: Counter[str] = Counter()
         blocked: set[tuple[str, str]] = set()
         later: list[JobRequest] = []
         for job in order:
-            reason = eligible[job.job_id]
+            reason = ineligible.get(job.job_id)
             if reason is not None:
                 decisions.reasons[job.job_id] = reason
                 continue
-            if tested >= params.bf_max_job_test or (params.bf_max_job_user and
-                                                    per_user[job.user] >= params.bf_max_job_user):
-                decisions.reasons[job.job_id] = states.R_PRIORITY
-                continue
+            if tested >= params.bf_max_job_test:
+                # as Slurm's backfill: the jobs past the limit are not looked at and keep their
+                # reasons, but for the ineligible ones, whose reasons are their own
+                decisions.reasons.update(ineligible)
+                break
+            if params.bf_max_job_user:
+                if per_user[job.user] >= params.bf_max_job_user:
+                    decisions.reasons[job.job_id] = states.R_PRIORITY
+                    continue
+                per_user[job.user] += 1
             tested += 1
-            per_user[job.user] += 1
             if not throttle.allows(job):
                 decisions.reasons[job.job_id] = states.R_ARRAY_LIMIT
                 continue

@@ -8,11 +8,15 @@ that reservation, since they run on its nodes alone. Ineligible jobs (held, wait
 dependency, a begin time or their reservation, over a partition limit) keep their own reason
 and block nothing, as in Slurm. Under a PowerCap, a job whose nodes would take the cluster over
 the cap (or a planned cap) stays pending with PowerNotAvail (PowerReserved) and the next job is
-tried, as in the power-capping prototype (seed 003). At most ``default_queue_depth`` jobs are
-tried per pass; the rest keep their reason until a later pass.
+tried, as in the power-capping prototype (seed 003). As Slurm's main scheduler, a pass looks at
+most at ``default_queue_depth`` eligible jobs, those in a blocked partition included, and leaves
+the rest with their reason until a later pass (backfill looks deeper, ``bf_max_job_test``); so
+a pass costs the same however long the queue.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
 
 from wattsched import states
 from wattsched.config import SchedulerParams
@@ -21,6 +25,7 @@ from wattsched.scheduling import (
     Candidates,
     Decisions,
     JobRequest,
+    NodeMemo,
     PowerMeter,
     SelectPlugin,
     Snapshot,
@@ -35,29 +40,33 @@ class BuiltinScheduler:
 
     def __init__(self, params: SchedulerParams | None = None):
         self.params = params or SchedulerParams()
+        self.nodes = NodeMemo()
 
-    def plan(self, snapshot: Snapshot, order: list[JobRequest], eligible: dict[int, str | None],
+    def plan(self, snapshot: Snapshot, order: Sequence[JobRequest], ineligible: Mapping[int, str],
              select: SelectPlugin, throttle: ArrayThrottle, decisions: Decisions) -> None:
-        candidates = Candidates(snapshot)
-        free = {n.name: (n.free_cpus, n.free_mem_mb) for n in snapshot.nodes}
-        with_cpus = {name for name, (cpus, _mem) in free.items() if cpus > 0}
+        candidates = Candidates(snapshot, self.nodes)
+        free = dict(self.nodes.free)  # this pass's starts take from them
+        with_cpus = set(self.nodes.with_cpus)
         blocked: set[tuple[str, str]] = set()
-        tried = 0
+        depth = 0
         meter = PowerMeter(snapshot.power, snapshot.running) if snapshot.power is not None else None
         for job in order:
-            reason = eligible[job.job_id]
+            reason = ineligible.get(job.job_id)
             if reason is not None:
                 decisions.reasons[job.job_id] = reason
-                continue
-            if (job.partition, job.reservation) in blocked:
-                decisions.reasons[job.job_id] = states.R_PRIORITY
                 continue
             if not throttle.allows(job):
                 decisions.reasons[job.job_id] = states.R_ARRAY_LIMIT
                 continue
-            if tried >= self.params.default_queue_depth:
+            if depth >= self.params.default_queue_depth:
+                # Slurm's "already tested N jobs, breaking out": the rest keep their reasons, but
+                # for the ineligible ones, whose reasons are their own
+                decisions.reasons.update(ineligible)
+                break
+            depth += 1
+            if (job.partition, job.reservation) in blocked:
+                decisions.reasons[job.job_id] = states.R_PRIORITY
                 continue
-            tried += 1
             alloc = select.select(job, candidates.for_job(job, with_cpus), free,
                                   snapshot.def_mem_per_cpu_mb)
             if alloc is None:

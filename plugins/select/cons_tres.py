@@ -51,7 +51,13 @@ class ConsTresSelect:
         if job.req_nodes:
             chosen = self._with_required(job, candidates, cap)
         else:
-            chosen = self._best_run(job, [(n, c) for n in candidates if (c := cap(n)) >= 1])
+            if exclusive or job.ntasks_per_node or job.mem_per_node_mb or per_cpu_mem:
+                usable = [(n, c) for n in candidates if (c := cap(n)) >= 1]
+            else:  # CPUs alone: what cap() comes to, without a call per node
+                usable = [(n, c) for n in candidates if (c := free[n.name][0] // cpt) >= 1]
+            if len(usable) < job.nodes_min or sum(c for _n, c in usable) < job.ntasks:
+                return None  # not even all of them together
+            chosen = self._best_run(job, usable)
         if chosen is None:
             return None
         return _layout(job, chosen, cpt, per_cpu_mem, exclusive)

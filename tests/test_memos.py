@@ -1,0 +1,93 @@
+"""The memos that shells keep from pass to pass (QueueMemo, NodeMemo, the backfill ReleaseMemo)
+change no decision: pass after pass over an evolving cluster (jobs arriving, starting, ending,
+nodes leaving and coming back, requests replaced by an update), plugins that keep their memos
+decide exactly what fresh plugins with none decide."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from wattsched.config import SchedulerParams
+from wattsched.plugins.priority.basic import BasicPriority
+from wattsched.plugins.sched.backfill import BackfillScheduler
+from wattsched.plugins.sched.builtin import BuiltinScheduler
+from wattsched.plugins.select.cons_tres import ConsTresSelect
+from wattsched.scheduling import (
+    Decisions,
+    JobRequest,
+    NodeSnap,
+    PartitionSnap,
+    PendingQueue,
+    QueueMemo,
+    RunningJob,
+    Snapshot,
+    schedule,
+)
+
+NAMES = tuple(f"n{i:02d}" for i in range(1, 7))
+CPUS = 4
+PARTITIONS = {"p": PartitionSnap("p", NAMES)}
+
+
+def _decided(decisions: Decisions) -> tuple:
+    return (decisions.starts, decisions.reasons, decisions.priorities, decisions.expected_start,
+            decisions.backfilled)
+
+
+class Cluster:
+    """Six 4-CPU nodes, as a shell keeps them: a node's snapshot object stays while it is unchanged."""
+
+    def __init__(self) -> None:
+        self.nodes = {n: NodeSnap(n, CPUS, CPUS, 1000, 1000) for n in NAMES}
+        self.pending = PendingQueue()  # the memo works on its log of changes
+        self.running: dict[int, RunningJob] = {}
+
+    def take(self, cpus: dict[str, int], sign: int) -> None:
+        for name, n in cpus.items():
+            node = self.nodes[name]
+            self.nodes[name] = replace(node, free_cpus=node.free_cpus - sign * n)
+
+    def snapshot(self, now: float, backfill_due: bool) -> Snapshot:
+        return Snapshot(now=now, nodes=tuple(self.nodes.values()), partitions=PARTITIONS,
+                        pending=self.pending, running=tuple(self.running.values()),
+                        backfill_due=backfill_due)
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.data(), st.sampled_from(["builtin", "easy", "conservative", "shortest"]))
+def test_memos_change_no_decision(data, kind: str) -> None:
+    params = {"builtin": SchedulerParams(default_queue_depth=3), "easy": SchedulerParams(bf_max_job_test=6),
+              "conservative": SchedulerParams(bf_reservations=0), "shortest": SchedulerParams(bf_candidate="shortest")}
+    scheduler_class = BuiltinScheduler if kind == "builtin" else BackfillScheduler
+
+    def plugins():
+        return BasicPriority(), scheduler_class(params[kind]), ConsTresSelect()
+
+    kept, memo = plugins(), QueueMemo()
+    cluster = Cluster()
+    now, next_id = 1_000_000.0, 1
+    for _pass in range(data.draw(st.integers(1, 14), label="passes")):
+        for _ in range(data.draw(st.integers(0, 4), label="arrivals")):
+            cluster.pending.put(JobRequest(
+                job_id=next_id, user=data.draw(st.sampled_from("ab")), partition="p", submit_time=now,
+                ntasks=data.draw(st.integers(1, 2 * CPUS)), time_limit_min=data.draw(st.integers(1, 90))))
+            next_id += 1
+        for job_id in data.draw(st.lists(st.sampled_from(sorted(cluster.running)), unique=True), label="ends") \
+                if cluster.running else []:
+            cluster.take(cluster.running.pop(job_id).cpus, -1)
+        if cluster.pending and data.draw(st.booleans(), label="update a request"):
+            job = data.draw(st.sampled_from(sorted(cluster.pending, key=lambda j: j.job_id)))
+            cluster.pending.put(replace(job, hold="user" if data.draw(st.booleans()) else ""))
+        if data.draw(st.booleans(), label="a node leaves or comes back"):
+            name = data.draw(st.sampled_from(NAMES))
+            cluster.nodes[name] = replace(cluster.nodes[name], schedulable=not cluster.nodes[name].schedulable)
+        snap = cluster.snapshot(now, data.draw(st.booleans(), label="backfill due"))
+        with_memos = schedule(snap, *kept, memo)
+        assert _decided(with_memos) == _decided(schedule(replace(snap, pending=tuple(snap.pending)), *plugins()))
+        for job_id, alloc in with_memos.starts:
+            job = cluster.pending.remove(job_id)
+            cluster.running[job_id] = RunningJob(job_id, alloc.cpus, alloc.mem_mb, now + job.time_limit_min * 60)
+            cluster.take(alloc.cpus, 1)
+        now += data.draw(st.sampled_from([0.0, 1.0, 60.0, 600.0]), label="time passes")
