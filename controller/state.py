@@ -142,6 +142,8 @@ class ClusterState:
     _meta_dirty: bool = False
     _requests: dict[int, scheduling.JobRequest] = field(default_factory=dict)
     _briefs: dict[int, dict] = field(default_factory=dict)
+    _partition_snaps: dict[str, scheduling.PartitionSnap] | None = None
+    _queue_memo: scheduling.QueueMemo = field(default_factory=scheduling.QueueMemo)
 
     # --- start-up ----------------------------------------------------------------------------
 
@@ -235,9 +237,13 @@ class ClusterState:
     # --- snapshots and scheduling --------------------------------------------------------------
 
     def partition_snaps(self) -> dict[str, scheduling.PartitionSnap]:
-        return {p.name: scheduling.PartitionSnap(p.name, p.nodes, p.state, p.max_time_min, p.max_nodes,
-                                                 p.priority_job_factor)
-                for p in self.config.partitions}
+        """Built once: partitions come from the configuration alone, and one mapping from pass to
+        pass lets the queue memo keep its eligibility verdicts."""
+        if self._partition_snaps is None:
+            self._partition_snaps = {p.name: scheduling.PartitionSnap(p.name, p.nodes, p.state, p.max_time_min,
+                                                                      p.max_nodes, p.priority_job_factor)
+                                     for p in self.config.partitions}
+        return self._partition_snaps
 
     def node_snaps(self) -> dict[str, scheduling.NodeSnap]:
         return {n.name: scheduling.NodeSnap(n.name, n.cpus, n.cpus - n.alloc_cpus, n.real_memory_mb,
@@ -336,7 +342,8 @@ class ClusterState:
         due = backfill and now - self.stats.bf_last_time >= self.config.scheduler_parameters.bf_interval_s
         started = time.perf_counter()
         snap = self.snapshot(now, due)
-        decisions = scheduling.schedule(snap, self.plugins.priority, self.plugins.scheduler, self.plugins.select)
+        decisions = scheduling.schedule(snap, self.plugins.priority, self.plugins.scheduler, self.plugins.select,
+                                        self._queue_memo)
         if due:
             self.stats.backfill_done(now, (time.perf_counter() - started) * 1000, decisions.backfilled,
                                      decisions.backfill_depth, len(snap.pending))
@@ -802,13 +809,17 @@ class ClusterState:
             self.touch(job)
 
     def node_failed_job(self, job: Job, now: float) -> list[Action]:
-        """A node under a job failed: requeue the job if it may be, else end it NODE_FAIL."""
+        """A node under a job failed: requeue the job if it may be, else end it NODE_FAIL. A job
+        already being cancelled or killed at its limit ends as such: it must never run again."""
         others = [n for n in job.node_list if self.nodes[n].schedulable or self.nodes[n].base_state in (
             states.N_ALLOCATED, states.N_MIXED)]
+        live = [n for n in others if not self.nodes[n].not_responding]
+        if job.cancelled_by is not None or job.timed_out:
+            final = states.TIMEOUT if job.timed_out else states.CANCELLED
+            return self._end(job, final, job.exit_code, job.term_signal, now, live)
         if (job.configuring or (job.requeue and self.config.job_requeue)) and not job.interactive:
             return self._requeue(job, now)
-        return self._end(job, states.NODE_FAIL, 0, 0, now, [n for n in others if not
-                                                              self.nodes[n].not_responding])
+        return self._end(job, states.NODE_FAIL, 0, 0, now, live)
 
     def check_timers(self, now: float) -> list[Action]:
         """Time limits, --signal warnings, unresponsive nodes and purging of old jobs."""

@@ -67,13 +67,17 @@ def killpg(pgid: int, sig: int) -> bool:
 
 
 def alive(pid: int) -> bool:
+    """Whether ``pid`` still runs. An exited process whose parent is gone stays a zombie where
+    nobody reaps orphans (a container's init may not): a zombie has ended, so it counts as dead."""
     try:
-        os.kill(pid, 0)
-        return True
-    except ProcessLookupError:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+    except FileNotFoundError:
         return False
-    except PermissionError:
+    except OSError:
         return True
+    # the state follows the command name, which is in parentheses and may hold spaces or ')'
+    return stat[stat.rindex(b")") + 2:stat.rindex(b")") + 3] not in (b"Z", b"X")
 
 
 def open_output(path: str, mode: str, uid: int, gid: int) -> int:

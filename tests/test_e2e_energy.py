@@ -138,18 +138,22 @@ def test_cancelled_job_frequency_restored_and_profile_readable(cluster: Cluster)
 
 def test_frequency_restored_after_an_agent_crash(cluster: Cluster) -> None:
     c = cluster
-    job_id = c.sbatch("-w", "n03", "--cpu-freq=1200000-2000000:OnDemand", "--wrap", "sleep 120")
+    job_id = c.sbatch("-w", "n01", "--cpu-freq=1200000-2000000:OnDemand", "--wrap", "sleep 120")
     c.wait_state(job_id, "RUNNING", timeout=15)
-    wait_for(lambda: _cpufreq(c, "n03").get("scaling_max_freq") == "2000000", 10, what="range set")
-    assert _cpufreq(c, "n03")["scaling_governor"] == "ondemand"
-    agent = 1  # n03 and n04 are the second agent's
+    wait_for(lambda: _cpufreq(c, "n01").get("scaling_max_freq") == "2000000", 10, what="range set")
+    assert _cpufreq(c, "n01")["scaling_governor"] == "ondemand"
+    agent = 0  # n01 and n02 are the first agent's; n04's timeout job runs on
     c.kill_agent(agent)
     c.run("scancel", str(job_id))  # the agent is down: the cancel waits for it
     time.sleep(1)
-    assert _cpufreq(c, "n03")["scaling_max_freq"] == "2000000"  # nobody has restored it yet
-    c.start_agent(agent)
-    c.wait_state(job_id, "CANCELLED", timeout=30)
-    wait_for(lambda: _cpufreq(c, "n03") == PRISTINE, 15, what="frequency restored after the restart")
+    assert _cpufreq(c, "n01")["scaling_max_freq"] == "2000000"  # nobody has restored it yet
+    # past SlurmdTimeout the node is down: the job being cancelled ends so, it is not requeued
+    job = c.wait_state(job_id, {"CANCELLED", "PENDING"}, timeout=30)
+    assert job["state"] == "CANCELLED" and job["restart_count"] == 0
+    c.start_agent(agent)  # the returning agent finds the script still running and is told to kill it
+    wait_for(lambda: _cpufreq(c, "n01") == PRISTINE, 30, what="frequency restored after the restart")
+    c.wait_nodes_up()
+    assert c.job(job_id)["state"] == "CANCELLED"
 
 
 def test_bad_frequency_profile_and_acctg_requests_are_refused(cluster: Cluster) -> None:

@@ -58,15 +58,18 @@ def test_node_failure_requeues_or_fails_jobs(fresh_cluster: Cluster) -> None:
     cluster = fresh_cluster.start()
     requeued = cluster.sbatch("-w", "n03", "-o", "/dev/null", "--wrap", "sleep 30")
     failed = cluster.sbatch("-w", "n04", "--no-requeue", "-o", "/dev/null", "--wrap", "sleep 30")
-    cluster.wait_state(requeued, "RUNNING")
-    cluster.wait_state(failed, "RUNNING")
+    cancelled = cluster.sbatch("-w", "n03", "-o", "/dev/null", "--wrap", "sleep 30")
+    for job_id in (requeued, failed, cancelled):
+        cluster.wait_state(job_id, "RUNNING")
     cluster.kill_agent(1, signal.SIGKILL)  # n03 and n04 stop answering
+    cluster.run("scancel", str(cancelled))  # its end waits for the agent, or for the node to go down
     wait_for(lambda: {n["name"]: n for n in cluster.nodes()}["n03"]["not_responding"], 20, what="n03 down")
     sinfo = cluster.run("sinfo", "-N", "-h", "-n", "n03", "-o", "%N %t").stdout.split()
     assert sinfo == ["n03", "down*"]
     assert cluster.wait_state(failed, "NODE_FAIL")
     job = cluster.wait_state(requeued, "PENDING")
     assert job["restart_count"] == 1
+    assert cluster.job(cancelled)["state"] == "CANCELLED"  # a job being cancelled is never requeued
     cluster.start_agent(1)
     cluster.wait_nodes_up()
     cluster.wait_state(requeued, "RUNNING", timeout=30)
