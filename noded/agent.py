@@ -51,7 +51,9 @@ class Agent:
             self.heartbeat_s = max(0.5, min(self.heartbeat_s, config.acct_gather_node_freq_s))
         self._token, self._token_time = "", 0.0
         self.connected = False
-        self.lock = threading.Lock()  # over the allocations, shared with the meter and profiler threads
+        # over the allocations, shared with the meter and profiler threads; taken before the meter's
+        # own lock, never while a thread holds that one
+        self.lock = threading.Lock()
         self.allocations = Allocations(config, self.nodes, self.spool)
         plugin = plugins.load(config.acct_gather_energy_type, config=config, nodes=nodes)
         model = plugin if isinstance(plugin, EmulatedEnergy) else (

@@ -124,14 +124,15 @@ class EnergyMeter:
                              rss_kb=self.job_rss.get((n, j), 0))
                     for (n, j), cpu in self.job_cpu.items() if n == node]
 
-    def _loads(self, now: float) -> dict[str, list[tuple[float, int, int]]]:
-        """Per node, each job's load as (busy share of the node, kHz, highest kHz), and the
-        jobs' CPU seconds brought up to date (a process that ended takes its time along: only
-        rises count)."""
+    def _loads(self, now: float, running: dict[str, dict[int, tuple[set[int], int, int]]]
+               ) -> dict[str, list[tuple[float, int, int]]]:
+        """Per node, each ``running`` job's load as (busy share of the node, kHz, highest kHz),
+        and the jobs' CPU seconds brought up to date (a process that ended takes its time along:
+        only rises count)."""
         reader = procstat.Reader()
         loads: dict[str, list[tuple[float, int, int]]] = {}
         seen = set()
-        for node, jobs in self.job_loads().items():
+        for node, jobs in running.items():
             for job_id, (pgids, khz, f_max) in jobs.items():
                 key = (node, job_id)
                 seen.add(key)
@@ -169,8 +170,11 @@ class EnergyMeter:
     def poll_once(self, now: float) -> None:
         """Read every node (each read with its time limit) and update the counters."""
         began = time.monotonic()
+        # the agent's lock is taken (for the jobs) before ours, never while ours is held: the
+        # profiler takes them in that order, and the other order would deadlock with it
+        running = self.job_loads()
         with self._lock:
-            loads = self._loads(now)
+            loads = self._loads(now, running)
         if self.model is not None and self.model is not self.plugin:
             self._publish(loads)
         if self.plugin.kind == "none":

@@ -3,6 +3,7 @@ energy from node counters (seed 004, eqs. 1-2), and a real job's ConsumedEnergyR
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -78,6 +79,28 @@ def test_hung_sensor_is_flagged_stale_and_does_not_block_others(tmp_path) -> Non
     samples = meter.samples()
     assert samples["v1"].joules == pytest.approx(50) and "v2" not in samples
     assert meter.nodes["v2"].stale
+
+
+def test_meter_never_waits_for_the_agent_while_holding_its_own_lock(tmp_path) -> None:
+    """The profiler holds the agent's lock and then asks the meter for a job's usage: a meter
+    that asked the agent for its jobs while holding its own lock would deadlock with it."""
+    agent_lock = threading.Lock()
+
+    def jobs_of_the_agent() -> dict:
+        with agent_lock:
+            return {"v1": {}}
+
+    node = NodeConf(name="v1", cpus=4, idle_watts=100, max_watts=300)
+    meter = EnergyMeter(EmulatedEnergy(Config(), [node]), {"v1": 4}, str(tmp_path), 1.0, jobs_of_the_agent)
+    with agent_lock:  # as the profiler does, across a whole sample
+        poll = threading.Thread(target=meter.poll_once, args=(1000.0,), daemon=True)
+        poll.start()
+        time.sleep(0.3)  # the poll is now waiting for the agent's lock
+        free = meter._lock.acquire(timeout=2)  # what the profiler's meter.job_usage() needs
+        assert free, "the meter holds its lock while waiting for the agent's"
+        meter._lock.release()
+    poll.join(5)
+    assert not poll.is_alive()
 
 
 def test_job_energy_is_the_sum_of_node_deltas_and_shared_nodes_are_split() -> None:
