@@ -315,7 +315,9 @@ class QueueMemo:
                 queue.take_log()
                 self.reads = queue.reads
         if gone:
-            self.order = [j for j in self.order if j not in gone]
+            order, key = self.order, self._key
+            for job in gone:  # found by its rank (job ids make ranks unique): queues run to thousands
+                del order[bisect.bisect_left(order, key(job), key=key)]
             self.varying -= gone
             for job in gone:
                 del self.priorities[job.job_id]
@@ -326,6 +328,10 @@ class QueueMemo:
             self._check(job, snapshot)
         return MappingProxyType(self.priorities), self.order, self.ineligible
 
+    def _key(self, job: JobRequest) -> tuple[int, float, int]:
+        """A job's rank in the order."""
+        return -self.priorities[job.job_id], job.submit_time, job.job_id
+
     def _check(self, job: JobRequest, snapshot: Snapshot) -> None:
         reason = ineligibility(job, snapshot)
         if reason is None:
@@ -334,12 +340,8 @@ class QueueMemo:
             self.ineligible[job.job_id] = reason
 
     def _add(self, snapshot: Snapshot, priority: PriorityPlugin, new: set[JobRequest]) -> None:
-        prio = self.priorities
-        prio.update(priority.priorities(replace(snapshot, pending=tuple(new))))
-
-        def key(j: JobRequest) -> tuple[int, float, int]:
-            return -prio[j.job_id], j.submit_time, j.job_id
-
+        self.priorities.update(priority.priorities(replace(snapshot, pending=tuple(new))))
+        key = self._key
         arrivals = sorted(new, key=key)
         order = self.order
         if order and key(arrivals[0]) < key(order[-1]):

@@ -23,9 +23,11 @@ Speed. Within a pass free resources only shrink, so a request that failed to fit
 again with a longer time limit or more tasks (of the same shape otherwise): such candidates are
 rejected without a search. This holds for any selection plugin with which more tasks never fit
 where fewer did not.
-A candidate needing more CPUs than are free in the whole machine is rejected at once. Free
-resources over a window are computed lazily, node by node, only for the nodes the selection
-plugin looks at.
+A candidate needing more CPUs than are free in the whole machine, or over its window, is
+rejected at once. Both rejections only grow within a pass, so once every reservation is made
+(first fit) they are computed for the rest of the queue at once, and only the candidates left
+are tried one by one. Releases only raise a node's free resources, so a window's least free
+resources are its start's levels, lowered only on the nodes a reservation takes from inside it.
 
 Power. Under a PowerCap (``bf_power=plan``, the default) the timeline also tracks the cluster's
 maximum power (:mod:`wattsched.plugins.sched.powerplan`): a job blocked by the cap gets its
@@ -49,9 +51,11 @@ the queue it tests), ``default_queue_depth`` (for the strict passes),
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, KeysView, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from wattsched import states
@@ -78,8 +82,8 @@ _FOREVER = math.inf
 
 
 class ReleaseMemo:
-    """Running jobs' release steps from one pass to the next, as arrays sorted by node then time,
-    for as long as the pass gets the very same RunningJob objects (the simulator keeps them; the
+    """Running jobs' release steps from one pass to the next, as arrays (in no order: nothing reads
+    one), for as long as the pass gets the very same RunningJob objects (the simulator keeps them; the
     controller builds new ones, which only misses): only the jobs that started or ended since are
     turned into steps, where a thousand running jobs would otherwise be at every pass."""
 
@@ -87,7 +91,7 @@ class ReleaseMemo:
         self.names = names or []
         self.jobs: set[RunningJob] = set()
         empty = np.zeros(0, dtype=np.int64)
-        # (end time, node index, cpus, memory, job id), sorted by node, then end time
+        # (end time, node index, cpus, memory, job id)
         self.steps: tuple[np.ndarray, ...] = (np.zeros(0), empty, empty, empty, empty)
 
     def update(self, running: Iterable[RunningJob], index: Mapping[str, int]) -> tuple[np.ndarray, ...]:
@@ -107,18 +111,21 @@ class ReleaseMemo:
             when = np.concatenate((steps[0], added[:, 0]))
             others = (np.concatenate((old, added[:, k].astype(np.int64))) for k, old in enumerate(steps[1:], 1))
             steps = (when, *others)
-            order = np.lexsort((steps[0], steps[1]))
-            steps = tuple(column[order] for column in steps)
         self.steps = steps
         return steps
 
 
 class Profile:
     """Free CPUs and memory per node: now (after this pass's starts) and the later steps by
-    which they change (running jobs ending, reserved jobs starting and ending).
+    which they change: running jobs' releases (the *base*, never negative, fixed for the pass)
+    and the *holds* this pass adds (a reservation takes resources at its start and gives them
+    back at its end; a job started now gives them back at its end).
 
     Steps are kept as arrays so that a window's least free resources, the release times and
-    the machine's free total over time are computed for all nodes at once."""
+    the machine's free total over time are computed for all nodes at once. Releases only raise
+    a node's level, so over a window only a node with a hold starting inside it can dip below
+    its level at the window's start: only those few nodes' steps are gone through, the rest
+    read from the level alone."""
 
     def __init__(self, now: float, nodes: NodeMemo):
         self.now = now
@@ -127,21 +134,39 @@ class Profile:
         self.cpus_now = nodes.cpus.copy()
         self.mem_now = nodes.mem.copy()
         self.total_now = int(self.cpus_now.sum())
-        self._new: list[tuple[float, int, int, int]] = []
         empty = np.zeros(0, dtype=np.int64)
-        self._arrays: tuple[np.ndarray, ...] = (np.zeros(0), empty, empty, empty)
-        # what was derived from one version of the arrays, kept until a step is added
-        self._released: tuple = (None, None, [])
-        self._over_time: tuple = (None, None, None)
+        # releases
+        self._base: tuple[np.ndarray, ...] = (np.zeros(0), empty, empty, empty)
+        # holds' steps later than now, in the order added (at one time, releases come first,
+        # then holds in that order), also by node
+        self._holds: list[tuple[float, int, int, int]] = []
+        self._node_holds: dict[int, list[tuple[float, int, int, int]]] = {}
+        self._takes: list[tuple[float, int]] = []  # the holds' negative steps: (time, node)
+        self._first_take = _FOREVER
+        self._from_now: _FromNow | None = None
+        # what was derived from the steps, by name, and the windows asked for: kept until a change
+        self._changes = 0
+        self._derived: dict[str, tuple[int, Any]] = {}
+        self._windows: dict[tuple[float, float | None], Window] = {}
 
-    def add(self, node: str, when: float, cpus: int, mem_mb: int) -> None:
-        i = self.index[node]
+    def _step(self, when: float, nodes: list[int], cpus: list[int], mem: list[int]) -> None:
+        """Add the change of the nodes' free CPUs and memory at ``when`` (counted now, if it is past)."""
         if when <= self.now:
-            self.cpus_now[i] += cpus
-            self.mem_now[i] += mem_mb
-            self.total_now += cpus
-        else:
-            self._new.append((when, i, cpus, mem_mb))
+            self.cpus_now[nodes] += cpus
+            self.mem_now[nodes] += mem
+            self.total_now += sum(cpus)
+            return
+        steps = [(when, i, c, m) for i, c, m in zip(nodes, cpus, mem, strict=True)]
+        self._holds.extend(steps)
+        for step in steps:
+            self._node_holds.setdefault(step[1], []).append(step)
+        takes = [(when, i) for _when, i, c, m in steps if c < 0 or m < 0]
+        if takes:
+            self._takes.extend(takes)
+            self._first_take = min(self._first_take, when)
+            self._from_now = None
+        elif self._from_now is not None:
+            self._from_now.gives(nodes, when)
 
     def releases(self, running: Iterable[RunningJob], resolution: float, memo: ReleaseMemo) -> ReleaseMemo:
         """Running jobs give their resources back at their time limit (a job past it is being
@@ -150,99 +175,185 @@ class Profile:
         if memo.names is not self.names:  # other nodes (NodeMemo keeps the list while they stay)
             memo = ReleaseMemo(self.names)
         when, node, cpus, mem, _job = memo.update(running, self.index)
-        # raising every time to one floor keeps the steps sorted by node, then time
-        self._arrays = (np.maximum(when, self.now + resolution), node, cpus, mem)
+        self._base = (np.maximum(when, self.now + resolution), node, cpus, mem)
         return memo
 
     def hold(self, alloc: Allocation, start: float, end: float) -> None:
         """Take the allocation's resources from ``start`` until ``end`` (forever: never given back)."""
-        for node, cpus in alloc.cpus.items():
-            mem = alloc.mem_mb.get(node, 0)
-            self.add(node, start, -cpus, -mem)
-            if end != _FOREVER:
-                self.add(node, end, cpus, mem)
+        self._changes += 1
+        self._windows.clear()
+        nodes = [self.index[node] for node in alloc.cpus]
+        cpus = list(alloc.cpus.values())
+        mem = [alloc.mem_mb.get(node, 0) for node in alloc.cpus]
+        self._step(start, nodes, [-c for c in cpus], [-m for m in mem])
+        if end != _FOREVER:
+            self._step(end, nodes, cpus, mem)
 
-    def arrays(self) -> tuple[np.ndarray, ...]:
-        """The steps as (time, node, cpus, mem) arrays, sorted by node, then time; steps added
-        since the last call are merged in (converting only them keeps repeated calls cheap)."""
-        if self._new:
-            new = np.array(self._new, dtype=np.float64)
-            self._new = []
-            when = np.concatenate((self._arrays[0], new[:, 0]))
-            node = np.concatenate((self._arrays[1], new[:, 1].astype(np.int64)))
-            cpus = np.concatenate((self._arrays[2], new[:, 2].astype(np.int64)))
-            mem = np.concatenate((self._arrays[3], new[:, 3].astype(np.int64)))
-            order = np.lexsort((when, node))
-            self._arrays = (when[order], node[order], cpus[order], mem[order])
-        return self._arrays
+    def _derive(self, name: str, compute: Callable[[], Any]) -> Any:
+        """``compute()``, kept for as long as nothing is added."""
+        kept = self._derived.get(name)
+        if kept is None or kept[0] != self._changes:
+            kept = (self._changes, compute())
+            self._derived[name] = kept
+        return kept[1]
+
+    def steps(self) -> tuple[np.ndarray, ...]:
+        """All the steps as (time, node, cpus, mem) arrays: the releases, then the holds."""
+        def merge() -> tuple[np.ndarray, ...]:
+            if not self._holds:
+                return self._base
+            holds = self._as_arrays(self._holds)
+            return tuple(np.concatenate(pair) for pair in zip(self._base, holds, strict=True))
+        return self._derive("steps", merge)
 
     def window(self, start: float, end: float) -> Window:
-        return Window(self, start, end)
+        """The least free resources over [start, end): one object for all the windows that are
+        alike until the next change (those from one start that no hold dips into are)."""
+        if start == self.now:
+            dips = self._dips_from_now(end) if self._first_take < end else None
+        else:
+            dipping = sorted({i for when, i in self._takes if start < when < end})
+            dips = self.dips(dipping, start, end) if dipping else None
+        key = (start, end if dips is not None else None)
+        window = self._windows.get(key)
+        if window is None:
+            window = self._windows[key] = Window(self, start, dips)
+        return window
+
+    def _dips_from_now(self, end: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`dips` for a window from now: read from every taking node's running lowest
+        levels, kept until a hold takes more (or gives back on such a node before ``end``)."""
+        if self._from_now is None:
+            dipping = sorted({i for _when, i in self._takes})
+            self._from_now = _FromNow(len(self.names), dipping, *self._steps_on(dipping, self.now, _FOREVER))
+        dips = self._from_now.dips(end)
+        if dips is None:
+            return self.dips(sorted({i for when, i in self._takes if when < end}), self.now, end)
+        return dips
+
+    def levels(self, at: float) -> tuple[np.ndarray, np.ndarray]:
+        """Free CPUs and memory per node just after ``at`` (every step at ``at`` counted)."""
+        cpus, mem = self.cpus_now.copy(), self.mem_now.copy()
+        if at <= self.now:  # every step comes later; the starts now are counted in cpus_now
+            return cpus, mem
+        when, node, step_cpus, step_mem = self.steps()
+        before = when <= at
+        cpus += np.bincount(node[before], step_cpus[before], minlength=len(cpus)).astype(np.int64)
+        mem += np.bincount(node[before], step_mem[before], minlength=len(mem)).astype(np.int64)
+        return cpus, mem
+
+    def dips(self, dipping: list[int], start: float, end: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """How far below their levels at ``start`` the CPUs and memory of the ``dipping`` nodes
+        (those on which a hold takes resources inside (start, end)) go there."""
+        _when, node, first, levels = self._steps_on(dipping, start, end)
+        lows = (np.minimum(np.minimum.reduceat(level, first), 0) for level in levels)
+        return node[first], *lows
+
+    def _steps_on(self, nodes: list[int], start: float, end: float) -> tuple[np.ndarray, ...]:
+        """The steps on ``nodes`` inside (start, end) in time order, node by node: their times,
+        nodes, where each node's begin, and the CPU and memory levels each reaches (relative to
+        the node's level at ``start``)."""
+        held = [step for i in nodes for step in self._node_holds.get(i, ()) if start < step[0] < end]
+        hold_when, hold_node, hold_cpus, hold_mem = self._as_arrays(held)
+        mask = np.zeros(len(self.names), dtype=bool)
+        mask[nodes] = True
+        when, node, cpus, mem = self._base
+        base = mask[node] & (when > start) & (when < end)
+        # releases before holds, holds in the order added: a stable sort keeps that at one time
+        when, node, cpus, mem = (np.concatenate((column[base], hold_column)) for column, hold_column in
+                                 zip(self._base, (hold_when, hold_node, hold_cpus, hold_mem), strict=True))
+        order = np.lexsort((when, node))
+        when, node, cpus, mem = when[order], node[order], cpus[order], mem[order]
+        first = np.flatnonzero(np.concatenate(([True], node[1:] != node[:-1])))
+        sizes = np.diff(np.append(first, len(node)))
+        levels = []
+        for values in (cpus, mem):  # a running sum per node gives each level reached
+            sums = np.cumsum(values)
+            levels.append(sums - np.repeat(sums[first] - values[first], sizes))
+        return when, node, first, levels
+
+    @staticmethod
+    def _as_arrays(steps: list[tuple[float, int, int, int]]) -> tuple[np.ndarray, ...]:
+        table = np.array(steps, dtype=np.float64).reshape(-1, 4)
+        return table[:, 0], *(table[:, k].astype(np.int64) for k in (1, 2, 3))
 
     def release_times(self, after: float, until: float, resolution: float) -> list[float]:
         """Times at which something is given back, rounded up to ``resolution``, in order."""
-        arrays = self.arrays()
-        key = (after, until, resolution)
-        if self._released[0] is not arrays or self._released[1] != key:
-            when, _node, cpus, mem = arrays
+        def compute() -> list[float]:
+            when, _node, cpus, mem = self.steps()
             picked = when[((cpus > 0) | (mem > 0)) & (when > after) & (when <= until)]
-            times = np.unique(after + np.ceil((picked - after) / resolution) * resolution).tolist()
-            self._released = (arrays, key, times)
-        return self._released[2]
+            return np.unique(after + np.ceil((picked - after) / resolution) * resolution).tolist()
+        return self._derive(f"released {after} {until} {resolution}", compute)
 
     def total_free_at(self, times: list[float]) -> list[int]:
         """Free CPUs of the whole machine at each of the (sorted) ``times``."""
-        arrays = self.arrays()
-        if self._over_time[0] is not arrays:  # steps in time order and the running change they make
-            when, _node, cpus, _mem = arrays
+        def over_time() -> tuple[np.ndarray, np.ndarray]:  # steps in time order, the running change
+            when, _node, cpus, _mem = self.steps()
             order = np.argsort(when, kind="stable")
-            self._over_time = (arrays, when[order], np.concatenate(([0], np.cumsum(cpus[order]))))
-        _arrays, when, running = self._over_time
+            return when[order], np.concatenate(([0], np.cumsum(cpus[order])))
+        when, running = self._derive("over_time", over_time)
         return (self.total_now + running[np.searchsorted(when, times, side="right")]).tolist()
 
 
-class Window(Mapping[str, tuple[int, int]]):
-    """Per node, the least free CPUs and memory over [start, end)."""
+class _FromNow:
+    """For windows from now: the steps on every node a hold takes from, with each node's running
+    lowest CPU and memory levels, so that a window's dips are read at its end. A step given back
+    on such a node afterwards (a job started now ending) is not in them: a window reaching past
+    it is computed afresh."""
 
-    def __init__(self, profile: Profile, start: float, end: float):
-        self.profile = profile
-        when, node, cpus, mem = profile.arrays()
-        size = len(profile.names)
-        before = when <= start
-        low_cpus, low_mem = profile.cpus_now.copy(), profile.mem_now.copy()
-        if before.any():  # never for a window from now: steps come later, starts are counted in cpus_now
-            low_cpus += np.bincount(node[before], cpus[before], minlength=size).astype(np.int64)
-            low_mem += np.bincount(node[before], mem[before], minlength=size).astype(np.int64)
-        inside = (when > start) & (when < end)
-        if inside.any():
-            # steps stay sorted by node then time: a running sum per node gives each level reached
-            n_in, c_in, m_in = node[inside], cpus[inside], mem[inside]
-            first = np.flatnonzero(np.concatenate(([True], n_in[1:] != n_in[:-1])))
-            for values, low in ((c_in, low_cpus), (m_in, low_mem)):
-                sums = np.cumsum(values)
-                group_base = np.repeat(sums[first] - values[first], np.diff(np.append(first, len(values))))
-                dips = np.minimum.reduceat(sums - group_base, first)
-                low[n_in[first]] += np.minimum(dips, 0)
-        self.cpus = np.maximum(low_cpus, 0)
-        self.mem = np.maximum(low_mem, 0)
-        self._lists: tuple[list[int], list[int]] | None = None
+    def __init__(self, size: int, nodes: list[int], when: np.ndarray, node: np.ndarray, first: np.ndarray,
+                 levels: list[np.ndarray]):
+        self.covers = np.zeros(size, dtype=bool)
+        self.covers[nodes] = True
+        self.when, self.node, self.first = when, node, first
+        self.later = _FOREVER  # the first step given back on a covered node since
+        self.lows = [self._running_min(level) for level in levels]
 
-    def __getitem__(self, node: str) -> tuple[int, int]:
-        if self._lists is None:  # a selection asks for dozens of nodes: plain ints beat numpy scalars
-            self._lists = (self.cpus.tolist(), self.mem.tolist())
-        i = self.profile.index[node]
-        return self._lists[0][i], self._lists[1][i]
+    def _running_min(self, level: np.ndarray) -> np.ndarray:
+        # each node's levels shifted below all earlier nodes' makes one running minimum per node
+        span = int(np.abs(level).max()) * 2 + 1
+        shift = np.repeat(np.arange(len(self.first), dtype=np.int64) * span,
+                          np.diff(np.append(self.first, len(level))))
+        return np.minimum.accumulate(level - shift) + shift
 
-    def with_cpus(self) -> set[str]:
+    def gives(self, nodes: list[int], when: float) -> None:
+        if self.covers[nodes].any():
+            self.later = min(self.later, when)
+
+    def dips(self, end: float) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        if self.later < end:
+            return None
+        counts = np.add.reduceat((self.when < end).astype(np.int64), self.first)
+        last = self.first + np.maximum(counts, 1) - 1
+        reached = counts > 0
+        return self.node[self.first], *(np.where(reached, np.minimum(low[last], 0), 0) for low in self.lows)
+
+
+class Window(dict[str, tuple[int, int]]):
+    """Per node with a free CPU throughout [start, end), its least free CPUs and memory over it.
+    A dict, since a selection looks up hundreds of nodes per job; another node shows 0 CPUs."""
+
+    def __init__(self, profile: Profile, start: float, dips: tuple[np.ndarray, np.ndarray, np.ndarray] | None):
+        low_cpus, low_mem = profile.levels(start)
+        if dips is not None:
+            nodes, dip_cpus, dip_mem = dips
+            low_cpus[nodes] += dip_cpus
+            low_mem[nodes] += dip_mem
+        self._index = profile.index
+        self._mem = np.maximum(low_mem, 0)
+        names = profile.names
+        with_cpus = np.flatnonzero(low_cpus > 0)
+        self.total = int(low_cpus[with_cpus].sum())
+        super().__init__(zip([names[i] for i in with_cpus.tolist()],
+                             zip(low_cpus[with_cpus].tolist(), self._mem[with_cpus].tolist(), strict=True),
+                             strict=True))
+
+    def __missing__(self, node: str) -> tuple[int, int]:
+        return 0, int(self._mem[self._index[node]])
+
+    def with_cpus(self) -> KeysView[str]:
         """The nodes with a free CPU throughout the window."""
-        names = self.profile.names
-        return {names[i] for i in np.flatnonzero(self.cpus > 0)}
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.profile.names)
-
-    def __len__(self) -> int:
-        return len(self.profile.names)
+        return self.keys()
 
 
 _BEST = {
@@ -258,6 +369,47 @@ def _shape(job: JobRequest) -> tuple:
     return (job.partition, job.reservation, job.nodes_min, job.nodes_max, job.ntasks_per_node,
             job.cpus_per_task, job.mem_per_node_mb, job.mem_per_cpu_mb, job.exclusive, job.req_nodes,
             job.exc_nodes, job.features)
+
+
+class _Requests:
+    """Per pending request, what the first-fit tail of a pass compares in bulk, kept from pass to
+    pass while the request is the same object: its shape (a number standing for :func:`_shape`),
+    task count, CPUs needed at least, time limit in seconds (inf: none), whether an array
+    throttle applies, and its job id. A memo: the rows say what the requests say."""
+
+    SHAPE, TASKS, NEED, LIMIT, THROTTLED, JOB_ID = range(6)
+
+    def __init__(self) -> None:
+        self.row: dict[int, int] = {}  # id(request) -> its row
+        self.requests: list[JobRequest] = []  # by row, kept alive so that their ids stay theirs
+        self.shapes: dict[tuple, int] = {}
+        self.table = np.zeros((0, 6))
+
+    def shape_id(self, shape: tuple) -> int:
+        return self.shapes.setdefault(shape, len(self.shapes))
+
+    def rows(self, jobs: Sequence[JobRequest]) -> np.ndarray:
+        """The table's rows for ``jobs``, added for those it does not hold yet."""
+        rows = np.fromiter(map(self.row.get, map(id, jobs), itertools.repeat(-1)), dtype=np.int64, count=len(jobs))
+        missing = np.flatnonzero(rows < 0)
+        if len(missing):
+            new = [jobs[k] for k in missing.tolist()]
+            rows[missing] = np.arange(len(self.requests), len(self.requests) + len(new))
+            self.row.update((id(job), len(self.requests) + k) for k, job in enumerate(new))
+            self.requests.extend(new)
+            added = np.array([(self.shape_id(_shape(job)), job.ntasks, job.ntasks * max(1, job.cpus_per_task),
+                               job.time_limit_min * 60 if job.time_limit_min is not None else _FOREVER,
+                               bool(job.array_throttle), job.job_id) for job in new], dtype=np.float64)
+            self.table = np.concatenate((self.table, added))
+        return self.table[rows]
+
+    def keep(self, jobs: Sequence[JobRequest]) -> None:
+        """Forget the requests that are not among ``jobs`` once they are most of the table."""
+        if len(self.requests) > 2 * len(jobs) + 1024:
+            rows = [row for job in jobs if (row := self.row.get(id(job))) is not None]
+            self.requests = [self.requests[row] for row in rows]
+            self.table = self.table[rows]
+            self.row = {id(job): k for k, job in enumerate(self.requests)}
 
 
 class _Pass:
@@ -310,13 +462,19 @@ class _Pass:
         failed = self.failed.setdefault(_shape(job), [])
         if any(tasks <= job.ntasks and until <= end for tasks, until in failed):
             return None
-        window = self.profile.window(self.now, end)
-        alloc = self.select.select(job, self.candidates.for_job(job, window.with_cpus()), window,
-                                   self.snapshot.def_mem_per_cpu_mb)
+        alloc = self._place(job, self.now, end)
         if alloc is None:
             failed[:] = [(tasks, until) for tasks, until in failed if tasks < job.ntasks or until < end]
             failed.append((job.ntasks, end))
         return alloc
+
+    def _place(self, job: JobRequest, start: float, end: float) -> Allocation | None:
+        """Where the job fits over [start, end) in the profile (None: nowhere)."""
+        window = self.profile.window(start, end)
+        if job.ntasks * max(1, job.cpus_per_task) > window.total:  # a task takes a CPU at least
+            return None
+        return self.select.select(job, self.candidates.for_job(job, window.with_cpus(), start), window,
+                                  self.snapshot.def_mem_per_cpu_mb)
 
     def earliest(self, job: JobRequest) -> tuple[float, Allocation] | None:
         """The job's earliest start within bf_window (nodes, and power when it is planned), and where."""
@@ -337,9 +495,7 @@ class _Pass:
         for start, total in zip(ordered, self.profile.total_free_at(ordered), strict=True):
             if total < need:  # not enough CPUs in the whole machine at that moment
                 continue
-            window = self.profile.window(start, job_end(job, start))
-            alloc = self.select.select(job, self.candidates.for_job(job, window.with_cpus(), start), window,
-                                       self.snapshot.def_mem_per_cpu_mb)
+            alloc = self._place(job, start, job_end(job, start))
             if alloc is not None:
                 alloc, reason = self._planned_power(job, alloc, start)
                 if reason is None:
@@ -360,6 +516,7 @@ class BackfillScheduler:
         self.params = params or SchedulerParams()
         self.strict = BuiltinScheduler(self.params)
         self.memo = ReleaseMemo()
+        self.requests = _Requests()
 
     def plan(self, snapshot: Snapshot, order: Sequence[JobRequest], ineligible: Mapping[int, str],
              select: SelectPlugin, throttle: ArrayThrottle, decisions: Decisions) -> None:
@@ -373,7 +530,11 @@ class BackfillScheduler:
         per_user: Counter[str] = Counter()
         blocked: set[tuple[str, str]] = set()
         later: list[JobRequest] = []
-        for job in order:
+        in_bulk = params.bf_candidate == "first" and params.bf_reservations > 0 and not params.bf_max_job_user
+        for position, job in enumerate(order):
+            if in_bulk and reserved >= params.bf_reservations:
+                tested = self._first_fit_tail(order, position, tested, ineligible, bf, throttle, decisions)
+                break
             reason = ineligible.get(job.job_id)
             if reason is not None:
                 decisions.reasons[job.job_id] = reason
@@ -429,6 +590,65 @@ class BackfillScheduler:
                 later.append(job)
         self._best_fit(later, bf, throttle, decisions)
         decisions.backfill_depth = tested
+        self.requests.keep(order)
+
+    def _first_fit_tail(self, order: Sequence[JobRequest], begin: int, tested: int, ineligible: Mapping[int, str],
+                        bf: _Pass, throttle: ArrayThrottle, decisions: Decisions) -> int:
+        """The first-fit candidates once every reservation is made, from ``order[begin]`` on: what
+        the loop of :meth:`plan` does, but in bulk. Most candidates are rejected by
+        :meth:`_Pass.fits_now` before any search (more CPUs than are free, or a request of their
+        shape with no more tasks and no later end already failed); both only grow within a pass,
+        so they are computed for all jobs at once, and only the others are tried, one by one, in
+        order: they get the very reasons and starts the loop would give. Returns the jobs tested."""
+        limit, now, columns = self.params.bf_max_job_test, bf.now, _Requests
+        failures = [(self.requests.shape_id(shape), tasks, until)
+                    for shape, frontier in bf.failed.items() for tasks, until in frontier]
+        unlooked = np.fromiter(ineligible, dtype=np.int64, count=len(ineligible))
+        position = begin
+        while position < len(order) and tested < limit:
+            chunk = order[position:position + max(64, limit - tested)]
+            position += len(chunk)
+            rows = self.requests.rows(chunk)
+            ids = rows[:, columns.JOB_ID].astype(np.int64)
+            eligible = ~np.isin(ids, unlooked)
+            counted = np.cumsum(eligible)
+            if counted[-1] > limit - tested:  # the job that makes ``limit`` is the last one looked at
+                chunk = chunk[:int(np.searchsorted(counted, limit - tested)) + 1]
+                rows, ids, eligible = rows[:len(chunk)], ids[:len(chunk)], eligible[:len(chunk)]
+            tested += int(eligible.sum())
+            shape, tasks, need = rows[:, columns.SHAPE], rows[:, columns.TASKS], rows[:, columns.NEED]
+            end = now + rows[:, columns.LIMIT]
+            rejected = need > bf.profile.total_now
+            for failure in failures:
+                rejected |= (shape == failure[0]) & (tasks >= failure[1]) & (end >= failure[2])
+            attended = rows[:, columns.THROTTLED] > 0
+            at = 0
+            while True:
+                tried = np.flatnonzero((~rejected[at:] | attended[at:]) & eligible[at:])
+                upto = at + int(tried[0]) if len(tried) else len(chunk)
+                passed = np.flatnonzero(eligible[at:upto]) + at
+                decisions.reasons.update(dict.fromkeys(ids[passed].tolist(), states.R_PRIORITY))
+                if upto == len(chunk):
+                    break
+                job = chunk[upto]
+                if not throttle.allows(job):
+                    decisions.reasons[job.job_id] = states.R_ARRAY_LIMIT
+                else:
+                    alloc = bf.fits_now(job)
+                    reason = states.R_PRIORITY
+                    if alloc is not None:
+                        alloc, reason = bf.power_fit(job, alloc, now)
+                        if reason is None:
+                            self._start(job, alloc, bf, throttle, decisions, backfilled=True)
+                            rejected |= need > bf.profile.total_now
+                    else:  # a failure: the requests it rules out now
+                        failures.append((shape[upto], tasks[upto], end[upto]))
+                        rejected |= (shape == shape[upto]) & (tasks >= tasks[upto]) & (end >= end[upto])
+                    if reason is not None:
+                        decisions.reasons[job.job_id] = reason
+                at = upto + 1
+        decisions.reasons.update(ineligible)
+        return tested
 
     def _best_fit(self, later: list[JobRequest], bf: _Pass, throttle: ArrayThrottle, decisions: Decisions) -> None:
         """Start the best-fitting candidate, again and again, until none fits (BFF/BBF)."""

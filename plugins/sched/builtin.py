@@ -45,8 +45,9 @@ class BuiltinScheduler:
     def plan(self, snapshot: Snapshot, order: Sequence[JobRequest], ineligible: Mapping[int, str],
              select: SelectPlugin, throttle: ArrayThrottle, decisions: Decisions) -> None:
         candidates = Candidates(snapshot, self.nodes)
-        free = dict(self.nodes.free)  # this pass's starts take from them
-        with_cpus = set(self.nodes.with_cpus)
+        # the memo's, copied at the pass's first start, which takes from them (most passes start nothing)
+        free, with_cpus, copied = self.nodes.free, self.nodes.with_cpus, False
+        total_free = int(self.nodes.cpus.clip(min=0).sum())
         blocked: set[tuple[str, str]] = set()
         depth = 0
         meter = PowerMeter(snapshot.power, snapshot.running) if snapshot.power is not None else None
@@ -67,8 +68,9 @@ class BuiltinScheduler:
             if (job.partition, job.reservation) in blocked:
                 decisions.reasons[job.job_id] = states.R_PRIORITY
                 continue
-            alloc = select.select(job, candidates.for_job(job, with_cpus), free,
-                                  snapshot.def_mem_per_cpu_mb)
+            # a job needs at least a CPU per task: more than the machine has free fits nowhere
+            alloc = select.select(job, candidates.for_job(job, with_cpus), free, snapshot.def_mem_per_cpu_mb) \
+                if job.ntasks * max(1, job.cpus_per_task) <= total_free else None
             if alloc is None:
                 decisions.reasons[job.job_id] = unplaced_reason(job, snapshot, candidates.by_name)
                 blocked.add((job.partition, job.reservation))
@@ -80,6 +82,9 @@ class BuiltinScheduler:
                     decisions.reasons[job.job_id] = power_reason
                     continue
                 meter.commit(alloc, job_end(job, snapshot.now))
+            if not copied:
+                free, with_cpus, copied = dict(free), set(with_cpus), True
+            total_free -= sum(alloc.cpus.values())
             for name, cpus in alloc.cpus.items():
                 free_cpus, free_mem = free[name]
                 free[name] = (free_cpus - cpus, free_mem - alloc.mem_mb.get(name, 0))
