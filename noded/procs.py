@@ -77,7 +77,8 @@ def alive(pid: int) -> bool:
     except OSError:
         return True
     # the state follows the command name, which is in parentheses and may hold spaces or ')'
-    return stat[stat.rindex(b")") + 2:stat.rindex(b")") + 3] not in (b"Z", b"X")
+    state = stat[stat.rindex(b")") + 2:][:1]
+    return state not in (b"Z", b"X")
 
 
 def open_output(path: str, mode: str, uid: int, gid: int) -> int:
