@@ -20,7 +20,7 @@ import re
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
 import numpy as np
 from wattsched import power as power_mod
@@ -137,10 +137,10 @@ class Snapshot:
     now: float
     nodes: tuple[NodeSnap, ...]
     partitions: Mapping[str, PartitionSnap]
-    pending: Collection[JobRequest]  # a tuple, or the shell's PendingQueue
+    pending: Collection[JobRequest]  # a tuple, or the shell's JobLog
     jobs: Mapping[int, JobBrief] = field(default_factory=dict)
     def_mem_per_cpu_mb: int = 0
-    running: tuple[RunningJob, ...] = ()
+    running: Collection[RunningJob] = ()  # a tuple, or the shell's JobLog
     backfill_due: bool = True
     reservations: Mapping[str, ResvSnap] = field(default_factory=dict)
     # (FairShare, EnergyFairShare) per (account, user), from wattsched.fairshare
@@ -217,52 +217,67 @@ def schedule(snapshot: Snapshot, priority: PriorityPlugin, scheduler: SchedulerP
     return decisions
 
 
-class PendingQueue(Collection[JobRequest]):
-    """The pending jobs as a shell keeps them from pass to pass, with a log of what changed since a
-    :class:`QueueMemo` last read it: a snapshot may hold it as its ``pending``, and the memo then
-    works on the changes alone instead of comparing whole queues. The shell changes it only
-    between passes."""
+_Job = TypeVar("_Job", JobRequest, RunningJob)
+
+
+class JobLog(Collection[_Job], Generic[_Job]):
+    """Jobs (pending requests, or running jobs' holdings) as a shell keeps them from pass to pass,
+    by job id, with a log of what changed since a memo last read it: a snapshot may hold it as its
+    ``pending`` (read by :class:`QueueMemo`) or its ``running`` (read by backfill's release memo),
+    and the memo then works on the changes alone instead of comparing whole collections of
+    thousands of jobs. The shell changes it only between passes; each log has one reader."""
 
     def __init__(self) -> None:
-        self._jobs: dict[int, JobRequest] = {}
-        self._log: list[tuple[JobRequest, bool]] = []  # (request, added)
+        self._jobs: dict[int, _Job] = {}
+        self._log: list[tuple[_Job, bool]] = []  # (job, added)
         self.reads = 0  # how often the log was taken: a memo that did not take the last one resyncs
 
-    def put(self, job: JobRequest) -> None:
-        """Add a job, or replace its request."""
+    def put(self, job: _Job) -> None:
+        """Add a job, or replace its entry."""
         old = self._jobs.get(job.job_id)
         if old is not None:
             self._log.append((old, False))
         self._jobs[job.job_id] = job
         self._log.append((job, True))
 
-    def remove(self, job_id: int) -> JobRequest:
+    def remove(self, job_id: int) -> _Job:
         job = self._jobs.pop(job_id)
         self._log.append((job, False))
         return job
 
-    def get(self, job_id: int) -> JobRequest | None:
+    def get(self, job_id: int) -> _Job | None:
         return self._jobs.get(job_id)
 
-    def take_log(self) -> list[tuple[JobRequest, bool]]:
-        log, self._log = self._log, []
+    def take_changes(self) -> tuple[set[_Job], set[_Job]]:
+        """The entries gone and those new since the log was last taken (one added and removed in
+        between is in neither)."""
+        gone: set[_Job] = set()
+        new: set[_Job] = set()
+        for job, added in self._log:
+            if added:
+                new.add(job)
+            elif job in new:
+                new.discard(job)
+            else:
+                gone.add(job)
+        self._log = []
         self.reads += 1
-        return log
+        return gone, new
 
-    def __iter__(self) -> Iterator[JobRequest]:
+    def __iter__(self) -> Iterator[_Job]:
         return iter(self._jobs.values())
 
     def __len__(self) -> int:
         return len(self._jobs)
 
     def __contains__(self, job: object) -> bool:
-        return isinstance(job, JobRequest) and self._jobs.get(job.job_id) is job
+        return self._jobs.get(getattr(job, "job_id", None)) is job  # type: ignore[arg-type]
 
 
 class QueueMemo:
     """The queue as the previous pass left it: each pending job's priority, its place in priority
     order and the reasons of the ineligible ones. Only the jobs that arrived or left since are
-    worked on: with a :class:`PendingQueue` a pass costs what changed, not the length of the
+    worked on: with a :class:`JobLog` a pass costs what changed, not the length of the
     queue (a simulated queue of thousands of jobs is otherwise ranked again at every one of a
     hundred thousand passes); with any other collection the queues are compared as sets.
 
@@ -276,7 +291,7 @@ class QueueMemo:
     def __init__(self) -> None:
         self._reset(None, None)
 
-    def _reset(self, partitions: Mapping[str, PartitionSnap] | None, queue: PendingQueue | None) -> None:
+    def _reset(self, partitions: Mapping[str, PartitionSnap] | None, queue: JobLog[JobRequest] | None) -> None:
         self.partitions, self.queue = partitions, queue
         self.reads = queue.reads if queue is not None else 0
         self.jobs: set[JobRequest] = set()
@@ -290,20 +305,12 @@ class QueueMemo:
         """The priorities, the priority order and the ineligible jobs' reasons of ``snapshot``'s
         queue (read-only: they are the memo's own, until the next pass)."""
         pending = snapshot.pending
-        queue = pending if isinstance(pending, PendingQueue) else None
+        queue = pending if isinstance(pending, JobLog) else None
         if snapshot.partitions is not self.partitions or queue is not self.queue or \
                 (queue is not None and queue.reads != self.reads):
             self._reset(snapshot.partitions, queue)
         if queue is not None and self.jobs:
-            gone: set[JobRequest] = set()
-            new: set[JobRequest] = set()
-            for job, added in queue.take_log():
-                if added:
-                    new.add(job)
-                elif job in new:
-                    new.discard(job)
-                else:
-                    gone.add(job)
+            gone, new = queue.take_changes()
             self.reads = queue.reads
             self.jobs -= gone
             self.jobs |= new
@@ -312,7 +319,7 @@ class QueueMemo:
             gone, new = self.jobs - current, current - self.jobs
             self.jobs = current
             if queue is not None:
-                queue.take_log()
+                queue.take_changes()
                 self.reads = queue.reads
         if gone:
             order, key = self.order, self._key
@@ -493,11 +500,11 @@ def blocking_reservations(job: JobRequest, snapshot: Snapshot, start: float, end
 class NodeMemo:
     """The snapshot's nodes as schedulers look them up, kept from pass to pass: by name, their
     free CPUs and memory (as a mapping and as arrays in node order), the names with a free CPU,
-    and the candidate lists of :class:`Candidates`. A shell keeps a node's NodeSnap while the
-    node is unchanged, so only the nodes whose snapshot is not the last pass's are looked at
-    again; candidate lists are kept while nodes change in nothing but their free resources (and
-    partitions and reservations are the same). A pure memo: what it gives is what the snapshot
-    says."""
+    the machine's free CPUs in all, and the candidate lists of :class:`Candidates`. A shell keeps
+    a node's NodeSnap while the node is unchanged, so only the nodes whose snapshot is not the last
+    pass's are looked at again; candidate lists are kept while nodes change in nothing but their
+    free resources (and partitions and reservations are the same). A pure memo: what it gives is
+    what the snapshot says."""
 
     def __init__(self) -> None:
         self.nodes: tuple[NodeSnap, ...] = ()
@@ -533,11 +540,13 @@ class NodeMemo:
         self.with_cpus: set[str] = {n.name for n in nodes if n.free_cpus > 0}
         self.cpus = np.array([n.free_cpus for n in nodes], dtype=np.int64)
         self.mem = np.array([n.free_mem_mb for n in nodes], dtype=np.int64)
+        self.total_free = sum(max(0, n.free_cpus) for n in nodes)  # an over-allocated node frees nothing
         self.lists: dict[tuple, tuple[list[str], dict[str, int]]] = {}
 
     def _set(self, i: int, node: NodeSnap) -> None:
         name = node.name
         self.by_name[name] = node
+        self.total_free += max(0, node.free_cpus) - max(0, self.free[name][0])
         self.free[name] = (node.free_cpus, node.free_mem_mb)
         self.cpus[i], self.mem[i] = node.free_cpus, node.free_mem_mb
         if node.free_cpus > 0:

@@ -48,6 +48,9 @@ class SimNode:
     conf: NodeConf
     power: str = switching.ON
     jobs: dict[int, int] = field(default_factory=dict)  # jobs holding it (running or waiting) -> CPUs
+    # the jobs computing on it -> the watts each adds to IdleWatts (kept, since its watts are asked for at
+    # every start and end on it)
+    draws: dict[int, float] = field(default_factory=dict)
     alloc_cpus: int = 0  # what those jobs' allocations hold here, as the controller counts it
     alloc_mem_mb: int = 0
     idle_since: float = 0.0
@@ -160,7 +163,7 @@ class Simulation:
                 self.infeasible += 1
                 continue
             self.records[job.job_id] = JobRecord(job, nodes, job.submit)
-        self.pending = scheduling.PendingQueue()
+        self.pending = scheduling.JobLog[scheduling.JobRequest]()
         fair = config.priority_type == "priority/multifactor" and \
             (config.priority_weight_fairshare or config.priority_weight_energy)
         self.shares = SimShares(config, ((r.job.account or DEFAULT_ACCOUNT, r.job.user) for r in self.records.values()),
@@ -185,8 +188,9 @@ class Simulation:
         self.backfill_wake = -math.inf
         self.node_snaps = {name: self._node_snap(node) for name, node in self.nodes.items()}
         self.nodes_tuple: tuple[scheduling.NodeSnap, ...] | None = None
+        self.dirty: set[str] = set()  # nodes changed since the last snapshot: their NodeSnap is rebuilt then
         # what each running job (or one waiting for its nodes to power up) holds, as snapshots show it
-        self.holding: dict[int, scheduling.RunningJob] = {}
+        self.holding = scheduling.JobLog[scheduling.RunningJob]()
         self.period = min((p.period for _n, p in self.policies if hasattr(p, "period")), default=None)
         self.t_idle = next((p.t_idle for _n, p in self.policies if hasattr(p, "t_idle")), None)
 
@@ -282,9 +286,14 @@ class Simulation:
             self._power_tick(now, snap.power)
 
     def snapshot(self, now: float, backfill_due: bool = True) -> scheduling.Snapshot:
+        if self.dirty:
+            for name in self.dirty:
+                self.node_snaps[name] = self._node_snap(self.nodes[name])
+            self.dirty.clear()
+            self.nodes_tuple = None
         if self.nodes_tuple is None:
             self.nodes_tuple = tuple(self.node_snaps.values())
-        running = tuple(self.holding.values()) if backfill_due or self.config.power_cap is not None else ()
+        running = self.holding if backfill_due or self.config.power_cap is not None else ()
         fair = self.shares.current(now, lambda: [
             UsageRecord(r.job.user, r.job.account or DEFAULT_ACCOUNT, sum(r.alloc_cpus.values()), r.start, None)
             for r in self.running.values() if r.start >= 0]) if self.shares is not None and self.pending else {}
@@ -300,8 +309,7 @@ class Simulation:
                                    node.power != switching.SWITCHING_OFF, node.power == switching.OFF)
 
     def _changed(self, node: SimNode) -> None:
-        self.node_snaps[node.conf.name] = self._node_snap(node)
-        self.nodes_tuple = None
+        self.dirty.add(node.conf.name)
 
     def _limit_end(self, record: JobRecord) -> float:
         begin = record.start if record.start >= 0 else self._ready_at(record)
@@ -351,28 +359,33 @@ class Simulation:
         record.start = now
         self._hold(record)
         for name in record.alloc:
-            self._set_category(self.nodes[name], COMPUTING, now)  # the watts of one more job
+            node = self.nodes[name]
+            cpus = node.jobs[record.job.job_id]
+            node.draws[record.job.job_id] = self._job_watts(node, record, cpus) - \
+                float(node.conf.idle_watts or 0) * cpus / node.conf.cpus
+            self._set_category(node, COMPUTING, now)  # the watts of one more job
         self._push(now + record.job.runtime, END, record.job.job_id)
 
     def _hold(self, record: JobRecord) -> None:
-        self.holding[record.job.job_id] = scheduling.RunningJob(record.job.job_id, record.alloc_cpus,
-                                                                record.alloc_mem_mb, self._limit_end(record))
+        self.holding.put(scheduling.RunningJob(record.job.job_id, record.alloc_cpus, record.alloc_mem_mb,
+                                               self._limit_end(record)))
 
     def _end(self, record: JobRecord, now: float) -> None:
         record.end = now
         del self.running[record.job.job_id]
-        del self.holding[record.job.job_id]
+        self.holding.remove(record.job.job_id)
         for follower in self.followers.pop(record.job.job_id, []):
             follower.submit = now + follower.job.think
             self._push(follower.submit, SUBMIT, follower.job.job_id)
         for name in record.alloc:
             node = self.nodes[name]
             cpus = node.jobs.pop(record.job.job_id)
+            del node.draws[record.job.job_id]
             record.energy_j += self._job_watts(node, record, cpus) * (now - record.start)
             node.alloc_cpus -= cpus
             node.alloc_mem_mb -= record.alloc_mem_mb.get(name, 0)
             self._changed(node)
-            if any(self.records[j].start >= 0 for j in node.jobs):
+            if node.draws:
                 self._set_category(node, COMPUTING, now)
                 continue
             node.idle_since = now
@@ -460,8 +473,7 @@ class Simulation:
         conf = node.conf
         idle = float(conf.idle_watts or 0)
         if node.category == COMPUTING:
-            return idle + sum(self._job_watts(node, self.records[j], cpus) - idle * cpus / conf.cpus
-                              for j, cpus in node.jobs.items() if self.records[j].start >= 0)
+            return idle + sum(node.draws.values())
         if node.category == IDLE:
             return idle
         if node.category == OFF:

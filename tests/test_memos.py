@@ -16,10 +16,10 @@ from wattsched.plugins.sched.builtin import BuiltinScheduler
 from wattsched.plugins.select.cons_tres import ConsTresSelect
 from wattsched.scheduling import (
     Decisions,
+    JobLog,
     JobRequest,
     NodeSnap,
     PartitionSnap,
-    PendingQueue,
     QueueMemo,
     RunningJob,
     Snapshot,
@@ -41,8 +41,8 @@ class Cluster:
 
     def __init__(self) -> None:
         self.nodes = {n: NodeSnap(n, CPUS, CPUS, 1000, 1000) for n in NAMES}
-        self.pending = PendingQueue()  # the memo works on its log of changes
-        self.running: dict[int, RunningJob] = {}
+        self.pending = JobLog[JobRequest]()  # the memo works on its log of changes
+        self.running = JobLog[RunningJob]()  # and the backfill release memo on this one's
 
     def take(self, cpus: dict[str, int], sign: int) -> None:
         for name, n in cpus.items():
@@ -51,7 +51,7 @@ class Cluster:
 
     def snapshot(self, now: float, backfill_due: bool) -> Snapshot:
         return Snapshot(now=now, nodes=tuple(self.nodes.values()), partitions=PARTITIONS,
-                        pending=self.pending, running=tuple(self.running.values()),
+                        pending=self.pending, running=self.running,
                         backfill_due=backfill_due)
 
 
@@ -74,9 +74,13 @@ def test_memos_change_no_decision(data, kind: str) -> None:
                 job_id=next_id, user=data.draw(st.sampled_from("ab")), partition="p", submit_time=now,
                 ntasks=data.draw(st.integers(1, 2 * CPUS)), time_limit_min=data.draw(st.integers(1, 90))))
             next_id += 1
-        for job_id in data.draw(st.lists(st.sampled_from(sorted(cluster.running)), unique=True), label="ends") \
-                if cluster.running else []:
-            cluster.take(cluster.running.pop(job_id).cpus, -1)
+        running_ids = sorted(job.job_id for job in cluster.running)
+        for job_id in data.draw(st.lists(st.sampled_from(running_ids), unique=True), label="ends") \
+                if running_ids else []:
+            cluster.take(cluster.running.remove(job_id).cpus, -1)
+        if cluster.running and data.draw(st.booleans(), label="a running job's end moves"):
+            job = data.draw(st.sampled_from(sorted(cluster.running, key=lambda j: j.job_id)))
+            cluster.running.put(replace(job, end_time=job.end_time + data.draw(st.sampled_from([-60.0, 600.0]))))
         if cluster.pending and data.draw(st.booleans(), label="update a request"):
             job = data.draw(st.sampled_from(sorted(cluster.pending, key=lambda j: j.job_id)))
             cluster.pending.put(replace(job, hold="user" if data.draw(st.booleans()) else ""))
@@ -85,9 +89,10 @@ def test_memos_change_no_decision(data, kind: str) -> None:
             cluster.nodes[name] = replace(cluster.nodes[name], schedulable=not cluster.nodes[name].schedulable)
         snap = cluster.snapshot(now, data.draw(st.booleans(), label="backfill due"))
         with_memos = schedule(snap, *kept, memo)
-        assert _decided(with_memos) == _decided(schedule(replace(snap, pending=tuple(snap.pending)), *plugins()))
+        fresh = replace(snap, pending=tuple(snap.pending), running=tuple(snap.running))
+        assert _decided(with_memos) == _decided(schedule(fresh, *plugins()))
         for job_id, alloc in with_memos.starts:
             job = cluster.pending.remove(job_id)
-            cluster.running[job_id] = RunningJob(job_id, alloc.cpus, alloc.mem_mb, now + job.time_limit_min * 60)
+            cluster.running.put(RunningJob(job_id, alloc.cpus, alloc.mem_mb, now + job.time_limit_min * 60))
             cluster.take(alloc.cpus, 1)
         now += data.draw(st.sampled_from([0.0, 1.0, 60.0, 600.0]), label="time passes")

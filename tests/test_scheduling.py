@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from wattsched import states
 from wattsched.plugins.priority.basic import BasicPriority
@@ -171,3 +171,69 @@ def test_contiguous_best_fit_keeps_large_runs_whole() -> None:
     assert list(scattered.starts[0][1].cpus) == ["n01", "n03", "n04", "n06"]
     small = run(snap([job(1, ntasks=3)], tuple(n for n in busy if n.name != "n01") + busy[:1]))
     assert dict(small.starts[0][1].cpus) == {"n01": 3}
+
+
+def _runs_by_definition(usable: list[tuple[NodeSnap, int]]) -> list[list[tuple[NodeSnap, int]]]:
+    """Maximal stretches of usable nodes, in candidate order, whose names are one prefix with
+    numbers counting up by one, all of one Weight."""
+    import re
+
+    def key(name: str) -> tuple[str, int] | None:
+        match = re.fullmatch(r"(.*?)(\d+)", name)
+        return (match.group(1), int(match.group(2))) if match else None
+
+    runs: list[list[tuple[NodeSnap, int]]] = []
+    for node, cap in usable:
+        if runs:
+            last = runs[-1][-1][0]
+            before, now = key(last.name), key(node.name)
+            if before and now and now == (before[0], before[1] + 1) and node.weight == last.weight:
+                runs[-1].append((node, cap))
+                continue
+        runs.append([(node, cap)])
+    return runs
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["n", "n0", "r1-n", "login"]), st.integers(0, 9), st.integers(0, 4),
+                          st.sampled_from([1, 1, 1, 2])), min_size=1, max_size=30),
+       st.integers(1, 24), st.integers(1, 6), st.integers(0, 6), st.booleans())
+# n1 (Weight 1) and n2 (Weight 2) are no run: the 4 tasks go to n5, not to n1-n2
+@example(raw=[("n", 1, 2, 1), ("n", 2, 2, 2), ("n", 5, 4, 2)], ntasks=4, nodes_min=1, nodes_max=0, by_name=True)
+# with -N 1 a run's capacity is its first node's: n1 fits exactly, n7 is not needed
+@example(raw=[("n", 1, 4, 1), ("n", 2, 4, 1), ("n", 3, 4, 1), ("n", 7, 4, 1)], ntasks=4, nodes_min=1, nodes_max=1,
+         by_name=True)
+def test_contiguous_best_fit_is_the_smallest_run_by_definition(raw, ntasks, nodes_min, nodes_max, by_name) -> None:
+    """The run chosen is, among the maximal runs of consecutive names of one Weight that hold the
+    job (counting at most nodes_max of a run's nodes), the least by (Weight, capacity, position);
+    with none, first fit over all usable nodes. Names zero-padded or not, unnumbered, of several
+    prefixes; candidates lowest Weight first, as Candidates gives them, within a Weight in name
+    order or in any (a partition's) order."""
+    seen: set[str] = set()
+    candidates = []
+    for prefix, number, free, weight in raw:
+        name = prefix if prefix == "login" and number % 2 else f"{prefix}{number}"
+        if name not in seen:
+            seen.add(name)
+            candidates.append(NodeSnap(name, 4, free, 8000, 8000, weight=weight))
+    candidates.sort(key=lambda n: (n.weight, n.name if by_name else ""))
+    request = JobRequest(job_id=1, user="u", partition="p", submit_time=NOW, ntasks=ntasks, nodes_min=nodes_min,
+                         nodes_max=nodes_max)
+    free = {n.name: (n.free_cpus, n.free_mem_mb) for n in candidates}
+    usable = [(n, n.free_cpus) for n in candidates if n.free_cpus >= 1]
+    limit = nodes_max or len(usable)
+    fitting = [(run[0][0].weight, sum(cap for _n, cap in run[:limit]), usable.index(run[0]))
+               for run in _runs_by_definition(usable)
+               if len(run) >= nodes_min and sum(cap for _n, cap in run[:limit]) >= ntasks]
+    chosen, capacity = [], 0
+    for node, cap in usable[min(fitting)[2]:] if fitting else usable:
+        chosen.append(node.name)
+        capacity += cap
+        if (len(chosen) >= nodes_min and capacity >= ntasks) or len(chosen) >= limit:
+            break
+    alloc = ConsTresSelect().select(request, candidates, free, 0)
+    if len(chosen) < nodes_min or capacity < ntasks:
+        assert alloc is None
+    else:
+        assert alloc is not None and list(alloc.cpus) == chosen
+        assert sum(alloc.tasks.values()) == max(ntasks, len(chosen))  # every node chosen gets a task

@@ -67,6 +67,7 @@ from wattsched.scheduling import (
     ArrayThrottle,
     Candidates,
     Decisions,
+    JobLog,
     JobRequest,
     NodeMemo,
     PowerMeter,
@@ -85,19 +86,32 @@ class ReleaseMemo:
     """Running jobs' release steps from one pass to the next, as arrays (in no order: nothing reads
     one), for as long as the pass gets the very same RunningJob objects (the simulator keeps them; the
     controller builds new ones, which only misses): only the jobs that started or ended since are
-    turned into steps, where a thousand running jobs would otherwise be at every pass."""
+    turned into steps, where a thousand running jobs would otherwise be at every pass. Given a
+    :class:`JobLog`, it reads the log's changes rather than comparing the jobs as sets."""
 
     def __init__(self, names: list[str] | None = None) -> None:
         self.names = names or []
         self.jobs: set[RunningJob] = set()
+        self.log: JobLog[RunningJob] | None = None  # the log it reads, and how often that was read then
+        self.reads = 0
         empty = np.zeros(0, dtype=np.int64)
         # (end time, node index, cpus, memory, job id)
         self.steps: tuple[np.ndarray, ...] = (np.zeros(0), empty, empty, empty, empty)
 
     def update(self, running: Iterable[RunningJob], index: Mapping[str, int]) -> tuple[np.ndarray, ...]:
-        current = set(running)
-        gone, new = self.jobs - current, current - self.jobs
-        self.jobs = current
+        if isinstance(running, JobLog) and running is self.log and running.reads == self.reads:
+            gone, new = running.take_changes()
+            self.jobs -= gone
+            self.jobs |= new
+        else:
+            current = set(running)
+            gone, new = self.jobs - current, current - self.jobs
+            self.jobs = current
+            if isinstance(running, JobLog):
+                running.take_changes()
+            self.log = running if isinstance(running, JobLog) else None
+        if self.log is not None:
+            self.reads = self.log.reads
         if not gone and not new:
             return self.steps
         steps = self.steps

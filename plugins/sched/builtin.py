@@ -47,7 +47,7 @@ class BuiltinScheduler:
         candidates = Candidates(snapshot, self.nodes)
         # the memo's, copied at the pass's first start, which takes from them (most passes start nothing)
         free, with_cpus, copied = self.nodes.free, self.nodes.with_cpus, False
-        total_free = int(self.nodes.cpus.clip(min=0).sum())
+        total_free = self.nodes.total_free
         blocked: set[tuple[str, str]] = set()
         depth = 0
         meter = PowerMeter(snapshot.power, snapshot.running) if snapshot.power is not None else None
@@ -56,7 +56,7 @@ class BuiltinScheduler:
             if reason is not None:
                 decisions.reasons[job.job_id] = reason
                 continue
-            if not throttle.allows(job):
+            if job.array_throttle and not throttle.allows(job):  # (most jobs are in no throttled array)
                 decisions.reasons[job.job_id] = states.R_ARRAY_LIMIT
                 continue
             if depth >= self.params.default_queue_depth:

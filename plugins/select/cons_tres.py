@@ -13,7 +13,7 @@ per node is ``--mem``, or ``--mem-per-cpu`` (else DefMemPerCPU) times the node's
 
 from __future__ import annotations
 
-import functools
+import itertools
 import re
 from collections.abc import Callable, Iterable, Mapping
 
@@ -65,15 +65,15 @@ class ConsTresSelect:
     @staticmethod
     def _take(job: JobRequest, usable: Iterable[tuple[NodeSnap, int]]) -> list[tuple[NodeSnap, int]] | None:
         """Nodes in order until the job's node count and tasks are covered (None: they are not)."""
-        nodes_max = job.nodes_max or _MANY
+        nodes_min, ntasks, nodes_max = job.nodes_min, job.ntasks, job.nodes_max or _MANY
         chosen: list[tuple[NodeSnap, int]] = []
         capacity = 0
-        for node, tasks in usable:
-            chosen.append((node, tasks))
-            capacity += tasks
-            if (len(chosen) >= job.nodes_min and capacity >= job.ntasks) or len(chosen) >= nodes_max:
+        for pair in usable:
+            chosen.append(pair)
+            capacity += pair[1]
+            if (len(chosen) >= nodes_min and capacity >= ntasks) or len(chosen) >= nodes_max:
                 break
-        if len(chosen) < job.nodes_min or capacity < job.ntasks:
+        if len(chosen) < nodes_min or capacity < ntasks:
             return None
         return chosen
 
@@ -81,27 +81,29 @@ class ConsTresSelect:
         """The smallest run of consecutive nodes (by name, of one Weight) that can hold the job,
         so that allocations are compact hostlists and large free runs stay whole; first fit over
         all usable nodes when no single run can."""
-        nodes_max = job.nodes_max or _MANY
+        nodes_min, ntasks, nodes_max = job.nodes_min, job.ntasks, job.nodes_max or _MANY
+        ranks = _RANKS
         best: tuple[int, int, int] | None = None  # (weight, capacity, start index)
-        run_start = run_len = run_capacity = 0
-        previous: tuple[str, int, int] | None = None
-        for index, (node, tasks) in enumerate([*usable, (None, 0)]):
-            key = (*_split(node.name), node.weight) if node is not None else None
-            if previous is not None and (key is None or key[0] != previous[0] or key[1] != previous[1] + 1
-                                         or key[2] != previous[2] or previous[1] < 0):
-                if run_len >= job.nodes_min and run_capacity >= job.ntasks:
-                    candidate = (previous[2], run_capacity, run_start)
+        run_start = run_len = run_capacity = weight = 0
+        follows = _NEVER  # the rank of the node that would continue the run
+        for index, (node, tasks) in enumerate(itertools.chain(usable, (_STOP,))):
+            rank = ranks.get(node.name)
+            if rank is None:
+                rank = _rank(node.name)
+            if rank != follows or node.weight != weight:  # the run before this node is over
+                if index and run_len >= nodes_min and run_capacity >= ntasks:
+                    candidate = (weight, run_capacity, run_start)
                     if best is None or candidate < best:
                         best = candidate
-                        if run_capacity == job.ntasks:  # an exact fit: nothing can do better
+                        if run_capacity == ntasks:  # an exact fit: nothing can do better
                             break
-                run_start, run_len, run_capacity = index, 0, 0
+                run_start, run_len, run_capacity, weight = index, 0, 0, node.weight
             if run_len < nodes_max:
                 run_capacity += tasks
             run_len += 1
-            previous = key
+            follows = rank + 1 if rank >= 0 else _NEVER
         if best is not None:
-            return self._take(job, usable[best[2]:])
+            return self._take(job, itertools.islice(usable, best[2], None))
         return self._take(job, usable)
 
     def _with_required(self, job: JobRequest, candidates: list[NodeSnap],
@@ -118,13 +120,24 @@ class ConsTresSelect:
         return chosen
 
 
-@functools.lru_cache(maxsize=65536)
-def _split(name: str) -> tuple[str, int]:
-    """``node07`` -> ("node", 7): consecutive numbers of one prefix make a run."""
+_SPAN = 1 << 64  # ranks: a name's prefix times this, plus its number
+_NEVER = -2  # no rank is this
+_RANKS: dict[str, int] = {}
+_PREFIXES: dict[str, int] = {}
+_STOP = (NodeSnap("", 0, 0, 0, 0), 0)  # after the last node: ends the last run, continues none
+
+
+def _rank(name: str) -> int:
+    """``node07`` -> a number one below ``node08``'s: consecutive numbers of one prefix make a run
+    (-1: a name without a number, which continues no run)."""
     match = _NUMBERED.match(name)
-    return (match.group(1), int(match.group(2))) if match else (name, -1)
-
-
+    number = int(match.group(2)) if match else -1
+    if number < 0 or number >= _SPAN - 1:
+        rank = -1
+    else:
+        rank = _PREFIXES.setdefault(match.group(1), len(_PREFIXES)) * _SPAN + number
+    _RANKS[name] = rank
+    return rank
 
 
 def _layout(job: JobRequest, chosen: list[tuple[NodeSnap, int]], cpt: int, per_cpu_mem: int,
@@ -144,12 +157,14 @@ def _layout(job: JobRequest, chosen: list[tuple[NodeSnap, int]], cpt: int, per_c
         extra = min(cap - tasks[node.name], left)
         tasks[node.name] += extra
         left -= extra
-    cpus = {}
-    mem = {}
-    for node, _cap in chosen:
-        cpus[node.name] = node.cpus if exclusive else tasks[node.name] * cpt
-        if job.mem_per_node_mb:
-            mem[node.name] = job.mem_per_node_mb
-        else:
-            mem[node.name] = node.real_memory_mb if exclusive and not per_cpu_mem else per_cpu_mem * cpus[node.name]
+    if exclusive:
+        cpus = {node.name: node.cpus for node, _cap in chosen}
+    else:
+        cpus = {name: count * cpt for name, count in tasks.items()}
+    if job.mem_per_node_mb:
+        mem = dict.fromkeys(cpus, job.mem_per_node_mb)
+    elif exclusive and not per_cpu_mem:
+        mem = {node.name: node.real_memory_mb for node, _cap in chosen}
+    else:
+        mem = {name: per_cpu_mem * count for name, count in cpus.items()}
     return Allocation(cpus=cpus, tasks=tasks, mem_mb=mem)
