@@ -528,7 +528,7 @@ class NodeMemo:
             if node.name != before.name:
                 self._rebuild(nodes)
                 return
-            if _fixed(node) != _fixed(before):
+            if not _same_fixed(node, before):
                 self.lists = {}
             self._set(i, node)
 
@@ -555,9 +555,11 @@ class NodeMemo:
             self.with_cpus.discard(name)
 
 
-def _fixed(node: NodeSnap) -> tuple:
-    """What decides whether and in which order a node is a candidate."""
-    return node.cpus, node.real_memory_mb, node.weight, node.features, node.schedulable, node.powered_down
+def _same_fixed(node: NodeSnap, other: NodeSnap) -> bool:
+    """Whether the two agree on what decides whether and in which order a node is a candidate."""
+    return node.schedulable == other.schedulable and node.powered_down == other.powered_down and \
+        node.cpus == other.cpus and node.real_memory_mb == other.real_memory_mb and node.weight == other.weight \
+        and node.features == other.features
 
 
 class Candidates:

@@ -51,6 +51,9 @@ class SimNode:
     # the jobs computing on it -> the watts each adds to IdleWatts (kept, since its watts are asked for at
     # every start and end on it)
     draws: dict[int, float] = field(default_factory=dict)
+    # its snapshot in each state it has been in, (allocated CPUs, memory, power) -> NodeSnap: a node goes
+    # back and forth between a few, and an unchanged snapshot is the very same object (NodeMemo skips it)
+    snaps: dict[tuple[int, int, str], scheduling.NodeSnap] = field(default_factory=dict)
     alloc_cpus: int = 0  # what those jobs' allocations hold here, as the controller counts it
     alloc_mem_mb: int = 0
     idle_since: float = 0.0
@@ -286,11 +289,16 @@ class Simulation:
             self._power_tick(now, snap.power)
 
     def snapshot(self, now: float, backfill_due: bool = True) -> scheduling.Snapshot:
-        if self.dirty:
-            for name in self.dirty:
-                self.node_snaps[name] = self._node_snap(self.nodes[name])
-            self.dirty.clear()
-            self.nodes_tuple = None
+        for name in self.dirty:
+            node = self.nodes[name]
+            state = (node.alloc_cpus, node.alloc_mem_mb, node.power)
+            snap = node.snaps.get(state)
+            if snap is None:
+                snap = node.snaps[state] = self._node_snap(node)
+            if snap is not self.node_snaps[name]:
+                self.node_snaps[name] = snap
+                self.nodes_tuple = None
+        self.dirty.clear()
         if self.nodes_tuple is None:
             self.nodes_tuple = tuple(self.node_snaps.values())
         running = self.holding if backfill_due or self.config.power_cap is not None else ()

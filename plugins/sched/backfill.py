@@ -152,9 +152,8 @@ class Profile:
         # releases
         self._base: tuple[np.ndarray, ...] = (np.zeros(0), empty, empty, empty)
         # holds' steps later than now, in the order added (at one time, releases come first,
-        # then holds in that order), also by node
-        self._holds: list[tuple[float, int, int, int]] = []
-        self._node_holds: dict[int, list[tuple[float, int, int, int]]] = {}
+        # then holds in that order): a (time, nodes, cpus, mem) block of arrays each
+        self._holds: list[tuple[np.ndarray, ...]] = []
         self._takes: list[tuple[float, int]] = []  # the holds' negative steps: (time, node)
         self._first_take = _FOREVER
         self._from_now: _FromNow | None = None
@@ -163,20 +162,17 @@ class Profile:
         self._derived: dict[str, tuple[int, Any]] = {}
         self._windows: dict[tuple[float, float | None], Window] = {}
 
-    def _step(self, when: float, nodes: list[int], cpus: list[int], mem: list[int]) -> None:
+    def _step(self, when: float, nodes: np.ndarray, cpus: np.ndarray, mem: np.ndarray) -> None:
         """Add the change of the nodes' free CPUs and memory at ``when`` (counted now, if it is past)."""
         if when <= self.now:
             self.cpus_now[nodes] += cpus
             self.mem_now[nodes] += mem
-            self.total_now += sum(cpus)
+            self.total_now += int(cpus.sum())
             return
-        steps = [(when, i, c, m) for i, c, m in zip(nodes, cpus, mem, strict=True)]
-        self._holds.extend(steps)
-        for step in steps:
-            self._node_holds.setdefault(step[1], []).append(step)
-        takes = [(when, i) for _when, i, c, m in steps if c < 0 or m < 0]
-        if takes:
-            self._takes.extend(takes)
+        self._holds.append((np.full(len(nodes), when), nodes, cpus, mem))
+        taking = (cpus < 0) | (mem < 0)
+        if taking.any():
+            self._takes.extend(zip(itertools.repeat(when), nodes[taking].tolist()))
             self._first_take = min(self._first_take, when)
             self._from_now = None
         elif self._from_now is not None:
@@ -196,10 +192,11 @@ class Profile:
         """Take the allocation's resources from ``start`` until ``end`` (forever: never given back)."""
         self._changes += 1
         self._windows.clear()
-        nodes = [self.index[node] for node in alloc.cpus]
-        cpus = list(alloc.cpus.values())
-        mem = [alloc.mem_mb.get(node, 0) for node in alloc.cpus]
-        self._step(start, nodes, [-c for c in cpus], [-m for m in mem])
+        count = len(alloc.cpus)
+        nodes = np.fromiter(map(self.index.__getitem__, alloc.cpus), dtype=np.int64, count=count)
+        cpus = np.fromiter(alloc.cpus.values(), dtype=np.int64, count=count)
+        mem = np.fromiter(map(alloc.mem_mb.get, alloc.cpus, itertools.repeat(0)), dtype=np.int64, count=count)
+        self._step(start, nodes, -cpus, -mem)
         if end != _FOREVER:
             self._step(end, nodes, cpus, mem)
 
@@ -216,9 +213,17 @@ class Profile:
         def merge() -> tuple[np.ndarray, ...]:
             if not self._holds:
                 return self._base
-            holds = self._as_arrays(self._holds)
-            return tuple(np.concatenate(pair) for pair in zip(self._base, holds, strict=True))
+            return tuple(np.concatenate(pair) for pair in zip(self._base, self._held(), strict=True))
         return self._derive("steps", merge)
+
+    def _held(self) -> tuple[np.ndarray, ...]:
+        """The holds' steps as (time, node, cpus, mem) arrays, in the order added."""
+        def join() -> tuple[np.ndarray, ...]:
+            if not self._holds:
+                empty = np.zeros(0, dtype=np.int64)
+                return np.zeros(0), empty, empty, empty
+            return tuple(np.concatenate(column) for column in zip(*self._holds, strict=True))
+        return self._derive("held", join)
 
     def window(self, start: float, end: float) -> Window:
         """The least free resources over [start, end): one object for all the windows that are
@@ -267,15 +272,12 @@ class Profile:
         """The steps on ``nodes`` inside (start, end) in time order, node by node: their times,
         nodes, where each node's begin, and the CPU and memory levels each reaches (relative to
         the node's level at ``start``)."""
-        held = [step for i in nodes for step in self._node_holds.get(i, ()) if start < step[0] < end]
-        hold_when, hold_node, hold_cpus, hold_mem = self._as_arrays(held)
         mask = np.zeros(len(self.names), dtype=bool)
         mask[nodes] = True
-        when, node, cpus, mem = self._base
-        base = mask[node] & (when > start) & (when < end)
+        kept = [mask[node] & (when > start) & (when < end) for when, node, *_levels in (self._base, self._held())]
         # releases before holds, holds in the order added: a stable sort keeps that at one time
-        when, node, cpus, mem = (np.concatenate((column[base], hold_column)) for column, hold_column in
-                                 zip(self._base, (hold_when, hold_node, hold_cpus, hold_mem), strict=True))
+        when, node, cpus, mem = (np.concatenate((base[kept[0]], held[kept[1]])) for base, held in
+                                 zip(self._base, self._held(), strict=True))
         order = np.lexsort((when, node))
         when, node, cpus, mem = when[order], node[order], cpus[order], mem[order]
         first = np.flatnonzero(np.concatenate(([True], node[1:] != node[:-1])))
@@ -285,11 +287,6 @@ class Profile:
             sums = np.cumsum(values)
             levels.append(sums - np.repeat(sums[first] - values[first], sizes))
         return when, node, first, levels
-
-    @staticmethod
-    def _as_arrays(steps: list[tuple[float, int, int, int]]) -> tuple[np.ndarray, ...]:
-        table = np.array(steps, dtype=np.float64).reshape(-1, 4)
-        return table[:, 0], *(table[:, k].astype(np.int64) for k in (1, 2, 3))
 
     def release_times(self, after: float, until: float, resolution: float) -> list[float]:
         """Times at which something is given back, rounded up to ``resolution``, in order."""
