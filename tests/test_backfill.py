@@ -398,7 +398,8 @@ def profiles(draw):
 def test_windows_are_the_least_free_resources_over_their_time(case, resolution) -> None:
     """Against a walk through every node's steps in time order (releases before holds at one time,
     holds in the order added): what is free at the window's start, lowered by every level reached
-    strictly inside it, never below zero; asked after every hold, as a pass asks."""
+    strictly inside it, never below zero, and the CPUs free so in all; asked after every hold, as a
+    pass asks."""
     snapshot, holds, windows = case
     nodes = NodeMemo()
     nodes.refresh(snapshot)
@@ -419,6 +420,7 @@ def test_windows_are_the_least_free_resources_over_their_time(case, resolution) 
                     steps[node].append((end, k, cpus, alloc.mem_mb[node]))
         for start, end in windows:
             window = profile.window(start, end)
+            total = 0
             for node, (cpus, mem) in free.items():
                 ordered = sorted(steps[node], key=lambda s: (s[0], s[1]))
                 cpus += sum(s[2] for s in ordered if s[0] <= start)
@@ -429,6 +431,8 @@ def test_windows_are_the_least_free_resources_over_their_time(case, resolution) 
                     low = [min(low[0], cpus), min(low[1], mem)]
                 assert window[node] == (max(low[0], 0), max(low[1], 0)), (node, start, end)
                 assert (node in window.with_cpus()) == (low[0] > 0)
+                total += max(low[0], 0)
+            assert window.total == total, (start, end)
 
 
 @st.composite

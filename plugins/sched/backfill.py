@@ -54,7 +54,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections import Counter
-from collections.abc import Callable, Iterable, KeysView, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, KeysView, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -116,7 +116,7 @@ class ReleaseMemo:
             return self.steps
         steps = self.steps
         if gone:
-            kept = ~np.isin(steps[4], np.fromiter((j.job_id for j in gone), dtype=np.int64, count=len(gone)))
+            kept = ~_among(steps[4], np.fromiter((j.job_id for j in gone), dtype=np.int64, count=len(gone)))
             steps = tuple(column[kept] for column in steps)
         rows = [(job.end_time, i, cpus, job.mem_mb.get(node, 0), job.job_id) for job in new
                 if job.end_time is not None for node, cpus in job.cpus.items() if (i := index.get(node)) is not None]
@@ -151,6 +151,10 @@ class Profile:
         empty = np.zeros(0, dtype=np.int64)
         # releases
         self._base: tuple[np.ndarray, ...] = (np.zeros(0), empty, empty, empty)
+        self._released_from = _FOREVER  # no release comes sooner
+        # the nodes with a free CPU now -> (CPUs, memory), and their CPUs in all: what a window from now
+        # starts from (built when first asked for, then kept up to date as jobs start)
+        self._free_now: tuple[dict[str, tuple[int, int]], int] | None = None
         # holds' steps later than now, in the order added (at one time, releases come first,
         # then holds in that order): a (time, nodes, cpus, mem) block of arrays each
         self._holds: list[tuple[np.ndarray, ...]] = []
@@ -168,6 +172,8 @@ class Profile:
             self.cpus_now[nodes] += cpus
             self.mem_now[nodes] += mem
             self.total_now += int(cpus.sum())
+            if self._free_now is not None:
+                self._free_now = _patch(*self._free_now, self.names, nodes, self.cpus_now, self.mem_now)
             return
         self._holds.append((np.full(len(nodes), when), nodes, cpus, mem))
         taking = (cpus < 0) | (mem < 0)
@@ -185,7 +191,8 @@ class Profile:
         if memo.names is not self.names:  # other nodes (NodeMemo keeps the list while they stay)
             memo = ReleaseMemo(self.names)
         when, node, cpus, mem, _job = memo.update(running, self.index)
-        self._base = (np.maximum(when, self.now + resolution), node, cpus, mem)
+        self._released_from = self.now + resolution
+        self._base = (np.maximum(when, self._released_from), node, cpus, mem)
         return memo
 
     def hold(self, alloc: Allocation, start: float, end: float) -> None:
@@ -199,6 +206,14 @@ class Profile:
         self._step(start, nodes, -cpus, -mem)
         if end != _FOREVER:
             self._step(end, nodes, cpus, mem)
+
+    def free_now(self) -> tuple[dict[str, tuple[int, int]], int]:
+        """The nodes with a free CPU now, with their free CPUs and memory (never below 0), and the
+        CPUs free on them in all. Read-only."""
+        if self._free_now is None:
+            pairs, total = _with_cpus(self.names, self.cpus_now, self.mem_now)
+            self._free_now = dict(pairs), total
+        return self._free_now
 
     def _derive(self, name: str, compute: Callable[[], Any]) -> Any:
         """``compute()``, kept for as long as nothing is added."""
@@ -274,7 +289,10 @@ class Profile:
         the node's level at ``start``)."""
         mask = np.zeros(len(self.names), dtype=bool)
         mask[nodes] = True
-        kept = [mask[node] & (when > start) & (when < end) for when, node, *_levels in (self._base, self._held())]
+        # from now on, forever: every step is in (holds are later than now, releases finite and later than start)
+        everywhen = start <= self.now and start < self._released_from and end == _FOREVER
+        kept = [mask[node] if everywhen else mask[node] & (when > start) & (when < end)
+                for when, node, *_levels in (self._base, self._held())]
         # releases before holds, holds in the order added: a stable sort keeps that at one time
         when, node, cpus, mem = (np.concatenate((base[kept[0]], held[kept[1]])) for base, held in
                                  zip(self._base, self._held(), strict=True))
@@ -352,12 +370,13 @@ class Window(dict[str, tuple[int, int]]):
             low_mem[nodes] += dip_mem
         self._index = profile.index
         self._mem = np.maximum(low_mem, 0)
-        names = profile.names
-        with_cpus = np.flatnonzero(low_cpus > 0)
-        self.total = int(low_cpus[with_cpus].sum())
-        super().__init__(zip([names[i] for i in with_cpus.tolist()],
-                             zip(low_cpus[with_cpus].tolist(), self._mem[with_cpus].tolist(), strict=True),
-                             strict=True))
+        if start <= profile.now:  # the levels now, but on the nodes a reservation dips: copied and patched
+            free, total = profile.free_now()
+            super().__init__(free)
+            self.total = total if dips is None else _patch(self, total, profile.names, dips[0], low_cpus, low_mem)[1]
+            return
+        pairs, self.total = _with_cpus(profile.names, low_cpus, low_mem)
+        super().__init__(pairs)
 
     def __missing__(self, node: str) -> tuple[int, int]:
         return 0, int(self._mem[self._index[node]])
@@ -367,12 +386,49 @@ class Window(dict[str, tuple[int, int]]):
         return self.keys()
 
 
+def _with_cpus(names: list[str], cpus: np.ndarray,
+               mem: np.ndarray) -> tuple[Iterator[tuple[str, tuple[int, int]]], int]:
+    """The nodes with a free CPU, as (name, (free CPUs, free memory never below 0)) pairs, and
+    their free CPUs in all."""
+    with_cpus = np.flatnonzero(cpus > 0)
+    free = cpus[with_cpus]
+    return zip([names[i] for i in with_cpus.tolist()],
+               zip(free.tolist(), np.maximum(mem[with_cpus], 0).tolist(), strict=True), strict=True), int(free.sum())
+
+
+def _patch(free: dict[str, tuple[int, int]], total: int, names: list[str], nodes: np.ndarray, cpus: np.ndarray,
+           mem: np.ndarray) -> tuple[dict[str, tuple[int, int]], int]:
+    """``free`` and ``total`` (as :func:`_with_cpus` makes them) with the levels of ``nodes`` set to
+    ``cpus`` and ``mem`` (arrays over all nodes), in place."""
+    for i in nodes.tolist():
+        name = names[i]
+        level = int(cpus[i])
+        old = free.get(name)
+        if old is not None:
+            total -= old[0]
+        if level > 0:
+            free[name] = (level, max(int(mem[i]), 0))
+            total += level
+        elif old is not None:
+            del free[name]
+    return free, total
+
+
 _BEST = {
     "shortest": lambda job: job.time_limit_min if job.time_limit_min is not None else _FOREVER,
     "longest": lambda job: -(job.time_limit_min if job.time_limit_min is not None else _FOREVER),
     "most_cpus": lambda job: -job.ntasks * job.cpus_per_task,
     "fewest_cpus": lambda job: job.ntasks * job.cpus_per_task,
 }
+
+
+def _among(values: np.ndarray, targets: np.ndarray) -> np.ndarray:
+    """Which ``values`` are among ``targets`` (a few): a binary search each, where np.isin's set-up
+    costs more than the search."""
+    if not len(targets):
+        return np.zeros(len(values), dtype=bool)
+    targets = np.sort(targets)
+    return targets[np.minimum(np.searchsorted(targets, values), len(targets) - 1)] == values
 
 
 def _shape(job: JobRequest) -> tuple:
@@ -621,7 +677,7 @@ class BackfillScheduler:
             position += len(chunk)
             rows = self.requests.rows(chunk)
             ids = rows[:, columns.JOB_ID].astype(np.int64)
-            eligible = ~np.isin(ids, unlooked)
+            eligible = ~_among(ids, unlooked)
             counted = np.cumsum(eligible)
             if counted[-1] > limit - tested:  # the job that makes ``limit`` is the last one looked at
                 chunk = chunk[:int(np.searchsorted(counted, limit - tested)) + 1]
