@@ -373,7 +373,10 @@ class Window(dict[str, tuple[int, int]]):
         if start <= profile.now:  # the levels now, but on the nodes a reservation dips: copied and patched
             free, total = profile.free_now()
             super().__init__(free)
-            self.total = total if dips is None else _patch(self, total, profile.names, dips[0], low_cpus, low_mem)[1]
+            if dips is not None:  # (most nodes a reservation covers have their resources back by then)
+                nodes, dip_cpus, dip_mem = dips
+                total = _patch(self, total, profile.names, nodes[(dip_cpus < 0) | (dip_mem < 0)], low_cpus, low_mem)[1]
+            self.total = total
             return
         pairs, self.total = _with_cpus(profile.names, low_cpus, low_mem)
         super().__init__(pairs)
