@@ -280,13 +280,13 @@ class Profile:
         """How far below their levels at ``start`` the CPUs and memory of the ``dipping`` nodes
         (those on which a hold takes resources inside (start, end)) go there."""
         _when, node, first, levels = self._steps_on(dipping, start, end)
-        lows = (np.minimum(np.minimum.reduceat(level, first), 0) for level in levels)
-        return node[first], *lows
+        lows = np.minimum(np.minimum.reduceat(levels, first, axis=0), 0)
+        return node[first], lows[:, 0], lows[:, 1]
 
     def _steps_on(self, nodes: list[int], start: float, end: float) -> tuple[np.ndarray, ...]:
         """The steps on ``nodes`` inside (start, end) in time order, node by node: their times,
         nodes, where each node's begin, and the CPU and memory levels each reaches (relative to
-        the node's level at ``start``)."""
+        the node's level at ``start``; a column each)."""
         mask = np.zeros(len(self.names), dtype=bool)
         mask[nodes] = True
         # from now on, forever: every step is in (holds are later than now, releases finite and later than start)
@@ -297,14 +297,11 @@ class Profile:
         when, node, cpus, mem = (np.concatenate((base[kept[0]], held[kept[1]])) for base, held in
                                  zip(self._base, self._held(), strict=True))
         order = np.lexsort((when, node))
-        when, node, cpus, mem = when[order], node[order], cpus[order], mem[order]
+        when, node, values = when[order], node[order], np.column_stack((cpus, mem))[order]
         first = np.flatnonzero(np.concatenate(([True], node[1:] != node[:-1])))
-        sizes = np.diff(np.append(first, len(node)))
-        levels = []
-        for values in (cpus, mem):  # a running sum per node gives each level reached
-            sums = np.cumsum(values)
-            levels.append(sums - np.repeat(sums[first] - values[first], sizes))
-        return when, node, first, levels
+        sums = np.cumsum(values, axis=0)  # a running sum per node gives each level reached
+        return when, node, first, sums - np.repeat(sums[first] - values[first], np.diff(np.append(first, len(node))),
+                                                   axis=0)
 
     def release_times(self, after: float, until: float, resolution: float) -> list[float]:
         """Times at which something is given back, rounded up to ``resolution``, in order."""
@@ -331,19 +328,16 @@ class _FromNow:
     it is computed afresh."""
 
     def __init__(self, size: int, nodes: list[int], when: np.ndarray, node: np.ndarray, first: np.ndarray,
-                 levels: list[np.ndarray]):
+                 levels: np.ndarray):
         self.covers = np.zeros(size, dtype=bool)
         self.covers[nodes] = True
         self.when, self.node, self.first = when, node, first
         self.later = _FOREVER  # the first step given back on a covered node since
-        self.lows = [self._running_min(level) for level in levels]
-
-    def _running_min(self, level: np.ndarray) -> np.ndarray:
         # each node's levels shifted below all earlier nodes' makes one running minimum per node
-        span = int(np.abs(level).max()) * 2 + 1
-        shift = np.repeat(np.arange(len(self.first), dtype=np.int64) * span,
-                          np.diff(np.append(self.first, len(level))))
-        return np.minimum.accumulate(level - shift) + shift
+        span = np.abs(levels).max(axis=0) * 2 + 1
+        shift = np.repeat(np.arange(len(first), dtype=np.int64)[:, None] * span, np.diff(np.append(first, len(levels))),
+                          axis=0)
+        self.lows = np.minimum.accumulate(levels - shift, axis=0) + shift  # CPUs, memory
 
     def gives(self, nodes: list[int], when: float) -> None:
         if self.covers[nodes].any():
@@ -354,8 +348,8 @@ class _FromNow:
             return None
         counts = np.add.reduceat((self.when < end).astype(np.int64), self.first)
         last = self.first + np.maximum(counts, 1) - 1
-        reached = counts > 0
-        return self.node[self.first], *(np.where(reached, np.minimum(low[last], 0), 0) for low in self.lows)
+        lows = np.where((counts > 0)[:, None], np.minimum(self.lows[last], 0), 0)
+        return self.node[self.first], lows[:, 0], lows[:, 1]
 
 
 class Window(dict[str, tuple[int, int]]):
