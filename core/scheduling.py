@@ -17,7 +17,7 @@ import itertools
 import math
 import operator
 import re
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Generic, Protocol, TypeVar
@@ -497,6 +497,22 @@ def blocking_reservations(job: JobRequest, snapshot: Snapshot, start: float, end
     return [r for r in snapshot.reservations.values() if r.name != job.reservation and r.overlaps(start, end)]
 
 
+class NodeTuple(tuple[NodeSnap, ...]):
+    """A snapshot's nodes that also say where they differ from the shell's previous tuple: a shell
+    that changes a few of thousands of nodes between passes may give one, and :class:`NodeMemo` then
+    looks at those positions alone (it compares every node when it did not see that previous
+    tuple). The shell forgets the link once a newer tuple follows, so tuples do not pile up."""
+
+    previous: tuple[NodeSnap, ...] | None
+    changed: tuple[int, ...]
+
+    def __new__(cls, nodes: Iterable[NodeSnap], previous: tuple[NodeSnap, ...] | None,
+                changed: Iterable[int]) -> NodeTuple:
+        self = super().__new__(cls, nodes)
+        self.previous, self.changed = previous, tuple(sorted(changed))
+        return self
+
+
 class NodeMemo:
     """The snapshot's nodes as schedulers look them up, kept from pass to pass: by name, their
     free CPUs and memory (as a mapping and as arrays in node order), the names with a free CPU,
@@ -523,7 +539,11 @@ class NodeMemo:
         if len(nodes) != len(old):
             self._rebuild(nodes)
             return
-        for i in itertools.compress(itertools.count(), map(operator.is_not, old, nodes)):
+        if isinstance(nodes, NodeTuple) and nodes.previous is old:
+            changed: Iterable[int] = nodes.changed
+        else:
+            changed = itertools.compress(itertools.count(), map(operator.is_not, old, nodes))
+        for i in changed:
             before, node = old[i], nodes[i]
             if node.name != before.name:
                 self._rebuild(nodes)

@@ -190,7 +190,8 @@ class Simulation:
         self.last_backfill = -math.inf
         self.backfill_wake = -math.inf
         self.node_snaps = {name: self._node_snap(node) for name, node in self.nodes.items()}
-        self.nodes_tuple: tuple[scheduling.NodeSnap, ...] | None = None
+        self.nodes_tuple: scheduling.NodeTuple | None = None
+        self.position = {name: i for i, name in enumerate(self.node_snaps)}
         self.dirty: set[str] = set()  # nodes changed since the last snapshot: their NodeSnap is rebuilt then
         # what each running job (or one waiting for its nodes to power up) holds, as snapshots show it
         self.holding = scheduling.JobLog[scheduling.RunningJob]()
@@ -289,6 +290,7 @@ class Simulation:
             self._power_tick(now, snap.power)
 
     def snapshot(self, now: float, backfill_due: bool = True) -> scheduling.Snapshot:
+        changed: list[int] = []
         for name in self.dirty:
             node = self.nodes[name]
             state = (node.alloc_cpus, node.alloc_mem_mb, node.power)
@@ -297,10 +299,13 @@ class Simulation:
                 snap = node.snaps[state] = self._node_snap(node)
             if snap is not self.node_snaps[name]:
                 self.node_snaps[name] = snap
-                self.nodes_tuple = None
+                changed.append(self.position[name])
         self.dirty.clear()
-        if self.nodes_tuple is None:
-            self.nodes_tuple = tuple(self.node_snaps.values())
+        if changed or self.nodes_tuple is None:
+            previous = self.nodes_tuple
+            self.nodes_tuple = scheduling.NodeTuple(self.node_snaps.values(), previous, changed)
+            if previous is not None:
+                previous.previous = None
         running = self.holding if backfill_due or self.config.power_cap is not None else ()
         fair = self.shares.current(now, lambda: [
             UsageRecord(r.job.user, r.job.account or DEFAULT_ACCOUNT, sum(r.alloc_cpus.values()), r.start, None)

@@ -1,7 +1,7 @@
 """The memos that shells keep from pass to pass (QueueMemo, NodeMemo, the backfill ReleaseMemo)
 change no decision: pass after pass over an evolving cluster (jobs arriving, starting, ending,
-nodes leaving and coming back, requests replaced by an update), plugins that keep their memos
-decide exactly what fresh plugins with none decide."""
+nodes leaving and coming back, requests replaced by an update, nodes that say what changed or
+not), plugins that keep their memos decide exactly what fresh plugins with none decide."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from wattsched.scheduling import (
     JobLog,
     JobRequest,
     NodeSnap,
+    NodeTuple,
     PartitionSnap,
     QueueMemo,
     RunningJob,
@@ -41,6 +42,8 @@ class Cluster:
 
     def __init__(self) -> None:
         self.nodes = {n: NodeSnap(n, CPUS, CPUS, 1000, 1000) for n in NAMES}
+        self.sent: tuple[NodeSnap, ...] | None = None  # the nodes of the last snapshot, and those changed since
+        self.touched: set[str] = set()
         self.pending = JobLog[JobRequest]()  # the memo works on its log of changes
         self.running = JobLog[RunningJob]()  # and the backfill release memo on this one's
 
@@ -48,9 +51,15 @@ class Cluster:
         for name, n in cpus.items():
             node = self.nodes[name]
             self.nodes[name] = replace(node, free_cpus=node.free_cpus - sign * n)
+            self.touched.add(name)
 
-    def snapshot(self, now: float, backfill_due: bool) -> Snapshot:
-        return Snapshot(now=now, nodes=tuple(self.nodes.values()), partitions=PARTITIONS,
+    def snapshot(self, now: float, backfill_due: bool, hint: bool) -> Snapshot:
+        """With ``hint``, the nodes say which changed since the last snapshot (NodeTuple); without,
+        they are a plain tuple, and the next hint names a tuple the memo did not see."""
+        changed = [NAMES.index(name) for name in self.touched]
+        self.sent = NodeTuple(self.nodes.values(), self.sent, changed) if hint else tuple(self.nodes.values())
+        self.touched = set()
+        return Snapshot(now=now, nodes=self.sent, partitions=PARTITIONS,
                         pending=self.pending, running=self.running,
                         backfill_due=backfill_due)
 
@@ -87,9 +96,13 @@ def test_memos_change_no_decision(data, kind: str) -> None:
         if data.draw(st.booleans(), label="a node leaves or comes back"):
             name = data.draw(st.sampled_from(NAMES))
             cluster.nodes[name] = replace(cluster.nodes[name], schedulable=not cluster.nodes[name].schedulable)
-        snap = cluster.snapshot(now, data.draw(st.booleans(), label="backfill due"))
+            cluster.touched.add(name)
+        if data.draw(st.booleans(), label="a snapshot no pass sees"):
+            cluster.snapshot(now, False, True)
+        snap = cluster.snapshot(now, data.draw(st.booleans(), label="backfill due"),
+                                data.draw(st.booleans(), label="nodes say what changed"))
         with_memos = schedule(snap, *kept, memo)
-        fresh = replace(snap, pending=tuple(snap.pending), running=tuple(snap.running))
+        fresh = replace(snap, nodes=tuple(snap.nodes), pending=tuple(snap.pending), running=tuple(snap.running))
         assert _decided(with_memos) == _decided(schedule(fresh, *plugins()))
         for job_id, alloc in with_memos.starts:
             job = cluster.pending.remove(job_id)
