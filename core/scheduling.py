@@ -274,6 +274,26 @@ class JobLog(Collection[_Job], Generic[_Job]):
         return self._jobs.get(getattr(job, "job_id", None)) is job  # type: ignore[arg-type]
 
 
+def job_changes(known: set[_Job], jobs: Collection[_Job], from_log: bool) -> tuple[set[_Job], set[_Job]]:
+    """The jobs gone from ``known`` and those new in ``jobs``, with ``known`` brought up to date:
+    read from the change log of ``jobs`` (a :class:`JobLog` whose log the caller read last) when
+    ``from_log``, else by comparing them as sets (a JobLog's log is then taken, so that the caller
+    reads in step from now on)."""
+    if from_log:
+        assert isinstance(jobs, JobLog)
+        gone, new = jobs.take_changes()
+        known -= gone
+        known |= new
+        return gone, new
+    current = set(jobs)
+    gone, new = known - current, current - known
+    known.clear()
+    known |= current
+    if isinstance(jobs, JobLog):
+        jobs.take_changes()
+    return gone, new
+
+
 class QueueMemo:
     """The queue as the previous pass left it: each pending job's priority, its place in priority
     order and the reasons of the ineligible ones. Only the jobs that arrived or left since are
@@ -309,18 +329,9 @@ class QueueMemo:
         if snapshot.partitions is not self.partitions or queue is not self.queue or \
                 (queue is not None and queue.reads != self.reads):
             self._reset(snapshot.partitions, queue)
-        if queue is not None and self.jobs:
-            gone, new = queue.take_changes()
+        gone, new = job_changes(self.jobs, pending, queue is not None and bool(self.jobs))
+        if queue is not None:
             self.reads = queue.reads
-            self.jobs -= gone
-            self.jobs |= new
-        else:
-            current = set(pending)
-            gone, new = self.jobs - current, current - self.jobs
-            self.jobs = current
-            if queue is not None:
-                queue.take_changes()
-                self.reads = queue.reads
         if gone:
             order, key = self.order, self._key
             for job in gone:  # found by its rank (job ids make ranks unique): queues run to thousands

@@ -54,7 +54,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, KeysView, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, KeysView, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -75,6 +75,7 @@ from wattsched.scheduling import (
     SelectPlugin,
     Snapshot,
     fit_power,
+    job_changes,
     job_end,
     unplaced_reason,
 )
@@ -98,18 +99,10 @@ class ReleaseMemo:
         # (end time, node index, cpus, memory, job id)
         self.steps: tuple[np.ndarray, ...] = (np.zeros(0), empty, empty, empty, empty)
 
-    def update(self, running: Iterable[RunningJob], index: Mapping[str, int]) -> tuple[np.ndarray, ...]:
-        if isinstance(running, JobLog) and running is self.log and running.reads == self.reads:
-            gone, new = running.take_changes()
-            self.jobs -= gone
-            self.jobs |= new
-        else:
-            current = set(running)
-            gone, new = self.jobs - current, current - self.jobs
-            self.jobs = current
-            if isinstance(running, JobLog):
-                running.take_changes()
-            self.log = running if isinstance(running, JobLog) else None
+    def update(self, running: Collection[RunningJob], index: Mapping[str, int]) -> tuple[np.ndarray, ...]:
+        in_step = isinstance(running, JobLog) and running is self.log and running.reads == self.reads
+        gone, new = job_changes(self.jobs, running, in_step)
+        self.log = running if isinstance(running, JobLog) else None
         if self.log is not None:
             self.reads = self.log.reads
         if not gone and not new:
@@ -184,7 +177,7 @@ class Profile:
         elif self._from_now is not None:
             self._from_now.gives(nodes, when)
 
-    def releases(self, running: Iterable[RunningJob], resolution: float, memo: ReleaseMemo) -> ReleaseMemo:
+    def releases(self, running: Collection[RunningJob], resolution: float, memo: ReleaseMemo) -> ReleaseMemo:
         """Running jobs give their resources back at their time limit (a job past it is being
         killed: a little later); a job without a limit never does. Returns the memo to keep for
         the next pass (a new one when the nodes are not those of the last pass)."""
