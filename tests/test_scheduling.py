@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from wattsched import states
@@ -176,7 +178,6 @@ def test_contiguous_best_fit_keeps_large_runs_whole() -> None:
 def _runs_by_definition(usable: list[tuple[NodeSnap, int]]) -> list[list[tuple[NodeSnap, int]]]:
     """Maximal stretches of usable nodes, in candidate order, whose names are one prefix with
     numbers counting up by one, all of one Weight."""
-    import re
 
     def key(name: str) -> tuple[str, int] | None:
         match = re.fullmatch(r"(.*?)(\d+)", name)

@@ -284,11 +284,12 @@ class Profile:
         mask[nodes] = True
         # from now on, forever: every step is in (holds are later than now, releases finite and later than start)
         everywhen = start <= self.now and start < self._released_from and end == _FOREVER
+        held = self._held()
         kept = [mask[node] if everywhen else mask[node] & (when > start) & (when < end)
-                for when, node, *_levels in (self._base, self._held())]
+                for when, node, *_levels in (self._base, held)]
         # releases before holds, holds in the order added: a stable sort keeps that at one time
-        when, node, cpus, mem = (np.concatenate((base[kept[0]], held[kept[1]])) for base, held in
-                                 zip(self._base, self._held(), strict=True))
+        when, node, cpus, mem = (np.concatenate((base[kept[0]], hold[kept[1]])) for base, hold in
+                                 zip(self._base, held, strict=True))
         order = np.lexsort((when, node))
         when, node, values = when[order], node[order], np.column_stack((cpus, mem))[order]
         first = np.flatnonzero(np.concatenate(([True], node[1:] != node[:-1])))
@@ -332,7 +333,7 @@ class _FromNow:
                           axis=0)
         self.lows = np.minimum.accumulate(levels - shift, axis=0) + shift  # CPUs, memory
 
-    def gives(self, nodes: list[int], when: float) -> None:
+    def gives(self, nodes: np.ndarray, when: float) -> None:
         if self.covers[nodes].any():
             self.later = min(self.later, when)
 
