@@ -10,13 +10,16 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import bindparam, create_engine, func, insert, select, update
+from sqlalchemy import bindparam, create_engine, func, insert, select, text, update
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.orm import Session, selectinload
 from wattsched import hostlist
 from wattsched.accounting.assoc import AssocStore
 from wattsched.accounting.models import ClusterRecord, JobRecord, NodeEventRecord, ReservationRecord, StepRecord
+from wattsched.private import private_sqlite
 
+DB_TIMEOUT_S = 5  # to connect, or to wait for a pooled connection
+DB_STATEMENT_TIMEOUT_S = 20  # one statement: the controller answers before the CLI's 30 s run out
 _MIGRATIONS = os.path.join(os.path.dirname(__file__), "migrations")
 
 
@@ -36,12 +39,20 @@ class JobQuery:
 def engine_for(url: str) -> Engine:
     parsed = make_url(url)
     if parsed.drivername.startswith("sqlite") and parsed.database:
-        os.makedirs(os.path.dirname(os.path.abspath(parsed.database)), exist_ok=True)
-        return create_engine(url, connect_args={"timeout": 30})
+        os.makedirs(os.path.dirname(os.path.abspath(parsed.database)), mode=0o700, exist_ok=True)
+        private_sqlite(os.path.abspath(parsed.database))
+        return create_engine(url, connect_args={"timeout": DB_STATEMENT_TIMEOUT_S})
+    # a database that hangs must not hang its callers: bounded connects and statements
     if parsed.drivername == "postgresql":
         url = str(parsed.set(drivername="postgresql+psycopg").render_as_string(hide_password=False))
-    elif parsed.drivername in ("mysql", "mariadb"):
+        return create_engine(url, pool_pre_ping=True, pool_timeout=DB_TIMEOUT_S,
+                             connect_args={"connect_timeout": DB_TIMEOUT_S,
+                                           "options": f"-c statement_timeout={DB_STATEMENT_TIMEOUT_S * 1000}"})
+    if parsed.drivername in ("mysql", "mariadb"):
         url = str(parsed.set(drivername="mysql+pymysql").render_as_string(hide_password=False))
+        return create_engine(url, pool_pre_ping=True, pool_timeout=DB_TIMEOUT_S,
+                             connect_args={"connect_timeout": DB_TIMEOUT_S, "read_timeout": DB_STATEMENT_TIMEOUT_S,
+                                           "write_timeout": DB_STATEMENT_TIMEOUT_S})
     return create_engine(url, pool_pre_ping=True)
 
 
@@ -63,6 +74,15 @@ class AccountingStore:
 
     def close(self) -> None:
         self.engine.dispose()
+
+    def ping(self) -> bool:
+        """Whether the database answers a plain query (so a refused write was the record's fault)."""
+        try:
+            with self.engine.connect() as conn:
+                conn.execute(text("SELECT 1"))
+            return True
+        except Exception:
+            return False
 
     def setup(self, cluster: str, now: float) -> None:
         migrate(self.engine)

@@ -9,5 +9,6 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 for script in ("bench_cli.py", "bench_throughput.py", "bench_curie.py", "bench_backfill.py", "bench_priority.py",
-               "bench_powercap.py", "bench_energy.py", "bench_powersave.py", "bench_simulator.py"):
+               "bench_powercap.py", "bench_energy.py", "bench_powersave.py", "bench_simulator.py",
+               "bench_hostile.py"):
     subprocess.run([sys.executable, str(HERE / script)], check=True)

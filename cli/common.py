@@ -112,7 +112,7 @@ def obtain_token(config) -> str:
         return auth.user_token(key, os.getuid(), lifespan_s=300)
     from wattsched import authsocket
 
-    sock = os.path.join(config.state_save_location, "auth.sock")
+    sock = config.auth_socket_path
     try:
         return authsocket.fetch(sock)
     except OSError as exc:

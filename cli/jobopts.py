@@ -93,6 +93,20 @@ def environment(export: str | None) -> dict[str, str]:
     return env
 
 
+def job_environment(export: str | None) -> dict[str, str]:
+    """The environment a job gets: --export's, with the submitter's umask as SLURM_UMASK (as in Slurm)
+    and without credentials."""
+    from wattsched.auth import SECRET_ENV
+
+    env = environment(export)
+    for name in SECRET_ENV:
+        env.pop(name, None)
+    mask = os.umask(0)
+    os.umask(mask)
+    env.setdefault("SLURM_UMASK", f"{mask:04o}")
+    return env
+
+
 def submission(opts: dict[str, Any], **extra: Any) -> dict[str, Any]:
     """The JSON body of a submission from the shared options (unset ones are left out)."""
     nodes_min, nodes_max = node_range(opts.get("nodes"))
@@ -106,7 +120,7 @@ def submission(opts: dict[str, Any], **extra: Any) -> dict[str, Any]:
     body: dict[str, Any] = {
         "name": opts.get("job_name") or "",
         "work_dir": work_dir,
-        "environment": environment(opts.get("export")),
+        "environment": job_environment(opts.get("export")),
         "submit_host": socket.gethostname().split(".")[0],
         "submit_line": " ".join(shlex.quote(a) for a in [os.path.basename(sys.argv[0]), *sys.argv[1:]]),
         "account": opts.get("account") or "",

@@ -18,6 +18,27 @@ app = typer.Typer(add_completion=False, context_settings={"allow_interspersed_ar
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"}
 
 
+MAX_SCRIPT_BYTES = 4 * 1024 * 1024  # the controller's limit on a script (JobSubmit.script)
+
+
+def script_text(data: bytes) -> str:
+    """A batch script's text, refused as sbatch refuses it: empty, too large, binary or not UTF-8 text."""
+    if not data.strip():
+        raise CLIError("Batch script is empty!")
+    if len(data) > MAX_SCRIPT_BYTES:
+        raise CLIError(f"Batch script is too large (over {MAX_SCRIPT_BYTES} bytes)")
+    if b"\0" in data:
+        raise CLIError("Batch script contains a NULL character: it is a binary file, not a script")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CLIError(f"Batch script is not UTF-8 text (invalid byte at offset {exc.start})") from exc
+    if "\r\n" in text:
+        raise CLIError("Batch script contains DOS line breaks (\\r\\n)\n"
+                       "sbatch: error: instead of expected UNIX line breaks (\\n).")
+    return text
+
+
 def directives(script: str) -> list[str]:
     """Arguments from the script's #SBATCH lines (up to the first command, as Slurm reads them)."""
     args: list[str] = []
@@ -73,19 +94,17 @@ def sbatch(
         default_name = "wrap"
         command = "(null)"
     elif script is None or script == "-":
-        text = sys.stdin.read()
+        text = script_text(sys.stdin.buffer.read(MAX_SCRIPT_BYTES + 1))
         default_name = "sbatch"
         command = "(null)"
     else:
         try:
-            with open(script) as handle:
-                text = handle.read()
+            with open(script, "rb") as handle:
+                text = script_text(handle.read(MAX_SCRIPT_BYTES + 1))
         except OSError as exc:
             raise CLIError(f"Unable to open file {script}") from exc
         default_name = os.path.basename(script)
         command = os.path.abspath(script)
-    if not text.strip():
-        raise CLIError("Batch script is empty!")
     _merge_directives(ctx, opts, directives(text))
     body = o.submission(opts, script=text, argv=list(opts.get("script_args") or []),
                         name=opts.get("job_name") or default_name, array=opts.get("array") or "",

@@ -58,6 +58,11 @@ def sdiag(json_: Annotated[bool, typer.Option("--json", help="JSON output.")] = 
         f"\tLast depth cycle: {d['bf_last_depth']}",
         f"\tDepth Mean: {round(d['bf_mean_depth'])}",
         f"\tLast queue length: {d['bf_queue_len']}",
+        "",
+        "Accounting:",
+        f"\tRecords waiting for the database: {d['accounting_backlog']}",
+        f"\tRecords the database refused (set aside): {d['accounting_rejected']}",
+        *[f"\t\t{_when(r['time'])} {r['kind']} {r['key']}: {r['error']}" for r in d["accounting_rejected_recent"]],
     ]))
 
 

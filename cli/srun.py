@@ -169,7 +169,7 @@ def run_step(client: Client, job_id: int, opts: dict[str, Any], command: list[st
     if new_allocation:  # the allocation was sized for this step: use all of it
         req.update(ntasks=None, nodes=None, ntasks_per_node=0, cpus_per_task=1)
     step = client.request("POST", f"/v1/jobs/{job_id}/steps", req)
-    env = o.environment(opts.get("export"))
+    env = o.job_environment(opts.get("export"))
     if new_allocation:
         env.update(step["job_environment"])
     streams = TaskStreams(label, step["ntasks"])

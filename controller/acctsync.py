@@ -1,11 +1,18 @@
 """The accounting thread: copies job records, reservations and node events from the state store's outbox
-to the accounting database, in batches, retrying while the database is away."""
+to the accounting database, in batches, retrying while the database is away.
+
+A batch the database refuses while it answers a plain query holds a record it cannot take (a value out
+of a column's range, say). The batch is then written record by record; each refused one is set aside in
+the state store (``sdiag`` shows them) and logged once, and every other record flows on.
+"""
 
 from __future__ import annotations
 
 import logging
 import threading
 import time
+from collections.abc import Callable
+from typing import Any
 
 from wattsched.accounting.store import AccountingStore
 from wattsched.controller.store import StateStore
@@ -35,17 +42,43 @@ class AccountingSync:
         self._thread.join(timeout=10)
 
     def sync_once(self) -> int:
-        """Copy one batch; returns how many records were written."""
+        """Copy one batch; returns how many records were handled (written or set aside)."""
         rows = self.store.unsynced("jobs", BATCH)
-        self.accounting.upsert_jobs(self.cluster, [data for data, _ in rows])
+        self._write("job", [data for data, _ in rows], lambda b: self.accounting.upsert_jobs(self.cluster, b),
+                    lambda d: str(d.get("job_id")))
         self.store.mark_synced("jobs", [(data["job_id"], version) for data, version in rows])
         resvs = self.store.unsynced("reservations", BATCH)
-        self.accounting.upsert_reservations(self.cluster, [data for data, _ in resvs])
+        self._write("reservation", [data for data, _ in resvs],
+                    lambda b: self.accounting.upsert_reservations(self.cluster, b), lambda d: str(d.get("name")))
         self.store.mark_synced("reservations", [(data["resv_id"], version) for data, version in resvs])
         events = self.store.pending_node_events(BATCH)
-        self.accounting.add_node_events([e for _, e in events])
+        self._write("node_event", [e for _, e in events], self.accounting.add_node_events,
+                    lambda d: f"{d.get('node')}@{d.get('time')}")
         self.store.drop_node_events([i for i, _ in events])
         return len(rows) + len(events) + len(resvs)
+
+    def _write(self, kind: str, records: list[dict[str, Any]], write: Callable[[list[dict[str, Any]]], None],
+               key_of: Callable[[dict[str, Any]], str]) -> None:
+        """Write a batch; if the database is up but refuses it, write one by one and set aside what it
+        refuses. Raises while the database is away (the outbox keeps everything for the retry)."""
+        if not records:
+            return
+        try:
+            write(records)
+            return
+        except Exception:
+            if not self.accounting.ping():
+                raise
+        for record in records:
+            try:
+                write([record])
+            except Exception as exc:
+                if not self.accounting.ping():
+                    raise
+                error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                log.error("accounting database refused a record; set aside (sdiag lists it): %s %s: %s",
+                          kind, key_of(record), error)
+                self.store.set_aside(kind, key_of(record), record, error, time.time())
 
     def _run(self) -> None:
         delay = 0.5

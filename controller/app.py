@@ -20,9 +20,13 @@ from typing import Annotated, Any
 import orjson
 from fastapi import FastAPI, Query, Request
 from fastapi.responses import JSONResponse, Response
+from pydantic import Field
+from sqlalchemy.exc import SQLAlchemyError
 from wattsched import auth, h5profile, hostlist, power, powerreport, states
 from wattsched.accounting.store import AccountingStore, JobQuery
 from wattsched.api import (
+    BIG,
+    LIST_MAX,
     AgentHeartbeat,
     AllocationComplete,
     CancelRequest,
@@ -46,6 +50,7 @@ from wattsched.controller.priority import FairShareCalc
 from wattsched.controller.state import ClusterState, Refused
 from wattsched.controller.views import job_view, node_view, partition_views
 from wattsched.httpauth import Who, loop_lifespan, require_role
+from wattsched.httplimits import BodyLimit
 
 NodeAgent = Annotated[auth.Identity, require_role("node")]
 log = logging.getLogger("wattsched.controller")
@@ -56,6 +61,9 @@ MIN_PASS_INTERVAL_S = 0.05
 IMMEDIATE_REFUSAL = {states.R_POWER: "Required power not available now",
                      states.R_POWER_RESERVED: "Required power at least partially reserved"}
 TIMER_INTERVAL_S = 1.0
+# The largest request: a batch script (4 MiB) with its environment and arguments (1 MiB each), and
+# the heartbeat of an agent hosting thousands of virtual nodes.
+MAX_BODY_BYTES = 16 * 1024 * 1024
 
 
 class Controller:
@@ -137,6 +145,7 @@ def merge_profile(profile_dir: str, user: str, uid: int, job_id: int) -> bool:
     try:
         path = h5profile.merge(profile_dir, user, job_id)
         if path and os.geteuid() == 0 and uid:
+            os.chmod(path, 0o600)
             os.chown(path, uid, -1)
     except BlockingIOError:
         return False
@@ -163,11 +172,18 @@ def create_app(controller: Controller) -> FastAPI:
     lifespan = loop_lifespan(controller.loop, start, stop)
 
     app = FastAPI(title="wattsched controller", version="1", lifespan=lifespan)
+    app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES)
     app.state.key = state.key
 
     @app.exception_handler(Refused)
     async def refused(_request: Request, exc: Refused) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, status_code=exc.status)
+
+    @app.exception_handler(SQLAlchemyError)
+    async def database_away(_request: Request, exc: SQLAlchemyError) -> JSONResponse:
+        """sacctmgr, sshare and sreport read the accounting database: when it fails, say so (503)."""
+        return JSONResponse({"detail": "Problem talking to the database: accounting database unavailable "
+                                       f"({type(exc).__name__})"}, status_code=503)
 
     # --- jobs ------------------------------------------------------------------------------------
 
@@ -298,8 +314,10 @@ def create_app(controller: Controller) -> FastAPI:
 
     @app.patch("/v1/nodes/{node_expr}")
     async def update_nodes(node_expr: str, upd: NodeUpdate, who: Who) -> dict[str, Any]:
+        if not state.is_admin(who):  # before the expression is even read
+            raise Refused("Access/permission denied", 403)
         try:
-            names = hostlist.expand(node_expr)
+            names = hostlist.expand(node_expr, len(state.nodes))
         except hostlist.HostlistError as exc:
             raise Refused(str(exc)) from exc
         controller.act(state.update_nodes(names, upd.state, upd.reason, who, time.time()))
@@ -373,7 +391,9 @@ def create_app(controller: Controller) -> FastAPI:
                 "bf_last_ms": stats.bf_last_ms, "bf_max_ms": stats.bf_max_ms,
                 "bf_mean_ms": stats.bf_total_ms / max(1, stats.bf_cycles), "bf_last_depth": stats.bf_last_depth,
                 "bf_mean_depth": stats.bf_depth_total / max(1, stats.bf_cycles), "bf_queue_len": stats.bf_queue_len,
-                "scheduler_type": state.config.scheduler_type, "accounting_backlog": state.store.backlog()}
+                "scheduler_type": state.config.scheduler_type, "accounting_backlog": state.store.backlog(),
+                "accounting_rejected": state.store.rejected_count(),
+                "accounting_rejected_recent": state.store.rejected(10) if state.is_admin(who) else []}
 
     @app.get("/v1/ping")
     async def ping(who: Who) -> dict[str, Any]:
@@ -396,10 +416,12 @@ def create_app(controller: Controller) -> FastAPI:
     priorityapi.add_routes(app, controller)
 
     @app.get("/v1/accounting/jobs")
-    def accounting_jobs(who: Who, job: Annotated[list[int] | None, Query()] = None,
-                        user: Annotated[list[str] | None, Query()] = None,
-                        state_: Annotated[list[str] | None, Query(alias="state")] = None,
-                        start: float | None = None, end: float | None = None) -> JSONResponse:
+    def accounting_jobs(who: Who, job: Annotated[list[Annotated[int, Field(ge=0, le=BIG)]] | None,
+                                                 Query(max_length=LIST_MAX)] = None,
+                        user: Annotated[list[str] | None, Query(max_length=LIST_MAX)] = None,
+                        state_: Annotated[list[str] | None, Query(alias="state", max_length=64)] = None,
+                        start: Annotated[float | None, Query(ge=0, le=BIG)] = None,
+                        end: Annotated[float | None, Query(ge=0, le=BIG)] = None) -> JSONResponse:
         if controller.accounting is None:
             raise Refused("Accounting storage is disabled (AccountingStorageType=accounting_storage/none)", 400)
         query = JobQuery(cluster=state.config.cluster_name, job_ids=tuple(job or ()), users=tuple(user or ()),
@@ -407,11 +429,13 @@ def create_app(controller: Controller) -> FastAPI:
         try:
             rows = controller.accounting.query_jobs(query)
         except Exception as exc:  # the database may be away; say so rather than fail with a 500
-            raise Refused(f"Unable to contact the accounting database: {type(exc).__name__}", 503) from exc
+            raise Refused(f"Problem talking to the database: accounting database unavailable ({type(exc).__name__})",
+                          503) from exc
         return JSONResponse({"time": time.time(), "jobs": rows})
 
     @app.get("/v1/power/report")
-    def power_report(who: Who, start: float | None = None, end: float | None = None) -> dict[str, Any]:
+    def power_report(who: Who, start: Annotated[float | None, Query(ge=0, le=BIG)] = None,
+                     end: Annotated[float | None, Query(ge=0, le=BIG)] = None) -> dict[str, Any]:
         """Power saving over [start, end] (default: the last day): switches, time off, energy saved
         against always-on (from the node power events in accounting), and jobs' added waiting."""
         if controller.accounting is None:
@@ -422,7 +446,8 @@ def create_app(controller: Controller) -> FastAPI:
         try:
             rows = controller.accounting.node_events(state.config.cluster_name)
         except Exception as exc:
-            raise Refused(f"Unable to contact the accounting database: {type(exc).__name__}", 503) from exc
+            raise Refused(f"Problem talking to the database: accounting database unavailable ({type(exc).__name__})",
+                          503) from exc
         events = [(r["time"], r["node"], r["state"], r["reason"]) for r in rows if r["time"] <= end]
         watts = {n.name: powerreport.NodeWatts(float(n.idle_watts or 0), float(
             n.power_save_watts if n.power_save_watts is not None else n.idle_watts or 0), n.switching)

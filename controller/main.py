@@ -16,6 +16,7 @@ from wattsched.controller.powersaving import PowerSaving
 from wattsched.controller.state import ClusterState, Plugins
 from wattsched.controller.store import StateStore
 from wattsched.plugins import PluginError, scheduling
+from wattsched.private import private_dir
 
 log = logging.getLogger("wattsched.controller")
 
@@ -35,7 +36,7 @@ def load_plugins(config: config_mod.Config) -> Plugins:
 
 def build(config: config_mod.Config) -> Controller:
     plugins = load_plugins(config)
-    os.makedirs(config.state_save_location, exist_ok=True)
+    private_dir(config.state_save_location)
     key = auth.ensure_key(config.key_file)
     store = StateStore(config.state_save_location)
     state = ClusterState.open(config, store, plugins, key, time.time())
@@ -47,11 +48,12 @@ def build(config: config_mod.Config) -> Controller:
         except Exception as exc:  # start anyway; the outbox keeps records until the database is back
             log.error("accounting database unavailable at start-up: %s", exc)
         sync = AccountingSync(store, accounting, config.cluster_name)
-    authsocket.serve(os.path.join(config.state_save_location, "auth.sock"), key)
+    authsocket.serve(config.auth_socket_path, key)
     return Controller(state, accounting, sync)
 
 
 def run(config_path: str, host: str | None = None, port: int | None = None) -> None:
+    os.umask(0o077)  # state, databases, WAL files, logs and keys are created private
     config = config_mod.load(config_path)
     logs.setup(config.log_level)
     controller = build(config)

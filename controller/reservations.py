@@ -228,7 +228,7 @@ class ReservationBook:
                 names = list(partitions[partition].nodes if spec.partition else nodes)
             else:
                 try:
-                    names = hostlist.expand(spec.nodes)
+                    names = hostlist.expand(spec.nodes, len(nodes))
                 except hostlist.HostlistError as exc:
                     raise ReservationError("Invalid node name specified") from exc
             unknown = [n for n in names if n not in nodes]

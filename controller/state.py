@@ -43,6 +43,8 @@ from wattsched.model import Job, Node, Reservation, Step
 log = logging.getLogger("wattsched.controller")
 
 NOT_RESPONDING = "Not responding"
+MAX_TASKS_PER_NODE = 512  # Slurm's MaxTasksPerNode default: a step may not place more on a node
+MAX_JOB_REF = 64  # characters of a job reference (12, 12_3, 12_[1-4]) before it is looked at
 # pending reasons of jobs that no node switching would help start now
 _NOT_WAITING_FOR_NODES = frozenset({states.R_DEPENDENCY, states.R_DEP_NEVER, states.R_BEGIN, states.R_HELD_USER,
                                     states.R_HELD_ADMIN, states.R_PART_DOWN, states.R_PART_TIME,
@@ -434,6 +436,8 @@ class ClusterState:
     # --- submission ----------------------------------------------------------------------------
 
     def submit(self, req: JobSubmit, who: Identity, now: float) -> list[Job]:
+        if req.nice < 0 and not self.is_admin(who):
+            raise Refused("Access/permission denied: only an administrator may set a negative nice value", 403)
         gid, group = primary_group(who.uid)
         req = self._with_account(req, who)
         try:
@@ -442,6 +446,9 @@ class ClusterState:
                                          self.resv.by_name)
         except submit_mod.SubmitError as exc:
             raise Refused(str(exc)) from exc
+        if len(self.jobs) + len(jobs) > self.config.max_job_count:
+            raise Refused(f"Slurm temporarily unable to accept job (MaxJobCount={self.config.max_job_count} "
+                          "reached)", 503)
         self.next_job_id = jobs[-1].job_id + 1
         self._meta_dirty = True
         for job in jobs:
@@ -467,10 +474,12 @@ class ClusterState:
 
     def resolve(self, job_ref: str) -> list[Job]:
         """Jobs named by ``12`` (a job, or every task of array 12) or ``12_3`` (one task)."""
+        if len(job_ref) > MAX_JOB_REF:
+            raise Refused("Invalid job id specified: too long")
         try:
             if "_" in job_ref:
                 array_s, task_s = job_ref.split("_", 1)
-                array_id, task_ids = int(array_s), _task_set(task_s)
+                array_id, task_ids = int(array_s), _TaskRanges(task_s)
                 found = [j for j in self.jobs.values()
                          if j.array_job_id == array_id and j.array_task_id in task_ids]
             else:
@@ -587,6 +596,10 @@ class ClusterState:
             final = states.COMPLETED
         else:
             final = states.FAILED
+        if event.error:  # the script never started: say why where scontrol and sacct users look
+            job.reason = event.error
+            log.warning("batch job launch failed", extra={"job": job.job_id, "node": event.node,
+                                                          "error": event.error})
         others = [n for n in job.node_list if n != event.node]
         return self._end(job, final, event.exit_code, event.term_signal, now, others)
 
@@ -1071,8 +1084,12 @@ def primary_group(uid: int) -> tuple[int, str]:
 
 
 def step_layout(job: Job, req: StepCreate) -> dict[str, list[int]]:
-    """Place a step's tasks on the allocation: block by each node's CPUs, task ids in node order."""
+    """Place a step's tasks on the allocation: block by each node's CPUs, task ids in node order; at
+    most MaxTasksPerNode tasks on a node (Slurm's default, 512), checked before any placing."""
     nodes = list(job.alloc_cpus)
+    if (req.ntasks is not None and req.ntasks > MAX_TASKS_PER_NODE * len(nodes)) or \
+            req.ntasks_per_node > MAX_TASKS_PER_NODE:
+        raise Refused("Requested node configuration is not available")
     if req.nodes is not None:
         if req.nodes > len(nodes):
             raise Refused("Requested node configuration is not available")
@@ -1106,12 +1123,25 @@ def step_layout(job: Job, req: StepCreate) -> dict[str, list[int]]:
     return layout
 
 
-def _task_set(text: str) -> set[int]:
-    text = text.strip("[]")
-    ids: set[int] = set()
-    for part in text.split(","):
-        first, _, last = part.partition("-")
-        ids.update(range(int(first), int(last or first) + 1))
-    return ids
+class _TaskRanges:
+    """Array task ids named by ``3``, ``[1-4,7]``: kept as ranges, never expanded (``0-20000000`` is
+    as cheap as ``3``)."""
+
+    MAX_PARTS = 1000
+
+    def __init__(self, text: str):
+        parts = text.strip("[]").split(",")
+        if len(parts) > self.MAX_PARTS or len(text) > 16 * self.MAX_PARTS:
+            raise ValueError(text)
+        self.ranges = []
+        for part in parts:
+            first, _, last = part.partition("-")
+            low, high = int(first), int(last or first)
+            if low < 0 or high < low:
+                raise ValueError(text)
+            self.ranges.append((low, high))
+
+    def __contains__(self, task_id: object) -> bool:
+        return isinstance(task_id, int) and any(low <= task_id <= high for low, high in self.ranges)
 
 

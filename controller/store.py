@@ -17,6 +17,8 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
+from wattsched.private import private_sqlite
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
     job_id INTEGER PRIMARY KEY,
@@ -37,6 +39,14 @@ CREATE TABLE IF NOT EXISTS node_events (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     data TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS rejected (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    kind TEXT NOT NULL,
+    key TEXT NOT NULL,
+    data TEXT NOT NULL,
+    error TEXT NOT NULL,
+    time REAL NOT NULL
+);
 CREATE TABLE IF NOT EXISTS meta (
     key TEXT PRIMARY KEY,
     value TEXT NOT NULL
@@ -47,12 +57,14 @@ CREATE TABLE IF NOT EXISTS meta (
 _KEYS = {"jobs": "job_id", "reservations": "resv_id"}
 
 
+
 class StateStore:
     """Durable job rows, node state and counters, plus the accounting outbox."""
 
     def __init__(self, directory: str):
-        os.makedirs(directory, exist_ok=True)
+        os.makedirs(directory, mode=0o700, exist_ok=True)
         self.path = os.path.join(directory, "state.db")
+        private_sqlite(self.path)
         self._local = threading.local()
         self._conn().executescript(_SCHEMA)
 
@@ -130,6 +142,19 @@ class StateStore:
 
     def drop_node_events(self, ids: list[int]) -> None:
         self._conn().executemany("DELETE FROM node_events WHERE id = ?", [(i,) for i in ids])
+
+    def set_aside(self, kind: str, key: str, data: dict[str, Any], error: str, now: float) -> None:
+        """Keep a record the accounting database refused, so that it never blocks the others."""
+        self._conn().execute("INSERT INTO rejected (kind, key, data, error, time) VALUES (?, ?, ?, ?, ?)",
+                             (kind, key, json.dumps(data), error[:2000], now))
+
+    def rejected(self, limit: int = 100) -> list[dict[str, Any]]:
+        """The records set aside, newest first: what, which, why and when (not the record itself)."""
+        rows = self._conn().execute("SELECT kind, key, error, time FROM rejected ORDER BY id DESC LIMIT ?", (limit,))
+        return [{"kind": kind, "key": key, "error": error, "time": when} for kind, key, error, when in rows]
+
+    def rejected_count(self) -> int:
+        return int(self._conn().execute("SELECT COUNT(*) FROM rejected").fetchone()[0])
 
     def backlog(self) -> int:
         row = self._conn().execute("SELECT COUNT(*) FROM jobs WHERE synced < version").fetchone()

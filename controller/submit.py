@@ -11,8 +11,8 @@ import signal as signal_mod
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from wattsched import auth, cpufreq, hostlist, patterns, scheduling, timefmt
 from wattsched import config as config_mod
-from wattsched import cpufreq, hostlist, patterns, scheduling, timefmt
 from wattsched.api import JobSubmit
 from wattsched.auth import Identity
 from wattsched.config import Config
@@ -30,26 +30,31 @@ class ArraySpec:
 
 
 def parse_array(spec: str, max_array_size: int) -> ArraySpec:
-    """``0-15%4``, ``1,3,5-7``, ``0-20:2``: task ids and the %N throttle."""
+    """``0-15%4``, ``1,3,5-7``, ``0-20:2``: task ids and the %N throttle. Every bound (ids below
+    MaxArraySize, at most MaxArraySize tasks) is checked on the ranges before any id is listed."""
     body, _, throttle_s = spec.partition("%")
-    ids: set[int] = set()
+    ranges: list[range] = []
     try:
         throttle = int(throttle_s) if throttle_s else 0
-        for part in body.split(","):
-            match = re.fullmatch(r"(\d+)(?:-(\d+)(?::(\d+))?)?", part.strip())
+        parts = body.split(",")
+        if len(parts) > max_array_size:
+            raise ValueError(spec)
+        for part in parts:
+            match = re.fullmatch(r"(\d{1,10})(?:-(\d{1,10})(?::(\d{1,10}))?)?", part.strip())
             if not match:
                 raise ValueError(part)
             first = int(match.group(1))
             last = int(match.group(2)) if match.group(2) else first
             step = int(match.group(3) or 1)
-            if last < first or step < 1:
+            if last < first or step < 1 or last >= max_array_size:
                 raise ValueError(part)
-            ids.update(range(first, last + 1, step))
+            ranges.append(range(first, last + 1, step))
     except ValueError as exc:
         raise SubmitError("Invalid job array specification") from exc
-    if not ids or max(ids) >= max_array_size or throttle < 0:
+    if sum(len(r) for r in ranges) > max_array_size or not 0 <= throttle <= max_array_size:
         raise SubmitError("Invalid job array specification")
-    return ArraySpec(tuple(sorted(ids)), throttle)
+    ids = sorted({i for r in ranges for i in r})
+    return ArraySpec(tuple(ids), throttle)
 
 
 def check_cpu_freq(spec: str, config: Config) -> str:
@@ -138,8 +143,8 @@ def build_jobs(req: JobSubmit, who: Identity, gid: int, group: str, config: Conf
             raise SubmitError(str(exc)) from exc
     kill_signal, kill_secs, kill_batch = parse_signal(req.signal) if req.signal else (0, 0, False)
     try:
-        req_nodes = hostlist.expand(req.nodelist)
-        exc_nodes = hostlist.expand(req.exclude)
+        req_nodes = hostlist.expand(req.nodelist, len(node_snaps))
+        exc_nodes = hostlist.expand(req.exclude, len(node_snaps))
     except hostlist.HostlistError as exc:
         raise SubmitError("Invalid node name specified") from exc
     for name in req_nodes + exc_nodes:
@@ -171,7 +176,8 @@ def build_jobs(req: JobSubmit, who: Identity, gid: int, group: str, config: Conf
         job_id=first_id, name=req.name or ("interactive" if req.interactive else "sbatch"), uid=who.uid,
         user=who.user, gid=gid, group=group, account=req.account, partition=part.name, script=req.script,
         argv=list(req.argv), command=req.command or ("(null)" if req.interactive else ""),
-        work_dir=req.work_dir, environment=dict(req.environment),
+        work_dir=req.work_dir,
+        environment={k: v for k, v in req.environment.items() if k not in auth.SECRET_ENV},
         submit_host=req.submit_host, submit_line=req.submit_line, nodes_min=nodes_min,
         nodes_max=req.nodes_max, ntasks=ntasks, ntasks_set=ntasks_set, ntasks_per_node=req.ntasks_per_node,
         cpus_per_task=req.cpus_per_task, mem_per_node_mb=req.mem_per_node_mb,

@@ -6,11 +6,47 @@ controller serves is generated from them and is the API's contract.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 API_VERSION = "v1"
+
+# Bounds on every input, checked when a message is parsed, before any work. Strings that reach the
+# accounting database fit its columns on SQLite, PostgreSQL and MariaDB (accounting.models).
+PATH_MAX = 4096  # Linux's PATH_MAX
+NAME_MAX = 1024  # job and step names (String(1024))
+ID_MAX = 64  # accounts, partitions, wckeys, users (String(64))
+TEXT_MAX = 8192  # comments, submit lines, reasons: far below MariaDB's 64 KiB TEXT even in 4-byte UTF-8
+SCRIPT_MAX = 4 * 1024 * 1024  # Slurm's default max_script_size
+ENV_MAX = 1024 * 1024  # a job's environment and argv in bytes, each (the kernel's exec limit is 2 MiB)
+LIST_MAX = 4096  # environment variables, arguments, job references, names in one message
+INT32 = 2**31 - 1
+COUNT_MAX = 1 << 20  # nodes, tasks and CPUs in one request: more than any cluster has
+MEM_MAX_MB = 1 << 40  # a petabyte per node
+BIG = 2**53  # integers kept exactly everywhere, JSON readers included
+
+
+def _env_size(env: dict[str, str]) -> dict[str, str]:
+    if sum(len(k) + len(v) + 2 for k, v in env.items()) > ENV_MAX:
+        raise ValueError(f"environment larger than {ENV_MAX} bytes")
+    return env
+
+
+def _argv_size(argv: list[str]) -> list[str]:
+    if sum(len(a) + 1 for a in argv) > ENV_MAX:
+        raise ValueError(f"arguments larger than {ENV_MAX} bytes")
+    return argv
+
+
+Short = Annotated[str, Field(max_length=ID_MAX)]
+Path = Annotated[str, Field(max_length=PATH_MAX)]
+Text = Annotated[str, Field(max_length=TEXT_MAX)]
+Environment = Annotated[dict[Annotated[str, Field(max_length=PATH_MAX)], Annotated[str, Field(max_length=ENV_MAX)]],
+                        Field(max_length=LIST_MAX), AfterValidator(_env_size)]
+Argv = Annotated[list[Annotated[str, Field(max_length=ENV_MAX)]], Field(max_length=LIST_MAX),
+                 AfterValidator(_argv_size)]
+Count = Annotated[int, Field(ge=1, le=COUNT_MAX)]
 
 
 class Strict(BaseModel):
@@ -20,39 +56,39 @@ class Strict(BaseModel):
 class JobSubmit(Strict):
     """A batch job (``script`` set) or an interactive allocation (``interactive``)."""
 
-    name: str = Field("", max_length=1024)
-    script: str | None = Field(None, max_length=4 * 1024 * 1024)
-    argv: list[str] = []
-    command: str = ""
-    work_dir: str = Field(min_length=1)
-    environment: dict[str, str] = {}
-    submit_host: str = ""
-    submit_line: str = ""
-    account: str = ""
-    partition: str = ""
-    nodes_min: int = Field(1, ge=1)
-    nodes_max: int = Field(0, ge=0)
-    ntasks: int | None = Field(None, ge=1)
-    ntasks_per_node: int = Field(0, ge=0)
-    cpus_per_task: int = Field(1, ge=1)
-    mem_per_node_mb: int = Field(0, ge=0)
-    mem_per_cpu_mb: int = Field(0, ge=0)
-    time_limit: str | None = None
-    begin: str | None = None
-    dependency: str = ""
-    array: str = ""
+    name: str = Field("", max_length=NAME_MAX)
+    script: str | None = Field(None, max_length=SCRIPT_MAX)
+    argv: Argv = []
+    command: Path = ""
+    work_dir: Path = Field(min_length=1)
+    environment: Environment = {}
+    submit_host: Short = ""
+    submit_line: Text = ""
+    account: Short = ""
+    partition: Short = ""
+    nodes_min: Count = 1
+    nodes_max: int = Field(0, ge=0, le=COUNT_MAX)
+    ntasks: Count | None = None
+    ntasks_per_node: int = Field(0, ge=0, le=COUNT_MAX)
+    cpus_per_task: Count = 1
+    mem_per_node_mb: int = Field(0, ge=0, le=MEM_MAX_MB)
+    mem_per_cpu_mb: int = Field(0, ge=0, le=MEM_MAX_MB)
+    time_limit: str | None = Field(None, max_length=32)
+    begin: str | None = Field(None, max_length=64)
+    dependency: str = Field("", max_length=TEXT_MAX)
+    array: str = Field("", max_length=TEXT_MAX)
     hold: bool = False
     exclusive: bool = False
-    nodelist: str = ""
-    exclude: str = ""
-    constraint: str = ""
-    output: str = ""
-    error: str = ""
-    input: str = "/dev/null"
+    nodelist: str = Field("", max_length=TEXT_MAX)
+    exclude: str = Field("", max_length=TEXT_MAX)
+    constraint: str = Field("", max_length=NAME_MAX)
+    output: Path = ""
+    error: Path = ""
+    input: Path = "/dev/null"
     open_mode: Literal["truncate", "append"] = "truncate"
-    signal: str = ""
-    comment: str = ""
-    wckey: str = ""
+    signal: str = Field("", max_length=32)
+    comment: Text = ""
+    wckey: Short = ""
     requeue: bool | None = None
     interactive: bool = False
     immediate: bool = False
@@ -60,7 +96,7 @@ class JobSubmit(Strict):
     reservation: str = Field("", max_length=256)
     cpu_freq: str = Field("", max_length=64)
     power_fit: bool = False
-    profile: str = Field("", max_length=64)
+    profile: str = Field("", max_length=32)
     acctg_freq: str = Field("", max_length=128)
 
 
@@ -74,12 +110,12 @@ class JobUpdate(Strict):
 
     hold: Literal["user", "admin"] | None = None
     release: bool = False
-    time_limit: str | None = None
-    priority: int | None = Field(None, ge=0)
-    nice: int | None = None
-    name: str | None = None
-    comment: str | None = None
-    partition: str | None = None
+    time_limit: str | None = Field(None, max_length=32)
+    priority: int | None = Field(None, ge=0, le=INT32)
+    nice: int | None = Field(None, ge=-2147483645, le=2147483645)
+    name: str | None = Field(None, max_length=NAME_MAX)
+    comment: Text | None = None
+    partition: Short | None = None
 
 
 class ReservationSpec(Strict):
@@ -88,16 +124,16 @@ class ReservationSpec(Strict):
     controller against its own clock."""
 
     name: str = Field("", max_length=256, pattern=r"^[A-Za-z0-9_.\-]*$")
-    start_time: str = ""
-    end_time: str = ""
-    duration: str = ""
-    nodes: str = ""
-    node_cnt: int | None = Field(None, ge=1)
-    users: str = ""
-    accounts: str = ""
-    partition: str = ""
-    flags: str = ""
-    watts: int | None = Field(None, ge=0)
+    start_time: str = Field("", max_length=64)
+    end_time: str = Field("", max_length=64)
+    duration: str = Field("", max_length=64)
+    nodes: str = Field("", max_length=TEXT_MAX)
+    node_cnt: Count | None = None
+    users: Text = ""
+    accounts: Text = ""
+    partition: Short = ""
+    flags: str = Field("", max_length=1024)
+    watts: int | None = Field(None, ge=0, le=BIG)
 
 
 class PowerCapUpdate(Strict):
@@ -113,32 +149,32 @@ class AssocRequest(Strict):
 
     action: Literal["add", "modify", "delete"]
     entity: Literal["cluster", "account", "user"]
-    names: list[str] = Field(min_length=1)
-    where: dict[str, str] = {}
-    values: dict[str, str] = {}
+    names: list[Short] = Field(min_length=1, max_length=LIST_MAX)
+    where: dict[Short, Text] = Field({}, max_length=64)
+    values: dict[Short, Text] = Field({}, max_length=64)
 
 
 class CancelRequest(Strict):
     """scancel: signal (default: cancel) the named jobs."""
 
-    job_ids: list[str] = Field(min_length=1)
+    job_ids: list[Annotated[str, Field(max_length=64)]] = Field(min_length=1, max_length=LIST_MAX)
     signal: int | None = Field(None, ge=1, le=64)
     batch_only: bool = False
 
 
 class NodeUpdate(Strict):
     state: Literal["drain", "resume", "down", "idle", "undrain", "power_down", "power_down_asap", "power_up"]
-    reason: str = ""
+    reason: Text = ""
 
 
 class StepCreate(Strict):
     """srun inside an allocation: lay out a step's tasks over the job's nodes."""
 
-    name: str = ""
-    ntasks: int | None = Field(None, ge=1)
-    nodes: int | None = Field(None, ge=1)
-    ntasks_per_node: int = Field(0, ge=0)
-    cpus_per_task: int = Field(1, ge=1)
+    name: str = Field("", max_length=NAME_MAX)
+    ntasks: Count | None = None
+    nodes: Count | None = None
+    ntasks_per_node: int = Field(0, ge=0, le=COUNT_MAX)
+    cpus_per_task: Count = 1
 
 
 class StepPlacement(BaseModel):
@@ -159,15 +195,15 @@ class StepReply(BaseModel):
 
 
 class StepComplete(Strict):
-    exit_code: int = 0
-    term_signal: int = 0
-    total_cpu_s: float = 0.0
-    max_rss_kb: int = 0
+    exit_code: int = Field(0, ge=0, le=255)
+    term_signal: int = Field(0, ge=0, le=64)
+    total_cpu_s: float = Field(0.0, ge=0, le=BIG)
+    max_rss_kb: int = Field(0, ge=0, le=BIG)
 
 
 class AllocationComplete(Strict):
-    exit_code: int = 0
-    term_signal: int = 0
+    exit_code: int = Field(0, ge=0, le=255)
+    term_signal: int = Field(0, ge=0, le=64)
 
 
 # --- node agents --------------------------------------------------------------------------------
@@ -213,6 +249,7 @@ class JobEvent(Strict):
     end_time: float
     total_cpu_s: float = 0.0
     max_rss_kb: int = 0
+    error: str = Field("", max_length=1024)  # why the script could not be started (Slurm's wording)
 
 
 class AgentHeartbeat(Strict):
@@ -279,15 +316,15 @@ class SignalJob(Strict):
 class TaskLaunch(Strict):
     """srun asks one node's agent to run its share of a step's tasks."""
 
-    job_id: int
-    step_id: int
-    node: str
-    credential: str
-    argv: list[str] = Field(min_length=1)
-    environment: dict[str, str] = {}
-    work_dir: str
+    job_id: int = Field(ge=1, le=BIG)
+    step_id: int = Field(ge=0, le=INT32)
+    node: str = Field(max_length=128)
+    credential: str = Field(max_length=1 << 20)
+    argv: Argv = Field(min_length=1)
+    environment: Environment = {}
+    work_dir: Path
     label: bool = False
     unbuffered: bool = False
-    output: str = ""
-    error: str = ""
-    open_mode: str = "truncate"
+    output: Path = ""
+    error: Path = ""
+    open_mode: Literal["truncate", "append"] = "truncate"

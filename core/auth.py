@@ -6,8 +6,8 @@ The mechanism (documented in README, "Security"):
   is readable only by root / the cluster's service user, like MUNGE's key.
 * A caller who can read the key mints its own short-lived token for its real uid.
 * Any other local user gets a token from the controller's auth socket
-  (``StateSaveLocation/auth.sock``), which reads the caller's uid from the kernel
-  (SO_PEERCRED), so it cannot be forged; or uses a token from ``scontrol token``
+  (``AuthInfo=socket=PATH``, default ``auth/auth.sock`` beside StateSaveLocation), which reads
+  the caller's uid from the kernel (SO_PEERCRED), so it cannot be forged; or uses a token from ``scontrol token``
   exported as ``SLURM_JWT``.
 * Daemons sign their calls with role ``node`` or ``controller``; the controller signs step
   credentials that node agents check before launching tasks.
@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from typing import Any
 
 DEFAULT_LIFESPAN_S = 1800
+# Credentials never travel in or are stored with a job's environment: its commands get their own.
+SECRET_ENV = ("SLURM_JWT",)
 
 
 class AuthError(Exception):
@@ -126,10 +128,13 @@ def read_key(path: str) -> bytes:
 
 
 def ensure_key(path: str) -> bytes:
-    """Read the cluster key, creating a random one (mode 0600) if there is none yet."""
+    """Read the cluster key, creating a random one (mode 0600) if there is none yet; an existing key
+    readable by others is made private again."""
     if not os.path.exists(path):
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as handle:
             handle.write(secrets.token_hex(32) + "\n")
+    elif os.stat(path).st_mode & 0o077:
+        os.chmod(path, 0o600)
     return read_key(path)

@@ -18,7 +18,10 @@ TOKEN_LIFESPAN_S = 300
 
 def serve(path: str, key: bytes) -> threading.Thread:
     """Start serving tokens on ``path`` in a daemon thread."""
-    if os.path.exists(path):
+    folder = os.path.dirname(path)
+    os.makedirs(folder, exist_ok=True)
+    os.chmod(folder, 0o755)  # every local user must reach the socket; nothing else lives here
+    if os.path.lexists(path):
         os.unlink(path)
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(path)

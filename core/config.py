@@ -156,6 +156,7 @@ class Config:
     priority_type: str = "priority/basic"
     select_type: str = "select/cons_tres"
     auth_key_file: str = ""
+    auth_socket: str = ""  # AuthInfo=socket=PATH; default: auth/auth.sock beside StateSaveLocation
     admin_users: tuple[str, ...] = ("root",)
     kill_wait_s: int = 30
     min_job_age_s: int = 300
@@ -164,6 +165,7 @@ class Config:
     scheduler_interval_s: float = 1.0
     first_job_id: int = 1
     max_array_size: int = 1001
+    max_job_count: int = 10000
     def_mem_per_cpu_mb: int = 0
     job_requeue: bool = True
     return_to_service: int = 1
@@ -244,6 +246,12 @@ class Config:
         default_programs = self.power_saving and not (self.suspend_program and self.resume_program)
         return self.emulated_nodes and (self.acct_gather_energy_type == "acct_gather_energy/ipmi"
                                         or default_programs)
+
+    @property
+    def auth_socket_path(self) -> str:
+        """The token service's socket: outside StateSaveLocation, which no user may enter."""
+        return self.auth_socket or os.path.join(os.path.dirname(self.state_save_location.rstrip("/")), "auth",
+                                                "auth.sock")
 
     @property
     def key_file(self) -> str:
@@ -411,6 +419,18 @@ def _positive(value: str) -> int:
     return number
 
 
+def _bounded(low: int, high: int) -> Callable[[str], int]:
+    """An integer within Slurm's range for the key."""
+
+    def parse(value: str) -> int:
+        number = _int(value)
+        if not low <= number <= high:
+            raise ValueError(f"'{value}' must be from {low} to {high}")
+        return number
+
+    return parse
+
+
 def _suspend_time(value: str) -> int | None:
     """SuspendTime: seconds, or NONE / INFINITE / -1 for no idle timeout."""
     if value.upper() in ("NONE", "INFINITE", "-1"):
@@ -483,6 +503,14 @@ def parse_acctg_freq(value: str) -> tuple[tuple[str, int], ...]:
     return tuple(pairs)
 
 
+def _auth_socket(value: str) -> str:
+    """AuthInfo: ``socket=PATH`` of the local token service (munge's key in Slurm)."""
+    key, _, path = value.partition("=")
+    if key.strip().lower() != "socket" or not path.strip() or "," in path:
+        raise ValueError("expected socket=/path/to/auth.sock")
+    return path.strip()
+
+
 def _jwt_key(value: str) -> str:
     for item in value.split(","):
         key, _, path = item.partition("=")
@@ -506,6 +534,7 @@ _GLOBAL_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "PriorityType": ("priority_type", _plugin("priority")),
     "SelectType": ("select_type", _plugin("select")),
     "AuthAltParameters": ("auth_key_file", _jwt_key),
+    "AuthInfo": ("auth_socket", _auth_socket),
     "AdminUsers": ("admin_users", _names),
     "KillWait": ("kill_wait_s", _int),
     "MinJobAge": ("min_job_age_s", _int),
@@ -513,7 +542,8 @@ _GLOBAL_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "MessageTimeout": ("message_timeout_s", _int),
     "SchedulerInterval": ("scheduler_interval_s", _float),
     "FirstJobId": ("first_job_id", _int),
-    "MaxArraySize": ("max_array_size", _int),
+    "MaxArraySize": ("max_array_size", _bounded(1, 4_000_001)),
+    "MaxJobCount": ("max_job_count", _bounded(1, 4_000_000)),
     "DefMemPerCPU": ("def_mem_per_cpu_mb", _mem),
     "JobRequeue": ("job_requeue", _bool),
     "ReturnToService": ("return_to_service", _int),
@@ -571,7 +601,7 @@ _GLOBAL_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
                                             "debug2", "debug3")),
 }
 # Keys whose value is a path resolved against the config file's folder when relative.
-_PATH_ATTRS = {"state_save_location", "slurmd_spool_dir", "auth_key_file", "energy_sysfs_root",
+_PATH_ATTRS = {"state_save_location", "slurmd_spool_dir", "auth_key_file", "auth_socket", "energy_sysfs_root",
                "cpu_freq_sysfs_root", "profile_hdf5_dir"}
 
 _NODE_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {

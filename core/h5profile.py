@@ -40,12 +40,27 @@ def merged_path(profile_dir: str, user: str, job_id: int) -> str:
     return os.path.join(user_dir(profile_dir, user), f"job_{job_id}.h5")
 
 
+def _ensure_user_dir(path: str) -> None:
+    """ProfileHDF5Dir and its per-user folders: root's, which users may traverse but not list, so each
+    reaches only the files made theirs (a merged profile, chowned to its user)."""
+    folder = os.path.dirname(path)
+    if not os.path.isdir(folder):
+        os.makedirs(folder, exist_ok=True)
+        for made in (folder, os.path.dirname(folder)):
+            os.chmod(made, 0o711)
+
+
+def _trusted(path: str) -> bool:
+    """Whether this process may believe a profile file: root reads only files root wrote."""
+    return os.geteuid() != 0 or os.stat(path).st_uid == 0
+
+
 class NodeProfile:
     """One node's profile of one job, appended to as samples arrive."""
 
     def __init__(self, path: str, job_id: int, node: str, user: str, start: float, series: Iterable[str],
                  attrs: dict[str, str | int | float] | None = None):
-        os.makedirs(os.path.dirname(path), exist_ok=True)
+        _ensure_user_dir(path)
         self.path, self.start = path, start
         fresh = not os.path.exists(path)
         self.file = h5py.File(path, "a", libver="latest")
@@ -76,13 +91,14 @@ class NodeProfile:
 def merge(profile_dir: str, user: str, job_id: int, keep: bool = False) -> str | None:
     """Merge the job's node files into ``job_<id>.h5`` (added to it if it exists); returns its
     path, or None when there is nothing to merge. Node files are removed unless ``keep``."""
-    parts = sorted(glob.glob(os.path.join(user_dir(profile_dir, user), f"{job_id}_*.h5")))
+    parts = [p for p in sorted(glob.glob(os.path.join(user_dir(profile_dir, user), f"{job_id}_*.h5")))
+             if _trusted(p)]
     target = merged_path(profile_dir, user, job_id)
     if not parts:
         return target if os.path.exists(target) else None
     with h5py.File(target + ".tmp", "w") as out:
         out.attrs.update({"JobId": job_id, "User": user})
-        if os.path.exists(target):
+        if os.path.exists(target) and _trusted(target):  # one handed to its user is not read back by root
             with h5py.File(target, "r") as old:
                 for node in old.get("Nodes", {}):
                     old.copy(old["Nodes"][node], out.require_group("Nodes"), name=node)

@@ -11,6 +11,9 @@ import re
 import time
 
 UNLIMITED_WORDS = frozenset({"infinite", "unlimited", "-1"})
+# The longest time limit: Slurm keeps minutes in 32 bits (all ones meaning INFINITE); we keep them in
+# the accounting databases' signed 32-bit columns, so a limit beyond this one is refused.
+MAX_DURATION_MIN = 2**31 - 1
 
 
 class TimeFormatError(ValueError):
@@ -22,7 +25,7 @@ def parse_duration_min(text: str) -> int | None:
     value = text.strip()
     if value.lower() in UNLIMITED_WORDS:
         return None
-    match = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", value)
+    match = re.fullmatch(r"(?:(\d{1,10})-)?(\d{1,12})(?::(\d{1,12}))?(?::(\d{1,12}))?", value)
     if not match:
         raise TimeFormatError(f"Invalid time limit specification '{text}'")
     days_s, first, second, third = match.groups()
@@ -36,6 +39,8 @@ def parse_duration_min(text: str) -> int | None:
     else:  # M
         hours, minutes, seconds = 0, int(first), 0
     total_s = ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+    if math.ceil(total_s / 60) > MAX_DURATION_MIN:
+        raise TimeFormatError(f"Invalid time limit specification '{text}': longer than {MAX_DURATION_MIN} minutes")
     return math.ceil(total_s / 60)
 
 

@@ -32,6 +32,7 @@ from wattsched.noded.throttle import Throttle
 from wattsched.plugins.acct_gather_energy.emulated import EmulatedEnergy
 
 log = logging.getLogger("wattsched.noded")
+ENDED_KEPT = 10000  # ended (node, job) pairs remembered, to refuse their step credentials at once
 
 
 class Agent:
@@ -40,9 +41,13 @@ class Agent:
         self.boot_time = time.time()
         self.spool = config.slurmd_spool_dir
         self.outbox = os.path.join(self.spool, "outbox")
-        os.makedirs(self.outbox, exist_ok=True)
+        os.makedirs(self.outbox, mode=0o700, exist_ok=True)
+        # users reach their jobs' scratch folders below it, and list nothing; the rest is root's alone
+        os.chmod(self.spool, 0o711)
+        os.chmod(self.outbox, 0o700)
         self.batch = BatchRunner(self.spool, config.kill_wait_s, self._job_ended)
         self.step_pgids: dict[tuple[str, int], set[int]] = {}
+        self.ended: dict[tuple[str, int], None] = {}  # jobs recently over here, oldest first
         self._kick = asyncio.Event()
         self.client = httpx.AsyncClient(timeout=httpx.Timeout(config.message_timeout_s))
         self.heartbeat_s = max(0.5, min(30.0, config.slurmd_timeout_s / 4))
@@ -71,8 +76,8 @@ class Agent:
         """The process groups of a job on a node: its batch script's and its step tasks'."""
         groups = set(self.step_pgids.get((node, job_id), ()))
         batch = self.batch.jobs.get(job_id)
-        if batch is not None and batch.node == node:
-            groups.add(batch.supervisor_pid)
+        if batch is not None and batch.node == node and (pgid := self.batch.script_pgid(batch)):
+            groups.add(pgid)
         return groups
 
     def _job_loads(self) -> dict[str, dict[int, tuple[set[int], int, int]]]:
@@ -82,13 +87,16 @@ class Agent:
             for (node, job_id), job in self.allocations.jobs.items():
                 loads[node][job_id] = (self.job_pgids(node, job_id), *self.allocations.freq_of(job))
         for job in list(self.batch.jobs.values()):  # jobs launched before their allocation arrived
-            loads.setdefault(job.node, {}).setdefault(job.job_id, ({job.supervisor_pid}, 0, 0))
+            if pgid := self.batch.script_pgid(job):
+                loads.setdefault(job.node, {}).setdefault(job.job_id, ({pgid}, 0, 0))
         for (node, job_id), pgids in list(self.step_pgids.items()):
             loads.setdefault(node, {}).setdefault(job_id, (set(pgids), 0, 0))
         return loads
 
     def allocate(self, alloc: JobAllocation) -> None:
         """A job starts on some of our nodes: its CPUs, frequency and profile there."""
+        for node in alloc.nodes:
+            self.ended.pop((node, alloc.job_id), None)  # a requeued job runs here again
         with self.lock:
             added = self.allocations.add(alloc)
             for job in added:
@@ -98,8 +106,26 @@ class Agent:
                         self.throttle.set((job.node, job.job_id), khz / f_max)
             self._sampling_interval()
 
+    async def runs_job(self, node: str, job_id: int) -> bool:
+        """Whether ``job_id`` holds an allocation on ``node`` here: a step credential is good only while
+        its job runs on the node. A step may arrive just before the job's allocation does (both are
+        sent when it starts), so an unknown job is waited for, a MessageTimeout at most; one that ended
+        here is refused at once."""
+        deadline = time.monotonic() + self.config.message_timeout_s
+        while (node, job_id) not in self.ended:
+            with self.lock:
+                if (node, job_id) in self.allocations.jobs:
+                    return True
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.05)
+        return False
+
     def _release(self, node: str, job_id: int) -> None:
         """The job is over on ``node``: its CPUs get their frequency back, its profile is closed."""
+        self.ended[(node, job_id)] = None
+        while len(self.ended) > ENDED_KEPT:
+            self.ended.pop(next(iter(self.ended)))
         with self.lock:
             self.throttle.release((node, job_id))
             self.allocations.remove(node, job_id)
@@ -230,7 +256,8 @@ class Agent:
         """Heartbeats every few seconds; job ends as soon as they happen (in small batches)."""
         self.batch.recover(list(self.nodes))
         for job in list(self.batch.jobs.values()):
-            procs.killpg(job.supervisor_pid, signal.SIGCONT)  # in case we died while it was throttled
+            if pgid := self.batch.script_pgid(job):
+                procs.killpg(pgid, signal.SIGCONT)  # in case we died while it was throttled
         with self.lock:
             self.allocations.recover()
             for job in self.allocations.jobs.values():

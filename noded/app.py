@@ -9,6 +9,7 @@ from fastapi.responses import StreamingResponse
 from wattsched import auth
 from wattsched.api import LaunchBatch, SignalJob, TaskLaunch
 from wattsched.httpauth import Who, loop_lifespan, require_role
+from wattsched.httplimits import BodyLimit
 from wattsched.noded import steps
 from wattsched.noded.agent import Agent
 
@@ -19,6 +20,8 @@ def create_app(agent: Agent) -> FastAPI:
     lifespan = loop_lifespan(agent.run, stop=agent.close)
 
     app = FastAPI(title="wattsched node agent", version="1", lifespan=lifespan)
+    # the controller's launch messages carry whole batches of scripts; users reach only step launches
+    app.add_middleware(BodyLimit, max_bytes=256 * 1024 * 1024)
     app.state.key = agent.key
 
     @app.post("/v1/launch")
@@ -49,6 +52,8 @@ def create_app(agent: Agent) -> FastAPI:
         layout = {node: list(tasks) for node, tasks in cred["layout"].items()}
         if req.node not in layout or req.node not in agent.nodes:
             raise HTTPException(400, f"Node {req.node} is not part of this step on this agent")
+        if not await agent.runs_job(req.node, req.job_id):
+            raise HTTPException(403, f"Invalid job credential: job {req.job_id} does not run on {req.node}")
         uid = int(cred["uid"])
         pgids = agent.step_pgids.setdefault((req.node, req.job_id), set())
         stream = steps.run_tasks(req, layout, uid, _gid_of(uid), auth.username(uid), agent.config.kill_wait_s,

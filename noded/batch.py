@@ -1,12 +1,17 @@
 """Batch scripts on a node: launch, signal, kill with KillWait, and survive agent restarts.
 
-A script runs under a tiny ``/bin/sh`` supervisor that writes the script's pid and, when it
-ends, its exit status to the job's spool folder. The agent normally learns the end from
-the supervisor's exit; after an agent restart it adopts running supervisors and picks up
-the status files of scripts that ended while it was away, so no job's end is lost.
+Each script runs under a root supervisor, the step daemon (:mod:`wattsched.noded.stepd`), which
+becomes the user before it opens the script's files and records the script's pid and exit status.
+Two folders per run keep trust apart:
 
-The supervisor ignores the termination signals it forwards, which keeps it alive to record
-the status; ``wait`` reports a signalled script as 128+N, which we report as signal N.
+* ``<spool>/<node>/jobNNNNNNNN[.run]/``, root's (0700): ``job.json`` (the supervisor's pid and start
+  time, written by the agent), ``script.pid`` and ``status`` (written by the supervisor). Only these
+  are believed, also after an agent restart.
+* ``<spool>/<node>/scratch/jobNNNNNNNN[.run]/``, the user's (0700): the script itself. The agent writes
+  it before handing the folder over and never reads from it again.
+
+A pid is signalled only while the process that bears it is verifiably the one recorded (pid and
+start time), so a restarted agent never signals a stranger that reused the number.
 """
 
 from __future__ import annotations
@@ -20,20 +25,14 @@ import shutil
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from wattsched.api import BatchLaunch, JobEvent
 from wattsched.noded import procs
 
 log = logging.getLogger("wattsched.noded")
 
-SUPERVISOR = (
-    '"$@" & child=$!\n'
-    'trap "" TERM INT HUP QUIT USR1 USR2 ALRM\n'
-    'echo "$child" > "$WATTSCHED_SPOOL/script.pid"\n'
-    'wait "$child"; rc=$?\n'
-    'echo "$rc" > "$WATTSCHED_SPOOL/status.tmp" && mv "$WATTSCHED_SPOOL/status.tmp" "$WATTSCHED_SPOOL/status"\n'
-)
+ERROR_MAX = 1000  # characters of a launch error carried to the controller
 
 
 @dataclass
@@ -43,11 +42,32 @@ class BatchJob:
     run: int
     spool: str
     supervisor_pid: int
+    supervisor_start: int
     start: float
     signalled: bool = False
     adopted: bool = False
     kill_task: asyncio.Task | None = None
-    step_pgids: set[int] = field(default_factory=set)
+    script: tuple[int, int] | None = None  # the script's (pid, start time), once the supervisor wrote it
+
+    def supervisor_alive(self) -> bool:
+        return procs.same_process(self.supervisor_pid, self.supervisor_start)
+
+
+def _read_json(path: str) -> dict | None:
+    try:
+        with open(path) as handle:
+            data = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _private_dir(path: str) -> None:
+    """A root-owned folder only root may enter, made afresh."""
+    shutil.rmtree(path, ignore_errors=True)
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    os.mkdir(path, 0o700)
+    os.chmod(path, 0o700)
 
 
 class BatchRunner:
@@ -60,7 +80,33 @@ class BatchRunner:
         self.jobs: dict[int, BatchJob] = {}
 
     def job_dir(self, node: str, job_id: int, run: int) -> str:
-        return os.path.join(self.spool_root, node, f"job{job_id:08d}" + (f".{run}" if run else ""))
+        return os.path.join(self.spool_root, node, self._name(job_id, run))
+
+    def scratch_dir(self, node: str, job_id: int, run: int) -> str:
+        return os.path.join(self.spool_root, node, "scratch", self._name(job_id, run))
+
+    @staticmethod
+    def _name(job_id: int, run: int) -> str:
+        return f"job{job_id:08d}" + (f".{run}" if run else "")
+
+    def _prepare_scratch(self, req: BatchLaunch) -> str:
+        """The user's folder with the script in it: written by root while only root can write there,
+        then handed over. Returns the script's path."""
+        parent = os.path.join(self.spool_root, req.node, "scratch")
+        os.makedirs(parent, exist_ok=True)
+        for folder in (os.path.dirname(parent), parent):
+            os.chmod(folder, 0o711)  # users reach their own run's folder, list nobody's
+        scratch = self.scratch_dir(req.node, req.job_id, req.run)
+        shutil.rmtree(scratch, ignore_errors=True)  # symlink-safe: it never follows a link
+        os.mkdir(scratch, 0o700)
+        script = os.path.join(scratch, "slurm_script")
+        fd = os.open(script, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o700)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(req.script)
+        if os.geteuid() == 0 and req.uid != 0:
+            os.chown(script, req.uid, req.gid)
+            os.chown(scratch, req.uid, req.gid)
+        return script
 
     def launch(self, req: BatchLaunch) -> None:
         if req.job_id in self.jobs:
@@ -68,90 +114,81 @@ class BatchRunner:
         spool = self.job_dir(req.node, req.job_id, req.run)
         if os.path.exists(os.path.join(spool, "status")):
             return  # already ran; its end is in the event outbox
-        os.makedirs(spool, exist_ok=True)
-        script = os.path.join(spool, "script")
-        with open(script, "w") as handle:
-            handle.write(req.script)
-        os.chmod(script, 0o700)
-        if os.geteuid() == 0 and req.uid != 0:
-            os.chown(spool, req.uid, req.gid)
-            os.chown(script, req.uid, req.gid)
-        env = dict(req.environment, WATTSCHED_SPOOL=spool)
-        fds: list[int] = []
         try:
-            stdin = os.open(req.std_in, os.O_RDONLY) if req.std_in else os.open(os.devnull, os.O_RDONLY)
-            fds.append(stdin)
-            out = procs.open_output(req.std_out, req.open_mode, req.uid, req.gid)
-            fds.append(out)
-            err = out if req.std_err == req.std_out else procs.open_output(req.std_err, req.open_mode,
-                                                                           req.uid, req.gid)
-            fds.append(err)
-            work_dir = req.work_dir if os.path.isdir(req.work_dir) else "/tmp"
-            proc = procs.spawn(["/bin/sh", "-c", SUPERVISOR, "slurm_script", script, *req.argv], env=env,
-                               cwd=work_dir, uid=req.uid, gid=req.gid, stdin=stdin, stdout=out, stderr=err)
+            _private_dir(spool)
+            script = self._prepare_scratch(req)
+            spec = {"uid": req.uid, "gid": req.gid, "groups": procs.user_groups(req.user, req.gid),
+                    "umask": procs.umask_of(req.environment), "work_dir": req.work_dir, "stdin": req.std_in,
+                    "stdout": req.std_out, "stderr": req.std_err, "open_mode": req.open_mode,
+                    "argv": [script, *req.argv], "env": req.environment, "spool": spool}
+            with open(os.devnull, "rb") as null_in, open(os.devnull, "wb") as null_out:
+                proc = procs.spawn_stepd("batch", spec, cwd=spool, stdin=null_in.fileno(),
+                                         stdout=null_out.fileno(), stderr=null_out.fileno())
         except OSError as exc:
             log.warning("batch launch failed", extra={"job": req.job_id, "error": str(exc)})
-            self._write_status(spool, 1)
-            self.on_end(JobEvent(job_id=req.job_id, node=req.node, run=req.run, exit_code=1, end_time=time.time()))
+            self.on_end(JobEvent(job_id=req.job_id, node=req.node, run=req.run, exit_code=1, end_time=time.time(),
+                                 error=f"launch failed: {exc}"[:ERROR_MAX]))
             return
-        finally:
-            for fd in set(fds):
-                os.close(fd)
+        job = BatchJob(req.job_id, req.node, req.run, spool, proc.pid, procs.start_time(proc.pid), time.time())
         with open(os.path.join(spool, "job.json"), "w") as handle:
             json.dump({"job_id": req.job_id, "node": req.node, "run": req.run, "supervisor": proc.pid,
-                       "start": time.time()}, handle)
-        job = BatchJob(req.job_id, req.node, req.run, spool, proc.pid, time.time())
+                       "supervisor_start": job.supervisor_start, "start": job.start}, handle)
         self.jobs[req.job_id] = job
         procs.reap(proc, asyncio.get_running_loop()).add_done_callback(
             lambda fut: self._ended(job, fut.result()))
 
-    def _write_status(self, spool: str, code: int) -> None:
-        with open(os.path.join(spool, "status"), "w") as handle:
-            handle.write(f"{code}\n")
-
     def _ended(self, job: BatchJob, sup: procs.Exit) -> None:
-        code, sig = self._script_status(job, sup)
-        procs.killpg(job.supervisor_pid, signal.SIGKILL)  # the script's leftover processes die with it
-        for pgid in job.step_pgids:
-            procs.killpg(pgid, signal.SIGKILL)
         if job.kill_task:
             job.kill_task.cancel()
+        if self.jobs.get(job.job_id) is not job:
+            return
         self.jobs.pop(job.job_id, None)
-        self.on_end(JobEvent(job_id=job.job_id, node=job.node, run=job.run, exit_code=code, term_signal=sig,
-                             end_time=time.time(), total_cpu_s=sup.cpu_s, max_rss_kb=sup.max_rss_kb))
+        record = _read_json(os.path.join(job.spool, "status"))
+        if record is None:
+            # the supervisor itself was killed: its script may live on, orphaned; it dies now
+            script = self.script_process(job)
+            if script and procs.same_process(*script):
+                procs.killpg(script[0], signal.SIGKILL)
+            code, sig = (0, sup.term_signal or signal.SIGKILL) if sup.term_signal or job.signalled else \
+                (sup.exit_code or 1, 0)
+            record = {"exit_code": code, "signal": sig}
+        error = str(record.get("error", ""))[:ERROR_MAX]
+        if error:
+            log.warning("batch launch failed", extra={"job": job.job_id, "node": job.node, "error": error})
+        self.on_end(JobEvent(job_id=job.job_id, node=job.node, run=job.run, exit_code=int(record["exit_code"]),
+                             term_signal=int(record.get("signal", 0)), end_time=time.time(),
+                             total_cpu_s=float(record.get("cpu_s", 0.0)),
+                             max_rss_kb=int(record.get("max_rss_kb", 0)), error=error))
 
-    def _script_status(self, job: BatchJob, sup: procs.Exit) -> tuple[int, int]:
-        try:
-            with open(os.path.join(job.spool, "status")) as handle:
-                rc = int(handle.read().strip())
-        except (OSError, ValueError):
-            return (sup.exit_code, sup.term_signal) if sup.term_signal else (sup.exit_code or 1, 0)
-        if rc > 128 and (job.signalled or rc - 128 in (signal.SIGKILL, signal.SIGSEGV, signal.SIGABRT,
-                                                      signal.SIGBUS, signal.SIGFPE, signal.SIGILL)):
-            return 0, rc - 128
-        return rc, 0
+    def script_process(self, job: BatchJob) -> tuple[int, int] | None:
+        """The script's (pid, start time), as its supervisor recorded it."""
+        if job.script is None:
+            data = _read_json(os.path.join(job.spool, "script.pid"))
+            if data is not None:
+                job.script = (int(data["pid"]), int(data["start"]))
+        return job.script
 
-    def script_pid(self, job: BatchJob) -> int | None:
-        try:
-            with open(os.path.join(job.spool, "script.pid")) as handle:
-                return int(handle.read().strip())
-        except (OSError, ValueError):
-            return None
+    def script_pgid(self, job: BatchJob) -> int | None:
+        """The script's process group while its supervisor is alive (so the number is still the job's)."""
+        script = self.script_process(job)
+        return script[0] if script and job.supervisor_alive() else None
 
     def signal(self, job_id: int, sig: int, batch_only: bool) -> None:
         job = self.jobs.get(job_id)
         if job is None:
             return
         job.signalled = True
-        if batch_only:
-            pid = self.script_pid(job)
-            if pid:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, sig)
+        pgid = self.script_pgid(job)
+        if pgid is None:
+            # not started yet: a termination stops it from starting (its supervisor dies before the exec)
+            if sig in (signal.SIGTERM, signal.SIGKILL, signal.SIGINT) and job.supervisor_alive():
+                procs.killpg(job.supervisor_pid, signal.SIGKILL)
             return
-        procs.killpg(job.supervisor_pid, sig)
-        for pgid in job.step_pgids:
-            procs.killpg(pgid, sig)
+        if batch_only:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pgid, sig)
+            return
+        procs.killpg(pgid, sig)
 
     def terminate(self, job_id: int) -> bool:
         """SIGTERM now, SIGKILL after KillWait; True when nothing of the job is left here."""
@@ -168,39 +205,42 @@ class BatchRunner:
         self.signal(job.job_id, signal.SIGKILL, False)
 
     def recover(self, nodes: list[str]) -> None:
-        """After a restart: report scripts that ended meanwhile, adopt those still running."""
+        """After a restart: report scripts that ended meanwhile, adopt those still running. Only the
+        root-owned records are read, and a supervisor counts as running only if its pid still names
+        the process that started at the recorded time."""
         for node in nodes:
             node_dir = os.path.join(self.spool_root, node)
             if not os.path.isdir(node_dir):
                 continue
             for entry in sorted(os.listdir(node_dir)):
                 if not entry.startswith("job"):
-                    continue  # the node's other state: cpufreq tree, allocations, BMC files
+                    continue  # the node's other state: scratch, cpufreq tree, allocations, BMC files
                 spool = os.path.join(node_dir, entry)
+                info = _read_json(os.path.join(spool, "job.json"))
                 try:
-                    with open(os.path.join(spool, "job.json")) as handle:
-                        info = json.load(handle)
-                except (OSError, ValueError):
+                    job = BatchJob(int(info["job_id"]), node, int(info.get("run", 0)), spool,
+                                   int(info["supervisor"]), int(info.get("supervisor_start", 0)),
+                                   float(info["start"]), adopted=True)
+                except (TypeError, KeyError, ValueError):
                     shutil.rmtree(spool, ignore_errors=True)
                     continue
-                job = BatchJob(info["job_id"], node, info.get("run", 0), spool, info["supervisor"], info["start"],
-                               adopted=True)
-                if os.path.exists(os.path.join(spool, "status")) or not procs.alive(job.supervisor_pid):
-                    code, sig = self._script_status(job, procs.Exit(1, 0, 0.0, 0))
-                    self.on_end(JobEvent(job_id=job.job_id, node=node, run=job.run, exit_code=code,
-                                         term_signal=sig, end_time=time.time()))
+                if os.path.exists(os.path.join(spool, "status")) or not job.supervisor_alive():
+                    self.jobs[job.job_id] = job
+                    self._ended(job, procs.Exit(1, 0, 0.0, 0))
                 else:
                     self.jobs[job.job_id] = job
 
     async def poll_adopted(self) -> None:
         """Adopted supervisors are not our children: watch for their status files instead."""
         for job in [j for j in self.jobs.values() if j.adopted]:
-            if os.path.exists(os.path.join(job.spool, "status")) or not procs.alive(job.supervisor_pid):
+            if os.path.exists(os.path.join(job.spool, "status")) or not job.supervisor_alive():
                 self._ended(job, procs.Exit(1, 0, 0.0, 0))
 
     def forget(self, event: JobEvent) -> None:
-        """The controller has the run's end: drop its spool folder."""
+        """The controller has the run's end: drop its folders (rmtree never follows the user's links)."""
         shutil.rmtree(self.job_dir(event.node, event.job_id, event.run), ignore_errors=True)
+        shutil.rmtree(self.scratch_dir(event.node, event.job_id, event.run), ignore_errors=True)
 
     def running_on(self, node: str) -> list[int]:
         return [j.job_id for j in self.jobs.values() if j.node == node]
+

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 
 import uvicorn
@@ -26,6 +27,7 @@ def select_nodes(config: config_mod.Config, expression: str | None) -> list[conf
 
 
 def run(config_path: str, nodes: str | None, host: str, port: int | None, advertise: str | None) -> None:
+    os.umask(0o077)  # spool records, outbox and profiles are root's alone; jobs apply their own umask
     config = config_mod.load(config_path)
     logs.setup(config.log_level)
     selected = select_nodes(config, nodes)

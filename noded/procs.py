@@ -7,12 +7,15 @@ RSS (asyncio's child watchers give neither); the result is handed to the event l
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import json
 import os
 import signal
 import subprocess
+import sys
 import threading
 from dataclasses import dataclass
+
+from wattsched.noded.stepd import proc_start as start_time
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,14 +33,41 @@ def decode_status(status: int) -> tuple[int, int]:
     return os.WEXITSTATUS(status), 0
 
 
-def spawn(argv: list[str], *, env: dict[str, str], cwd: str, uid: int | None, gid: int | None,
-          stdin: int | None, stdout: int | None, stderr: int | None) -> subprocess.Popen:
-    """Start a process in a session of its own, as ``uid`` when the agent runs as root."""
-    as_user = {}
-    if os.geteuid() == 0 and uid is not None and uid != 0:
-        as_user = {"user": uid, "group": gid, "extra_groups": []}
-    return subprocess.Popen(argv, env=env, cwd=cwd, stdin=stdin, stdout=stdout, stderr=stderr,
-                            start_new_session=True, close_fds=True, **as_user)
+# The step daemon's whole environment: it runs as root, so nothing of the user's may reach it.
+STEPD_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
+
+
+def user_groups(user: str, gid: int) -> list[int]:
+    """The job's supplementary groups, as initgroups(3) would set them."""
+    try:
+        return os.getgrouplist(user, gid)
+    except (KeyError, OSError):
+        return [gid]
+
+
+def umask_of(environment: dict[str, str]) -> int:
+    """The submitter's umask, which sbatch and srun pass as SLURM_UMASK (as Slurm does)."""
+    try:
+        return int(environment.get("SLURM_UMASK", "0022"), 8) & 0o777
+    except ValueError:
+        return 0o022
+
+
+def spawn_stepd(mode: str, spec: dict, *, cwd: str, stdin: int | None, stdout: int | None,
+                stderr: int | None) -> subprocess.Popen:
+    """Start the step daemon (:mod:`wattsched.noded.stepd`) in a session of its own, with ``spec``
+    on an inherited memfd; the daemon changes to the user before touching any path of theirs."""
+    fd = os.memfd_create("wattsched-launch", os.MFD_CLOEXEC)
+    try:
+        data = json.dumps(spec).encode()
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        return subprocess.Popen([sys.executable, "-I", "-m", "wattsched.noded.stepd", mode, str(fd)],
+                                env=STEPD_ENV, cwd=cwd, stdin=stdin, stdout=stdout, stderr=stderr,
+                                start_new_session=True, close_fds=True, pass_fds=(fd,))
+    finally:
+        os.close(fd)
 
 
 def reap(proc: subprocess.Popen, loop: asyncio.AbstractEventLoop) -> asyncio.Future[Exit]:
@@ -81,14 +111,9 @@ def alive(pid: int) -> bool:
     return state not in (b"Z", b"X")
 
 
-def open_output(path: str, mode: str, uid: int, gid: int) -> int:
-    """Open a job's output file as Slurm does (truncate or append), owned by the job's user."""
-    flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if mode == "append" else os.O_TRUNC)
-    fd = os.open(path, flags, 0o644)
-    if os.geteuid() == 0 and uid != 0:
-        with contextlib.suppress(OSError):
-            os.fchown(fd, uid, gid)
-    return fd
+def same_process(pid: int, started: int) -> bool:
+    """Whether ``pid`` is still the process that started at ``started`` (and has not ended)."""
+    return pid > 1 and started > 0 and start_time(pid) == started and alive(pid)
 
 
 TERM_SIGNALS = (signal.SIGTERM, signal.SIGKILL)

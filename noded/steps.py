@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import signal
 import subprocess
 import threading
@@ -48,31 +47,25 @@ async def run_tasks(req: TaskLaunch, layout: dict[str, list[int]], uid: int, gid
     node_index = list(layout).index(req.node)
     running: list[tuple[int, subprocess.Popen, asyncio.Future]] = []
     readers: list[threading.Thread] = []
-    work_dir = req.work_dir if os.path.isdir(req.work_dir) else "/tmp"
+    groups = procs.user_groups(user, gid)
     try:
         for local_id, task_id in enumerate(layout[req.node]):
             env = task_environment(req, layout, task_id, local_id, node_index)
-            out_fd = err_fd = None
-            if req.output:
-                out_fd = procs.open_output(_task_path(req, req.output, task_id, node_index, user), req.open_mode,
-                                           uid, gid)
-            if req.error:
-                err_fd = procs.open_output(_task_path(req, req.error, task_id, node_index, user), req.open_mode,
-                                           uid, gid)
+            spec = {"uid": uid, "gid": gid, "groups": groups, "umask": procs.umask_of(env), "work_dir": req.work_dir,
+                    "stdout": _task_path(req, req.output, task_id, node_index, user) if req.output else "",
+                    "stderr": _task_path(req, req.error, task_id, node_index, user) if req.error else "",
+                    "open_mode": req.open_mode, "argv": req.argv, "env": env}
+            if spec["stdout"] and not spec["stderr"]:
+                spec["stderr"] = spec["stdout"]
             try:
-                proc = procs.spawn(req.argv, env=env, cwd=work_dir, uid=uid, gid=gid,
-                                   stdin=subprocess.DEVNULL,
-                                   stdout=out_fd if out_fd is not None else subprocess.PIPE,
-                                   stderr=err_fd if err_fd is not None else (
-                                       out_fd if out_fd is not None else subprocess.PIPE))
+                # the step daemon becomes the user, then opens the task's files and execs it
+                proc = procs.spawn_stepd("exec", spec, cwd="/", stdin=subprocess.DEVNULL,
+                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             except OSError as exc:
                 message = f"slurmstepd: error: execve(): {req.argv[0]}: {exc.strerror}\n"
                 yield _line({"task": task_id, "fd": 2, "data": message})
                 yield _line({"task": task_id, "exit": 2, "signal": 0, "cpu": 0.0, "rss": 0})
                 continue
-            finally:
-                for fd in {out_fd, err_fd} - {None}:
-                    os.close(fd)
             pgids.add(proc.pid)
             running.append((task_id, proc, procs.reap(proc, loop)))
             for fd_no, pipe in ((1, proc.stdout), (2, proc.stderr)):

@@ -149,3 +149,39 @@ def test_usage_records_come_from_finished_jobs(store: AccountingStore) -> None:
     records = store.assocs("c1").usage_records(since=0)
     assert [(r.user, r.account, r.cpus, r.start, r.end, r.energy_j) for r in records] == [
         ("alice", "phys", 8, 1010.0, 1070.0, 5000.0)]
+
+
+def test_a_record_the_database_refuses_is_set_aside_and_the_others_flow_on(store: AccountingStore, tmp_path) -> None:
+    """One impossible record (a priority beyond any integer column) among good ones: the good ones all
+    arrive, the bad one is kept in the state store's set-aside table and shown by sdiag's source."""
+    from wattsched.controller.acctsync import AccountingSync
+    from wattsched.controller.store import StateStore
+
+    state = StateStore(str(tmp_path / "ctld"))
+    good = [_job(i) for i in (1, 2, 4, 5)]
+    bad = _job(3, priority=2**70)
+    state.commit([*good[:2], bad, *good[2:]])
+    sync = AccountingSync(state, store, "c1")
+    assert sync.sync_once() == 5
+    rows = store.query_jobs(JobQuery(cluster="c1"))
+    assert sorted(r["job_id"] for r in rows) == [1, 2, 4, 5]
+    assert state.backlog() == 0
+    rejected = state.rejected()
+    assert [(r["kind"], r["key"]) for r in rejected] == [("job", "3")] and rejected[0]["error"]
+    state.commit([_job(6)])  # later records are not held up by it
+    sync.sync_once()
+    assert 6 in {r["job_id"] for r in store.query_jobs(JobQuery(cluster="c1"))}
+    assert state.rejected_count() == 1
+
+
+def test_writes_while_the_database_is_away_stay_in_the_outbox(tmp_path) -> None:
+    """A database that does not answer is not a bad record: nothing is set aside, everything waits."""
+    from wattsched.controller.acctsync import AccountingSync
+    from wattsched.controller.store import StateStore
+
+    state = StateStore(str(tmp_path / "ctld"))
+    state.commit([_job(1), _job(2)])
+    away = AccountingStore("postgresql://nobody@127.0.0.1:1/none")
+    with pytest.raises(Exception):  # noqa: B017 - whatever the driver raises for a refused connection
+        AccountingSync(state, away, "c1").sync_once()
+    assert state.backlog() == 2 and state.rejected_count() == 0

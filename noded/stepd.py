@@ -1,0 +1,187 @@
+"""The step daemon: the only code that turns the root agent's launch request into a user's process.
+
+The agent runs as root and never opens, creates or enters a path a user named (Slurm's slurmstepd
+rule). It starts this module with a clean environment and the launch request on an inherited file
+descriptor (a memfd the agent wrote), in one of two modes:
+
+* ``batch FD``: a root supervisor for one batch script. It forks the script's process, which becomes
+  the user (supplementary groups, gid, uid) and only then applies the user's umask, enters the
+  working directory, opens stdin/stdout/stderr and executes the script. The root parent records the
+  child's pid and start time, waits for it, and writes the exit status into the job's root-owned spool
+  folder. The agent trusts only those two files, also after its own restart, because no process of
+  the user can write there.
+* ``exec FD``: the same change of identity in-process, then exec (a step task: the agent itself is the
+  parent and reaps it).
+
+Until the exec the child's signal dispositions are reset to their defaults, since the supervisor
+ignores the termination signals that the agent sends to the script's process group.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import sys
+from typing import Any
+
+# The signals the batch supervisor ignores: they are meant for the script, never for its recorder.
+IGNORED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2,
+           signal.SIGALRM, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU)
+FALLBACK_DIR = "/tmp"
+
+
+class LaunchError(Exception):
+    """The user's process could not be started; the message is Slurm's wording."""
+
+
+def read_spec(fd: int) -> dict[str, Any]:
+    os.lseek(fd, 0, os.SEEK_SET)
+    chunks = []
+    while chunk := os.read(fd, 1 << 20):
+        chunks.append(chunk)
+    os.close(fd)
+    return json.loads(b"".join(chunks))
+
+
+def become_user(spec: dict[str, Any]) -> None:
+    """Drop to the job's identity for good (when started as root): groups first, then gid, then uid."""
+    uid, gid = int(spec["uid"]), int(spec["gid"])
+    if os.geteuid() == 0:
+        os.setgroups([int(g) for g in spec.get("groups", [gid])])
+        os.setresgid(gid, gid, gid)
+        os.setresuid(uid, uid, uid)
+    if os.geteuid() != uid and os.geteuid() == 0:
+        raise LaunchError("could not drop privileges")
+
+
+def _open(path: str, flags: int, what: str) -> int:
+    try:
+        return os.open(path, flags | os.O_CLOEXEC, 0o666)  # the user's umask decides, as for any file they make
+    except OSError as exc:
+        raise LaunchError(f"Could not open {what} file {path}: {exc.strerror}") from exc
+
+
+def setup_as_user(spec: dict[str, Any]) -> list[str]:
+    """Umask, working directory and standard streams, in the user's name; returns warnings for stderr."""
+    warnings = []
+    os.umask(int(spec.get("umask", 0o022)) & 0o777)
+    work_dir = spec.get("work_dir") or FALLBACK_DIR
+    try:
+        os.chdir(work_dir)
+    except OSError as exc:
+        warnings.append(f"slurmstepd: error: couldn't chdir to `{work_dir}': {exc.strerror}: "
+                        f"going to {FALLBACK_DIR} instead\n")
+        os.chdir(FALLBACK_DIR)
+    append = os.O_APPEND if spec.get("open_mode") == "append" else os.O_TRUNC
+    targets = []
+    if spec.get("stdin"):
+        targets.append((0, _open(spec["stdin"], os.O_RDONLY, "stdin")))
+    if spec.get("stdout"):
+        out = _open(spec["stdout"], os.O_WRONLY | os.O_CREAT | append, "stdout")
+        targets.append((1, out))
+        if spec.get("stderr") == spec["stdout"]:
+            targets.append((2, out))
+    if spec.get("stderr") and spec.get("stderr") != spec.get("stdout"):
+        targets.append((2, _open(spec["stderr"], os.O_WRONLY | os.O_CREAT | append, "stderr")))
+    for target, fd in targets:
+        os.dup2(fd, target)  # dup2 clears close-on-exec on the copy
+    for fd in {fd for _, fd in targets}:
+        if fd > 2:
+            os.close(fd)
+    return warnings
+
+
+def exec_as_user(spec: dict[str, Any]) -> None:
+    """Become the user, set up the task's streams, exec: never returns (raises LaunchError)."""
+    become_user(spec)
+    for warning in setup_as_user(spec):
+        os.write(2, warning.encode())
+    for sig in IGNORED:
+        signal.signal(sig, signal.SIG_DFL)
+    argv = [str(a) for a in spec["argv"]]
+    try:
+        os.execvpe(argv[0], argv, {str(k): str(v) for k, v in spec["env"].items()})
+    except OSError as exc:
+        raise LaunchError(f"execve(): {argv[0]}: {exc.strerror}") from exc
+
+
+def proc_start(pid: int) -> int:
+    """A process's start time in clock ticks since boot (0 if it is gone): with the pid, it names one
+    process, never a later one that reuses the number."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            return int(handle.read().rsplit(b")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def write_private(path: str, data: dict[str, Any]) -> None:
+    """Atomically write a root-owned record (0600)."""
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        json.dump(data, handle)
+    os.replace(tmp, path)
+
+
+def supervise(spec: dict[str, Any]) -> int:
+    """Run one batch script as its user; record its pid, then its end, in the root-owned spool."""
+    spool = spec["spool"]
+    for sig in IGNORED:
+        signal.signal(sig, signal.SIG_IGN)
+    err_r, err_w = os.pipe2(os.O_CLOEXEC)
+    go_r, go_w = os.pipe2(os.O_CLOEXEC)
+    pid = os.fork()
+    if pid == 0:
+        os.close(err_r)
+        os.close(go_w)
+        try:
+            os.setpgid(0, 0)  # the script's own process group: what the agent signals
+            if os.read(go_r, 1) != b"x":  # wait until the parent has recorded us (EOF: it died, so do we)
+                os._exit(1)
+            os.close(go_r)
+            exec_as_user(spec)
+        except LaunchError as exc:
+            os.write(err_w, str(exc).encode()[:1000])
+        except BaseException as exc:
+            os.write(err_w, f"launch failed: {exc}".encode()[:1000])
+        os._exit(1)
+    os.close(err_w)
+    os.close(go_r)
+    write_private(os.path.join(spool, "script.pid"), {"pid": pid, "start": proc_start(pid)})
+    os.write(go_w, b"x")
+    os.close(go_w)
+    message = b""
+    while chunk := os.read(err_r, 4096):
+        message += chunk
+    os.close(err_r)
+    _pid, status, usage = os.wait4(pid, 0)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)  # what the script left in its group ends with it, as in Slurm
+    code, sig = (0, os.WTERMSIG(status)) if os.WIFSIGNALED(status) else (os.WEXITSTATUS(status), 0)
+    record = {"exit_code": code, "signal": sig, "cpu_s": usage.ru_utime + usage.ru_stime,
+              "max_rss_kb": usage.ru_maxrss}
+    if message:
+        record.update(exit_code=1, signal=0, error=message.decode(errors="replace"))
+    write_private(os.path.join(spool, "status"), record)
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 3 or argv[1] not in ("batch", "exec"):
+        sys.stderr.write("usage: python -m wattsched.noded.stepd batch|exec FD\n")
+        return 2
+    spec = read_spec(int(argv[2]))
+    if argv[1] == "batch":
+        return supervise(spec)
+    try:
+        exec_as_user(spec)
+    except (LaunchError, OSError) as exc:
+        os.write(2, f"slurmstepd: error: {exc}\n".encode())
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

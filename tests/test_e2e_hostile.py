@@ -1,0 +1,385 @@
+"""A hostile user on a shared cluster: real unprivileged accounts against a real controller and a
+root agent. Every probe must be refused or harmless: nothing created, truncated or read that should
+not be, no other user's job touched, no request that stalls the service for anyone else.
+
+The accounts (wsmallory, wsvictim, and the group wsproject) are made by the fixture with useradd
+and removed after; without root or useradd the module is skipped, saying why.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import stat
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from wattsched import auth
+from wattsched.testcluster import BIN, Cluster, wait_for
+
+USERS = ("wsmallory", "wsvictim")
+GROUP = "wsproject"
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("useradd"),
+                                reason="needs root and useradd to create the unprivileged accounts")
+
+
+class Account:
+    def __init__(self, name: str, cluster: Cluster):
+        import pwd
+
+        entry = pwd.getpwnam(name)
+        self.name, self.uid, self.gid = name, entry.pw_uid, entry.pw_gid
+        self.groups = os.getgrouplist(name, entry.pw_gid)
+        self.cluster = cluster
+        self.home = cluster.root / f"home-{name}"
+        self.home.mkdir(exist_ok=True)
+        os.chown(self.home, self.uid, self.gid)
+        os.chmod(self.home, 0o755)
+
+    def env(self, **extra: str) -> dict[str, str]:
+        env = {"PATH": f"{BIN}:/usr/bin:/bin", "WATTSCHED_CONF": str(self.cluster.conf),
+               "SLURM_CONF": str(self.cluster.conf), "HOME": str(self.home), "USER": self.name, "LANG": "C.UTF-8"}
+        env.update(extra)
+        return env
+
+    def run(self, *args: str, umask: int = 0o022, input: bytes | None = None, env: dict | None = None,
+            timeout: float = 60) -> subprocess.CompletedProcess:
+        """A command as this user, from their own folder, with their own groups and umask."""
+        return subprocess.run([str(BIN / args[0]) if (BIN / args[0]).exists() else args[0], *args[1:]],
+                              user=self.uid, group=self.gid, extra_groups=self.groups, umask=umask,
+                              env=env or self.env(), cwd=self.home, capture_output=True, input=input,
+                              timeout=timeout)
+
+    def sbatch(self, *args: str, umask: int = 0o022) -> int:
+        result = self.run("sbatch", "--parsable", *args, umask=umask)
+        assert result.returncode == 0, result.stderr.decode()
+        return int(result.stdout.strip())
+
+    def token(self) -> str:
+        return self.cluster.token(self.uid, self.name)
+
+
+def _reachable(paths: list[str]) -> list[tuple[str, int]]:
+    """Let every user traverse the folders above ``paths`` (the interpreter may live under /root here);
+    only the search bit is added, and the old modes are returned for the restore."""
+    changed = []
+    for path in paths:
+        folder = os.path.dirname(os.path.realpath(path))
+        while folder != "/":
+            mode = stat.S_IMODE(os.stat(folder).st_mode)
+            if not mode & 0o001 and (folder, mode) not in changed:
+                changed.append((folder, mode))
+                os.chmod(folder, mode | 0o001)
+            folder = os.path.dirname(folder)
+    return changed
+
+
+@pytest.fixture(scope="module")
+def accounts() -> Iterator[None]:
+    import sys
+
+    restore = _reachable([sys.executable, str(BIN / "sbatch")])
+    subprocess.run(["groupadd", "-f", GROUP], check=True)
+    for name in USERS:
+        subprocess.run(["userdel", name], capture_output=True, check=False)
+        subprocess.run(["useradd", "-M", "-N", "-g", "users", "-s", "/bin/sh", name], check=True)
+    subprocess.run(["usermod", "-a", "-G", GROUP, USERS[0]], check=True)
+    yield
+    for name in USERS:
+        subprocess.run(["userdel", name], capture_output=True, check=False)
+    subprocess.run(["groupdel", GROUP], capture_output=True, check=False)
+    for folder, mode in reversed(restore):
+        os.chmod(folder, mode)
+
+
+@pytest.fixture(scope="module")
+def shared(accounts) -> Iterator[Cluster]:
+    """A cluster in a folder every user can reach (the controller makes its state folder private)."""
+    root = Path(tempfile.mkdtemp(prefix="wattsched-hostile-"))
+    os.chmod(root, 0o755)
+    cluster = Cluster(root, nodes=2, cpus=4).start()
+    os.chmod(cluster.conf, 0o644)
+    yield cluster
+    cluster.stop()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def mallory(shared) -> Account:
+    return Account(USERS[0], shared)
+
+
+@pytest.fixture(scope="module")
+def victim(shared) -> Account:
+    return Account(USERS[1], shared)
+
+
+def _final(cluster: Cluster, job_id: int) -> dict:
+    return cluster.wait_state(job_id, {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"}, timeout=60)
+
+
+# --- paths a user names are used only as that user ---------------------------------------------------
+
+def test_output_paths_are_opened_as_the_user(shared: Cluster, mallory: Account) -> None:
+    guarded = shared.root / "guarded"
+    guarded.mkdir(exist_ok=True)
+    os.chmod(guarded, 0o755)
+    victim_file = guarded / "precious"
+    victim_file.write_text("keep me\n")
+    os.chmod(victim_file, 0o644)
+    new_file = guarded / "created-by-root"
+    for target in (victim_file, new_file, Path("/etc/wattsched-probe")):
+        job = mallory.sbatch("-o", str(target), "--wrap", "echo pwned")
+        info = _final(shared, job)
+        assert info["state"] == "FAILED", info
+        assert "Could not open stdout file" in info["reason"], info["reason"]
+    assert victim_file.read_text() == "keep me\n"
+    assert not new_file.exists() and not Path("/etc/wattsched-probe").exists()
+    srun = mallory.run("srun", "-o", str(victim_file), "echo", "pwned")
+    assert srun.returncode != 0 and b"Could not open stdout file" in srun.stderr
+    assert victim_file.read_text() == "keep me\n"
+
+
+def test_input_and_working_directory_are_the_users(shared: Cluster, mallory: Account) -> None:
+    secret_dir = shared.root / "rootonly"
+    secret_dir.mkdir(exist_ok=True)
+    os.chmod(secret_dir, 0o700)
+    secret = secret_dir / "secret"
+    secret.write_text("root's secret\n")
+    out = mallory.home / "in.out"
+    job = mallory.sbatch("-i", str(secret), "-o", str(out), "--wrap", "cat")
+    info = _final(shared, job)
+    assert info["state"] == "FAILED" and "Could not open stdin file" in info["reason"]
+    assert "secret" not in (out.read_text() if out.exists() else "")
+    out = mallory.home / "cwd.out"
+    job = mallory.sbatch("-D", str(secret_dir), "-o", str(out), "--wrap", "pwd; ls")
+    assert _final(shared, job)["state"] == "COMPLETED"
+    text = out.read_text()
+    assert "couldn't chdir" in text and "/tmp" in text and "secret" not in text.replace(str(secret_dir), "")
+
+
+def test_output_follows_the_users_umask_and_groups(shared: Cluster, mallory: Account, victim: Account) -> None:
+    out = victim.home / "private.out"
+    job = victim.sbatch("-o", str(out), "--wrap", "echo victim data", umask=0o077)
+    assert _final(shared, job)["state"] == "COMPLETED"
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600 and out.stat().st_uid == victim.uid
+    stolen = mallory.run("cat", str(out))
+    assert stolen.returncode != 0 and b"victim data" not in stolen.stdout
+    groups_out = mallory.home / "groups.out"
+    job = mallory.sbatch("-o", str(groups_out), "--wrap", "id -Gn; umask")
+    assert _final(shared, job)["state"] == "COMPLETED"
+    assert GROUP in groups_out.read_text().split() and "0022" in groups_out.read_text()
+
+
+# --- state and the node's records are root's --------------------------------------------------------
+
+def test_state_keys_and_databases_are_private(shared: Cluster, mallory: Account) -> None:
+    ctld = shared.root / "ctld"
+    assert stat.S_IMODE(ctld.stat().st_mode) == 0o700
+    for path in ctld.iterdir():
+        if path.is_file():
+            assert stat.S_IMODE(path.stat().st_mode) & 0o077 == 0, path
+    names = {p.name for p in ctld.iterdir()}
+    assert {"state.db", "accounting.db", "jwt_hs256.key"} <= names
+    for name in ("state.db", "state.db-wal", "accounting.db", "jwt_hs256.key"):
+        assert mallory.run("cat", str(ctld / name)).returncode != 0
+    job = mallory.sbatch("-H", "--wrap", "true", umask=0o022)
+    with_token = mallory.run("sbatch", "--parsable", "-H", "--wrap", "true",
+                             env=mallory.env(SLURM_JWT=mallory.token()))
+    assert with_token.returncode == 0
+    held = int(with_token.stdout)
+    import sqlite3
+
+    conn = sqlite3.connect(ctld / "state.db")
+    for job_id in (job, held):
+        data = json.loads(conn.execute("SELECT data FROM jobs WHERE job_id = ?", (job_id,)).fetchone()[0])
+        assert "SLURM_JWT" not in data["environment"]
+        assert data["environment"].get("SLURM_UMASK") == "0022"
+    conn.close()
+    shared.run("scancel", str(job), str(held))
+
+
+def test_a_job_cannot_touch_the_agents_records(shared: Cluster, mallory: Account) -> None:
+    out = mallory.home / "spool.out"
+    spool = shared.root / "spool"
+    script = (f"for d in {spool}/n0*/job*; do echo 0 > $d/status && echo WROTE $d; done; "
+              f"ls {spool}/n01 && echo LISTED; echo done")
+    job = mallory.sbatch("-o", str(out), "--wrap", script)
+    assert _final(shared, job)["state"] == "COMPLETED"
+    text = out.read_text()
+    assert "WROTE" not in text and "LISTED" not in text and "done" in text
+    for node_dir in spool.glob("n0*"):
+        for entry in node_dir.glob("job*"):
+            assert entry.stat().st_uid == 0 and stat.S_IMODE(entry.stat().st_mode) == 0o700
+
+
+# --- credentials and permissions ----------------------------------------------------------------------
+
+def test_step_credentials_end_with_their_job(shared: Cluster, mallory: Account) -> None:
+    job = mallory.sbatch("--wrap", "sleep 300")
+    shared.wait_state(job, "RUNNING")
+    headers = {"Authorization": f"Bearer {mallory.token()}"}
+    base = f"http://127.0.0.1:{shared.port}"
+    step = httpx.post(f"{base}/v1/jobs/{job}/steps", json={"ntasks": 1}, headers=headers).json()
+    placement = step["placements"][0]
+    launch = {"job_id": job, "step_id": step["step_id"], "node": placement["node"],
+              "credential": step["credential"], "argv": ["id", "-u"], "work_dir": "/tmp"}
+    assert mallory.run("scancel", str(job)).returncode == 0
+    shared.wait_state(job, "CANCELLED")
+    reply = httpx.post(f"{placement['agent_url']}/v1/steps/launch", json=launch, headers=headers, timeout=30)
+    assert reply.status_code == 403 and "does not run" in reply.text
+
+
+def test_tokens_and_roles_cannot_be_forged(shared: Cluster, mallory: Account) -> None:
+    base = f"http://127.0.0.1:{shared.port}"
+    claims = {"uid": 0, "sun": "root", "role": "controller", "exp": int(time.time()) + 600}
+    body = base64.urlsafe_b64encode(json.dumps(claims).encode()).rstrip(b"=").decode()
+    none_header = base64.urlsafe_b64encode(b'{"alg":"none","typ":"JWT"}').rstrip(b"=").decode()
+    forged = [f"{none_header}.{body}.", auth.sign(b"w" * 32, claims),
+              auth.sign(shared.key(), dict(claims, exp=1)), "x" * 5000]
+    for token in forged:
+        reply = httpx.get(f"{base}/v1/jobs", headers={"Authorization": f"Bearer {token}"})
+        assert reply.status_code == 401, token
+    user = {"Authorization": f"Bearer {mallory.token()}"}
+    hb = {"agent_url": "http://127.0.0.1:1", "boot_time": 0, "nodes": [], "events": []}
+    assert httpx.post(f"{base}/v1/agents/heartbeat", json=hb, headers=user).status_code == 403
+    agent = shared.nodes()[0]["agent_url"]
+    assert httpx.post(f"{agent}/v1/launch", json={"jobs": []}, headers=user).status_code == 403
+    assert httpx.post(f"{agent}/v1/signal", json={"job_id": 1, "nodes": ["n01"], "signal": 9},
+                      headers=user).status_code == 403
+    # the auth socket gives a token for the caller's own uid, never another's
+    ping = mallory.run("scontrol", "ping")
+    assert ping.returncode == 0
+    assert mallory.run("scontrol", "token", "username=root").returncode != 0
+
+
+def test_cross_user_actions_are_refused(shared: Cluster, mallory: Account, victim: Account) -> None:
+    job = victim.sbatch("-H", "--wrap", "true")
+    for args in (("scancel", str(job)), ("scontrol", "hold", str(job)), ("scontrol", "release", str(job)),
+                 ("scontrol", "requeue", str(job)), ("scontrol", "update", f"jobid={job}", "TimeLimit=1"),
+                 ("scontrol", "update", "nodename=n01", "state=drain", "reason=x")):
+        result = mallory.run(*args)
+        assert result.returncode != 0 and b"Access/permission denied" in result.stderr, args
+    assert shared.job(job)["state"] == "PENDING"
+    nice = mallory.run("sbatch", "--nice=-5", "--wrap", "true")
+    assert nice.returncode != 0 and b"negative nice" in nice.stderr
+    victim.run("scancel", str(job))
+
+
+# --- no request can stall the service --------------------------------------------------------------
+
+def test_unbounded_requests_are_refused_fast_while_others_are_served(shared: Cluster, mallory: Account) -> None:
+    base = f"http://127.0.0.1:{shared.port}"
+    user = {"Authorization": f"Bearer {mallory.token()}"}
+    admin = {"Authorization": f"Bearer {shared.token()}"}
+    running = mallory.sbatch("--wrap", "sleep 120")
+    shared.wait_state(running, "RUNNING")
+    big = "x" * (20 * 1024 * 1024)
+    probes = [
+        ("POST", f"/v1/jobs/{running}/steps", {"json": {"ntasks": 10**12}}, user),
+        ("POST", f"/v1/jobs/{running}/steps", {"json": {"ntasks": 1000000}}, user),
+        ("POST", "/v1/jobs/cancel", {"json": {"job_ids": ["1_0-20000000"]}}, user),
+        ("POST", "/v1/jobs", {"json": {"script": "#!/bin/sh\n", "work_dir": "/tmp", "array": "0-20000000"}}, user),
+        ("PATCH", "/v1/nodes/node[1-3000000]", {"json": {"state": "drain", "reason": "x"}}, user),
+        ("PATCH", "/v1/nodes/node[1-3000000]", {"json": {"state": "drain", "reason": "x"}}, admin),
+        ("POST", "/v1/jobs", {"json": {"script": "#!/bin/sh\n", "work_dir": "/tmp", "comment": big}}, user),
+        ("POST", "/v1/jobs", {"json": {"script": "#!/bin/sh\n", "work_dir": "/tmp", "environment": {"A": big}}},
+         user),
+        ("POST", "/v1/jobs", {"json": {"script": "#!/bin/sh\n", "work_dir": "/tmp", "argv": [big]}}, user),
+        ("POST", "/v1/jobs", {"json": {"script": "#!/bin/sh\n", "work_dir": "/tmp",
+                                       "time_limit": "99999999999999999999"}}, user),
+        ("POST", "/v1/jobs", {"json": {"script": "#!/bin/sh\n", "work_dir": "/tmp", "wckey": "w" * 5000}}, user),
+        ("POST", "/v1/jobs", {"json": {"script": "#!/bin/sh\n", "work_dir": "/tmp", "nice": 10**30}}, user),
+        ("GET", "/v1/accounting/jobs?job=" + "9" * 40, {}, user),
+    ]
+    squeue_times: list[float] = []
+    stop = threading.Event()
+
+    def poll_squeue() -> None:
+        while not stop.is_set():
+            started = time.monotonic()
+            reply = httpx.get(f"{base}/v1/jobs", headers=admin, timeout=30)
+            assert reply.status_code == 200
+            squeue_times.append(time.monotonic() - started)
+
+    poller = threading.Thread(target=poll_squeue)
+    poller.start()
+    try:
+        for method, path, kwargs, headers in probes:
+            started = time.monotonic()
+            reply = httpx.request(method, base + path, headers=headers, timeout=30, **kwargs)
+            elapsed = time.monotonic() - started
+            assert 400 <= reply.status_code < 500, (path, reply.status_code, reply.text[:200])
+            assert elapsed < 1.0 or reply.status_code == 413, (path, elapsed)
+    finally:
+        stop.set()
+        poller.join()
+    assert squeue_times and max(squeue_times) < 2.0
+    assert shared.job(running)["state"] == "RUNNING"
+    mallory.run("scancel", str(running))
+
+
+def test_bad_scripts_and_values_get_clean_errors(shared: Cluster, mallory: Account) -> None:
+    binary = mallory.home / "binary.sh"
+    binary.write_bytes(b"#!/bin/sh\n\x00\xff\xfe binary")
+    os.chmod(binary, 0o644)
+    for args, message in (((str(binary),), b"NULL character"),
+                          (("-t", "99999999999999999999", "--wrap", "true"), b"Invalid time limit"),
+                          (("--wckey", "w" * 5000, "--wrap", "true"), b"wckey")):
+        result = mallory.run("sbatch", *args)
+        assert result.returncode != 0 and message in result.stderr, result.stderr
+        assert b"Traceback" not in result.stderr
+    latin = mallory.run("sbatch", input=b"#!/bin/sh\necho caf\xe9\n")
+    assert latin.returncode != 0 and b"not UTF-8" in latin.stderr and b"Traceback" not in latin.stderr
+    assert shared.run("squeue").returncode == 0
+
+
+def test_the_agents_steps_run_as_the_user(shared: Cluster, mallory: Account) -> None:
+    result = mallory.run("srun", "-n", "2", "sh", "-c", "id -un; umask", umask=0o027)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.decode().split()
+    assert lines.count(mallory.name) == 2 and lines.count("0027") == 2
+
+
+def test_the_accounting_agrees_with_what_ran(shared: Cluster, mallory: Account) -> None:
+    job = mallory.sbatch("--wrap", "true")
+    rows = shared.accounted(job)
+    assert rows[0]["user"] == mallory.name and rows[0]["uid"] == mallory.uid
+    wait_for(lambda: shared.api("GET", "/v1/diag").json()["accounting_backlog"] == 0, 30)
+
+
+def test_fuzzing_the_whole_api_gives_no_server_error(shared: Cluster, mallory: Account) -> None:
+    """Every operation of the controller's OpenAPI document, with bodies, paths and queries generated
+    from its schema (schemathesis), as an unprivileged user: never a 5xx, and pings answered throughout."""
+    schemathesis = pytest.importorskip("schemathesis")
+    from hypothesis import HealthCheck, given, settings
+
+    base = f"http://127.0.0.1:{shared.port}"
+    raw = httpx.get(f"{base}/openapi.json").json()
+    headers = {"Authorization": f"Bearer {mallory.token()}"}
+    failures: list[str] = []
+    calls = 0
+    for result in schemathesis.openapi.from_dict(raw).get_all_operations():
+        operation = result.ok()
+
+        @given(case=operation.as_strategy())
+        @settings(max_examples=12, database=None, deadline=None, suppress_health_check=list(HealthCheck))
+        def probe(case) -> None:
+            nonlocal calls
+            calls += 1
+            response = case.call(base_url=base, headers=headers, timeout=30)
+            if response.status_code >= 500:
+                failures.append(f"{case.method} {case.formatted_path}: {response.status_code} {response.text[:200]}")
+
+        probe()
+        assert httpx.get(f"{base}/v1/ping", headers=headers, timeout=5).status_code == 200
+    assert calls > 100 and not failures, failures
