@@ -15,7 +15,10 @@ MAX_LENGTH = 65536  # characters of an expression
 
 def count(expression: str) -> int:
     """How many names an expression would give, from its ranges alone (nothing is expanded); an
-    upper bound where ranges overlap. Raises HostlistError for what is not a hostlist."""
+    upper bound where ranges overlap. Raises HostlistError for what is not a hostlist.
+
+    Written here rather than asked of ClusterShell because its NodeSet holds every index: parsing
+    ``node[1-3000000]`` took it 3.5 s on the development VM, before any bound could be checked."""
     if len(expression) > MAX_LENGTH:
         raise HostlistError(f"hostlist expression of {len(expression)} characters is too long")
     total, depth, product, group = 0, 0, 1, ""

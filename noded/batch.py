@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from wattsched.api import BatchLaunch, JobEvent
-from wattsched.noded import procs
+from wattsched.noded import procs, stepd
 
 log = logging.getLogger("wattsched.noded")
 
@@ -126,6 +126,8 @@ class BatchRunner:
                                          stdout=null_out.fileno(), stderr=null_out.fileno())
         except OSError as exc:
             log.warning("batch launch failed", extra={"job": req.job_id, "error": str(exc)})
+            if os.path.isdir(spool):  # a repeated launch of this run finds it over
+                stepd.write_private(os.path.join(spool, "status"), {"exit_code": 1, "signal": 0})
             self.on_end(JobEvent(job_id=req.job_id, node=req.node, run=req.run, exit_code=1, end_time=time.time(),
                                  error=f"launch failed: {exc}"[:ERROR_MAX]))
             return
@@ -169,9 +171,11 @@ class BatchRunner:
         return job.script
 
     def script_pgid(self, job: BatchJob) -> int | None:
-        """The script's process group while its supervisor is alive (so the number is still the job's)."""
+        """The script's process group while its supervisor is alive (so the number is still the job's).
+        Our own child cannot have been replaced before we reap it, so only an adopted supervisor is
+        checked in /proc (the throttle asks twice a period for every job)."""
         script = self.script_process(job)
-        return script[0] if script and job.supervisor_alive() else None
+        return script[0] if script and (not job.adopted or job.supervisor_alive()) else None
 
     def signal(self, job_id: int, sig: int, batch_only: bool) -> None:
         job = self.jobs.get(job_id)

@@ -51,9 +51,7 @@ def become_user(spec: dict[str, Any]) -> None:
     if os.geteuid() == 0:
         os.setgroups([int(g) for g in spec.get("groups", [gid])])
         os.setresgid(gid, gid, gid)
-        os.setresuid(uid, uid, uid)
-    if os.geteuid() != uid and os.geteuid() == 0:
-        raise LaunchError("could not drop privileges")
+        os.setresuid(uid, uid, uid)  # raises rather than leave any id behind
 
 
 def _open(path: str, flags: int, what: str) -> int:
@@ -145,7 +143,7 @@ def supervise(spec: dict[str, Any]) -> int:
             exec_as_user(spec)
         except LaunchError as exc:
             os.write(err_w, str(exc).encode()[:1000])
-        except BaseException as exc:
+        except BaseException as exc:  # anything before the exec is a launch failure
             os.write(err_w, f"launch failed: {exc}".encode()[:1000])
         os._exit(1)
     os.close(err_w)

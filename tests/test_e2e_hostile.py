@@ -123,6 +123,16 @@ def victim(shared) -> Account:
     return Account(USERS[1], shared)
 
 
+def _root_file(folder: Path, folder_mode: int, name: str, text: str) -> Path:
+    """A file of root's (0644) in a folder of root's with the given mode."""
+    folder.mkdir(exist_ok=True)
+    os.chmod(folder, folder_mode)
+    path = folder / name
+    path.write_text(text)
+    os.chmod(path, 0o644)
+    return path
+
+
 def _final(cluster: Cluster, job_id: int) -> dict:
     return cluster.wait_state(job_id, {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"}, timeout=60)
 
@@ -130,13 +140,8 @@ def _final(cluster: Cluster, job_id: int) -> dict:
 # --- paths a user names are used only as that user ---------------------------------------------------
 
 def test_output_paths_are_opened_as_the_user(shared: Cluster, mallory: Account) -> None:
-    guarded = shared.root / "guarded"
-    guarded.mkdir(exist_ok=True)
-    os.chmod(guarded, 0o755)
-    victim_file = guarded / "precious"
-    victim_file.write_text("keep me\n")
-    os.chmod(victim_file, 0o644)
-    new_file = guarded / "created-by-root"
+    victim_file = _root_file(shared.root / "guarded", 0o755, "precious", "keep me\n")
+    new_file = victim_file.parent / "created-by-root"
     for target in (victim_file, new_file, Path("/etc/wattsched-probe")):
         job = mallory.sbatch("-o", str(target), "--wrap", "echo pwned")
         info = _final(shared, job)
@@ -150,11 +155,8 @@ def test_output_paths_are_opened_as_the_user(shared: Cluster, mallory: Account) 
 
 
 def test_input_and_working_directory_are_the_users(shared: Cluster, mallory: Account) -> None:
-    secret_dir = shared.root / "rootonly"
-    secret_dir.mkdir(exist_ok=True)
-    os.chmod(secret_dir, 0o700)
-    secret = secret_dir / "secret"
-    secret.write_text("root's secret\n")
+    secret = _root_file(shared.root / "rootonly", 0o700, "secret", "root's secret\n")
+    secret_dir = secret.parent
     out = mallory.home / "in.out"
     job = mallory.sbatch("-i", str(secret), "-o", str(out), "--wrap", "cat")
     info = _final(shared, job)
