@@ -64,6 +64,8 @@ class JobRecord(Base):
     cpu_freq_khz: Mapped[int | None] = mapped_column(Integer, nullable=True)
     ave_cpu_freq_khz: Mapped[int | None] = mapped_column(Integer, nullable=True)
     profile: Mapped[str] = mapped_column(String(32), default="")
+    reason: Mapped[str] = mapped_column(String(64), default="None")
+    admin_comment: Mapped[str] = mapped_column(Text, default="")
 
     steps: Mapped[list[StepRecord]] = relationship(back_populates="job", cascade="all, delete-orphan",
                                                    order_by="StepRecord.id")
@@ -89,6 +91,24 @@ class StepRecord(Base):
     total_cpu_s: Mapped[float] = mapped_column(Double, default=0.0)
     max_rss_kb: Mapped[int] = mapped_column(BigInteger, default=0)
     consumed_energy_j: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    # the rest of wattsched.usage's summary of the step's tasks
+    user_cpu_s: Mapped[float] = mapped_column(Double, default=0.0)
+    system_cpu_s: Mapped[float] = mapped_column(Double, default=0.0)
+    min_cpu_s: Mapped[float] = mapped_column(Double, default=0.0)
+    min_cpu_node: Mapped[str] = mapped_column(String(128), default="")
+    min_cpu_task: Mapped[int] = mapped_column(Integer, default=0)
+    max_rss_node: Mapped[str] = mapped_column(String(128), default="")
+    max_rss_task: Mapped[int] = mapped_column(Integer, default=0)
+    ave_rss_kb: Mapped[int] = mapped_column(BigInteger, default=0)
+    disk_read_b: Mapped[int] = mapped_column(BigInteger, default=0)
+    max_disk_read_b: Mapped[int] = mapped_column(BigInteger, default=0)
+    max_disk_read_node: Mapped[str] = mapped_column(String(128), default="")
+    max_disk_read_task: Mapped[int] = mapped_column(Integer, default=0)
+    disk_write_b: Mapped[int] = mapped_column(BigInteger, default=0)
+    max_disk_write_b: Mapped[int] = mapped_column(BigInteger, default=0)
+    max_disk_write_node: Mapped[str] = mapped_column(String(128), default="")
+    max_disk_write_task: Mapped[int] = mapped_column(Integer, default=0)
+    max_pages: Mapped[int] = mapped_column(BigInteger, default=0)
 
     job: Mapped[JobRecord] = relationship(back_populates="steps")
 

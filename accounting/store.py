@@ -17,6 +17,7 @@ from wattsched import hostlist
 from wattsched.accounting.assoc import AssocStore
 from wattsched.accounting.models import ClusterRecord, JobRecord, NodeEventRecord, ReservationRecord, StepRecord
 from wattsched.private import private_sqlite
+from wattsched.usage import summarize
 
 DB_TIMEOUT_S = 5  # to connect, or to wait for a pooled connection
 DB_STATEMENT_TIMEOUT_S = 20  # one statement: the controller answers before the CLI's 30 s run out
@@ -221,6 +222,7 @@ def _job_values(cluster: str, job: dict[str, Any]) -> dict[str, Any]:
         "consumed_energy_j": job.get("consumed_energy_j"), "reservation": job.get("reservation", ""),
         "req_cpu_freq": job.get("cpu_freq", ""), "cpu_freq_khz": job.get("cpu_freq_khz"),
         "ave_cpu_freq_khz": job.get("ave_cpu_freq_khz") or None, "profile": ",".join(job.get("profile", ())),
+        "reason": job.get("reason", "None")[:64], "admin_comment": job.get("admin_comment", ""),
     }
 
 
@@ -231,8 +233,7 @@ def _step_values(step: dict[str, Any]) -> dict[str, Any]:
         "exit_code": step.get("exit_code", 0), "term_signal": step.get("term_signal", 0),
         "node_list": hostlist.compress(nodes), "nnodes": len(nodes), "ntasks": step["ntasks"],
         "alloc_cpus": step["cpus"], "time_start": step.get("start_time", 0.0), "time_end": step.get("end_time", 0.0),
-        "total_cpu_s": step.get("total_cpu_s", 0.0), "max_rss_kb": step.get("max_rss_kb", 0),
-        "consumed_energy_j": step.get("consumed_energy_j"),
+        "consumed_energy_j": step.get("consumed_energy_j"), **summarize(step.get("tasks", [])),
     }
 
 
@@ -250,5 +251,6 @@ _STEP_COLUMNS = [c.key for c in StepRecord.__mapper__.column_attrs if c.key not 
 
 def _job_dict(record: JobRecord) -> dict[str, Any]:
     data = {key: getattr(record, key) for key in _JOB_COLUMNS if key != "id"}
+    data["db_index"] = record.id
     data["steps"] = [{key: getattr(s, key) for key in _STEP_COLUMNS} for s in record.steps]
     return data

@@ -1,10 +1,12 @@
-"""Slurm-compatible commands (sbatch, srun, squeue, scancel, sinfo, scontrol, sacct) and ``wattsched``.
+"""Slurm-compatible commands (sbatch, srun, salloc, squeue, scancel, sinfo, scontrol, sacct, ...) and
+``wattsched``.
 
-Start-up time matters here (squeue must answer in under 0.25 s), so these modules import
-only the standard library, typer, and what they need, when they need it.
+Start-up time matters here (squeue must answer in under 60 ms, sbatch run 20 times a second): the
+Slurm commands read their options with :mod:`wattsched.cli.options` and import only the standard
+library and what they need, when they need it. ``wattsched`` (daemons, emulation, reports) uses typer.
 """
 
 import os
 
-# Plain click-style usage errors, like Slurm's, and no rich import on the start-up path.
+# ``wattsched``'s typer: plain click-style usage errors and no rich import on the start-up path.
 os.environ.setdefault("TYPER_USE_RICH", "0")

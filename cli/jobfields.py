@@ -40,6 +40,22 @@ def _end(job: dict[str, Any]) -> str:
     return "N/A"
 
 
+def _min_memory(job: dict[str, Any]) -> str:
+    """%m: the memory request (per node, or per CPU) with its unit, e.g. 4000M; 0 when none."""
+    mb = job["mem_per_node_mb"] or job["mem_per_cpu_mb"]
+    return f"{mb}M" if mb else "0"
+
+
+def _priority_fraction(job: dict[str, Any]) -> str:
+    """%p: the priority as a fraction of the largest 32-bit value, as Slurm prints it."""
+    return f"{job['priority'] / 4294967295:.8f}"
+
+
+def _min_cpus(job: dict[str, Any]) -> str:
+    per_node = job["ntasks_per_node"] * job["cpus_per_task"] if job["ntasks_per_node"] else job["cpus_per_task"]
+    return str(max(1, per_node))
+
+
 # code -> (title, -O name, value)
 FIELDS: dict[str, tuple[str, str, Callable[[dict[str, Any], float], str]]] = {
     "i": ("JOBID", "JobID", lambda j, n: j["display_id"]),
@@ -78,5 +94,27 @@ FIELDS: dict[str, tuple[str, str, Callable[[dict[str, Any], float], str]]] = {
     "n": ("REQ_NODES", "ReqNodes", lambda j, n: ",".join(j["req_nodes"])),
     "w": ("WCKEY", "WCKey", lambda j, n: j["wckey"] or "(null)"),
     "v": ("RESERVATION", "Reservation", lambda j, n: j["reservation"] or "(null)"),
+    "b": ("TRES_PER_NODE", "tres-per-node", lambda j, n: "N/A"),
+    "c": ("MIN_CPUS", "MinCpus", lambda j, n: _min_cpus(j)),
+    "d": ("MIN_TMP_DISK", "MinTmpDisk", lambda j, n: "0"),
+    "f": ("FEATURES", "Feature", lambda j, n: "&".join(j["features"]) or "(null)"),
+    "G": ("GROUP", "GroupID", lambda j, n: str(j["gid"])),
+    "h": ("OVER_SUBSCRIBE", "OverSubscribe", lambda j, n: "NO" if j["exclusive"] else "OK"),
+    "H": ("S:C:T", "SocketsPerNode", lambda j, n: "*"),
+    "I": ("S:C:T", "CoresPerSocket", lambda j, n: "*"),
+    "J": ("S:C:T", "ThreadsPerCore", lambda j, n: "*"),
+    "m": ("MIN_MEMORY", "MinMemory", lambda j, n: _min_memory(j)),
+    "O": ("CONTIGUOUS", "Contiguous", lambda j, n: "0"),
+    "p": ("PRIORITY", "Priority", lambda j, n: _priority_fraction(j)),
+    "s": ("SELECT_JOB_INFO", "SelectJobInfo", lambda j, n: "N/A"),
+    "W": ("LICENSES", "Licenses", lambda j, n: "(null)"),
+    "X": ("CORE_SPEC", "CoreSpec", lambda j, n: "N/A"),
+    "Y": ("SCHEDNODES", "SchedNodes", lambda j, n: "(null)"),
+    "z": ("S:C:T", "SCT", lambda j, n: "*:*:*"),
 }
-BY_NAME = {name.lower(): code for code, (_title, name, _f) in FIELDS.items()}
+# -O names with no %-code of their own (Slurm's squeue -O table), mapped to one that shows the same
+ALIASES = {"arrayjobid": "F", "arraytaskid": "K", "jobarrayid": "i", "username": "u", "userid": "U",
+           "groupname": "g", "statecompact": "t", "timeused": "M", "numnodes": "D", "numcpus": "C",
+           "prioritylong": "Q", "reasonlist": "R", "minmemory": "m", "cpus-per-task": "c",
+           "tres-per-node": "b", "name": "j", "qos": "q"}
+BY_NAME = {**ALIASES, **{name.lower(): code for code, (_title, name, _f) in FIELDS.items()}}

@@ -7,49 +7,147 @@ import re
 import shlex
 import socket
 import sys
-from typing import Annotated, Any
+from typing import Any
 
-import typer
 from wattsched.cli.common import CLIError
+from wattsched.cli.options import NO, OPT, REQ, STANDARD, Opt, ignored, refused
 
-Nodes = Annotated[str | None, typer.Option("-N", "--nodes", help="Number of nodes: N or MIN-MAX.")]
-Ntasks = Annotated[int | None, typer.Option("-n", "--ntasks", help="Number of tasks.")]
-NtasksPerNode = Annotated[int | None, typer.Option("--ntasks-per-node", help="Tasks per node.")]
-CpusPerTask = Annotated[int | None, typer.Option("-c", "--cpus-per-task", help="CPUs per task.")]
-Mem = Annotated[str | None, typer.Option("--mem", help="Memory per node (MB, or K/M/G/T suffix).")]
-MemPerCpu = Annotated[str | None, typer.Option("--mem-per-cpu", help="Memory per allocated CPU.")]
-Time = Annotated[str | None, typer.Option("-t", "--time", help="Time limit (M, M:S, H:M:S, D-H, D-H:M, "
-                                                               "D-H:M:S, UNLIMITED).")]
-JobName = Annotated[str | None, typer.Option("-J", "--job-name", help="Job name.")]
-Output = Annotated[str | None, typer.Option("-o", "--output", help="Standard output file pattern.")]
-Error = Annotated[str | None, typer.Option("-e", "--error", help="Standard error file pattern.")]
-Input = Annotated[str | None, typer.Option("-i", "--input", help="Standard input file pattern.")]
-Partition = Annotated[str | None, typer.Option("-p", "--partition", help="Partition.")]
-Account = Annotated[str | None, typer.Option("-A", "--account", help="Account to charge.")]
-Chdir = Annotated[str | None, typer.Option("-D", "--chdir", help="Working directory.")]
-Exclusive = Annotated[bool, typer.Option("--exclusive", help="Whole nodes, shared with no other job.")]
-Export = Annotated[str | None, typer.Option("--export", help="ALL, NONE, or [ALL,]VAR[=value],...")]
-Nodelist = Annotated[str | None, typer.Option("-w", "--nodelist", help="Nodes the job must use.")]
-Exclude = Annotated[str | None, typer.Option("-x", "--exclude", help="Nodes the job must not use.")]
-Constraint = Annotated[str | None, typer.Option("-C", "--constraint", help="Required node features.")]
-OpenMode = Annotated[str | None, typer.Option("--open-mode", help="append or truncate.")]
-Comment = Annotated[str | None, typer.Option("--comment", help="Comment.")]
-Begin = Annotated[str | None, typer.Option("-b", "--begin", help="Earliest start time.")]
-Dependency = Annotated[str | None, typer.Option("-d", "--dependency", help="Dependencies.")]
-Hold = Annotated[bool, typer.Option("-H", "--hold", help="Submit held.")]
-Nice = Annotated[int | None, typer.Option("--nice", help="Scheduling priority adjustment.")]
-Reservation = Annotated[str | None, typer.Option("--reservation", help="Run in this advanced reservation.")]
-CpuFreq = Annotated[str | None, typer.Option("--cpu-freq", help="p1[-p2[:governor]]: kHz, low, medium, high, "
-                                                                "highm1, or a governor.")]
-PowerFit = Annotated[bool, typer.Option("--power-fit", help="Under a power cap, may run at a lower CPU frequency "
-                                                            "to start sooner (ours; not with --cpu-freq).")]
-Profile = Annotated[str | None, typer.Option("--profile", help="all, none, or energy,task: record a power "
-                                                                "profile (acct_gather_profile/hdf5).")]
-AcctgFreq = Annotated[str | None, typer.Option("--acctg-freq", help="Sampling intervals: energy=N,task=N "
-                                                                    "(seconds).")]
-Signal = Annotated[str | None, typer.Option("--signal", help="[{R|B}:]SIG[@seconds]")]
-Quiet = Annotated[bool, typer.Option("-Q", "--quiet", help="Quiet mode.")]
-Verbose = Annotated[int, typer.Option("-v", "--verbose", count=True, help="More messages.")]
+_GPUS = "GPUs (GRES) are not configured on this cluster yet"
+
+
+def job_options(prog: str) -> list[Opt | str]:
+    """The options sbatch, srun and salloc share (Slurm's slurm_opt.c), with each command's own."""
+    batch, step, alloc = prog == "sbatch", prog == "srun", prog == "salloc"
+    table: list[Opt | str] = [
+        "Parallel run options:",
+        Opt("A", "account", REQ, "charge job to specified account", metavar="name"),
+        Opt(None, "acctg-freq", REQ, "frequency of energy/task sampling: energy=N,task=N (s)",
+            metavar="<datatype>=<interval>"),
+        *([Opt("a", "array", REQ, "job array index values", metavar="indexes")] if batch else []),
+        Opt("b", "begin", REQ, "defer job until HH:MM MM/DD/YY", metavar="time"),
+        Opt(None, "comment", REQ, "arbitrary comment", metavar="name"),
+        Opt(None, "cpu-freq", REQ, "requested cpu frequency (and governor)", metavar="min[-max[:gov]]"),
+        Opt("c", "cpus-per-task", REQ, "number of cpus required per task", metavar="ncpus", kind="int"),
+        Opt("d", "dependency", REQ, "defer job until condition on jobid is satisfied", metavar="type:jobid[:time]"),
+        Opt("D", "chdir", REQ, "change working directory", metavar="path"),
+        Opt("e", "error", REQ, "file for batch script's standard error" if batch else "location of stderr "
+            "redirection", metavar="err"),
+        Opt(None, "export", REQ, "specify environment variables to export", metavar="names"),
+        Opt("H", "hold", NO, "submit job in held state"),
+        Opt("i", "input", REQ, "file for batch script's standard input" if batch else "location of stdin "
+            "redirection: a task id, all, none, or a file pattern (default: task 0)", metavar="in"),
+        Opt("J", "job-name", REQ, "name of job", metavar="jobname"),
+        Opt("M", "clusters", REQ, "comma separated list of clusters to issue commands to (this one, or all)",
+            metavar="names"),
+        Opt(None, "nice", OPT, "decrease scheduling priority by value", metavar="value", const="100"),
+        Opt("N", "nodes", REQ, "number of nodes on which to run (N = min[-max])", metavar="N"),
+        Opt("n", "ntasks", REQ, "number of tasks to run", metavar="ntasks", kind="int"),
+        Opt("o", "output", REQ, "file for batch script's standard output" if batch else "location of stdout "
+            "redirection", metavar="out"),
+        Opt(None, "open-mode", REQ, "append or truncate output files", metavar="{append|truncate}"),
+        Opt("p", "partition", REQ, "partition requested", metavar="partition"),
+        Opt(None, "power-fit", NO, "under a power cap, may run at a lower CPU frequency to start sooner "
+            "(wattsched)"),
+        Opt(None, "profile", REQ, "enable acct_gather_profile for detailed data", metavar="value"),
+        Opt("Q", "quiet", NO, "quiet mode (suppress informational messages)"),
+        Opt(None, "reservation", REQ, "allocate resources from named reservation", metavar="name"),
+        Opt(None, "signal", REQ, "send signal when time limit within time seconds", metavar="[R:]num[@time]"),
+        Opt("t", "time", REQ, "time limit", metavar="minutes"),
+        Opt("v", "verbose", NO, "verbose mode (multiple -v's increase verbosity)", kind="count"),
+        *([Opt(None, "parsable", NO, "outputs only the jobid and cluster name (if present), separated by "
+               "semicolon, only on successful submission."),
+           Opt(None, "requeue", NO, "if set, permit the job to be requeued", dest="requeue"),
+           Opt(None, "no-requeue", NO, "if set, do not permit the job to be requeued", dest="requeue",
+               const=False),
+           Opt("W", "wait", NO, "wait for completion of submitted job"),
+           Opt(None, "wckey", REQ, "wckey to run job under", metavar="wckey"),
+           Opt(None, "wrap", REQ, "wrap command string in a sh script and submit", metavar="command string"),
+           ] if batch else []),
+        *([Opt("l", "label", NO, "prepend task number to lines of stdout/err"),
+           Opt("u", "unbuffered", NO, "do not line-buffer stdout/err"),
+           Opt("I", "immediate", OPT, "exit if resources are not immediately available", metavar="secs",
+               const="0"),
+           Opt(None, "jobid", REQ, "run under already allocated job", metavar="id", kind="int"),
+           Opt(None, "cpu-bind", REQ, "bind tasks to CPUs (accepted; binding needs task/affinity)",
+               metavar="type"),
+           Opt(None, "pty", OPT, "run task zero in pseudo terminal", metavar="fd"),
+           ] if step else []),
+        *([Opt("I", "immediate", OPT, "exit if resources are not immediately available", metavar="secs",
+               const="0")] if alloc else []),
+        "Constraint options:",
+        Opt("C", "constraint", REQ, "specify a list of constraints", metavar="list"),
+        Opt("F", "nodefile", REQ, "request a specific list of hosts, read from a file", metavar="filename"),
+        Opt(None, "mem", REQ, "minimum amount of real memory", metavar="MB"),
+        Opt("w", "nodelist", REQ, "request a specific list of hosts", metavar="hosts..."),
+        Opt("x", "exclude", REQ, "exclude a specific list of hosts", metavar="hosts..."),
+        "Consumable resources related options:",
+        Opt(None, "exclusive", OPT, "allocate nodes in exclusive mode", metavar="user|mcs|topo"),
+        Opt(None, "mem-per-cpu", REQ, "maximum amount of real memory per allocated cpu required by the job",
+            metavar="MB"),
+        Opt(None, "ntasks-per-node", REQ, "number of tasks to invoke on each node", metavar="n", kind="int"),
+        ignored(None, "bb", REQ), ignored(None, "bbf", REQ),
+        ignored("B", "extra-node-info", REQ), ignored(None, "cluster-constraint", REQ),
+        ignored(None, "contiguous", NO), ignored("S", "core-spec", REQ), ignored(None, "cores-per-socket", REQ),
+        ignored(None, "delay-boot", REQ), ignored("m", "distribution", REQ), ignored(None, "extra", REQ),
+        ignored(None, "get-user-env", OPT), ignored(None, "gpu-bind", REQ), ignored(None, "gpu-freq", REQ),
+        ignored(None, "gres-flags", REQ), ignored(None, "hint", REQ), ignored("k", "no-kill", OPT),
+        ignored(None, "mail-type", REQ), ignored(None, "mail-user", REQ), ignored(None, "mcs-label", REQ),
+        ignored(None, "mem-bind", REQ), ignored(None, "network", REQ), ignored(None, "ntasks-per-core", REQ),
+        ignored(None, "ntasks-per-socket", REQ), ignored("O", "overcommit", NO), ignored("s", "oversubscribe", NO),
+        ignored(None, "oom-kill-step", OPT), ignored(None, "prefer", REQ), ignored(None, "priority", REQ),
+        ignored("q", "qos", REQ), ignored(None, "reboot", NO), ignored(None, "segment", REQ),
+        ignored(None, "sockets-per-node", REQ), ignored(None, "spread-job", NO), ignored(None, "stepmgr", NO),
+        ignored(None, "switches", REQ), ignored(None, "thread-spec", REQ), ignored(None, "threads-per-core", REQ),
+        ignored(None, "time-min", REQ), ignored(None, "tmp", REQ), ignored(None, "tres-bind", REQ),
+        ignored(None, "use-min-nodes", NO), ignored(None, "wait-all-nodes", REQ),
+        ignored(None, "propagate", OPT) if not alloc else ignored(None, "bell", NO),
+        *([ignored(None, "ignore-pbs", NO), ignored(None, "kill-on-invalid-dep", REQ)] if batch else []),
+        *([ignored("X", "disable-status", NO), ignored("E", "preserve-env", NO), ignored("K", "kill-on-bad-exit", OPT),
+           ignored("T", "threads", REQ), ignored("W", "wait", REQ), ignored(None, "mpi", REQ),
+           ignored(None, "overlap", NO), ignored(None, "exact", NO), ignored("r", "relative", REQ),
+           ignored(None, "send-libs", OPT), ignored(None, "slurmd-debug", REQ), ignored(None, "compress", OPT),
+           ignored(None, "accel-bind", REQ), ignored(None, "quit-on-interrupt", NO), ignored(None, "whole", NO),
+           ignored(None, "external-launcher", NO), ignored(None, "resv-ports", OPT)] if step else []),
+        *([ignored(None, "no-bell", NO), ignored("K", "kill-command", OPT), ignored(None, "no-shell", NO)]
+          if alloc else []),
+        refused(None, "gres", REQ, _GPUS), refused("G", "gpus", REQ, _GPUS),
+        refused(None, "gpus-per-node", REQ, _GPUS), refused(None, "gpus-per-socket", REQ, _GPUS),
+        refused(None, "gpus-per-task", REQ, _GPUS), refused(None, "cpus-per-gpu", REQ, _GPUS),
+        refused(None, "mem-per-gpu", REQ, _GPUS), refused(None, "ntasks-per-gpu", REQ, _GPUS),
+        refused(None, "tres-per-task", REQ, "per-task TRES requests are not supported"),
+        refused("L", "licenses", REQ, "licenses are not configured on this cluster"),
+        refused(None, "mincpus", REQ, "a minimum CPU count per node is not supported; use -c or -n"),
+        refused(None, "deadline", REQ, "deadlines are not supported; the job could run after its deadline"),
+        refused(None, "container", REQ, "containers (oci.conf) are not supported"),
+        refused(None, "container-id", REQ, "containers (oci.conf) are not supported"),
+        refused(None, "uid", REQ, "jobs run as the submitting user only"),
+        refused(None, "gid", REQ, "jobs run with the submitting user's group only"),
+        *([refused(None, "batch", REQ, "batch host features are not supported"),
+           refused(None, "export-file", REQ, "--export-file is not supported; use --export")] if batch else []),
+        *([refused(None, "multi-prog", NO, "MPMD configuration files are not supported"),
+           refused("Z", "no-allocate", NO, "running without an allocation is not supported"),
+           refused(None, "prolog", REQ, "srun --prolog is not supported"),
+           refused(None, "epilog", REQ, "srun --epilog is not supported"),
+           refused(None, "task-prolog", REQ, "srun --task-prolog is not supported"),
+           refused(None, "task-epilog", REQ, "srun --task-epilog is not supported"),
+           refused(None, "bcast", OPT, "sbcast/--bcast is not supported"),
+           refused(None, "het-group", REQ, "heterogeneous jobs are not supported"),
+           refused(None, "x11", OPT, "X11 forwarding is not supported")] if step else []),
+        *([refused(None, "x11", OPT, "X11 forwarding is not supported")] if alloc else []),
+        "Help options:",
+        *STANDARD,
+    ]
+    return table
+
+
+def read_nodefile(path: str) -> str:
+    """-F/--nodefile: the hosts listed in a file (names, commas or whitespace), as a node list."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read(1 << 20)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CLIError(f"Unable to open nodefile {path}: {exc}") from exc
+    return ",".join(text.split())
 
 
 def node_range(text: str | None) -> tuple[int, int]:
@@ -107,6 +205,16 @@ def job_environment(export: str | None) -> dict[str, str]:
     return env
 
 
+def nice(text: str | None) -> int:
+    """--nice[=adjustment]: Slurm's bounds (+-2147483645); no value means 100."""
+    if text is None:
+        return 0
+    value = text.strip()
+    if not value.lstrip("+-").isdigit() or abs(int(value)) > 2147483645:
+        raise CLIError(f"Invalid --nice value: {text}")
+    return int(value)
+
+
 def submission(opts: dict[str, Any], **extra: Any) -> dict[str, Any]:
     """The JSON body of a submission from the shared options (unset ones are left out)."""
     nodes_min, nodes_max = node_range(opts.get("nodes"))
@@ -135,7 +243,7 @@ def submission(opts: dict[str, Any], **extra: Any) -> dict[str, Any]:
         "dependency": opts.get("dependency") or "",
         "hold": bool(opts.get("hold")),
         "exclusive": bool(opts.get("exclusive")),
-        "nodelist": opts.get("nodelist") or "",
+        "nodelist": opts.get("nodelist") or (read_nodefile(opts["nodefile"]) if opts.get("nodefile") else ""),
         "exclude": opts.get("exclude") or "",
         "constraint": opts.get("constraint") or "",
         "output": opts.get("output") or "",
@@ -144,7 +252,7 @@ def submission(opts: dict[str, Any], **extra: Any) -> dict[str, Any]:
         "open_mode": "append" if open_mode.startswith("a") else "truncate",
         "signal": opts.get("signal") or "",
         "comment": opts.get("comment") or "",
-        "nice": opts.get("nice") or 0,
+        "nice": nice(opts.get("nice")),
         "reservation": opts.get("reservation") or "",
         "cpu_freq": opts.get("cpu_freq") or "",
         "power_fit": bool(opts.get("power_fit")),

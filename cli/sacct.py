@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Any
 
-import typer
 from wattsched.cli import fmt
-from wattsched.cli.common import Client, CLIError, die, print_json, split_list
-
-app = typer.Typer(add_completion=False, context_settings={"help_option_names": ["--help"]})
+from wattsched.cli.common import Client, CLIError, check_clusters, print_json, split_list
+from wattsched.cli.options import NO, OPT, REQ, Command, Opt, ignored, refused, run, standard
 
 DEFAULT_FIELDS = "JobID,JobName,Partition,Account,AllocCPUS,State,ExitCode"
 BRIEF_FIELDS = "JobID,State,ExitCode"
@@ -36,7 +35,10 @@ def _elapsed(job: Row, step: Row | None) -> int:
 
 
 def _state(job: Row, step: Row | None) -> str:
-    rec = step or job
+    """A job cancelled by a user shows "CANCELLED by UID"; its steps plain CANCELLED, as in Slurm."""
+    if step is not None:
+        return step["state"]
+    rec = job
     if rec["state"] == "CANCELLED" and job.get("cancelled_by") is not None:
         return f"CANCELLED by {job['cancelled_by']}"
     return rec["state"]
@@ -115,40 +117,165 @@ def req_freq(spec: str, chosen_khz: int | None, part: str) -> str:
 
 
 def tres_usage(cpu_s: float, joules: float | None, rss_kb: int) -> str:
+    """sstat's TRESUsageInTot of a running step: cpu, energy, mem."""
     from wattsched import timefmt
 
-    parts = [f"cpu={timefmt.elapsed_str(int(cpu_s))}"]
-    if joules is not None:
-        parts.append(f"energy={round(joules)}")
-    if rss_kb:
-        parts.append(f"mem={rss_kb}K")
-    return ",".join(parts)
+    return _tres([("cpu", timefmt.elapsed_str(int(cpu_s))), ("energy", round(joules) if joules is not None else None),
+                  ("mem", f"{rss_kb}K" if rss_kb else None)])
 
 
-def _kb(value: int) -> str:
-    return f"{value}K" if value else ""
+_UNITS = "KMGTP"
+# --units / --noconvert of this run: set once by the command, read by the size columns
+CONVERT: dict[str, Any] = {"units": None, "noconvert": False}
 
 
-# name -> (width, value); a negative width left-justifies, as in sacct.
+def size_text(value: float, unit: str = "K") -> str:
+    """A size as sacct prints it (divisor 1024): converted only where exact (2048K -> 2M; 1234K stays),
+    or into the --units unit with two decimals. ``unit`` is the value's own ("" for bytes)."""
+    start = _UNITS.index(unit) + 1 if unit else 0
+    number = float(value)
+    wanted = CONVERT["units"]
+    if wanted:
+        number /= 1024 ** (_UNITS.index(wanted) + 1 - start)
+        return f"{number:.2f}{wanted}"
+    index = start
+    if not CONVERT["noconvert"]:
+        while number >= 1024 and number % 1024 == 0 and index < len(_UNITS):
+            number, index = number / 1024, index + 1
+    suffix = _UNITS[index - 1] if index else ""
+    return f"{number:.0f}{suffix}" if number == int(number) else f"{number:.2f}{suffix}"
+
+
+def _tres(pairs: list[tuple[str, Any]]) -> str:
+    return ",".join(f"{name}={value}" for name, value in pairs if value is not None)
+
+
+def _joules(rec: Row) -> int | None:
+    return round(rec["consumed_energy_j"]) if rec["consumed_energy_j"] is not None else None
+
+
+def _mem_mb(job: Row) -> int:
+    if job["req_mem_mb"]:
+        return job["req_mem_mb"] * max(1, job["req_nodes"])
+    return job["req_mem_per_cpu"] * job["req_cpus"]
+
+
+def req_tres(job: Row, step: Row | None) -> str:
+    """ReqTRES: what the job asked for (billing and cpu as Slurm counts them, mem, node)."""
+    if step is not None:
+        return ""
+    mem = _mem_mb(job)
+    return _tres([("billing", job["req_cpus"]), ("cpu", job["req_cpus"]), ("mem", f"{mem}M" if mem else None),
+                  ("node", job["req_nodes"])])
+
+
+def alloc_tres(job: Row, step: Row | None) -> str:
+    """AllocTRES: what the job or step was given, with its energy once measured (an accounted TRES)."""
+    rec = step or job
+    if not rec["alloc_cpus"]:
+        return ""
+    mem = _mem_mb(job)
+    return _tres([("billing", rec["alloc_cpus"] if step is None else None), ("cpu", rec["alloc_cpus"]),
+                  ("energy", _joules(rec)), ("mem", f"{mem}M" if mem else None), ("node", rec["nnodes"])])
+
+
+def _per_task(step: Row, total: float) -> float:
+    return total / max(1, step["ntasks"])
+
+
+def tres_in(step: Row, which: str) -> str:
+    """TRESUsageIn{Ave,Max,Min,Tot} of a step: CPU time, energy, disk read, memory, pages."""
+    from wattsched import timefmt
+
+    cpu = {"ave": _per_task(step, step["total_cpu_s"]), "tot": step["total_cpu_s"], "min": step["min_cpu_s"],
+           "max": max(step["min_cpu_s"], _per_task(step, step["total_cpu_s"]))}[which]
+    disk = {"ave": _per_task(step, step["disk_read_b"]), "tot": step["disk_read_b"],
+            "max": step["max_disk_read_b"], "min": None}[which]
+    mem = {"ave": step["ave_rss_kb"], "tot": step["max_rss_kb"], "max": step["max_rss_kb"], "min": None}[which]
+    return _tres([("cpu", timefmt.elapsed_str(int(cpu))), ("energy", _joules(step)),
+                  ("fs/disk", round(disk) if disk is not None else None),
+                  ("mem", f"{mem}K" if mem is not None else None),
+                  ("pages", step["max_pages"] if which != "min" else None)])
+
+
+def tres_out(step: Row, which: str) -> str:
+    """TRESUsageOut{Ave,Max,Min,Tot} of a step: energy and disk written (where Slurm reports energy)."""
+    disk = {"ave": _per_task(step, step["disk_write_b"]), "tot": step["disk_write_b"],
+            "max": step["max_disk_write_b"], "min": None}[which]
+    return _tres([("energy", _joules(step)), ("fs/disk", round(disk) if disk is not None else None)])
+
+
+def _step(show: Callable[[Row], str]) -> Callable[[Row, Row | None], str]:
+    """A usage figure (MaxRSS, disk, MinCPU, TRESUsage...): a step's own, or on the job's line its
+    steps' taken together, as sacct aggregates them (totals summed, maxima and minima kept)."""
+    return lambda job, step: show(step if step is not None else _aggregate(job))
+
+
+def _aggregate(job: Row) -> Row:
+    """The job's steps as one usage record (computed once per job, kept in its row)."""
+    if "_usage" not in job:
+        steps = job["steps"]
+        row: Row = {"ntasks": sum(s["ntasks"] for s in steps), "consumed_energy_j": job["consumed_energy_j"]}
+        for name in ("total_cpu_s", "user_cpu_s", "system_cpu_s", "disk_read_b", "disk_write_b"):
+            row[name] = sum(s[name] for s in steps)
+        for value, where in (("max_rss_kb", ("max_rss_node", "max_rss_task")), ("max_pages", ()),
+                             ("max_disk_read_b", ("max_disk_read_node", "max_disk_read_task")),
+                             ("max_disk_write_b", ("max_disk_write_node", "max_disk_write_task"))):
+            top = max(steps, key=lambda s, v=value: s[v], default=None)
+            row[value] = top[value] if top else 0
+            row.update({w: top[w] if top else ("" if w.endswith("node") else 0) for w in where})
+        least = min(steps, key=lambda s: s["min_cpu_s"], default=None)
+        row.update(min_cpu_s=least["min_cpu_s"] if least else 0.0, min_cpu_node=least["min_cpu_node"] if least
+                   else "", min_cpu_task=least["min_cpu_task"] if least else 0)
+        row["ave_rss_kb"] = round(sum(s["ave_rss_kb"] for s in steps) / len(steps)) if steps else 0
+        job["_usage"] = row
+    return job["_usage"]
+
+
+def _cpu_sum(key: str) -> Callable[[Row, Row | None], str]:
+    """UserCPU, SystemCPU and TotalCPU: a step's own, or the sum of the job's steps (as sacct)."""
+    return lambda job, step: _total_cpu(step[key] if step is not None else sum(x[key] for x in job["steps"]))
+
+
+def _node_task(node_key: str, task_key: str, names: tuple[str, ...]) -> Callable[[Row, Row | None], str]:
+    return _step(lambda s: _tres([(n, s[node_key] if node_key.endswith("node") else s[task_key]) for n in names]))
+
+
+def _usage_where(key: str, names: tuple[str, ...]) -> Callable[[Row, Row | None], str]:
+    """TRESUsage*{Node,Task}: where the extreme figure was seen (a node name or a task rank)."""
+    return _step(lambda s: _tres([(n, s[key]) for n in names]) if s[key] not in ("", None) else "")
+
+
+def _blank(_job: Row, _step: Row | None) -> str:
+    return ""
+
+
+# name -> (width, value); a negative width left-justifies. Every field of Slurm's sacct --helpformat;
+# what is not measured here is blank or zero as sacct prints it for a site without that plugin.
 FIELDS: dict[str, tuple[int, Callable[[Row, Row | None], str]]] = {
     "Account": (10, lambda j, s: j["account"]),
+    "AdminComment": (15, lambda j, s: "" if s else j["admin_comment"]),
     "AllocCPUS": (10, lambda j, s: str((s or j)["alloc_cpus"])),
     "AllocNodes": (10, lambda j, s: str((s or j)["nnodes"])),
+    "AllocTRES": (10, alloc_tres),
+    "AssocID": (7, lambda j, s: "0"),
+    "AveCPU": (10, _step(lambda s: _total_cpu(_per_task(s, s["total_cpu_s"])))),
     "AveCPUFreq": (10, lambda j, s: freq_text(j.get("ave_cpu_freq_khz")) if j.get("ave_cpu_freq_khz") else ""),
-    "ReqCPUFreq": (13, lambda j, s: j["req_cpu_freq"] or (str(j["cpu_freq_khz"]) if j["cpu_freq_khz"] else "Unknown")),
-    "ReqCPUFreqMin": (13, lambda j, s: req_freq(j["req_cpu_freq"], j["cpu_freq_khz"], "min")),
-    "ReqCPUFreqMax": (13, lambda j, s: req_freq(j["req_cpu_freq"], j["cpu_freq_khz"], "max")),
-    "ReqCPUFreqGov": (13, lambda j, s: req_freq(j["req_cpu_freq"], j["cpu_freq_khz"], "gov")),
-    "TRESUsageInTot": (14, lambda j, s: tres_usage(s["total_cpu_s"] if s else sum(x["total_cpu_s"] for x in j["steps"]),
-                                                   (s or j)["consumed_energy_j"], s["max_rss_kb"] if s else 0)),
-    "AveRSS": (10, lambda j, s: _kb(s["max_rss_kb"]) if s else ""),
+    "AveDiskRead": (14, _step(lambda s: size_text(_per_task(s, s["disk_read_b"]), ""))),
+    "AveDiskWrite": (14, _step(lambda s: size_text(_per_task(s, s["disk_write_b"]), ""))),
+    "AvePages": (10, _step(lambda s: str(s["max_pages"]))),
+    "AveRSS": (10, _step(lambda s: size_text(s["ave_rss_kb"]))),
+    "AveVMSize": (10, _step(lambda s: "0")),
+    "BlockID": (16, _blank),
     "Cluster": (10, lambda j, s: j["cluster"]),
     "Comment": (14, lambda j, s: j["comment"] if not s else ""),
     "Constraints": (19, lambda j, s: j["constraints"]),
     "ConsumedEnergy": (14, lambda j, s: _energy((s or j)["consumed_energy_j"])),
     "ConsumedEnergyRaw": (17, lambda j, s: str((s or j)["consumed_energy_j"] or 0)),
+    "Container": (19, _blank),
     "CPUTime": (10, lambda j, s: _elapsed_str(_elapsed(j, s) * (s or j)["alloc_cpus"])),
     "CPUTimeRAW": (10, lambda j, s: str(_elapsed(j, s) * (s or j)["alloc_cpus"])),
+    "DBIndex": (-21, lambda j, s: str(j["db_index"])),
     "DerivedExitCode": (15, lambda j, s: "" if s else f"{max([j['exit_code']] + [x['exit_code'] for x in j['steps']])}"
                         f":{max([j['term_signal']] + [x['term_signal'] for x in j['steps']])}"),
     "Elapsed": (10, lambda j, s: _elapsed_str(_elapsed(j, s))),
@@ -156,36 +283,109 @@ FIELDS: dict[str, tuple[int, Callable[[Row, Row | None], str]]] = {
     "Eligible": (19, lambda j, s: _ts(j["time_eligible"])),
     "End": (19, lambda j, s: _ts((s or j)["time_end"])),
     "ExitCode": (8, lambda j, s: f"{(s or j)['exit_code']}:{(s or j)['term_signal']}"),
+    "Extra": (14, _blank),
+    "FailedNode": (8, _blank),
+    "Flags": (19, lambda j, s: "" if s else _flags(j)),
     "GID": (6, lambda j, s: str(j["gid"])),
     "Group": (9, lambda j, s: j["group"]),
     "JobID": (-12, lambda j, s: _job_id(j, s, raw=False)),
     "JobIDRaw": (-12, lambda j, s: _job_id(j, s, raw=True)),
     "JobName": (10, lambda j, s: (s or j)["name"]),
-    "MaxRSS": (10, lambda j, s: _kb(s["max_rss_kb"]) if s else ""),
-    "MaxVMSize": (10, lambda j, s: ""),
+    "Layout": (9, lambda j, s: "Block" if s and s["step_id"] not in ("batch", "extern") else ""),
+    "Licenses": (10, _blank),
+    "MaxDiskRead": (12, _step(lambda s: size_text(s["max_disk_read_b"], ""))),
+    "MaxDiskReadNode": (15, _step(lambda s: s["max_disk_read_node"])),
+    "MaxDiskReadTask": (15, _step(lambda s: str(s["max_disk_read_task"]))),
+    "MaxDiskWrite": (12, _step(lambda s: size_text(s["max_disk_write_b"], ""))),
+    "MaxDiskWriteNode": (16, _step(lambda s: s["max_disk_write_node"])),
+    "MaxDiskWriteTask": (16, _step(lambda s: str(s["max_disk_write_task"]))),
+    "MaxPages": (8, _step(lambda s: str(s["max_pages"]))),
+    "MaxPagesNode": (12, _step(lambda s: s["max_rss_node"])),
+    "MaxPagesTask": (14, _step(lambda s: str(s["max_rss_task"]))),
+    "MaxRSS": (10, _step(lambda s: size_text(s["max_rss_kb"]))),
+    "MaxRSSNode": (10, _step(lambda s: s["max_rss_node"])),
+    "MaxRSSTask": (10, _step(lambda s: str(s["max_rss_task"]))),
+    "MaxVMSize": (10, _step(lambda s: "0")),
+    "MaxVMSizeNode": (14, _step(lambda s: s["max_rss_node"])),
+    "MaxVMSizeTask": (14, _step(lambda s: str(s["max_rss_task"]))),
+    "McsLabel": (12, _blank),
+    "MinCPU": (10, _step(lambda s: _total_cpu(s["min_cpu_s"]))),
+    "MinCPUNode": (10, _step(lambda s: s["min_cpu_node"])),
+    "MinCPUTask": (10, _step(lambda s: str(s["min_cpu_task"]))),
     "NCPUS": (10, lambda j, s: str((s or j)["alloc_cpus"])),
     "NNodes": (8, lambda j, s: str((s or j)["nnodes"])),
     "NodeList": (15, lambda j, s: (s or j)["node_list"]),
     "NTasks": (8, lambda j, s: str(s["ntasks"]) if s else ""),
     "Partition": (10, lambda j, s: "" if s else j["partition"]),
+    "Planned": (10, lambda j, s: "" if s else _elapsed_str(_planned(j))),
+    "PlannedCPU": (10, lambda j, s: "" if s else _elapsed_str(_planned(j) * j["req_cpus"])),
+    "PlannedCPURAW": (13, lambda j, s: "" if s else str(_planned(j) * j["req_cpus"])),
     "Priority": (10, lambda j, s: "" if s else str(j["priority"])),
+    "QOS": (10, lambda j, s: "" if s else "normal"),
+    "QOSRAW": (6, lambda j, s: "" if s else "1"),
+    "QOSREQ": (10, lambda j, s: "" if s else "normal"),
+    "Reason": (22, lambda j, s: "" if s else (j["reason"] or "None")),
+    "ReqCPUFreq": (10, lambda j, s: req_freq(j["req_cpu_freq"], j["cpu_freq_khz"], "max")),
+    "ReqCPUFreqGov": (13, lambda j, s: req_freq(j["req_cpu_freq"], j["cpu_freq_khz"], "gov")),
+    "ReqCPUFreqMax": (13, lambda j, s: req_freq(j["req_cpu_freq"], j["cpu_freq_khz"], "max")),
+    "ReqCPUFreqMin": (13, lambda j, s: req_freq(j["req_cpu_freq"], j["cpu_freq_khz"], "min")),
     "ReqCPUS": (8, lambda j, s: str(j["req_cpus"])),
     "ReqMem": (10, lambda j, s: _reqmem(j)),
     "ReqNodes": (8, lambda j, s: str(j["req_nodes"])),
-    "Reservation": (20, lambda j, s: ""),
+    "ReqTRES": (10, req_tres),
+    "Reservation": (20, lambda j, s: "" if s else j["reservation"]),
+    "ReservationId": (8, lambda j, s: ""),
+    "Restarts": (8, lambda j, s: "" if s else str(j["restart_count"])),
+    "SegmentSize": (11, lambda j, s: "0"),
+    "SLUID": (14, _blank),
     "Start": (19, lambda j, s: _ts((s or j)["time_start"])),
     "State": (10, _state),
+    "StdErr": (20, lambda j, s: "" if s else (j["std_err"] or j["std_out"])),
+    "StdIn": (20, lambda j, s: "" if s else "/dev/null"),
+    "StdOut": (20, lambda j, s: "" if s else j["std_out"]),
     "Submit": (19, lambda j, s: _ts(j["time_submit"] if not s else s["time_start"])),
     "SubmitLine": (20, lambda j, s: "" if s else j["submit_line"]),
+    "Suspended": (10, lambda j, s: "00:00:00"),
+    "SystemComment": (15, _blank),
+    "SystemCPU": (10, _cpu_sum("system_cpu_s")),
     "Timelimit": (10, _timelimit),
     "TimelimitRaw": (10, lambda j, s: "" if s else ("UNLIMITED" if j["timelimit_min"] is None
                                                    else str(j["timelimit_min"]))),
-    "TotalCPU": (10, lambda j, s: _total_cpu(s["total_cpu_s"] if s else sum(x["total_cpu_s"] for x in j["steps"]))),
+    "TotalCPU": (10, _cpu_sum("total_cpu_s")),
+    "TRESUsageInAve": (14, _step(lambda s: tres_in(s, "ave"))),
+    "TRESUsageInMax": (14, _step(lambda s: tres_in(s, "max"))),
+    "TRESUsageInMaxNode": (18, _step(lambda s: _tres([("cpu", s["min_cpu_node"]), ("mem", s["max_rss_node"])]))),
+    "TRESUsageInMaxTask": (18, _step(lambda s: _tres([("cpu", s["min_cpu_task"]), ("mem", s["max_rss_task"])]))),
+    "TRESUsageInMin": (14, _step(lambda s: tres_in(s, "min"))),
+    "TRESUsageInMinNode": (18, _step(lambda s: _tres([("cpu", s["min_cpu_node"])]))),
+    "TRESUsageInMinTask": (18, _step(lambda s: _tres([("cpu", s["min_cpu_task"])]))),
+    "TRESUsageInTot": (14, _step(lambda s: tres_in(s, "tot"))),
+    "TRESUsageOutAve": (15, _step(lambda s: tres_out(s, "ave"))),
+    "TRESUsageOutMax": (15, _step(lambda s: tres_out(s, "max"))),
+    "TRESUsageOutMaxNode": (19, _step(lambda s: _tres([("fs/disk", s["max_disk_write_node"])]))),
+    "TRESUsageOutMaxTask": (19, _step(lambda s: _tres([("fs/disk", s["max_disk_write_task"])]))),
+    "TRESUsageOutMin": (15, _step(lambda s: tres_out(s, "min"))),
+    "TRESUsageOutMinNode": (19, _blank),
+    "TRESUsageOutMinTask": (19, _blank),
+    "TRESUsageOutTot": (15, _step(lambda s: tres_out(s, "tot"))),
     "UID": (6, lambda j, s: str(j["uid"])),
     "User": (9, lambda j, s: "" if s else j["user"]),
+    "UserCPU": (10, _cpu_sum("user_cpu_s")),
     "WCKey": (10, lambda j, s: j["wckey"]),
+    "WCKeyID": (10, lambda j, s: "0"),
     "WorkDir": (20, lambda j, s: j["work_dir"]),
 }
+
+
+def _planned(job: Row) -> int:
+    """Planned (formerly Reserved): how long the job waited once eligible."""
+    begin = job["time_start"] or time.time()
+    return max(0, int(begin - (job["time_eligible"] or job["time_submit"])))
+
+
+def _flags(job: Row) -> str:
+    """Flags: how the job was scheduled (SchedMain/SchedBackfill/SchedSubmit), as far as recorded."""
+    return "SchedMain" if job["time_start"] else ""
 
 
 def _elapsed_str(seconds: int) -> str:
@@ -202,78 +402,203 @@ def parse_fields(spec: str) -> list[tuple[str, int]]:
         raise CLIError(str(exc)) from exc
 
 
-@app.command()
-def sacct(
-    jobs: Annotated[list[str] | None, typer.Option("-j", "--jobs", help="Job ids.")] = None,
-    users: Annotated[list[str] | None, typer.Option("-u", "--user", help="Users.")] = None,
-    allusers: Annotated[bool, typer.Option("-a", "--allusers", help="All users' jobs.")] = False,
-    starttime: Annotated[str | None, typer.Option("-S", "--starttime", help="Jobs active after this time.")]
-    = None,
-    endtime: Annotated[str | None, typer.Option("-E", "--endtime", help="Jobs active before this time.")] = None,
-    state: Annotated[list[str] | None, typer.Option("-s", "--state", help="States.")] = None,
-    fields: Annotated[str | None, typer.Option("-o", "--format", help="Fields, e.g. JobID,State,Elapsed%12.")]
-    = None,
-    parsable: Annotated[bool, typer.Option("-p", "--parsable", help="'|'-delimited, with a trailing '|'.")]
-    = False,
-    parsable2: Annotated[bool, typer.Option("-P", "--parsable2", help="'|'-delimited, no trailing '|'.")]
-    = False,
-    delimiter: Annotated[str, typer.Option("--delimiter", help="Delimiter for -p/-P.")] = "|",
-    noheader: Annotated[bool, typer.Option("-n", "--noheader", help="No header.")] = False,
-    allocations: Annotated[bool, typer.Option("-X", "--allocations", help="Jobs only, not steps.")] = False,
-    brief: Annotated[bool, typer.Option("-b", "--brief", help="JobID, State, ExitCode only.")] = False,
-    long: Annotated[bool, typer.Option("-l", "--long", help="Many fields.")] = False,
-    json_: Annotated[bool, typer.Option("--json", help="JSON output.")] = False,
-    helpformat: Annotated[bool, typer.Option("-e", "--helpformat", help="List the available fields.")] = False,
-) -> None:
+COMMAND = Command("sacct", "[options]", [
+    Opt("a", "allusers", NO, "Display jobs for all users. By default, only the current user's jobs are "
+        "displayed. If ran by user root this is the default."),
+    Opt("A", "accounts", REQ, "Use this comma separated list of accounts to select jobs to display.",
+        metavar="account_list", kind="list"),
+    Opt(None, "array", NO, "Expand job arrays: one line per array task (the default here)."),
+    Opt("b", "brief", NO, "Equivalent to '--format=jobid,state,exitcode'."),
+    Opt("C", "constraints", REQ, "Comma separated list of features to select jobs by.", metavar="list",
+        kind="list"),
+    Opt(None, "delimiter", REQ, "ASCII characters used to separate the fields when specifying the -p or -P "
+        "options. The default delimiter is a '|'.", metavar="characters"),
+    Opt("D", "duplicates", NO, "If Slurm job ids are reset, some job numbers will probably appear more than "
+        "once; show all of them (every record is kept here)."),
+    Opt("e", "helpformat", NO, "Print a list of fields that can be specified with the '--format' option",
+        kind="flag"),
+    Opt(None, "help-fields", NO, "Same as --helpformat", dest="helpformat"),
+    Opt("E", "endtime", REQ, "Select jobs eligible before this time.", metavar="time"),
+    Opt("g", "gid", REQ, "Use this comma separated list of gids or group names to select jobs to display.",
+        metavar="gid_list", dest="group", kind="list"),
+    Opt(None, "group", REQ, "Same as --gid", metavar="gid_list", dest="group", kind="list"),
+    Opt("i", "nnodes", REQ, "Return jobs which ran on this many nodes (N = min[-max])", metavar="N"),
+    Opt("I", "ncpus", REQ, "Return jobs which ran on this many cpus (N = min[-max])", metavar="N"),
+    Opt("j", "jobs", REQ, "Display information about this job or comma-separated list of jobs.",
+        metavar="job(.step)", kind="list"),
+    Opt(None, "json", OPT, "Produce JSON output", metavar="data_parser"),
+    Opt("k", "timelimit-min", REQ, "Only send data about jobs with this timelimit or more.", metavar="time"),
+    Opt("K", "timelimit-max", REQ, "Only send data about jobs with this timelimit or less.", metavar="time"),
+    Opt("l", "long", NO, "Equivalent to specifying a long list of fields."),
+    Opt("L", "allclusters", NO, "Display jobs ran on all clusters (this one)."),
+    Opt("M", "clusters", REQ, "Only send data about these clusters (this one, or all).", metavar="cluster_list"),
+    Opt(None, "cluster", REQ, "Same as --clusters", metavar="cluster_list", dest="clusters"),
+    Opt("n", "noheader", NO, "No header will be added to the beginning of output."),
+    Opt(None, "name", REQ, "Display jobs that have any of these name(s).", metavar="job_name", kind="list"),
+    Opt(None, "noconvert", NO, "Don't convert units from their original type (e.g. 2048M won't be converted "
+        "to 2G)."),
+    Opt("N", "nodelist", REQ, "Display jobs that ran on any of these nodes.", metavar="node_list", kind="list"),
+    Opt("o", "format", REQ, "Comma separated list of fields. (use \"--helpformat\" for a list of available "
+        "fields).", metavar="field_list"),
+    Opt(None, "fields", REQ, "Same as --format", metavar="field_list", dest="format"),
+    Opt("p", "parsable", NO, "output will be '|' delimited with a '|' at the end"),
+    Opt("P", "parsable2", NO, "output will be '|' delimited without a '|' at the end"),
+    Opt("q", "qos", REQ, "Only send data about jobs using these qos. Default is all.", metavar="qos",
+        kind="list"),
+    Opt("r", "partition", REQ, "Comma separated list of partitions to select jobs and job steps from.",
+        metavar="partition_list", kind="list"),
+    Opt("R", "reason", REQ, "Comma separated list of reasons to select jobs by.", metavar="reason_list",
+        kind="list"),
+    Opt("s", "state", REQ, "Select jobs based on their state.", metavar="state_list", kind="list"),
+    Opt("S", "starttime", REQ, "Select jobs eligible after this time. Default is 00:00:00 of the current "
+        "day, unless '-s' or '-j' is set.", metavar="time"),
+    Opt("u", "user", REQ, "Use this comma separated list of uids or user names to select jobs to display.",
+        metavar="user_list", kind="list"),
+    Opt(None, "uid", REQ, "Same as --user", metavar="user_list", dest="user", kind="list"),
+    Opt(None, "units", REQ, "Display values in specified unit type.", metavar="[KMGTP]"),
+    Opt("v", "verbose", NO, "Primarily for debugging purposes, report the state of various variables during "
+        "processing.", kind="count"),
+    Opt("W", "wckeys", REQ, "Only send data about these wckeys. Default is all.", metavar="wckey_list",
+        kind="list"),
+    Opt("X", "allocations", NO, "Only show statistics relevant to the job allocation itself, not taking steps "
+        "into consideration."),
+    ignored(None, "federation", NO), ignored(None, "local", NO), ignored("T", "truncate", NO),
+    ignored(None, "whole-hetjob", OPT), ignored("x", "associations", REQ), ignored("F", "flags", REQ),
+    ignored(None, "use-local-uid", NO),
+    refused("c", "completion", NO, "the job completion plugin (jobcomp) is not used here; sacct reads accounting"),
+    refused("f", "file", REQ, "sacct reads the accounting database, not job completion files"),
+    refused("B", "batch-script", NO, "batch scripts are not stored in accounting"),
+    refused(None, "env-vars", NO, "job environments are not stored in accounting"),
+    refused(None, "yaml", OPT, "YAML output is not supported; use --json"),
+    *standard(),
+], epilog="Note, valid start/end time formats are...\n           HH:MM[:SS] [AM|PM]\n"
+          "           MMDD[YY] or MM/DD[/YY] or MM.DD[.YY]\n           MM/DD[/YY]-HH:MM[:SS]\n"
+          "           YYYY-MM-DD[THH:MM[:SS]]")
+
+
+def sacct(argv: list[str]) -> int:
     """Show accounting data of jobs and steps."""
-    if helpformat:
+    opts, operands = COMMAND.parse(argv)
+    if operands:
+        COMMAND.fail(f"unrecognized argument '{operands[0]}'")
+    if opts.get("helpformat"):
         names = sorted(FIELDS, key=str.lower)
         for row in range(0, len(names), 4):
             print("".join(f"{n:<20}" for n in names[row:row + 4]).rstrip())
-        return
+        return 0
     from wattsched import auth, timefmt
     from wattsched import states as st
 
-    spec = fields or os.environ.get("SACCT_FORMAT") or (BRIEF_FIELDS if brief else LONG_FIELDS if long
-                                                         else DEFAULT_FIELDS)
+    units = opts.get("units")
+    if units is not None and units.upper() not in _UNITS:
+        raise CLIError(f"Invalid unit type: {units}")
+    CONVERT.update(units=units.upper() if units else None, noconvert=bool(opts.get("noconvert")))
+    spec = opts.get("format") or os.environ.get("SACCT_FORMAT") or (
+        BRIEF_FIELDS if opts.get("brief") else LONG_FIELDS if opts.get("long") else DEFAULT_FIELDS)
     columns = parse_fields(spec)
     now = time.time()
+    refs = split_list(opts.get("jobs"))
     job_ids = []
-    for ref in split_list(jobs):
+    for ref in refs:
         base = ref.split(".")[0].split("_")[0]
-        if not base.isdigit():
+        if not base.isdigit() or len(base) > 10:
             raise CLIError(f"Invalid job id: {ref}")
         job_ids.append(int(base))
     try:
-        start = timefmt.parse_time(starttime, now) if starttime else None
-        end = timefmt.parse_time(endtime, now) if endtime else None
-        wanted_states = [st.parse_job_state(s) for s in split_list(state)]
+        start = timefmt.parse_time(opts["starttime"], now) if opts.get("starttime") else None
+        end = timefmt.parse_time(opts["endtime"], now) if opts.get("endtime") else None
+        wanted_states = [st.parse_job_state(s) for s in split_list(opts.get("state"))]
     except (timefmt.TimeFormatError, ValueError) as exc:
         raise CLIError(str(exc)) from exc
     if start is None and not job_ids:
-        start = timefmt.parse_time("today", now)
-    user_list = split_list(users)
-    if not user_list and not allusers and not job_ids and os.getuid() != 0:
+        # Slurm: midnight today, or now when states are asked for (jobs in those states now)
+        start = now if wanted_states and end is None else timefmt.parse_time("today", now)
+    if end is not None and start is not None and end < start:
+        raise CLIError("start time must be before end time")
+    client = Client()
+    if opts.get("clusters"):
+        check_clusters(opts["clusters"], client.config.cluster_name)
+    user_list = split_list(opts.get("user"))
+    if not user_list and not opts.get("allusers") and not job_ids and os.getuid() != 0:
         user_list = [auth.username(os.getuid())]
     params = {"job": job_ids or None, "user": user_list or None, "state": wanted_states or None,
               "start": start, "end": end}
-    rows = Client().request("GET", "/v1/accounting/jobs", params=params)["jobs"]
-    wanted_tasks = {r for r in split_list(jobs) if "_" in r}
-    if wanted_tasks:
-        rows = [r for r in rows if f"{r['array_job_id']}_{r['array_task_id']}" in wanted_tasks
-                or (str(r["job_id"]) in {t.split("_")[0] for t in wanted_tasks} and r["array_task_id"] is None)]
-    if json_:
+    rows = client.request("GET", "/v1/accounting/jobs", params=params)["jobs"]
+    rows = [r for r in rows if _selected(r, opts, refs)]
+    if "json" in opts:
         print_json({"jobs": rows})
-        return
+        return 0
     records: list[dict[str, str]] = []
+    wanted_steps = {r.split(".", 1)[1] for r in refs if "." in r}
     for job in rows:
         records.append({name: FIELDS[name][1](job, None) for name, _ in columns})
-        if not allocations:
+        if not opts.get("allocations"):
             for step in sorted(job["steps"], key=_step_order):
-                records.append({name: FIELDS[name][1](job, step) for name, _ in columns})
-    delim = delimiter if (parsable or parsable2) else None
-    for line in fmt.format_table(records, columns, delim, trailing=parsable, header=not noheader):
+                if not wanted_steps or step["step_id"] in wanted_steps:
+                    records.append({name: FIELDS[name][1](job, step) for name, _ in columns})
+    parsable = opts.get("parsable") or opts.get("parsable2")
+    delim = opts.get("delimiter", "|") if parsable else None
+    for line in fmt.format_table(records, columns, delim, trailing=bool(opts.get("parsable")),
+                                 header=not opts.get("noheader")):
         print(line)
+    return 0
+
+
+def _in_range(value: int, spec: str, what: str) -> bool:
+    """-i/-I ``min[-max]`` (a single number is exact, as Slurm reads it)."""
+    low, _, high = spec.partition("-")
+    if not low.isdigit() or (high and not high.isdigit()):
+        raise CLIError(f"Invalid {what} range: {spec}")
+    return int(low) <= value <= int(high or low)
+
+
+def _selected(job: Row, opts: dict[str, Any], refs: list[str]) -> bool:
+    """The filters applied here rather than by the accounting query."""
+    tasks = {r.split(".")[0] for r in refs if "_" in r}
+    if tasks and not ({f"{job['array_job_id']}_{job['array_task_id']}", str(job["job_id"])} & tasks
+                      or (str(job["job_id"]) in {t.split("_")[0] for t in tasks} and job["array_task_id"] is None)):
+        return False
+    checks = [("name", job["name"]), ("accounts", job["account"]), ("partition", job["partition"]),
+              ("wckeys", job["wckey"]), ("qos", "normal"), ("reason", job["reason"])]
+    for key, value in checks:
+        wanted = split_list(opts.get(key))
+        if wanted and value not in wanted:
+            return False
+    groups = split_list(opts.get("group"))
+    if groups and job["group"] not in groups and str(job["gid"]) not in groups:
+        return False
+    features = split_list(opts.get("constraints"))
+    if features and not set(features) & set(job["constraints"].split(",")):
+        return False
+    if opts.get("nnodes") and not _in_range(job["nnodes"], opts["nnodes"], "node count"):
+        return False
+    if opts.get("ncpus") and not _in_range(job["alloc_cpus"], opts["ncpus"], "cpu count"):
+        return False
+    if opts.get("nodelist"):
+        from wattsched import hostlist
+
+        wanted_nodes = {n for expr in split_list(opts["nodelist"]) for n in hostlist.expand(expr)}
+        ran_on = set(hostlist.expand(job["node_list"])) if job["nnodes"] and job["node_list"] != "None assigned" \
+            else set()
+        if not wanted_nodes & ran_on:
+            return False
+    return _time_limit_ok(job, opts)
+
+
+def _time_limit_ok(job: Row, opts: dict[str, Any]) -> bool:
+    from wattsched import timefmt
+
+    limit = job["timelimit_min"]
+    for key, keep in (("timelimit_min", lambda lim, bound: lim is None or lim >= bound),
+                      ("timelimit_max", lambda lim, bound: lim is not None and lim <= bound)):
+        if opts.get(key):
+            try:
+                bound = timefmt.parse_duration_min(opts[key])
+            except timefmt.TimeFormatError as exc:
+                raise CLIError(str(exc)) from exc
+            if bound is not None and not keep(limit, bound):
+                return False
+    return True
 
 
 def _step_order(step: Row) -> tuple:
@@ -282,7 +607,4 @@ def _step_order(step: Row) -> tuple:
 
 
 def main() -> None:
-    try:
-        app(prog_name="sacct")
-    except CLIError as exc:
-        die("sacct", str(exc))
+    run("sacct", lambda: sacct(sys.argv[1:]))

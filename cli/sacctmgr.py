@@ -13,14 +13,11 @@ Without -i the change is described and committed only when the answer is "y", as
 from __future__ import annotations
 
 import sys
-from typing import Annotated, Any
+from typing import Any
 
-import typer
 from wattsched.cli import fmt
-from wattsched.cli.common import Client, CLIError, die, print_json
-
-app = typer.Typer(add_completion=False, context_settings={"help_option_names": ["--help"],
-                                                          "allow_interspersed_args": True})
+from wattsched.cli.common import Client, CLIError, print_json
+from wattsched.cli.options import NO, OPT, REQ, Command, Opt, ignored, refused, run, standard
 
 ENTITIES = {"cluster": "cluster", "clusters": "cluster", "account": "account", "accounts": "account",
             "user": "user", "users": "user", "association": "assoc", "associations": "assoc", "assoc": "assoc"}
@@ -91,16 +88,31 @@ def _confirm() -> bool:
     return answer in ("y", "yes")
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-def sacctmgr(
-    words: Annotated[list[str], typer.Argument(help="COMMAND ENTITY [NAMES] [where ...] [set ...]")],
-    immediate: Annotated[bool, typer.Option("-i", "--immediate", help="Commit without asking.")] = False,
-    noheader: Annotated[bool, typer.Option("-n", "--noheader", help="No header.")] = False,
-    parsable: Annotated[bool, typer.Option("-p", "--parsable", help="'|'-delimited, trailing '|'.")] = False,
-    parsable2: Annotated[bool, typer.Option("-P", "--parsable2", help="'|'-delimited.")] = False,
-    json_: Annotated[bool, typer.Option("--json", help="JSON output (show).")] = False,
-) -> None:
+COMMAND = Command("sacctmgr", "[<OPTION>] [<COMMAND>]", [
+    Opt("i", "immediate", NO, "commit changes immediately without asking for confirmation"),
+    Opt(None, "json", OPT, "Produce JSON output (show)", metavar="data_parser"),
+    Opt("n", "noheader", NO, "no header will be added to the beginning of the output"),
+    Opt("p", "parsable", NO, "output will be '|' delimited with a '|' at the end"),
+    Opt("P", "parsable2", NO, "output will be '|' delimited without a '|' at the end"),
+    Opt("v", "verbose", NO, "enable detailed logging", kind="count"),
+    ignored("Q", "quiet", NO), ignored("r", "readonly", NO), ignored("s", "associations", NO),
+    ignored("o", "oneliner", NO), ignored("M", "cluster", REQ), ignored(None, "local", NO),
+    refused(None, "yaml", OPT, "YAML output is not supported; use --json"),
+    *standard(),
+], epilog="""    Valid <COMMAND> values are:
+     add <ENTITY> <NAME> [<SPECS>]       add an account, user or cluster
+     modify <ENTITY> [where <SPECS>] set <SPECS>
+     delete <ENTITY> <NAME> [where <SPECS>]
+     show <ENTITY> [<NAMES>] [format=<FIELDS>]   ENTITY: account, user, assoc, cluster""")
+
+
+def sacctmgr(argv: list[str]) -> None:
     """Manage accounts, users and their associations."""
+    opts, words = COMMAND.parse(argv)
+    if not words:
+        raise CLIError("no command given (add, modify, delete or show); see sacctmgr --help")
+    immediate, noheader, json_ = opts.get("immediate"), bool(opts.get("noheader")), "json" in opts
+    parsable, parsable2 = bool(opts.get("parsable")), bool(opts.get("parsable2"))
     action, entity, names, where, values = parse_command(words)
     client = Client()
     if action == "show":
@@ -142,7 +154,4 @@ def _show(client: Client, entity: str, names: list[str], where: dict[str, str], 
 
 
 def main() -> None:
-    try:
-        app(prog_name="sacctmgr")
-    except CLIError as exc:
-        die("sacctmgr", str(exc))
+    run("sacctmgr", lambda: sacctmgr(sys.argv[1:]))

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import signal as signal_mod
 import sys
-from typing import Annotated
 
-import typer
-from wattsched.cli.common import Client, CLIError, die, split_list
-
-app = typer.Typer(add_completion=False, context_settings={"help_option_names": ["--help"]})
+from wattsched.cli.common import Client, CLIError, check_clusters, split_list
+from wattsched.cli.options import NO, REQ, Command, Opt, ignored, run, standard
 
 
 def parse_signal(name: str) -> int:
@@ -26,57 +24,109 @@ def parse_signal(name: str) -> int:
     return number
 
 
-@app.command()
-def scancel(
-    job_ids: Annotated[list[str] | None, typer.Argument(help="Job ids: 12, 12_3, 12_[1-4].")] = None,
-    users: Annotated[str | None, typer.Option("-u", "--user", help="Only jobs of these users.")] = None,
-    name: Annotated[str | None, typer.Option("-n", "--name", "--jobname", help="Only jobs with this name.")]
-    = None,
-    state: Annotated[str | None, typer.Option("-t", "--state", help="Only jobs in these states.")] = None,
-    partition: Annotated[str | None, typer.Option("-p", "--partition", help="Only jobs in these partitions.")]
-    = None,
-    signal: Annotated[str | None, typer.Option("-s", "--signal", help="Send this signal instead of cancelling.")]
-    = None,
-    batch: Annotated[bool, typer.Option("-b", "--batch", help="Signal only the batch shell.")] = False,
-    verbose: Annotated[int, typer.Option("-v", "--verbose", count=True, help="More messages.")] = 0,
-) -> None:
+COMMAND = Command("scancel", "[-A account] [--batch] [--full] [--interactive] [-n job_name] "
+                  "[-p partition] [-Q] [-q qos] [--reservation=reservation] [-s signal | integer] "
+                  "[-t PENDING | RUNNING | SUSPENDED] [--usage] [-u user_name] [--hurry] [-V] [-v] "
+                  "[-w hosts...] [--wckey=wckey] [--me] [job_id[_array_id][.step_id]]", [
+    Opt("A", "account", REQ, "act only on jobs charging this account", metavar="account", kind="list"),
+    Opt("b", "batch", NO, "signal batch shell for specified job"),
+    Opt("f", "full", NO, "signal batch shell and all steps for specified job"),
+    Opt("i", "interactive", NO, "require response from user for each job"),
+    Opt("M", "clusters", REQ, "cluster to issue commands to (this one)", metavar="cluster_name"),
+    Opt(None, "me", NO, "act only on jobs of the invoking user"),
+    Opt("n", "name", REQ, "act only on jobs with this name", metavar="job_name", kind="list"),
+    Opt(None, "jobname", REQ, "same as --name", metavar="job_name", dest="name", kind="list"),
+    Opt("p", "partition", REQ, "act only on jobs in this partition", metavar="partition", kind="list"),
+    Opt("Q", "quiet", NO, "disable warnings"),
+    Opt("q", "qos", REQ, "act only on jobs with this quality of service", metavar="qos", kind="list"),
+    Opt("R", "reservation", REQ, "act only on jobs with this reservation", metavar="reservation"),
+    Opt("s", "signal", REQ, "signal to send to job, default is SIGKILL", metavar="name | integer"),
+    Opt("t", "state", REQ, "act only on jobs in this state. Valid job states are PENDING, RUNNING and "
+        "SUSPENDED", metavar="states", kind="list"),
+    Opt("u", "user", REQ, "act only on jobs of this user", metavar="user_name", kind="list"),
+    Opt("v", "verbose", NO, "verbosity level", kind="count"),
+    Opt("w", "nodelist", REQ, "act only on jobs on these nodes", metavar="hosts...", kind="list"),
+    Opt(None, "wckey", REQ, "act only on jobs with this workload characterization key", metavar="wckey",
+        kind="list"),
+    ignored("H", "hurry", NO), ignored("c", "cron", NO), ignored(None, "ctld", NO),
+    ignored(None, "federation", NO), ignored(None, "sibling", REQ),
+    "Help options:",
+    *standard(),
+])
+
+
+def scancel(argv: list[str]) -> int:
     """Cancel (or signal) jobs."""
     from wattsched import states as st
 
-    sig = parse_signal(signal) if signal else None
+    opts, operands = COMMAND.parse(argv)
+    sig = parse_signal(opts["signal"]) if opts.get("signal") else None
     client = Client()
-    ids = [i for i in (job_ids or []) for i in i.split(",") if i]
-    filters = users or name or state or partition
-    if not ids and not filters:
+    if opts.get("clusters"):
+        check_clusters(opts["clusters"], client.config.cluster_name)
+    ids = [i for arg in operands for i in arg.split(",") if i]
+    users = split_list(opts.get("user"))
+    if opts.get("me"):
+        from wattsched.auth import username
+
+        users.append(username(os.getuid()))
+    filter_keys = ("account", "name", "partition", "qos", "reservation", "state", "nodelist", "wckey")
+    if not ids and not users and not any(opts.get(k) for k in filter_keys):
         raise CLIError("No job identification provided")
-    if filters:
-        params = {"user": split_list([users]) if users else None, "partition": split_list([partition])
-                  if partition else None, "job": ids or None}
+    if users or any(opts.get(k) for k in filter_keys):
+        params = {"user": users or None, "partition": split_list(opts.get("partition")) or None,
+                  "job": ids or None, "detail": "true"}
         jobs = client.request("GET", "/v1/jobs", params=params)["jobs"]
-        wanted = {st.parse_job_state(s) for s in split_list([state])} if state else {"PENDING", "RUNNING"}
-        ids = [str(j["job_id"]) for j in jobs if j["state"] in wanted and (not name or j["name"] == name)]
+        try:
+            wanted = {st.parse_job_state(s) for s in split_list(opts.get("state"))} or {"PENDING", "RUNNING"}
+        except ValueError as exc:
+            raise CLIError(str(exc)) from exc
+        ids = [str(j["job_id"]) for j in jobs if j["state"] in wanted and _matches(j, opts)]
         if not ids:
-            return
+            return 0
     failed = False
     for job_ref in ids:
-        body = {"job_ids": [job_ref], "batch_only": batch}
+        if opts.get("interactive") and not _confirm(job_ref):
+            continue
+        body = {"job_ids": [job_ref], "batch_only": bool(opts.get("batch"))}
         if sig is not None:
             body["signal"] = sig
         try:
             client.request("POST", "/v1/jobs/cancel", body)
-            if verbose:
+            if opts.get("verbose"):
                 print(f"scancel: {'Signal ' + str(sig) + ' sent to' if sig else 'Terminating'} job {job_ref}")
         except CLIError as exc:
             if exc.status == 0:
                 raise
             failed = True
-            sys.stderr.write(f"scancel: error: Kill job error on job id {job_ref}: {exc}\n")
-    if failed:
-        raise typer.Exit(1)
+            if not opts.get("quiet"):
+                sys.stderr.write(f"scancel: error: Kill job error on job id {job_ref}: {exc}\n")
+    return 1 if failed else 0
+
+
+def _matches(job: dict, opts: dict) -> bool:
+    """The filters the controller's listing does not apply."""
+    for key, value in (("name", job["name"]), ("account", job["account"]), ("wckey", job["wckey"]),
+                       ("qos", "normal")):
+        wanted = split_list(opts.get(key))
+        if wanted and value not in wanted:
+            return False
+    if opts.get("reservation") and job["reservation"] != opts["reservation"]:
+        return False
+    if opts.get("nodelist"):
+        from wattsched import hostlist
+
+        wanted_nodes = {n for expr in split_list(opts["nodelist"]) for n in hostlist.expand(expr)}
+        if not wanted_nodes & set(hostlist.expand(job["node_list"]) if job["node_list"] else []):
+            return False
+    return True
+
+
+def _confirm(job_ref: str) -> bool:
+    sys.stdout.write(f"Cancel job_id={job_ref} ? (y/n) ")
+    sys.stdout.flush()
+    return sys.stdin.readline().strip().lower().startswith("y")
 
 
 def main() -> None:
-    try:
-        app(prog_name="scancel")
-    except CLIError as exc:
-        die("scancel", str(exc))
+    run("scancel", lambda: scancel(sys.argv[1:]))

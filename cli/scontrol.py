@@ -3,15 +3,15 @@ layout."""
 
 from __future__ import annotations
 
+import os
+import shlex
+import sys
 import time
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Any
 
-import typer
-from wattsched.cli.common import Client, CLIError, die, print_json
-
-app = typer.Typer(add_completion=False, context_settings={"help_option_names": ["--help"],
-                                                          "allow_interspersed_args": False})
+from wattsched.cli.common import Client, CLIError, check_clusters, print_json
+from wattsched.cli.options import NO, OPT, REQ, Command, Opt, ignored, refused, run, standard
 
 
 def _ts(epoch: float | None, none: str = "Unknown") -> str:
@@ -167,6 +167,10 @@ def show(client: Client, args: list[str], oneliner: bool, as_json: bool) -> None
         if as_json:
             return print_json({"nodes": nodes})
         return _emit([node_lines(n) for n in nodes], oneliner)
+    if what in ("step", "steps"):
+        return _show_steps(client, rest, oneliner, as_json)
+    if what in ("hostnames", "hostlist", "hostlistsorted"):
+        return _show_hosts(what, rest)
     if what in ("partition", "partitions"):
         return _show_named(client, "partitions", "Partition", rest, partition_lines, oneliner, as_json)
     if what in ("reservation", "reservations", "res"):
@@ -194,6 +198,57 @@ def show(client: Client, args: list[str], oneliner: bool, as_json: bool) -> None
         print(f"{'SLURM_CONF':<23} = {conf['source']}")
         return None
     raise CLIError(f"invalid entity:{args[0]} for keyword:show")
+
+
+def _show_steps(client: Client, rest: list[str], oneliner: bool, as_json: bool) -> None:
+    """``show step[s] [JOB[.STEP]]``: the running steps, as Slurm lays them out."""
+    job_ref, _, step_ref = (rest[0] if rest else "").partition(".")
+    jobs = client.request("GET", "/v1/jobs", params={"job": [job_ref] if job_ref else None, "detail": "true"})["jobs"]
+    found = [(j, s) for j in sorted(jobs, key=lambda j: j["job_id"]) for s in j["steps"]
+             if s["state"] == "RUNNING" and (not step_ref or s["step_id"] == step_ref)]
+    if as_json:
+        return print_json({"steps": [dict(s, job_id=j["job_id"]) for j, s in found]})
+    if not found:
+        if rest:
+            raise CLIError("Invalid job id specified")
+        print("No job steps in the system")
+        return None
+    from wattsched import timefmt
+
+    records = [[f"StepId={j['job_id']}.{s['step_id']} UserId={j['uid']} StartTime={_ts(s['start_time'])} "
+                f"TimeLimit={timefmt.limit_str(j['time_limit_min'])}",
+                f"State={s['state']} Partition={j['partition']} NodeList={s['nodes']}",
+                f"Nodes={len(_expand(s['nodes']))} CPUs={j['num_cpus']} Tasks={s['ntasks']} Name={s['name']} "
+                "Network=(null)",
+                f"TRES=cpu={j['num_cpus']},node={len(_expand(s['nodes']))}",
+                "ResvPorts=(null)",
+                f"CPUFreqReq={j['cpu_freq'] or 'Default'} Dist=Block"] for j, s in found]
+    return _emit(records, oneliner)
+
+
+def _expand(expr: str) -> list[str]:
+    from wattsched import hostlist
+
+    return hostlist.expand(expr) if expr else []
+
+
+def _show_hosts(what: str, rest: list[str]) -> None:
+    """``show hostnames LIST`` (one name a line), ``show hostlist[sorted] NAMES`` (compressed); the
+    list defaults to SLURM_JOB_NODELIST, as in Slurm."""
+    from wattsched import hostlist
+
+    text = rest[0] if rest else os.environ.get("SLURM_JOB_NODELIST", "")
+    if not text:
+        raise CLIError(f"too few arguments for keyword:{what}")
+    try:
+        names = hostlist.expand(text, limit=1 << 20)
+    except ValueError as exc:
+        raise CLIError(f"Invalid hostlist: {exc}") from exc
+    if what == "hostnames":
+        print("\n".join(names))
+    else:
+        print(hostlist.compress(sorted(names) if what == "hostlistsorted" else names))
+    return None
 
 
 def _show_named(client: Client, kind: str, title: str, rest: list[str],
@@ -239,7 +294,7 @@ def update(client: Client, args: list[str]) -> None:
         raise CLIError("No valid entity in update command")
     body: dict[str, Any] = {}
     names = {"timelimit": "time_limit", "priority": "priority", "nice": "nice", "jobname": "name",
-             "name": "name", "comment": "comment", "partition": "partition"}
+             "name": "name", "comment": "comment", "partition": "partition", "admincomment": "admin_comment"}
     for key, value in pairs.items():
         if key not in names:
             raise CLIError(f"Update of this parameter is not supported: {key}")
@@ -270,18 +325,74 @@ def create_or_delete(client: Client, command: str, args: list[str]) -> None:
     resv.delete(client, name)
 
 
-@app.command()
-def scontrol(
-    args: Annotated[list[str], typer.Argument(help="COMMAND [ENTITY] [ARGS...]")],
-    oneliner: Annotated[bool, typer.Option("-o", "--oneliner", help="One line per record.")] = False,
-    details: Annotated[bool, typer.Option("-d", "--details", help="More details.")] = False,
-    json_: Annotated[bool, typer.Option("--json", help="JSON output.")] = False,
-) -> None:
+COMMAND = Command("scontrol", "[<OPTION>] [<COMMAND>]", [
+    Opt("a", "all", NO, "equivalent to \"all\" command"),
+    Opt("d", "details", NO, "equivalent to \"details\" command"),
+    Opt(None, "json", OPT, "Produce JSON output", metavar="data_parser"),
+    Opt("M", "clusters", REQ, "cluster to issue commands to (this one)", metavar="cluster_name"),
+    Opt("o", "oneliner", NO, "equivalent to \"oneliner\" command"),
+    Opt("Q", "quiet", NO, "equivalent to \"quiet\" command"),
+    Opt("v", "verbose", NO, "equivalent to \"verbose\" command", kind="count"),
+    ignored(None, "federation", NO), ignored("F", "future", NO), ignored(None, "hide", NO),
+    ignored(None, "local", NO), ignored(None, "sibling", NO), ignored("u", "uid", REQ),
+    refused(None, "yaml", OPT, "YAML output is not supported; use --json"),
+    *standard(),
+], epilog="""  <keyword> may be omitted from the execute line and scontrol will execute
+  in interactive mode. It will process commands as entered until explicitly
+  terminated.
+
+    Valid <COMMAND> values are:
+     create <SPECIFICATIONS>  create a new reservation.
+     delete <SPECIFICATIONS>  delete the specified reservation.
+     hold <job_list>          prevent specified job from starting.
+     listpids <job_id<.step>> List pids associated with a given job step (on this node).
+     ping                     print status of slurmctld daemons.
+     release <job_list>       permit specified job to start (see hold).
+     requeue <job_id>         re-queue a batch job.
+     show <ENTITY> [<ID>]     display state of identified entity, default is all records.
+                              ENTITY: job, step, node, partition, reservation, config, powercap,
+                              hostnames, hostlist, hostlistsorted.
+     token [lifespan=<secs>] [username=<name>]  get a JWT for this user.
+     uhold <job_list>         place user hold on specified job (see hold).
+     update <SPECIFICATIONS>  update job, node, reservation or powercap configuration.
+     version                  display tool version number.
+     wait_job <job_id>        wait until the nodes allocated to the job are booted and usable.""")
+
+
+def scontrol(argv: list[str]) -> int:
     """View and modify wattsched's configuration and state."""
+    opts, args = COMMAND.parse(argv)
     client = Client()
+    if opts.get("clusters"):
+        check_clusters(opts["clusters"], client.config.cluster_name)
+    if args:
+        return execute(client, args, opts)
+    # no command: scontrol's interactive mode, one command a line (a prompt only on a terminal)
+    code = 0
+    while True:
+        if sys.stdin.isatty():
+            sys.stdout.write("scontrol: ")
+            sys.stdout.flush()
+        line = sys.stdin.readline()
+        if not line:
+            return code
+        words = shlex.split(line)
+        if not words:
+            continue
+        if words[0].lower() in ("exit", "quit"):
+            return code
+        try:
+            code = execute(client, words, opts) or code
+        except CLIError as exc:
+            sys.stderr.write(f"scontrol: error: {exc}\n")
+            code = 1
+
+
+def execute(client: Client, args: list[str], opts: dict[str, Any]) -> int:
     command, rest = args[0].lower(), args[1:]
+    oneliner, as_json = bool(opts.get("oneliner")), "json" in opts
     if command == "show":
-        show(client, rest, oneliner, json_)
+        show(client, rest, oneliner, as_json)
     elif command == "update":
         update(client, rest)
     elif command in ("create", "delete"):
@@ -310,13 +421,64 @@ def scontrol(
     elif command == "version":
         from wattsched import __version__
 
-        print(f"wattsched {__version__}")
+        print(f"slurm-compatible wattsched {__version__}")
+    elif command == "listpids":
+        return listpids(rest[0] if rest else None)
+    elif command == "wait_job":
+        return wait_job(client, rest)
+    elif command in ("reconfigure", "reconfig", "shutdown", "takeover", "reboot", "reboot_nodes"):
+        raise CLIError(f"{command} is not supported here: restart the controller (systemctl restart "
+                       "wattsched-controller) to apply a new configuration")
     else:
         raise CLIError(f"invalid keyword: {args[0]}")
+    return 0
+
+
+def listpids(ref: str | None) -> int:
+    """``listpids [job[.step]]``: this node's processes of the caller's jobs (all users' for root),
+    found by the SLURM_JOB_ID and SLURM_STEP_ID their step daemon gave them; a process whose
+    environment the caller may not read is not theirs to list."""
+    job_want, _, step_want = (ref or "").partition(".")
+    if job_want and not job_want.isdigit():
+        raise CLIError(f"Invalid job id specified: {ref}")
+    rows = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as handle:
+                env = dict(item.split(b"=", 1) for item in handle.read(1 << 20).split(b"\0") if b"=" in item)
+        except OSError:
+            continue
+        job = env.get(b"SLURM_JOB_ID", b"").decode()
+        if not job or (job_want and job != job_want):
+            continue
+        step = env.get(b"SLURM_STEP_ID", b"batch").decode()
+        if step_want and step != step_want:
+            continue
+        rows.append((int(name), job, step, env.get(b"SLURM_LOCALID", b"0").decode(),
+                     env.get(b"SLURM_PROCID", b"0").decode()))
+    if not rows:
+        raise CLIError(f"No job{' ' + ref if ref else 's'} running on this node")
+    print(f"{'PID':<8} {'JOBID':<8} {'STEPID':<8} {'LOCALID':<7} {'GLOBALID':<8}")
+    for pid, job, step, local, glob in sorted(rows):
+        print(f"{pid:<8} {job:<8} {step:<8} {local:<7} {glob:<8}")
+    return 0
+
+
+def wait_job(client: Client, rest: list[str]) -> int:
+    """``wait_job ID``: block until the job's nodes are up and it runs (or it has ended)."""
+    if not rest or not rest[0].split("_")[0].isdigit():
+        raise CLIError("too few arguments for keyword:wait_job")
+    while True:
+        jobs = client.request("GET", "/v1/jobs", params={"job": [rest[0]]})["jobs"]
+        if not jobs:
+            raise CLIError("Invalid job id specified")
+        state = jobs[0]["state"]
+        if state not in ("PENDING", "CONFIGURING"):
+            return 0 if state in ("RUNNING", "COMPLETING", "COMPLETED") else 1
+        time.sleep(0.5)
 
 
 def main() -> None:
-    try:
-        app(prog_name="scontrol")
-    except CLIError as exc:
-        die("scontrol", str(exc))
+    run("scontrol", lambda: scontrol(sys.argv[1:]))

@@ -3,13 +3,11 @@ microseconds), or as JSON."""
 
 from __future__ import annotations
 
+import sys
 import time
-from typing import Annotated
 
-import typer
-from wattsched.cli.common import Client, CLIError, die, print_json
-
-app = typer.Typer(add_completion=False, context_settings={"help_option_names": ["--help"]})
+from wattsched.cli.common import Client, CLIError, print_json
+from wattsched.cli.options import NO, OPT, REQ, Command, Opt, ignored, refused, run, standard
 
 
 def _when(epoch: float) -> str:
@@ -20,9 +18,24 @@ def _us(ms: float) -> int:
     return round(ms * 1000)
 
 
-@app.command()
-def sdiag(json_: Annotated[bool, typer.Option("--json", help="JSON output.")] = False) -> None:
+COMMAND = Command("sdiag", "[-arT] [--json]", [
+    Opt(None, "json", OPT, "Produce JSON output", metavar="data_parser"),
+    Opt("r", "reset", NO, "reset statistics (not kept here: they cover the controller's lifetime)", kind="flag"),
+    ignored("a", "all", NO), ignored("M", "cluster", REQ), ignored("T", "sort-by-time", NO),
+    ignored("t", "sort-by-time2", NO), ignored(None, "sort-by-id", NO), ignored(None, "sort-by-name", NO),
+    refused(None, "yaml", OPT, "YAML output is not supported; use --json"),
+    *standard(),
+])
+
+
+def sdiag(argv: list[str]) -> None:
     """Show scheduling statistics."""
+    opts, operands = COMMAND.parse(argv)
+    if operands:
+        COMMAND.fail(f"unrecognized argument '{operands[0]}'")
+    if opts.get("reset"):
+        raise CLIError("resetting statistics is not supported: they cover the controller's lifetime")
+    json_ = "json" in opts
     d = Client().request("GET", "/v1/diag")
     if json_:
         print_json(d)
@@ -67,7 +80,4 @@ def sdiag(json_: Annotated[bool, typer.Option("--json", help="JSON output.")] = 
 
 
 def main() -> None:
-    try:
-        app(prog_name="sdiag")
-    except CLIError as exc:
-        die("sdiag", str(exc))
+    run("sdiag", lambda: sdiag(sys.argv[1:]))

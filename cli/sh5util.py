@@ -15,33 +15,48 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-from typing import Annotated
 
-import typer
-from wattsched.cli.common import CLIError, die, load_config
+from wattsched.cli.common import CLIError, load_config
+from wattsched.cli.options import NO, REQ, STANDARD, Command, Opt, run
 
-app = typer.Typer(add_completion=False, context_settings={"help_option_names": ["-h", "--help"]})
+COMMAND = Command("sh5util", "[<OPTION>]", [
+    Opt("d", "data", REQ, "Name of data item to extract (with --item-extract)", metavar="name"),
+    Opt("E", "extract", NO, "Extract data series from the merged file to CSV"),
+    Opt("i", "input", REQ, "Merged file to extract from (default ./job_$jobid.h5)", metavar="path"),
+    Opt("I", "item-extract", NO, "Extract one data item from all nodes to CSV"),
+    Opt("j", "jobs", REQ, "Format is <job(.step)>. Merge this job/step (or a comma-separated list)",
+        metavar="<job(.step)>"),
+    Opt("L", "list", NO, "Print the items of a series"),
+    Opt("l", "level", REQ, "Level of data to extract: Node:TimeSeries (Node:Totals is not kept)",
+        metavar="[Node:TimeSeries|Node:Totals]"),
+    Opt("N", "node", REQ, "Node name to extract (default is all)", metavar="nodename"),
+    Opt("o", "output", REQ, "Path to a file into which to write (default ./job_$jobid.h5 or ./extract_$jobid.csv)",
+        metavar="path"),
+    Opt("p", "profiledir", REQ, "Profile directory location where node-step files exist (default from "
+        "acct_gather.conf)", metavar="dir"),
+    Opt("s", "series", REQ, "Name of series: Energy | Task", metavar="[Energy|Task]"),
+    Opt("S", "savefiles", NO, "Don't remove node-step files after merging them"),
+    Opt("u", "user", REQ, "User who profiled the job (default is the caller)", metavar="user"),
+    Opt("v", "verbose", NO, "Increase verbosity", kind="count"),
+    *STANDARD,
+])
 
 
-@app.command()
-def sh5util(
-    jobs: Annotated[int | None, typer.Option("-j", "--jobs", help="Job id.")] = None,
-    output: Annotated[str | None, typer.Option("-o", "--output", help="Output file.")] = None,
-    profiledir: Annotated[str | None, typer.Option("-p", "--profiledir", help="Where the node files are "
-                                                                              "(default ProfileHDF5Dir).")] = None,
-    savefiles: Annotated[bool, typer.Option("-S", "--savefiles", help="Keep the node files.")] = False,
-    user: Annotated[str | None, typer.Option("-u", "--user", help="The job's user (default: you).")] = None,
-    extract: Annotated[bool, typer.Option("-E", "--extract", help="Extract series to CSV.")] = False,
-    item_extract: Annotated[bool, typer.Option("-I", "--item-extract", help="Extract one item to CSV.")] = False,
-    list_: Annotated[bool, typer.Option("-L", "--list", help="List a series' items.")] = False,
-    input_: Annotated[str | None, typer.Option("-i", "--input", help="Merged file (default ./job_JOB.h5).")] = None,
-    node: Annotated[str | None, typer.Option("-N", "--node", help="Node to extract (default all).")] = None,
-    level: Annotated[str, typer.Option("-l", "--level", help="Node:TimeSeries (Node:Totals is not kept).")]
-    = "Node:TimeSeries",
-    series: Annotated[str | None, typer.Option("-s", "--series", help="Energy or Task.")] = None,
-    data: Annotated[str | None, typer.Option("-d", "--data", help="Item of the series, e.g. Power.")] = None,
-) -> None:
+def sh5util(argv: list[str]) -> None:
     """Merge and extract HDF5 job profiles."""
+    opts, operands = COMMAND.parse(argv)
+    if operands:
+        COMMAND.fail(f"unrecognized argument '{operands[0]}'")
+    job_text = (opts.get("jobs") or "").split(",")[0].split(".")[0]
+    if job_text and not job_text.isdigit():
+        raise CLIError(f"Invalid job id: {opts['jobs']}")
+    jobs = int(job_text) if job_text else None
+    output, profiledir, savefiles, user = opts.get("output"), opts.get("profiledir"), opts.get("savefiles"), \
+        opts.get("user")
+    extract, item_extract, list_, input_ = opts.get("extract"), opts.get("item_extract"), opts.get("list"), \
+        opts.get("input")
+    node, level, series, data = opts.get("node"), opts.get("level", "Node:TimeSeries"), opts.get("series"), \
+        opts.get("data")
     from wattsched import auth, h5profile
 
     if series is not None and series not in h5profile.SERIES:
@@ -94,7 +109,4 @@ def _job_of(path: str) -> int:
 
 
 def main() -> None:
-    try:
-        app(prog_name="sh5util")
-    except CLIError as exc:
-        die("sh5util", str(exc))
+    run("sh5util", lambda: sh5util(sys.argv[1:]))

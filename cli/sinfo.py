@@ -2,21 +2,21 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Any
 
-import typer
 from wattsched.cli import fmt
-from wattsched.cli.common import Client, CLIError, die, print_json, split_list
-
-app = typer.Typer(add_completion=False, context_settings={"help_option_names": ["--help"]})
+from wattsched.cli.common import Client, CLIError, check_clusters, json_text, split_list
+from wattsched.cli.options import NO, OPT, REQ, Command, Opt, ignored, refused, run, standard
 
 DEFAULT = "%9P %.5a %.10l %.6D %.6t %N"
 LONG = "%9P %.5a %.10l %.10s %.4r %.8h %.10g %.6D %.11T %N"
 NODES = "%N %.6D %.9P %6t"
 NODES_LONG = "%N %.6D %.9P %.11T %.4c %.8z %.6m %.8d %.6w %.8f %20E"
 REASONS = "%20E %9u %19H %N"
+SUMMARIZE = "%9P %.5a %.10l %.16F %N"
 
 
 def _limit(minutes: int | None) -> str:
@@ -58,7 +58,32 @@ FIELDS: dict[str, tuple[str, Callable[[dict[str, Any], list[dict[str, Any]]], st
     "E": ("REASON", lambda ns, p: (ns[0]["reason"] or "none") if ns else "none"),
     "u": ("USER", lambda ns, p: _user(ns[0]["reason_uid"]) if ns and ns[0]["reason"] else "Unknown"),
     "H": ("TIMESTAMP", lambda ns, p: _stamp(ns[0]["reason_time"]) if ns and ns[0]["reason"] else "Unknown"),
+    "A": ("NODES(A/I)", lambda ns, p: _node_counts(ns, 2)),
+    "F": ("NODES(A/I/O/T)", lambda ns, p: _node_counts(ns, 4)),
+    "X": ("SOCKETS", lambda ns, p: str(ns[0]["sockets"]) if ns else "0"),
+    "Y": ("CORES", lambda ns, p: str(ns[0]["cores_per_socket"]) if ns else "0"),
+    "Z": ("THREADS", lambda ns, p: str(ns[0]["threads_per_core"]) if ns else "0"),
+    "O": ("CPU_LOAD", lambda ns, p: "N/A"),
+    "e": ("FREE_MEM", lambda ns, p: "N/A"),
+    "b": ("ACTIVE_FEATURES", lambda ns, p: ",".join(ns[0]["features"]) or "(null)" if ns else "(null)"),
+    "B": ("MAX_CPUS_PER_NODE", lambda ns, p: "UNLIMITED"),
+    "G": ("GRES", lambda ns, p: "(null)"),
+    "I": ("PRIO_JOB_FACTOR", lambda ns, p: "1"),
+    "p": ("PRIO_TIER", lambda ns, p: "1"),
+    "S": ("ALLOCNODES", lambda ns, p: "all"),
+    "M": ("PREEMPT_MODE", lambda ns, p: "OFF"),
+    "V": ("CLUSTER", lambda ns, p: p.get("cluster", "")),
+    "o": ("NODE_ADDR", lambda ns, p: _compress([n["name"] for n in ns])),
 }
+# -O/--Format names (Slurm's sinfo table) and the %-code that shows the same
+BY_NAME = {"available": "a", "cores": "Y", "cpus": "c", "cpusload": "O", "cpusstate": "C", "defaulttime": "L",
+           "disk": "d", "features": "f", "features_act": "b", "freemem": "e", "gres": "G", "groups": "g",
+           "maxcpuspernode": "B", "memory": "m", "nodeaddr": "o", "nodeai": "A", "nodeaiot": "F", "nodehost": "n",
+           "nodelist": "N", "nodes": "D", "oversubscribe": "h", "partition": "P", "partitionname": "R",
+           "preemptmode": "M", "priorityjobfactor": "I", "prioritytier": "p", "reason": "E", "root": "r",
+           "size": "s", "socketcorethread": "z", "sockets": "X", "statecompact": "t", "statelong": "T",
+           "threads": "Z", "time": "l", "timestamp": "H", "user": "u", "weight": "w", "allocnodes": "S",
+           "cluster": "V"}
 # -N -l shows the long title "AVAIL_FE" in an 8-wide column; titles are truncated by width anyway.
 
 
@@ -70,6 +95,14 @@ def _compress(names: list[str]) -> str:
 
 def _stamp(epoch: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(epoch)) if epoch else "Unknown"
+
+
+def _node_counts(nodes: list[dict[str, Any]], parts: int) -> str:
+    """%A allocated/idle nodes, %F allocated/idle/other/total (other: down, drained)."""
+    other = sum(1 for n in nodes if n["base_state"] == "DOWN" or n["drain"])
+    alloc = sum(1 for n in nodes if n["alloc_cpus"] and not (n["base_state"] == "DOWN" or n["drain"]))
+    idle = len(nodes) - alloc - other
+    return f"{alloc}/{idle}" if parts == 2 else f"{alloc}/{idle}/{other}/{len(nodes)}"
 
 
 def _cpu_counts(nodes: list[dict[str, Any]]) -> str:
@@ -89,56 +122,111 @@ def _group_key(codes: set[str], node: dict[str, Any]) -> tuple:
     return tuple(key)
 
 
-@app.command()
-def sinfo(
-    node_view: Annotated[bool, typer.Option("-N", "--Node", help="Node-oriented view.")] = False,
-    long: Annotated[bool, typer.Option("-l", "--long", help="Long format.")] = False,
-    reasons: Annotated[bool, typer.Option("-R", "--list-reasons", help="Why nodes are down or drained.")]
-    = False,
-    fmt_: Annotated[str | None, typer.Option("-o", "--format", help="Output format (%-codes).")] = None,
-    noheader: Annotated[bool, typer.Option("-h", "--noheader", help="No header line.")] = False,
-    partitions: Annotated[list[str] | None, typer.Option("-p", "--partition", help="Partitions.")] = None,
-    nodes: Annotated[str | None, typer.Option("-n", "--nodes", help="Nodes (hostlist).")] = None,
-    states: Annotated[list[str] | None, typer.Option("-t", "--states", help="Node states (idle, alloc, ...).")]
-    = None,
-    reservation: Annotated[bool, typer.Option("-T", "--reservation", help="Show reservations.")] = False,
-    json_: Annotated[bool, typer.Option("--json", help="JSON output.")] = False,
-) -> None:
-    """Show partitions and nodes."""
+COMMAND = Command("sinfo", "[-abdeilNRrsTv] [-i seconds] [-t states] [-p partition] [-n nodes] "
+                  "[-S fields] [-o format] [-O Format] [--federation] [--local] [--json=data_parser]", [
+    Opt("a", "all", NO, "show all partitions (including hidden and those not accessible)"),
+    Opt("d", "dead", NO, "show only non-responding nodes"),
+    Opt("e", "exact", NO, "group nodes only on exact match of configuration"),
+    Opt("h", "noheader", NO, "no headers on output"),
+    Opt("i", "iterate", REQ, "specify an iteration period", metavar="seconds", kind="int"),
+    Opt(None, "json", OPT, "Produce JSON output", metavar="data_parser"),
+    Opt("l", "long", NO, "long output - displays more information"),
+    Opt("M", "clusters", REQ, "cluster(s) to issue commands to (this one, or all)", metavar="names"),
+    Opt("n", "nodes", REQ, "report on specific node(s)", metavar="NODES"),
+    Opt("N", "Node", NO, "Node-centric format"),
+    Opt("o", "format", REQ, "format specification", metavar="format"),
+    Opt("O", "Format", REQ, "long format specification", metavar="format"),
+    Opt("p", "partition", REQ, "report on specific partition", metavar="PARTITION", kind="list"),
+    Opt("r", "responding", NO, "report only responding nodes"),
+    Opt("R", "list-reasons", NO, "list reason nodes are down or drained"),
+    Opt("s", "summarize", NO, "report state summary only"),
+    Opt("S", "sort", REQ, "comma separated list of fields to sort on", metavar="fields"),
+    Opt("t", "states", REQ, "specify the what states of nodes to view", metavar="node_state", kind="list"),
+    Opt("T", "reservation", NO, "show only reservation information"),
+    Opt("v", "verbose", NO, "verbosity level", kind="count"),
+    ignored(None, "federation", NO), ignored(None, "local", NO), ignored(None, "noconvert", NO),
+    ignored(None, "future", NO), ignored(None, "hide", NO),
+    refused(None, "yaml", OPT, "YAML output is not supported; use --json"),
+    "Help options:",
+    *standard(None),
+])
+
+
+def format_from_fields(spec: str) -> str:
+    """-O ``Name[:[.]size],...`` as an equivalent %-format (default size 20, as Slurm)."""
+    parts = []
+    for item in spec.split(","):
+        name, _, size = item.partition(":")
+        code = BY_NAME.get(name.strip().lower())
+        if code is None:
+            raise CLIError(f"Invalid node format specification: {name}")
+        right = size.startswith(".")
+        parts.append(f"%{'.' if right else ''}{size.lstrip('.') or '20'}{code}")
+    return " ".join(parts)
+
+
+def sinfo(argv: list[str]) -> int:
+    """Show partitions and nodes (every -i seconds until interrupted)."""
+    opts, operands = COMMAND.parse(argv)
+    if operands:
+        COMMAND.fail(f"unrecognized argument '{operands[0]}'")
     client = Client()
-    if reservation:
+    if opts.get("clusters"):
+        check_clusters(opts["clusters"], client.config.cluster_name)
+    period = opts.get("iterate")
+    if period is not None and period <= 0:
+        raise CLIError("--iterate period must be a positive number of seconds")
+    while True:
+        text = render(client, opts)
+        if text:
+            print(text, flush=True)
+        if period is None:
+            return 0
+        time.sleep(period)
+        print()
+
+
+def render(client: Client, opts: dict[str, Any]) -> str:
+    noheader = bool(opts.get("noheader"))
+    if opts.get("reservation"):
         from wattsched.cli import resv
 
         found = client.request("GET", "/v1/reservations")["reservations"]
-        if json_:
-            print_json({"reservations": found})
-        elif found or not noheader:
-            print(resv.sinfo_table(found, noheader))
-        return
+        if "json" in opts:
+            return json_text({"reservations": found})
+        return resv.sinfo_table(found, noheader) if found or not noheader else ""
     node_rows = client.request("GET", "/v1/nodes")["nodes"]
     part_rows = client.request("GET", "/v1/partitions")["partitions"]
-    wanted_parts = set(split_list(partitions))
-    if nodes:
+    wanted_parts = set(split_list(opts.get("partition")))
+    if opts.get("nodes"):
         from wattsched import hostlist
 
-        wanted_nodes = set(hostlist.expand(nodes))
+        wanted_nodes = set(hostlist.expand(opts["nodes"]))
         node_rows = [n for n in node_rows if n["name"] in wanted_nodes]
-    wanted_states = {s.lower() for s in split_list(states)}
+    wanted_states = {s.lower() for s in split_list(opts.get("states"))}
     if wanted_states:
         # a state names the base state whatever the suffix (idle matches idle~), or a power flag
         node_rows = [n for n in node_rows if n["state_short"].rstrip("*~#%!") in wanted_states
                      or n["state_sinfo"].rstrip("*~#%!") in wanted_states
                      or (n.get("power") and n["power"].lower() in wanted_states)]
+    if opts.get("dead"):  # not responding: Slurm marks them with a trailing *
+        node_rows = [n for n in node_rows if n["state_short"].endswith("*")]
+    if opts.get("responding"):
+        node_rows = [n for n in node_rows if not n["state_short"].endswith("*")]
+    reasons = bool(opts.get("list_reasons"))
     if reasons:
         node_rows = [n for n in node_rows if n["reason"] and (n["drain"] or n["base_state"] == "DOWN")]
-    if json_:
-        print_json({"nodes": node_rows, "partitions": [p for p in part_rows if not wanted_parts
-                                                      or p["name"] in wanted_parts]})
-        return
-    spec = fmt_ or (REASONS if reasons else NODES_LONG if node_view and long else NODES if node_view
-                    else LONG if long else DEFAULT)
+    if "json" in opts:
+        return json_text({"nodes": node_rows, "partitions": [p for p in part_rows if not wanted_parts
+                                                            or p["name"] in wanted_parts]})
+    node_view, long, summarize = bool(opts.get("Node")), bool(opts.get("long")), bool(opts.get("summarize"))
+    spec = opts.get("format") or (format_from_fields(opts["Format"]) if opts.get("Format") else None) or (
+        REASONS if reasons else SUMMARIZE if summarize else NODES_LONG if node_view and long else NODES
+        if node_view else LONG if long else DEFAULT)
     parts = fmt.parse_format(spec)
     codes = {p.code for p in parts if isinstance(p, fmt.Column)}
+    if opts.get("exact"):  # group only nodes of identical configuration
+        codes |= {"c", "E"}
     lines = []
     if long:
         lines.append(time.strftime("%a %b %d %H:%M:%S %Y"))
@@ -147,25 +235,44 @@ def sinfo(
     by_name = {n["name"]: n for n in node_rows}
     from wattsched import hostlist
 
+    rows: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
     for part in part_rows:
         if wanted_parts and part["name"] not in wanted_parts:
             continue
         members = [by_name[n] for n in hostlist.expand(part["nodes"]) if n in by_name]
         if node_view:
             groups = [[n] for n in members]
+        elif summarize:  # one line per partition, its nodes counted by state in %F
+            groups = [members] if members else []
         elif reasons:
             groups = _groups(members, codes | {"E"})
         else:
             groups = _groups(members, codes)
-        if not groups and not node_view and not reasons and not wanted_states and not nodes:
+        if not groups and not node_view and not reasons and not wanted_states and not opts.get("nodes"):
             groups = [[]]
+        rows.extend((part, group) for group in groups)
+    if opts.get("sort"):
+        rows = _sorted(rows, opts["sort"])
+    for part, group in rows:
         row = fmt.compile_row(parts, lambda code, p=part: fmt.bound(FIELDS[code][1] if code in FIELDS else None,
                                                                     code, p))
-        lines.extend(row(group) for group in groups)
+        lines.append(row(group))
     if reasons:  # one line per reason, not per partition
         lines = list(dict.fromkeys(lines))
-    if lines:
-        print("\n".join(lines))
+    return "\n".join(lines)
+
+
+def _sorted(rows: list[tuple[dict[str, Any], list[dict[str, Any]]]], spec: str) -> list:
+    """-S: %-code letters, each with an optional + (ascending) or - (descending), as squeue's."""
+    for item in reversed(split_list([spec])):
+        descending = item.startswith("-")
+        code = item.lstrip("+-#")
+        if code not in FIELDS:
+            raise CLIError(f"Invalid sort specification: {item}")
+        value = FIELDS[code][1]
+        rows = sorted(rows, key=lambda r, f=value: (lambda v: (not v.isdigit(), int(v) if v.isdigit() else v))(
+            f(r[1], r[0])), reverse=descending)
+    return rows
 
 
 def _groups(members: list[dict[str, Any]], codes: set[str]) -> list[list[dict[str, Any]]]:
@@ -176,7 +283,4 @@ def _groups(members: list[dict[str, Any]], codes: set[str]) -> list[list[dict[st
 
 
 def main() -> None:
-    try:
-        app(prog_name="sinfo")
-    except CLIError as exc:
-        die("sinfo", str(exc))
+    run("sinfo", lambda: sinfo(sys.argv[1:]))

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+import sys
+from typing import Any
 
-import typer
 from wattsched.cli import fmt
-from wattsched.cli.common import Client, CLIError, die, print_json, split_list
-
-app = typer.Typer(add_completion=False, context_settings={"help_option_names": ["--help"]})
+from wattsched.cli.common import Client, print_json, split_list
+from wattsched.cli.options import NO, OPT, REQ, Command, Opt, ignored, refused, run, standard
 
 # %-code -> (title, factor key, weight key); the value is weight x factor, or the factor with -n
 CODES: dict[str, tuple[str, str, str]] = {
@@ -40,26 +39,43 @@ TITLES = {"i": "JOBID", "r": "PARTITION", "u": "USER", "Y": "PRIORITY", "S": "SI
           **{c: t for c, (t, _f, _w) in CODES.items()}}
 
 
-@app.command()
-def sprio(
-    jobs: Annotated[list[str] | None, typer.Option("-j", "--jobs", help="Job ids.")] = None,
-    users: Annotated[list[str] | None, typer.Option("-u", "--user", help="Users.")] = None,
-    long: Annotated[bool, typer.Option("-l", "--long", help="Long format (adds NICE).")] = False,
-    normalized: Annotated[bool, typer.Option("-n", "--norm", help="Factors in [0, 1], unweighted.")] = False,
-    weights_only: Annotated[bool, typer.Option("-w", "--weights", help="Show the configured weights.")] = False,
-    fmt_: Annotated[str | None, typer.Option("-o", "--format", help="%-codes: %i %r %u %Y %S %A %F %J %P %Q %E %N.")]
-    = None,
-    parsable: Annotated[bool, typer.Option("-P", "--parsable", help="'|'-delimited.")] = False,
-    noheader: Annotated[bool, typer.Option("-h", "--noheader", help="No header.")] = False,
-    json_: Annotated[bool, typer.Option("--json", help="JSON output.")] = False,
-) -> None:
+COMMAND = Command("sprio", "[-j jid[s]] [-u user_name[s]] [-o format] [-p partitions] [--usage] "
+                  "[-hlnvVw] [--json]", [
+    Opt("h", "noheader", NO, "no headers on output"),
+    Opt("j", "jobs", OPT, "comma separated list of jobs IDs to view, default is all", metavar="job_id",
+        kind="list", const=""),
+    Opt(None, "json", OPT, "Produce JSON output", metavar="data_parser"),
+    Opt("l", "long", NO, "long report"),
+    Opt("n", "norm", NO, "display normalized values"),
+    Opt("o", "format", REQ, "format specification", metavar="format"),
+    Opt("P", "parsable", NO, "'|'-delimited output (wattsched)"),
+    Opt("p", "partition", REQ, "comma separated list of partitions to view", metavar="partitions", kind="list"),
+    Opt("u", "user", REQ, "comma separated list of users to view", metavar="user_name", kind="list"),
+    Opt("v", "verbose", NO, "verbosity level", kind="count"),
+    Opt("w", "weights", NO, "show the weights for each priority factor"),
+    ignored("M", "cluster", REQ), ignored("S", "sort", REQ), ignored(None, "sibling", NO),
+    ignored(None, "federation", NO), ignored(None, "local", NO),
+    refused(None, "yaml", OPT, "YAML output is not supported; use --json"),
+    "Help options:",
+    *standard(None),
+])
+
+
+def sprio(argv: list[str]) -> None:
     """Show the priority factors of pending jobs."""
+    opts, operands = COMMAND.parse(argv)
+    jobs = [*opts.get("jobs", []), *operands[:1]] if "jobs" in opts else None
+    users, long, normalized = opts.get("user"), opts.get("long"), opts.get("norm")
+    weights_only, fmt_, parsable = opts.get("weights"), opts.get("format"), opts.get("parsable")
+    noheader, json_ = opts.get("noheader"), "json" in opts
     reply = Client().request("GET", "/v1/priority")
     weights = reply["weights"]
     rows = reply["jobs"]
     wanted_jobs, wanted_users = set(split_list(jobs)), set(split_list(users))
+    wanted_parts = set(split_list(opts.get("partition")))
     rows = [j for j in rows if (not wanted_jobs or str(j["job_id"]) in wanted_jobs)
-            and (not wanted_users or j["user"] in wanted_users)]
+            and (not wanted_users or j["user"] in wanted_users)
+            and (not wanted_parts or j["partition"] in wanted_parts)]
     rows.sort(key=lambda j: (-j["priority"], j["job_id"]))
     if json_:
         print_json({"weights": weights, "jobs": rows})
@@ -85,7 +101,4 @@ def sprio(
 
 
 def main() -> None:
-    try:
-        app(prog_name="sprio")
-    except CLIError as exc:
-        die("sprio", str(exc))
+    run("sprio", lambda: sprio(sys.argv[1:]))

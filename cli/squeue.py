@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
-from typing import Annotated
 
-import typer
 from wattsched.cli import fmt
-from wattsched.cli.common import Client, CLIError, die, print_json, split_list
+from wattsched.cli.common import Client, CLIError, check_clusters, json_text, split_list
 from wattsched.cli.jobfields import BY_NAME, FIELDS
-
-app = typer.Typer(add_completion=False, context_settings={"help_option_names": ["--help"]})
+from wattsched.cli.options import NO, OPT, REQ, Command, Opt, ignored, refused, run, standard
 
 DEFAULT = "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R"
 LONG = "%.18i %.9P %.8j %.8u %.8T %.10M %.9l %.6D %R"
@@ -33,27 +31,84 @@ def format_from_fields(spec: str) -> str:
     return "".join(parts)
 
 
-@app.command()
-def squeue(
-    fmt_: Annotated[str | None, typer.Option("-o", "--format", help="Output format (%-codes).")] = None,
-    fields: Annotated[str | None, typer.Option("-O", "--Format", help="Output fields, comma separated.")] = None,
-    noheader: Annotated[bool, typer.Option("-h", "--noheader", help="No header line.")] = False,
-    users: Annotated[list[str] | None, typer.Option("-u", "--user", help="Users to show.")] = None,
-    jobs: Annotated[list[str] | None, typer.Option("-j", "--jobs", help="Job ids to show.")] = None,
-    states: Annotated[list[str] | None, typer.Option("-t", "--states", help="States to show (or 'all').")]
-    = None,
-    partitions: Annotated[list[str] | None, typer.Option("-p", "--partition", help="Partitions.")] = None,
-    me: Annotated[bool, typer.Option("--me", help="Only my jobs.")] = False,
-    long: Annotated[bool, typer.Option("-l", "--long", help="Long format.")] = False,
-    start: Annotated[bool, typer.Option("--start", help="Expected start times of pending jobs.")] = False,
-    json_: Annotated[bool, typer.Option("--json", help="JSON output.")] = False,
-    array: Annotated[bool, typer.Option("-r", "--array", help="One line per array task (always).")] = False,
-) -> None:
-    """Show the jobs in the queue."""
+COMMAND = Command("squeue", "[-A account] [--clusters names] [-i seconds] [--job jobid] [-n name] [-o format] "
+                  "[--only-job-state] [-p partitions] [--qos qos] [--reservation reservation] [--sort fields] "
+                  "[--start] [--step step_id] [-t states] [-u user_name] [--usage] [-L licenses] [-w nodes] "
+                  "[--federation] [--local] [--sibling] [--expand-patterns] [--json=data_parser] "
+                  "[-ahjlrsv]", [
+    Opt("A", "account", REQ, "comma separated list of accounts to view, default is all accounts",
+        metavar="accounts", kind="list"),
+    Opt("a", "all", NO, "display jobs in hidden partitions"),
+    Opt("r", "array", NO, "display one job array element per line"),
+    Opt("h", "noheader", NO, "no headers on output"),
+    Opt("i", "iterate", REQ, "specify an interation period", metavar="seconds", kind="int"),
+    Opt("j", "jobs", OPT, "comma separated list of jobs IDs to view, default is all", metavar="job_id",
+        kind="list", const=""),
+    Opt(None, "json", OPT, "Produce JSON output", metavar="data_parser"),
+    Opt("l", "long", NO, "long report"),
+    Opt("L", "licenses", REQ, "comma separated list of license names to view", metavar="licenses",
+        kind="list"),
+    Opt("M", "clusters", REQ, "cluster(s) to issue commands to (this one, or all)", metavar="cluster_name"),
+    Opt(None, "me", NO, "equivalent to --user=<my username>"),
+    Opt("n", "name", REQ, "comma separated list of job names to view", metavar="job_name", kind="list"),
+    Opt("o", "format", REQ, "format specification", metavar="format"),
+    Opt("O", "Format", REQ, "format specification", metavar="format"),
+    Opt("p", "partition", REQ, "comma separated list of partitions to view, default is all partitions",
+        metavar="partitions", kind="list"),
+    Opt("q", "qos", REQ, "comma separated list of qos's to view, default is all qos's", metavar="qos",
+        kind="list"),
+    Opt("R", "reservation", REQ, "reservation to view, default is all", metavar="name"),
+    Opt("S", "sort", REQ, "comma separated list of fields to sort on", metavar="fields"),
+    Opt(None, "start", NO, "print expected start times of pending jobs"),
+    Opt("t", "states", REQ, "comma separated list of states to view, default is pending and running, "
+        "'all' reports all states", metavar="states", kind="list"),
+    Opt("u", "user", REQ, "comma separated list of users to view", metavar="user_name", kind="list"),
+    Opt("v", "verbose", NO, "verbosity level", kind="count"),
+    Opt("w", "nodelist", REQ, "list of nodes to view, default is all nodes", metavar="hostlist", kind="list"),
+    ignored(None, "array-unique", NO), ignored(None, "federation", NO), ignored(None, "hide", NO),
+    ignored(None, "local", NO), ignored(None, "noconvert", NO), ignored("P", "priority", NO),
+    ignored(None, "sibling", NO), ignored(None, "only-job-state", NO), ignored(None, "expand-patterns", NO),
+    refused("s", "steps", OPT, "squeue --steps is not supported yet; use scontrol show steps"),
+    refused(None, "yaml", OPT, "YAML output is not supported; use --json"),
+    "Help options:",
+    *standard(None),
+])
+
+# raw values to sort on (-S) where the printed one would sort wrongly (numbers, times)
+SORT_KEYS = {"i": "job_id", "A": "job_id", "F": "array_job_id", "Q": "priority", "p": "priority",
+             "D": "num_nodes", "C": "num_cpus", "M": "run_time_s", "V": "submit_time", "S": "start_time",
+             "e": "end_time", "U": "uid", "G": "gid", "y": "nice", "l": "time_limit_min"}
+
+
+def squeue(argv: list[str]) -> int:
+    """Show the jobs in the queue (every -i seconds until interrupted)."""
+    opts, operands = COMMAND.parse(argv)
+    if opts.get("jobs") and not any(opts["jobs"]) and operands:
+        # -j's argument is optional, so "-j 12" leaves 12 an operand: squeue takes it as the list
+        opts["jobs"] = [operands.pop(0)]
+    if operands:
+        COMMAND.fail(f"unrecognized argument '{operands[0]}'")
+    client = Client()
+    if opts.get("clusters"):
+        check_clusters(opts["clusters"], client.config.cluster_name)
+    period = opts.get("iterate")
+    if period is not None and period <= 0:
+        raise CLIError("--iterate period must be a positive number of seconds")
+    while True:
+        text = render(client, opts)
+        if text:
+            print(text, flush=True)
+        if period is None:
+            return 0
+        time.sleep(period)
+        print()
+
+
+def render(client: Client, opts: dict) -> str:
     from wattsched import states as st
 
     wanted_states: list[str] = []
-    for item in split_list(states):
+    for item in split_list(opts.get("states")):
         if item.lower() == "all":
             wanted_states = list(st.JOB_STATES)
             break
@@ -61,42 +116,84 @@ def squeue(
             wanted_states.append(st.parse_job_state(item))
         except ValueError as exc:
             raise CLIError(str(exc)) from exc
-    if start:
+    if opts.get("start"):
         wanted_states = ["PENDING"]
-    user_list = split_list(users)
-    if me:
+    user_list = split_list(opts.get("user"))
+    if opts.get("me"):
         from wattsched.auth import username
 
         user_list.append(username(os.getuid()))
-    job_list = split_list(jobs)
+    job_list = split_list(opts.get("jobs"))
     active = wanted_states or (list(st.JOB_STATES) if job_list else list(DEFAULT_STATES))
-    params = {"user": user_list or None, "partition": split_list(partitions) or None, "job": job_list or None,
-              "state": active, "columns": "true"}
-    reply = Client().request("GET", "/v1/jobs", params=params)
+    params = {"user": user_list or None, "partition": split_list(opts.get("partition")) or None,
+              "job": job_list or None, "state": active, "columns": "true"}
+    reply = client.request("GET", "/v1/jobs", params=params)
     now = reply["time"]
     if "columns" in reply:
         names = reply["columns"]
         reply["jobs"] = [dict(zip(names, row, strict=True)) for row in reply["rows"]]
-    rows = [j for j in reply["jobs"] if j["state"] in active]
+    rows = [j for j in reply["jobs"] if j["state"] in active and _selected(j, opts)]
     rows.sort(key=lambda j: (j["state"] == "PENDING", -j["priority"]
                              if j["state"] == "PENDING" else 0, j["job_id"]))
-    if json_:
-        print_json({"jobs": rows, "time": now})
-        return
-    if not array:
+    if opts.get("sort"):
+        rows = sort_rows(rows, opts["sort"], now)
+    if "json" in opts:
+        return json_text({"jobs": rows, "time": now})
+    if not opts.get("array"):
         rows = collapse_pending_arrays(rows)
-    spec = fmt_ or (format_from_fields(fields) if fields else None) or os.environ.get("SQUEUE_FORMAT") or \
-        (START if start else LONG if long else DEFAULT)
+    fields = opts.get("Format")
+    spec = opts.get("format") or (format_from_fields(fields) if fields else None) or \
+        os.environ.get("SQUEUE_FORMAT") or (START if opts.get("start") else LONG if opts.get("long") else DEFAULT)
     parts = fmt.parse_format(spec)
     lines = []
-    if long:
+    if opts.get("long") or opts.get("iterate"):
         lines.append(time.strftime("%a %b %d %H:%M:%S %Y", time.localtime(now)))
-    if not noheader:
+    if not opts.get("noheader"):
         lines.append(fmt.render_header(parts, {code: f[0] for code, f in FIELDS.items()}))
     row = fmt.compile_row(parts, lambda code: fmt.bound(FIELDS[code][2] if code in FIELDS else None, code, now))
     lines.extend(row(job) for job in rows)
-    if lines:
-        print("\n".join(lines))
+    return "\n".join(lines)
+
+
+def _selected(job: dict, opts: dict) -> bool:
+    """The filters the controller does not apply: names, accounts, QOS, reservation, nodes, licenses."""
+    names = split_list(opts.get("name"))
+    if names and job["name"] not in names:
+        return False
+    accounts = split_list(opts.get("account"))
+    if accounts and job["account"] not in accounts:
+        return False
+    qos = split_list(opts.get("qos"))
+    if qos and "normal" not in qos:  # every job runs under the one QOS, "normal"
+        return False
+    if opts.get("reservation") and job["reservation"] != opts["reservation"]:
+        return False
+    if opts.get("licenses"):  # no licenses are configured, so no job holds any
+        return False
+    wanted_nodes = split_list(opts.get("nodelist"))
+    if wanted_nodes:
+        from wattsched import hostlist
+
+        nodes = set(hostlist.expand(job["node_list"])) if job["node_list"] else set()
+        if not nodes & {n for expr in wanted_nodes for n in hostlist.expand(expr)}:
+            return False
+    return True
+
+
+def sort_rows(rows: list[dict], spec: str, now: float) -> list[dict]:
+    """-S: %-code letters, each with an optional + (ascending, the default) or - (descending)."""
+    for item in reversed(split_list([spec])):
+        descending = item.startswith("-")
+        code = item.lstrip("+-")
+        if len(code) != 1 or code not in FIELDS:
+            raise CLIError(f"Invalid sort specification: {item}")
+        key = SORT_KEYS.get(code)
+        if key is not None:
+            rows = sorted(rows, key=lambda j, k=key: (j[k] is None, j[k] or 0), reverse=descending)
+        else:
+            value = FIELDS[code][2]
+            rows = sorted(rows, key=lambda j, f=value: f(j, now), reverse=descending)
+    return rows
 
 
 def collapse_pending_arrays(rows: list[dict]) -> list[dict]:
@@ -130,7 +227,5 @@ def _ranges(ids: list[int]) -> str:
 
 
 def main() -> None:
-    try:
-        app(prog_name="squeue")
-    except CLIError as exc:
-        die("squeue", str(exc) if exc.status else f"slurm_load_jobs error: {exc}")
+    run("squeue", lambda: squeue(sys.argv[1:]),
+        lambda exc: str(exc) if exc.status else f"slurm_load_jobs error: {exc}")

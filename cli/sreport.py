@@ -1,7 +1,8 @@
 """sreport: usage reports over a period from the accounting records, with energy as a TRES.
 
 Reports: ``cluster AccountUtilizationByUser``, ``cluster UserUtilizationByAccount`` and ``user
-TopUsage [TopCount=N]``, with ``start=``/``end=`` (default: yesterday, as in Slurm),
+TopUsage [TopCount=N]``, with ``start=``/``end=`` (default: yesterday, as in Slurm; start= alone
+ends a day later or now),
 ``users=``/``accounts=``, ``--tres=cpu,energy`` (default cpu), ``-t Seconds|Minutes|Hours``
 for CPU time, ``-P``/``-p``/``-n`` and ``--json``. A job is counted for the part of its run
 inside the period: CPUs x seconds, and its energy in proportion (energy in joules).
@@ -10,15 +11,14 @@ inside the period: CPUs x seconds, and its energy in proportion (energy in joule
 from __future__ import annotations
 
 import pwd
+import sys
 import time
 from collections import defaultdict
-from typing import Annotated, Any
+from typing import Any
 
-import typer
 from wattsched.cli import fmt
-from wattsched.cli.common import Client, CLIError, die, print_json
-
-app = typer.Typer(add_completion=False, context_settings={"help_option_names": ["--help"]})
+from wattsched.cli.common import Client, CLIError, print_json
+from wattsched.cli.options import NO, OPT, REQ, Command, Opt, ignored, run, standard
 
 REPORTS = {("cluster", "accountutilizationbyuser"), ("cluster", "userutilizationbyaccount"), ("user", "topusage")}
 TIME_UNITS = {"seconds": 1, "minutes": 60, "hours": 3600}
@@ -46,17 +46,56 @@ def _proper_name(user: str) -> str:
         return user
 
 
-@app.command(context_settings={"allow_extra_args": True})
-def sreport(
-    words: Annotated[list[str], typer.Argument(help="cluster AccountUtilizationByUser | user TopUsage ... key=value")],
-    tres: Annotated[str, typer.Option("--tres", "-T", help="cpu, energy or both (cpu,energy).")] = "cpu",
-    time_unit: Annotated[str, typer.Option("-t", help="Seconds, Minutes or Hours for CPU time.")] = "Minutes",
-    parsable: Annotated[bool, typer.Option("-p", "--parsable", help="'|'-delimited, with a trailing '|'.")] = False,
-    parsable2: Annotated[bool, typer.Option("-P", "--parsable2", help="'|'-delimited, no trailing '|'.")] = False,
-    noheader: Annotated[bool, typer.Option("-n", "--noheader", help="No header.")] = False,
-    json_: Annotated[bool, typer.Option("--json", help="JSON output.")] = False,
-) -> None:
+COMMAND = Command("sreport", "[<OPTION>] [<COMMAND>]", [
+    Opt(None, "json", OPT, "Produce JSON output (wattsched)", metavar="data_parser"),
+    Opt("n", "noheader", NO, "Don't display header when listing info."),
+    Opt("p", "parsable", NO, "output will be '|' delimited with a '|' at the end"),
+    Opt("P", "parsable2", NO, "output will be '|' delimited without a '|' at the end"),
+    Opt("t", "time", REQ, "Set format of time: Seconds, Minutes (default) or Hours", metavar="format",
+        dest="time_unit"),
+    Opt("T", "tres", REQ, "Specify the TRES to report on: cpu (default), energy, or cpu,energy",
+        metavar="tres_names"),
+    Opt("v", "verbose", NO, "Enable detailed logging.", kind="count"),
+    ignored("a", "all_clusters", NO), ignored("M", "cluster", REQ), ignored(None, "local", NO),
+    ignored("Q", "quiet", NO),
+    *standard(),
+], epilog="""  <keyword> may be omitted from the execute line and sreport will execute
+  in interactive mode. It will process commands as entered until explicitly
+  terminated.
+
+    Valid <COMMAND> values are:
+     cluster AccountUtilizationByUser | UserUtilizationByAccount [start=] [end=] [users=] [accounts=]
+     user TopUsage [TopCount=N] [start=] [end=] [users=] [accounts=]
+
+  start= defaults to 00:00:00 of the previous day, end= to 00:00:00 of the current day; with start=
+  alone, end= is a day later, or now if that is sooner.""")
+
+
+def report_period(options: dict[str, str], now: float) -> tuple[float, float]:
+    """start=/end= as sreport reads them: by default yesterday; start= alone ends a day later or now."""
+    from wattsched import timefmt
+
+    try:
+        today = timefmt.parse_time("today", now)
+        start = timefmt.parse_time(options["start"], now) if "start" in options else None
+        end = timefmt.parse_time(options["end"], now) if "end" in options else None
+    except timefmt.TimeFormatError as exc:
+        raise CLIError(str(exc)) from exc
+    if start is None:
+        start = (end if end is not None else today) - 86400
+    if end is None:
+        end = today if "start" not in options else min(start + 86400, now)
+    if end <= start:
+        raise CLIError("start time must be before end time")
+    return start, end
+
+
+def sreport(argv: list[str]) -> None:
     """Usage reports of CPU time and energy per account and user."""
+    opts, words = COMMAND.parse(argv)
+    tres, time_unit = opts.get("tres", "cpu"), opts.get("time_unit", "Minutes")
+    parsable, parsable2, noheader, json_ = opts.get("parsable"), opts.get("parsable2"), opts.get("noheader"), \
+        "json" in opts
     from wattsched import timefmt
 
     plain = [w for w in words if "=" not in w]
@@ -71,13 +110,7 @@ def sreport(
     if time_unit.lower() not in TIME_UNITS:
         raise CLIError(f"Invalid time unit: {time_unit} (Seconds, Minutes, Hours)")
     now = time.time()
-    try:
-        end = timefmt.parse_time(options["end"], now) if "end" in options else timefmt.parse_time("today", now)
-        start = timefmt.parse_time(options["start"], now) if "start" in options else end - 86400
-    except timefmt.TimeFormatError as exc:
-        raise CLIError(str(exc)) from exc
-    if end <= start:
-        raise CLIError("start must be before end")
+    start, end = report_period(options, now)
     rows = Client().request("GET", "/v1/accounting/jobs", params={"start": start, "end": end})["jobs"]
     totals = usage(rows, start, end, now)
     users = {u for u in options.get("users", "").split(",") if u}
@@ -143,7 +176,4 @@ def _amount(value: float, tres: str, divisor: int) -> str:
 
 
 def main() -> None:
-    try:
-        app(prog_name="sreport")
-    except CLIError as exc:
-        die("sreport", str(exc))
+    run("sreport", lambda: sreport(sys.argv[1:]))

@@ -8,6 +8,7 @@ it, runs step 0 in it and releases it with the step's exit code.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
@@ -16,13 +17,12 @@ import sys
 import threading
 import time
 import urllib.parse
-from typing import Annotated, Any
+from collections.abc import Iterator
+from typing import Any
 
-import typer
 from wattsched.cli import jobopts as o
-from wattsched.cli.common import Client, CLIError, die
-
-app = typer.Typer(add_completion=False)
+from wattsched.cli.common import Client, CLIError, check_clusters
+from wattsched.cli.options import Command, run
 
 
 class TaskStreams:
@@ -32,7 +32,7 @@ class TaskStreams:
         self.label = label
         self.width = len(str(max(0, ntasks - 1)))
         self.lock = threading.Lock()
-        self.exits: dict[int, tuple[int, int, float, int]] = {}
+        self.exits: dict[int, tuple[int, int]] = {}
         self.errors: list[str] = []
 
     def write(self, task: int, fd_no: int, data: str) -> None:
@@ -58,7 +58,7 @@ class TaskStreams:
             while line := reply.readline():
                 msg = json.loads(line)
                 if "exit" in msg:
-                    self.exits[msg["task"]] = (msg["exit"], msg["signal"], msg["cpu"], msg["rss"])
+                    self.exits[msg["task"]] = (msg["exit"], msg["signal"])
                 else:
                     self.write(msg["task"], msg["fd"], msg["data"])
         except (OSError, http.client.HTTPException) as exc:
@@ -67,36 +67,25 @@ class TaskStreams:
             conn.close()
 
 
-@app.command(context_settings={"allow_interspersed_args": False, "help_option_names": ["--help"]})
-def srun(
-    ctx: typer.Context,
-    command: Annotated[list[str], typer.Argument(help="Program and its arguments.")],
-    nodes: o.Nodes = None, ntasks: o.Ntasks = None, ntasks_per_node: o.NtasksPerNode = None,
-    cpus_per_task: o.CpusPerTask = None, mem: o.Mem = None, mem_per_cpu: o.MemPerCpu = None,
-    time_: Annotated[str | None, typer.Option("-t", "--time", help="Time limit.")] = None,
-    job_name: o.JobName = None, output: o.Output = None, error: o.Error = None,
-    partition: o.Partition = None, account: o.Account = None, chdir: o.Chdir = None,
-    exclusive: o.Exclusive = False, export: o.Export = None, nodelist: o.Nodelist = None,
-    exclude: o.Exclude = None, constraint: o.Constraint = None, open_mode: o.OpenMode = None,
-    comment: o.Comment = None, begin: o.Begin = None, dependency: o.Dependency = None, hold: o.Hold = False,
-    nice: o.Nice = None, reservation: o.Reservation = None, signal: o.Signal = None, quiet: o.Quiet = False,
-    cpu_freq: o.CpuFreq = None, power_fit: o.PowerFit = False, profile: o.Profile = None,
-    acctg_freq: o.AcctgFreq = None,
-    verbose: o.Verbose = 0,
-    label: Annotated[bool, typer.Option("-l", "--label", help="Prefix output lines with the task id.")] = False,
-    unbuffered: Annotated[bool, typer.Option("-u", "--unbuffered", help="Do not line-buffer output.")] = False,
-    immediate: Annotated[bool, typer.Option("-I", "--immediate", help="Fail unless resources are free now.")]
-    = False,
-    jobid: Annotated[int | None, typer.Option("--jobid", help="Run in this existing allocation.")] = None,
-) -> None:
-    """Run a parallel job step."""
-    opts: dict[str, Any] = dict(ctx.params)
-    opts["time"] = opts.pop("time_")
+COMMAND = Command("srun", "[OPTIONS(0)... [executable(0) [args(0)...]]] [ : [OPTIONS(N)...]] executable(N) "
+                  "[args(N)...]", o.job_options("srun"), stop_at_operand=True)
+
+
+def srun(argv: list[str]) -> int:
+    """Run a parallel job step; its exit code (128 + signal when a task was killed)."""
+    opts, command = COMMAND.parse(argv)
+    if not command:
+        raise CLIError("No command given to execute.")
+    opts["command"] = command
+    label, unbuffered, quiet = bool(opts.get("label")), bool(opts.get("unbuffered")), bool(opts.get("quiet"))
     client = Client()
-    inside = jobid or (int(os.environ["SLURM_JOB_ID"]) if os.environ.get("SLURM_JOB_ID") else None)
+    if opts.get("clusters"):
+        check_clusters(opts["clusters"], client.config.cluster_name)
+    jobid = opts.get("jobid")
+    inside = jobid or (int(os.environ["SLURM_JOB_ID"]) if os.environ.get("SLURM_JOB_ID", "").isdigit() else None)
     own_job = None
     if inside is None:
-        own_job = allocate(client, opts, immediate, quiet)
+        own_job = allocate(client, opts, "immediate" in opts, quiet)
         job_id = own_job
     else:
         job_id = inside
@@ -118,7 +107,7 @@ def srun(
                                    {"exit_code": min(code, 255), "term_signal": 0})
             except CLIError as exc:
                 sys.stderr.write(f"srun: error: releasing allocation {own_job}: {exc}\n")
-    raise typer.Exit(code)
+    return code
 
 
 # what srun says before "queued and waiting" when the power cap holds a job back (seed 003)
@@ -126,10 +115,15 @@ POWER_MESSAGES = {"PowerNotAvail": "Required power not available now",
                   "PowerReserved": "Required power at least partially reserved"}
 
 
-def allocate(client: Client, opts: dict[str, Any], immediate: bool, quiet: bool) -> int:
-    name = opts.get("job_name") or os.path.basename(opts["command"][0])
+def allocate(client: Client, opts: dict[str, Any], immediate: bool, quiet: bool, prog: str = "srun",
+             command: list[str] | None = None) -> int:
+    """Create an interactive allocation and wait until it runs; its job id. ``prog`` words the
+    messages as that command does (srun: "job N queued and waiting for resources"; salloc also
+    "Granted job allocation N")."""
+    command = command if command is not None else opts["command"]
+    name = opts.get("job_name") or (os.path.basename(command[0]) if command else "interactive")
     body = o.submission(opts, script=None, interactive=True, immediate=immediate, name=name,
-                        command=" ".join(opts["command"]))
+                        command=" ".join(command))
     try:
         reply = client.request("POST", "/v1/jobs", body)
     except CLIError as exc:
@@ -146,17 +140,21 @@ def allocate(client: Client, opts: dict[str, Any], immediate: bool, quiet: bool)
                 raise CLIError(f"Job allocation {job_id} has been revoked.")
             if not announced and not quiet:
                 why = POWER_MESSAGES.get(job["reason"])
+                if prog == "salloc":
+                    sys.stderr.write(f"salloc: Pending job allocation {job_id}\n")
                 if why:
-                    sys.stderr.write(f"srun: {why}\n")
-                sys.stderr.write(f"srun: job {job_id} queued and waiting for resources\n")
+                    sys.stderr.write(f"{prog}: {why}\n")
+                sys.stderr.write(f"{prog}: job {job_id} queued and waiting for resources\n")
                 announced = True
             time.sleep(0.2)
     except KeyboardInterrupt:
         client.request("POST", "/v1/jobs/cancel", {"job_ids": [str(job_id)]})
-        sys.stderr.write(f"srun: Job allocation {job_id} has been revoked\n")
-        raise typer.Exit(1) from None
+        sys.stderr.write(f"{prog}: Job allocation {job_id} has been revoked\n")
+        raise SystemExit(1) from None
     if announced and not quiet:
-        sys.stderr.write(f"srun: job {job_id} has been allocated resources\n")
+        sys.stderr.write(f"{prog}: job {job_id} has been allocated resources\n")
+    if prog == "salloc" and not quiet:
+        sys.stderr.write(f"salloc: Granted job allocation {job_id}\n")
     return job_id
 
 
@@ -174,37 +172,135 @@ def run_step(client: Client, job_id: int, opts: dict[str, Any], command: list[st
         env.update(step["job_environment"])
     streams = TaskStreams(label, step["ntasks"])
     work_dir = os.path.abspath(opts.get("chdir") or os.getcwd())
+    pty = "pty" in opts
+    fed, pattern = stdin_targets(opts.get("input"), step["ntasks"], pty)
+    rows, cols = terminal_size() if pty else (24, 80)
     threads = []
+    targets = []
     for placement in step["placements"]:
         body = {"job_id": job_id, "step_id": step["step_id"], "node": placement["node"],
                 "credential": step["credential"], "argv": command, "environment": env, "work_dir": work_dir,
-                "label": label, "unbuffered": unbuffered, "output": opts.get("output") or "",
-                "error": opts.get("error") or "", "open_mode": opts.get("open_mode") or "truncate"}
+                "label": label and not pty, "unbuffered": unbuffered or pty, "output": opts.get("output") or "",
+                "error": opts.get("error") or "", "open_mode": opts.get("open_mode") or "truncate",
+                "input": pattern, "stdin_tasks": [t for t in placement["task_ids"] if t in fed],
+                "pty": pty, "rows": rows, "cols": cols}
+        if body["stdin_tasks"] or (pty and 0 in placement["task_ids"]):
+            targets.append(placement)
         thread = threading.Thread(target=streams.pump, args=(client, placement, body), daemon=True)
         thread.start()
         threads.append(thread)
-    for thread in threads:
-        while thread.is_alive():
-            thread.join(0.2)
+    if targets:
+        forwarder = StdinForwarder(client, job_id, step["step_id"], step["credential"], targets, threads)
+        threading.Thread(target=forwarder.run, name="stdin", daemon=True).start()
+    with raw_terminal(pty):
+        for thread in threads:
+            while thread.is_alive():
+                thread.join(0.2)
     for message in streams.errors:
         sys.stderr.write(f"srun: error: {message}\n")
     code, sig = 0, 0
     task_nodes = {t: p["node"] for p in step["placements"] for t in p["task_ids"]}
-    for task, (exit_code, term_signal, _cpu, _rss) in sorted(streams.exits.items()):
+    for task, (exit_code, term_signal) in sorted(streams.exits.items()):
         if exit_code or term_signal:
             what = f"Killed by signal {term_signal}" if term_signal else f"Exited with exit code {exit_code}"
             sys.stderr.write(f"srun: error: {task_nodes.get(task, '?')}: task {task}: {what}\n")
         code, sig = max(code, exit_code), max(sig, term_signal)
     if streams.errors or len(streams.exits) < step["ntasks"]:
         code = max(code, 1)
-    done = {"exit_code": code, "term_signal": sig, "total_cpu_s": sum(e[2] for e in streams.exits.values()),
-            "max_rss_kb": max((e[3] for e in streams.exits.values()), default=0)}
+    done = {"exit_code": min(code, 255), "term_signal": sig}  # the tasks' usage comes from the agents
     client.request("POST", f"/v1/jobs/{job_id}/steps/{step['step_id']}/complete", done)
     return code if not sig else 128 + sig
 
 
-def main() -> None:
+def stdin_targets(mode: str | None, ntasks: int, pty: bool) -> tuple[set[int], str]:
+    """srun -i/--input: the tasks fed srun's stdin (default task 0; ``all``; ``none``; a task id)
+    or a file pattern the tasks open themselves; with --pty, task 0 (on its terminal)."""
+    if pty:
+        return {0}, ""
+    text = (mode or "0").strip()
+    if text.lower() == "all":
+        return set(range(ntasks)), ""
+    if text.lower() == "none":
+        return set(), ""
+    if text.isdigit():
+        if int(text) >= ntasks:
+            raise CLIError(f"--input: task {text} is not part of this step of {ntasks} task(s)")
+        return {int(text)}, ""
+    return set(), text
+
+
+def terminal_size() -> tuple[int, int]:
     try:
-        app(prog_name="srun")
-    except CLIError as exc:
-        die("srun", str(exc))
+        size = os.get_terminal_size(0)
+    except OSError:
+        return 24, 80
+    return max(1, size.lines), max(1, size.columns)
+
+
+@contextlib.contextmanager
+def raw_terminal(pty: bool) -> Iterator[None]:
+    """srun --pty on a terminal: ours passes every key through untouched (the task's terminal does
+    the editing and echoing) until the step ends."""
+    if not pty or not os.isatty(0):
+        yield
+        return
+    import termios
+    import tty
+
+    saved = termios.tcgetattr(0)
+    tty.setraw(0)
+    try:
+        yield
+    finally:
+        termios.tcsetattr(0, termios.TCSADRAIN, saved)
+
+
+class StdinForwarder:
+    """Reads srun's stdin and posts it, base64, to the agents of the tasks that read it, until EOF
+    (which they get too) or the step ends."""
+
+    def __init__(self, client: Client, job_id: int, step_id: int, credential: str,
+                 placements: list[dict[str, Any]], pumps: list[threading.Thread]):
+        self.client, self.job_id, self.step_id, self.credential = client, job_id, step_id, credential
+        self.placements, self.pumps = placements, pumps
+        self.conns: dict[str, http.client.HTTPConnection] = {}
+
+    def run(self) -> None:
+        import base64
+
+        while True:
+            try:
+                data = os.read(0, 65536)
+            except OSError:
+                data = b""
+            text = base64.b64encode(data).decode()
+            for placement in self.placements:
+                self._post(placement, {"job_id": self.job_id, "step_id": self.step_id, "node": placement["node"],
+                                       "credential": self.credential, "data": text, "eof": not data})
+            if not data:
+                return
+
+    def _post(self, placement: dict[str, Any], body: dict[str, Any]) -> None:
+        """Deliver one piece; until the agent has started the tasks it answers "not yet"."""
+        payload = json.dumps(body).encode()
+        headers = {"Authorization": f"Bearer {self.client.token()}", "Content-Type": "application/json"}
+        while any(p.is_alive() for p in self.pumps):
+            conn = self.conns.get(placement["node"])
+            if conn is None:
+                url = urllib.parse.urlsplit(placement["agent_url"])
+                conn = self.conns[placement["node"]] = http.client.HTTPConnection(url.hostname, url.port, timeout=60)
+            try:
+                conn.request("POST", "/v1/steps/stdin", payload, headers)
+                reply = conn.getresponse()
+                accepted = reply.status == 200 and json.loads(reply.read() or b"{}").get("accepted")
+            except (OSError, http.client.HTTPException):
+                conn.close()
+                self.conns.pop(placement["node"], None)
+                accepted = False
+            if accepted:
+                return
+            time.sleep(0.05)
+
+
+def main() -> None:
+    run("srun", lambda: srun(sys.argv[1:]))

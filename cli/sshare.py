@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import os
-from typing import Annotated, Any
+import sys
+from typing import Any
 
-import typer
 from wattsched.cli import fmt
-from wattsched.cli.common import Client, CLIError, die, print_json, split_list
-
-app = typer.Typer(add_completion=False, context_settings={"help_option_names": ["--help"]})
+from wattsched.cli.common import Client, CLIError, print_json, split_list
+from wattsched.cli.options import NO, OPT, REQ, Command, Opt, ignored, refused, run, standard
 
 
 def _f(value: Any) -> str:
@@ -56,20 +55,34 @@ def select_rows(rows: list[dict], users: list[str], accounts: list[str], everyon
     return result
 
 
-@app.command()
-def sshare(
-    all_users: Annotated[bool, typer.Option("-a", "--all", help="All users.")] = False,
-    users: Annotated[list[str] | None, typer.Option("-u", "--users", help="Users to show.")] = None,
-    accounts: Annotated[list[str] | None, typer.Option("-A", "--accounts", help="Accounts to show.")] = None,
-    long: Annotated[bool, typer.Option("-l", "--long", help="More columns (LevelFS, NormUsage, ...).")] = False,
-    fields: Annotated[str | None, typer.Option("-o", "--format", help="Columns, e.g. Account,User,FairShare%12.")]
-    = None,
-    parsable: Annotated[bool, typer.Option("-p", "--parsable", help="'|'-delimited, trailing '|'.")] = False,
-    parsable2: Annotated[bool, typer.Option("-P", "--parsable2", help="'|'-delimited.")] = False,
-    noheader: Annotated[bool, typer.Option("-n", "--noheader", help="No header.")] = False,
-    json_: Annotated[bool, typer.Option("--json", help="JSON output.")] = False,
-) -> None:
+COMMAND = Command("sshare", "[-AahlnPpUuv] [--json]", [
+    Opt("A", "accounts", REQ, "display specific accounts (comma separated list)", metavar="accounts",
+        kind="list"),
+    Opt("a", "all", NO, "display information for all users"),
+    Opt(None, "json", OPT, "Produce JSON output", metavar="data_parser"),
+    Opt("l", "long", NO, "include normalized usage in output"),
+    Opt("n", "noheader", NO, "omit header from output"),
+    Opt("o", "format", REQ, "Comma separated list of fields (use \"--helpformat\" for a list of available "
+        "fields)", metavar="fields"),
+    Opt("P", "parsable2", NO, "output will be '|' delimited without a '|' at the end"),
+    Opt("p", "parsable", NO, "output will be '|' delimited with a '|' at the end"),
+    Opt("u", "users", REQ, "display specific users (comma separated list)", metavar="users", kind="list"),
+    Opt("v", "verbose", NO, "display more information", kind="count"),
+    ignored("m", "partition", NO), ignored("M", "cluster", REQ), ignored("U", "Users", NO),
+    ignored(None, "helpformat", NO), ignored("e", "helpformat2", NO),
+    refused(None, "yaml", OPT, "YAML output is not supported; use --json"),
+    *standard(),
+])
+
+
+def sshare(argv: list[str]) -> None:
     """Show fair-share usage, shares and factors (CPU-seconds and joules)."""
+    opts, operands = COMMAND.parse(argv)
+    if operands:
+        COMMAND.fail(f"unrecognized argument '{operands[0]}'")
+    all_users, users, accounts, long = opts.get("all"), opts.get("users"), opts.get("accounts"), opts.get("long")
+    fields, parsable, parsable2 = opts.get("format"), bool(opts.get("parsable")), bool(opts.get("parsable2"))
+    noheader, json_ = opts.get("noheader"), "json" in opts
     reply = Client().request("GET", "/v1/shares")
     rows = select_rows(reply["rows"], split_list(users), split_list(accounts), all_users)
     if json_:
@@ -84,7 +97,4 @@ def sshare(
 
 
 def main() -> None:
-    try:
-        app(prog_name="sshare")
-    except CLIError as exc:
-        die("sshare", str(exc))
+    run("sshare", lambda: sshare(sys.argv[1:]))

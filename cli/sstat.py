@@ -4,15 +4,14 @@ shows one line, under its own id)."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Any
 
-import typer
 from wattsched.cli import fmt
-from wattsched.cli.common import Client, CLIError, die, print_json, split_list
+from wattsched.cli.common import Client, CLIError, print_json, split_list
+from wattsched.cli.options import NO, OPT, REQ, Command, Opt, refused, run, standard
 from wattsched.cli.sacct import freq_text, num_unit, req_freq, tres_usage
-
-app = typer.Typer(add_completion=False, context_settings={"help_option_names": ["--help"]})
 
 DEFAULT_FIELDS = ("JobID,MaxRSS,MaxRSSNode,AveCPU,NTasks,AveCPUFreq,ReqCPUFreqMin,ReqCPUFreqMax,ReqCPUFreqGov,"
                   "ConsumedEnergy")
@@ -44,19 +43,32 @@ FIELDS: dict[str, tuple[int, Callable[[Row], str]]] = {
 }
 
 
-@app.command()
-def sstat(
-    jobs: Annotated[list[str] | None, typer.Option("-j", "--jobs", help="Running job ids.")] = None,
-    fields: Annotated[str | None, typer.Option("-o", "--format", "--fields", help="Fields, e.g. JobID,AveCPUFreq.")]
-    = None,
-    parsable: Annotated[bool, typer.Option("-p", "--parsable", help="'|'-delimited, with a trailing '|'.")] = False,
-    parsable2: Annotated[bool, typer.Option("-P", "--parsable2", help="'|'-delimited, no trailing '|'.")] = False,
-    noheader: Annotated[bool, typer.Option("-n", "--noheader", help="No header.")] = False,
-    json_: Annotated[bool, typer.Option("--json", help="JSON output.")] = False,
-    helpformat: Annotated[bool, typer.Option("-e", "--helpformat", help="List the available fields.")] = False,
-    job_args: Annotated[list[str] | None, typer.Argument(help="Job ids.")] = None,
-) -> None:
+COMMAND = Command("sstat", "[-ainpPv] [-j jobid[.stepid]] [-o field,...] [--json]", [
+    Opt("a", "allsteps", NO, "print all steps for the given job(s) when no step is specified"),
+    Opt("e", "helpformat", NO, "Print a list of fields that can be specified with the '--format' option"),
+    Opt("i", "pidformat", NO, "Predefined format to list the pids running for each job step"),
+    Opt("j", "jobs", REQ, "Format is <job(.step)>. Stat this job step or comma-separated list of job steps.",
+        metavar="job(.step)", kind="list"),
+    Opt(None, "json", OPT, "Produce JSON output", metavar="data_parser"),
+    Opt("n", "noheader", NO, "No header will be added to the beginning of output."),
+    Opt(None, "noconvert", NO, "Don't convert units from their original type"),
+    Opt("o", "format", REQ, "Comma separated list of fields.", metavar="field_list"),
+    Opt(None, "fields", REQ, "Same as --format", metavar="field_list", dest="format"),
+    Opt("p", "parsable", NO, "output will be '|' delimited with a '|' at the end"),
+    Opt("P", "parsable2", NO, "output will be '|' delimited without a '|' at the end"),
+    Opt("v", "verbose", NO, "Primarily for debugging purposes", kind="count"),
+    Opt(None, "units", REQ, "Display values in specified unit type.", metavar="[KMGTP]"),
+    refused(None, "yaml", OPT, "YAML output is not supported; use --json"),
+    *standard(),
+])
+
+
+def sstat(argv: list[str]) -> None:
     """Status of running jobs: energy so far, CPU time, memory and frequency."""
+    opts, job_args = COMMAND.parse(argv)
+    jobs, fields, json_ = opts.get("jobs"), opts.get("format"), "json" in opts
+    parsable, parsable2, noheader = opts.get("parsable"), opts.get("parsable2"), opts.get("noheader")
+    helpformat = opts.get("helpformat")
     if helpformat:
         print(" ".join(sorted(FIELDS)))
         return
@@ -83,7 +95,4 @@ def sstat(
 
 
 def main() -> None:
-    try:
-        app(prog_name="sstat")
-    except CLIError as exc:
-        die("sstat", str(exc))
+    run("sstat", lambda: sstat(sys.argv[1:]))

@@ -275,6 +275,16 @@ def create_app(controller: Controller) -> FastAPI:
                          placements=placements, credential=state.step_credential(job, step, layout),
                          job_environment=slurm_env)
 
+    @app.get("/v1/jobs/{job_id}/environment")
+    async def job_environment(job_id: int, who: Who) -> dict[str, Any]:
+        """The SLURM_* variables of a running job (salloc sets them for its command)."""
+        job = one_job(job_id)
+        if job.uid != who.uid and not state.is_admin(who):
+            raise Refused("Access/permission denied", 403)
+        if job.state != states.RUNNING:
+            raise Refused("Job is not running", 409)
+        return {"environment": {k: v for k, v in batch_environment(state, job).items() if k.startswith("SLURM")}}
+
     @app.post("/v1/jobs/{job_id}/steps/{step_id}/complete")
     async def complete_step(job_id: int, step_id: str, done: StepComplete, who: Who) -> dict[str, str]:
         state.complete_step(one_job(job_id), step_id, done, who, time.time())

@@ -39,6 +39,7 @@ from wattsched.controller.priority import Shares
 from wattsched.controller.reservations import ReservationBook, ReservationError
 from wattsched.controller.store import StateStore
 from wattsched.model import Job, Node, Reservation, Step
+from wattsched.usage import merge as merge_usage
 
 log = logging.getLogger("wattsched.controller")
 
@@ -538,8 +539,9 @@ class ClusterState:
         job.exit_code, job.term_signal, job.end_time, job.final_state = exit_code, term_signal, now, final
         for step in job.steps:
             if step.state == states.RUNNING:
-                # A step still running when its job ends was killed with it.
-                step.state = final if final != states.COMPLETED else states.CANCELLED
+                # A step still running when its job ends was killed with it: CANCELLED in Slurm,
+                # for a timeout too (the job alone is TIMEOUT); a node failure fails its steps.
+                step.state = states.NODE_FAIL if final == states.NODE_FAIL else states.CANCELLED
                 step.end_time = now
         self.touch(job)
         if job.start_time and any(self.nodes[n].energy_samples for n in job.alloc_cpus if n in self.nodes):
@@ -583,11 +585,11 @@ class ClusterState:
         batch = job.find_step("batch")
         if batch is not None:
             batch.state = states.COMPLETED if event.exit_code == 0 and not event.term_signal else states.FAILED
-            if job.cancelled_by is not None:
+            if job.cancelled_by is not None or job.timed_out:  # Slurm: the batch step was CANCELLED
                 batch.state = states.CANCELLED
             batch.exit_code, batch.term_signal = event.exit_code, event.term_signal
             batch.end_time = event.end_time
-            batch.total_cpu_s, batch.max_rss_kb = event.total_cpu_s, event.max_rss_kb
+            batch.tasks = merge_usage(batch.tasks, [t.model_dump() for t in event.tasks])
         if job.cancelled_by is not None:
             final = states.CANCELLED
         elif job.timed_out:
@@ -635,6 +637,10 @@ class ClusterState:
                 job.name = upd.name
             if upd.comment is not None:
                 job.comment = upd.comment
+            if upd.admin_comment is not None:
+                if not admin:
+                    raise Refused("Access/permission denied", 403)
+                job.admin_comment = upd.admin_comment
             if upd.partition is not None:
                 if job.state != states.PENDING:
                     raise Refused("Job is no longer pending execution", 409)
@@ -646,11 +652,16 @@ class ClusterState:
     def _update_time_limit(self, job: Job, text: str, admin: bool) -> None:
         from wattsched import timefmt
 
+        current = job.time_limit_min
+        sign = text[:1] if text[:1] in "+-" else ""
         try:
-            minutes = timefmt.parse_duration_min(text)
+            minutes = timefmt.parse_duration_min(text[1:] if sign else text)
         except timefmt.TimeFormatError as exc:
             raise Refused(str(exc)) from exc
-        current = job.time_limit_min
+        if sign:  # TimeLimit=+N / -N: relative to the current limit, as scontrol allows
+            if minutes is None or current is None:
+                raise Refused("Invalid time limit: a relative change needs a finite limit")
+            minutes = max(0, current + minutes) if sign == "+" else max(1, current - minutes)
         increase = (minutes is None and current is not None) or (
             minutes is not None and current is not None and minutes > current)
         if increase and not admin:
@@ -701,9 +712,12 @@ class ClusterState:
         actions: list[Action] = []
         acked = []
         for event in hb.events:
-            actions.extend(self.batch_ended(event, now))
+            if event.step_id == "batch":
+                actions.extend(self.batch_ended(event, now))
+            else:
+                self.step_ended(event, now)
             acked.append(event.job_id)
-        ended = {e.job_id for e in hb.events}
+        ended = {e.job_id for e in hb.events if e.step_id == "batch"}
         to_kill: list[int] = []
         by_host: dict[str, list[Job]] = {}
         woken = False
@@ -1048,12 +1062,31 @@ class ClusterState:
             raise Refused("Invalid job step id specified", 404)
         if step.state != states.RUNNING:
             return
-        step.state = states.COMPLETED if done.exit_code == 0 and not done.term_signal else states.FAILED
-        if job.cancelled_by is not None:
+        self._step_over(job, step, done.exit_code, done.term_signal, now)
+
+    def _step_over(self, job: Job, step: Step, exit_code: int, term_signal: int, now: float) -> None:
+        step.state = states.COMPLETED if exit_code == 0 and not term_signal else states.FAILED
+        if job.cancelled_by is not None or job.timed_out:
             step.state = states.CANCELLED
-        step.exit_code, step.term_signal, step.end_time = done.exit_code, done.term_signal, now
-        step.total_cpu_s, step.max_rss_kb = done.total_cpu_s, done.max_rss_kb
+        step.exit_code, step.term_signal, step.end_time = exit_code, term_signal, now
         self.touch(job)
+
+    def step_ended(self, event: JobEvent, now: float) -> None:
+        """A node's tasks of an srun step ended: keep their usage (whether srun lived to report
+        the end or not); once every node of the step has reported, the step is over."""
+        job = self.jobs.get(event.job_id)
+        step = job.find_step(event.step_id) if job is not None else None
+        if step is None or event.node not in step.nodes:
+            return
+        step.tasks = merge_usage(step.tasks, [t.model_dump() for t in event.tasks])
+        if event.node not in step.ended_nodes:
+            step.ended_nodes.append(event.node)
+            step.exit_code, step.term_signal = max(step.exit_code, event.exit_code), \
+                max(step.term_signal, event.term_signal)
+        if step.state == states.RUNNING and set(step.ended_nodes) >= set(step.nodes):
+            self._step_over(job, step, step.exit_code, step.term_signal, now)
+        else:
+            self.touch(job)
 
     def complete_allocation(self, job: Job, exit_code: int, term_signal: int, who: Identity,
                             now: float) -> list[Action]:

@@ -115,6 +115,7 @@ class JobUpdate(Strict):
     nice: int | None = Field(None, ge=-2147483645, le=2147483645)
     name: str | None = Field(None, max_length=NAME_MAX)
     comment: Text | None = None
+    admin_comment: Text | None = None  # AdminComment (administrators only)
     partition: Short | None = None
 
 
@@ -195,10 +196,10 @@ class StepReply(BaseModel):
 
 
 class StepComplete(Strict):
+    """srun's word that a step ended (its usage comes from the node agents)."""
+
     exit_code: int = Field(0, ge=0, le=255)
     term_signal: int = Field(0, ge=0, le=64)
-    total_cpu_s: float = Field(0.0, ge=0, le=BIG)
-    max_rss_kb: int = Field(0, ge=0, le=BIG)
 
 
 class AllocationComplete(Strict):
@@ -238,17 +239,43 @@ class NodeReport(Strict):
     up_since: float = 0.0
 
 
+class TaskUsage(Strict):
+    """What one task (or a batch script) used, from the kernel's rusage when it was reaped."""
+
+    task: int = Field(0, ge=0, le=COUNT_MAX)
+    node: str = Field("", max_length=NAME_MAX)
+    user_cpu_s: float = Field(0.0, ge=0, le=BIG)
+    system_cpu_s: float = Field(0.0, ge=0, le=BIG)
+    max_rss_kb: int = Field(0, ge=0, le=BIG)
+    disk_read_b: int = Field(0, ge=0, le=BIG)
+    disk_write_b: int = Field(0, ge=0, le=BIG)
+    pages: int = Field(0, ge=0, le=BIG)  # major page faults
+
+
+class TaskInput(Strict):
+    """A piece of srun's standard input for the tasks of a step on one node (base64), or its end."""
+
+    job_id: int = Field(ge=1, le=BIG)
+    step_id: int = Field(ge=0, le=INT32)
+    node: str = Field(max_length=128)
+    credential: str = Field(max_length=1 << 20)
+    data: str = Field("", max_length=1 << 20)
+    eof: bool = False
+
+
 class JobEvent(Strict):
-    """A batch script that ended on a node (kept by the agent until the controller acknowledges)."""
+    """A batch script, or a step's tasks on one node, that ended (kept by the agent until the
+    controller acknowledges). Step ends carry their tasks' usage whether srun is still there to
+    hear them or not, so cancelled and timed-out steps keep their accounting."""
 
     job_id: int
     node: str
     run: int = 0  # the job's restart count when it was launched
+    step_id: str = Field("batch", max_length=16)  # "batch", or the srun step's number
     exit_code: int = 0
     term_signal: int = 0
     end_time: float
-    total_cpu_s: float = 0.0
-    max_rss_kb: int = 0
+    tasks: list[TaskUsage] = Field([], max_length=COUNT_MAX)
     error: str = Field("", max_length=1024)  # why the script could not be started (Slurm's wording)
 
 
@@ -327,4 +354,9 @@ class TaskLaunch(Strict):
     unbuffered: bool = False
     output: Path = ""
     error: Path = ""
+    input: Path = ""  # srun -i FILE: a file pattern each task opens (as its user)
+    stdin_tasks: list[int] = Field([], max_length=COUNT_MAX)  # tasks fed srun's own stdin (srun -i)
+    pty: bool = False  # task 0 runs in a pseudo-terminal (srun --pty)
+    rows: int = Field(24, ge=1, le=4096)  # the pseudo-terminal's size, from srun's terminal
+    cols: int = Field(80, ge=1, le=4096)
     open_mode: Literal["truncate", "append"] = "truncate"

@@ -9,15 +9,20 @@ from __future__ import annotations
 import os
 import socket
 import struct
-import threading
+from typing import TYPE_CHECKING
 
-from wattsched import auth
+if TYPE_CHECKING:
+    import threading
 
 TOKEN_LIFESPAN_S = 300
 
 
 def serve(path: str, key: bytes) -> threading.Thread:
     """Start serving tokens on ``path`` in a daemon thread."""
+    import threading  # here, not at the top: every command imports this module for fetch()
+
+    from wattsched import auth
+
     folder = os.path.dirname(path)
     os.makedirs(folder, exist_ok=True)
     os.chmod(folder, 0o755)  # every local user must reach the socket; nothing else lives here

@@ -142,6 +142,7 @@ class Config:
     """The effective configuration of a cluster."""
 
     source: str = "(defaults)"
+    files: tuple[str, ...] = ()  # every file read: the source and what it includes
     cluster_name: str = "cluster"
     slurmctld_host: str = "localhost"
     slurmctld_addr: str = "127.0.0.1"
@@ -683,8 +684,9 @@ def load(path: str | os.PathLike[str], globals_only: bool = False) -> Config:
     partitions: list[tuple[dict[str, Any], str, int]] = []
     node_default: dict[str, Any] = {}
     part_default: dict[str, Any] = {}
+    files: list[str] = []
     _read(path, globals_, nodes, node_lines, partitions, node_default, part_default, depth=0,
-          globals_only=globals_only)
+          globals_only=globals_only, files=files)
 
     base = os.path.dirname(path)
     for attr in _PATH_ATTRS:
@@ -728,13 +730,15 @@ def load(path: str | os.PathLike[str], globals_only: bool = False) -> Config:
     if len(defaults) > 1:
         values, ppath, lineno = partitions[part_objs.index(defaults[1])]
         raise ConfigError(ppath, lineno, "Default", "more than one partition has Default=YES")
-    return Config(source=path, nodes=tuple(nodes.values()), partitions=tuple(part_objs), **globals_)
+    return Config(source=path, files=tuple(files), nodes=tuple(nodes.values()), partitions=tuple(part_objs),
+                  **globals_)
 
 
 def _read(path: str, globals_: dict, nodes: dict, node_lines: dict, partitions: list,
-          node_default: dict, part_default: dict, depth: int, globals_only: bool = False) -> None:
+          node_default: dict, part_default: dict, depth: int, globals_only: bool, files: list[str]) -> None:
     if depth > 8:
         raise ConfigError(path, 0, "Include", "includes nested too deeply")
+    files.append(path)
     try:
         text = Path(path).read_text()
     except OSError as exc:
@@ -747,7 +751,7 @@ def _read(path: str, globals_: dict, nodes: dict, node_lines: dict, partitions: 
             target = line.split(None, 1)[1].strip()
             target = target if os.path.isabs(target) else os.path.join(os.path.dirname(path), target)
             _read(target, globals_, nodes, node_lines, partitions, node_default, part_default, depth + 1,
-                  globals_only)
+                  globals_only, files)
             continue
         if globals_only and line[:9].lower() in ("nodename=", "partition"):
             continue

@@ -27,8 +27,8 @@ class Step:
     end_time: float = 0.0
     exit_code: int = 0
     term_signal: int = 0
-    total_cpu_s: float = 0.0
-    max_rss_kb: int = 0
+    tasks: list[dict[str, Any]] = field(default_factory=list)  # TaskUsage records (wattsched.usage)
+    ended_nodes: list[str] = field(default_factory=list)  # nodes whose agents reported the step's end
     consumed_energy_j: float | None = None
 
 
@@ -75,6 +75,7 @@ class Job:
     kill_signal_secs: int = 0
     kill_signal_batch_only: bool = False
     comment: str = ""
+    admin_comment: str = ""
     wckey: str = ""
     requeue: bool = True
     interactive: bool = False

@@ -47,6 +47,8 @@ class Agent:
         os.chmod(self.outbox, 0o700)
         self.batch = BatchRunner(self.spool, config.kill_wait_s, self._job_ended)
         self.step_pgids: dict[tuple[str, int], set[int]] = {}
+        # (job, step, node) -> stdin pipes of the step's tasks that read srun's input
+        self.step_inputs: dict[tuple[int, int, str], list] = {}
         self.ended: dict[tuple[str, int], None] = {}  # jobs recently over here, oldest first
         self._kick = asyncio.Event()
         self.client = httpx.AsyncClient(timeout=httpx.Timeout(config.message_timeout_s))
@@ -151,17 +153,24 @@ class Agent:
         # the batch host gets no terminate from the controller: its allocation ends here, before
         # the end is reported (so the profile is closed when the controller merges it)
         self._release(event.node, event.job_id)
+        self._write_event(event)
+        for pgid in self.step_pgids.pop((event.node, event.job_id), set()):
+            procs.killpg(pgid, signal.SIGKILL)
+
+    def step_ended(self, event: JobEvent) -> None:
+        """An srun step's tasks on one node ended: their usage goes to the controller like a job end."""
+        self._write_event(event)
+
+    def _write_event(self, event: JobEvent) -> None:
         path = self._outbox_path(event)
         with open(path + ".tmp", "w") as handle:
             handle.write(event.model_dump_json())
         os.replace(path + ".tmp", path)
-        for pgid in self.step_pgids.pop((event.node, event.job_id), set()):
-            procs.killpg(pgid, signal.SIGKILL)
         with contextlib.suppress(RuntimeError):
             self._kick.set()
 
     def _outbox_path(self, event: JobEvent) -> str:
-        return os.path.join(self.outbox, f"{event.node}.{event.job_id}.{event.run}.json")
+        return os.path.join(self.outbox, f"{event.node}.{event.job_id}.{event.run}.{event.step_id}.json")
 
     def pending_events(self) -> list[JobEvent]:
         events = []
@@ -177,7 +186,8 @@ class Agent:
             if event.job_id in done:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(self._outbox_path(event))
-                self.batch.forget(event)
+                if event.step_id == "batch":
+                    self.batch.forget(event)
 
     # --- signals ---------------------------------------------------------------------------------
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import base64
+from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 from fastapi import FastAPI, HTTPException
 from fastapi.responses import StreamingResponse
 from wattsched import auth
-from wattsched.api import LaunchBatch, SignalJob, TaskLaunch
+from wattsched.api import LaunchBatch, SignalJob, TaskInput, TaskLaunch
 from wattsched.httpauth import Who, loop_lifespan, require_role
 from wattsched.httplimits import BodyLimit
 from wattsched.noded import steps
@@ -56,9 +59,40 @@ def create_app(agent: Agent) -> FastAPI:
             raise HTTPException(403, f"Invalid job credential: job {req.job_id} does not run on {req.node}")
         uid = int(cred["uid"])
         pgids = agent.step_pgids.setdefault((req.node, req.job_id), set())
-        stream = steps.run_tasks(req, layout, uid, _gid_of(uid), auth.username(uid), agent.config.kill_wait_s,
-                                 pgids)
-        return StreamingResponse(stream, media_type="application/x-ndjson")
+        key = (req.job_id, req.step_id, req.node)
+        inputs = agent.step_inputs[key] = []
+
+        async def stream() -> AsyncIterator[bytes]:
+            try:
+                async for line in steps.run_tasks(req, layout, uid, _gid_of(uid), auth.username(uid),
+                                                  agent.config.kill_wait_s, pgids, agent.step_ended, inputs):
+                    yield line
+            finally:
+                if agent.step_inputs.get(key) is inputs:
+                    del agent.step_inputs[key]
+
+        return StreamingResponse(stream(), media_type="application/x-ndjson")
+
+    @app.post("/v1/steps/stdin")
+    async def step_stdin(req: TaskInput, who: Who) -> dict[str, Any]:
+        """srun's standard input for the step's tasks on this node (those srun -i names)."""
+        try:
+            cred = auth.verify(agent.key, req.credential)
+        except auth.AuthError as exc:
+            raise HTTPException(403, f"Invalid job credential: {exc}") from exc
+        if cred.get("job") != req.job_id or cred.get("step") != req.step_id:
+            raise HTTPException(403, "Invalid job credential: wrong job or step")
+        if who.uid != cred.get("uid") and who.uid != 0:
+            raise HTTPException(403, "Access/permission denied")
+        pipes = agent.step_inputs.get((req.job_id, req.step_id, req.node))
+        if not pipes:
+            return {"accepted": False}
+        try:
+            data = base64.b64decode(req.data, validate=True)
+        except ValueError as exc:
+            raise HTTPException(400, "stdin data is not base64") from exc
+        await asyncio.get_running_loop().run_in_executor(None, steps.feed, pipes, data, req.eof)
+        return {"accepted": True}
 
     @app.get("/v1/ping")
     async def ping(who: Who) -> dict[str, Any]:

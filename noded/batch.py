@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from wattsched.api import BatchLaunch, JobEvent
+from wattsched.api import BatchLaunch, JobEvent, TaskUsage
 from wattsched.noded import procs, stepd
 
 log = logging.getLogger("wattsched.noded")
@@ -157,10 +157,12 @@ class BatchRunner:
         error = str(record.get("error", ""))[:ERROR_MAX]
         if error:
             log.warning("batch launch failed", extra={"job": job.job_id, "node": job.node, "error": error})
+        tasks = []
+        with contextlib.suppress(TypeError, ValueError):  # an older supervisor's record has no usage
+            tasks = [TaskUsage(node=job.node, **record["usage"])] if "usage" in record else []
         self.on_end(JobEvent(job_id=job.job_id, node=job.node, run=job.run, exit_code=int(record["exit_code"]),
-                             term_signal=int(record.get("signal", 0)), end_time=time.time(),
-                             total_cpu_s=float(record.get("cpu_s", 0.0)),
-                             max_rss_kb=int(record.get("max_rss_kb", 0)), error=error))
+                             term_signal=int(record.get("signal", 0)), end_time=time.time(), tasks=tasks,
+                             error=error))
 
     def script_process(self, job: BatchJob) -> tuple[int, int] | None:
         """The script's (pid, start time), as its supervisor recorded it."""
@@ -230,7 +232,7 @@ class BatchRunner:
                     continue
                 if os.path.exists(os.path.join(spool, "status")) or not job.supervisor_alive():
                     self.jobs[job.job_id] = job
-                    self._ended(job, procs.Exit(1, 0, 0.0, 0))
+                    self._ended(job, procs.Exit(1, 0))
                 else:
                     self.jobs[job.job_id] = job
 
@@ -238,7 +240,7 @@ class BatchRunner:
         """Adopted supervisors are not our children: watch for their status files instead."""
         for job in [j for j in self.jobs.values() if j.adopted]:
             if os.path.exists(os.path.join(job.spool, "status")) or not job.supervisor_alive():
-                self._ended(job, procs.Exit(1, 0, 0.0, 0))
+                self._ended(job, procs.Exit(1, 0))
 
     def forget(self, event: JobEvent) -> None:
         """The controller has the run's end: drop its folders (rmtree never follows the user's links)."""

@@ -13,17 +13,17 @@ import signal
 import subprocess
 import sys
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from wattsched.noded.stepd import proc_start as start_time
+from wattsched.noded.stepd import usage_record
 
 
 @dataclass(frozen=True, slots=True)
 class Exit:
     exit_code: int
     term_signal: int
-    cpu_s: float
-    max_rss_kb: int
+    usage: dict = field(default_factory=dict)  # stepd.usage_record of the process, when reaped
 
 
 def decode_status(status: int) -> tuple[int, int]:
@@ -54,9 +54,12 @@ def umask_of(environment: dict[str, str]) -> int:
 
 
 def spawn_stepd(mode: str, spec: dict, *, cwd: str, stdin: int | None, stdout: int | None,
-                stderr: int | None) -> subprocess.Popen:
+                stderr: int | None, status_fd: int | None = None) -> subprocess.Popen:
     """Start the step daemon (:mod:`wattsched.noded.stepd`) in a session of its own, with ``spec``
-    on an inherited memfd; the daemon changes to the user before touching any path of theirs."""
+    on an inherited memfd; the daemon changes to the user before touching any path of theirs.
+    ``status_fd``: the write end of a pipe on which an exec-mode daemon reports its task's end."""
+    if status_fd is not None:
+        spec = dict(spec, status_fd=status_fd)
     fd = os.memfd_create("wattsched-launch", os.MFD_CLOEXEC)
     try:
         data = json.dumps(spec).encode()
@@ -65,24 +68,38 @@ def spawn_stepd(mode: str, spec: dict, *, cwd: str, stdin: int | None, stdout: i
             view = view[os.write(fd, view):]
         return subprocess.Popen([sys.executable, "-I", "-m", "wattsched.noded.stepd", mode, str(fd)],
                                 env=STEPD_ENV, cwd=cwd, stdin=stdin, stdout=stdout, stderr=stderr,
-                                start_new_session=True, close_fds=True, pass_fds=(fd,))
+                                start_new_session=True, close_fds=True,
+                                pass_fds=(fd,) if status_fd is None else (fd, status_fd))
     finally:
         os.close(fd)
 
 
-def reap(proc: subprocess.Popen, loop: asyncio.AbstractEventLoop) -> asyncio.Future[Exit]:
-    """A future that resolves when ``proc`` ends."""
+def reap(proc: subprocess.Popen, loop: asyncio.AbstractEventLoop, status_fd: int | None = None
+         ) -> asyncio.Future[Exit]:
+    """A future that resolves when ``proc`` ends; with ``status_fd`` (the read end of the pipe the
+    step daemon reports on) the task's own status and usage, when the daemon lived to report them."""
     future: asyncio.Future[Exit] = loop.create_future()
 
     def wait() -> None:
         _pid, status, usage = os.wait4(proc.pid, 0)
         proc.returncode = status  # keep Popen from waiting on a pid that is gone
         code, sig = decode_status(status)
-        result = Exit(code, sig, usage.ru_utime + usage.ru_stime, usage.ru_maxrss)
+        result = Exit(code, sig, usage_record(usage))
+        if status_fd is not None:
+            result = _reported(status_fd) or Exit(code, sig)  # killed daemon: the task's usage is unknown
         loop.call_soon_threadsafe(lambda: future.done() or future.set_result(result))
 
     threading.Thread(target=wait, name=f"reap-{proc.pid}", daemon=True).start()
     return future
+
+
+def _reported(fd: int) -> Exit | None:
+    try:
+        with os.fdopen(fd, "rb") as handle:
+            record = json.loads(handle.read(65536) or b"null")
+        return Exit(int(record["exit_code"]), int(record["signal"]), dict(record["usage"]))
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
 
 
 def killpg(pgid: int, sig: int) -> bool:

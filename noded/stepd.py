@@ -96,6 +96,44 @@ def exec_as_user(spec: dict[str, Any]) -> None:
     become_user(spec)
     for warning in setup_as_user(spec):
         os.write(2, warning.encode())
+    if spec.get("pty"):
+        raise SystemExit(run_in_pty(spec))
+    if "status_fd" in spec:
+        raise SystemExit(run_child(spec))
+    _exec(spec)
+
+
+def run_child(spec: dict[str, Any]) -> int:
+    """An srun task: fork it from this small process and wait for it, so that its MaxRSS is its
+    own (a process's peak RSS survives exec: were the task the agent's fork, it would carry the
+    agent's), then report its status and usage on ``status_fd`` and end as it did."""
+    status_fd = int(spec["status_fd"])
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(status_fd)
+            _exec(spec)
+        except BaseException as exc:  # the child must never return into the parent's code
+            os.write(2, f"slurmstepd: error: {exc}\n".encode())
+        os._exit(2)
+    for sig in IGNORED:  # signals for the task reach it through the group; we stay to report
+        signal.signal(sig, signal.SIG_IGN)
+    return _report(pid, status_fd)
+
+
+def _report(pid: int, status_fd: int) -> int:
+    _pid, status, usage = os.wait4(pid, 0)
+    code, sig = (0, os.WTERMSIG(status)) if os.WIFSIGNALED(status) else (os.WEXITSTATUS(status), 0)
+    with contextlib.suppress(OSError):
+        _write_all(status_fd, json.dumps({"exit_code": code, "signal": sig, "usage": usage_record(usage)}).encode())
+        os.close(status_fd)
+    if sig:
+        signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
+    return code
+
+
+def _exec(spec: dict[str, Any]) -> None:
     for sig in IGNORED:
         signal.signal(sig, signal.SIG_DFL)
     argv = [str(a) for a in spec["argv"]]
@@ -103,6 +141,69 @@ def exec_as_user(spec: dict[str, Any]) -> None:
         os.execvpe(argv[0], argv, {str(k): str(v) for k, v in spec["env"].items()})
     except OSError as exc:
         raise LaunchError(f"execve(): {argv[0]}: {exc.strerror}") from exc
+
+
+def run_in_pty(spec: dict[str, Any]) -> int:
+    """srun --pty: run the task on a new pseudo-terminal (its controlling terminal, in a session of
+    its own) and relay between it and our stdin/stdout, which lead to srun through the agent.
+    Already the user here: the pty is the user's own. Ends as the task did (same code or signal)."""
+    import fcntl
+    import select
+    import struct
+    import termios
+
+    master, slave = os.openpty()
+    size = struct.pack("HHHH", int(spec["pty"].get("rows", 24)), int(spec["pty"].get("cols", 80)), 0, 0)
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, size)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setsid()
+            os.close(master)
+            if "status_fd" in spec:
+                os.close(int(spec["status_fd"]))
+            fcntl.ioctl(slave, termios.TIOCSCTTY, 0)
+            for fd in (0, 1, 2):
+                os.dup2(slave, fd)
+            if slave > 2:
+                os.close(slave)
+            _exec(spec)
+        except BaseException as exc:  # the child must never return into the relay
+            os.write(2, f"slurmstepd: error: {exc}\r\n".encode())
+        os._exit(1)
+    os.close(slave)
+    sources = [0, master]
+    while master in sources:
+        readable, _, _ = select.select(sources, [], [])
+        if master in readable:
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # EIO: every holder of the terminal's other side has gone
+                data = b""
+            if not data:
+                sources.remove(master)
+            else:
+                _write_all(1, data)
+        if 0 in readable:
+            data = os.read(0, 65536)
+            if data:
+                _write_all(master, data)
+            else:  # srun's input ended: as if the user typed Ctrl-D
+                sources.remove(0)
+                _write_all(master, b"\x04")
+    if "status_fd" in spec:
+        return _report(pid, int(spec["status_fd"]))
+    _pid, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
+        os.kill(os.getpid(), os.WTERMSIG(status))
+    return os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 def proc_start(pid: int) -> int:
@@ -122,6 +223,14 @@ def write_private(path: str, data: dict[str, Any]) -> None:
     with os.fdopen(fd, "w") as handle:
         json.dump(data, handle)
     os.replace(tmp, path)
+
+
+def usage_record(usage: Any) -> dict[str, Any]:
+    """A reaped process's rusage as a task's usage (wattsched.api.TaskUsage's fields); block counts
+    are in 512-byte units (getrusage(2))."""
+    return {"user_cpu_s": usage.ru_utime, "system_cpu_s": usage.ru_stime, "max_rss_kb": usage.ru_maxrss,
+            "disk_read_b": usage.ru_inblock * 512, "disk_write_b": usage.ru_oublock * 512,
+            "pages": usage.ru_majflt}
 
 
 def supervise(spec: dict[str, Any]) -> int:
@@ -159,8 +268,7 @@ def supervise(spec: dict[str, Any]) -> int:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)  # what the script left in its group ends with it, as in Slurm
     code, sig = (0, os.WTERMSIG(status)) if os.WIFSIGNALED(status) else (os.WEXITSTATUS(status), 0)
-    record = {"exit_code": code, "signal": sig, "cpu_s": usage.ru_utime + usage.ru_stime,
-              "max_rss_kb": usage.ru_maxrss}
+    record = {"exit_code": code, "signal": sig, "usage": usage_record(usage)}
     if message:
         record.update(exit_code=1, signal=0, error=message.decode(errors="replace"))
     write_private(os.path.join(spool, "status"), record)

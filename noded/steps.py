@@ -2,8 +2,9 @@
 
 srun posts one request per node with the step credential the controller signed. The
 answer is a stream of lines ``{"task": N, "fd": 1|2, "data": "..."}`` while tasks run, then
-one ``{"task": N, "exit": code, "signal": sig, "cpu": s, "rss": kb}`` per task. If srun goes
-away the tasks get SIGTERM, then SIGKILL after KillWait, as Slurm does.
+one ``{"task": N, "exit": code, "signal": sig}`` per task. If srun goes away the tasks get
+SIGTERM, then SIGKILL after KillWait, as Slurm does. However the tasks end, their usage goes to
+the controller from the agent (``on_end``), not through srun, which may be gone.
 """
 
 from __future__ import annotations
@@ -11,13 +12,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import signal
 import subprocess
 import threading
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 
 from wattsched import hostlist, patterns
-from wattsched.api import TaskLaunch
+from wattsched.api import JobEvent, TaskLaunch, TaskUsage
 from wattsched.noded import procs
 
 
@@ -40,9 +43,14 @@ def task_environment(req: TaskLaunch, layout: dict[str, list[int]], task_id: int
 
 
 async def run_tasks(req: TaskLaunch, layout: dict[str, list[int]], uid: int, gid: int, user: str,
-                    kill_wait_s: int, pgids: set[int]) -> AsyncIterator[bytes]:
-    """Start this node's tasks and yield their output and exits as NDJSON lines."""
+                    kill_wait_s: int, pgids: set[int], on_end: Callable[[JobEvent], None],
+                    inputs: list) -> AsyncIterator[bytes]:
+    """Start this node's tasks and yield their output and exits as NDJSON lines; report their
+    end and usage with ``on_end`` once all are reaped (or killed). The stdin pipes of the tasks
+    that read srun's input (srun -i, --pty) are put in ``inputs`` for the stdin endpoint."""
     loop = asyncio.get_running_loop()
+    results: dict[int, procs.Exit] = {}
+    fed = set(req.stdin_tasks) | ({0} if req.pty else set())
     queue: asyncio.Queue[bytes | None] = asyncio.Queue()
     node_index = list(layout).index(req.node)
     running: list[tuple[int, subprocess.Popen, asyncio.Future]] = []
@@ -57,21 +65,36 @@ async def run_tasks(req: TaskLaunch, layout: dict[str, list[int]], uid: int, gid
                     "open_mode": req.open_mode, "argv": req.argv, "env": env}
             if spec["stdout"] and not spec["stderr"]:
                 spec["stderr"] = spec["stdout"]
+            if req.input and task_id not in fed:
+                spec["stdin"] = _task_path(req, req.input, task_id, node_index, user)
+            if req.pty:  # task 0 on a terminal; the others' output is dropped, as with Slurm's --pty
+                if task_id == 0:
+                    spec.update(pty={"rows": req.rows, "cols": req.cols}, stdout="", stderr="")
+                else:
+                    spec.update(stdout="/dev/null", stderr="/dev/null")
+            status_r, status_w = os.pipe2(os.O_CLOEXEC)
             try:
-                # the step daemon becomes the user, then opens the task's files and execs it
-                proc = procs.spawn_stepd("exec", spec, cwd="/", stdin=subprocess.DEVNULL,
-                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                # the step daemon becomes the user, then opens the task's files and runs it
+                proc = procs.spawn_stepd("exec", spec, cwd="/",
+                                         stdin=subprocess.PIPE if task_id in fed else subprocess.DEVNULL,
+                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, status_fd=status_w)
             except OSError as exc:
+                os.close(status_r)
+                os.close(status_w)
                 message = f"slurmstepd: error: execve(): {req.argv[0]}: {exc.strerror}\n"
+                results[task_id] = procs.Exit(2, 0)
                 yield _line({"task": task_id, "fd": 2, "data": message})
-                yield _line({"task": task_id, "exit": 2, "signal": 0, "cpu": 0.0, "rss": 0})
+                yield _line({"task": task_id, "exit": 2, "signal": 0})
                 continue
+            os.close(status_w)
             pgids.add(proc.pid)
-            running.append((task_id, proc, procs.reap(proc, loop)))
+            if proc.stdin is not None:
+                inputs.append(proc.stdin)
+            running.append((task_id, proc, procs.reap(proc, loop, status_r)))
             for fd_no, pipe in ((1, proc.stdout), (2, proc.stderr)):
                 if pipe is not None:
                     reader = threading.Thread(target=_pump, args=(pipe, task_id, fd_no, queue, loop,
-                                                                  req.unbuffered), daemon=True)
+                                                                  req.unbuffered or req.pty), daemon=True)
                     reader.start()
                     readers.append(reader)
         open_pipes = len(readers)
@@ -82,10 +105,9 @@ async def run_tasks(req: TaskLaunch, layout: dict[str, list[int]], uid: int, gid
             else:
                 yield item
         for task_id, proc, future in running:
-            result = await future
+            result = results[task_id] = await future
             pgids.discard(proc.pid)
-            yield _line({"task": task_id, "exit": result.exit_code, "signal": result.term_signal,
-                         "cpu": result.cpu_s, "rss": result.max_rss_kb})
+            yield _line({"task": task_id, "exit": result.exit_code, "signal": result.term_signal})
     finally:
         leftover = [(proc, fut) for _, proc, fut in running if not fut.done()]
         if leftover:
@@ -97,6 +119,41 @@ async def run_tasks(req: TaskLaunch, layout: dict[str, list[int]], uid: int, gid
                 if fut not in done:
                     procs.killpg(proc.pid, signal.SIGKILL)
                 pgids.discard(proc.pid)
+            # a killed task is reaped at once: wait for it so that its usage is reported too
+            await asyncio.wait([f for _, f in leftover], timeout=5)
+        for task_id, _proc, fut in running:
+            if fut.done() and task_id not in results:
+                results[task_id] = fut.result()
+        for pipe in inputs:
+            with contextlib.suppress(OSError):
+                pipe.close()
+        inputs.clear()
+        on_end(step_event(req, results))
+
+
+def feed(pipes: list, data: bytes, eof: bool) -> None:
+    """Write srun's input to the tasks' stdin pipes (in a worker thread: a full pipe blocks); a task
+    that has ended or closed its stdin no longer gets any."""
+    for pipe in list(pipes):
+        try:
+            if data:
+                pipe.write(data)
+                pipe.flush()
+            if eof:
+                pipe.close()
+        except (OSError, ValueError):  # BrokenPipeError, or already closed
+            with contextlib.suppress(ValueError):
+                pipes.remove(pipe)
+
+
+def step_event(req: TaskLaunch, results: dict[int, procs.Exit]) -> JobEvent:
+    """This node's part of a step, ended: the worst exit, and each task's usage."""
+    tasks = [TaskUsage(task=task, node=req.node, **result.usage) for task, result in sorted(results.items())
+             if result.usage]
+    return JobEvent(job_id=req.job_id, node=req.node, step_id=str(req.step_id),
+                    exit_code=max((r.exit_code for r in results.values()), default=0),
+                    term_signal=max((r.term_signal for r in results.values()), default=0),
+                    end_time=time.time(), tasks=tasks)
 
 
 def _task_path(req: TaskLaunch, pattern: str, task_id: int, node_index: int, user: str) -> str:

@@ -54,7 +54,9 @@ def _job(job_id: int, state: str = "COMPLETED", **changes) -> dict:
               submit_time=1000.0 + job_id, eligible_time=1000.0 + job_id, start_time=1010.0, end_time=1070.0,
               alloc_cpus={"n01": 4, "n02": 4}, time_limit_min=30,
               steps=[Step(step_id="batch", name="batch", state="COMPLETED", nodes=["n01"], cpus=4,
-                          start_time=1010.0, end_time=1070.0, total_cpu_s=12.5, max_rss_kb=2048)])
+                          start_time=1010.0, end_time=1070.0,
+                          tasks=[{"task": 0, "node": "n01", "user_cpu_s": 10.0, "system_cpu_s": 2.5,
+                                  "max_rss_kb": 2048, "disk_read_b": 4096, "disk_write_b": 8192, "pages": 3}])])
     for key, value in changes.items():
         setattr(job, key, value)
     return job.to_dict()
@@ -68,7 +70,9 @@ def test_round_trip_and_idempotent_upserts(store: AccountingStore) -> None:
     assert [(r["job_id"], r["state"]) for r in rows] == [(1, "COMPLETED"), (2, "COMPLETED")]
     assert rows[0]["node_list"] == "n[01-02]" and rows[0]["alloc_cpus"] == 8
     assert [s["step_id"] for s in rows[0]["steps"]] == ["batch"]
-    assert rows[0]["steps"][0]["total_cpu_s"] == pytest.approx(12.5)
+    step = rows[0]["steps"][0]
+    assert step["total_cpu_s"] == pytest.approx(12.5) and step["user_cpu_s"] == pytest.approx(10.0)
+    assert (step["max_rss_kb"], step["max_rss_node"], step["disk_write_b"], step["max_pages"]) == (2048, "n01", 8192, 3)
 
 
 def test_queries_filter_like_sacct(store: AccountingStore) -> None:

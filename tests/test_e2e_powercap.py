@@ -195,7 +195,7 @@ def test_power_fit_runs_a_job_at_a_lower_frequency(tmp_path) -> None:
         assert c.wait_state(plain, "COMPLETED")["cpu_freq_khz"] is None
         c.accounted(fitted)
         sacct = c.run("sacct", "-X", "-n", "-P", "-j", str(fitted), "-o", "JobID,ReqCPUFreq").stdout.strip()
-        assert sacct == f"{fitted}|1500000"
+        assert sacct == f"{fitted}|1.50G"  # ReqCPUFreq is ReqCPUFreqMax in Slurm (vestigial)
         both = c.run("sbatch", "--power-fit", "--cpu-freq=high", "--wrap", "true", check=False)
         assert both.returncode == 1 and "mutually exclusive" in both.stderr
         bogus = c.run("sbatch", "--cpu-freq=fast", "--wrap", "true", check=False)

@@ -1,0 +1,125 @@
+"""Slurm's option grammar (glibc getopt_long) as the commands read it, and their help, usage and version."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+from wattsched.cli import jobopts, options
+from wattsched.cli.sacct import COMMAND as SACCT
+from wattsched.cli.sbatch import COMMAND as SBATCH
+from wattsched.cli.squeue import COMMAND as SQUEUE
+from wattsched.testcluster import BIN
+
+SLURM_COMMANDS = ("sbatch", "srun", "salloc", "squeue", "scancel", "sinfo", "scontrol", "sacct", "sstat", "sprio",
+                  "sshare", "sacctmgr", "sreport", "sdiag", "sh5util")
+
+
+def test_unique_prefixes_of_long_options() -> None:
+    # parsl: sacct -X --noheader --format=jobid,state%20 --job '40,41'
+    opts, operands = SACCT.parse(["-X", "--noheader", "--format=jobid,state%20", "--job", "40,41"])
+    assert opts == {"allocations": True, "noheader": True, "format": "jobid,state%20", "jobs": ["40,41"]}
+    assert operands == []
+    assert SBATCH.parse(["--part=debug", "--wra", "true"])[0] == {"partition": "debug", "wrap": "true"}
+
+
+def test_an_exact_name_wins_over_longer_ones() -> None:
+    # --mem is also the prefix of --mem-per-cpu (and of ignored --mem-bind)
+    assert SBATCH.parse(["--mem", "100", "x.sh"]) == ({"mem": "100"}, ["x.sh"])
+
+
+def test_ambiguous_and_unknown_options_fail_as_getopt(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        SBATCH.parse(["--nod=2"])
+    assert exc.value.code == 1
+    err = capsys.readouterr().err
+    assert "option '--nod' is ambiguous; possibilities: '--nodes'" in err and "'--nodelist'" in err
+    assert 'Try "sbatch --help" for more information' in err
+    with pytest.raises(SystemExit):
+        SQUEUE.parse(["--bogus"])
+    assert "squeue: unrecognized option '--bogus'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        SQUEUE.parse(["-%"])
+    assert "squeue: invalid option -- '%'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        SBATCH.parse(["--hold=yes"])
+    assert "option '--hold' doesn't allow an argument" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        SBATCH.parse(["-N"])
+    assert "option requires an argument -- 'N'" in capsys.readouterr().err
+
+
+def test_bundled_short_options_and_attached_values() -> None:
+    opts, operands = SBATCH.parse(["-N2", "-n", "4", "-vvQ", "-Jname", "job.sh", "arg"])
+    assert opts == {"nodes": "2", "ntasks": 4, "verbose": 2, "quiet": True, "job_name": "name"}
+    assert operands == ["job.sh", "arg"]
+
+
+def test_optional_arguments_only_attach_with_equals() -> None:
+    # --nice[=adj]: "--nice 5" leaves 5 an operand (here: sbatch's script), as getopt_long does
+    assert SBATCH.parse(["--nice", "5"]) == ({"nice": "100"}, ["5"])
+    assert SBATCH.parse(["--nice=5", "x.sh"]) == ({"nice": "5"}, ["x.sh"])
+
+
+def test_run_commands_stop_at_the_script_others_permute() -> None:
+    opts, operands = SBATCH.parse(["-N1", "job.sh", "-N", "5", "--foo"])
+    assert opts == {"nodes": "1"} and operands == ["job.sh", "-N", "5", "--foo"]
+    opts, operands = SQUEUE.parse(["-u", "alice", "extra", "-h"])
+    assert opts == {"user": ["alice"], "noheader": True} and operands == ["extra"]
+    assert SQUEUE.parse(["--", "-h"]) == ({}, ["-h"])
+
+
+def test_numbers_are_checked_as_slurm_does(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        SBATCH.parse(["-n", "four"])
+    assert 'sbatch: error: Invalid numeric value "four" for --ntasks.' in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        SBATCH.parse(["-c", "99999999999"])
+    assert "too big" in capsys.readouterr().err
+
+
+def test_ignored_options_are_noted_under_verbose_refused_ones_fail(capsys: pytest.CaptureFixture[str]) -> None:
+    opts, _ = SBATCH.parse(["--mail-type=END", "--qos", "high", "x.sh"])
+    assert opts == {} and capsys.readouterr().err == ""
+    SBATCH.parse(["-v", "--mail-type=END", "x.sh"])
+    assert "option --mail-type is not supported by this site and is ignored" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        SBATCH.parse(["--gres=gpu:2", "x.sh"])
+    assert "sbatch: error: --gres: GPUs (GRES) are not configured" in capsys.readouterr().err
+
+
+def test_every_slurm_option_of_the_run_commands_is_known() -> None:
+    # a sample of Slurm's sbatch/srun/salloc options across its sections: each parses (acts, is ignored
+    # or is refused with a reason), none is "unrecognized"
+    for prog, names in (("sbatch", ["account", "acctg-freq", "array", "begin", "chdir", "clusters", "comment",
+                                    "constraint", "contiguous", "core-spec", "cpu-freq", "cpus-per-task",
+                                    "deadline", "dependency", "distribution", "error", "exclude", "exclusive",
+                                    "export", "get-user-env", "gres", "hint", "hold", "input", "job-name",
+                                    "licenses", "mail-type", "mem", "mem-per-cpu", "nice", "no-kill",
+                                    "no-requeue", "nodefile", "nodelist", "nodes", "ntasks", "ntasks-per-node",
+                                    "open-mode", "output", "overcommit", "oversubscribe", "parsable",
+                                    "partition", "priority", "profile", "propagate", "qos", "quiet", "reboot",
+                                    "requeue", "reservation", "signal", "sockets-per-node", "switches",
+                                    "thread-spec", "threads-per-core", "time", "time-min", "tmp", "uid",
+                                    "wait", "wait-all-nodes", "wckey", "wrap"]),
+                        ("srun", ["label", "unbuffered", "immediate", "jobid", "cpu-bind", "mpi", "overlap",
+                                  "exact", "kill-on-bad-exit", "multi-prog", "pty", "preserve-env", "het-group"]),
+                        ("salloc", ["immediate", "no-shell", "bell", "kill-command"])):
+        table = {o.long for o in jobopts.job_options(prog) if isinstance(o, options.Opt)}
+        missing = [n for n in names if n not in table]
+        assert not missing, (prog, missing)
+
+
+@pytest.mark.parametrize("prog", SLURM_COMMANDS)
+def test_help_usage_and_version(prog: str) -> None:
+    version = subprocess.run([str(BIN / prog), "--version"], capture_output=True, text=True, timeout=30)
+    assert version.returncode == 0 and version.stdout.startswith("slurm-compatible wattsched ")
+    usage = subprocess.run([str(BIN / prog), "--usage"], capture_output=True, text=True, timeout=30)
+    assert usage.returncode == 0 and usage.stdout.startswith(f"Usage: {prog} ")
+    helped = subprocess.run([str(BIN / prog), "--help"], capture_output=True, text=True, timeout=30)
+    assert helped.returncode == 0 and helped.stdout.startswith(f"Usage: {prog} ")
+    assert "<class" not in helped.stdout and "TEXT" not in helped.stdout  # no Python types as metavars
+    if prog == "sbatch":
+        assert "  -N, --nodes=N               number of nodes on which to run (N = min[-max])" in helped.stdout
+    bad = subprocess.run([str(BIN / prog), "--no-such-option"], capture_output=True, text=True, timeout=30)
+    assert bad.returncode == 1 and f"{prog}: unrecognized option '--no-such-option'" in bad.stderr
