@@ -248,7 +248,7 @@ def raw_terminal(pty: bool) -> Iterator[None]:
     import tty
 
     saved = termios.tcgetattr(0)
-    tty.setraw(0)
+    tty.setraw(0, termios.TCSANOW)  # not TCSAFLUSH: keys typed ahead belong to the task
     try:
         yield
     finally:

@@ -11,7 +11,7 @@ import signal as signal_mod
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from wattsched import auth, cpufreq, hostlist, patterns, scheduling, timefmt
+from wattsched import auth, cpufreq, hostlist, patterns, scheduling, states, timefmt
 from wattsched import config as config_mod
 from wattsched.api import JobSubmit
 from wattsched.auth import Identity
@@ -188,6 +188,7 @@ def build_jobs(req: JobSubmit, who: Identity, gid: int, group: str, config: Conf
         comment=req.comment, wckey=req.wckey,
         requeue=config.job_requeue if req.requeue is None else req.requeue, interactive=req.interactive,
         nice=req.nice, hold="user" if req.hold else "", submit_time=now, eligible_time=max(now, begin),
+        reason=states.R_HELD_USER if req.hold else states.R_NONE,  # at once, as Slurm: no pass needed
         reservation=req.reservation, cpu_freq=check_cpu_freq(req.cpu_freq, config), power_fit=req.power_fit,
         profile=check_profile(req.profile, config), acctg_freq=check_acctg_freq(req.acctg_freq))
     if array is None:

@@ -154,8 +154,15 @@ class Agent:
         # the end is reported (so the profile is closed when the controller merges it)
         self._release(event.node, event.job_id)
         self._write_event(event)
-        for pgid in self.step_pgids.pop((event.node, event.job_id), set()):
-            procs.killpg(pgid, signal.SIGKILL)
+        # steps still running die with their job: SIGTERM first (their step daemons outlive it to
+        # report the tasks' usage), SIGKILL after KillWait, as Slurm does
+        pgids = self.step_pgids.pop((event.node, event.job_id), set())
+        for pgid in pgids:
+            procs.killpg(pgid, signal.SIGTERM)
+        if pgids:
+            with contextlib.suppress(RuntimeError):  # no running loop: the SIGTERM must do
+                asyncio.get_running_loop().call_later(
+                    self.config.kill_wait_s, lambda: [procs.killpg(p, signal.SIGKILL) for p in pgids])
 
     def step_ended(self, event: JobEvent) -> None:
         """An srun step's tasks on one node ended: their usage goes to the controller like a job end."""

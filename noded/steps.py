@@ -109,26 +109,40 @@ async def run_tasks(req: TaskLaunch, layout: dict[str, list[int]], uid: int, gid
             pgids.discard(proc.pid)
             yield _line({"task": task_id, "exit": result.exit_code, "signal": result.term_signal})
     finally:
-        leftover = [(proc, fut) for _, proc, fut in running if not fut.done()]
-        if leftover:
-            for proc, _ in leftover:
+        for _task, proc, fut in running:
+            if not fut.done():
                 procs.killpg(proc.pid, signal.SIGTERM)
-            await asyncio.sleep(0)
-            done, _ = await asyncio.wait([f for _, f in leftover], timeout=kill_wait_s)
-            for proc, fut in leftover:
-                if fut not in done:
-                    procs.killpg(proc.pid, signal.SIGKILL)
-                pgids.discard(proc.pid)
-            # a killed task is reaped at once: wait for it so that its usage is reported too
-            await asyncio.wait([f for _, f in leftover], timeout=5)
-        for task_id, _proc, fut in running:
-            if fut.done() and task_id not in results:
-                results[task_id] = fut.result()
         for pipe in inputs:
             with contextlib.suppress(OSError):
                 pipe.close()
         inputs.clear()
-        on_end(step_event(req, results))
+        # The rest waits, and may run after srun went away: the server then cancels this generator,
+        # and under its (anyio) cancel scope every further await here would raise again. So the
+        # wait and the report are a task of their own.
+        task = loop.create_task(_finish(req, running, results, pgids, kill_wait_s, on_end))
+        _FINISHING.add(task)
+        task.add_done_callback(_FINISHING.discard)
+
+
+_FINISHING: set[asyncio.Task] = set()  # strong references until they are done
+
+
+async def _finish(req: TaskLaunch, running: list, results: dict[int, procs.Exit], pgids: set[int],
+                  kill_wait_s: int, on_end: Callable[[JobEvent], None]) -> None:
+    """SIGKILL the tasks still there after KillWait, then report every task's end and usage."""
+    leftover = [(proc, fut) for _, proc, fut in running if not fut.done()]
+    if leftover:
+        done, _ = await asyncio.wait([f for _, f in leftover], timeout=kill_wait_s)
+        for proc, fut in leftover:
+            if fut not in done:
+                procs.killpg(proc.pid, signal.SIGKILL)
+        # a killed task is reaped at once: wait for it so that its usage is reported too
+        await asyncio.wait([f for _, f in leftover], timeout=5)
+    for task_id, proc, fut in running:
+        pgids.discard(proc.pid)
+        if fut.done() and task_id not in results:
+            results[task_id] = fut.result()
+    on_end(step_event(req, results))
 
 
 def feed(pipes: list, data: bytes, eof: bool) -> None:

@@ -1,0 +1,143 @@
+"""Interactive work as a user at a terminal does it: srun --pty, salloc with a shell, srun's stdin.
+
+The commands run on a real pseudo-terminal (Python's pty), typed at like a person would: a line,
+then wait for what it prints."""
+
+from __future__ import annotations
+
+import os
+import pty
+import re
+import select
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+
+import pytest
+from wattsched.testcluster import BIN, Cluster, wait_for
+
+
+class Terminal:
+    """A command on its own pseudo-terminal: type lines, wait for text, collect its exit code."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], cwd: str):
+        self.pid, self.fd = pty.fork()
+        if self.pid == 0:  # the child: exec at once (the test process has threads)
+            try:
+                os.chdir(cwd)
+                os.execve(argv[0], argv, env)
+            finally:
+                os._exit(127)
+        self.seen = b""
+
+    def expect(self, pattern: str, timeout: float = 30) -> re.Match[bytes]:
+        deadline = time.monotonic() + timeout
+        regex = re.compile(pattern.encode())
+        while not (found := regex.search(self.seen)):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"no {pattern!r} in {self.seen.decode(errors='replace')!r}")
+            ready, _, _ = select.select([self.fd], [], [], left)
+            if ready:
+                try:
+                    chunk = os.read(self.fd, 65536)
+                except OSError:
+                    chunk = b""
+                if not chunk:
+                    raise AssertionError(f"terminal closed before {pattern!r}: {self.seen.decode(errors='replace')!r}")
+                self.seen += chunk
+        return found
+
+    def type(self, text: str) -> None:
+        os.write(self.fd, text.encode())
+
+    def wait(self, timeout: float = 30) -> int:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with_output = select.select([self.fd], [], [], 0.1)[0]
+            if with_output:
+                try:
+                    self.seen += os.read(self.fd, 65536)
+                except OSError:
+                    pass
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                os.close(self.fd)
+                return os.waitstatus_to_exitcode(status)
+        os.kill(self.pid, 9)
+        raise AssertionError(f"still running: {self.seen.decode(errors='replace')!r}")
+
+
+@pytest.fixture()
+def terminal(cluster: Cluster) -> Iterator[type]:
+    opened: list[Terminal] = []
+
+    def open_terminal(*args: str) -> Terminal:
+        term = Terminal([str(BIN / args[0]), *args[1:]], dict(cluster.env, TERM="dumb", PS1="$ "), str(cluster.work))
+        opened.append(term)
+        return term
+
+    yield open_terminal
+    for term in opened:
+        try:
+            os.kill(term.pid, 9)
+            os.waitpid(term.pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+
+
+def test_srun_pty_runs_an_interactive_shell(cluster: Cluster, terminal) -> None:
+    shell = shutil.which("bash") or "/bin/sh"
+    term = terminal("srun", "--pty", shell, "--norc", "--noprofile") if shell.endswith("bash") else \
+        terminal("srun", "--pty", shell)
+    term.type("echo tty-$(tty | cut -c1-9)-job-$SLURM_JOB_ID-step-$SLURM_STEP_ID\n")
+    found = term.expect(r"tty-/dev/pts/-job-(\d+)-step-0")
+    job_id = int(found.group(1))
+    term.type("stty size\n")
+    term.expect(r"\d+ \d+")  # a real terminal: it has a size
+    term.type("exit 3\n")
+    assert term.wait() == 3
+    assert cluster.wait_state(job_id, {"FAILED"})["exit_code"] == 3
+
+
+def test_salloc_gives_a_shell_in_an_allocation_and_releases_it(cluster: Cluster, terminal) -> None:
+    term = terminal("salloc", "-N", "2", "/bin/sh")
+    job_id = int(term.expect(r"Granted job allocation (\d+)").group(1))
+    assert cluster.job(job_id)["state"] == "RUNNING"
+    term.type("echo nodes=$SLURM_JOB_NUM_NODES id=$SLURM_JOB_ID\n")
+    term.expect(rf"nodes=2 id={job_id}")
+    term.type("srun -l printenv SLURMD_NODENAME | sort\n")
+    term.expect(r"0: n\d+\s+1: n\d+")
+    term.type("exit\n")
+    term.expect(rf"Relinquishing job allocation {job_id}")
+    assert term.wait() == 0
+    assert cluster.wait_state(job_id, {"COMPLETED"})
+    steps = [s["step_id"] for s in cluster.accounted(job_id)[0]["steps"]]
+    assert "0" in steps
+
+
+def test_salloc_command_ends_when_the_allocation_is_cancelled(cluster: Cluster) -> None:
+    proc = subprocess.Popen([str(BIN / "salloc"), "sleep", "300"], env=cluster.env, cwd=cluster.work,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        job_id = wait_for(lambda: next((j["job_id"] for j in cluster.jobs() if j["state"] == "RUNNING"
+                                        and j["name"] == "sleep"), None), 30, what="salloc's job running")
+        cluster.run("scancel", str(job_id))
+        _out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert f"Job allocation {job_id} has been revoked" in err
+    assert proc.returncode != 0
+
+
+def test_stdin_goes_to_task_zero_or_where_input_says(cluster: Cluster) -> None:
+    assert cluster.run("srun", "cat", input="hello\n").stdout == "hello\n"
+    two = cluster.run("srun", "-n", "2", "-l", "cat", input="x\n").stdout
+    assert two == "0: x\n"  # task 0 only, by default
+    everyone = cluster.run("srun", "-n", "2", "-l", "--input=all", "cat", input="y\n").stdout
+    assert sorted(everyone.splitlines()) == ["0: y", "1: y"]
+    assert cluster.run("srun", "-n", "2", "-l", "-i", "1", "cat", input="z\n").stdout == "1: z\n"
+    assert cluster.run("srun", "--input=none", "cat", input="ignored\n").stdout == ""
+    (cluster.work / "in-1.txt").write_text("from file\n")
+    assert cluster.run("srun", "-n", "2", "-l", "--input=in-%t.txt", "cat", check=False).stdout.count("from file") == 1
