@@ -217,6 +217,19 @@ def check_clusters(values: list[str] | str | None, cluster_name: str) -> None:
             raise CLIError(f"No cluster '{name}' known by database (this cluster is '{cluster_name}').")
 
 
+def wants_json(opts: dict[str, Any]) -> bool:
+    """``--json[=data_parser]`` given (and a data_parser this wattsched speaks)."""
+    if "json" not in opts:
+        return False
+    from wattsched import dataparser
+
+    try:
+        dataparser.check_version(opts["json"] if isinstance(opts["json"], str) else None)
+    except ValueError as exc:
+        raise CLIError(str(exc)) from exc
+    return True
+
+
 def json_text(obj: Any) -> str:
     return json.dumps(obj, indent=2, sort_keys=True)
 

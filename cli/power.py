@@ -96,7 +96,8 @@ def report(start: Annotated[str | None, typer.Option("--starttime", "-S", help="
     def num(value: float | None, digits: int = 0) -> str:
         return "n/a" if value is None else f"{value:.{digits}f}"
 
-    rows = [("Nodes", str(data["nodes"])), ("SwitchesOff", str(data["switches_off"])),
+    rows = [("Start", timefmt.ts_str(data["start"])), ("End", timefmt.ts_str(data["end"])),
+            ("Nodes", str(data["nodes"])), ("SwitchesOff", str(data["switches_off"])),
             ("SwitchesOn", str(data["switches_on"])), ("OffSeconds", num(data["off_s"])),
             ("SwitchingSeconds", num(data["switching_s"])), ("SavedJoules", num(data["saved_j"])),
             ("ClusterJoules", num(data["cluster_j"])), ("AlwaysOnJoules", num(data["always_on_j"])),

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from wattsched.cli import fmt
-from wattsched.cli.common import Client, CLIError, check_clusters, print_json, split_list
+from wattsched.cli.common import Client, CLIError, check_clusters, print_json, split_list, wants_json
 from wattsched.cli.options import NO, OPT, REQ, Command, Opt, ignored, refused, run, standard
 
 DEFAULT_FIELDS = "JobID,JobName,Partition,Account,AllocCPUS,State,ExitCode"
@@ -525,8 +525,11 @@ def sacct(argv: list[str]) -> int:
               "start": start, "end": end}
     rows = client.request("GET", "/v1/accounting/jobs", params=params)["jobs"]
     rows = [r for r in rows if _selected(r, opts, refs)]
-    if "json" in opts:
-        print_json({"jobs": rows})
+    if wants_json(opts):
+        from wattsched import dataparser
+
+        print_json(dataparser.document("jobs", [dataparser.accounting_job(r) for r in rows],
+                                       ["sacct", *sys.argv[1:]], client.config.cluster_name))
         return 0
     records: list[dict[str, str]] = []
     wanted_steps = {r.split(".", 1)[1] for r in refs if "." in r}

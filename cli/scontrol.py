@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from wattsched.cli.common import Client, CLIError, check_clusters, print_json
+from wattsched.cli.common import Client, CLIError, check_clusters, print_json, wants_json
 from wattsched.cli.options import NO, OPT, REQ, Command, Opt, ignored, refused, run, standard
 
 
@@ -150,7 +150,7 @@ def show(client: Client, args: list[str], oneliner: bool, as_json: bool) -> None
         if rest and not jobs:
             raise CLIError("Invalid job id specified")
         if as_json:
-            return print_json({"jobs": jobs})
+            return _print_parsed(client, "jobs", jobs)
         if not jobs:
             print("No jobs in the system")
             return None
@@ -165,7 +165,7 @@ def show(client: Client, args: list[str], oneliner: bool, as_json: bool) -> None
             if not nodes:
                 raise CLIError(f"Node {rest[0]} not found")
         if as_json:
-            return print_json({"nodes": nodes})
+            return _print_parsed(client, "nodes", nodes)
         return _emit([node_lines(n) for n in nodes], oneliner)
     if what in ("step", "steps"):
         return _show_steps(client, rest, oneliner, as_json)
@@ -198,6 +198,16 @@ def show(client: Client, args: list[str], oneliner: bool, as_json: bool) -> None
         print(f"{'SLURM_CONF':<23} = {conf['source']}")
         return None
     raise CLIError(f"invalid entity:{args[0]} for keyword:show")
+
+
+def _print_parsed(client: Client, kind: str, records: list[dict[str, Any]]) -> None:
+    """scontrol show ... --json in Slurm's data_parser layout (reservations as wattsched has them)."""
+    from wattsched import dataparser
+
+    cluster = client.config.cluster_name
+    convert = {"jobs": dataparser.queue_job, "nodes": dataparser.node, "partitions": dataparser.partition}.get(kind)
+    items = [convert(r, cluster) for r in records] if convert else records
+    print_json(dataparser.document(kind, items, ["scontrol", *sys.argv[1:]], cluster))
 
 
 def _show_steps(client: Client, rest: list[str], oneliner: bool, as_json: bool) -> None:
@@ -261,7 +271,7 @@ def _show_named(client: Client, kind: str, title: str, rest: list[str],
         if not found:
             raise CLIError(f"{title} {rest[0]} not found")
     if as_json:
-        return print_json({kind: found})
+        return _print_parsed(client, kind, found)
     if not found and none_message:
         print(none_message)
         return None
@@ -390,7 +400,7 @@ def scontrol(argv: list[str]) -> int:
 
 def execute(client: Client, args: list[str], opts: dict[str, Any]) -> int:
     command, rest = args[0].lower(), args[1:]
-    oneliner, as_json = bool(opts.get("oneliner")), "json" in opts
+    oneliner, as_json = bool(opts.get("oneliner")), wants_json(opts)
     if command == "show":
         show(client, rest, oneliner, as_json)
     elif command == "update":

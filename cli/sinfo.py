@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from wattsched.cli import fmt
-from wattsched.cli.common import Client, CLIError, check_clusters, json_text, split_list
+from wattsched.cli.common import Client, CLIError, check_clusters, json_text, split_list, wants_json
 from wattsched.cli.options import NO, OPT, REQ, Command, Opt, ignored, refused, run, standard
 
 DEFAULT = "%9P %.5a %.10l %.6D %.6t %N"
@@ -192,7 +192,7 @@ def render(client: Client, opts: dict[str, Any]) -> str:
         from wattsched.cli import resv
 
         found = client.request("GET", "/v1/reservations")["reservations"]
-        if "json" in opts:
+        if wants_json(opts):
             return json_text({"reservations": found})
         return resv.sinfo_table(found, noheader) if found or not noheader else ""
     node_rows = client.request("GET", "/v1/nodes")["nodes"]
@@ -216,9 +216,13 @@ def render(client: Client, opts: dict[str, Any]) -> str:
     reasons = bool(opts.get("list_reasons"))
     if reasons:
         node_rows = [n for n in node_rows if n["reason"] and (n["drain"] or n["base_state"] == "DOWN")]
-    if "json" in opts:
-        return json_text({"nodes": node_rows, "partitions": [p for p in part_rows if not wanted_parts
-                                                            or p["name"] in wanted_parts]})
+    if wants_json(opts):
+        from wattsched import dataparser
+
+        cluster = client.config.cluster_name
+        parts = [p for p in part_rows if not wanted_parts or p["name"] in wanted_parts]
+        return json_text(dataparser.document("sinfo", dataparser.sinfo_groups(parts, node_rows, cluster),
+                                             ["sinfo", *sys.argv[1:]], cluster))
     node_view, long, summarize = bool(opts.get("Node")), bool(opts.get("long")), bool(opts.get("summarize"))
     spec = opts.get("format") or (format_from_fields(opts["Format"]) if opts.get("Format") else None) or (
         REASONS if reasons else SUMMARIZE if summarize else NODES_LONG if node_view and long else NODES

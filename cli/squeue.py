@@ -7,7 +7,7 @@ import sys
 import time
 
 from wattsched.cli import fmt
-from wattsched.cli.common import Client, CLIError, check_clusters, json_text, split_list
+from wattsched.cli.common import Client, CLIError, check_clusters, json_text, split_list, wants_json
 from wattsched.cli.jobfields import BY_NAME, FIELDS
 from wattsched.cli.options import NO, OPT, REQ, Command, Opt, ignored, refused, run, standard
 
@@ -137,8 +137,14 @@ def render(client: Client, opts: dict) -> str:
                              if j["state"] == "PENDING" else 0, j["job_id"]))
     if opts.get("sort"):
         rows = sort_rows(rows, opts["sort"], now)
-    if "json" in opts:
-        return json_text({"jobs": rows, "time": now})
+    if wants_json(opts):
+        from wattsched import dataparser
+
+        cluster = client.config.cluster_name
+        return json_text(dataparser.document("jobs", [dataparser.queue_job(j, cluster) for j in rows],
+                                             ["squeue", *sys.argv[1:]], cluster,
+                                             {"last_backfill": dataparser.number(None),
+                                              "last_update": dataparser.number(int(now))}))
     if not opts.get("array"):
         rows = collapse_pending_arrays(rows)
     fields = opts.get("Format")

@@ -190,6 +190,9 @@ def create_app(controller: Controller) -> FastAPI:
     @app.post("/v1/jobs", response_model=SubmitReply)
     async def submit(req: JobSubmit, who: Who) -> SubmitReply:
         now = time.time()
+        if req.test_only:
+            job, plan = state.will_run(req, who, now)
+            return SubmitReply(job_id=job.job_id, will_run=plan)
         jobs = state.submit(req, who, now)
         if req.immediate:
             actions = state.schedule(now)
@@ -446,13 +449,17 @@ def create_app(controller: Controller) -> FastAPI:
     @app.get("/v1/power/report")
     def power_report(who: Who, start: Annotated[float | None, Query(ge=0, le=BIG)] = None,
                      end: Annotated[float | None, Query(ge=0, le=BIG)] = None) -> dict[str, Any]:
-        """Power saving over [start, end] (default: the last day): switches, time off, energy saved
-        against always-on (from the node power events in accounting), and jobs' added waiting."""
+        """Power saving over [start, end]: switches, time off, energy saved against always-on (from
+        the node power events in accounting), and jobs' added waiting. By default the last day, or
+        as much of it as the nodes' energy samples cover, so that the figures are all measured."""
         if controller.accounting is None:
             raise Refused("Accounting storage is disabled (AccountingStorageType=accounting_storage/none)", 400)
         now = time.time()
-        end = now if end is None else end
-        start = end - 86400 if start is None else start
+        span = energy.metered_span(state.nodes.values())
+        if end is None:
+            end = min(now, span[1]) if span and span[1] > span[0] else now
+        if start is None:
+            start = max(end - 86400, span[0]) if span and span[0] < end else end - 86400
         try:
             rows = controller.accounting.node_events(state.config.cluster_name)
         except Exception as exc:

@@ -102,6 +102,14 @@ def covered_until(histories: Mapping[str, NodeHistory], nodes: Sequence[str]) ->
     return min(ends, default=0.0)
 
 
+def metered_span(nodes: Iterable) -> tuple[float, float] | None:
+    """The period every metered node's kept samples cover (None: no node is metered)."""
+    metered = [node.energy_samples for node in nodes if node.energy_samples]
+    if not metered:
+        return None
+    return max(s[0][0] for s in metered), min(s[-1][0] for s in metered)
+
+
 def cluster_joules(nodes: Iterable, start: float, end: float) -> float | None:
     """The metered nodes' energy over [start, end] from their counter samples (None when some
     metered node's samples, kept for an hour, do not cover the period)."""

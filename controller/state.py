@@ -29,6 +29,7 @@ from wattsched.api import (
     ReservationSpec,
     StepComplete,
     StepCreate,
+    WillRun,
 )
 from wattsched.auth import Identity
 from wattsched.config import Config, parse_power_cap
@@ -456,6 +457,32 @@ class ClusterState:
             self.jobs[job.job_id] = job
             self.touch(job)
         return jobs
+
+    def will_run(self, req: JobSubmit, who: Identity, now: float) -> tuple[Job, WillRun]:
+        """sbatch --test-only: the job as it would be, and when and where the scheduler would start
+        it (now, or at its place in the backfill plan), from a pass of the pure core over the
+        current snapshot with the job added. Nothing is kept."""
+        gid, group = primary_group(who.uid)
+        req = self._with_account(req, who)
+        try:
+            job = submit_mod.build_jobs(req, who, gid, group, self.config, now, self.next_job_id,
+                                        self.node_snaps(), self.plugins.select, self.partition_snaps(),
+                                        self.resv.by_name)[0]
+        except submit_mod.SubmitError as exc:
+            raise Refused(str(exc)) from exc
+        try:
+            snap = self.snapshot(now, backfill_due=True)
+            snap = replace(snap, pending=(*snap.pending, self._request(job)))
+            decisions = scheduling.schedule(snap, self.plugins.priority, self.plugins.scheduler,
+                                            self.plugins.select, scheduling.QueueMemo())
+        finally:
+            self._requests.pop(job.job_id, None)
+        started = dict(decisions.starts).get(job.job_id)
+        if started is not None:
+            return job, WillRun(start_time=now, nodes=list(started.cpus), cpus=sum(started.cpus.values()),
+                                partition=job.partition)
+        return job, WillRun(start_time=decisions.expected_start.get(job.job_id), cpus=job.ntasks * job.cpus_per_task,
+                            partition=job.partition, reason=decisions.reasons.get(job.job_id, job.reason))
 
     def _with_account(self, req: JobSubmit, who: Identity) -> JobSubmit:
         """The job's account: as asked, else the user's default; with

@@ -92,6 +92,7 @@ class JobSubmit(Strict):
     requeue: bool | None = None
     interactive: bool = False
     immediate: bool = False
+    test_only: bool = False  # sbatch --test-only: validate and plan, submit nothing
     nice: int = Field(0, ge=-2147483645, le=2147483645)
     reservation: str = Field("", max_length=256)
     cpu_freq: str = Field("", max_length=64)
@@ -100,9 +101,20 @@ class JobSubmit(Strict):
     acctg_freq: str = Field("", max_length=128)
 
 
+class WillRun(BaseModel):
+    """sbatch --test-only: when and where the job would start (nothing is submitted)."""
+
+    start_time: float | None  # None: the plan has no start for it (reason says why)
+    nodes: list[str] = []
+    cpus: int = 0
+    partition: str = ""
+    reason: str = ""
+
+
 class SubmitReply(BaseModel):
     job_id: int
     array_task_ids: list[int] = []
+    will_run: WillRun | None = None  # only for test_only
 
 
 class JobUpdate(Strict):

@@ -134,7 +134,8 @@ def _report(pid: int, status_fd: int) -> int:
 
 
 def _exec(spec: dict[str, Any]) -> None:
-    for sig in IGNORED:
+    # the task gets every signal's default action: also SIGPIPE and SIGXFSZ, which Python ignores
+    for sig in (*IGNORED, signal.SIGPIPE, signal.SIGXFSZ):
         signal.signal(sig, signal.SIG_DFL)
     argv = [str(a) for a in spec["argv"]]
     try:

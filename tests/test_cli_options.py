@@ -123,3 +123,13 @@ def test_help_usage_and_version(prog: str) -> None:
         assert "  -N, --nodes=N               number of nodes on which to run (N = min[-max])" in helped.stdout
     bad = subprocess.run([str(BIN / prog), "--no-such-option"], capture_output=True, text=True, timeout=30)
     assert bad.returncode == 1 and f"{prog}: unrecognized option '--no-such-option'" in bad.stderr
+
+
+def test_readme_option_table_is_the_commands_own() -> None:
+    from pathlib import Path
+
+    from wattsched.cli import optiontable
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    start, end = readme.index(optiontable.BEGIN), readme.index(optiontable.END) + len(optiontable.END)
+    assert readme[start:end] == optiontable.table(), "README out of date: python -m wattsched.cli.optiontable"

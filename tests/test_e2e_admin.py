@@ -53,10 +53,16 @@ def test_show_config_partition_and_json(cluster: Cluster) -> None:
     assert "SchedulerType           = sched/backfill" in config
     part = cluster.run("scontrol", "show", "partition", "debug").stdout
     assert part.startswith("PartitionName=debug") and "TotalCPUs=16 TotalNodes=4" in part
-    nodes = json.loads(cluster.run("sinfo", "--json").stdout)
-    assert len(nodes["nodes"]) == 4 and nodes["partitions"][0]["name"] == "debug"
+    # Slurm 23.11's data_parser/v0.0.40 layout
+    sinfo = json.loads(cluster.run("sinfo", "--json").stdout)
+    assert sinfo["meta"]["plugin"]["data_parser"] == "data_parser/v0.0.40" and sinfo["errors"] == []
+    assert sum(g["nodes"]["total"] for g in sinfo["sinfo"]) == 4
+    assert {g["partition"]["name"] for g in sinfo["sinfo"]} == {"debug"}
     shown = json.loads(cluster.run("scontrol", "--json", "show", "node", "n01").stdout)
-    assert shown["nodes"][0]["cpus"] == 4
+    assert shown["nodes"][0]["cpus"] == 4 and shown["nodes"][0]["name"] == "n01"
+    assert isinstance(shown["nodes"][0]["state"], list)
+    wrong = cluster.run("sinfo", "--json=v0.0.38", check=False)
+    assert wrong.returncode == 1 and "data_parser/v0.0.40" in wrong.stderr
     one_line = cluster.run("scontrol", "-o", "show", "node", "n01").stdout
     assert one_line.count("\n") == 1 and "NodeName=n01 " in one_line
 

@@ -174,7 +174,8 @@ def test_bad_frequency_profile_and_acctg_requests_are_refused(cluster: Cluster) 
                           (["sstat"], "use -j JOBID"),
                           (["sreport", "cluster", "Nonsense"], "Unknown report"),
                           (["sreport", "user", "TopUsage", "--tres=watts"], "Invalid TRES"),
-                          (["sreport", "user", "TopUsage", "start=now", "end=now-1hour"], "start time must be before end time"),
+                          (["sreport", "user", "TopUsage", "start=now", "end=now-1hour"],
+                           "start time must be before end time"),
                           (["sh5util", "-j", "99999"], "No node-step files found for job 99999"),
                           (["sh5util", "-L", "-i", "/nonexistent.h5", "-s", "Energy"], "no such file"),
                           (["wattsched", "profile", "plot", "-j", "99999"], "no profile of job 99999")]:

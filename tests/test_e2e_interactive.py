@@ -5,6 +5,7 @@ then wait for what it prints."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pty
 import re
@@ -57,10 +58,8 @@ class Terminal:
         while time.monotonic() < deadline:
             with_output = select.select([self.fd], [], [], 0.1)[0]
             if with_output:
-                try:
+                with contextlib.suppress(OSError):
                     self.seen += os.read(self.fd, 65536)
-                except OSError:
-                    pass
             pid, status = os.waitpid(self.pid, os.WNOHANG)
             if pid:
                 os.close(self.fd)

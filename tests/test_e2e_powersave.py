@@ -73,8 +73,11 @@ def test_idle_nodes_power_down_and_wake_for_a_job_through_their_bmcs(tmp_path) -
         assert report["switches_off"] >= 3 and report["switches_on"] >= 3
         assert report["jobs_delayed"] == 1 and 1.5 <= report["wait_added_s"] < 30
         assert report["saved_j"] > 0 and report["off_s"] > 0
+        # the default period is what the energy samples cover: every figure is measured, none n/a
+        assert report["cluster_j"] is not None and report["saved_pct"] is not None
         parsable = _out(cluster, "wattsched", "power", "report", "-P").split("\n")
-        assert parsable[0].startswith("Nodes|SwitchesOff|SwitchesOn|") and parsable[1].startswith("3|")
+        assert parsable[0].startswith("Start|End|Nodes|SwitchesOff|SwitchesOn|")
+        assert parsable[1].split("|")[2] == "3" and "n/a" not in parsable[1]
 
         # refused: an unknown node, a state that is not one, a user who is not an administrator
         bad = _run(cluster, "scontrol", "update", "nodename=n99", "state=power_down")

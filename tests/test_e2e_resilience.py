@@ -14,10 +14,11 @@ def test_controller_kill9_with_pending_and_running_jobs(fresh_cluster: Cluster) 
     cluster = fresh_cluster.start()
     # 10 one-CPU jobs run on the 16 CPUs; 50 whole-cluster jobs wait behind them.
     running = [cluster.sbatch("-o", "/dev/null", "--wrap", "sleep 8") for _ in range(10)]
+    # (started before the big jobs arrive: those rank higher and would hold the nodes for themselves)
+    wait_for(lambda: sum(1 for j in cluster.jobs() if j["state"] == "RUNNING") >= 10, 20, what="10 running")
     body = {"script": "#!/bin/sh\nsleep 0.2\n", "work_dir": str(cluster.work), "nodes_min": 4, "exclusive": True,
             "output": "/dev/null", "name": "pending"}
     pending = [cluster.api("POST", "/v1/jobs", json=body).json()["job_id"] for _ in range(50)]
-    wait_for(lambda: sum(1 for j in cluster.jobs() if j["state"] == "RUNNING") >= 10, 20, what="10 running")
     assert sum(1 for j in cluster.jobs() if j["state"] == "PENDING") == 50
     cluster.kill_controller(signal.SIGKILL)
     cluster.start_controller()

@@ -129,3 +129,24 @@ def test_sbatch_parsable_with_cluster_and_sreport_defaults(cluster: Cluster) -> 
     assert report.returncode == 0 and report.stdout.startswith("testcluster|")
     yesterday = cluster.run("sreport", "cluster", "AccountUtilizationByUser", "-n", "-P")
     assert yesterday.returncode == 0
+
+
+def test_sbatch_test_only_plans_without_submitting(cluster: Cluster) -> None:
+    before = len(cluster.jobs())
+    now_run = cluster.run("sbatch", "--test-only", "-N", "2", "--wrap", "true")
+    assert re.search(r"^sbatch: Job \d+ to start at \S+ using 2 processors on nodes n\S+ in partition debug$",
+                     now_run.stderr.strip()), now_run.stderr
+    assert len(cluster.jobs()) == before and now_run.stdout == ""
+    busy = cluster.sbatch("-N", "4", "--exclusive", "-t", "10", "--wrap", "sleep 300")
+    cluster.wait_state(busy, "RUNNING")
+    later = cluster.run("sbatch", "--test-only", "-N", "1", "-t", "5", "--wrap", "true").stderr.strip()
+    start = re.search(r"to start at (\S+) using 1 processors in partition debug", later)
+    assert start, later
+    ends = cluster.job(busy)["start_time"] + 600
+    from wattsched import timefmt
+
+    assert abs(timefmt.parse_time(start.group(1), ends) - ends) <= 120  # when the exclusive job's limit ends
+    bad = cluster.run("sbatch", "--test-only", "-N", "9", "--wrap", "true", check=False)
+    assert bad.returncode == 1 and "error" in bad.stderr
+    cluster.run("scancel", str(busy))
+    assert len(cluster.jobs()) == before + 1

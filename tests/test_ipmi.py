@@ -125,7 +125,9 @@ def test_a_bmc_that_never_answers_leaves_only_its_node_stale(bmcs, tmp_path) -> 
             meter.poll_once(1000.0 + step)
         assert time.monotonic() - started < 3 * 3.0 + 3  # each poll waits at most the read time limit
         samples = meter.samples()
-        assert samples["v1"].joules == pytest.approx(200) and "v2" not in samples  # 100 W for 2 s
+        # 100 W for 2 s; a read a loaded machine slowed past SLOW_READ_S is stamped when it completed
+        # (virtual poll times here, real delays), which adds at most that delay's watts
+        assert 200 <= samples["v1"].joules <= 200 + 100 * 3.0 and "v2" not in samples
         assert meter.nodes["v2"].stale and not meter.nodes["v1"].stale
     finally:
         silent.close()

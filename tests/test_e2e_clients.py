@@ -1,0 +1,177 @@
+"""Public tools written for Slurm, unchanged, driving the emulated cluster through its commands:
+parsl's SlurmProvider, snakemake with snakemake-executor-plugin-slurm, reportseff, submitit and
+dask-jobqueue.
+
+They are installed from PyPI into a virtual environment of their own (``.venv-clients``, the
+``clients`` extra of pyproject.toml): they pin packages below what wattsched uses. Without network
+the tests are skipped, saying so (``-m "not clients"`` skips them outright). The jobs they submit
+run their Python code from that environment, as on a cluster where users bring their own."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from wattsched.testcluster import BIN, Cluster, wait_for
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV = ROOT / ".venv-clients"
+pytestmark = [pytest.mark.clients, pytest.mark.slow]
+
+
+def _requirements() -> list[str]:
+    with open(ROOT / "pyproject.toml", "rb") as handle:
+        return tomllib.load(handle)["project"]["optional-dependencies"]["clients"]
+
+
+@pytest.fixture(scope="module")
+def clients() -> Path:
+    """The clients' virtual environment, made (or brought up to date with pyproject.toml) once."""
+    wanted = "\n".join(_requirements())
+    stamp = VENV / "requirements.txt"
+    if not stamp.exists() or stamp.read_text() != wanted:
+        subprocess.run([sys.executable, "-m", "venv", "--clear", str(VENV)], check=True)
+        done = subprocess.run([str(VENV / "bin" / "pip"), "install", "-q", *_requirements()],
+                              capture_output=True, text=True, timeout=1800)
+        if done.returncode != 0:
+            pytest.skip(f"the public client packages could not be installed from PyPI (no network?): "
+                        f"{done.stderr.strip().splitlines()[-1:]}")
+        stamp.write_text(wanted)
+    return VENV / "bin"
+
+
+@pytest.fixture(scope="module")
+def metered(tmp_path_factory) -> Iterator[Cluster]:
+    """A cluster with emulated energy meters (reportseff reads energy) and accounting."""
+    cluster = Cluster(tmp_path_factory.mktemp("clients"), nodes=4, cpus=4, node_extra="IdleWatts=100 MaxWatts=200",
+                      extra="EmulatedNodes=YES\nAcctGatherEnergyType=acct_gather_energy/emulated\n"
+                            "AcctGatherNodeFreq=1\n").start()
+    yield cluster
+    cluster.stop()
+
+
+def _env(cluster: Cluster, clients: Path) -> dict[str, str]:
+    """wattsched's commands first on PATH, then the clients' Python and scripts."""
+    env = dict(cluster.env)
+    env["PATH"] = f"{BIN}:{clients}:{env.get('PATH', '/usr/bin:/bin')}"
+    env.pop("PYTHONPATH", None)
+    return env
+
+
+def _python(clients: Path, cluster: Cluster, code: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    run = subprocess.run([str(clients / "python"), "-c", textwrap.dedent(code)], env=_env(cluster, clients),
+                         cwd=cluster.work, capture_output=True, text=True, timeout=timeout)
+    assert run.returncode == 0, f"stdout: {run.stdout}\nstderr: {run.stderr}"
+    return run
+
+
+def test_parsl_slurm_provider_sees_block_states_through_sacct(clients: Path, metered: Cluster) -> None:
+    blocker = metered.sbatch("-N", "4", "--exclusive", "-J", "blocker", "--wrap", "sleep 600")
+    metered.wait_state(blocker, "RUNNING")
+    run = _python(clients, metered, f"""
+        import json, subprocess, time
+        from parsl.providers import SlurmProvider
+        from parsl.launchers import SingleNodeLauncher
+        provider = SlurmProvider(partition="debug", nodes_per_block=1, init_blocks=0, walltime="00:05:00",
+                                 launcher=SingleNodeLauncher(), cmd_timeout=60)
+        provider.script_dir = {str(metered.work)!r}
+        job = provider.submit("sleep 3", 1)
+        seen = []
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            state = provider.status([job])[0].state.name
+            if not seen or seen[-1] != state:
+                seen.append(state)
+                if state == "PENDING":  # the nodes are busy: free them
+                    subprocess.run(["scancel", "{blocker}"], check=True)
+            if state == "COMPLETED":
+                break
+            time.sleep(0.2)
+        print(json.dumps({{"job": job, "seen": seen, "via": provider._cmd}}))
+    """)
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    assert result["via"].startswith("sacct")  # parsl found sacct working (sacct -X) and reads states from it
+    assert result["seen"] == ["PENDING", "RUNNING", "COMPLETED"]
+
+
+def test_submitit_runs_a_function_on_the_cluster(clients: Path, metered: Cluster) -> None:
+    run = _python(clients, metered, f"""
+        import time
+        import submitit
+        executor = submitit.AutoExecutor(folder={str(metered.work / "submitit")!r}, cluster="slurm")
+        executor.update_parameters(timeout_min=5, slurm_partition="debug", cpus_per_task=1)
+        job = executor.submit(pow, 2, 10)
+        result = job.result()
+        deadline = time.time() + 60
+        while job.state != "COMPLETED" and time.time() < deadline:  # the result is there before the job ends
+            time.sleep(0.5)
+        print("result", result, job.state)
+    """)
+    assert run.stdout.strip().splitlines()[-1] == "result 1024 COMPLETED"
+
+
+def test_reportseff_reads_efficiency_and_energy(clients: Path, metered: Cluster) -> None:
+    job_id = metered.sbatch("-n", "2", "--wrap", "srun -n 2 sh -c 'i=0; while [ $i -lt 500000 ]; do i=$((i+1)); done'")
+    metered.wait_state(job_id, "COMPLETED", timeout=120)
+    wait_for(lambda: metered.accounted(job_id)[0]["consumed_energy_j"], 60, what="the job's energy accounted")
+    run = subprocess.run([str(clients / "reportseff"), "--no-color", "--format", "+Energy", str(job_id)],
+                         env=_env(metered, clients), cwd=metered.work, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    header, *rows = [line.split() for line in run.stdout.strip().splitlines()]
+    assert header[:2] == ["JobID", "State"] and header[-1] == "Energy"
+    row = next(r for r in rows if r[0] == str(job_id))
+    assert row[1] == "COMPLETED"
+    assert int(row[-1]) > 0  # joules, from sacct's TRESUsageOutAve
+    assert row[header.index("CPUEff")].endswith("%")
+
+
+def test_dask_jobqueue_scales_workers_as_jobs(clients: Path, metered: Cluster) -> None:
+    run = _python(clients, metered, """
+        from dask.distributed import Client
+        from dask_jobqueue import SLURMCluster
+        cluster = SLURMCluster(cores=1, processes=1, memory="200MB", queue="debug", walltime="00:05:00",
+                               scheduler_options={"host": "127.0.0.1"}, job_extra_directives=["-o /dev/null"])
+        cluster.scale(jobs=1)
+        client = Client(cluster)
+        client.wait_for_workers(1, timeout=120)
+        print("result", client.submit(lambda x: x + 1, 41).result(timeout=60))
+        client.close(); cluster.close()
+    """, timeout=400)
+    assert run.stdout.strip().splitlines()[-1] == "result 42"
+
+
+def test_snakemake_workflow_runs_through_the_slurm_executor(clients: Path, metered: Cluster) -> None:
+    flow = metered.work / "snakeflow"
+    flow.mkdir(exist_ok=True)
+    (flow / "Snakefile").write_text(textwrap.dedent("""
+        rule all:
+            input: "c.txt"
+        rule a:
+            output: "a.txt"
+            shell: "echo a > {output}"
+        rule b:
+            input: "a.txt"
+            output: "b.txt"
+            shell: "cat {input} > {output}; echo b >> {output}"
+        rule c:
+            input: "b.txt"
+            output: "c.txt"
+            shell: "cat {input} > {output}; echo c >> {output}; echo $SLURM_JOB_ID >> {output}"
+    """))
+    env = _env(metered, clients)
+    env["HOME"] = str(metered.work)  # snakemake keeps its caches under the home directory
+    run = subprocess.run([str(clients / "snakemake"), "--executor", "slurm", "--jobs", "3", "--latency-wait", "5",
+                          "--slurm-no-account", "--slurm-init-seconds-before-status-checks", "1",
+                          "--seconds-between-status-checks", "1", "--default-resources", "slurm_partition=debug",
+                          "runtime=5", "mem_mb=100"], env=env, cwd=flow, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, f"stdout: {run.stdout[-3000:]}\nstderr: {run.stderr[-5000:]}"
+    lines = (flow / "c.txt").read_text().split()
+    assert lines[:3] == ["a", "b", "c"] and lines[3].isdigit()
+    assert os.path.exists(flow / ".snakemake")
