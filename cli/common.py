@@ -6,6 +6,7 @@ import json
 import os
 import sys
 import urllib.parse
+from collections.abc import Callable
 from typing import Any, NoReturn
 
 DEFAULT_CONF = "/etc/wattsched/wattsched.conf"
@@ -105,6 +106,14 @@ class Client:
         parsed = urllib.parse.urlsplit(url)
         self.host, self.port = parsed.hostname or "127.0.0.1", parsed.port or 6817
         self._token: str | None = None
+
+    @classmethod
+    def for_options(cls, opts: dict[str, Any]) -> Client:
+        """A client for a command's options: -M/--clusters must name this cluster (or all)."""
+        client = cls()
+        if opts.get("clusters"):
+            check_clusters(opts["clusters"], client.config.cluster_name)
+        return client
 
     def token(self) -> str:
         if self._token is None:
@@ -207,6 +216,22 @@ def obtain_token(config) -> str:
 def split_list(values: list[str] | None) -> list[str]:
     """Slurm list options accept repeats and commas: -u a,b -u c."""
     return [item for value in values or [] for item in value.split(",") if item]
+
+
+def every(period: int | None, render: Callable[[], str]) -> int:
+    """Print ``render()`` once, or every ``period`` seconds until interrupted (squeue/sinfo -i)."""
+    import time
+
+    if period is not None and period <= 0:
+        raise CLIError("--iterate period must be a positive number of seconds")
+    while True:
+        text = render()
+        if text:
+            print(text, flush=True)
+        if period is None:
+            return 0
+        time.sleep(period)
+        print()
 
 
 def check_clusters(values: list[str] | str | None, cluster_name: str) -> None:

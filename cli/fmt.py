@@ -109,3 +109,18 @@ def _fixed(value: str, width: int) -> str:
     if len(value) > size:
         value = value[:size - 1] + "+"
     return value.ljust(size) if width < 0 else value.rjust(size)
+
+
+def format_from_fields(spec: str, by_name: Mapping[str, str], kind: str) -> str:
+    """-O/--Format ``Name[:[.]size],...`` (squeue, sinfo) as the equivalent %-format: a field's
+    size defaults to 20 and a leading ``.`` right-justifies it, as in Slurm."""
+    parts = []
+    for item in spec.split(","):
+        name, _, size = item.partition(":")
+        code = by_name.get(name.strip().lower())
+        if code is None:
+            from wattsched.cli.common import CLIError
+
+            raise CLIError(f"Invalid {kind} format specification: {name}")
+        parts.append(f"%{'.' if size.startswith('.') else ''}{size.lstrip('.') or '20'}{code}")
+    return "".join(parts)

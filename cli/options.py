@@ -84,8 +84,9 @@ class Command:
     """A command's option table, usage line and operand rule."""
 
     def __init__(self, prog: str, usage: str, options: Iterable[Opt | str], *, stop_at_operand: bool = False,
-                 epilog: str = ""):
+                 operands: bool = True, epilog: str = ""):
         self.prog, self.usage, self.epilog = prog, usage, epilog
+        self.takes_operands = operands  # False: an operand is an error
         self.items = list(options)  # strings are section titles in --help
         self.options = [o for o in self.items if isinstance(o, Opt)]
         self.stop_at_operand = stop_at_operand
@@ -140,6 +141,8 @@ class Command:
                 if self.stop_at_operand:
                     operands.extend(argv[index:])
                     break
+        if operands and not self.takes_operands:
+            self.fail(f"unrecognized argument '{operands[0]}'", context)
         if noted and values.get("verbose"):
             for opt in noted:
                 sys.stderr.write(f"{self.prog}: option --{opt.long or opt.short} is not supported by this "

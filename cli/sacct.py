@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from wattsched.cli import fmt
-from wattsched.cli.common import Client, CLIError, check_clusters, print_json, split_list, wants_json
+from wattsched.cli.common import Client, CLIError, print_json, split_list, wants_json
 from wattsched.cli.options import NO, OPT, REQ, Command, Opt, ignored, refused, run, standard
 
 DEFAULT_FIELDS = "JobID,JobName,Partition,Account,AllocCPUS,State,ExitCode"
@@ -471,16 +471,14 @@ COMMAND = Command("sacct", "[options]", [
     refused(None, "env-vars", NO, "job environments are not stored in accounting"),
     refused(None, "yaml", OPT, "YAML output is not supported; use --json"),
     *standard(),
-], epilog="Note, valid start/end time formats are...\n           HH:MM[:SS] [AM|PM]\n"
+], operands=False, epilog="Note, valid start/end time formats are...\n           HH:MM[:SS] [AM|PM]\n"
           "           MMDD[YY] or MM/DD[/YY] or MM.DD[.YY]\n           MM/DD[/YY]-HH:MM[:SS]\n"
           "           YYYY-MM-DD[THH:MM[:SS]]")
 
 
 def sacct(argv: list[str]) -> int:
     """Show accounting data of jobs and steps."""
-    opts, operands = COMMAND.parse(argv)
-    if operands:
-        COMMAND.fail(f"unrecognized argument '{operands[0]}'")
+    opts, _ = COMMAND.parse(argv)
     if opts.get("helpformat"):
         names = sorted(FIELDS, key=str.lower)
         for row in range(0, len(names), 4):
@@ -515,9 +513,7 @@ def sacct(argv: list[str]) -> int:
         start = now if wanted_states and end is None else timefmt.parse_time("today", now)
     if end is not None and start is not None and end < start:
         raise CLIError("start time must be before end time")
-    client = Client()
-    if opts.get("clusters"):
-        check_clusters(opts["clusters"], client.config.cluster_name)
+    client = Client.for_options(opts)
     user_list = split_list(opts.get("user"))
     if not user_list and not opts.get("allusers") and not job_ids and os.getuid() != 0:
         user_list = [auth.username(os.getuid())]

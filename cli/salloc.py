@@ -16,7 +16,7 @@ import threading
 import time
 
 from wattsched.cli import jobopts as o
-from wattsched.cli.common import Client, CLIError, check_clusters
+from wattsched.cli.common import Client, CLIError
 from wattsched.cli.options import Command, run
 from wattsched.cli.srun import allocate
 
@@ -42,9 +42,7 @@ def salloc(argv: list[str]) -> int:
     """Allocate, run the command, release; the command's exit code."""
     opts, command = COMMAND.parse(argv)
     quiet = bool(opts.get("quiet"))
-    client = Client()
-    if opts.get("clusters"):
-        check_clusters(opts["clusters"], client.config.cluster_name)
+    client = Client.for_options(opts)
     command = command or default_command()
     job_id = allocate(client, opts, "immediate" in opts, quiet, prog="salloc", command=command)
     env = dict(os.environ)

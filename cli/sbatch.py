@@ -8,7 +8,7 @@ import sys
 import time
 
 from wattsched.cli import jobopts as o
-from wattsched.cli.common import Client, CLIError, check_clusters
+from wattsched.cli.common import Client, CLIError
 from wattsched.cli.options import Command, run
 
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"}
@@ -84,9 +84,7 @@ def sbatch(argv: list[str]) -> int:
         if extra:
             raise CLIError(f"Invalid #SBATCH directive: unexpected argument '{extra[0]}'")
         opts = {**from_script, **opts}
-    client = Client()
-    if opts.get("clusters"):
-        check_clusters(opts["clusters"], client.config.cluster_name)
+    client = Client.for_options(opts)
     body = o.submission(opts, script=text, argv=operands[1:], name=opts.get("job_name") or default_name,
                         array=opts.get("array") or "", wckey=opts.get("wckey") or "",
                         requeue=opts.get("requeue"), command=command)

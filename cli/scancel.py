@@ -6,7 +6,7 @@ import os
 import signal as signal_mod
 import sys
 
-from wattsched.cli.common import Client, CLIError, check_clusters, split_list
+from wattsched.cli.common import Client, CLIError, split_list
 from wattsched.cli.options import NO, REQ, Command, Opt, ignored, run, standard
 
 
@@ -61,9 +61,7 @@ def scancel(argv: list[str]) -> int:
 
     opts, operands = COMMAND.parse(argv)
     sig = parse_signal(opts["signal"]) if opts.get("signal") else None
-    client = Client()
-    if opts.get("clusters"):
-        check_clusters(opts["clusters"], client.config.cluster_name)
+    client = Client.for_options(opts)
     ids = [i for arg in operands for i in arg.split(",") if i]
     users = split_list(opts.get("user"))
     if opts.get("me"):

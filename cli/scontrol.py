@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from wattsched.cli.common import Client, CLIError, check_clusters, print_json, wants_json
+from wattsched.cli.common import Client, CLIError, print_json, wants_json
 from wattsched.cli.options import NO, OPT, REQ, Command, Opt, ignored, refused, run, standard
 
 
@@ -372,9 +372,7 @@ COMMAND = Command("scontrol", "[<OPTION>] [<COMMAND>]", [
 def scontrol(argv: list[str]) -> int:
     """View and modify wattsched's configuration and state."""
     opts, args = COMMAND.parse(argv)
-    client = Client()
-    if opts.get("clusters"):
-        check_clusters(opts["clusters"], client.config.cluster_name)
+    client = Client.for_options(opts)
     if args:
         return execute(client, args, opts)
     # no command: scontrol's interactive mode, one command a line (a prompt only on a terminal)

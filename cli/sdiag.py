@@ -25,14 +25,12 @@ COMMAND = Command("sdiag", "[-arT] [--json]", [
     ignored("t", "sort-by-time2", NO), ignored(None, "sort-by-id", NO), ignored(None, "sort-by-name", NO),
     refused(None, "yaml", OPT, "YAML output is not supported; use --json"),
     *standard(),
-])
+], operands=False)
 
 
 def sdiag(argv: list[str]) -> None:
     """Show scheduling statistics."""
-    opts, operands = COMMAND.parse(argv)
-    if operands:
-        COMMAND.fail(f"unrecognized argument '{operands[0]}'")
+    opts, _ = COMMAND.parse(argv)
     if opts.get("reset"):
         raise CLIError("resetting statistics is not supported: they cover the controller's lifetime")
     json_ = "json" in opts

@@ -39,14 +39,12 @@ COMMAND = Command("sh5util", "[<OPTION>]", [
     Opt("u", "user", REQ, "User who profiled the job (default is the caller)", metavar="user"),
     Opt("v", "verbose", NO, "Increase verbosity", kind="count"),
     *STANDARD,
-])
+], operands=False)
 
 
 def sh5util(argv: list[str]) -> None:
     """Merge and extract HDF5 job profiles."""
-    opts, operands = COMMAND.parse(argv)
-    if operands:
-        COMMAND.fail(f"unrecognized argument '{operands[0]}'")
+    opts, _ = COMMAND.parse(argv)
     job_text = (opts.get("jobs") or "").split(",")[0].split(".")[0]
     if job_text and not job_text.isdigit():
         raise CLIError(f"Invalid job id: {opts['jobs']}")

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from wattsched.cli import fmt
-from wattsched.cli.common import Client, CLIError, check_clusters, json_text, split_list, wants_json
+from wattsched.cli.common import Client, CLIError, every, json_text, split_list, wants_json
 from wattsched.cli.options import NO, OPT, REQ, Command, Opt, ignored, refused, run, standard
 
 DEFAULT = "%9P %.5a %.10l %.6D %.6t %N"
@@ -149,41 +149,14 @@ COMMAND = Command("sinfo", "[-abdeilNRrsTv] [-i seconds] [-t states] [-p partiti
     refused(None, "yaml", OPT, "YAML output is not supported; use --json"),
     "Help options:",
     *standard(None),
-])
-
-
-def format_from_fields(spec: str) -> str:
-    """-O ``Name[:[.]size],...`` as an equivalent %-format (default size 20, as Slurm)."""
-    parts = []
-    for item in spec.split(","):
-        name, _, size = item.partition(":")
-        code = BY_NAME.get(name.strip().lower())
-        if code is None:
-            raise CLIError(f"Invalid node format specification: {name}")
-        right = size.startswith(".")
-        parts.append(f"%{'.' if right else ''}{size.lstrip('.') or '20'}{code}")
-    return " ".join(parts)
+], operands=False)
 
 
 def sinfo(argv: list[str]) -> int:
     """Show partitions and nodes (every -i seconds until interrupted)."""
-    opts, operands = COMMAND.parse(argv)
-    if operands:
-        COMMAND.fail(f"unrecognized argument '{operands[0]}'")
-    client = Client()
-    if opts.get("clusters"):
-        check_clusters(opts["clusters"], client.config.cluster_name)
-    period = opts.get("iterate")
-    if period is not None and period <= 0:
-        raise CLIError("--iterate period must be a positive number of seconds")
-    while True:
-        text = render(client, opts)
-        if text:
-            print(text, flush=True)
-        if period is None:
-            return 0
-        time.sleep(period)
-        print()
+    opts, _ = COMMAND.parse(argv)
+    client = Client.for_options(opts)
+    return every(opts.get("iterate"), lambda: render(client, opts))
 
 
 def render(client: Client, opts: dict[str, Any]) -> str:
@@ -224,7 +197,8 @@ def render(client: Client, opts: dict[str, Any]) -> str:
         return json_text(dataparser.document("sinfo", dataparser.sinfo_groups(parts, node_rows, cluster),
                                              ["sinfo", *sys.argv[1:]], cluster))
     node_view, long, summarize = bool(opts.get("Node")), bool(opts.get("long")), bool(opts.get("summarize"))
-    spec = opts.get("format") or (format_from_fields(opts["Format"]) if opts.get("Format") else None) or (
+    named = fmt.format_from_fields(opts["Format"], BY_NAME, "node") if opts.get("Format") else None
+    spec = opts.get("format") or named or (
         REASONS if reasons else SUMMARIZE if summarize else NODES_LONG if node_view and long else NODES
         if node_view else LONG if long else DEFAULT)
     parts = fmt.parse_format(spec)

@@ -7,7 +7,7 @@ import sys
 import time
 
 from wattsched.cli import fmt
-from wattsched.cli.common import Client, CLIError, check_clusters, json_text, split_list, wants_json
+from wattsched.cli.common import Client, CLIError, every, json_text, split_list, wants_json
 from wattsched.cli.jobfields import BY_NAME, FIELDS
 from wattsched.cli.options import NO, OPT, REQ, Command, Opt, ignored, refused, run, standard
 
@@ -15,20 +15,6 @@ DEFAULT = "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R"
 LONG = "%.18i %.9P %.8j %.8u %.8T %.10M %.9l %.6D %R"
 START = "%.18i %.9P %.8j %.8u %.2t %.19S %.6D %R"
 DEFAULT_STATES = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING")
-
-
-def format_from_fields(spec: str) -> str:
-    """-O/--Format ``Name[:[.]size],...`` as an equivalent %-format (default size 20, as Slurm)."""
-    parts = []
-    for item in spec.split(","):
-        name, _, size = item.partition(":")
-        code = BY_NAME.get(name.strip().lower())
-        if code is None:
-            raise CLIError(f"Invalid job format specification: {name}")
-        right = size.startswith(".")
-        width = size.lstrip(".") or "20"
-        parts.append(f"%{'.' if right else ''}{width}{code}")
-    return "".join(parts)
 
 
 COMMAND = Command("squeue", "[-A account] [--clusters names] [-i seconds] [--job jobid] [-n name] [-o format] "
@@ -88,20 +74,8 @@ def squeue(argv: list[str]) -> int:
         opts["jobs"] = [operands.pop(0)]
     if operands:
         COMMAND.fail(f"unrecognized argument '{operands[0]}'")
-    client = Client()
-    if opts.get("clusters"):
-        check_clusters(opts["clusters"], client.config.cluster_name)
-    period = opts.get("iterate")
-    if period is not None and period <= 0:
-        raise CLIError("--iterate period must be a positive number of seconds")
-    while True:
-        text = render(client, opts)
-        if text:
-            print(text, flush=True)
-        if period is None:
-            return 0
-        time.sleep(period)
-        print()
+    client = Client.for_options(opts)
+    return every(opts.get("iterate"), lambda: render(client, opts))
 
 
 def render(client: Client, opts: dict) -> str:
@@ -148,7 +122,7 @@ def render(client: Client, opts: dict) -> str:
     if not opts.get("array"):
         rows = collapse_pending_arrays(rows)
     fields = opts.get("Format")
-    spec = opts.get("format") or (format_from_fields(fields) if fields else None) or \
+    spec = opts.get("format") or (fmt.format_from_fields(fields, BY_NAME, "job") if fields else None) or \
         os.environ.get("SQUEUE_FORMAT") or (START if opts.get("start") else LONG if opts.get("long") else DEFAULT)
     parts = fmt.parse_format(spec)
     lines = []

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from wattsched.cli import jobopts as o
-from wattsched.cli.common import Client, CLIError, check_clusters
+from wattsched.cli.common import Client, CLIError
 from wattsched.cli.options import Command, run
 
 
@@ -78,9 +78,7 @@ def srun(argv: list[str]) -> int:
         raise CLIError("No command given to execute.")
     opts["command"] = command
     label, unbuffered, quiet = bool(opts.get("label")), bool(opts.get("unbuffered")), bool(opts.get("quiet"))
-    client = Client()
-    if opts.get("clusters"):
-        check_clusters(opts["clusters"], client.config.cluster_name)
+    client = Client.for_options(opts)
     jobid = opts.get("jobid")
     inside = jobid or (int(os.environ["SLURM_JOB_ID"]) if os.environ.get("SLURM_JOB_ID", "").isdigit() else None)
     own_job = None

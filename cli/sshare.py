@@ -72,14 +72,12 @@ COMMAND = Command("sshare", "[-AahlnPpUuv] [--json]", [
     ignored(None, "helpformat", NO), ignored("e", "helpformat2", NO),
     refused(None, "yaml", OPT, "YAML output is not supported; use --json"),
     *standard(),
-])
+], operands=False)
 
 
 def sshare(argv: list[str]) -> None:
     """Show fair-share usage, shares and factors (CPU-seconds and joules)."""
-    opts, operands = COMMAND.parse(argv)
-    if operands:
-        COMMAND.fail(f"unrecognized argument '{operands[0]}'")
+    opts, _ = COMMAND.parse(argv)
     all_users, users, accounts, long = opts.get("all"), opts.get("users"), opts.get("accounts"), opts.get("long")
     fields, parsable, parsable2 = opts.get("format"), bool(opts.get("parsable")), bool(opts.get("parsable2"))
     noheader, json_ = opts.get("noheader"), "json" in opts

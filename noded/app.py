@@ -44,14 +44,7 @@ def create_app(agent: Agent) -> FastAPI:
 
     @app.post("/v1/steps/launch")
     async def launch_tasks(req: TaskLaunch, who: Who) -> StreamingResponse:
-        try:
-            cred = auth.verify(agent.key, req.credential)
-        except auth.AuthError as exc:
-            raise HTTPException(403, f"Invalid job credential: {exc}") from exc
-        if cred.get("job") != req.job_id or cred.get("step") != req.step_id:
-            raise HTTPException(403, "Invalid job credential: wrong job or step")
-        if who.uid != cred.get("uid") and who.uid != 0:
-            raise HTTPException(403, "Access/permission denied")
+        cred = step_credential(agent, req, who)
         layout = {node: list(tasks) for node, tasks in cred["layout"].items()}
         if req.node not in layout or req.node not in agent.nodes:
             raise HTTPException(400, f"Node {req.node} is not part of this step on this agent")
@@ -76,14 +69,7 @@ def create_app(agent: Agent) -> FastAPI:
     @app.post("/v1/steps/stdin")
     async def step_stdin(req: TaskInput, who: Who) -> dict[str, Any]:
         """srun's standard input for the step's tasks on this node (those srun -i names)."""
-        try:
-            cred = auth.verify(agent.key, req.credential)
-        except auth.AuthError as exc:
-            raise HTTPException(403, f"Invalid job credential: {exc}") from exc
-        if cred.get("job") != req.job_id or cred.get("step") != req.step_id:
-            raise HTTPException(403, "Invalid job credential: wrong job or step")
-        if who.uid != cred.get("uid") and who.uid != 0:
-            raise HTTPException(403, "Access/permission denied")
+        step_credential(agent, req, who)
         pipes = agent.step_inputs.get((req.job_id, req.step_id, req.node))
         if not pipes:
             return {"accepted": False}
@@ -99,6 +85,20 @@ def create_app(agent: Agent) -> FastAPI:
         return {"status": "UP", "nodes": list(agent.nodes), "controller_connected": agent.connected}
 
     return app
+
+
+def step_credential(agent: Agent, req: TaskLaunch | TaskInput, who: auth.Identity) -> dict[str, Any]:
+    """The step credential the controller signed, checked: for this job and step, and the caller
+    its owner (or root); 403 otherwise."""
+    try:
+        cred = auth.verify(agent.key, req.credential)
+    except auth.AuthError as exc:
+        raise HTTPException(403, f"Invalid job credential: {exc}") from exc
+    if cred.get("job") != req.job_id or cred.get("step") != req.step_id:
+        raise HTTPException(403, "Invalid job credential: wrong job or step")
+    if who.uid != cred.get("uid") and who.uid != 0:
+        raise HTTPException(403, "Access/permission denied")
+    return cred
 
 
 def _gid_of(uid: int) -> int:

@@ -125,9 +125,10 @@ def test_a_bmc_that_never_answers_leaves_only_its_node_stale(bmcs, tmp_path) -> 
             meter.poll_once(1000.0 + step)
         assert time.monotonic() - started < 3 * 3.0 + 3  # each poll waits at most the read time limit
         samples = meter.samples()
-        # 100 W for 2 s; a read a loaded machine slowed past SLOW_READ_S is stamped when it completed
-        # (virtual poll times here, real delays), which adds at most that delay's watts
-        assert 200 <= samples["v1"].joules <= 200 + 100 * 3.0 and "v2" not in samples
+        # 100 W over the 2 s between the polls' (virtual) times; but a read that a loaded machine slowed
+        # past SLOW_READ_S is stamped with its (real) completion instead, which moves a bound of the
+        # integral by up to the read limit: v1 is measured, whatever the exact figure
+        assert 0 < samples["v1"].joules <= 100 * (2 + 3.0) and "v2" not in samples
         assert meter.nodes["v2"].stale and not meter.nodes["v1"].stale
     finally:
         silent.close()
