@@ -5,9 +5,12 @@ at 20 per second or more, both beside the cost of starting Python at all (``pyth
 issue 2 - squeue with 10,000 pending jobs under 0.5 s. When Slurm's own commands are installed and
 answer (Debian's slurm-wlm with a running slurmctld), the same commands are timed against it too.
 
-Every figure is the median of several runs of the real console scripts, as a user types them.
-Python's byte-code cache is written first (the environment may set PYTHONDONTWRITEBYTECODE, which would
-make every run compile the sources: an installed package always has its .pyc files).
+Every figure is the median of several runs of the real console scripts, as a user types them, from
+two installations: the development one (``pip install -e``, whose import hook setuptools runs at every
+Python start-up, ~15 ms here) and a plain ``pip install .`` into a fresh virtual environment, as a
+cluster installs it. Python's byte-code cache is written first (the environment may set
+PYTHONDONTWRITEBYTECODE, which would make every run compile the sources: an installed package always
+has its .pyc files).
 """
 
 from __future__ import annotations
@@ -44,6 +47,15 @@ def sbatch_rate(argv: list[str], env: dict[str, str], count: int) -> float:
     return count / (time.perf_counter() - started)
 
 
+def plain_install(where: Path) -> Path | None:
+    """wattsched installed with ``pip install .`` (no editable hook) into a new venv: its bin/."""
+    venv = where / "plain"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    done = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "--no-deps", str(ROOT)],
+                          capture_output=True, text=True)
+    return venv / "bin" if done.returncode == 0 else None
+
+
 def real_slurm() -> dict[str, str]:
     """The same commands against an installed Slurm, when there is one that answers."""
     squeue, sbatch = shutil.which("squeue", path="/usr/bin"), shutil.which("sbatch", path="/usr/bin")
@@ -60,16 +72,27 @@ def main(jobs: int = 10_000, sequential: int = 1000) -> None:
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT)], env=env, stdout=subprocess.DEVNULL)
     python = str(BIN / "python")
     figures: dict[str, str] = {
-        "python3_-c_pass_wall_ms (the venv's python)": f"{wall([python, '-c', 'pass'], env) * 1000:.1f}",
-        "python3_-S_-c_pass_wall_ms (without site)": f"{wall([python, '-S', '-c', 'pass'], env) * 1000:.1f}",
-        "squeue_--version_wall_ms": f"{wall([str(BIN / 'squeue'), '--version'], env) * 1000:.1f}"}
+        "python3_-S_-c_pass_wall_ms (no site at all)": f"{wall([python, '-S', '-c', 'pass'], env) * 1000:.1f}",
+        "editable: squeue_--version_wall_ms": f"{wall([str(BIN / 'squeue'), '--version'], env) * 1000:.1f}"}
     with tempfile.TemporaryDirectory() as root:
-        cluster = Cluster(Path(root), nodes=16, cpus=8, agents=2).start()
+        cluster = Cluster(Path(root), nodes=16, cpus=8, agents=2, extra="MaxJobCount=20000").start()
         try:
             cenv = {k: v for k, v in cluster.env.items() if k != "PYTHONDONTWRITEBYTECODE"}
-            figures["squeue_empty_wall_ms (median of 20)"] = f"{wall([str(BIN / 'squeue')], cenv) * 1000:.1f}"
-            rate = sbatch_rate([str(BIN / "sbatch"), "--wrap", "true", "-o", "/dev/null"], cenv, sequential)
-            figures[f"sbatch_per_s ({sequential} sequential sbatch --wrap true)"] = f"{rate:.1f}"
+            plain = plain_install(Path(root))
+            for label, bindir in (("editable", BIN), ("pip_install", plain)):
+                if bindir is None:
+                    figures[f"{label}: not measured"] = "pip install . failed"
+                    continue
+                python = str(bindir / "python")
+                figures[f"{label}: python3_-c_pass_wall_ms"] = f"{wall([python, '-c', 'pass'], env) * 1000:.1f}"
+                figures[f"{label}: squeue_empty_wall_ms (median of 20)"] = \
+                    f"{wall([str(bindir / 'squeue')], cenv) * 1000:.1f}"
+                held = sbatch_rate([str(bindir / "sbatch"), "-H", "--wrap", "true", "-o", "/dev/null"], cenv, 200)
+                figures[f"{label}: sbatch_per_s (200 sequential sbatch -H --wrap true: held, not run)"] = f"{held:.1f}"
+                rate = sbatch_rate([str(bindir / "sbatch"), "--wrap", "true", "-o", "/dev/null"], cenv, sequential)
+                figures[f"{label}: sbatch_per_s ({sequential} sequential sbatch --wrap true, each job run)"] = \
+                    f"{rate:.1f}"
+            cluster.run("scancel", "-u", "root")
             rss_empty = rss_mib(cluster.controller.pid)
             body = {"script": "#!/bin/sh\ntrue\n", "work_dir": root, "hold": True, "output": "/dev/null"}
             import httpx

@@ -21,7 +21,10 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterable
-from typing import Any, NoReturn
+
+TYPE_CHECKING = False  # not typing's: importing typing costs a command ~5 ms (annotations are strings)
+if TYPE_CHECKING:
+    from typing import Any, NoReturn
 
 NO, REQ, OPT = 0, 1, 2  # argument: none, required, optional (as getopt_long's has_arg)
 
