@@ -20,7 +20,7 @@ from wattsched.controller.store import StateStore
 log = logging.getLogger("wattsched.accounting")
 
 BATCH = 500
-COALESCE_S = 0.25  # how long changes gather before they are written (sacct sees a job that much later)
+COALESCE_S = 0.05  # how long changes gather before they are written (sacct sees a job that much later)
 
 
 class AccountingSync:
@@ -97,8 +97,8 @@ class AccountingSync:
                 self.healthy, delay = False, min(delay * 2, 10.0)
                 self._stop.wait(delay)
                 continue
-            self._wake.wait(1.0)
+            self._wake.wait(0.2)
             self._wake.clear()
-            # coalesce bursts into larger batches: each batch is one commit, and under a stream of
-            # submissions per-change commits took half the controller's time (py-spy, 1,000 sbatch)
+            # coalesce bursts into larger batches, but briefly: tools read a job from sacct right
+            # after submitting it (parsl takes a job missing from sacct for a COMPLETED one)
             self._stop.wait(COALESCE_S)

@@ -72,32 +72,41 @@ def _python(clients: Path, cluster: Cluster, code: str, timeout: float = 300) ->
     return run
 
 
+# parsl's SlurmProvider on its own: it submits a block, then asks sacct for its state until it ends;
+# the nodes are busy at first, and freed (scancel of the blocker) once parsl has seen PENDING
+PARSL = """
+import json, subprocess, time
+from parsl.providers import SlurmProvider
+from parsl.launchers import SingleNodeLauncher
+provider = SlurmProvider(partition="debug", nodes_per_block=1, init_blocks=0, walltime="00:05:00",
+                         launcher=SingleNodeLauncher(), cmd_timeout=60)
+provider.script_dir = {script_dir!r}
+job = provider.submit("sleep 3", 1)
+seen = []
+deadline = time.time() + 120
+while time.time() < deadline:
+    state = provider.status([job])[0].state.name
+    if not seen or seen[-1] != state:
+        seen.append(state)
+        if state == "PENDING":
+            subprocess.run(["scancel", "{blocker}"], check=True)
+    if state == "COMPLETED":
+        break
+    time.sleep(0.2)
+print(json.dumps({{"job": job, "seen": seen, "via": provider._cmd}}))
+"""
+
+
 def test_parsl_slurm_provider_sees_block_states_through_sacct(clients: Path, metered: Cluster) -> None:
     blocker = metered.sbatch("-N", "4", "--exclusive", "-J", "blocker", "--wrap", "sleep 600")
     metered.wait_state(blocker, "RUNNING")
-    run = _python(clients, metered, f"""
-        import json, subprocess, time
-        from parsl.providers import SlurmProvider
-        from parsl.launchers import SingleNodeLauncher
-        provider = SlurmProvider(partition="debug", nodes_per_block=1, init_blocks=0, walltime="00:05:00",
-                                 launcher=SingleNodeLauncher(), cmd_timeout=60)
-        provider.script_dir = {str(metered.work)!r}
-        job = provider.submit("sleep 3", 1)
-        seen = []
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            state = provider.status([job])[0].state.name
-            if not seen or seen[-1] != state:
-                seen.append(state)
-                if state == "PENDING":  # the nodes are busy: free them
-                    subprocess.run(["scancel", "{blocker}"], check=True)
-            if state == "COMPLETED":
-                break
-            time.sleep(0.2)
-        print(json.dumps({{"job": job, "seen": seen, "via": provider._cmd}}))
-    """)
+    try:
+        run = _python(clients, metered, PARSL.format(script_dir=str(metered.work), blocker=blocker))
+    finally:  # the cluster is the module's: never leave it blocked for the next tests
+        metered.run("scancel", str(blocker), check=False)
     result = json.loads(run.stdout.strip().splitlines()[-1])
     assert result["via"].startswith("sacct")  # parsl found sacct working (sacct -X) and reads states from it
+    # (a job missing from sacct is COMPLETED to parsl: the submission must be in accounting at once)
     assert result["seen"] == ["PENDING", "RUNNING", "COMPLETED"]
 
 
