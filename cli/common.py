@@ -62,11 +62,13 @@ def _stamp(path: str) -> list[int]:
 
 
 def _cache_path(conf: str) -> str:
-    import hashlib
+    """The cache file of a configuration path: a CRC names it (hashlib would cost every command ~3 ms
+    of OpenSSL start-up); the cache records the path itself, so that a collision is only a miss."""
+    import binascii
 
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    digest = hashlib.sha256(os.path.abspath(conf).encode()).hexdigest()[:16]
-    return os.path.join(base, "wattsched", f"client-{os.getuid()}-{digest}.json")
+    digest = binascii.crc32(os.path.abspath(conf).encode())
+    return os.path.join(base, "wattsched", f"client-{os.getuid()}-{digest:08x}.json")
 
 
 def client_settings() -> Settings:
@@ -76,7 +78,7 @@ def client_settings() -> Settings:
     try:
         with open(cache, "rb") as handle:
             data = json.loads(handle.read(65536))
-        if all(_stamp(path) == stamp for path, stamp in data["files"]):
+        if data["source"] == os.path.abspath(conf) and all(_stamp(path) == stamp for path, stamp in data["files"]):
             return Settings(data["settings"])
     except (OSError, ValueError, KeyError, TypeError):
         pass
@@ -87,7 +89,8 @@ def client_settings() -> Settings:
         tmp = f"{cache}.{os.getpid()}"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "w") as handle:
-            json.dump({"files": [[path, _stamp(path)] for path in config.files], "settings": values}, handle)
+            json.dump({"source": os.path.abspath(conf), "files": [[path, _stamp(path)] for path in config.files],
+                       "settings": values}, handle)
         os.replace(tmp, cache)
     except OSError:  # no writable home: parse every time
         pass

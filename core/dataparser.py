@@ -39,7 +39,8 @@ def number(value: Any) -> dict[str, Any]:
 
 
 def seconds(value: float | None) -> dict[str, Any]:
-    return number(int(value) if value else None) if value else {"set": True, "infinite": False, "number": 0}
+    """A time in seconds since the epoch; 0 when it has not happened (Slurm's set zero)."""
+    return number(int(value or 0))
 
 
 def tres(pairs: dict[str, Any]) -> list[dict[str, Any]]:
@@ -88,7 +89,7 @@ def queue_job(j: dict[str, Any], cluster: str) -> dict[str, Any]:
         "admin_comment": j.get("admin_comment", ""), "allocating_node": "",
         "array_job_id": number(j["array_job_id"] or 0), "array_task_id": number(j["array_task_id"]),
         "array_max_tasks": number(j.get("array_throttle") or 0), "array_task_string": "",
-        "association_id": 0, "batch_features": "", "batch_flag": j.get("command") != "(null)" or True,
+        "association_id": 0, "batch_features": "", "batch_flag": not j.get("interactive", False),
         "batch_host": j.get("batch_host", ""), "flags": [], "burst_buffer": "", "burst_buffer_state": "",
         "cluster": cluster, "cluster_features": "", "command": j.get("command", ""), "comment": j.get("comment", ""),
         "container": "", "container_id": "", "contiguous": False, "core_spec": 0, "thread_spec": 0,
