@@ -169,7 +169,9 @@ def _exchange(host: str, port: int, request: bytes, timeout: float) -> tuple[int
     import _socket
 
     error: OSError = OSError(f"cannot resolve {host}")
-    for family, kind, proto, _name, address in _socket.getaddrinfo(host, port, 0, _socket.SOCK_STREAM):
+    # an ASCII name as bytes: a str would be IDNA-encoded first, importing that codec (~1 ms)
+    name = host.encode() if host.isascii() else host
+    for family, kind, proto, _name, address in _socket.getaddrinfo(name, port, 0, _socket.SOCK_STREAM):
         sock = _socket.socket(family, kind, proto)
         try:
             sock.settimeout(timeout)
