@@ -200,7 +200,9 @@ def _job_values(cluster: str, job: dict[str, Any]) -> dict[str, Any]:
     """A controller job record as accounting column values (keys are the table's column names)."""
     nodes = list(job.get("alloc_cpus", {}))
     state = job["state"]
-    if state == "COMPLETING":
+    if state == "COMPLETING" and not job.get("energy_pending"):
+        # the record says how the job ended once its energy is in: Slurm's completion record
+        # carries both, and a tool that reads it at once must not see 0 J
         state = job.get("final_state") or "COMPLETING"
     return {
         "cluster": cluster, "job_id": job["job_id"], "time_submit": job["submit_time"],

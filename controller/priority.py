@@ -63,8 +63,9 @@ class FairShareCalc:
     async def refresh(self) -> None:
         async with self._lock:
             now = time.time()
+            # a COMPLETING job has its end time: accounting's history counts it already
             running = [UsageRecord(j.user, j.account, j.num_cpus, j.start_time, None)
-                       for j in self.state.jobs.values() if j.state in (states.RUNNING, states.COMPLETING)]
+                       for j in self.state.jobs.values() if j.state == states.RUNNING]
             try:
                 origin = await asyncio.to_thread(self.accounting.history_start, self.state.config.cluster_name)
                 shares = await asyncio.to_thread(compute, self.accounting, self.state.config, running, now,

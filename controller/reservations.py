@@ -76,7 +76,7 @@ def _busy_until(nodes: Iterable[str], jobs: Iterable[Job], now: float) -> dict[s
     wanted = set(nodes)
     until: dict[str, float] = {}
     for job in jobs:
-        if job.state not in (states.RUNNING, states.COMPLETING):
+        if not job.holds_nodes:
             continue
         end = job.start_time + job.time_limit_min * 60 if job.time_limit_min is not None else float("inf")
         if job.state == states.COMPLETING:
@@ -173,7 +173,7 @@ class ReservationBook:
 
     def delete(self, name: str, jobs: Iterable[Job]) -> Reservation:
         resv = self._get(name)
-        if any(j.reservation == name and j.state in (states.RUNNING, states.COMPLETING) for j in jobs):
+        if any(j.reservation == name and j.holds_nodes for j in jobs):
             raise ReservationError("Requested reservation is in use")
         del self.by_name[name]
         resv.deleted = True

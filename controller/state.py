@@ -187,7 +187,9 @@ class ClusterState:
         for data in store.load_jobs():
             job = Job.from_dict(data)
             state.jobs[job.job_id] = job
-            if job.state in (states.RUNNING, states.COMPLETING):
+            if job.energy_pending:
+                state._energy_due[job.job_id] = job.end_time
+            if job.holds_nodes:
                 state._hold_resources(job, +1)
         return state
 
@@ -283,7 +285,7 @@ class ClusterState:
         running = tuple(
             scheduling.RunningJob(j.job_id, j.alloc_cpus, {n: j.alloc_mem_mb for n in j.alloc_cpus},
                                   j.start_time + j.time_limit_min * 60 if j.time_limit_min is not None else None)
-            for j in self.jobs.values() if j.state in (states.RUNNING, states.COMPLETING)) \
+            for j in self.jobs.values() if j.holds_nodes) \
             if backfill_due or self.power_cap is not None else ()
         return scheduling.Snapshot(now=now, nodes=tuple(self.node_snaps().values()),
                                    partitions=self.partition_snaps(), pending=pending, jobs=briefs,
@@ -297,7 +299,7 @@ class ClusterState:
         """Each node's watts; a busy node whose jobs all run at a capped frequency counts their watts."""
         capped: dict[str, list[int | None]] = {}
         for job in self.jobs.values():
-            if job.state in (states.RUNNING, states.COMPLETING):
+            if job.holds_nodes:
                 for name in job.alloc_cpus:
                     capped.setdefault(name, []).append(job.cpu_freq_khz)
         result = {}
@@ -573,6 +575,7 @@ class ClusterState:
         self.touch(job)
         if job.start_time and any(self.nodes[n].energy_samples for n in job.alloc_cpus if n in self.nodes):
             self._energy_due[job.job_id] = now
+            job.energy_pending = True
         if completing_nodes:
             job.state = states.COMPLETING
             job.completing_nodes = list(completing_nodes)
@@ -581,13 +584,26 @@ class ClusterState:
         return []
 
     def _finish(self, job: Job) -> None:
+        """Every node is clean: the resources are free. The job keeps COMPLETING until its energy
+        is settled, so that the record that carries its final state carries its energy too."""
         if job.profile and self.config.acct_gather_profile_type == "acct_gather_profile/hdf5":
             self.profiles_due.append((job.user, job.uid, job.job_id))
         self.job_usage.pop(job.job_id, None)
         self._hold_resources(job, -1)
-        job.state = job.final_state or states.COMPLETED
         job.completing_nodes = []
+        if job.energy_pending:
+            job.state = states.COMPLETING
+            self.touch(job)
+        else:
+            self._settle(job)
+
+    def _settle(self, job: Job) -> None:
+        job.state = job.final_state or states.COMPLETED
         self.touch(job)
+
+    def _settling(self, job: Job) -> bool:
+        """COMPLETING with every node clean: only its energy is awaited (it holds no resources)."""
+        return job.state == states.COMPLETING and not job.completing_nodes and bool(job.final_state)
 
     def node_clean(self, job_id: int, node: str) -> None:
         """An agent confirmed a job has no process left on ``node``."""
@@ -828,15 +844,24 @@ class ClusterState:
                 "max_rss_node": rss_node, "ave_cpu_freq_khz": job.ave_cpu_freq_khz, "cpu_freq": job.cpu_freq,
                 "cpu_freq_khz": job.cpu_freq_khz, "alloc_cpus": job.num_cpus}
 
+    def energy_settle_s(self) -> float:
+        """How long an ended job waits for a reading past its end: the agents read at once when
+        a job ends, so this is only reached by a node whose meter stopped answering."""
+        return 10.0 + 2 * max(self.config.acct_gather_node_freq_s, self.config.energy_ipmi_frequency_s or 0)
+
     def _account_energy(self, now: float) -> None:
         """Give ended jobs (and their steps) their energy once every node's samples cover their
-        end (at most ten minutes after it: a node that stopped reporting leaves the job without
-        energy)."""
+        end, and end the ones that were only waiting for it; after energy_settle_s() a job ends
+        without energy (a node that stopped reporting)."""
         ready = []
         for job_id, ended in list(self._energy_due.items()):
             job = self.jobs.get(job_id)
-            if job is None or now - ended > 600:
+            if job is None or now - ended > self.energy_settle_s():
                 del self._energy_due[job_id]
+                if job is not None:
+                    log.warning("job ended without its energy: no reading past its end",
+                                extra={"job_id": job_id, "nodes": ",".join(job.alloc_cpus)})
+                    self._energy_settled(job)
             elif all(n in self.nodes and self.nodes[n].energy_samples
                      and self.nodes[n].energy_samples[-1][0] >= job.end_time for n in job.alloc_cpus):
                 ready.append(job)
@@ -853,8 +878,14 @@ class ClusterState:
                     part = energy.job_energy(histories, step.start_time, step.end_time,
                                              {n: job.alloc_cpus.get(n, 1) for n in step.nodes}, job.job_id)
                     step.consumed_energy_j = round(part) if part is not None else None
-            self.touch(job, request_changed=False)
             del self._energy_due[job.job_id]
+            self._energy_settled(job)
+
+    def _energy_settled(self, job: Job) -> None:
+        job.energy_pending = False
+        self.touch(job, request_changed=False)
+        if self._settling(job):
+            self._settle(job)
 
     def launched(self, job_id: int) -> None:
         job = self.jobs.get(job_id)
@@ -894,6 +925,8 @@ class ClusterState:
                 self._requests.pop(job.job_id, None)
                 self._briefs.pop(job.job_id, None)
                 self._purged.append(job.job_id)
+        if self._energy_due:
+            self._account_energy(now)  # the jobs whose nodes stopped reporting end without energy
         moved, ended = self.resv.roll(now)
         self._resv_dirty.extend(moved + ended)
         for node in self.nodes.values():
@@ -945,7 +978,7 @@ class ClusterState:
 
     def _releases(self) -> list[tuple[float, int]]:
         return [(j.start_time + j.time_limit_min * 60 if j.time_limit_min is not None else float("inf"),
-                 len(j.alloc_cpus)) for j in self.jobs.values() if j.state in (states.RUNNING, states.COMPLETING)]
+                 len(j.alloc_cpus)) for j in self.jobs.values() if j.holds_nodes]
 
     def _suspend(self, names: list[str], now: float) -> list[Action]:
         assert self.power_saving is not None

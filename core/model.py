@@ -119,6 +119,7 @@ class Job:
     configuring: bool = False  # allocated nodes still powering up: launched once they are all up
     completing_nodes: list[str] = field(default_factory=list)
     consumed_energy_j: float | None = None  # filled by the node agents' energy plugins
+    energy_pending: bool = False  # ended, its nodes' readings do not reach its end yet: still COMPLETING
     cpu_freq_khz: int | None = None  # the frequency the controller chose to fit the power cap
     ave_cpu_freq_khz: int = 0  # mean frequency of the job's CPUs, as its nodes reported it
     freq_reports: int = 0
@@ -128,6 +129,12 @@ class Job:
     @property
     def node_list(self) -> list[str]:
         return list(self.alloc_cpus)
+
+    @property
+    def holds_nodes(self) -> bool:
+        """Running, or ending with processes perhaps still on its nodes. A COMPLETING job whose
+        nodes are all clean holds nothing: it only awaits its energy readings."""
+        return self.state == states.RUNNING or (self.state == states.COMPLETING and bool(self.completing_nodes))
 
     @property
     def num_cpus(self) -> int:

@@ -51,6 +51,7 @@ class Agent:
         self.step_inputs: dict[tuple[int, int, str], list] = {}
         self.ended: dict[tuple[str, int], None] = {}  # jobs recently over here, oldest first
         self._kick = asyncio.Event()
+        self._fresh_energy = False  # a reading taken for ended jobs awaits the next heartbeat
         self.client = httpx.AsyncClient(timeout=httpx.Timeout(config.message_timeout_s))
         self.heartbeat_s = max(0.5, min(30.0, config.slurmd_timeout_s / 4))
         if config.acct_gather_energy_type != "acct_gather_energy/none":
@@ -215,6 +216,7 @@ class Agent:
                 if not on_node or self.batch.terminate(job_id):
                     clean.append(node)
                     self._release(node, job_id)
+                    self.energy.wake()
             else:
                 if not batch_only:
                     for pgid in pgids:
@@ -265,7 +267,10 @@ class Agent:
             return
         self.connected = True
         body = reply.json()
-        self._acknowledged(hb.events, body.get("acknowledged", []))
+        acked = body.get("acknowledged", [])
+        self._acknowledged(hb.events, acked)
+        if acked:
+            self.energy.wake()  # the controller has recorded these ends: a reading past them settles their energy
         for job_id in body.get("cancel", []):
             self.signal_job(job_id, [n.name for n in hb.nodes], signal.SIGKILL, False, True)
 
@@ -282,6 +287,8 @@ class Agent:
                 if self.config.emulated_nodes and khz and f_max:
                     self.throttle.set((job.node, job.job_id), khz / f_max)
             self._sampling_interval()
+        loop = asyncio.get_running_loop()
+        self.energy.on_poll = lambda: loop.call_soon_threadsafe(self._energy_read)
         self.energy.start()
         self.profiler.start()
         last_beat = 0.0
@@ -293,7 +300,8 @@ class Agent:
             try:
                 await self.batch.poll_adopted()
                 now = time.monotonic()
-                full = now - last_beat >= self.heartbeat_s or not self.connected
+                full = now - last_beat >= self.heartbeat_s or not self.connected or self._fresh_energy
+                self._fresh_energy = False
                 hb = self.report(with_nodes=full)
                 if full or hb.events:
                     await self.send(hb)
@@ -301,6 +309,11 @@ class Agent:
                         last_beat = now
             except Exception:  # one bad report must not end the heartbeats for good
                 log.exception("heartbeat failed")
+
+    def _energy_read(self) -> None:
+        """A reading asked for by job ends is done: it goes to the controller now."""
+        self._fresh_energy = True
+        self._kick.set()
 
     async def close(self) -> None:
         self.throttle.stop()

@@ -35,6 +35,7 @@ from wattsched.noded import procstat
 log = logging.getLogger("wattsched.noded")
 
 # per node: for each job, (process groups, current kHz, highest kHz)
+WAKE_GAP_S = 0.25  # the shortest time between two reads asked for by job ends
 SLOW_READ_S = 0.1
 JobLoads = Callable[[], dict[str, dict[int, tuple[set[int], int, int]]]]
 
@@ -67,6 +68,8 @@ class EnergyMeter:
         self._load()
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._wake = threading.Event()  # a job ended: read the nodes now, not at the next interval
+        self.on_poll: Callable[[], None] | None = None  # told when a poll asked for by wake() is done
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="energy-read")
         self._pending: dict[str, concurrent.futures.Future] = {}
         self._cpu_prev: dict[tuple[str, int], tuple[float, float]] = {}
@@ -96,10 +99,16 @@ class EnergyMeter:
 
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
         if self._thread.is_alive():
             self._thread.join(timeout=self.read_timeout_s + 1)
             self._save()
         self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def wake(self) -> None:
+        """Read the nodes as soon as the last read is WAKE_GAP_S old: a job that just ended gets a
+        reading past its end, so that its energy is settled when its completion is recorded."""
+        self._wake.set()
 
     def samples(self) -> dict[str, EnergySample]:
         """Each node's counter; with ``calc_adjustment`` (EnergyIPMICalcAdjustment) carried from
@@ -227,6 +236,8 @@ class EnergyMeter:
     def _run(self) -> None:
         while not self._stop.is_set():
             started = time.time()
+            asked = self._wake.is_set()
+            self._wake.clear()
             try:
                 self.poll_once(started)
                 if started - self._last_save >= 10:
@@ -234,4 +245,8 @@ class EnergyMeter:
                     self._last_save = started
             except Exception as exc:  # a broken sensor must not stop the meter
                 log.error("energy polling failed", extra={"error": str(exc)})
-            self._stop.wait(max(0.0, self.interval_s - (time.time() - started)))
+            if asked and self.on_poll is not None:
+                self.on_poll()
+            self._wake.wait(max(0.0, self.interval_s - (time.time() - started)))
+            # job ends come in bursts: they share a read, at most one per WAKE_GAP_S
+            self._stop.wait(max(0.0, started + WAKE_GAP_S - time.time()))

@@ -154,6 +154,38 @@ def test_a_4_node_job_is_charged_the_sum_of_its_nodes_energy(tmp_path) -> None:
         c.stop()
 
 
+def test_the_record_that_first_says_completed_carries_the_energy(tmp_path) -> None:
+    # Nodes are read once an hour here: only the reading each agent takes when a job ends can
+    # settle the energy, and until it does the job stays COMPLETING, as in Slurm.
+    c = Cluster(tmp_path, agents=2, extra="AcctGatherEnergyType=acct_gather_energy/emulated\nAcctGatherNodeFreq=3600",
+                node_extra="IdleWatts=100 MaxWatts=300").start()
+    try:
+        wait_for(lambda: all(n["metered"] for n in c.nodes()), 20, what="nodes metered")
+        done = c.sbatch("-N", "2", "-n", "2", "--wrap", "srun sleep 1")
+        cancelled = c.sbatch("-N", "2", "-n", "2", "--wrap", "srun sleep 300")
+        c.wait_state(cancelled, "RUNNING", timeout=30)
+        seen: dict[str, list[str]] = {}
+
+        def first_final() -> bool:
+            out = c.run("sacct", "-X", "-n", "-P", "-j", f"{done},{cancelled}", "-o",
+                        "JobID,State,ConsumedEnergyRaw").stdout
+            for line in out.splitlines():
+                job, state, joules = line.split("|")
+                if state.split()[0] in ("COMPLETED", "CANCELLED"):
+                    seen.setdefault(job, [state.split()[0], joules])
+            if str(done) in seen and str(cancelled) not in seen and c.job(cancelled)["state"] == "RUNNING":
+                c.run("scancel", str(cancelled))
+            return len(seen) == 2
+
+        wait_for(first_final, 60, 0.05, what="both jobs final in sacct")
+        assert seen[str(done)][0] == "COMPLETED" and seen[str(cancelled)][0] == "CANCELLED"
+        for state, joules in seen.values():
+            assert joules and int(joules) > 0, seen  # never a final state with 0 J
+        assert c.run("squeue", "-h", "-t", "all", "-j", str(done), "-o", "%T").stdout.strip() == "COMPLETED"
+    finally:
+        c.stop()
+
+
 def _nvml_available() -> str:
     """'' when NVML answers here, else why not."""
     try:
