@@ -179,7 +179,7 @@ def test_the_record_that_first_says_completed_carries_the_energy(tmp_path) -> No
 
         wait_for(first_final, 60, 0.05, what="both jobs final in sacct")
         assert seen[str(done)][0] == "COMPLETED" and seen[str(cancelled)][0] == "CANCELLED"
-        for state, joules in seen.values():
+        for _state, joules in seen.values():
             assert joules and int(joules) > 0, seen  # never a final state with 0 J
         assert c.run("squeue", "-h", "-t", "all", "-j", str(done), "-o", "%T").stdout.strip() == "COMPLETED"
     finally:
