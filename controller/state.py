@@ -43,6 +43,7 @@ from wattsched.model import Job, Node, Reservation, Step
 from wattsched.usage import merge as merge_usage
 
 log = logging.getLogger("wattsched.controller")
+_WAKE = {states.P_POWERING_UP: scheduling.POWERING_UP, states.P_POWERED_DOWN: scheduling.POWERED_DOWN}
 
 NOT_RESPONDING = "Not responding"
 MAX_TASKS_PER_NODE = 512  # Slurm's MaxTasksPerNode default: a step may not place more on a node
@@ -254,7 +255,7 @@ class ClusterState:
     def node_snaps(self) -> dict[str, scheduling.NodeSnap]:
         return {n.name: scheduling.NodeSnap(n.name, n.cpus, n.cpus - n.alloc_cpus, n.real_memory_mb,
                                             n.real_memory_mb - n.alloc_mem_mb, n.weight, frozenset(n.features),
-                                            n.schedulable, n.power == states.P_POWERED_DOWN)
+                                            n.schedulable, _WAKE.get(n.power, scheduling.POWERED_ON))
                 for n in self.nodes.values()}
 
     def _request(self, job: Job) -> scheduling.JobRequest:

@@ -27,6 +27,11 @@ from wattsched import power as power_mod
 from wattsched import states
 from wattsched.power import PowerSnap
 
+# How far a node is from running new work, for node selection: nodes that are on come first,
+# then the ones already powering up, then the powered-down ones (waking a node costs minutes and
+# energy). Slurm, too, places powered-down nodes after all others, whatever their Weight.
+POWERED_ON, POWERING_UP, POWERED_DOWN = 0, 1, 2
+
 
 @dataclass(frozen=True, slots=True)
 class NodeSnap:
@@ -41,7 +46,7 @@ class NodeSnap:
     weight: int = 1
     features: frozenset[str] = frozenset()
     schedulable: bool = True
-    powered_down: bool = False  # power saving switched it off: used after the nodes that are on
+    wake: int = POWERED_ON  # how far from running work it is: used after the nodes nearer to it
 
 
 @dataclass(frozen=True, slots=True)
@@ -588,15 +593,16 @@ class NodeMemo:
 
 def _same_fixed(node: NodeSnap, other: NodeSnap) -> bool:
     """Whether the two agree on what decides whether and in which order a node is a candidate."""
-    return node.schedulable == other.schedulable and node.powered_down == other.powered_down and \
+    return node.schedulable == other.schedulable and node.wake == other.wake and \
         node.cpus == other.cpus and node.real_memory_mb == other.real_memory_mb and node.weight == other.weight \
         and node.features == other.features
 
 
 class Candidates:
-    """The nodes a job may use, lowest Weight first, then by name order; built once per request
-    shape (and, with a :class:`NodeMemo`, kept across passes while the nodes' fixed attributes
-    stay), since a 5,000-node partition is too long to filter again for every job.
+    """The nodes a job may use: the ones that are on first (see POWERED_ON), lowest Weight first,
+    then by name order; built once per request shape (and, with a :class:`NodeMemo`, kept across
+    passes while the nodes' fixed attributes stay), since a 5,000-node partition is too long to
+    filter again for every job.
 
     A job in a reservation may use only that reservation's nodes, and only within its window,
     unless the reservation has the FLEX flag (then it may also start early, overrun and use
@@ -647,9 +653,9 @@ class Candidates:
         if excluded or allowed is not None or wanted:
             result = [n for n in result if n.name not in excluded and (allowed is None or n.name in allowed)
                       and (not wanted or wanted <= n.features)]
-        # stable: name order within equal weight; waking a node costs time and energy, so last
-        if len({(n.weight, n.powered_down) for n in result}) > 1:
-            result.sort(key=lambda n: (n.weight, n.powered_down))
+        # stable: name order within equal weight, the nodes that are on before the others
+        if len({(n.wake, n.weight) for n in result}) > 1:
+            result.sort(key=lambda n: (n.wake, n.weight))
         return [n.name for n in result]
 
 

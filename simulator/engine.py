@@ -41,6 +41,7 @@ BOUNDED_SLOWDOWN_TAU_S = 10.0
 # what a job's accounted energy (the one EnergyFairShare charges) follows: its nodes' power model,
 # or its CPU-seconds (seed 000's simulations)
 ENERGY_MODELS = ("node", "cpu")
+_WAKE = {switching.SWITCHING_ON: scheduling.POWERING_UP, switching.OFF: scheduling.POWERED_DOWN}
 
 
 @dataclass(slots=True)
@@ -221,6 +222,8 @@ class Simulation:
                 self._push(record.job.submit, SUBMIT, record.job.job_id)
         if self.period:
             self._push(first + self.period, PERIOD)
+        if self.t_idle is not None:  # the nodes idle from the start reach the idle timeout too
+            self._push(first + self.t_idle, TICK)
         total = len(jobs)
         done = 0
         last_end = first
@@ -319,7 +322,7 @@ class Simulation:
         conf = node.conf
         return scheduling.NodeSnap(conf.name, conf.cpus, conf.cpus - node.alloc_cpus, conf.real_memory_mb,
                                    conf.real_memory_mb - node.alloc_mem_mb, conf.weight, frozenset(conf.features),
-                                   node.power != switching.SWITCHING_OFF, node.power == switching.OFF)
+                                   node.power != switching.SWITCHING_OFF, _WAKE.get(node.power, scheduling.POWERED_ON))
 
     def _changed(self, node: SimNode) -> None:
         self.dirty.add(node.conf.name)

@@ -16,8 +16,8 @@ pytestmark = pytest.mark.slow
 NODE_WATTS = "IdleWatts=95 MaxWatts=190 PowerSaveWatts=10 SwitchOnTime=2 SwitchOffTime=1"
 
 
-def _cluster(tmp_path, extra: str, bmc: bool) -> Cluster:
-    return Cluster(tmp_path, nodes=3, cpus=2, bmc=bmc, node_extra=NODE_WATTS,
+def _cluster(tmp_path, extra: str, bmc: bool, nodes: int = 3, cpus: int = 2) -> Cluster:
+    return Cluster(tmp_path, nodes=nodes, cpus=cpus, bmc=bmc, node_extra=NODE_WATTS,
                    extra="EmulatedNodes=YES\nAcctGatherEnergyType=acct_gather_energy/emulated\nAcctGatherNodeFreq=1\n"
                          f"EmulatedBMCPort={free_port()}\n{extra}").start()
 
@@ -90,6 +90,30 @@ def test_idle_nodes_power_down_and_wake_for_a_job_through_their_bmcs(tmp_path) -
         bad = _run(cluster, "wattsched", "power", "off", "n77")
         assert bad.returncode == 1 and "Invalid node name specified: n77" in bad.stderr
         assert set(_sinfo(cluster).values()) <= {"idle~", "idle"}  # nothing changed by the refusals
+    finally:
+        cluster.stop()
+
+
+def test_a_job_goes_to_nodes_that_are_on_before_switched_off_ones(tmp_path) -> None:
+    # n01-n04 never power down, n05-n08 do. A job on n05-n07 wakes those three; then a one-node
+    # job finds n01-n04 on and idle, and n08 off, alone between busy nodes (the tightest fit): it
+    # runs on n01, and n08 stays off. (The simulator makes the same choice: test_simulator.py.)
+    cluster = _cluster(tmp_path, "SuspendTime=2\nSuspendTimeout=2\nResumeTimeout=30\nSuspendExcNodes=n[01-04]",
+                       bmc=True, nodes=8, cpus=1)
+    try:
+        wait_for(lambda: _sinfo(cluster) == {**{f"n0{i}": "idle" for i in range(1, 5)},
+                                             **{f"n0{i}": "idle~" for i in range(5, 9)}}, 30,
+                 what="n05-n08 powered down")
+        woken = _out(cluster, "sbatch", "--parsable", "-w", "n[05-07]", "--wrap", "sleep 300").strip()
+        wait_for(lambda: _out(cluster, "squeue", "-h", "-j", woken, "-o", "%t").strip() == "R", 30,
+                 what="the job on n05-n07 running once they are up")
+        job = _out(cluster, "sbatch", "--parsable", "--wrap", "sleep 300").strip()
+        wait_for(lambda: _out(cluster, "squeue", "-h", "-j", job, "-o", "%t").strip() == "R", 30,
+                 what="the one-node job running")
+        assert _out(cluster, "squeue", "-h", "-j", job, "-o", "%N").strip() == "n01"
+        assert _sinfo(cluster)["n08"] == "idle~"
+        report = json.loads(_out(cluster, "wattsched", "power", "report", "--json"))
+        assert report["switches_on"] == 3
     finally:
         cluster.stop()
 

@@ -95,6 +95,19 @@ def test_idle_timeout_in_virtual_time_switches_and_wakes_nodes(tmp_path) -> None
     assert sum(energy.values()) < sum(always_on.energy_by_state.values())
 
 
+def test_jobs_go_to_nodes_that_are_on_before_switched_off_ones(tmp_path) -> None:
+    # Eight one-CPU nodes, SuspendTime=60. J1 (t=0, 4 nodes, 100 s) runs on s1-s4; s5-s8 go off at
+    # 60. J2 (t=90, 3 nodes) must wake three of them: s5-s7. J1 ends at 100. J3 (t=110, 1 node) has
+    # s1-s4 on and idle, and s8 off, alone between busy nodes (the tightest fit): it runs on s1 at
+    # once, and nothing else is switched on.
+    jobs = Workload([SimJob(1, 0, 100, 100, 4), SimJob(2, 90, 1000, 1000, 3), SimJob(3, 110, 100, 100, 1)])
+    result = engine.Simulation(_platform(tmp_path, "SuspendTime=60", nodes=8), jobs).run()
+    placed = {r.job.job_id: (r.start, sorted(r.alloc_cpus)) for r in result.records}
+    assert placed[3] == (110.0, ["s1"])
+    assert placed[2] == (90.0 + 10, ["s5", "s6", "s7"])  # after SwitchOnTime
+    assert result.switches_on == 3
+
+
 def test_same_input_same_output(tmp_path) -> None:
     conf = _platform(tmp_path, "PowerSaveType=power_save/energy_aware", nodes=8)
     jobs = workload.synthetic_002(60, 8, 1, seed=5)

@@ -1,14 +1,14 @@
 """select/cons_tres: CPUs and memory as consumable resources on shared nodes.
 
 Contiguous best fit: among the runs of consecutive usable nodes (``node07, node08, ...``, of one
-Weight, lowest Weight first), the smallest run that can hold the job is used from its start, so
-allocations are compact hostlists and large free runs stay whole for large jobs; when no single
-run can, first fit over all usable nodes in Weight and name order. A node can take ``free CPUs
-// cpus-per-task`` tasks, capped by ``--ntasks-per-node`` and by its free memory; nodes named
-with ``-w`` come first and must all be used. Tasks are laid out in blocks: every chosen node
-gets one task, then nodes are filled in order. ``--exclusive`` takes whole idle nodes. Memory
-per node is ``--mem``, or ``--mem-per-cpu`` (else DefMemPerCPU) times the node's allocated CPUs;
-0 means memory is not tracked for the job.
+power state and one Weight; the nodes that are on first, then lowest Weight), the smallest run
+that can hold the job is used from its start, so allocations are compact hostlists and large free
+runs stay whole for large jobs; when no single run can, first fit over all usable nodes in that
+order. A node can take ``free CPUs // cpus-per-task`` tasks, capped by ``--ntasks-per-node`` and
+by its free memory; nodes named with ``-w`` come first and must all be used. Tasks are laid out
+in blocks: every chosen node gets one task, then nodes are filled in order. ``--exclusive`` takes
+whole idle nodes. Memory per node is ``--mem``, or ``--mem-per-cpu`` (else DefMemPerCPU) times
+the node's allocated CPUs; 0 means memory is not tracked for the job.
 """
 
 from __future__ import annotations
@@ -78,32 +78,32 @@ class ConsTresSelect:
         return chosen
 
     def _best_run(self, job: JobRequest, usable: list[tuple[NodeSnap, int]]) -> list[tuple[NodeSnap, int]] | None:
-        """The smallest run of consecutive nodes (by name, of one Weight) that can hold the job,
-        so that allocations are compact hostlists and large free runs stay whole; first fit over
+        """The smallest run of consecutive nodes (by name, of one power state and Weight) that can
+        hold the job, so that allocations are compact hostlists and large free runs stay whole; first fit over
         all usable nodes when no single run can."""
         nodes_min, ntasks, nodes_max = job.nodes_min, job.ntasks, job.nodes_max or _MANY
         ranks = _RANKS
-        best: tuple[int, int, int] | None = None  # (weight, capacity, start index)
-        run_start = run_len = run_capacity = weight = 0
+        best: tuple[int, int, int, int] | None = None  # (wake, weight, capacity, start index)
+        run_start = run_len = run_capacity = weight = wake = 0
         follows = _NEVER  # the rank of the node that would continue the run
         for index, (node, tasks) in enumerate(itertools.chain(usable, (_STOP,))):
             rank = ranks.get(node.name)
             if rank is None:
                 rank = _rank(node.name)
-            if rank != follows or node.weight != weight:  # the run before this node is over
+            if rank != follows or node.weight != weight or node.wake != wake:  # the run before this node is over
                 if index and run_len >= nodes_min and run_capacity >= ntasks:
-                    candidate = (weight, run_capacity, run_start)
+                    candidate = (wake, weight, run_capacity, run_start)
                     if best is None or candidate < best:
                         best = candidate
                         if run_capacity == ntasks:  # an exact fit: nothing can do better
                             break
-                run_start, run_len, run_capacity, weight = index, 0, 0, node.weight
+                run_start, run_len, run_capacity, weight, wake = index, 0, 0, node.weight, node.wake
             if run_len < nodes_max:
                 run_capacity += tasks
             run_len += 1
             follows = rank + 1 if rank >= 0 else _NEVER
         if best is not None:
-            return self._take(job, itertools.islice(usable, best[2], None))
+            return self._take(job, itertools.islice(usable, best[3], None))
         return self._take(job, usable)
 
     def _with_required(self, job: JobRequest, candidates: list[NodeSnap],
