@@ -39,6 +39,7 @@ class Dispatcher:
         self._token_time = 0.0
         self._last_try: dict[tuple[str, int], float] = {}
         self._tasks: set[asyncio.Task] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop power programs report back to
 
     def _headers(self) -> dict[str, str]:
         now = time.time()
@@ -66,7 +67,8 @@ class Dispatcher:
                 if not job.interactive and batch_node.agent_url:
                     launches[batch_node.agent_url].append(job)
             elif isinstance(action, PowerProgram):
-                run_program(self.state.config, action)
+                self._loop = asyncio.get_running_loop()
+                run_program(self.state.config, action, self._power_failed_in_thread)
             else:
                 self._last_try[("signal", action.job_id)] = now
                 by_agent: dict[str, list[str]] = defaultdict(list)
@@ -78,6 +80,14 @@ class Dispatcher:
                     self._spawn(self._signal(url, action, names))
         for url in set(launches) | set(allocations):
             self._spawn(self._launch(url, launches.get(url, []), allocations.get(url, [])))
+
+    def _power_failed_in_thread(self, program: PowerProgram, _error: str) -> None:
+        assert self._loop is not None  # set before the program's thread starts
+        self._loop.call_soon_threadsafe(self._power_failed, program)
+
+    def _power_failed(self, program: PowerProgram) -> None:
+        self.run(self.state.power_program_failed(program.kind, program.nodes, time.time()))
+        self.on_change()
 
     def _spawn(self, coro) -> None:
         task = asyncio.get_running_loop().create_task(coro)

@@ -54,7 +54,7 @@ def build(config: config_mod.Config) -> Controller:
 
 def run(config_path: str, host: str | None = None, port: int | None = None) -> None:
     os.umask(0o077)  # state, databases, WAL files, logs and keys are created private
-    config = config_mod.load(config_path)
+    config = config_mod.load(config_path, switches_nodes=True)
     logs.setup(config.log_level)
     controller = build(config)
     uvicorn.run(create_app(controller), host=host or config.slurmctld_addr, port=port or config.slurmctld_port,

@@ -9,6 +9,9 @@ power flags, runs SuspendProgram / ResumeProgram with a hostlist, and times swit
   A node is up when its agent reports it on since after the resume began (a real node boots
   a new agent; a virtual node's chassis finishes switching on). A node not up within
   ResumeTimeout goes DOWN and its job is requeued.
+- A program that fails (non-zero exit) leaves no false state: a node it failed to suspend is
+  on again (idle, its idle time counted anew); a node it failed to resume goes DOWN at once,
+  its job requeued. The log line names the program and the nodes.
 - Rates: at most SuspendRate suspends and ResumeRate resumes per minute (0: no limit);
   resumes for jobs are never held back, as a job would otherwise wait for a minute.
 - Every change is a node event (POWERING_DOWN, POWERED_DOWN, POWERING_UP, POWERED_UP,
@@ -24,7 +27,7 @@ import shlex
 import subprocess
 import sys
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from wattsched import hostlist, plugins, powersave, states
@@ -34,6 +37,8 @@ from wattsched.model import Node
 log = logging.getLogger("wattsched.controller.power")
 
 RESUME_TIMEOUT_REASON = "ResumeTimeout reached"
+RESUME_FAILED_REASON = "ResumeProgram failed"
+SUSPEND_FAILED_REASON = "SuspendProgram failed"
 
 
 @dataclass(slots=True)
@@ -115,20 +120,24 @@ class PowerSaving:
         return None
 
 
-def run_program(config: Config, action: PowerProgram) -> None:
-    """Run the program in a thread of its own, as Slurm forks it: the controller never waits."""
+def run_program(config: Config, action: PowerProgram, failed: Callable[[PowerProgram, str], None]) -> None:
+    """Run the program in a thread of its own, as Slurm forks it: the controller never waits. A
+    program that fails is logged with its nodes and reported through ``failed`` (from the thread)."""
     argv = program_argv(config, action.kind, action.nodes)
     env = dict(os.environ, SLURM_CONF=config.source, WATTSCHED_CONF=config.source)
+    nodes = hostlist.compress(action.nodes)
 
     def run() -> None:
         try:
             done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600, check=False)
         except (OSError, subprocess.TimeoutExpired) as exc:
-            log.error("power program failed", extra={"program": argv[0], "error": str(exc)})
-            return
-        if done.returncode != 0:
-            log.error("power program failed", extra={"program": argv[0], "nodes": argv[-1] if not
-                      config.suspend_program else hostlist.compress(action.nodes),
-                      "exit": done.returncode, "stderr": done.stderr.strip()[-500:]})
+            error = str(exc)
+        else:
+            if done.returncode == 0:
+                return
+            error = f"exit {done.returncode}: {done.stderr.strip()[-500:]}"
+        log.error("power program failed", extra={"program": argv[0], "kind": action.kind, "nodes": nodes,
+                                                  "error": error})
+        failed(action, error)
 
     threading.Thread(target=run, name=f"power-{action.kind}", daemon=True).start()

@@ -35,7 +35,13 @@ from wattsched.auth import Identity
 from wattsched.config import Config, parse_power_cap
 from wattsched.controller import energy, views
 from wattsched.controller import submit as submit_mod
-from wattsched.controller.powersaving import RESUME_TIMEOUT_REASON, PowerProgram, PowerSaving
+from wattsched.controller.powersaving import (
+    RESUME_FAILED_REASON,
+    RESUME_TIMEOUT_REASON,
+    SUSPEND_FAILED_REASON,
+    PowerProgram,
+    PowerSaving,
+)
 from wattsched.controller.priority import Shares
 from wattsched.controller.reservations import ReservationBook, ReservationError
 from wattsched.controller.store import StateStore
@@ -994,6 +1000,23 @@ class ClusterState:
             self.power_saving.begin_resume(self.nodes[name], now, job_id)
             self._node_event(self.nodes[name], now, states.P_POWERING_UP, f"job {job_id}" if job_id else "")
         return [PowerProgram("resume", names)] if names else []
+
+    def power_program_failed(self, kind: str, names: list[str], now: float) -> list[Action]:
+        """SuspendProgram or ResumeProgram failed on these nodes: a node still being suspended is
+        on again; a node still being resumed goes DOWN (its job requeued), as at ResumeTimeout."""
+        actions: list[Action] = []
+        for name in names:
+            node = self.nodes.get(name)
+            if node is None:
+                continue
+            if kind == "suspend" and node.power == states.P_POWERING_DOWN:
+                node.power, node.power_since, node.idle_since = "", 0.0, now
+                self._node_event(node, now, "POWERED_UP", SUSPEND_FAILED_REASON)
+            elif kind == "resume" and node.power == states.P_POWERING_UP:
+                node.power = ""
+                actions.extend(self.node_down(node, RESUME_FAILED_REASON, now))
+        self._save_nodes()
+        return actions
 
     def _node_up(self, node: Node, report: NodeReport, now: float) -> bool:
         """Whether a node powering up has come up: its agent reports it on since the resume began."""

@@ -671,8 +671,11 @@ def _set(target: dict, table: dict, lower: dict, key: str, value: str, path: str
         raise ConfigError(path, lineno, canonical, str(exc)) from exc
 
 
-def load(path: str | os.PathLike[str], globals_only: bool = False) -> Config:
+def load(path: str | os.PathLike[str], globals_only: bool = False, switches_nodes: bool = False) -> Config:
     """Read and validate a configuration file (and the files it includes).
+
+    ``switches_nodes``: the reader will switch nodes (the controller, not the simulator), so power
+    saving must have a way to do it.
 
     ``globals_only`` skips node and partition lines: the CLI needs only the controller's
     address and the key, and a 5,000-node file would otherwise cost it start-up time.
@@ -730,8 +733,27 @@ def load(path: str | os.PathLike[str], globals_only: bool = False) -> Config:
     if len(defaults) > 1:
         values, ppath, lineno = partitions[part_objs.index(defaults[1])]
         raise ConfigError(ppath, lineno, "Default", "more than one partition has Default=YES")
-    return Config(source=path, files=tuple(files), nodes=tuple(nodes.values()), partitions=tuple(part_objs),
-                  **globals_)
+    config = Config(source=path, files=tuple(files), nodes=tuple(nodes.values()), partitions=tuple(part_objs),
+                    **globals_)
+    if switches_nodes:
+        _check_power_programs(config, where)
+    return config
+
+
+def _check_power_programs(config: Config, where: dict[str, tuple[str, int]]) -> None:
+    """Real nodes switched by power saving need a way to be switched: Suspend/ResumeProgram, or
+    (the default programs, IPMI chassis control) a BmcAddr each. Virtual nodes have their
+    emulated BMCs. Found at start-up rather than as a node that never comes back."""
+    if not config.power_saving or config.emulated_nodes or (config.suspend_program and config.resume_program):
+        return
+    excluded = set(config.suspend_exc_nodes)
+    excluded.update(n for p in config.partitions if p.name in config.suspend_exc_parts for n in p.nodes)
+    missing = [n.name for n in config.nodes if not n.bmc_addr and n.name not in excluded]
+    if missing:
+        key = "SuspendTime" if "SuspendTime" in where else "PowerSaveType"
+        raise ConfigError(*where.get(key, (config.source, 0)), key,
+                          "power saving needs SuspendProgram and ResumeProgram, or a BmcAddr for every node it "
+                          f"may switch (the default programs use IPMI); none for {hostlist.compress(missing)}")
 
 
 def _read(path: str, globals_: dict, nodes: dict, node_lines: dict, partitions: list,

@@ -63,7 +63,6 @@ class EnergyMeter:
         self.job_freq: dict[tuple[str, int], int] = {}
         self.job_rss: dict[tuple[str, int], int] = {}
         self.read_timeout_s = read_timeout_s
-        self.path = os.path.join(spool, "energy.json")
         self.nodes = {name: NodeEnergy() for name in nodes}
         self._load()
         self._lock = threading.Lock()
@@ -76,22 +75,28 @@ class EnergyMeter:
         self._thread = threading.Thread(target=self._run, name="energy", daemon=True)
         self._last_save = 0.0
 
+    def _path(self, node: str) -> str:
+        # one file a node: agents that share a spool folder (an emulated cluster's) never write
+        # the same file, and a node keeps its count whichever agent hosts it next
+        return os.path.join(self.spool, node, "energy.json")
+
     def _load(self) -> None:
-        try:
-            with open(self.path) as handle:
-                saved = json.load(handle)
-        except (OSError, ValueError):
-            return
-        for name, data in saved.items():
-            if name in self.nodes:
+        for name in self.nodes:
+            try:
+                with open(self._path(name)) as handle:
+                    data = json.load(handle)
                 # the plugin's own counters restart with us: carry the joules, rebase the readings
-                self.nodes[name] = NodeEnergy(joules=data["joules"], watts=data.get("watts", 0.0))
+                self.nodes[name] = NodeEnergy(joules=float(data["joules"]), watts=float(data.get("watts", 0.0)))
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
 
     def _save(self) -> None:
-        data = {n: {"joules": e.joules, "watts": e.watts, "time": e.time} for n, e in self.nodes.items()}
-        with open(self.path + ".tmp", "w") as handle:
-            json.dump(data, handle)
-        os.replace(self.path + ".tmp", self.path)
+        for name, e in self.nodes.items():
+            path = self._path(name)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path + ".tmp", "w") as handle:
+                json.dump({"joules": e.joules, "watts": e.watts, "time": e.time}, handle)
+            os.replace(path + ".tmp", path)
 
     def start(self) -> None:
         if self.plugin.kind != "none" or self.model is not None:

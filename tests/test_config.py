@@ -81,6 +81,21 @@ def test_globals_only_skips_nodes(tmp_path: Path) -> None:
     assert conf.cluster_name == "g" and conf.nodes == ()
 
 
+def test_power_saving_on_real_nodes_needs_a_way_to_switch_them(tmp_path: Path) -> None:
+    nodes = "NodeName=x[1-3] CPUs=4\nNodeName=x4 CPUs=4 BmcAddr=10.0.0.4\nPartitionName=p Nodes=x[1-4]\n"
+    path = write(tmp_path, f"ClusterName=g\nSuspendExcNodes=x1\nSuspendTime=60\n{nodes}")
+    with pytest.raises(config.ConfigError) as caught:
+        config.load(path, switches_nodes=True)  # the controller: it would run the default programs
+    assert (caught.value.line, caught.value.key) == (3, "SuspendTime")
+    assert "SuspendProgram and ResumeProgram, or a BmcAddr" in str(caught.value)
+    assert str(caught.value).endswith("none for x[2-3]")  # x1 is never switched, x4 has its BMC
+    assert config.load(path).suspend_time_s == 60  # the simulator switches nothing: no programs needed
+    programs = write(tmp_path, f"SuspendTime=60\nSuspendProgram=/sbin/off\nResumeProgram=/sbin/on\n{nodes}")
+    assert config.load(programs, switches_nodes=True).power_saving
+    virtual = write(tmp_path, f"EmulatedNodes=YES\nSuspendTime=60\n{nodes}")  # their emulated BMCs
+    assert config.load(virtual, switches_nodes=True).emulated_bmcs
+
+
 @pytest.mark.parametrize(("name", "nodes", "cpus"), [("emulated.conf", 16, 8), ("leaf257.conf", 257, 32),
                                                      ("curie.conf", 5040, 16)])
 def test_shipped_configs(name: str, nodes: int, cpus: int) -> None:

@@ -6,10 +6,13 @@ is requeued, and the saving is reported."""
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
+from pathlib import Path
 
 import pytest
-from wattsched.testcluster import Cluster, free_port, wait_for
+from wattsched.testcluster import BIN, Cluster, free_port, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -118,6 +121,39 @@ def test_a_job_goes_to_nodes_that_are_on_before_switched_off_ones(tmp_path) -> N
         cluster.stop()
 
 
+def test_a_failing_suspend_program_leaves_the_node_on(tmp_path) -> None:
+    # SuspendTimeout is long: only the program's failure can bring n01 back before it
+    cluster = _cluster(tmp_path, "SuspendTime=2\nSuspendTimeout=300\nSuspendProgram=/bin/false\n"
+                                 "ResumeProgram=/bin/true\nSuspendExcNodes=n[02-03]", bmc=False)
+    try:
+        log = cluster.logs / "controller.log"
+        wait_for(lambda: "power program failed" in log.read_text(), 30, what="the failure logged")
+        line = next(x for x in log.read_text().splitlines() if "power program failed" in x)
+        assert "kind='suspend'" in line and "nodes='n01'" in line and "program='/bin/false'" in line
+        wait_for(lambda: _sinfo(cluster)["n01"] == "idle", 20, what="n01 on and idle again")
+        job = _out(cluster, "sbatch", "--parsable", "-w", "n01", "--wrap", "true").strip()
+        wait_for(lambda: "COMPLETED" in _out(cluster, "sacct", "-n", "-X", "-j", job, "-o", "State"), 30,
+                 what="a job on n01, which never went off")
+    finally:
+        cluster.stop()
+
+
+def test_a_failing_resume_program_downs_the_node_and_requeues_its_job(tmp_path) -> None:
+    # ResumeTimeout is long: only the program's failure can end the resume before it
+    cluster = _cluster(tmp_path, "SuspendTime=1\nSuspendTimeout=1\nResumeTimeout=300\nSuspendProgram=/bin/true\n"
+                                 "ResumeProgram=/bin/false\nSuspendExcNodes=n[02-03]", bmc=False)
+    try:
+        wait_for(lambda: _sinfo(cluster)["n01"] == "idle~", 30, what="n01 powered down")
+        job = _out(cluster, "sbatch", "--parsable", "-w", "n01", "--wrap", "true").strip()
+        wait_for(lambda: "Reason=ResumeProgram failed" in _out(cluster, "scontrol", "show", "node", "n01"), 30,
+                 what="n01 DOWN for its failed resume")
+        assert _sinfo(cluster)["n01"].startswith("down")
+        shown = _out(cluster, "scontrol", "show", "job", job)
+        assert "JobState=PENDING" in shown and "Restarts=1" in shown  # requeued, to wait for n01
+    finally:
+        cluster.stop()
+
+
 def test_a_node_that_never_comes_back_goes_down_and_its_job_is_requeued(tmp_path) -> None:
     # programs that do nothing: the nodes are flagged off, but nothing ever switches them back on
     cluster = _cluster(tmp_path, "SuspendTime=1\nSuspendTimeout=1\nResumeTimeout=3\n"
@@ -142,3 +178,37 @@ def _user_token(cluster: Cluster) -> str:
 
     conf = config.load(str(cluster.conf))
     return auth.user_token(auth.read_key(conf.key_file), 1000, "alice")
+
+
+def test_the_shipped_leaf257_config_with_an_idle_timeout_suspends_and_resumes(tmp_path) -> None:
+    # etc/leaf257.conf as shipped (257 virtual nodes, 4 agents, no BMC settings), its state moved
+    # here and its ports free, with an idle timeout: `wattsched emulate` starts the emulated BMCs
+    # the default Suspend/ResumeProgram switch, nodes go idle~, and a job wakes four of them.
+    text = (Path(__file__).resolve().parents[1] / "etc" / "leaf257.conf").read_text()
+    text = text.replace("../wattsched-state/leaf257", str(tmp_path / "state"))
+    text = re.sub(r"SlurmctldPort=\d+", f"SlurmctldPort={free_port()}", text)
+    text = text.replace("NodeName=DEFAULT ", "NodeName=DEFAULT SwitchOnTime=2 SwitchOffTime=2 ")
+    conf = tmp_path / "leaf.conf"
+    conf.write_text(f"{text}\nEmulatedBMCPort={free_port()}\nSuspendTime=3\nSuspendTimeout=2\nResumeTimeout=120\n"
+                    "SuspendRate=0\n")
+    env = dict(os.environ, WATTSCHED_CONF=str(conf), SLURM_CONF=str(conf),
+               PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+    env.pop("SLURM_JOB_ID", None)
+
+    def out(*args: str) -> str:
+        done = subprocess.run(list(args), env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        assert done.returncode == 0, (args, done.stderr)
+        return done.stdout
+
+    out("wattsched", "emulate", "--daemon", str(conf))
+    try:
+        wait_for(lambda: out("sinfo", "-h", "-o", "%T %D").split() == ["idle~", "1", "idle~", "256"], 120,
+                 what="all 257 nodes powered down")
+        job = out("sbatch", "--parsable", "-N4", "--wrap", "true").strip()
+        wait_for(lambda: "COMPLETED" in out("sacct", "-n", "-X", "-j", job, "-o", "State"), 120,
+                 what="the job run on four woken nodes")
+        report = json.loads(out("wattsched", "power", "report", "--json"))
+        assert report["switches_off"] >= 257 and report["switches_on"] >= 4 and report["jobs_delayed"] == 1
+        assert "power program failed" not in (tmp_path / "state" / "ctld" / "log" / "controller.log").read_text()
+    finally:
+        subprocess.run(["wattsched", "emulate", "--stop", str(conf)], env=env, capture_output=True, timeout=120)
