@@ -678,7 +678,7 @@ class ClusterState:
             if upd.time_limit is not None:
                 self._update_time_limit(job, upd.time_limit, admin)
             if upd.priority is not None:
-                job.admin_priority = upd.priority
+                job.admin_priority = job.priority = upd.priority  # shown at once, as Slurm does
             if upd.nice is not None:
                 if upd.nice < 0 and not admin:
                     raise Refused("Access/permission denied", 403)

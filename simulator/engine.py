@@ -146,7 +146,8 @@ class Simulation:
         if default is None:
             raise ValueError(f"{config.source}: no partition to simulate on")
         self.partition = default.name
-        cpus = {n.cpus for n in config.nodes if n.name in default.nodes}
+        members = set(default.nodes)  # a tuple: a membership test per node would be O(N^2)
+        cpus = {n.cpus for n in config.nodes if n.name in members}
         self.cpus_per_node = min(cpus) if cpus else 1
         excluded = set(config.suspend_exc_nodes)
         for part in config.partitions:

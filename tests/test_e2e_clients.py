@@ -127,7 +127,10 @@ def test_submitit_runs_a_function_on_the_cluster(clients: Path, metered: Cluster
 
 
 def test_reportseff_reads_efficiency_and_energy(clients: Path, metered: Cluster) -> None:
-    job_id = metered.sbatch("-n", "2", "--wrap", "srun -n 2 sh -c 'i=0; while [ $i -lt 500000 ]; do i=$((i+1)); done'")
+    # busy for 3 s of the clock (a count of loop turns would end within a second on a fast CPU,
+    # and reportseff shows no efficiency for a job of 0 elapsed seconds)
+    job_id = metered.sbatch("-n", "2", "--wrap",
+                            "srun -n 2 sh -c 'end=$(($(date +%s)+3)); while [ $(date +%s) -lt $end ]; do :; done'")
     metered.wait_state(job_id, "COMPLETED", timeout=120)
     wait_for(lambda: metered.accounted(job_id)[0]["consumed_energy_j"], 60, what="the job's energy accounted")
     run = subprocess.run([str(clients / "reportseff"), "--no-color", "--format", "+Energy", str(job_id)],
