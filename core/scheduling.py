@@ -182,6 +182,20 @@ class SelectPlugin(Protocol):
     def select(self, job: JobRequest, candidates: list[NodeSnap], free: Mapping[str, tuple[int, int]],
                def_mem_per_cpu_mb: int) -> Allocation | None: ...
 
+    def quick_select(self, job: JobRequest, candidates: Candidates, def_mem_per_cpu_mb: int) -> Allocation | None:
+        """What select() would choose for a job of a common shape, found through an index the plugin
+        keeps in the memo (:meth:`Candidates.index`) instead of a scan of every candidate; None when
+        the job is not of such a shape or the index finds nothing (then select() decides)."""
+        ...
+
+
+class NodeIndex(Protocol):
+    """A select plugin's index over one candidate list, kept by :class:`NodeMemo` from pass to pass."""
+
+    def update(self, node: NodeSnap, free: tuple[int, int]) -> None:
+        """The node (perhaps not in the index's list) now has these free CPUs and memory."""
+        ...
+
 
 @dataclass(slots=True)
 class ArrayThrottle:
@@ -545,9 +559,14 @@ class NodeMemo:
         self._rebuild(())
 
     def refresh(self, snapshot: Snapshot) -> None:
+        # the indexes first forget what the last pass planned: they say what a snapshot says
+        for name in self.taken_in_pass:
+            for index in self.indexes.values():
+                index.update(self.by_name[name], self.free[name])
+        self.taken_in_pass.clear()
         if snapshot.partitions != self.partitions or snapshot.reservations != self.reservations:
             self.partitions, self.reservations = snapshot.partitions, snapshot.reservations
-            self.lists = {}
+            self.lists, self.indexes = {}, {}
         nodes, old = snapshot.nodes, self.nodes
         if nodes is old:
             return
@@ -565,7 +584,7 @@ class NodeMemo:
                 self._rebuild(nodes)
                 return
             if not _same_fixed(node, before):
-                self.lists = {}
+                self.lists, self.indexes = {}, {}
             self._set(i, node)
 
     def _rebuild(self, nodes: tuple[NodeSnap, ...]) -> None:
@@ -578,6 +597,15 @@ class NodeMemo:
         self.mem = np.array([n.free_mem_mb for n in nodes], dtype=np.int64)
         self.total_free = sum(max(0, n.free_cpus) for n in nodes)  # an over-allocated node frees nothing
         self.lists: dict[tuple, tuple[list[str], dict[str, int]]] = {}
+        self.indexes: dict[tuple, NodeIndex] = {}  # by candidate list and the plugin's kind of index
+        self.taken_in_pass: set[str] = set()
+
+    def taken(self, name: str, free: tuple[int, int]) -> None:
+        """A pass planned a start on the node: its indexes follow until the next refresh."""
+        if self.indexes:
+            self.taken_in_pass.add(name)
+            for index in self.indexes.values():
+                index.update(self.by_name[name], free)
 
     def _set(self, i: int, node: NodeSnap) -> None:
         name = node.name
@@ -589,6 +617,8 @@ class NodeMemo:
             self.with_cpus.add(name)
         else:
             self.with_cpus.discard(name)
+        for index in self.indexes.values():
+            index.update(node, self.free[name])
 
 
 def _same_fixed(node: NodeSnap, other: NodeSnap) -> bool:
@@ -638,6 +668,24 @@ class Candidates:
         if len(usable) * 8 < len(names):  # a busy machine: pick the few usable nodes out by position
             return [by_name[name] for _p, name in sorted((position[n], n) for n in usable if n in position)]
         return [by_name[name] for name in names if name in usable]
+
+    def index(self, job: JobRequest, kind: str,
+              build: Callable[[list[NodeSnap], Mapping[str, tuple[int, int]]], NodeIndex]) -> NodeIndex | None:
+        """The select plugin's ``kind`` of index over the job's candidate list, built on first use
+        from the nodes in list order and their free resources, then kept current by the memo. Only
+        for jobs whose candidates are their partition's nodes as they stand now (no reservation
+        anywhere, no excluded nodes, no features): None for the others."""
+        if self.snapshot.reservations or job.reservation or job.exc_nodes or job.features:
+            return None
+        key = (job.partition, "", (), (), ())
+        found = self.memo.indexes.get((key, kind))
+        if found is None:
+            built = self.memo.lists.get(key)
+            if built is None:
+                names = self._build(job, ())
+                built = self.memo.lists[key] = (names, {name: p for p, name in enumerate(names)})
+            found = self.memo.indexes[(key, kind)] = build([self.by_name[n] for n in built[0]], self.memo.free)
+        return found
 
     def _build(self, job: JobRequest, blocking: tuple[str, ...]) -> list[str]:
         snapshot = self.snapshot

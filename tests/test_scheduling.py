@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -12,6 +13,7 @@ from wattsched.plugins.sched.builtin import BuiltinScheduler
 from wattsched.plugins.select.cons_tres import ConsTresSelect
 from wattsched.plugins.select.linear import LinearSelect
 from wattsched.scheduling import (
+    Candidates,
     JobBrief,
     JobRequest,
     NodeSnap,
@@ -238,3 +240,53 @@ def test_contiguous_best_fit_is_the_smallest_run_by_definition(raw, ntasks, node
     else:
         assert alloc is not None and list(alloc.cpus) == chosen
         assert sum(alloc.tasks.values()) == max(ntasks, len(chosen))  # every node chosen gets a task
+
+
+@settings(max_examples=150, deadline=None)
+@given(layout=st.lists(st.tuples(st.integers(1, 40), st.integers(0, 4), st.sampled_from([1, 1, 5]),
+                                 st.sampled_from([0, 0, 2])), min_size=1, max_size=30),
+       steps=st.lists(st.tuples(st.integers(1, 12), st.integers(0, 3), st.booleans(), st.integers(0, 29),
+                                st.integers(0, 4)), min_size=1, max_size=25),
+       by_name=st.booleans())
+def test_the_run_index_chooses_what_a_scan_chooses(layout, steps, by_name) -> None:
+    """FreeRuns (select/cons_tres's quick_select, kept across passes by the memo) against
+    select()'s scan of every candidate, on random node names (gaps break runs) in name or any order, free CPUs,
+    Weights and power states, through a sequence of jobs placed and nodes changed between passes."""
+    names: dict[str, NodeSnap] = {}
+    for number, free, weight, wake in layout:
+        names[f"n{number}"] = NodeSnap(f"n{number}", 4, free, 8000, 8000 if free == 4 else 4000, weight=weight,
+                                       wake=wake)
+    # in name order (where the index serves) or in a partition's own order (where it declines)
+    node_list = tuple(sorted(names.values(), key=lambda n: int(n.name[1:])) if by_name else names.values())
+    select, memo = ConsTresSelect(), BuiltinScheduler().nodes
+    for step, (ntasks, nodes_min, exclusive, changed, new_free) in enumerate(steps):
+        snapshot = snap([], node_list)
+        candidates = Candidates(snapshot, memo)
+        free = dict(memo.free)
+        for size in (ntasks, 1 + ntasks // 3):  # two jobs in one pass, the second after the first's start
+            request = JobRequest(job_id=step, user="u", partition="debug", submit_time=NOW, ntasks=size,
+                                 nodes_min=min(nodes_min, size), exclusive=exclusive)
+            quick = select.quick_select(request, candidates, 0)
+            scanned = select.select(request, candidates.for_job(request, None), free, 0)
+            if quick is not None:
+                assert quick == scanned
+                for name, cpus in quick.cpus.items():  # planned in this pass: the index follows
+                    free[name] = (free[name][0] - cpus, free[name][1] - quick.mem_mb.get(name, 0))
+                    memo.taken(name, free[name])
+        # between passes one node's free CPUs change (a job ended or started elsewhere)
+        target = node_list[changed % len(node_list)]
+        node_list = tuple(replace(n, free_cpus=new_free, free_mem_mb=8000 if new_free == 4 else 4000)
+                          if n is target else n for n in node_list)
+
+
+def test_the_run_index_places_the_common_shapes_and_leaves_the_others() -> None:
+    # n01-n03 free, n04 busy, n05-n06 free: two tasks go to the smallest run that holds them
+    node_list = tuple(NodeSnap(f"n{i:02d}", 1, 0 if i == 4 else 1, 1000, 1000) for i in range(1, 7))
+    candidates = Candidates(snap([], node_list), BuiltinScheduler().nodes)
+    two = job(1, ntasks=2)
+    quick = ConsTresSelect().quick_select(two, candidates, 0)
+    assert quick is not None and list(quick.cpus) == ["n05", "n06"]
+    assert quick == ConsTresSelect().select(two, candidates.for_job(two, None), candidates.memo.free, 0)
+    for other in (job(2, mem_per_cpu_mb=100), job(3, req_nodes=("n01",)), job(4, cpus_per_task=2)):
+        assert ConsTresSelect().quick_select(other, candidates, 0) is None  # select() decides
+    assert ConsTresSelect().quick_select(two, candidates, 100) is None  # DefMemPerCPU: memory counts

@@ -45,8 +45,11 @@ class BuiltinScheduler:
     def plan(self, snapshot: Snapshot, order: Sequence[JobRequest], ineligible: Mapping[int, str],
              select: SelectPlugin, throttle: ArrayThrottle, decisions: Decisions) -> None:
         candidates = Candidates(snapshot, self.nodes)
-        # the memo's, copied at the pass's first start, which takes from them (most passes start nothing)
+        # the memo's, read as they are while the pass starts nothing or places its starts through the
+        # select plugin's index; copied (with what was planned) before the first scan that follows a
+        # start: a copy of a 25,000-node mapping at every start would cost more than the placing
         free, with_cpus, copied = self.nodes.free, self.nodes.with_cpus, False
+        planned: dict[str, tuple[int, int]] = {}
         total_free = self.nodes.total_free
         blocked: set[tuple[str, str]] = set()
         depth = 0
@@ -69,8 +72,15 @@ class BuiltinScheduler:
                 decisions.reasons[job.job_id] = states.R_PRIORITY
                 continue
             # a job needs at least a CPU per task: more than the machine has free fits nowhere
-            alloc = select.select(job, candidates.for_job(job, with_cpus), free, snapshot.def_mem_per_cpu_mb) \
-                if job.ntasks * max(1, job.cpus_per_task) <= total_free else None
+            alloc = None
+            if job.ntasks * max(1, job.cpus_per_task) <= total_free:
+                alloc = select.quick_select(job, candidates, snapshot.def_mem_per_cpu_mb)
+                if alloc is None:
+                    if planned and not copied:
+                        free = {**free, **planned}
+                        with_cpus = {n for n in with_cpus if n not in planned or planned[n][0] > 0}
+                        copied = True
+                    alloc = select.select(job, candidates.for_job(job, with_cpus), free, snapshot.def_mem_per_cpu_mb)
             if alloc is None:
                 decisions.reasons[job.job_id] = unplaced_reason(job, snapshot, candidates.by_name)
                 blocked.add((job.partition, job.reservation))
@@ -82,13 +92,14 @@ class BuiltinScheduler:
                     decisions.reasons[job.job_id] = power_reason
                     continue
                 meter.commit(alloc, job_end(job, snapshot.now))
-            if not copied:
-                free, with_cpus, copied = dict(free), set(with_cpus), True
             total_free -= sum(alloc.cpus.values())
             for name, cpus in alloc.cpus.items():
-                free_cpus, free_mem = free[name]
-                free[name] = (free_cpus - cpus, free_mem - alloc.mem_mb.get(name, 0))
-                if free_cpus == cpus:
-                    with_cpus.discard(name)
+                free_cpus, free_mem = planned[name] if name in planned else free[name]
+                planned[name] = left = (free_cpus - cpus, free_mem - alloc.mem_mb.get(name, 0))
+                if copied:
+                    free[name] = left
+                    if free_cpus == cpus:
+                        with_cpus.discard(name)
+                self.nodes.taken(name, left)
             decisions.starts.append((job.job_id, alloc))
             throttle.started(job)
