@@ -64,11 +64,12 @@ def test_inertial_state_machine_and_inertia() -> None:
     # MU did not rise: awakening -> sedating, no decision this time
     third = policy.decide(PowerSaveSnap(200.0, nodes), second.memory)
     assert third.suspend == third.resume == [] and third.memory["state"] == SEDATING
-    # still quiet: sedating decides, nb = f(1) = 2 idle nodes off, longest idle first
+    # still quiet: sedating decides; the last call switched nothing (S_e empty), so the inertia
+    # starts again from one node: nb = max(f(0), 1) = 1 idle node off, the longest idle first
     fourth = policy.decide(PowerSaveSnap(300.0, nodes), third.memory)
-    assert fourth.suspend == ["n2", "n3"] and fourth.memory["switched"] == 2
+    assert fourth.suspend == ["n2"] and fourth.memory["switched"] == 1
     # load arrives: 4 jobs x 2 nodes x 1000 s over 6 usable nodes = 1333 s >= 500: awakening, decide now,
-    # nb = min(max(f(2), 1), |off nodes|) = min(4, 2)
+    # nb = min(max(f(1), 1), |off nodes|) = 2
     queue = tuple(PendingBrief(i, 2, 1000.0) for i in range(4))
     loaded = PowerSaveSnap(400.0, nodes, queue)
     fifth = policy.decide(loaded, fourth.memory)

@@ -13,7 +13,8 @@ call, drives a two-state machine (initially *awakening*):
 
 A decision switches nb = min(max(f(|S_e|), 1), |S_a|) nodes: on (off nodes) when awakening, off
 (idle nodes) when sedating, where S_a are the nodes that can be switched that way and S_e the
-nodes switched at the previous decision; f is the inertia function, ``double`` (2x, the seed's)
+nodes switched since the previous periodic call (none after a call without a decision); f is
+the inertia function, ``double`` (2x, the seed's)
 or ``plus1`` (x + 1)."""
 
 from __future__ import annotations
@@ -62,6 +63,11 @@ class Inertial:
             else:
                 decision.suspend = chosen
             mem["switched"] = nb
+        else:
+            # S_e is what was switched since the last periodic call: after a call without a
+            # decision (every change of direction makes one), the inertia starts again from one
+            # node, instead of switching twice the last decision's count the other way at once
+            mem["switched"] = 0
         mem.update(last_call=snap.now, sum=0.0, count=0, prev_mu=mu)
         decision.memory = mem
         return decision
