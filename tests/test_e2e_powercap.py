@@ -135,6 +135,33 @@ def test_example_2_power_saving_reclaims_watts_for_a_blocked_job(leaf_powersave:
     _interrupt(job)
 
 
+@pytest.fixture
+def leaf_idle_timeout(tmp_path) -> Iterator[Leaf]:
+    """Example 2 as the prototype ran it: Slurm's own power saving (an idle timeout, at most
+    SuspendRate switch-offs a minute, the physical partition never), PowerSaveWatts=5."""
+    extra = ("SuspendTime=30\nSuspendRate=107\nSuspendExcParts=physical\nSuspendTimeout=2\n"
+             "SuspendProgram=/bin/true\nResumeProgram=/bin/true\n")
+    yield from _started(Leaf(tmp_path, extra=extra, node_default="PowerSaveWatts=5"))
+
+
+def test_example_2_exactly_as_the_prototype_with_the_idle_timeout(leaf_idle_timeout: Leaf) -> None:
+    # The seed's sequence: Example 1's job has just run on leaf[1000-1009]; the cap is set; a
+    # 10-node job is blocked. When the other nodes have been idle for SuspendTime, the first
+    # minute's SuspendRate=107 switch-offs take the longest idle in name order, leaf[1010-1116];
+    # once they are down the job starts on leaf[1000-1009], and the seed's figures are printed.
+    leaf = leaf_idle_timeout
+    leaf.run("srun", "-n", "10", "-N", "10", "sleep", "1")  # Example 1's job, on the first ten nodes
+    leaf.run("scontrol", "update", "powercap=121000")
+    job, job_id = _blocked_by_power(leaf)
+    assert _read_until(job.stderr, r"has been allocated")[-1] == f"srun: job {job_id} has been allocated resources"
+    assert leaf.run("squeue", "-h", "-j", job_id, "-o", "%N").stdout.strip() == "leaf[1000-1009]"
+    states = sorted(leaf.run("sinfo", "-h", "-p", "virtual", "-o", "%t %D %N").stdout.split("\n"))
+    assert states == ["", "idle 139 leaf[1117-1255]", "idle~ 107 leaf[1010-1116]", "mix 10 leaf[1000-1009]"]
+    assert leaf.powercap() == "MinWatts=2230 CurrentWatts=73535 PowerCap=121000 AdjustedMaxWatts=143035 " \
+                              "MaxWatts=244150"
+    _interrupt(job)
+
+
 def _interrupt(proc: subprocess.Popen) -> None:
     """Ctrl-C, as a user would: srun ends its step and gives its allocation back."""
     proc.send_signal(signal.SIGINT)
