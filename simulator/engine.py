@@ -260,6 +260,12 @@ class Simulation:
     def _request(self, record: JobRecord) -> scheduling.JobRequest:
         job = record.job
         account, limit = job.account or DEFAULT_ACCOUNT, max(1, math.ceil(job.walltime / 60))
+        if job.nodes:  # its own shape: so many cores on each of so many nodes, shared with other jobs
+            # (a task of that many CPUs a node: only nodes with that many free cores are candidates)
+            return scheduling.JobRequest(job_id=job.job_id, user=job.user, partition=self.partition,
+                                         submit_time=record.submit, nodes_min=job.nodes, nodes_max=job.nodes,
+                                         ntasks=job.nodes, ntasks_set=True, ntasks_per_node=1,
+                                         cpus_per_task=job.procs // job.nodes, account=account, time_limit_min=limit)
         if self.shared:
             return scheduling.JobRequest(job_id=job.job_id, user=job.user, partition=self.partition,
                                          submit_time=record.submit, ntasks=job.procs, ntasks_set=True,

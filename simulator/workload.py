@@ -40,6 +40,7 @@ class SimJob:
     energy_factor: float = 1.0  # this user's energy efficiency (1.3: gluttonous, 0.7: green)
     preceding: int = 0  # a closed loop: submitted ``think`` seconds after this job ends
     think: float = 0.0
+    nodes: int = 0  # a shape of its own: procs / nodes cores on each of so many nodes, sharing them (0: whole nodes)
 
 
 @dataclass(slots=True)
@@ -50,7 +51,7 @@ class Workload:
     clipped: int = 0
 
     def nodes_of(self, job: SimJob, cpus_per_node: int) -> int:
-        return max(1, math.ceil(job.procs / max(1, cpus_per_node)))
+        return job.nodes or max(1, math.ceil(job.procs / max(1, cpus_per_node)))
 
 
 def _open(path: Path) -> Iterator[str]:
@@ -125,13 +126,17 @@ def load(path: str | Path, max_jobs: int | None = None) -> Workload:
 
 
 def synthetic_002(count: int, max_nodes: int, cpus_per_node: int, seed: int, clients: int = 20) -> Workload:
-    """The synthetic workload of seed 002 (Table 5): jobs of Uniform(1, max_nodes) nodes and
-    Uniform(600 s, 86400 s) wall time, sent by ``clients`` clients that each wait for their job
-    to finish and then stay idle Uniform(100 s, 300 s) before sending the next. The loop is
-    closed: each client's first job is sent at time 0, each next one (``preceding``) its idle
-    interval (``think``) after the previous one ends, when the simulation gets there; the submit
-    times written here are only what they would be without waiting. A job runs its whole wall
-    time (the seed's jobs have no separate run time)."""
+    """The synthetic workload of seed 002 (Table 5): jobs of Uniform(1, max_nodes) servers, on each
+    of which they ask Random(1, 2, 4) cores (at most the server's ``cpus_per_node``; other jobs
+    share the rest of the server) with a core load of Uniform(30 %, 99 %), and of Uniform(600 s,
+    86400 s) wall time, sent by ``clients`` clients that each wait for their job to finish and
+    then stay idle Uniform(100 s, 300 s) before sending the next. The loop is closed: each
+    client's first job is sent at time 0, each next one (``preceding``) its idle interval
+    (``think``) after the previous one ends, when the simulation gets there; the submit times
+    written here are only what they would be without waiting. A job runs its whole wall time
+    (the seed's jobs have no separate run time). The core load is the job's ``energy_factor``:
+    the share of its cores' dynamic power it draws. Table 5's memory (100 MB-2 GB, never more
+    than a server holds at 4 jobs) and disk load are not modelled."""
     rng = random.Random(seed)
     jobs, clocks = [], [0.0] * clients
     last = [0] * clients
@@ -139,13 +144,16 @@ def synthetic_002(count: int, max_nodes: int, cpus_per_node: int, seed: int, cli
         client = (job_id - 1) % clients
         wall = rng.uniform(600, 86400)
         nodes = rng.randint(1, max_nodes)
+        cores = min(rng.choice((1, 2, 4)), cpus_per_node)
+        load = rng.uniform(0.30, 0.99)
         think = rng.uniform(100, 300)
-        jobs.append(SimJob(job_id, clocks[client], wall, wall, nodes * cpus_per_node, f"client{client}",
-                           preceding=last[client], think=think if last[client] else 0.0))
+        jobs.append(SimJob(job_id, clocks[client], wall, wall, nodes * cores, f"client{client}",
+                           energy_factor=load, preceding=last[client], think=think if last[client] else 0.0,
+                           nodes=nodes))
         clocks[client] += wall + think
         last[client] = job_id
     jobs.sort(key=lambda j: (j.submit, j.job_id))
-    return Workload(jobs, {"Generator": f"seed 002 Table 5, 1-{max_nodes} nodes, seed {seed}"})
+    return Workload(jobs, {"Generator": f"seed 002 Table 5, 1-{max_nodes} servers x 1/2/4 cores, seed {seed}"})
 
 
 # Light-ESP (seed 000, Table II): type, fraction of the machine, number of jobs, run time (s)

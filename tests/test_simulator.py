@@ -244,3 +244,18 @@ def test_backfill_wake_up_is_due_despite_float_rounding(tmp_path) -> None:
     sim.progress = bounded
     result = sim.run()
     assert all(r.end > 0 for r in result.records) and result.passes < 1000
+
+
+def test_seed_002_jobs_take_some_cores_on_each_of_their_servers(tmp_path) -> None:
+    # Table 5: 1-5 servers, 1, 2 or 4 cores on each, core load 30-99 %; servers shared core by core
+    load = workload.synthetic_002(60, 5, 4, seed=3)
+    assert {j.procs // j.nodes for j in load.jobs} == {1, 2, 4} and {j.nodes for j in load.jobs} <= set(range(1, 6))
+    assert all(0.30 <= j.energy_factor <= 0.99 and j.procs % j.nodes == 0 for j in load.jobs)
+    conf = config.load(Path(__file__).resolve().parents[1] / "etc" / "seed002.conf")
+    result = engine.Simulation(conf, load).run()
+    for record in result.records:
+        cores = record.job.procs // record.job.nodes
+        assert len(record.alloc_cpus) == record.job.nodes and set(record.alloc_cpus.values()) == {cores}
+    # servers are shared: some server ran jobs of two clients at once
+    spans = [(r.start, r.end, node) for r in result.records for node in r.alloc_cpus]
+    assert any(a[2] == b[2] and a[0] < b[1] and b[0] < a[1] and a is not b for a in spans for b in spans)
