@@ -20,7 +20,7 @@ from wattsched.controller.store import StateStore
 log = logging.getLogger("wattsched.accounting")
 
 BATCH = 500
-COALESCE_S = 0.05  # how long changes gather before they are written (sacct sees a job that much later)
+COALESCE_S = 0.05  # how long changes gather before this thread writes them
 
 
 class AccountingSync:
@@ -28,6 +28,7 @@ class AccountingSync:
         self.store, self.accounting, self.cluster = store, accounting, cluster
         self._wake = threading.Event()
         self._stop = threading.Event()
+        self._lock = threading.Lock()  # one writer at a time: this thread, or a reader's flush()
         self.healthy = True
         self._thread = threading.Thread(target=self._run, name="acctsync", daemon=True)
 
@@ -41,6 +42,14 @@ class AccountingSync:
         self._stop.set()
         self._wake.set()
         self._thread.join(timeout=10)
+
+    def flush(self) -> None:
+        """Write what the outbox holds now, from the caller's thread: a reader sees its own writes
+        (sacct right after sbatch must find the job; parsl takes a missing job for a COMPLETED one).
+        Raises while the database is away."""
+        with self._lock:
+            while self.sync_once() >= BATCH:
+                pass
 
     def sync_once(self) -> int:
         """Copy one batch; returns how many records were handled (written or set aside)."""
@@ -85,7 +94,8 @@ class AccountingSync:
         delay = 0.5
         while not self._stop.is_set():
             try:
-                written = self.sync_once()
+                with self._lock:
+                    written = self.sync_once()
                 if not self.healthy:
                     log.warning("accounting database reachable again")
                 self.healthy, delay = True, 0.5
@@ -99,6 +109,5 @@ class AccountingSync:
                 continue
             self._wake.wait(0.2)
             self._wake.clear()
-            # coalesce bursts into larger batches, but briefly: tools read a job from sacct right
-            # after submitting it (parsl takes a job missing from sacct for a COMPLETED one)
+            # coalesce bursts into larger batches (a reader that cannot wait flushes: flush())
             self._stop.wait(COALESCE_S)

@@ -440,6 +440,8 @@ def create_app(controller: Controller) -> FastAPI:
         query = JobQuery(cluster=state.config.cluster_name, job_ids=tuple(job or ()), users=tuple(user or ()),
                          states=tuple(state_ or ()), start=start, end=end)
         try:
+            if controller.sync is not None:
+                controller.sync.flush()  # the caller's own latest changes first
             rows = controller.accounting.query_jobs(query)
         except Exception as exc:  # the database may be away; say so rather than fail with a 500
             raise Refused(f"Problem talking to the database: accounting database unavailable ({type(exc).__name__})",

@@ -13,6 +13,7 @@ jobs in priority order and asks the selection plugin for nodes.
 from __future__ import annotations
 
 import bisect
+import collections
 import itertools
 import math
 import operator
@@ -560,10 +561,10 @@ class NodeMemo:
 
     def refresh(self, snapshot: Snapshot) -> None:
         # the indexes first forget what the last pass planned: they say what a snapshot says
-        for name in self.taken_in_pass:
+        for name in self.planned:
             for index in self.indexes.values():
                 index.update(self.by_name[name], self.free[name])
-        self.taken_in_pass.clear()
+        self.planned.clear()
         if snapshot.partitions != self.partitions or snapshot.reservations != self.reservations:
             self.partitions, self.reservations = snapshot.partitions, snapshot.reservations
             self.lists, self.indexes = {}, {}
@@ -598,14 +599,14 @@ class NodeMemo:
         self.total_free = sum(max(0, n.free_cpus) for n in nodes)  # an over-allocated node frees nothing
         self.lists: dict[tuple, tuple[list[str], dict[str, int]]] = {}
         self.indexes: dict[tuple, NodeIndex] = {}  # by candidate list and the plugin's kind of index
-        self.taken_in_pass: set[str] = set()
+        self.planned: dict[str, tuple[int, int]] = {}  # what this pass's starts leave free, until the next refresh
 
     def taken(self, name: str, free: tuple[int, int]) -> None:
-        """A pass planned a start on the node: its indexes follow until the next refresh."""
-        if self.indexes:
-            self.taken_in_pass.add(name)
-            for index in self.indexes.values():
-                index.update(self.by_name[name], free)
+        """A pass planned a start on the node: the indexes (those built later in the pass too)
+        follow until the next refresh."""
+        self.planned[name] = free
+        for index in self.indexes.values():
+            index.update(self.by_name[name], free)
 
     def _set(self, i: int, node: NodeSnap) -> None:
         name = node.name
@@ -684,7 +685,8 @@ class Candidates:
             if built is None:
                 names = self._build(job, ())
                 built = self.memo.lists[key] = (names, {name: p for p, name in enumerate(names)})
-            found = self.memo.indexes[(key, kind)] = build([self.by_name[n] for n in built[0]], self.memo.free)
+            free = collections.ChainMap(self.memo.planned, self.memo.free)  # with this pass's starts
+            found = self.memo.indexes[(key, kind)] = build([self.by_name[n] for n in built[0]], free)
         return found
 
     def _build(self, job: JobRequest, blocking: tuple[str, ...]) -> list[str]:

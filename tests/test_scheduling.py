@@ -263,16 +263,21 @@ def test_the_run_index_chooses_what_a_scan_chooses(layout, steps, by_name) -> No
         snapshot = snap([], node_list)
         candidates = Candidates(snapshot, memo)
         free = dict(memo.free)
-        for size in (ntasks, 1 + ntasks // 3):  # two jobs in one pass, the second after the first's start
+        # three jobs in one pass, each after the one before has started: the first of a shape the
+        # index does not serve (placed by the scan, perhaps before any index exists), then two it does
+        for size, cpt in ((1, 2), (ntasks, 1), (1 + ntasks // 3, 1)):
             request = JobRequest(job_id=step, user="u", partition="debug", submit_time=NOW, ntasks=size,
-                                 nodes_min=min(nodes_min, size), exclusive=exclusive)
+                                 nodes_min=min(nodes_min, size), exclusive=exclusive, cpus_per_task=cpt)
             quick = select.quick_select(request, candidates, 0)
             scanned = select.select(request, candidates.for_job(request, None), free, 0)
-            if quick is not None:
+            if cpt > 1:
+                assert quick is None
+            elif quick is not None:
                 assert quick == scanned
-                for name, cpus in quick.cpus.items():  # planned in this pass: the index follows
-                    free[name] = (free[name][0] - cpus, free[name][1] - quick.mem_mb.get(name, 0))
-                    memo.taken(name, free[name])
+            placed = quick or (scanned if cpt > 1 else None)
+            for name, cpus in (placed.cpus.items() if placed else ()):  # planned in this pass: the index follows
+                free[name] = (free[name][0] - cpus, free[name][1] - placed.mem_mb.get(name, 0))
+                memo.taken(name, free[name])
         # between passes one node's free CPUs change (a job ended or started elsewhere)
         target = node_list[changed % len(node_list)]
         node_list = tuple(replace(n, free_cpus=new_free, free_mem_mb=8000 if new_free == 4 else 4000)
