@@ -951,7 +951,9 @@ class ClusterState:
         assert saver is not None
         actions: list[Action] = []
         for node in self.nodes.values():
-            if node.alloc_cpus or node.power:
+            # idle time counts from when a node is up and free (Slurm's last_busy is set when a node
+            # registers): nodes still unknown at start-up, down or drained are not idle
+            if node.alloc_cpus or node.power or saver.node_state(node) == powersave.DOWN:
                 node.idle_since = 0.0
             elif not node.idle_since:
                 node.idle_since = now

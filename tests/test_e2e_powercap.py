@@ -139,7 +139,7 @@ def test_example_2_power_saving_reclaims_watts_for_a_blocked_job(leaf_powersave:
 def leaf_idle_timeout(tmp_path) -> Iterator[Leaf]:
     """Example 2 as the prototype ran it: Slurm's own power saving (an idle timeout, at most
     SuspendRate switch-offs a minute, the physical partition never), PowerSaveWatts=5."""
-    extra = ("SuspendTime=30\nSuspendRate=107\nSuspendExcParts=physical\nSuspendTimeout=2\n"
+    extra = ("SuspendTime=45\nSuspendRate=107\nSuspendExcParts=physical\nSuspendTimeout=2\n"
              "SuspendProgram=/bin/true\nResumeProgram=/bin/true\n")
     yield from _started(Leaf(tmp_path, extra=extra, node_default="PowerSaveWatts=5"))
 
