@@ -67,11 +67,7 @@ class PowerSaving:
         self.memories: dict[str, dict] = {}
         self.suspends: collections.deque[float] = collections.deque()
         self.resumes: collections.deque[float] = collections.deque()
-        excluded = set(config.suspend_exc_nodes)
-        for part in config.partitions:
-            if part.name in config.suspend_exc_parts:
-                excluded.update(part.nodes)
-        self.excluded = frozenset(excluded)
+        self.excluded = config.suspend_excluded
 
     # --- the pure policies' view ------------------------------------------------------------------
 

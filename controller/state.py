@@ -143,7 +143,7 @@ class ClusterState:
     shares: Shares = field(default_factory=Shares)
     power_cap: float | None = None  # watts, math.inf (INFINITE) or None (capping off)
     power_saving: PowerSaving | None = None
-    _energy_due: dict[int, float] = field(default_factory=dict)  # ended jobs awaiting their nodes' samples
+    _energy_due: set[int] = field(default_factory=set)  # the jobs whose energy_pending is set
     profiles_due: list[tuple[str, int, int]] = field(default_factory=list)  # (user, uid, job): profiles to merge
     job_usage: dict[int, dict[str, JobUsage]] = field(default_factory=dict)  # running jobs, per node (sstat)
     _resv_dirty: list[Reservation] = field(default_factory=list)
@@ -195,7 +195,7 @@ class ClusterState:
             job = Job.from_dict(data)
             state.jobs[job.job_id] = job
             if job.energy_pending:
-                state._energy_due[job.job_id] = job.end_time
+                state._energy_due.add(job.job_id)
             if job.holds_nodes:
                 state._hold_resources(job, +1)
         return state
@@ -581,7 +581,7 @@ class ClusterState:
                 step.end_time = now
         self.touch(job)
         if job.start_time and any(self.nodes[n].energy_samples for n in job.alloc_cpus if n in self.nodes):
-            self._energy_due[job.job_id] = now
+            self._energy_due.add(job.job_id)
             job.energy_pending = True
         if completing_nodes:
             job.state = states.COMPLETING
@@ -861,10 +861,10 @@ class ClusterState:
         end, and end the ones that were only waiting for it; after energy_settle_s() a job ends
         without energy (a node that stopped reporting)."""
         ready = []
-        for job_id, ended in list(self._energy_due.items()):
+        for job_id in list(self._energy_due):
             job = self.jobs.get(job_id)
-            if job is None or now - ended > self.energy_settle_s():
-                del self._energy_due[job_id]
+            if job is None or now - job.end_time > self.energy_settle_s():
+                self._energy_due.discard(job_id)
                 if job is not None:
                     log.warning("job ended without its energy: no reading past its end",
                                 extra={"job_id": job_id, "nodes": ",".join(job.alloc_cpus)})
@@ -885,7 +885,7 @@ class ClusterState:
                     part = energy.job_energy(histories, step.start_time, step.end_time,
                                              {n: job.alloc_cpus.get(n, 1) for n in step.nodes}, job.job_id)
                     step.consumed_energy_j = round(part) if part is not None else None
-            del self._energy_due[job.job_id]
+            self._energy_due.discard(job.job_id)
             self._energy_settled(job)
 
     def _energy_settled(self, job: Job) -> None:

@@ -236,6 +236,12 @@ class Config:
         return self.profile_hdf5_dir or os.path.join(os.path.dirname(self.slurmd_spool_dir.rstrip("/")), "profile")
 
     @property
+    def suspend_excluded(self) -> frozenset[str]:
+        """The nodes power saving never switches: SuspendExcNodes and the nodes of SuspendExcParts."""
+        return frozenset(self.suspend_exc_nodes).union(
+            *(p.nodes for p in self.partitions if p.name in self.suspend_exc_parts))
+
+    @property
     def power_saving(self) -> bool:
         """Whether anything may switch nodes off: an idle timeout or a power-saving policy."""
         return self.suspend_time_s is not None or bool(self.power_save_type)
@@ -746,8 +752,7 @@ def _check_power_programs(config: Config, where: dict[str, tuple[str, int]]) -> 
     emulated BMCs. Found at start-up rather than as a node that never comes back."""
     if not config.power_saving or config.emulated_nodes or (config.suspend_program and config.resume_program):
         return
-    excluded = set(config.suspend_exc_nodes)
-    excluded.update(n for p in config.partitions if p.name in config.suspend_exc_parts for n in p.nodes)
+    excluded = config.suspend_excluded
     missing = [n.name for n in config.nodes if not n.bmc_addr and n.name not in excluded]
     if missing:
         key = "SuspendTime" if "SuspendTime" in where else "PowerSaveType"

@@ -34,9 +34,9 @@ from wattsched.noded import procstat
 
 log = logging.getLogger("wattsched.noded")
 
-# per node: for each job, (process groups, current kHz, highest kHz)
 WAKE_GAP_S = 0.25  # the shortest time between two reads asked for by job ends
 SLOW_READ_S = 0.1
+# per node: for each job, (process groups, current kHz, highest kHz)
 JobLoads = Callable[[], dict[str, dict[int, tuple[set[int], int, int]]]]
 
 

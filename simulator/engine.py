@@ -149,11 +149,7 @@ class Simulation:
         members = set(default.nodes)  # a tuple: a membership test per node would be O(N^2)
         cpus = {n.cpus for n in config.nodes if n.name in members}
         self.cpus_per_node = min(cpus) if cpus else 1
-        excluded = set(config.suspend_exc_nodes)
-        for part in config.partitions:
-            if part.name in config.suspend_exc_parts:
-                excluded.update(part.nodes)
-        self.excluded = frozenset(excluded)
+        self.excluded = config.suspend_excluded
         self.node_power = {n.name: power.NodePower(n.idle_watts or 0, n.max_watts or 0, _save(n),
                                                    n.down_watts if n.down_watts is not None else n.max_watts or 0,
                                                    n.power_cap_priority == 0, freq_watts=n.cpu_freq_watts)

@@ -49,7 +49,7 @@ class BuiltinScheduler:
         # select plugin's index; copied (with what was planned) before the first scan that follows a
         # start: a copy of a 25,000-node mapping at every start would cost more than the placing
         free, with_cpus, copied = self.nodes.free, self.nodes.with_cpus, False
-        planned: dict[str, tuple[int, int]] = {}
+        planned = self.nodes.planned  # what this pass's starts leave free (NodeMemo.taken)
         total_free = self.nodes.total_free
         blocked: set[tuple[str, str]] = set()
         depth = 0
@@ -95,7 +95,7 @@ class BuiltinScheduler:
             total_free -= sum(alloc.cpus.values())
             for name, cpus in alloc.cpus.items():
                 free_cpus, free_mem = planned[name] if name in planned else free[name]
-                planned[name] = left = (free_cpus - cpus, free_mem - alloc.mem_mb.get(name, 0))
+                left = (free_cpus - cpus, free_mem - alloc.mem_mb.get(name, 0))
                 if copied:
                     free[name] = left
                     if free_cpus == cpus:
