@@ -199,11 +199,13 @@ class AccountingStore:
 def _job_values(cluster: str, job: dict[str, Any]) -> dict[str, Any]:
     """A controller job record as accounting column values (keys are the table's column names)."""
     nodes = list(job.get("alloc_cpus", {}))
-    state = job["state"]
-    if state == "COMPLETING" and not job.get("energy_pending"):
-        # the record says how the job ended once its energy is in: Slurm's completion record
-        # carries both, and a tool that reads it at once must not see 0 J
-        state = job.get("final_state") or "COMPLETING"
+    state, end = job["state"], job.get("end_time", 0.0)
+    if state == "COMPLETING":
+        # Slurm's database holds a job as RUNNING until its completion record, which carries the
+        # final state and the energy together: a tool that reads it at once must not see 0 J (and
+        # sacct never shows COMPLETING, which tools such as parsl do not know)
+        pending = job.get("energy_pending")
+        state, end = ("RUNNING", 0.0) if pending else (job.get("final_state") or "COMPLETING", end)
     return {
         "cluster": cluster, "job_id": job["job_id"], "time_submit": job["submit_time"],
         "array_job_id": job.get("array_job_id", 0), "array_task_id": job.get("array_task_id"),
@@ -216,7 +218,7 @@ def _job_values(cluster: str, job: dict[str, Any]) -> dict[str, Any]:
         "req_cpus": job.get("ntasks", 1) * job.get("cpus_per_task", 1), "req_nodes": job.get("nodes_min", 1),
         "req_mem_mb": job.get("mem_per_node_mb", 0), "req_mem_per_cpu": job.get("mem_per_cpu_mb", 0),
         "timelimit_min": job.get("time_limit_min"), "time_eligible": job.get("eligible_time", 0.0),
-        "time_start": job.get("start_time", 0.0), "time_end": job.get("end_time", 0.0),
+        "time_start": job.get("start_time", 0.0), "time_end": end,
         "priority": job.get("priority", 0), "restart_count": job.get("restart_count", 0),
         "work_dir": job.get("work_dir", ""), "std_out": job.get("std_out", ""), "std_err": job.get("std_err", ""),
         "submit_line": job.get("submit_line", ""), "comment": job.get("comment", ""),

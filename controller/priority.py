@@ -63,9 +63,11 @@ class FairShareCalc:
     async def refresh(self) -> None:
         async with self._lock:
             now = time.time()
-            # a COMPLETING job has its end time: accounting's history counts it already
-            running = [UsageRecord(j.user, j.account, j.num_cpus, j.start_time, None)
-                       for j in self.state.jobs.values() if j.state == states.RUNNING]
+            # accounting's history counts a job from its completion record on; until then (while
+            # its energy settles too) its use is counted here
+            running = [UsageRecord(j.user, j.account, j.num_cpus, j.start_time,
+                                   j.end_time if j.energy_pending else None)
+                       for j in self.state.jobs.values() if j.state == states.RUNNING or j.energy_pending]
             try:
                 origin = await asyncio.to_thread(self.accounting.history_start, self.state.config.cluster_name)
                 shares = await asyncio.to_thread(compute, self.accounting, self.state.config, running, now,
