@@ -22,7 +22,7 @@ from fastapi import FastAPI, Query, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import Field
 from sqlalchemy.exc import SQLAlchemyError
-from wattsched import auth, h5profile, hostlist, power, powerreport, states
+from wattsched import auth, exposition, h5profile, hostlist, power, powerreport, states
 from wattsched.accounting.store import AccountingStore, JobQuery
 from wattsched.api import (
     BIG,
@@ -46,10 +46,11 @@ from wattsched.controller import energy, priorityapi
 from wattsched.controller import reservations as reservations_mod
 from wattsched.controller.acctsync import AccountingSync
 from wattsched.controller.dispatch import Dispatcher, batch_environment
+from wattsched.controller.metrics import CATEGORIES, ControllerCollector
 from wattsched.controller.priority import FairShareCalc
 from wattsched.controller.state import ClusterState, Refused
 from wattsched.controller.views import job_view, node_view, partition_views
-from wattsched.httpauth import Who, loop_lifespan, require_role
+from wattsched.httpauth import Who, loop_lifespan, metrics_access, require_role
 from wattsched.httplimits import BodyLimit
 
 NodeAgent = Annotated[auth.Identity, require_role("node")]
@@ -423,6 +424,20 @@ def create_app(controller: Controller) -> FastAPI:
         if uid is None:
             raise Refused(f"Invalid user: {target}", 404)
         return {"token": auth.user_token(state.key, uid, target, lifespan_s=lifespan)}
+
+    # --- metrics (Prometheus) ------------------------------------------------------------------------
+
+    scrape = metrics_access(state.config)
+
+    @app.get("/metrics", dependencies=[scrape])
+    async def metrics(request: Request) -> Response:
+        return exposition.render(request, [ControllerCollector(state)])
+
+    @app.get("/metrics/{category}", dependencies=[scrape])
+    async def metrics_category(category: str, request: Request) -> Response:
+        if category not in CATEGORIES:
+            raise Refused(f"No metrics {category[:64]!r}: one of {', '.join(CATEGORIES)}", 404)
+        return exposition.render(request, [ControllerCollector(state, [category])])
 
     # --- accounting -----------------------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -122,3 +123,19 @@ def cluster_joules(nodes: Iterable, start: float, end: float) -> float | None:
             return None
         total += last - first
     return total
+
+
+@dataclass(slots=True)
+class EnergyTotals:
+    """Joules of the jobs whose energy became final since the controller started, by who ran
+    them (the metrics' counters)."""
+
+    by_user: Counter = field(default_factory=Counter)
+    by_account: Counter = field(default_factory=Counter)
+    by_partition: Counter = field(default_factory=Counter)
+
+    def add(self, user: str, account: str, partition: str, joules: float | None) -> None:
+        if joules:
+            self.by_user[user] += joules
+            self.by_account[account] += joules
+            self.by_partition[partition] += joules

@@ -68,6 +68,9 @@ class PowerSaving:
         self.suspends: collections.deque[float] = collections.deque()
         self.resumes: collections.deque[float] = collections.deque()
         self.excluded = config.suspend_excluded
+        # the metrics' counters, from the controller's start
+        self.switched_off = self.switched_on = 0
+        self._saved_j = self._saving_w = self._saved_at = 0.0
 
     # --- the pure policies' view ------------------------------------------------------------------
 
@@ -101,10 +104,26 @@ class PowerSaving:
     def begin_suspend(self, node: Node, now: float) -> None:
         node.power, node.power_since, node.power_job = states.P_POWERING_DOWN, now, 0
         self.suspends.append(now)
+        self.switched_off += 1
 
     def begin_resume(self, node: Node, now: float, job_id: int = 0) -> None:
         node.power, node.power_since, node.power_job = states.P_POWERING_UP, now, job_id
         self.resumes.append(now)
+        self.switched_on += 1
+
+    @staticmethod
+    def saving_watts(node: Node) -> float:
+        """What a powered-down node saves against staying on idle."""
+        idle = node.idle_watts or 0
+        return max(0.0, idle - (idle if node.power_save_watts is None else node.power_save_watts))
+
+    def accrue(self, now: float, saving_w: float) -> None:
+        """Add the saving since the last tick at the rate then, and take the rate from now on."""
+        self._saved_j = self.saved_joules(now)
+        self._saving_w, self._saved_at = saving_w, now
+
+    def saved_joules(self, now: float) -> float:
+        return self._saved_j + (self._saving_w * max(0.0, now - self._saved_at) if self._saved_at else 0.0)
 
     def timed_out(self, node: Node, now: float) -> str | None:
         """The next flag of a node whose switch has run its time: POWERED_DOWN after

@@ -143,6 +143,7 @@ class ClusterState:
     shares: Shares = field(default_factory=Shares)
     power_cap: float | None = None  # watts, math.inf (INFINITE) or None (capping off)
     power_saving: PowerSaving | None = None
+    energy_totals: energy.EnergyTotals = field(default_factory=energy.EnergyTotals)
     _energy_due: set[int] = field(default_factory=set)  # the jobs whose energy_pending is set
     profiles_due: list[tuple[str, int, int]] = field(default_factory=list)  # (user, uid, job): profiles to merge
     job_usage: dict[int, dict[str, JobUsage]] = field(default_factory=dict)  # running jobs, per node (sstat)
@@ -890,6 +891,7 @@ class ClusterState:
 
     def _energy_settled(self, job: Job) -> None:
         job.energy_pending = False
+        self.energy_totals.add(job.user, job.account, job.partition, job.consumed_energy_j)
         self.touch(job, request_changed=False)
         if self._settling(job):
             self._settle(job)
@@ -950,7 +952,10 @@ class ClusterState:
         saver = self.power_saving
         assert saver is not None
         actions: list[Action] = []
+        saving_w = 0.0
         for node in self.nodes.values():
+            if node.power == states.P_POWERED_DOWN:
+                saving_w += saver.saving_watts(node)
             # idle time counts from when a node is up and free (Slurm's last_busy is set when a node
             # registers): nodes still unknown at start-up, down or drained are not idle
             if node.alloc_cpus or node.power or saver.node_state(node) == powersave.DOWN:
@@ -965,6 +970,7 @@ class ClusterState:
                 log.warning("node did not resume in time", extra={"node": node.name})
                 node.power = ""
                 actions.extend(self.node_down(node, RESUME_TIMEOUT_REASON, now))
+        saver.accrue(now, saving_w)
         pending_down = [n for n in self.nodes.values() if n.power == states.P_POWER_DOWN and not n.alloc_cpus]
         suspend = [n.name for n in pending_down]
         if saver.policies:

@@ -220,6 +220,10 @@ class Config:
     power_save_type: tuple[str, ...] = ()
     power_save_parameters: tuple[tuple[str, float | str], ...] = ()
     log_level: str = "info"
+    # metrics (Slurm 25.11's keys): served when MetricsType=metrics/openmetrics
+    metrics_type: str = "metrics/none"
+    metrics_auth_users: tuple[str, ...] = ()
+    metrics_parameters: tuple[str, ...] = ()
     nodes: tuple[NodeConf, ...] = ()
     partitions: tuple[PartitionConf, ...] = ()
 
@@ -604,6 +608,9 @@ _GLOBAL_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "SuspendExcParts": ("suspend_exc_parts", _names),
     "PowerSaveType": ("power_save_type", _power_save_types),
     "PowerSaveParameters": ("power_save_parameters", parse_power_save_params),
+    "MetricsType": ("metrics_type", _choice("metrics/openmetrics", "metrics/none")),
+    "MetricsAuthUsers": ("metrics_auth_users", _names),
+    "MetricsParameters": ("metrics_parameters", _flag_list("ignore_private_data")),
     "SlurmctldDebug": ("log_level", _choice("quiet", "fatal", "error", "info", "verbose", "debug",
                                             "debug2", "debug3")),
 }

@@ -10,18 +10,35 @@ from typing import Annotated, Any
 
 from fastapi import Depends, HTTPException, Request
 from wattsched import auth
+from wattsched.config import Config
 
 
 def identity(request: Request) -> auth.Identity:
-    """The caller, from its bearer token (checked with ``app.state.key``); 401 without a valid one."""
+    """The caller, from its token (checked with ``app.state.key``); 401 without a valid one.
+
+    The token comes as ``Authorization: Bearer`` or, as slurmrestd takes it, ``X-SLURM-USER-TOKEN``
+    with ``X-SLURM-USER-NAME``. A user name that is not the token's own is refused unless the
+    token is root's or a daemon's, which may act for any user (slurmrestd's rule for SlurmUser).
+    """
     header = request.headers.get("authorization", "")
-    if not header.lower().startswith("bearer "):
+    token = header[7:].strip() if header.lower().startswith("bearer ") else \
+        request.headers.get("x-slurm-user-token", "").strip()
+    if not token:
         raise HTTPException(401, "Authentication required", headers={"WWW-Authenticate": "Bearer"})
     try:
-        return auth.identity(request.app.state.key, header[7:].strip())
+        who = auth.identity(request.app.state.key, token)
     except auth.AuthError as exc:
         raise HTTPException(401, f"Invalid authentication credential: {exc}",
                             headers={"WWW-Authenticate": "Bearer"}) from exc
+    name = request.headers.get("x-slurm-user-name", "").strip()
+    if not name or name == who.user:
+        return who
+    if who.uid != 0 and not who.is_daemon:
+        raise HTTPException(401, f"Invalid authentication credential: the token is {who.user}'s, not {name[:64]}'s")
+    uid = auth.lookup_uid(name)
+    if uid is None:
+        raise HTTPException(401, f"Invalid user: {name[:64]}")
+    return auth.Identity(uid=uid, user=name, role="user")
 
 
 Who = Annotated[auth.Identity, Depends(identity)]
@@ -33,6 +50,26 @@ def require_role(role: str):
     def check(who: Who) -> auth.Identity:
         if who.role != role:
             raise HTTPException(403, "Access/permission denied")
+        return who
+
+    return Depends(check)
+
+
+def metrics_access(config: Config):
+    """A dependency that admits a scrape of ``/metrics`` as slurm.conf's Metrics* keys say:
+    off unless MetricsType=metrics/openmetrics; with MetricsAuthUsers, only those users, root,
+    AdminUsers and the daemons; else with MetricsParameters=ignore_private_data, anyone without
+    a token; else any valid token (Slurm would be open here; we ask for a token by default)."""
+
+    def check(request: Request) -> auth.Identity | None:
+        if config.metrics_type != "metrics/openmetrics":
+            raise HTTPException(404, "Metrics are off: set MetricsType=metrics/openmetrics")
+        if not config.metrics_auth_users and "ignore_private_data" in config.metrics_parameters:
+            return None
+        who = identity(request)
+        if config.metrics_auth_users and not (who.uid == 0 or who.is_daemon or who.user in config.admin_users
+                                              or who.user in config.metrics_auth_users):
+            raise HTTPException(403, "Access/permission denied: not in MetricsAuthUsers")
         return who
 
     return Depends(check)

@@ -7,14 +7,15 @@ import base64
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-from fastapi import FastAPI, HTTPException
-from fastapi.responses import StreamingResponse
-from wattsched import auth
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.responses import Response, StreamingResponse
+from wattsched import auth, exposition
 from wattsched.api import LaunchBatch, SignalJob, TaskInput, TaskLaunch
-from wattsched.httpauth import Who, loop_lifespan, require_role
+from wattsched.httpauth import Who, loop_lifespan, metrics_access, require_role
 from wattsched.httplimits import BodyLimit
 from wattsched.noded import steps
 from wattsched.noded.agent import Agent
+from wattsched.noded.metrics import AgentCollector
 
 Ctl = Annotated[auth.Identity, require_role("controller")]
 
@@ -83,6 +84,12 @@ def create_app(agent: Agent) -> FastAPI:
     @app.get("/v1/ping")
     async def ping(who: Who) -> dict[str, Any]:
         return {"status": "UP", "nodes": list(agent.nodes), "controller_connected": agent.connected}
+
+    collector = AgentCollector(agent.energy)
+
+    @app.get("/metrics", dependencies=[metrics_access(agent.config)])
+    async def metrics(request: Request) -> Response:
+        return exposition.render(request, [collector])
 
     return app
 
