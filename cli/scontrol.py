@@ -201,12 +201,13 @@ def show(client: Client, args: list[str], oneliner: bool, as_json: bool) -> None
 
 
 def _print_parsed(client: Client, kind: str, records: list[dict[str, Any]]) -> None:
-    """scontrol show ... --json in Slurm's data_parser layout (reservations as wattsched has them)."""
+    """scontrol show ... --json in Slurm's data_parser layout."""
     from wattsched import dataparser
 
     cluster = client.config.cluster_name
-    convert = {"jobs": dataparser.queue_job, "nodes": dataparser.node, "partitions": dataparser.partition}.get(kind)
-    items = [convert(r, cluster) for r in records] if convert else records
+    convert = {"jobs": dataparser.queue_job, "nodes": dataparser.node, "partitions": dataparser.partition,
+               "reservations": dataparser.reservation}[kind]
+    items = [convert(r, cluster) for r in records]
     print_json(dataparser.document(kind, items, ["scontrol", *sys.argv[1:]], cluster))
 
 

@@ -42,7 +42,7 @@ from wattsched.api import (
     StepReply,
     SubmitReply,
 )
-from wattsched.controller import energy, priorityapi
+from wattsched.controller import energy, priorityapi, restd
 from wattsched.controller import reservations as reservations_mod
 from wattsched.controller.acctsync import AccountingSync
 from wattsched.controller.dispatch import Dispatcher, batch_environment
@@ -177,7 +177,9 @@ def create_app(controller: Controller) -> FastAPI:
     app.state.key = state.key
 
     @app.exception_handler(Refused)
-    async def refused(_request: Request, exc: Refused) -> JSONResponse:
+    async def refused(request: Request, exc: Refused) -> JSONResponse:
+        if request.url.path.startswith(restd.PREFIXES):
+            return restd.error_document(request, exc.status, str(exc))
         return JSONResponse({"detail": str(exc)}, status_code=exc.status)
 
     @app.exception_handler(SQLAlchemyError)
@@ -442,6 +444,7 @@ def create_app(controller: Controller) -> FastAPI:
     # --- accounting -----------------------------------------------------------------------------------
 
     priorityapi.add_routes(app, controller)
+    restd.add_routes(app, controller)
 
     @app.get("/v1/accounting/jobs")
     def accounting_jobs(who: Who, job: Annotated[list[Annotated[int, Field(ge=0, le=BIG)]] | None,

@@ -56,16 +56,20 @@ def exit_code(code: int, sig: int, state: str = "") -> dict[str, Any]:
 
 
 def document(key: str, items: list[dict[str, Any]], command: list[str], cluster: str,
-             extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The whole answer: ``{key: items, meta, errors, warnings}``."""
+             extra: dict[str, Any] | None = None, client: tuple[str, str] | None = None) -> dict[str, Any]:
+    """The whole answer: ``{key: items, meta, errors, warnings}``; ``client`` is (user, group),
+    by default this process's (the REST API names its caller)."""
     import grp
     import pwd
 
-    try:
-        user = pwd.getpwuid(os.getuid()).pw_name
-        group = grp.getgrgid(os.getgid()).gr_name
-    except KeyError:
-        user, group = str(os.getuid()), str(os.getgid())
+    if client is not None:
+        user, group = client
+    else:
+        try:
+            user = pwd.getpwuid(os.getuid()).pw_name
+            group = grp.getgrgid(os.getgid()).gr_name
+        except KeyError:
+            user, group = str(os.getuid()), str(os.getgid())
     major, minor, micro = SLURM_RELEASE
     meta = {"plugin": {"type": "", "name": "", "data_parser": DATA_PARSER,
                        "accounting_storage": "accounting_storage/slurmdbd"},
@@ -274,6 +278,16 @@ def partition(p: dict[str, Any], cluster: str) -> dict[str, Any]:
             "minimums": {"nodes": 0}, "name": p["name"], "node_sets": "",
             "priority": {"job_factor": 1, "tier": 1}, "timeouts": {"resume": number(None), "suspend": number(None)},
             "partition": {"state": [p["state"]]}, "suspend_time": number(None)}
+
+
+def reservation(r: dict[str, Any], cluster: str) -> dict[str, Any]:
+    """scontrol show reservation --json (v0.0.40 reservation_info), from the API's reservation."""
+    return {"accounts": ",".join(r["accounts"]), "burst_buffer": "", "core_count": r["core_cnt"],
+            "core_specializations": [], "end_time": seconds(r["end_time"]), "features": "",
+            "flags": [f.upper() for f in r["flags"]], "groups": "", "licenses": "", "max_start_delay": 0,
+            "name": r["name"], "node_count": r["node_cnt"], "node_list": r["nodes"], "partition": r["partition"],
+            "purge_completed": {"time": number(None)}, "start_time": seconds(r["start_time"]),
+            "watts": number(r["watts"]), "tres": r["tres"], "users": ",".join(r["users"])}
 
 
 def sinfo_groups(partitions: list[dict[str, Any]], nodes: list[dict[str, Any]], cluster: str) -> list[dict[str, Any]]:

@@ -122,9 +122,10 @@ scrape_configs:
     authorization: {{credentials_file: {token_file}}}
     static_configs: [{{targets: [{targets}]}}]
 """)
-    server = subprocess.Popen([PROMETHEUS, f"--config.file={tmp_path / 'prometheus.yml'}",
-                               f"--storage.tsdb.path={tmp_path / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
-                              stdout=open(tmp_path / "prometheus.log", "wb"), stderr=subprocess.STDOUT)
+    with open(tmp_path / "prometheus.log", "wb") as log:
+        server = subprocess.Popen([PROMETHEUS, f"--config.file={tmp_path / 'prometheus.yml'}",
+                                   f"--storage.tsdb.path={tmp_path / 'data'}",
+                                   f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT)
     try:
         def query(expr: str) -> list[dict]:
             response = httpx.get(f"http://127.0.0.1:{port}/api/v1/query", params={"query": expr}, timeout=10)
