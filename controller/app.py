@@ -42,11 +42,12 @@ from wattsched.api import (
     StepReply,
     SubmitReply,
 )
-from wattsched.controller import energy, priorityapi, restd
+from wattsched.controller import dashboard, energy, priorityapi, restd
 from wattsched.controller import reservations as reservations_mod
 from wattsched.controller.acctsync import AccountingSync
 from wattsched.controller.dispatch import Dispatcher, batch_environment
 from wattsched.controller.metrics import CATEGORIES, ControllerCollector
+from wattsched.controller.powerlog import PowerLog
 from wattsched.controller.priority import FairShareCalc
 from wattsched.controller.state import ClusterState, Refused
 from wattsched.controller.views import job_view, node_view, partition_views
@@ -76,6 +77,7 @@ class Controller:
         self.fairshare = FairShareCalc(state, accounting) if accounting is not None else None
         self._kick = asyncio.Event()
         self.started = time.time()
+        self.power_log = PowerLog()
         self._merge_tries: dict[tuple[str, int, int], int] = {}
 
     def changed(self) -> None:
@@ -110,6 +112,7 @@ class Controller:
             timers_due = now - last_timers >= TIMER_INTERVAL_S
             if timers_due:  # limits, warnings, node timeouts: a second's resolution is Slurm's too
                 actions += self.state.check_timers(now)
+                dashboard.record_power(self.power_log, self.state, now)
                 last_timers = now
             actions += self.state.schedule(now)
             elapsed_ms = (time.perf_counter() - started) * 1000
@@ -445,6 +448,7 @@ def create_app(controller: Controller) -> FastAPI:
 
     priorityapi.add_routes(app, controller)
     restd.add_routes(app, controller)
+    dashboard.add_routes(app, controller)
 
     @app.get("/v1/accounting/jobs")
     def accounting_jobs(who: Who, job: Annotated[list[Annotated[int, Field(ge=0, le=BIG)]] | None,

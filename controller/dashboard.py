@@ -1,0 +1,100 @@
+"""The admins' web dashboard: its page (controller/dashboard/, plain HTML, JavaScript and SVG, served
+as they are) and the data only it needs. Nodes and the queue come from the API the CLI uses
+(``/v1/nodes``, ``/v1/jobs``); these routes add power over time against the cap with the power
+reservations ahead, energy by user and account over a period, and one job's power per node.
+
+Every data route takes the same tokens as the CLI (``scontrol token``); the page keeps the token in
+the tab's session storage. A user sees what squeue and sreport show any user (wattsched has no
+PrivateData): the cluster's jobs, nodes and usage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import math
+import os
+import time
+from collections import defaultdict
+from typing import Annotated, Any
+
+from fastapi import FastAPI, Path, Query
+from fastapi.staticfiles import StaticFiles
+from wattsched import power
+from wattsched.accounting.store import JobQuery
+from wattsched.controller.powerlog import DAY_S, PowerLog
+from wattsched.controller.state import Refused
+from wattsched.controller.views import job_brief
+from wattsched.httpauth import Who
+
+PAGE_DIR = os.path.join(os.path.dirname(__file__), "dashboard")
+WEEK_S = 7 * DAY_S
+ENERGY_JOBS_MAX = 200_000  # jobs summed for one energy table: a week of a busy cluster
+
+
+def record_power(log: PowerLog, state: Any, now: float) -> None:
+    """One sample of the cluster's power for the chart (the controller calls it each timer tick)."""
+    if not log.due(now):
+        return
+    measured = sum(n.current_watts for n in state.nodes.values() if n.energy_samples)
+    modelled = power.summary(state.node_power(), state.power_states())["current_watts"]
+    log.record(now, measured, modelled, state.power_cap)
+
+
+def node_power_series(samples: list[tuple[float, float]], start: float, end: float) -> list[tuple[float, float]]:
+    """A node's watts over [start, end]: its energy counter's rate between consecutive samples."""
+    inside = [s for s in samples if start - 60 <= s[0] <= end + 60]
+    return [(t1, (j1 - j0) / (t1 - t0)) for (t0, j0), (t1, j1) in itertools.pairwise(inside)
+            if t1 > t0 and start <= t1 and t0 <= end]
+
+
+def add_routes(app: FastAPI, controller: Any) -> None:
+    state = controller.state
+    app.mount("/dashboard", StaticFiles(directory=PAGE_DIR, html=True), name="dashboard")
+
+    @app.get("/v1/dashboard/power")
+    async def power_history(who: Who, period: Annotated[int, Query(ge=60, le=WEEK_S)] = 3600) -> dict[str, Any]:
+        now = time.time()
+        figures = power.summary(state.node_power(), state.power_states())
+        cap = state.power_cap
+        return {"time": now, "power_cap": None if cap is None else figures["max_watts"] if math.isinf(cap) else cap,
+                "measured_watts": sum(n.current_watts for n in state.nodes.values() if n.energy_samples),
+                "modelled_watts": figures["current_watts"], "adjusted_max_watts": figures["adjusted_max_watts"],
+                "max_watts": figures["max_watts"],
+                "series": controller.power_log.series(now - period),
+                "power_reservations": [{"name": r.name, "start": r.start, "end": r.end, "watts": r.watts}
+                                       for r in state.resv.power_snapshots()]}
+
+    @app.get("/v1/dashboard/energy")
+    async def energy_by_owner(who: Who, period: Annotated[int, Query(ge=60, le=WEEK_S)] = DAY_S) \
+            -> dict[str, Any]:
+        if controller.accounting is None:
+            raise Refused("Accounting storage is disabled (AccountingStorageType=accounting_storage/none)", 400)
+        now = time.time()
+        query = JobQuery(cluster=state.config.cluster_name, start=now - period, end=now, limit=ENERGY_JOBS_MAX)
+        try:
+            rows = await asyncio.to_thread(controller.accounting.query_jobs, query)
+        except Exception as exc:  # the database may be away: say so
+            raise Refused("Problem talking to the database: accounting database unavailable "
+                          f"({type(exc).__name__})", 503) from exc
+        totals: dict[str, dict[str, list[float]]] = {"users": defaultdict(lambda: [0.0, 0]),
+                                                     "accounts": defaultdict(lambda: [0.0, 0])}
+        for row in rows:
+            for key, name in (("users", row["user"]), ("accounts", row["account"])):
+                totals[key][name][0] += row["consumed_energy_j"] or 0
+                totals[key][name][1] += 1
+        return {"time": now, "start": now - period, "jobs": len(rows), "truncated": len(rows) >= ENERGY_JOBS_MAX,
+                **{key: [{"name": name, "joules": round(j), "jobs": n}
+                         for name, (j, n) in sorted(found.items(), key=lambda item: -item[1][0])]
+                   for key, found in totals.items()}}
+
+    @app.get("/v1/dashboard/job/{job_id}")
+    async def job_power(job_id: Annotated[int, Path(ge=1, le=2**53)], who: Who) -> dict[str, Any]:
+        job = state.jobs.get(job_id)
+        if job is None:
+            raise Refused(f"Invalid job id specified: {job_id}", 404)
+        now = time.time()
+        end = job.end_time or now
+        return {"time": now, "job": job_brief(job, now),
+                "power": {name: node_power_series(state.nodes[name].energy_samples, job.start_time, end)
+                          for name in job.alloc_cpus if name in state.nodes and job.start_time}}
