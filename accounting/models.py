@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, Boolean, Double, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy import BigInteger, Boolean, Double, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 
@@ -19,7 +19,8 @@ class ClusterRecord(Base):
 
 class JobRecord(Base):
     __tablename__ = "jobs"
-    __table_args__ = (UniqueConstraint("cluster", "job_id", "time_submit", name="uq_job"),)
+    __table_args__ = (UniqueConstraint("cluster", "job_id", "time_submit", name="uq_job"),
+                      Index("ix_jobs_cluster_time_end", "cluster", "time_end"))
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     cluster: Mapped[str] = mapped_column(String(64), index=True)

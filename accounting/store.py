@@ -188,6 +188,16 @@ class AccountingStore:
         with Session(self.engine) as session:
             return [_job_dict(r) for r in session.scalars(stmt)]
 
+    def energy_by(self, cluster: str, column: str, start: float, end: float) -> list[tuple[str, float, int]]:
+        """(user or account, joules, jobs) of the jobs that ended in [start, end], most energy first."""
+        owner = {"user": JobRecord.user, "account": JobRecord.account}[column]
+        stmt = (select(owner, func.coalesce(func.sum(JobRecord.consumed_energy_j), 0), func.count())
+                .where(JobRecord.cluster == cluster, JobRecord.time_end >= start, JobRecord.time_end <= end,
+                       JobRecord.time_end > 0)
+                .group_by(owner).order_by(func.coalesce(func.sum(JobRecord.consumed_energy_j), 0).desc()))
+        with Session(self.engine) as session:
+            return [(name, float(joules), int(count)) for name, joules, count in session.execute(stmt)]
+
     def node_events(self, cluster: str) -> list[dict[str, Any]]:
         with Session(self.engine) as session:
             rows = session.scalars(select(NodeEventRecord).where(NodeEventRecord.cluster == cluster)

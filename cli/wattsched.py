@@ -82,6 +82,8 @@ def emulate(config: Annotated[str | None, typer.Argument(help="Cluster configura
         raise CLIError(str(exc)) from exc
     sys.stderr.write(f"wattsched: cluster '{conf.cluster_name}' up in {time.time() - started:.1f} s "
                      f"(controller {conf.controller_url}, {len(info['agents'])} agent processes)\n")
+    sys.stderr.write(f"wattsched: dashboard at {conf.controller_url}/dashboard/ (paste the token `scontrol token` "
+                     "prints)\n")
     print(emu.shell_line(path))
     sys.stdout.flush()
     if daemon:

@@ -1,7 +1,8 @@
 """The admins' web dashboard: its page (controller/dashboard/, plain HTML, JavaScript and SVG, served
 as they are) and the data only it needs. Nodes and the queue come from the API the CLI uses
 (``/v1/nodes``, ``/v1/jobs``); these routes add power over time against the cap with the power
-reservations ahead, energy by user and account over a period, and one job's power per node.
+reservations ahead, energy of the jobs that ended in a period by user and account (summed by the
+database), and one job's power per node.
 
 Every data route takes the same tokens as the CLI (``scontrol token``); the page keeps the token in
 the tab's session storage. A user sees what squeue and sreport show any user (wattsched has no
@@ -15,13 +16,11 @@ import itertools
 import math
 import os
 import time
-from collections import defaultdict
 from typing import Annotated, Any
 
 from fastapi import FastAPI, Path, Query
 from fastapi.staticfiles import StaticFiles
 from wattsched import power
-from wattsched.accounting.store import JobQuery
 from wattsched.controller.powerlog import DAY_S, PowerLog
 from wattsched.controller.state import Refused
 from wattsched.controller.views import job_brief
@@ -29,7 +28,6 @@ from wattsched.httpauth import Who
 
 PAGE_DIR = os.path.join(os.path.dirname(__file__), "dashboard")
 WEEK_S = 7 * DAY_S
-ENERGY_JOBS_MAX = 200_000  # jobs summed for one energy table: a week of a busy cluster
 
 
 def record_power(log: PowerLog, state: Any, now: float) -> None:
@@ -71,22 +69,16 @@ def add_routes(app: FastAPI, controller: Any) -> None:
         if controller.accounting is None:
             raise Refused("Accounting storage is disabled (AccountingStorageType=accounting_storage/none)", 400)
         now = time.time()
-        query = JobQuery(cluster=state.config.cluster_name, start=now - period, end=now, limit=ENERGY_JOBS_MAX)
+        store, cluster = controller.accounting, state.config.cluster_name
         try:
-            rows = await asyncio.to_thread(controller.accounting.query_jobs, query)
+            found = {key: await asyncio.to_thread(store.energy_by, cluster, column, now - period, now)
+                     for key, column in (("users", "user"), ("accounts", "account"))}
         except Exception as exc:  # the database may be away: say so
             raise Refused("Problem talking to the database: accounting database unavailable "
                           f"({type(exc).__name__})", 503) from exc
-        totals: dict[str, dict[str, list[float]]] = {"users": defaultdict(lambda: [0.0, 0]),
-                                                     "accounts": defaultdict(lambda: [0.0, 0])}
-        for row in rows:
-            for key, name in (("users", row["user"]), ("accounts", row["account"])):
-                totals[key][name][0] += row["consumed_energy_j"] or 0
-                totals[key][name][1] += 1
-        return {"time": now, "start": now - period, "jobs": len(rows), "truncated": len(rows) >= ENERGY_JOBS_MAX,
-                **{key: [{"name": name, "joules": round(j), "jobs": n}
-                         for name, (j, n) in sorted(found.items(), key=lambda item: -item[1][0])]
-                   for key, found in totals.items()}}
+        return {"time": now, "start": now - period,
+                **{key: [{"name": name, "joules": round(joules), "jobs": jobs} for name, joules, jobs in rows]
+                   for key, rows in found.items()}}
 
     @app.get("/v1/dashboard/job/{job_id}")
     async def job_power(job_id: Annotated[int, Path(ge=1, le=2**53)], who: Who) -> dict[str, Any]:

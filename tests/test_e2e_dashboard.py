@@ -47,14 +47,17 @@ def test_dashboard_shows_power_against_the_cap_nodes_and_queue(capped: Cluster, 
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     capped.run("scontrol", "create", "reservation", "ReservationName=powerlab", "StartTime=now+5minutes",
                "Duration=30", "Watts=600", "Users=root")
+    quick = capped.sbatch("-w", "n08", "--wrap", "sleep 1")
+    capped.wait_state(quick, "COMPLETED")
+    joules = capped.accounted(quick)[0]["consumed_energy_j"]
     first = capped.sbatch("-N", "2", "--exclusive", "-w", "n0[1-2]", "--wrap", "sleep 120")
     capped.wait_state(first, "RUNNING")
     page = browser.new_page(viewport={"width": 1280, "height": 1100})
     page.goto(f"http://127.0.0.1:{capped.port}/dashboard/#token={capped.token()}")
     # the power series is drawn and current, under the cap line, with the reservation's planned cap ahead
     page.wait_for_function("() => { const p = document.querySelector('#power-chart path.series.measured');"
-                           " return p && Date.now() / 1000 - Number(p.dataset.last) < 30 && Number(p.dataset.watts) > 0; }",
-                           timeout=60_000)
+                           " return p && Date.now() / 1000 - Number(p.dataset.last) < 30"
+                           " && Number(p.dataset.watts) > 0; }", timeout=60_000)
     assert page.get_attribute("#power-chart path.cap", "data-watts") == "2000"
     assert page.get_attribute("#power-chart path.planned", "data-name") == "powerlab"
     measured = float(page.get_attribute("#power-chart path.series.measured", "data-watts"))
@@ -63,6 +66,8 @@ def test_dashboard_shows_power_against_the_cap_nodes_and_queue(capped: Cluster, 
     page.wait_for_selector("#node-map .node[data-name=n01][data-state=busy]")
     assert page.get_attribute("#node-map .node[data-name=n05]", "data-state") == "idle"
     page.wait_for_selector(f"#queue-rows tr[data-job='{first}'][data-state=RUNNING]")
+    # energy of the jobs that ended today, by user: the quick job's, summed by the database
+    assert float(page.get_attribute("#energy-users tr[data-name=root] td[data-joules]", "data-joules")) == joules > 0
     # a job submitted while the page is open: its node turns busy without a reload
     second = capped.sbatch("-w", "n05", "--exclusive", "--wrap", "sleep 120")
     page.wait_for_selector("#node-map .node[data-name=n05][data-state=busy]", timeout=30_000)
