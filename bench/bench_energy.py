@@ -3,7 +3,7 @@
 (a) precision: the accounted energy of 30 s, 2 min and 15 min jobs against the exact integral of
     the emulated power model, at 1 s sampling (polls jittered by up to 20 ms, jobs starting and
     ending between polls), without and with a BMC-like lag (first-order, tau = 23 s: 95 % of a
-    step after ~70 s, the ramp seed 004 observed). The real meter (EnergyMeter, trapezoid rule)
+    step after ~70 s, the ramp Georgiou et al. 2014 observed). The real meter (EnergyMeter, trapezoid rule)
     and the controller's job energy (interpolated at start and end) run on a virtual clock, so
     15 minutes take a second. Workload: u = 1 with a 10 s phase at u = 0.2 every minute, on a
     16-CPU node of 100 W idle and 300 W busy.
@@ -155,7 +155,7 @@ def overhead(minutes: float) -> None:
             figures[name] = (f"agent {cpu_seconds(agent) - cpu_before:.1f} CPU-s over the job, "
                              f"peak RSS {_status_kb(agent, 'VmHWM:') / 1024:.0f} MiB")
         report("agent overhead (b)", f"a {minutes:g}-minute job (sleep) on a 1-node cluster, one agent; "
-               "seed 004's worst case: 3.5 CPU-s and 34 MB over 44 minutes", figures)
+               "Georgiou et al. 2014's worst case: 3.5 CPU-s and 34 MB over 44 minutes", figures)
     finally:
         for cluster in clusters.values():
             cluster.stop()

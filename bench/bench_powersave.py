@@ -1,10 +1,10 @@
 """Power-saving policies on one workload, through the simulator (the controller's policy code in
 virtual time): always on, Slurm's idle timeout, the opportunistic shutdown, the energy-aware
-backfill of seed 002 and the inertial shutdown of seed 001.
+backfill of Mämmelä et al. 2011 and the inertial shutdown of Poquet 2017.
 
-Workload: the first N jobs of the KTH SP2 trace (../shared/traces, seed 001's trace) on
-etc/kth100.conf (100 machines, EASY backfilling, seed 001's watts and switching times). Without
-the trace, seed 002's synthetic workload (Table 5, 1-32 nodes) on the same platform.
+Workload: the first N jobs of the KTH SP2 trace (../shared/traces, Poquet 2017's trace) on
+etc/kth100.conf (100 machines, EASY backfilling, Poquet 2017's watts and switching times). Without
+the trace, Mämmelä et al. 2011's synthetic workload (Table 5, 1-32 nodes) on the same platform.
 
 Prints, per policy: total energy, saving against always-on, energy by node state, mean and max
 waiting time and their change, and the number of switches.
@@ -44,9 +44,9 @@ def main() -> None:
         jobs = workload.parse_swf(TRACE, max_jobs=count)
         described = f"KTH SP2 trace, first {len(jobs.jobs)} jobs ({jobs.clipped} clipped to their limit)"
     else:
-        sys.stderr.write(f"bench_powersave: {TRACE} not found; using seed 002's synthetic workload\n")
+        sys.stderr.write(f"bench_powersave: {TRACE} not found; using Mämmelä et al. 2011's synthetic workload\n")
         jobs = workload.synthetic_002(count, 32, 1, seed=1)
-        described = f"seed 002 synthetic workload (Table 5, 1-32 nodes), {count} jobs"
+        described = f"Mämmelä et al. 2011 synthetic workload (Table 5, 1-32 nodes), {count} jobs"
     figures: dict[str, str] = {}
     baseline: dict | None = None
     for name, changes in POLICIES:

@@ -2,15 +2,15 @@
 virtual time). Each writes its tables (Markdown and CSV) and plots (PNG) to ``--out``
 (default ``experiments/<name>``) and prints the main table.
 
-    python bench/experiments.py efs-trace      (a) seed 000 Table I method on a trace's 20 busiest users
-    python bench/experiments.py efs-lightesp   (b) seed 000 Fig. 2: Light-ESP x4, users 0.7x / 1x / 1.3x
-    python bench/experiments.py eaware         (c) seed 002 Figs. 3-5, Tables 6-7: FIFO, BFF, BBF and E-*
-    python bench/experiments.py shutdown       (d) seed 001: EASY with no, opportunistic and inertial shutdown
+    python bench/experiments.py efs-trace      (a) Georgiou et al. 2015 Table I method on a trace's 20 busiest users
+    python bench/experiments.py efs-lightesp   (b) Georgiou et al. 2015 Fig. 2: Light-ESP x4, users 0.7x / 1x / 1.3x
+    python bench/experiments.py eaware         (c) Mämmelä et al. 2011 Figs. 3-5, Tables 6-7: FIFO, BFF, BBF and E-*
+    python bench/experiments.py shutdown       (d) Poquet 2017: EASY with no, opportunistic and inertial shutdown
     python bench/experiments.py powercap       (e) power cap: plain admission against power-aware backfill
 
 Scheduling plugins are switched through the configuration, exactly as on a live cluster:
 FIFO is priority by age only, FS / EFS / FS+EFS set PriorityWeightFairshare and
-PriorityWeightEnergy; seed 002's FIFO is sched/builtin, BFF bf_candidate=first, BBF
+PriorityWeightEnergy; Mämmelä et al. 2011's FIFO is sched/builtin, BFF bf_candidate=first, BBF
 bf_candidate=most_cpus, and E-* add power_save/energy_aware (T=50 s).
 """
 
@@ -255,7 +255,7 @@ def eaware(out: Out = None, seeds: Annotated[int, typer.Option(help="Repetitions
         ax.set_ylabel("energy saved (%)")
         ax.legend()
 
-    _finish(out, text, f"seed 002 synthetic workload, {jobs} jobs x {seeds} seeds, on etc/seed002.conf",
+    _finish(out, text, f"Mämmelä et al. 2011 synthetic workload, {jobs} jobs x {seeds} seeds, on etc/seed002.conf",
             [_plot(out, "savings", draw)])
 
 
@@ -301,7 +301,7 @@ def shutdown(out: Out = None, jobs: Annotated[int, typer.Option(help="The first 
 @app.command("powercap")
 def powercap(out: Out = None, jobs: Annotated[int, typer.Option(help="The first N jobs of KTH SP2.")] = 600) -> None:
     """(e) A power cap at 70-90 % of the platform's MaxWatts: plain admission (bf_power=admit, the
-    prototype of seed 003) against power-aware backfilling (bf_power=plan). Under a tight cap the
+    prototype of Hautreux 2013) against power-aware backfilling (bf_power=plan). Under a tight cap the
     queue, and each pass with it, grows with the trace: a few hundred jobs take minutes."""
     out = out or ROOT / "experiments" / "powercap"
     load = _trace("KTH-SP2-1996-2.1-cln.swf.gz", jobs)

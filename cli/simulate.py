@@ -72,7 +72,7 @@ def simulate(config: Annotated[str, typer.Argument(help="Cluster configuration (
              = False,
              energy_model: Annotated[str, typer.Option(
                  "--energy-model", help="A job's accounted energy: 'node' (its nodes' power model) or 'cpu' "
-                                        "(its CPU-seconds at MaxWatts per CPU, as in seed 000).")] = "node",
+                                        "(its CPU-seconds at MaxWatts per CPU, as in Georgiou et al. 2015).")] = "node",
              user_factor: Annotated[list[str] | None, typer.Option(
                  "--user-factor", help="USER=FACTOR: that user's energy efficiency (0.7 green, 1.3 gluttonous).")]
              = None,

@@ -108,7 +108,7 @@ def srun(argv: list[str]) -> int:
     return code
 
 
-# what srun says before "queued and waiting" when the power cap holds a job back (seed 003)
+# what srun says before "queued and waiting" when the power cap holds a job back (Hautreux 2013)
 POWER_MESSAGES = {"PowerNotAvail": "Required power not available now",
                   "PowerReserved": "Required power at least partially reserved"}
 

@@ -59,7 +59,7 @@ log = logging.getLogger("wattsched.controller")
 
 
 MIN_PASS_INTERVAL_S = 0.05
-# --immediate refusals by pending reason (the power-capping prototype's wording, seed 003)
+# --immediate refusals by pending reason (the power-capping prototype's wording, Hautreux 2013)
 IMMEDIATE_REFUSAL = {states.R_POWER: "Required power not available now",
                      states.R_POWER_RESERVED: "Required power at least partially reserved"}
 TIMER_INTERVAL_S = 1.0

@@ -1,4 +1,4 @@
-"""Job and step energy from the nodes' energy counters (seed 004, eq. 2): for each node of a job,
+"""Job and step energy from the nodes' energy counters (Georgiou et al. 2014, eq. 2): for each node of a job,
 EN(end) - EN(start), read off the node's counter samples by linear interpolation, and summed
 over the job's nodes.
 

@@ -50,7 +50,7 @@ class NodeConf:
     power_cap_priority: int | None = None
     cpu_freq_watts: tuple[tuple[int, int], ...] = ()  # (kHz, watts while busy), highest frequency first
     bmc_addr: str = ""  # the node's BMC, host[:port]; %n stands for the node name
-    # switching times and watts (ours; defaults from seed 001), used by emulated nodes and the simulator
+    # switching times and watts (ours; defaults from Poquet 2017), used by emulated nodes and the simulator
     switch_on_s: float = switching.DEFAULT_ON_S
     switch_off_s: float = switching.DEFAULT_OFF_S
     switch_on_watts: float = switching.DEFAULT_ON_WATTS
@@ -86,9 +86,9 @@ class SchedulerParams:
     ``bf_reservations``: how many pending jobs get a reservation (1 = EASY; 0 = unlimited,
     i.e. conservative backfilling). ``bf_candidate``: which backfill candidate starts first:
     ``first`` (priority order, first fit) or best fit by ``shortest``/``longest`` time limit or
-    ``most_cpus``/``fewest_cpus`` (the BFF and BBF variants of seed 002). ``bf_power``: under a
+    ``most_cpus``/``fewest_cpus`` (the BFF and BBF variants of Mämmelä et al. 2011). ``bf_power``: under a
     PowerCap, ``plan`` puts power in the backfill timeline; ``admit`` checks it only for jobs
-    starting now (the plain admission of seed 003, for comparison).
+    starting now (the plain admission of Hautreux 2013, for comparison).
     """
 
     bf_interval_s: int = 30

@@ -1,6 +1,6 @@
 """FairShare and EnergyFairShare: decayed usage and the fair-share factors, as pure functions.
 
-The seed 000_e538593801e2ca93.txt (section III-B) is the specification:
+The Georgiou et al. 2015 (section III-B) is the specification:
 
 - normalized shares, eq. (1): ``S = s / sum(s of siblings)``, multiplied down the account tree;
 - raw usage, eq. (2): CPU-seconds (FairShare) or joules (EnergyFairShare), each second of use

@@ -6,7 +6,7 @@ Power W, Energy J since the job started, CPUFrequency kHz) and a ``Task`` series
 (ElapsedTime, EpochTime, CPUFrequency, CPUTime s, CPUUtilization %, RSS KB of the job's
 processes on the node). Every append is flushed, so a job killed mid-run leaves a readable
 file. When the job ends the node files are merged into ``job_<jobid>.h5`` beside them, one
-group ``/Nodes/<node>`` per node holding its series, as seed 004 describes and as sh5util does.
+group ``/Nodes/<node>`` per node holding its series, as Georgiou et al. 2014 describes and as sh5util does.
 """
 
 from __future__ import annotations

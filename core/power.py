@@ -1,5 +1,5 @@
 """Power capping: the cluster's maximum power from node states, and whether a job may start under
-the cap and the planned caps (seed 003_bc13d05f223e0089.txt, section 4), as pure functions.
+the cap and the planned caps (Hautreux 2013, section 4), as pure functions.
 
 Each node declares IdleWatts, MaxWatts, PowerSaveWatts (default IdleWatts) and DownWatts (default
 MaxWatts). The cluster's *current* maximum power sums, per node, the watts of its state: busy

@@ -96,7 +96,7 @@ def first_start(snap: PowerSaveSnap) -> float:
 
 
 def queue_load(snap: PowerSaveSnap) -> float:
-    """Node-seconds queued: the sum over pending jobs of nodes x time limit (seed 001's Load)."""
+    """Node-seconds queued: the sum over pending jobs of nodes x time limit (Poquet 2017's Load)."""
     return sum(j.nodes * j.walltime_s for j in snap.pending)
 
 

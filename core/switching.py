@@ -9,7 +9,7 @@ from that record with :func:`chassis_state`, so they never disagree, and a resta
 resumes a switch where it was.
 
 Watts: computing = MaxWatts, idle = IdleWatts, off = PowerSaveWatts; the switching watts are
-node settings (``SwitchOnWatts``, ``SwitchOffWatts``). The defaults are the table of seed 001.
+node settings (``SwitchOnWatts``, ``SwitchOffWatts``). The defaults are the table of Poquet 2017.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 ON, OFF, SWITCHING_ON, SWITCHING_OFF = "on", "off", "switching_on", "switching_off"
 
-# seed 001, "Energy information" (simulator column)
+# Poquet 2017, "Energy information" (simulator column)
 DEFAULT_ON_S, DEFAULT_OFF_S = 6.1, 151.52
 DEFAULT_ON_WATTS, DEFAULT_OFF_WATTS = 125.174, 100.997
 DEFAULT_P_OFF, DEFAULT_P_IDLE, DEFAULT_P_COMP = 9.75, 95.0, 190.738

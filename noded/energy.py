@@ -1,7 +1,7 @@
 """The agent's energy meter: polls the AcctGatherEnergyType plugin for every node it hosts in a
 thread of its own, every AcctGatherNodeFreq seconds, and keeps each node's energy counter.
 
-Power readings are integrated with the trapezoid rule over the measured timestamps (seed 004,
+Power readings are integrated with the trapezoid rule over the measured timestamps (Georgiou et al. 2014,
 eq. 1: E += (P_prev + P_now) / 2 * dt), or, from plugins whose reading is the mean power since
 the previous one (the emulated model, driven by CPU time between polls), as E += P * dt;
 energy readings (RAPL) are taken as they are. Each read
@@ -225,7 +225,7 @@ class EnergyMeter:
         if self.plugin.kind == "power":
             if state.time:
                 # a mean over the interval since the last reading counts as it is; a power sampled
-                # at an instant is integrated with the trapezoid rule (seed 004, eq. 1)
+                # at an instant is integrated with the trapezoid rule (Georgiou et al. 2014, eq. 1)
                 mean = value if getattr(self.plugin, "interval_mean", False) else (state.watts + value) / 2
                 state.joules += mean * (now - state.time)
             state.watts = value

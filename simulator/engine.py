@@ -39,7 +39,7 @@ END, SWITCHED, SUBMIT, TICK, PERIOD, BACKFILL = 0, 1, 2, 3, 4, 5
 COMPUTING, IDLE, OFF, SWITCHING_ON, SWITCHING_OFF = "computing", "idle", "off", "switching_on", "switching_off"
 BOUNDED_SLOWDOWN_TAU_S = 10.0
 # what a job's accounted energy (the one EnergyFairShare charges) follows: its nodes' power model,
-# or its CPU-seconds (seed 000's simulations)
+# or its CPU-seconds (Georgiou et al. 2015's simulations)
 ENERGY_MODELS = ("node", "cpu")
 _WAKE = {switching.SWITCHING_ON: scheduling.POWERING_UP, switching.OFF: scheduling.POWERED_DOWN}
 
@@ -411,7 +411,7 @@ class Simulation:
             self._set_category(node, IDLE, now)
             if self.t_idle is not None:
                 self._push(now + self.t_idle, TICK)
-        if self.energy_model == "cpu":  # seed 000: a job's energy is its CPU-seconds at MaxWatts per CPU
+        if self.energy_model == "cpu":  # Georgiou et al. 2015: a job's energy is its CPU-seconds at MaxWatts per CPU
             record.energy_j = sum(cpus * (self.nodes[n].conf.max_watts or 0) / self.nodes[n].conf.cpus
                                   for n, cpus in record.alloc_cpus.items()) * record.runtime * record.job.energy_factor
         if self.shares is not None:

@@ -126,7 +126,7 @@ def load(path: str | Path, max_jobs: int | None = None) -> Workload:
 
 
 def synthetic_002(count: int, max_nodes: int, cpus_per_node: int, seed: int, clients: int = 20) -> Workload:
-    """The synthetic workload of seed 002 (Table 5): jobs of Uniform(1, max_nodes) servers, on each
+    """The synthetic workload of Mämmelä et al. 2011 (Table 5): jobs of Uniform(1, max_nodes) servers, on each
     of which they ask Random(1, 2, 4) cores (at most the server's ``cpus_per_node``; other jobs
     share the rest of the server) with a core load of Uniform(30 %, 99 %), and of Uniform(600 s,
     86400 s) wall time, sent by ``clients`` clients that each wait for their job to finish and
@@ -153,10 +153,11 @@ def synthetic_002(count: int, max_nodes: int, cpus_per_node: int, seed: int, cli
         clocks[client] += wall + think
         last[client] = job_id
     jobs.sort(key=lambda j: (j.submit, j.job_id))
-    return Workload(jobs, {"Generator": f"seed 002 Table 5, 1-{max_nodes} servers x 1/2/4 cores, seed {seed}"})
+    return Workload(jobs, {"Generator": f"Mämmelä et al. 2011 Table 5, 1-{max_nodes} servers x 1/2/4 cores, "
+                                        f"seed {seed}"})
 
 
-# Light-ESP (seed 000, Table II): type, fraction of the machine, number of jobs, run time (s)
+# Light-ESP (Georgiou et al. 2015, Table II): type, fraction of the machine, number of jobs, run time (s)
 LIGHT_ESP = (("A", 0.03125, 75, 22), ("B", 0.06250, 9, 27), ("C", 0.5, 3, 45), ("D", 0.25, 3, 51),
              ("E", 0.5, 3, 26), ("F", 0.06250, 9, 154), ("G", 0.125, 6, 111), ("H", 0.15820, 6, 89),
              ("I", 0.03125, 24, 119), ("J", 0.06250, 24, 60), ("K", 0.09570, 15, 41), ("L", 0.125, 36, 30),
@@ -171,7 +172,7 @@ def light_esp(total_cpus: int, cpus_per_node: int, repeat: int, seed: int, users
     intervals over the first two thirds of the log, the two full-machine Z jobs at one third and
     two thirds. ``repeat`` logs follow each other every 15 minutes. The jobs are dealt to
     ``users`` users in turn within each type, so their workloads are equal, and the dealing
-    rotates from one log to the next (seed 000 changes the attributed user between runs)."""
+    rotates from one log to the next (Georgiou et al. 2015 changes the attributed user between runs)."""
     rng = random.Random(seed)
     jobs: list[SimJob] = []
     for rep in range(repeat):
@@ -190,7 +191,8 @@ def light_esp(total_cpus: int, cpus_per_node: int, repeat: int, seed: int, users
             jobs.append(SimJob(len(jobs) + 1, rep * LIGHT_ESP_SPAN_S + when, float(run), 2.0 * run,
                                nodes * cpus_per_node, f"user{(turn + rep) % users + 1}"))
     jobs.sort(key=lambda j: (j.submit, j.job_id))
-    return Workload(jobs, {"Generator": f"Light-ESP (seed 000 Table II) x{repeat}, {total_cpus} CPUs, seed {seed}"})
+    return Workload(jobs, {"Generator": f"Light-ESP (Georgiou et al. 2015 Table II) x{repeat}, {total_cpus} "
+                                        f"CPUs, seed {seed}"})
 
 
 def with_user_factors(workload: Workload, factors: dict[str, float]) -> Workload:

@@ -1,4 +1,4 @@
-"""The power-capping prototype's Examples 1, 2 and 3 (seed 003, section 5) on etc/leaf257.conf,
+"""The power-capping prototype's Examples 1, 2 and 3 (Hautreux 2013, section 5) on etc/leaf257.conf,
 emulated, through the real commands: the same command sequences and the seed's figures."""
 
 from __future__ import annotations

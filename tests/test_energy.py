@@ -1,5 +1,5 @@
 """Energy accounting: sensor plugins against kernel-shaped sysfs trees, the agent's meter, job
-energy from node counters (seed 004, eqs. 1-2), and a real job's ConsumedEnergyRaw."""
+energy from node counters (Georgiou et al. 2014, eqs. 1-2), and a real job's ConsumedEnergyRaw."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ and W(f) the watts of a busy node at frequency f (``CpuFreqWatts``, else MaxWatt
 (f / f_max)^3: wattsched.cpufreq.busy_watts). The busy shares are capped at 1 in total.
 
 With ``EnergyEmulatedLag=tau`` the reading follows the model through a first-order response (a
-BMC that averages, like the ~70 s ramp seed 004 observed): P_read(t) = P_read(t0) + (P(t) -
+BMC that averages, like the ~70 s ramp Georgiou et al. 2014 observed): P_read(t) = P_read(t0) + (P(t) -
 P_read(t0)) * (1 - exp(-(t - t0) / tau)); with ``EnergyEmulatedNoise=x`` each reading is
 multiplied by a factor drawn from N(1, x), seeded by the node name so a run can be repeated.
 The emulated BMC (wattsched.noded.bmc) applies the same lag and noise to the same model.

@@ -5,7 +5,7 @@ The reading is DCMI "Get Power Reading" (current watts), or, with ``EnergyIPMIPo
 the sum of those named sensors read through the BMC's SDR. Each node's BMC is its
 ``BmcAddr`` (``host[:port]``, ``%n`` for the node name); with ``EmulatedNodes=YES`` and no
 BmcAddr, the node's emulated BMC on 127.0.0.1 (wattsched.noded.bmc). Credentials are
-EnergyIPMIUsername / EnergyIPMIPassword. The agent integrates the watts into joules (seed 004,
+EnergyIPMIUsername / EnergyIPMIPassword. The agent integrates the watts into joules (Georgiou et al. 2014,
 eq. 1); a read that does not answer within EnergyIPMITimeout fails, and a BMC that hangs only
 leaves its own node stale.
 

@@ -1,4 +1,4 @@
-"""The energy-aware FIFO / backfill of seed 002 (E-FIFO, E-BFF, E-BBF): idle nodes are switched
+"""The energy-aware FIFO / backfill of Mämmelä et al. 2011 (E-FIFO, E-BFF, E-BBF): idle nodes are switched
 off when the first job in the queue is estimated to start more than ``threshold`` seconds from
 now (50 s in the seed), or when nothing is queued. Nodes come back when the scheduler allocates
 them to a job."""

@@ -1,4 +1,4 @@
-"""Slurm's idle timeout (SuspendTime), which is also the opportunistic shutdown of seed 001:
+"""Slurm's idle timeout (SuspendTime), which is also the opportunistic shutdown of Poquet 2017:
 a node idle for at least ``t_idle`` seconds is switched off."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The inertial shutdown of seed 001: the number of usable nodes follows the system's
+"""The inertial shutdown of Poquet 2017: the number of usable nodes follows the system's
 unresponsiveness, with inertia.
 
 At every call the unresponsiveness is estimated as the time the usable nodes (on, or switching

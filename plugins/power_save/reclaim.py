@@ -1,4 +1,4 @@
-"""Reclaiming power under a cap (seed 003, Example 2): when the first job blocked by the power
+"""Reclaiming power under a cap (Hautreux 2013, Example 2): when the first job blocked by the power
 cap (PowerNotAvail) would fit if some idle nodes drew PowerSaveWatts instead of IdleWatts,
 switch off just enough of them, from the end of the node order so that the job keeps the
 first ones. Nodes already switching off count as reclaimed. A node switched off this way is

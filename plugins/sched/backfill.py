@@ -11,7 +11,7 @@ this is EASY backfilling as in all five seeds; with ``unlimited`` every job gets
 reservation (conservative backfilling).
 
 Candidates start in priority order (``bf_candidate=first``, first fit) or, as in the BFF and
-BBF variants of seed 002_4f74bc575692707e.txt, repeatedly the best candidate that fits:
+BBF variants of Mämmelä et al. 2011, repeatedly the best candidate that fits:
 ``shortest`` or ``longest`` time limit, ``most_cpus`` or ``fewest_cpus``.
 
 Reservations. Advanced reservations are honoured by node selection itself (see
@@ -32,7 +32,7 @@ resources are its start's levels, lowered only on the nodes a reservation takes 
 Power. Under a PowerCap (``bf_power=plan``, the default) the timeline also tracks the cluster's
 maximum power (:mod:`wattsched.plugins.sched.powerplan`): a job blocked by the cap gets its
 reservation when both its nodes and its power are free, and backfilled jobs may delay it in
-neither. ``bf_power=admit`` is the prototype's plain admission (seed 003): power is checked only
+neither. ``bf_power=admit`` is the prototype's plain admission (Hautreux 2013): power is checked only
 for jobs starting now, and a job it blocks gets no reservation; the next job is tried.
 
 Constraints. A job without a time limit never ends in the profile: it can start now only on

@@ -8,7 +8,7 @@ that reservation, since they run on its nodes alone. Ineligible jobs (held, wait
 dependency, a begin time or their reservation, over a partition limit) keep their own reason
 and block nothing, as in Slurm. Under a PowerCap, a job whose nodes would take the cluster over
 the cap (or a planned cap) stays pending with PowerNotAvail (PowerReserved) and the next job is
-tried, as in the power-capping prototype (seed 003). As Slurm's main scheduler, a pass looks at
+tried, as in the power-capping prototype (Hautreux 2013). As Slurm's main scheduler, a pass looks at
 most at ``default_queue_depth`` eligible jobs, those in a blocked partition included, and leaves
 the rest with their reason until a later pass (backfill looks deeper, ``bf_max_job_test``); so
 a pass costs the same however long the queue.

@@ -1,6 +1,6 @@
 """Power in the backfill timeline: the cluster's maximum power over the coming hours, so that a
 job blocked by the power cap gets a reservation when both its nodes and its power are free, and
-no backfilled job may delay it in either (issue 5; the prototype of seed 003 only admitted jobs
+no backfilled job may delay it in either (issue 5; Hautreux 2013's prototype only admitted jobs
 at the present moment and so "degraded into first fit").
 
 A node counts its extra watts (MaxWatts minus the watts of its idle, powered-down or down

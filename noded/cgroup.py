@@ -1,0 +1,309 @@
+"""Jobs and steps in control groups (Slurm's proctrack/cgroup and task/cgroup), on cgroup v1 or v2.
+
+Each job on a node gets ``wattsched/node_<node>/job_<id>``, and each of its steps a child
+``step_<batch|N>`` in which its processes live: the batch script's child of the step daemon and
+each srun task join their step before they become the user (the step daemon writes their pid,
+as root, into the step's ``cgroup.procs``). The paths are made by root from the node's name and
+the job's number, never from anything a user named.
+
+- Cores (ConstrainCores): the job's ``cpuset.cpus`` are the CPUs the agent picked for it; steps
+  inherit them.
+- Memory (ConstrainRAMSpace): ``--mem``/``--mem-per-cpu`` x AllowedRAMSpace %, at most MaxRAMPercent
+  of the node, at least MinRAMSpace; the same limit on the job and its steps, so that the step
+  that goes over is the one the kernel's OOM killer charges (v1 ``memory.oom_control`` oom_kill,
+  v2 ``memory.events`` oom_kill) and it ends OUT_OF_MEMORY. ConstrainSwapSpace adds AllowedSwapSpace %
+  of swap (v1 ``memory.memsw``, v2 ``memory.swap.max``).
+- Tracking: every process of a job is in its cgroup, whatever it did (setsid, double fork), so the
+  end of a job kills them all (v2 ``cgroup.kill``; v1 freezes, signals each pid, thaws).
+- Freezing: v1 ``freezer.state``, v2 ``cgroup.freeze``.
+- Usage: CPU time (v1 ``cpuacct.usage``, v2 ``cpu.stat`` usage_usec) and peak memory (v1
+  ``memory.max_usage_in_bytes``, v2 ``memory.peak``) of a step, its descendants included.
+
+Controllers a constraint needs must be available (v1: mounted; v2: listed in ``cgroup.controllers``
+of the mount point); the agent refuses to start otherwise, as slurmd does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import signal
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+log = logging.getLogger("wattsched.noded")
+
+ROOT = "wattsched"
+KILL_TRIES = 50  # rounds of freeze-signal-thaw in v1 before a job's processes are reported left over
+MIB = 1024 * 1024
+
+
+class CgroupError(RuntimeError):
+    """The cgroup hierarchy cannot do what the configuration asks."""
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What a job's cgroup enforces on one node (None: not constrained)."""
+
+    cpus: tuple[int, ...] | None = None
+    memory_bytes: int | None = None
+    swap_bytes: int | None = None  # memory + swap (v1 memsw) minus memory; None: swap not constrained
+
+
+@dataclass(frozen=True, slots=True)
+class StepUsage:
+    cpu_s: float
+    max_rss_kb: int
+    oom_killed: bool
+
+
+def _write(path: str, value: str) -> None:
+    with open(path, "w") as handle:
+        handle.write(value)
+
+
+def _read(path: str, default: str = "") -> str:
+    try:
+        with open(path) as handle:
+            return handle.read().strip()
+    except OSError:
+        return default
+
+
+def _keyed(path: str) -> dict[str, int]:
+    """A ``key value`` per line file (memory.events, cpu.stat, memory.oom_control)."""
+    result = {}
+    for line in _read(path).splitlines():
+        key, _, value = line.partition(" ")
+        with contextlib.suppress(ValueError):
+            result[key] = int(value)
+    return result
+
+
+def _safe(name: str) -> str:
+    """A path component from an admin's node name (config), never from a user."""
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+
+
+def cpu_list(cpus: tuple[int, ...]) -> str:
+    return ",".join(str(c) for c in sorted(cpus))
+
+
+class Hierarchy:
+    """What v1 and v2 share: the job and step paths under each controller's root."""
+
+    version = 0
+    controllers: tuple[str, ...] = ()
+
+    def __init__(self, mount: str, constrain_cores: bool, constrain_ram: bool):
+        self.mount = mount
+        self.constrain_cores, self.constrain_ram = constrain_cores, constrain_ram
+
+    def _roots(self) -> Iterator[str]:
+        raise NotImplementedError
+
+    def job_paths(self, node: str, job_id: int) -> list[str]:
+        return [os.path.join(root, ROOT, f"node_{_safe(node)}", f"job_{int(job_id)}") for root in self._roots()]
+
+    def step_paths(self, node: str, job_id: int, step: str) -> list[str]:
+        return [os.path.join(p, f"step_{_safe(step)}") for p in self.job_paths(node, job_id)]
+
+    def procs_files(self, node: str, job_id: int, step: str) -> list[str]:
+        """The files a step's process writes its pid into to join the step."""
+        return [os.path.join(p, "cgroup.procs") for p in self.step_paths(node, job_id, step)]
+
+    def pids(self, node: str, job_id: int) -> set[int]:
+        """Every process of the job on the node (all steps)."""
+        found: set[int] = set()
+        for top in self.job_paths(node, job_id)[:1]:  # each hierarchy holds the same processes
+            for folder, _dirs, files in os.walk(top):
+                if "cgroup.procs" in files:
+                    found.update(int(p) for p in _read(os.path.join(folder, "cgroup.procs")).split() if p.isdigit())
+        return found
+
+    def remove(self, node: str, job_id: int) -> bool:
+        """Remove the job's cgroups (deepest first); False while a process is still in one."""
+        ok = True
+        for top in self.job_paths(node, job_id):
+            for folder, _dirs, _files in sorted(os.walk(top), key=lambda entry: -len(entry[0])):
+                try:
+                    os.rmdir(folder)
+                except FileNotFoundError:
+                    continue
+                except OSError as exc:
+                    if exc.errno != errno.EBUSY:
+                        raise
+                    ok = False
+        return ok
+
+
+class V1(Hierarchy):
+    version = 1
+
+    def __init__(self, mount: str, constrain_cores: bool, constrain_ram: bool):
+        super().__init__(mount, constrain_cores, constrain_ram)
+        wanted = ["pids", "freezer", "cpuacct", "memory"] + (["cpuset"] if constrain_cores else [])
+        missing = [c for c in wanted if not os.path.isfile(os.path.join(mount, c, "cgroup.procs"))]
+        if missing:
+            raise CgroupError(f"cgroup v1 controllers not mounted under {mount}: {', '.join(missing)}")
+        self.controllers = tuple(wanted)
+
+    def _roots(self) -> Iterator[str]:
+        return (os.path.join(self.mount, c) for c in self.controllers)
+
+    def _root(self, controller: str) -> str:
+        return os.path.join(self.mount, controller)
+
+    def _ensure(self, path: str, cpuset: str | None) -> None:
+        """Make ``path`` and its parents; a new cpuset folder takes its parent's CPUs and memory
+        nodes (a v1 cpuset without them takes no process)."""
+        parent = os.path.dirname(path)
+        if not os.path.isdir(parent):
+            self._ensure(parent, None if cpuset is None else _read(os.path.join(parent, "..", "cpuset.cpus")))
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(path, 0o755)
+        if cpuset is not None:
+            mems = _read(os.path.join(parent, "cpuset.mems"))
+            _write(os.path.join(path, "cpuset.mems"), mems)
+            _write(os.path.join(path, "cpuset.cpus"), cpuset or _read(os.path.join(parent, "cpuset.cpus")))
+
+    def create(self, node: str, job_id: int, step: str, limits: Limits) -> list[str]:
+        for job_path, step_path in zip(self.job_paths(node, job_id), self.step_paths(node, job_id, step), strict=True):
+            controller = job_path[len(self.mount) + 1:].split(os.sep, 1)[0]
+            cpuset = None
+            if controller == "cpuset":
+                cpuset = cpu_list(limits.cpus) if limits.cpus else ""
+            self._ensure(job_path, cpuset)
+            self._ensure(step_path, "" if controller == "cpuset" else None)
+            if controller == "memory" and limits.memory_bytes is not None:
+                for path in (job_path, step_path):
+                    self._memory(path, limits)
+        return self.procs_files(node, job_id, step)
+
+    @staticmethod
+    def _memory(path: str, limits: Limits) -> None:
+        assert limits.memory_bytes is not None
+        # memsw must stay >= the memory limit: raise it first when it is there (swap accounting on)
+        memsw = os.path.join(path, "memory.memsw.limit_in_bytes")
+        total = limits.memory_bytes + (limits.swap_bytes or 0)
+        if os.path.exists(memsw):
+            _write(memsw, "-1")
+        _write(os.path.join(path, "memory.limit_in_bytes"), str(limits.memory_bytes))
+        if os.path.exists(memsw) and limits.swap_bytes is not None:
+            _write(memsw, str(total))
+
+    def freeze(self, node: str, job_id: int, frozen: bool) -> None:
+        _write(os.path.join(self.job_paths(node, job_id)[self.controllers.index("freezer")], "freezer.state"),
+               "FROZEN" if frozen else "THAWED")
+
+    def _frozen(self, node: str, job_id: int) -> bool:
+        path = self.job_paths(node, job_id)[self.controllers.index("freezer")]
+        return _read(os.path.join(path, "freezer.state")) == "FROZEN"
+
+    def kill(self, node: str, job_id: int) -> set[int]:
+        """SIGKILL every process of the job: freeze so none can fork meanwhile, signal, thaw so the
+        signals are delivered. Returns the pids still there after the last round."""
+        left: set[int] = set()
+        for _ in range(KILL_TRIES):
+            left = self.pids(node, job_id)
+            if not left:
+                return left
+            with contextlib.suppress(OSError):
+                self.freeze(node, job_id, True)
+            for pid in left:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(OSError):
+                self.freeze(node, job_id, False)
+            time.sleep(0.01)
+        return self.pids(node, job_id)
+
+    def usage(self, node: str, job_id: int, step: str) -> StepUsage:
+        paths = dict(zip(self.controllers, self.step_paths(node, job_id, step), strict=True))
+        cpu_ns = int(_read(os.path.join(paths["cpuacct"], "cpuacct.usage"), "0") or 0)
+        peak = int(_read(os.path.join(paths["memory"], "memory.max_usage_in_bytes"), "0") or 0)
+        oom = _keyed(os.path.join(paths["memory"], "memory.oom_control")).get("oom_kill", 0)
+        return StepUsage(cpu_ns / 1e9, peak // 1024, oom > 0)
+
+
+class V2(Hierarchy):
+    version = 2
+
+    def __init__(self, mount: str, constrain_cores: bool, constrain_ram: bool):
+        super().__init__(mount, constrain_cores, constrain_ram)
+        available = set(_read(os.path.join(mount, "cgroup.controllers")).split())
+        wanted = {"pids"} | ({"cpuset"} if constrain_cores else set()) | ({"memory"} if constrain_ram else set())
+        missing = sorted(wanted - available - {"pids"})
+        if missing:
+            raise CgroupError(f"cgroup v2 at {mount} lacks the controllers {', '.join(missing)} "
+                              f"(available: {' '.join(sorted(available)) or 'none'})")
+        self.controllers = tuple(sorted(wanted & available))
+
+    def _roots(self) -> Iterator[str]:
+        return iter([self.mount])
+
+    def _ensure(self, path: str) -> None:
+        """Make ``path`` and its parents, each parent passing the controllers down (processes
+        live only in the step folders, the leaves, as v2 requires once controllers are on)."""
+        if os.path.isdir(path):
+            return
+        parent = os.path.dirname(path)
+        self._ensure(parent)
+        if self.controllers:
+            _write(os.path.join(parent, "cgroup.subtree_control"), " ".join("+" + c for c in self.controllers))
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(path, 0o755)
+
+    def create(self, node: str, job_id: int, step: str, limits: Limits) -> list[str]:
+        job_path = self.job_paths(node, job_id)[0]
+        step_path = self.step_paths(node, job_id, step)[0]
+        self._ensure(step_path)
+        for path in (job_path, step_path):
+            if "cpuset" in self.controllers and limits.cpus and path == job_path:
+                _write(os.path.join(path, "cpuset.cpus"), cpu_list(limits.cpus))
+            if "memory" in self.controllers and limits.memory_bytes is not None:
+                _write(os.path.join(path, "memory.max"), str(limits.memory_bytes))
+                if limits.swap_bytes is not None and os.path.exists(os.path.join(path, "memory.swap.max")):
+                    _write(os.path.join(path, "memory.swap.max"), str(limits.swap_bytes))
+        return self.procs_files(node, job_id, step)
+
+    def freeze(self, node: str, job_id: int, frozen: bool) -> None:
+        _write(os.path.join(self.job_paths(node, job_id)[0], "cgroup.freeze"), "1" if frozen else "0")
+
+    def kill(self, node: str, job_id: int) -> set[int]:
+        path = self.job_paths(node, job_id)[0]
+        if os.path.exists(os.path.join(path, "cgroup.kill")):
+            with contextlib.suppress(FileNotFoundError):
+                _write(os.path.join(path, "cgroup.kill"), "1")
+        for _ in range(KILL_TRIES):
+            left = self.pids(node, job_id)
+            if not left:
+                return left
+            for pid in left:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.01)
+        return self.pids(node, job_id)
+
+    def usage(self, node: str, job_id: int, step: str) -> StepUsage:
+        path = self.step_paths(node, job_id, step)[0]
+        cpu_us = _keyed(os.path.join(path, "cpu.stat")).get("usage_usec", 0)
+        peak = int(_read(os.path.join(path, "memory.peak"), "0") or 0)
+        oom = _keyed(os.path.join(path, "memory.events")).get("oom_kill", 0)
+        return StepUsage(cpu_us / 1e6, peak // 1024, oom > 0)
+
+
+def open_hierarchy(plugin: str, mount: str, constrain_cores: bool, constrain_ram: bool) -> Hierarchy:
+    """The hierarchy CgroupPlugin names (autodetect: v2 when the mount point is a cgroup2 root)."""
+    if not os.path.isdir(mount):
+        raise CgroupError(f"CgroupMountpoint {mount} does not exist")
+    if os.geteuid() != 0:
+        raise CgroupError("proctrack/cgroup and task/cgroup need the agent to run as root")
+    if plugin == "autodetect":
+        plugin = "cgroup/v2" if os.path.exists(os.path.join(mount, "cgroup.controllers")) else "cgroup/v1"
+    kind = V2 if plugin == "cgroup/v2" else V1
+    return kind(mount, constrain_cores, constrain_ram)
