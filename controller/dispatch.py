@@ -163,6 +163,7 @@ def job_allocation(config: Config, job: Job, nodes: dict[str, int]) -> JobAlloca
     cpu_freq = job.cpu_freq or (str(job.cpu_freq_khz) if job.cpu_freq_khz else "")
     energy_s = freq.get("energy") or defaults.get("energy") or config.acct_gather_node_freq_s
     return JobAllocation(job_id=job.job_id, uid=job.uid, user=job.user, start_time=job.start_time, nodes=nodes,
+                         mem_mb=job.alloc_mem_mb,
                          cpu_freq=cpu_freq, profile=list(job.profile), profile_energy_s=energy_s,
                          profile_task_s=freq.get("task") or defaults.get("task") or 30)
 

@@ -60,6 +60,10 @@ _NOT_WAITING_FOR_NODES = frozenset({states.R_DEPENDENCY, states.R_DEP_NEVER, sta
                                     states.R_PART_NODES, states.R_RESERVATION, states.R_RESV_DELETED})
 
 
+# the signal number Slurm records for a step its memory limit ended (sacct's ExitCode 0:125)
+OOM_SIGNAL = 125
+
+
 class Refused(Exception):
     """A request the controller refuses; ``status`` is the HTTP status to answer with."""
 
@@ -633,9 +637,13 @@ class ClusterState:
             return []
         if job is None or job.state not in (states.RUNNING,) or job.batch_host != event.node:
             return []
+        if event.oom_killed:  # Slurm's record of a job its memory limit ended: OUT_OF_MEMORY, 0:125
+            event = event.model_copy(update={"exit_code": 0, "term_signal": OOM_SIGNAL})
         batch = job.find_step("batch")
         if batch is not None:
             batch.state = states.COMPLETED if event.exit_code == 0 and not event.term_signal else states.FAILED
+            if event.oom_killed:
+                batch.state = states.OUT_OF_MEMORY
             if job.cancelled_by is not None or job.timed_out:  # Slurm: the batch step was CANCELLED
                 batch.state = states.CANCELLED
             batch.exit_code, batch.term_signal = event.exit_code, event.term_signal
@@ -645,6 +653,8 @@ class ClusterState:
             final = states.CANCELLED
         elif job.timed_out:
             final = states.TIMEOUT
+        elif event.oom_killed:
+            final = states.OUT_OF_MEMORY
         elif event.exit_code == 0 and not event.term_signal:
             final = states.COMPLETED
         else:
@@ -1158,6 +1168,8 @@ class ClusterState:
 
     def _step_over(self, job: Job, step: Step, exit_code: int, term_signal: int, now: float) -> None:
         step.state = states.COMPLETED if exit_code == 0 and not term_signal else states.FAILED
+        if step.oom_killed:
+            step.state = states.OUT_OF_MEMORY
         if job.cancelled_by is not None or job.timed_out:
             step.state = states.CANCELLED
         step.exit_code, step.term_signal, step.end_time = exit_code, term_signal, now
@@ -1171,6 +1183,9 @@ class ClusterState:
         if step is None or event.node not in step.nodes:
             return
         step.tasks = merge_usage(step.tasks, [t.model_dump() for t in event.tasks])
+        if event.oom_killed:
+            step.oom_killed = True
+            event = event.model_copy(update={"exit_code": 0, "term_signal": OOM_SIGNAL})
         if event.node not in step.ended_nodes:
             step.ended_nodes.append(event.node)
             step.exit_code, step.term_signal = max(step.exit_code, event.exit_code), \

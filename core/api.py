@@ -289,6 +289,7 @@ class JobEvent(Strict):
     end_time: float
     tasks: list[TaskUsage] = Field([], max_length=COUNT_MAX)
     error: str = Field("", max_length=1024)  # why the script could not be started (Slurm's wording)
+    oom_killed: bool = False  # the kernel's OOM killer ended a process of it (its cgroup's memory limit)
 
 
 class AgentHeartbeat(Strict):
@@ -331,6 +332,7 @@ class JobAllocation(Strict):
     user: str
     start_time: float
     nodes: dict[str, int]  # node -> allocated CPUs
+    mem_mb: int = Field(0, ge=0, le=MEM_MAX_MB)  # memory per node (0: none asked; the cgroup limit is the node's)
     cpu_freq: str = ""  # --cpu-freq, else CpuFreqDef, else the frequency fitted to the power cap
     profile: list[Literal["energy", "task"]] = []
     profile_energy_s: int = Field(0, ge=0)

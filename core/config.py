@@ -220,6 +220,20 @@ class Config:
     power_save_type: tuple[str, ...] = ()
     power_save_parameters: tuple[tuple[str, float | str], ...] = ()
     log_level: str = "info"
+    # process tracking and confinement (Slurm's keys); cgroup.conf beside the file sets the cgroup_*
+    proctrack_type: str = "proctrack/pgid"
+    task_plugin: tuple[str, ...] = ("task/none",)
+    task_plugin_param: tuple[str, ...] = ()
+    cgroup_plugin: str = "autodetect"
+    cgroup_mountpoint: str = "/sys/fs/cgroup"
+    constrain_cores: bool = False
+    constrain_ram_space: bool = False
+    allowed_ram_space: float = 100.0
+    constrain_swap_space: bool = False
+    allowed_swap_space: float = 0.0
+    max_ram_percent: float = 100.0
+    min_ram_space_mb: int = 30
+    constrain_devices: bool = False
     # metrics (Slurm 25.11's keys): served when MetricsType=metrics/openmetrics
     metrics_type: str = "metrics/none"
     metrics_auth_users: tuple[str, ...] = ()
@@ -244,6 +258,11 @@ class Config:
         """The nodes power saving never switches: SuspendExcNodes and the nodes of SuspendExcParts."""
         return frozenset(self.suspend_exc_nodes).union(
             *(p.nodes for p in self.partitions if p.name in self.suspend_exc_parts))
+
+    @property
+    def cgroups(self) -> bool:
+        """Whether jobs live in control groups (proctrack/cgroup or task/cgroup)."""
+        return self.proctrack_type == "proctrack/cgroup" or "task/cgroup" in self.task_plugin
 
     @property
     def power_saving(self) -> bool:
@@ -280,8 +299,8 @@ class Config:
 
     def as_pairs(self) -> list[tuple[str, str]]:
         """The global settings as (Slurm key, value) pairs, for ``scontrol show config``."""
-        return [(key, _show(getattr(self, attr))) for key, (attr, _p) in sorted(_GLOBAL_KEYS.items(),
-                                                                            key=lambda kv: kv[0])]
+        keys = {**_GLOBAL_KEYS, **_CGROUP_KEYS}
+        return [(key, _show(getattr(self, attr))) for key, (attr, _p) in sorted(keys.items(), key=lambda kv: kv[0])]
 
 
 def _show(value: Any) -> str:
@@ -421,6 +440,14 @@ def parse_power_cap(value: str) -> float:
 
 def _non_negative_float(value: str) -> float:
     return _non_negative(value, float, "a number")
+
+
+def _percent(value: str) -> float:
+    """A percentage, with or without '%' (AllowedRAMSpace=95, MaxRAMPercent=98.5%)."""
+    number = _non_negative(value.rstrip("%"), float, "a percentage")
+    if number > 100 * 1000:
+        raise ValueError(f"'{value}' is not a sensible percentage")
+    return number
 
 
 def _positive(value: str) -> int:
@@ -608,6 +635,10 @@ _GLOBAL_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "SuspendExcParts": ("suspend_exc_parts", _names),
     "PowerSaveType": ("power_save_type", _power_save_types),
     "PowerSaveParameters": ("power_save_parameters", parse_power_save_params),
+    "ProctrackType": ("proctrack_type", _choice("proctrack/pgid", "proctrack/cgroup", "proctrack/linuxproc")),
+    "TaskPlugin": ("task_plugin", _flag_list("task/none", "task/cgroup", "task/affinity")),
+    "TaskPluginParam": ("task_plugin_param", _flag_list("None", "Cores", "Sockets", "Threads", "Verbose",
+                                                        "Autobind=Cores", "Autobind=Sockets", "Autobind=Threads")),
     "MetricsType": ("metrics_type", _choice("metrics/openmetrics", "metrics/none")),
     "MetricsAuthUsers": ("metrics_auth_users", _names),
     "MetricsParameters": ("metrics_parameters", _flag_list("ignore_private_data")),
@@ -653,7 +684,22 @@ _PARTITION_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "PriorityJobFactor": ("priority_job_factor", _int),
 }
 
+# cgroup.conf, read from beside the main file as Slurm does
+_CGROUP_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "CgroupPlugin": ("cgroup_plugin", _choice("autodetect", "cgroup/v1", "cgroup/v2")),
+    "CgroupMountpoint": ("cgroup_mountpoint", _str),
+    "ConstrainCores": ("constrain_cores", _bool),
+    "ConstrainRAMSpace": ("constrain_ram_space", _bool),
+    "AllowedRAMSpace": ("allowed_ram_space", _percent),
+    "ConstrainSwapSpace": ("constrain_swap_space", _bool),
+    "AllowedSwapSpace": ("allowed_swap_space", _percent),
+    "MaxRAMPercent": ("max_ram_percent", _percent),
+    "MinRAMSpace": ("min_ram_space_mb", _int),
+    "ConstrainDevices": ("constrain_devices", _bool),
+}
+
 _LOWER_GLOBAL = {k.lower(): k for k in _GLOBAL_KEYS}
+_LOWER_CGROUP = {k.lower(): k for k in _CGROUP_KEYS}
 _LOWER_NODE = {k.lower(): k for k in _NODE_KEYS}
 _LOWER_PART = {k.lower(): k for k in _PARTITION_KEYS}
 
@@ -705,6 +751,8 @@ def load(path: str | os.PathLike[str], globals_only: bool = False, switches_node
           globals_only=globals_only, files=files)
 
     base = os.path.dirname(path)
+    if not globals_only:
+        _read_cgroup_conf(os.path.join(base, "cgroup.conf"), globals_, files)
     for attr in _PATH_ATTRS:
         if attr in globals_ and not os.path.isabs(globals_[attr]):
             globals_[attr] = os.path.normpath(os.path.join(base, globals_[attr]))
@@ -750,7 +798,26 @@ def load(path: str | os.PathLike[str], globals_only: bool = False, switches_node
                     **globals_)
     if switches_nodes:
         _check_power_programs(config, where)
+    if config.constrain_cores and config.emulated_nodes and not globals_only:
+        raise ConfigError(*where.get("EmulatedNodes", (path, 0)), "EmulatedNodes",
+                          "ConstrainCores (cgroup.conf) needs real nodes: virtual nodes' CPUs are not the host's")
     return config
+
+
+def _read_cgroup_conf(path: str, globals_: dict, files: list[str]) -> None:
+    """cgroup.conf: ``Key=Value`` lines, beside the main file (absent: Slurm's defaults)."""
+    if not os.path.exists(path):
+        return
+    files.append(path)
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError(path, 0, "(file)", f"cannot read configuration: {exc.strerror}") from exc
+    for lineno, raw in enumerate(text.splitlines(), start=1):
+        line = raw.split("#", 1)[0].strip()
+        if line:
+            for key, value in _pairs(line, path, lineno):
+                _set(globals_, _CGROUP_KEYS, _LOWER_CGROUP, key, value, path, lineno, "cgroup.conf")
 
 
 def _check_power_programs(config: Config, where: dict[str, tuple[str, int]]) -> None:

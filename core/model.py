@@ -30,6 +30,7 @@ class Step:
     tasks: list[dict[str, Any]] = field(default_factory=list)  # TaskUsage records (wattsched.usage)
     ended_nodes: list[str] = field(default_factory=list)  # nodes whose agents reported the step's end
     consumed_energy_j: float | None = None
+    oom_killed: bool = False  # its memory limit ended a process of it on some node (OUT_OF_MEMORY)
 
 
 @dataclass(slots=True)

@@ -26,6 +26,7 @@ from wattsched.config import Config, NodeConf
 from wattsched.noded import chassis, procs
 from wattsched.noded.allocations import Allocations
 from wattsched.noded.batch import BatchRunner
+from wattsched.noded.cgroup import JobCgroups
 from wattsched.noded.energy import EnergyMeter
 from wattsched.noded.profiler import Profiler
 from wattsched.noded.throttle import Throttle
@@ -45,7 +46,9 @@ class Agent:
         # users reach their jobs' scratch folders below it, and list nothing; the rest is root's alone
         os.chmod(self.spool, 0o711)
         os.chmod(self.outbox, 0o700)
-        self.batch = BatchRunner(self.spool, config.kill_wait_s, self._job_ended)
+        # proctrack/cgroup, task/cgroup: every job and step in its own cgroup (CgroupError: no start)
+        self.cgroups = JobCgroups(config, self.nodes) if config.cgroups else None
+        self.batch = BatchRunner(self.spool, config.kill_wait_s, self._job_ended, self.join_step)
         self.step_pgids: dict[tuple[str, int], set[int]] = {}
         # (job, step, node) -> stdin pipes of the step's tasks that read srun's input
         self.step_inputs: dict[tuple[int, int, str], list] = {}
@@ -109,6 +112,38 @@ class Agent:
                         self.throttle.set((job.node, job.job_id), khz / f_max)
             self._sampling_interval()
 
+    def join_step(self, node: str, job_id: int, step: str) -> list[str]:
+        """The cgroup files a step's processes write their pid into (none without cgroups): the
+        job's and step's cgroups are made with the limits of its allocation on the node."""
+        if self.cgroups is None:
+            return []
+        with self.lock:
+            job = self.allocations.jobs.get((node, job_id))
+            cpu_ids, mem_mb = (list(job.cpu_ids), job.mem_mb) if job else ([], 0)
+        return self.cgroups.setup(node, job_id, step, cpu_ids, mem_mb)
+
+    def _cgroup_usage(self, event: JobEvent) -> JobEvent:
+        """A step's end with its cgroup's figures: CPU time and peak memory of all its processes
+        (descendants that outlived the task too), and whether its memory limit killed one."""
+        if self.cgroups is None:
+            return event
+        usage = self.cgroups.usage(event.node, event.job_id, event.step_id)
+        if usage is None:
+            return event
+        tasks = [t.model_copy(update={"user_cpu_s": max(t.user_cpu_s, usage.user_cpu_s),
+                                      "system_cpu_s": max(t.system_cpu_s, usage.system_cpu_s),
+                                      "max_rss_kb": max(t.max_rss_kb, usage.max_rss_kb)}) if i == 0 else t
+                 for i, t in enumerate(event.tasks)]
+        return event.model_copy(update={"tasks": tasks, "oom_killed": usage.oom_killed})
+
+    def _end_cgroups(self, node: str, job_id: int) -> None:
+        """The job is over on the node: nothing of it may outlive it (double forks, setsid)."""
+        if self.cgroups is not None:
+            try:
+                self.cgroups.end(node, job_id)
+            except OSError as exc:
+                log.error("job cgroup not removed", extra={"job": job_id, "node": node, "error": str(exc)})
+
     async def runs_job(self, node: str, job_id: int) -> bool:
         """Whether ``job_id`` holds an allocation on ``node`` here: a step credential is good only while
         its job runs on the node. A step may arrive just before the job's allocation does (both are
@@ -153,21 +188,30 @@ class Agent:
     def _job_ended(self, event: JobEvent) -> None:
         # the batch host gets no terminate from the controller: its allocation ends here, before
         # the end is reported (so the profile is closed when the controller merges it)
+        event = self._cgroup_usage(event)
         self._release(event.node, event.job_id)
         self._write_event(event)
         # steps still running die with their job: SIGTERM first (their step daemons outlive it to
-        # report the tasks' usage), SIGKILL after KillWait, as Slurm does
-        pgids = self.step_pgids.pop((event.node, event.job_id), set())
+        # report the tasks' usage), SIGKILL after KillWait, as Slurm does; then whatever is left
+        # in the job's cgroup
+        node, job_id = event.node, event.job_id
+        pgids = self.step_pgids.pop((node, job_id), set())
         for pgid in pgids:
             procs.killpg(pgid, signal.SIGTERM)
-        if pgids:
-            with contextlib.suppress(RuntimeError):  # no running loop: the SIGTERM must do
-                asyncio.get_running_loop().call_later(
-                    self.config.kill_wait_s, lambda: [procs.killpg(p, signal.SIGKILL) for p in pgids])
+        if not pgids:
+            self._end_cgroups(node, job_id)
+            return
+        with contextlib.suppress(RuntimeError):  # no running loop: the SIGTERM must do
+            asyncio.get_running_loop().call_later(self.config.kill_wait_s, self._kill_rest, node, job_id, pgids)
+
+    def _kill_rest(self, node: str, job_id: int, pgids: set[int]) -> None:
+        for pgid in pgids:
+            procs.killpg(pgid, signal.SIGKILL)
+        self._end_cgroups(node, job_id)
 
     def step_ended(self, event: JobEvent) -> None:
         """An srun step's tasks on one node ended: their usage goes to the controller like a job end."""
-        self._write_event(event)
+        self._write_event(self._cgroup_usage(event))
 
     def _write_event(self, event: JobEvent) -> None:
         path = self._outbox_path(event)
@@ -217,6 +261,8 @@ class Agent:
                     clean.append(node)
                     self._release(node, job_id)
                     self.energy.wake()
+                    if not pgids:  # (with steps, after their KillWait)
+                        self._end_cgroups(node, job_id)
             else:
                 if not batch_only:
                     for pgid in pgids:
@@ -228,6 +274,8 @@ class Agent:
     def _kill_steps(self, node: str, job_id: int) -> None:
         for pgid in self.step_pgids.get((node, job_id), set()):
             procs.killpg(pgid, signal.SIGKILL)
+        if not (job_id in self.batch.jobs and self.batch.jobs[job_id].node == node):
+            self._end_cgroups(node, job_id)
 
     # --- talking to the controller ----------------------------------------------------------------
 
@@ -282,6 +330,13 @@ class Agent:
                 procs.killpg(pgid, signal.SIGCONT)  # in case we died while it was throttled
         with self.lock:
             self.allocations.recover()
+            known = {(n, j) for n, j in self.allocations.jobs} | {(j.node, j.job_id) for j in self.batch.jobs.values()}
+        if self.cgroups is not None:  # what a stopped agent's jobs left, and no record here claims
+            for node in self.nodes:
+                for job_id in self.cgroups.jobs(node):
+                    if (node, job_id) not in known:
+                        self._end_cgroups(node, job_id)
+        with self.lock:
             for job in self.allocations.jobs.values():
                 khz, f_max = self.allocations.freq_of(job)
                 if self.config.emulated_nodes and khz and f_max:

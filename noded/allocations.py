@@ -1,8 +1,8 @@
 """The jobs allocated on an agent's nodes: their CPUs, CPU frequency and power profile.
 
 When a job starts, every agent hosting one of its nodes gets its allocation. For each node the
-agent picks the job's CPUs (the lowest free ones: CPU ids are the agent's bookkeeping, jobs
-are not bound to them), sets their frequency as ``--cpu-freq`` (or CpuFreqDef, or the
+agent picks the job's CPUs (the lowest free ones; with task/cgroup and ConstrainCores they are the
+job's cpuset, else only the agent's bookkeeping), sets their frequency as ``--cpu-freq`` (or CpuFreqDef, or the
 frequency the controller fitted to the power cap) asks, and opens the node's profile file when
 ``--profile`` asks for one. The CPUs' previous cpufreq settings are written to the spool
 *before* they change, so that when the job ends on the node (batch end, cancel, time limit,
@@ -35,6 +35,7 @@ class NodeJob:
     cpus: int
     cpu_ids: list[int]
     cpu_freq: str = ""
+    mem_mb: int = 0
     saved: dict[str, dict[str, str]] = field(default_factory=dict)  # cpu id -> previous cpufreq settings
     profile: list[str] = field(default_factory=list)
     energy_s: int = 0
@@ -84,7 +85,7 @@ class Allocations:
             if node not in self.nodes or (node, alloc.job_id) in self.jobs:
                 continue
             job = NodeJob(alloc.job_id, node, alloc.uid, alloc.user, alloc.start_time, cpus,
-                          self._free_cpus(node, cpus), alloc.cpu_freq or self.config.cpu_freq_def,
+                          self._free_cpus(node, cpus), alloc.cpu_freq or self.config.cpu_freq_def, alloc.mem_mb,
                           profile=list(alloc.profile), energy_s=alloc.profile_energy_s, task_s=alloc.profile_task_s)
             self.jobs[(node, job.job_id)] = job
             self._apply_freq(job)

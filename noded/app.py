@@ -59,7 +59,8 @@ def create_app(agent: Agent) -> FastAPI:
         async def stream() -> AsyncIterator[bytes]:
             try:
                 async for line in steps.run_tasks(req, layout, uid, _gid_of(uid), auth.username(uid),
-                                                  agent.config.kill_wait_s, pgids, agent.step_ended, inputs):
+                                                  agent.config.kill_wait_s, pgids, agent.step_ended, inputs,
+                                                  agent.join_step(req.node, req.job_id, str(req.step_id))):
                     yield line
             finally:
                 if agent.step_inputs.get(key) is inputs:

@@ -73,10 +73,12 @@ def _private_dir(path: str) -> None:
 class BatchRunner:
     """The batch scripts of the nodes one agent hosts."""
 
-    def __init__(self, spool_root: str, kill_wait_s: int, on_end: Callable[[JobEvent], None]):
+    def __init__(self, spool_root: str, kill_wait_s: int, on_end: Callable[[JobEvent], None],
+                 join: Callable[[str, int, str], list[str]] = lambda _node, _job, _step: []):
         self.spool_root = spool_root
         self.kill_wait_s = kill_wait_s
         self.on_end = on_end
+        self.join = join  # (node, job, step) -> the cgroup files the script's process joins
         self.jobs: dict[int, BatchJob] = {}
 
     def job_dir(self, node: str, job_id: int, run: int) -> str:
@@ -120,7 +122,8 @@ class BatchRunner:
             spec = {"uid": req.uid, "gid": req.gid, "groups": procs.user_groups(req.user, req.gid),
                     "umask": procs.umask_of(req.environment), "work_dir": req.work_dir, "stdin": req.std_in,
                     "stdout": req.std_out, "stderr": req.std_err, "open_mode": req.open_mode,
-                    "argv": [script, *req.argv], "env": req.environment, "spool": spool}
+                    "argv": [script, *req.argv], "env": req.environment, "spool": spool,
+                    "cgroup_procs": self.join(req.node, req.job_id, "batch")}
             with open(os.devnull, "rb") as null_in, open(os.devnull, "wb") as null_out:
                 proc = procs.spawn_stepd("batch", spec, cwd=spool, stdin=null_in.fileno(),
                                          stdout=null_out.fileno(), stderr=null_out.fileno())

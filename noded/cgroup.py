@@ -56,7 +56,8 @@ class Limits:
 
 @dataclass(frozen=True, slots=True)
 class StepUsage:
-    cpu_s: float
+    user_cpu_s: float
+    system_cpu_s: float
     max_rss_kb: int
     oom_killed: bool
 
@@ -224,10 +225,11 @@ class V1(Hierarchy):
 
     def usage(self, node: str, job_id: int, step: str) -> StepUsage:
         paths = dict(zip(self.controllers, self.step_paths(node, job_id, step), strict=True))
-        cpu_ns = int(_read(os.path.join(paths["cpuacct"], "cpuacct.usage"), "0") or 0)
+        ticks = _keyed(os.path.join(paths["cpuacct"], "cpuacct.stat"))
+        hz = os.sysconf("SC_CLK_TCK")
         peak = int(_read(os.path.join(paths["memory"], "memory.max_usage_in_bytes"), "0") or 0)
         oom = _keyed(os.path.join(paths["memory"], "memory.oom_control")).get("oom_kill", 0)
-        return StepUsage(cpu_ns / 1e9, peak // 1024, oom > 0)
+        return StepUsage(ticks.get("user", 0) / hz, ticks.get("system", 0) / hz, peak // 1024, oom > 0)
 
 
 class V2(Hierarchy):
@@ -291,10 +293,10 @@ class V2(Hierarchy):
 
     def usage(self, node: str, job_id: int, step: str) -> StepUsage:
         path = self.step_paths(node, job_id, step)[0]
-        cpu_us = _keyed(os.path.join(path, "cpu.stat")).get("usage_usec", 0)
+        cpu = _keyed(os.path.join(path, "cpu.stat"))
         peak = int(_read(os.path.join(path, "memory.peak"), "0") or 0)
         oom = _keyed(os.path.join(path, "memory.events")).get("oom_kill", 0)
-        return StepUsage(cpu_us / 1e6, peak // 1024, oom > 0)
+        return StepUsage(cpu.get("user_usec", 0) / 1e6, cpu.get("system_usec", 0) / 1e6, peak // 1024, oom > 0)
 
 
 def open_hierarchy(plugin: str, mount: str, constrain_cores: bool, constrain_ram: bool) -> Hierarchy:
@@ -307,3 +309,63 @@ def open_hierarchy(plugin: str, mount: str, constrain_cores: bool, constrain_ram
         plugin = "cgroup/v2" if os.path.exists(os.path.join(mount, "cgroup.controllers")) else "cgroup/v1"
     kind = V2 if plugin == "cgroup/v2" else V1
     return kind(mount, constrain_cores, constrain_ram)
+
+
+class JobCgroups:
+    """The agent's use of the hierarchy: each job's limits from its allocation (cgroup.conf's
+    rules), the files its launches join, its steps' usage, and its end (every process killed,
+    the folders removed)."""
+
+    def __init__(self, config, nodes: dict):
+        self.config, self.nodes = config, nodes
+        self.constrain_cores = config.constrain_cores and "task/cgroup" in config.task_plugin
+        self.constrain_ram = config.constrain_ram_space and "task/cgroup" in config.task_plugin
+        self.hierarchy = open_hierarchy(config.cgroup_plugin, config.cgroup_mountpoint, self.constrain_cores,
+                                        self.constrain_ram)
+
+    def limits(self, node: str, cpu_ids: list[int], mem_mb: int) -> Limits:
+        """cgroup.conf's rules: the request x AllowedRAMSpace %, within [MinRAMSpace, MaxRAMPercent of
+        the node]; no request means the node's memory (as Slurm without DefMemPerCPU)."""
+        memory = swap = None
+        if self.constrain_ram:
+            real_mb = self.nodes[node].real_memory_mb
+            asked = mem_mb * self.config.allowed_ram_space / 100 if mem_mb else real_mb
+            top = real_mb * self.config.max_ram_percent / 100
+            memory = int(max(self.config.min_ram_space_mb, min(asked, top)) * MIB)
+            if self.config.constrain_swap_space:
+                swap = int((mem_mb or real_mb) * self.config.allowed_swap_space / 100 * MIB)
+        return Limits(tuple(cpu_ids) if self.constrain_cores else None, memory, swap)
+
+    def setup(self, node: str, job_id: int, step: str, cpu_ids: list[int], mem_mb: int) -> list[str]:
+        """The job's and step's cgroups, made with their limits; the files the step's processes join."""
+        return self.hierarchy.create(node, job_id, step, self.limits(node, cpu_ids, mem_mb))
+
+    def usage(self, node: str, job_id: int, step: str) -> StepUsage | None:
+        try:
+            return self.hierarchy.usage(node, job_id, step)
+        except (OSError, ValueError):
+            return None
+
+    def pids(self, node: str, job_id: int) -> set[int]:
+        return self.hierarchy.pids(node, job_id)
+
+    def freeze(self, node: str, job_id: int, frozen: bool) -> None:
+        self.hierarchy.freeze(node, job_id, frozen)
+
+    def jobs(self, node: str) -> list[int]:
+        """The jobs that have a cgroup on the node (left by an agent that was stopped, say)."""
+        folder = os.path.dirname(self.hierarchy.job_paths(node, 0)[0])
+        try:
+            names = os.listdir(folder)
+        except FileNotFoundError:
+            return []
+        return sorted(int(n[4:]) for n in names if n.startswith("job_") and n[4:].isdigit())
+
+    def end(self, node: str, job_id: int) -> bool:
+        """Kill whatever of the job is left on the node and remove its cgroups; True when done."""
+        left = self.hierarchy.kill(node, job_id)
+        if left:
+            log.error("job processes survive SIGKILL", extra={"job": job_id, "node": node,
+                                                              "pids": ",".join(map(str, sorted(left)))})
+            return False
+        return self.hierarchy.remove(node, job_id)

@@ -10,6 +10,7 @@ from wattsched import auth, hostlist, logs
 from wattsched import config as config_mod
 from wattsched.noded.agent import Agent
 from wattsched.noded.app import create_app
+from wattsched.noded.cgroup import CgroupError
 
 
 class AgentStartError(RuntimeError):
@@ -33,5 +34,8 @@ def run(config_path: str, nodes: str | None, host: str, port: int | None, advert
     selected = select_nodes(config, nodes)
     listen_port = port or selected[0].port or config.slurmd_port
     url = f"http://{advertise or host}:{listen_port}"
-    agent = Agent(config, selected, url, auth.read_key(config.key_file))
+    try:
+        agent = Agent(config, selected, url, auth.read_key(config.key_file))
+    except CgroupError as exc:
+        raise AgentStartError(f"{config.source}: {exc}") from exc
     uvicorn.run(create_app(agent), host=host, port=listen_port, log_level="warning", access_log=False)

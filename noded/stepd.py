@@ -94,8 +94,21 @@ def setup_as_user(spec: dict[str, Any]) -> list[str]:
     return warnings
 
 
+def join_cgroups(spec: dict[str, Any]) -> None:
+    """Enter the step's cgroups (files the root agent named from the job's number) while still root:
+    this process and all it starts stay there, whatever they do."""
+    for path in spec.get("cgroup_procs", ()):
+        try:
+            with open(path, "w") as handle:
+                handle.write(str(os.getpid()))
+        except OSError as exc:
+            raise LaunchError(f"Could not enter the job's cgroup {path}: {exc.strerror}") from exc
+
+
 def exec_as_user(spec: dict[str, Any]) -> None:
-    """Become the user, set up the task's streams, exec: never returns (raises LaunchError)."""
+    """Enter the step's cgroups, become the user, set up the task's streams, exec: never returns
+    (raises LaunchError)."""
+    join_cgroups(spec)
     become_user(spec)
     for warning in setup_as_user(spec):
         os.write(2, warning.encode())
