@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -20,6 +21,27 @@ from typing import Any
 import httpx
 
 BIN = Path(sys.executable).parent
+
+
+def reachable_by_all(paths: list[str]) -> list[tuple[str, int]]:
+    """Let every user traverse the folders above ``paths`` (the interpreter may live under /root),
+    for tests that run commands as other accounts: only the search bit is added, and the old modes
+    are returned for :func:`restore_modes`."""
+    changed: list[tuple[str, int]] = []
+    for path in paths:
+        folder = os.path.dirname(os.path.realpath(path))
+        while folder != "/":
+            mode = stat.S_IMODE(os.stat(folder).st_mode)
+            if not mode & 0o001 and (folder, mode) not in changed:
+                changed.append((folder, mode))
+                os.chmod(folder, mode | 0o001)
+            folder = os.path.dirname(folder)
+    return changed
+
+
+def restore_modes(changed: list[tuple[str, int]]) -> None:
+    for folder, mode in reversed(changed):
+        os.chmod(folder, mode)
 
 
 def free_port() -> int:

@@ -23,7 +23,7 @@ from pathlib import Path
 import httpx
 import pytest
 from wattsched import auth
-from wattsched.testcluster import BIN, Cluster, wait_for
+from wattsched.testcluster import BIN, Cluster, reachable_by_all, restore_modes, wait_for
 
 USERS = ("wsmallory", "wsvictim")
 GROUP = "wsproject"
@@ -68,26 +68,11 @@ class Account:
         return self.cluster.token(self.uid, self.name)
 
 
-def _reachable(paths: list[str]) -> list[tuple[str, int]]:
-    """Let every user traverse the folders above ``paths`` (the interpreter may live under /root here);
-    only the search bit is added, and the old modes are returned for the restore."""
-    changed = []
-    for path in paths:
-        folder = os.path.dirname(os.path.realpath(path))
-        while folder != "/":
-            mode = stat.S_IMODE(os.stat(folder).st_mode)
-            if not mode & 0o001 and (folder, mode) not in changed:
-                changed.append((folder, mode))
-                os.chmod(folder, mode | 0o001)
-            folder = os.path.dirname(folder)
-    return changed
-
-
 @pytest.fixture(scope="module")
 def accounts() -> Iterator[None]:
     import sys
 
-    restore = _reachable([sys.executable, str(BIN / "sbatch")])
+    restore = reachable_by_all([sys.executable, str(BIN / "sbatch")])
     subprocess.run(["groupadd", "-f", GROUP], check=True)
     for name in USERS:
         subprocess.run(["userdel", name], capture_output=True, check=False)
@@ -97,8 +82,7 @@ def accounts() -> Iterator[None]:
     for name in USERS:
         subprocess.run(["userdel", name], capture_output=True, check=False)
     subprocess.run(["groupdel", GROUP], capture_output=True, check=False)
-    for folder, mode in reversed(restore):
-        os.chmod(folder, mode)
+    restore_modes(restore)
 
 
 @pytest.fixture(scope="module")
