@@ -16,11 +16,11 @@ from collections.abc import Callable
 
 import httpx
 from pydantic import BaseModel
-from wattsched import auth, states
+from wattsched import auth, prologs, states
 from wattsched.api import BatchLaunch, JobAllocation, LaunchBatch, SignalJob
 from wattsched.config import Config
 from wattsched.controller.powersaving import PowerProgram, run_program
-from wattsched.controller.state import Action, ClusterState, Launch, Signal
+from wattsched.controller.state import Action, AdminProgram, ClusterState, Launch, Signal
 from wattsched.controller.views import output_path
 from wattsched.model import Job
 
@@ -69,6 +69,8 @@ class Dispatcher:
             elif isinstance(action, PowerProgram):
                 self._loop = asyncio.get_running_loop()
                 run_program(self.state.config, action, self._power_failed_in_thread)
+            elif isinstance(action, AdminProgram):
+                self._spawn(self._admin_program(action))
             else:
                 self._last_try[("signal", action.job_id)] = now
                 by_agent: dict[str, list[str]] = defaultdict(list)
@@ -87,6 +89,13 @@ class Dispatcher:
 
     def _power_failed(self, program: PowerProgram) -> None:
         self.run(self.state.power_program_failed(program.kind, program.nodes, time.time()))
+        self.on_change()
+
+    async def _admin_program(self, program: AdminProgram) -> None:
+        """PrologSlurmctld / EpilogSlurmctld in a thread; its end goes back to the state."""
+        code, error = await asyncio.to_thread(prologs.run_program, program.path, program.env,
+                                              self.state.config.prolog_epilog_timeout_s)
+        self.run(self.state.admin_program_done(program, code, error, time.time()))
         self.on_change()
 
     def _spawn(self, coro) -> None:
@@ -163,7 +172,8 @@ def job_allocation(config: Config, job: Job, nodes: dict[str, int]) -> JobAlloca
     cpu_freq = job.cpu_freq or (str(job.cpu_freq_khz) if job.cpu_freq_khz else "")
     energy_s = freq.get("energy") or defaults.get("energy") or config.acct_gather_node_freq_s
     return JobAllocation(job_id=job.job_id, uid=job.uid, user=job.user, start_time=job.start_time, nodes=nodes,
-                         mem_mb=job.alloc_mem_mb,
+                         mem_mb=job.alloc_mem_mb, run=job.restart_count, gid=job.gid, account=job.account,
+                         partition=job.partition, job_name=job.name, node_list=job.nodes_expr,
                          cpu_freq=cpu_freq, profile=list(job.profile), profile_energy_s=energy_s,
                          profile_task_s=freq.get("task") or defaults.get("task") or 30)
 

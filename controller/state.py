@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
-from wattsched import auth, hostlist, power, powersave, scheduling, states
+from wattsched import auth, hostlist, power, powersave, prologs, scheduling, states
 from wattsched.api import (
     AgentHeartbeat,
     JobEvent,
@@ -86,7 +86,17 @@ class Signal:
     terminate: bool = False
 
 
-Action = Launch | Signal | PowerProgram
+@dataclass(slots=True)
+class AdminProgram:
+    """PrologSlurmctld or EpilogSlurmctld for a job, with Slurm's environment (run in a thread)."""
+
+    kind: str  # "prolog" or "epilog"
+    job_id: int
+    path: str
+    env: dict[str, str]
+
+
+Action = Launch | Signal | PowerProgram | AdminProgram
 
 
 @dataclass(slots=True)
@@ -402,6 +412,9 @@ class ClusterState:
         self._hold_resources(job, +1)
         self.touch(job)
         waking = [n for n in alloc.cpus if self.nodes[n].power in (states.P_POWERED_DOWN, states.P_POWERING_UP)]
+        if self.config.prolog_slurmctld:  # CONFIGURING until it succeeds, as in Slurm
+            job.prolog_slurmctld = True
+            return [*self._configure(job, waking, now), self._admin_program("prolog", job)]
         if waking:
             return self._configure(job, waking, now)
         if job.interactive:
@@ -424,11 +437,57 @@ class ClusterState:
             self._node_event(self.nodes[name], now, states.P_POWERING_UP, f"job {job.job_id}")
         return [PowerProgram("resume", asleep)] if asleep else []
 
+    def _admin_program(self, kind: str, job: Job) -> AdminProgram:
+        ended = kind == "epilog"
+        env = prologs.environment(
+            f"{kind}_slurmctld", job_id=job.job_id, uid=job.uid, gid=job.gid, user=job.user, account=job.account,
+            partition=job.partition, node_list=job.nodes_expr, job_name=job.name, cluster=self.config.cluster_name,
+            exit_code=job.exit_code if ended else None, term_signal=job.term_signal if ended else 0)
+        return AdminProgram(kind, job.job_id, self.config.prolog_slurmctld if kind == "prolog"
+                            else self.config.epilog_slurmctld, env)
+
+    def admin_program_done(self, program: AdminProgram, code: int, error: str, now: float) -> list[Action]:
+        """PrologSlurmctld's end: the job launches once its nodes are up; on failure a batch job is
+        requeued held and an interactive one ends (Slurm's rules). EpilogSlurmctld's failure is logged."""
+        job = self.jobs.get(program.job_id)
+        if code:
+            log.error(f"{program.kind}_slurmctld failed", extra={"job": program.job_id, "error": error})
+        if program.kind != "prolog" or job is None or not job.prolog_slurmctld or job.state != states.RUNNING:
+            return []
+        job.prolog_slurmctld = False
+        self.touch(job)
+        if not code:
+            return self._configured(now)
+        return self._prolog_failed(job, now)
+
+    def _prolog_failed(self, job: Job, now: float) -> list[Action]:
+        """A prolog failed: a batch job is requeued and held (JobHeldAdmin); an interactive one fails."""
+        if job.interactive:
+            job.reason = prologs.PROLOG_ERROR
+            return self._end(job, states.FAILED, 1, 0, now, [] if job.configuring else job.node_list)
+        actions = self._requeue(job, now)
+        job.hold, job.reason = "admin", states.R_HELD_ADMIN
+        return actions
+
+    def agent_script_failed(self, event: JobEvent, now: float) -> list[Action]:
+        """A node's Prolog or Epilog failed: the node drains; after a Prolog the job is requeued held."""
+        node = self.nodes.get(event.node)
+        reason = prologs.PROLOG_ERROR if event.step_id == "prolog" else prologs.EPILOG_ERROR
+        if node is not None and not node.drain:
+            node.drain, node.reason, node.reason_time, node.reason_uid = True, reason, now, 0
+            self._node_event(node, now, "DRAIN", reason)
+            self._save_nodes()
+        job = self.jobs.get(event.job_id)
+        if event.step_id != "prolog" or job is None or job.state != states.RUNNING or event.run != job.restart_count:
+            return []
+        return self._prolog_failed(job, now)
+
     def _configured(self, now: float) -> list[Action]:
-        """Launch the CONFIGURING jobs whose nodes are all up; their run starts now."""
+        """Launch the CONFIGURING jobs whose nodes are all up and whose PrologSlurmctld succeeded;
+        their run starts now."""
         actions: list[Action] = []
         for job in self.jobs.values():
-            if job.configuring and job.state == states.RUNNING and all(
+            if job.configuring and not job.prolog_slurmctld and job.state == states.RUNNING and all(
                     self.nodes[n].power not in (states.P_POWERED_DOWN, states.P_POWERING_UP) for n in job.alloc_cpus):
                 job.configuring = False
                 job.start_time = now
@@ -588,12 +647,13 @@ class ClusterState:
         if job.start_time and any(self.nodes[n].energy_samples for n in job.alloc_cpus if n in self.nodes):
             self._energy_due.add(job.job_id)
             job.energy_pending = True
+        after: list[Action] = [self._admin_program("epilog", job)] if self.config.epilog_slurmctld else []
         if completing_nodes:
             job.state = states.COMPLETING
             job.completing_nodes = list(completing_nodes)
-            return [Signal(job.job_id, list(completing_nodes), signal_mod.SIGKILL, terminate=True)]
+            return [Signal(job.job_id, list(completing_nodes), signal_mod.SIGKILL, terminate=True), *after]
         self._finish(job)
-        return []
+        return after
 
     def _finish(self, job: Job) -> None:
         """Every node is clean: the resources are free. The job keeps COMPLETING until its energy
@@ -775,6 +835,8 @@ class ClusterState:
         for event in hb.events:
             if event.step_id == "batch":
                 actions.extend(self.batch_ended(event, now))
+            elif event.step_id in ("prolog", "epilog"):
+                actions.extend(self.agent_script_failed(event, now))
             else:
                 self.step_ended(event, now)
             acked.append(event.job_id)

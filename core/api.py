@@ -333,6 +333,13 @@ class JobAllocation(Strict):
     start_time: float
     nodes: dict[str, int]  # node -> allocated CPUs
     mem_mb: int = Field(0, ge=0, le=MEM_MAX_MB)  # memory per node (0: none asked; the cgroup limit is the node's)
+    # what Prolog and Epilog are told of the job (Slurm's SLURM_JOB_* variables)
+    run: int = Field(0, ge=0, le=INT32)  # the job's restart count
+    gid: int = Field(0, ge=0, le=INT32)
+    account: Short = ""
+    partition: Short = ""
+    job_name: str = Field("", max_length=NAME_MAX)
+    node_list: str = Field("", max_length=TEXT_MAX)
     cpu_freq: str = ""  # --cpu-freq, else CpuFreqDef, else the frequency fitted to the power cap
     profile: list[Literal["energy", "task"]] = []
     profile_energy_s: int = Field(0, ge=0)

@@ -220,6 +220,14 @@ class Config:
     power_save_type: tuple[str, ...] = ()
     power_save_parameters: tuple[tuple[str, float | str], ...] = ()
     log_level: str = "info"
+    # prologs and epilogs (admins' programs; Slurm's keys)
+    prolog: str = ""
+    epilog: str = ""
+    prolog_slurmctld: str = ""
+    epilog_slurmctld: str = ""
+    task_prolog: str = ""
+    task_epilog: str = ""
+    prolog_epilog_timeout_s: int = 0  # 0: no limit
     # process tracking and confinement (Slurm's keys); cgroup.conf beside the file sets the cgroup_*
     proctrack_type: str = "proctrack/pgid"
     task_plugin: tuple[str, ...] = ("task/none",)
@@ -635,6 +643,13 @@ _GLOBAL_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "SuspendExcParts": ("suspend_exc_parts", _names),
     "PowerSaveType": ("power_save_type", _power_save_types),
     "PowerSaveParameters": ("power_save_parameters", parse_power_save_params),
+    "Prolog": ("prolog", _str),
+    "Epilog": ("epilog", _str),
+    "PrologSlurmctld": ("prolog_slurmctld", _str),
+    "EpilogSlurmctld": ("epilog_slurmctld", _str),
+    "TaskProlog": ("task_prolog", _str),
+    "TaskEpilog": ("task_epilog", _str),
+    "PrologEpilogTimeout": ("prolog_epilog_timeout_s", _int),
     "ProctrackType": ("proctrack_type", _choice("proctrack/pgid", "proctrack/cgroup", "proctrack/linuxproc")),
     "TaskPlugin": ("task_plugin", _flag_list("task/none", "task/cgroup", "task/affinity")),
     "TaskPluginParam": ("task_plugin_param", _flag_list("None", "Cores", "Sockets", "Threads", "Verbose",
@@ -647,7 +662,8 @@ _GLOBAL_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
 }
 # Keys whose value is a path resolved against the config file's folder when relative.
 _PATH_ATTRS = {"state_save_location", "slurmd_spool_dir", "auth_key_file", "auth_socket", "energy_sysfs_root",
-               "cpu_freq_sysfs_root", "profile_hdf5_dir"}
+               "cpu_freq_sysfs_root", "profile_hdf5_dir", "prolog", "epilog", "prolog_slurmctld",
+               "epilog_slurmctld", "task_prolog", "task_epilog"}
 
 _NODE_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "CPUs": ("cpus", _int),

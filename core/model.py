@@ -118,6 +118,7 @@ class Job:
     batch_host: str = ""
     launched: bool = False
     configuring: bool = False  # allocated nodes still powering up: launched once they are all up
+    prolog_slurmctld: bool = False  # PrologSlurmctld runs: the job stays CONFIGURING until it succeeds
     completing_nodes: list[str] = field(default_factory=list)
     consumed_energy_j: float | None = None  # filled by the node agents' energy plugins
     energy_pending: bool = False  # ended, its nodes' readings do not reach its end yet: still COMPLETING

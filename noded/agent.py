@@ -20,8 +20,8 @@ import threading
 import time
 
 import httpx
-from wattsched import auth, plugins, switching
-from wattsched.api import AgentHeartbeat, JobAllocation, JobEvent, NodeReport
+from wattsched import auth, plugins, prologs, switching
+from wattsched.api import AgentHeartbeat, BatchLaunch, JobAllocation, JobEvent, NodeReport
 from wattsched.config import Config, NodeConf
 from wattsched.noded import chassis, procs
 from wattsched.noded.allocations import Allocations
@@ -48,11 +48,16 @@ class Agent:
         os.chmod(self.outbox, 0o700)
         # proctrack/cgroup, task/cgroup: every job and step in its own cgroup (CgroupError: no start)
         self.cgroups = JobCgroups(config, self.nodes) if config.cgroups else None
-        self.batch = BatchRunner(self.spool, config.kill_wait_s, self._job_ended, self.join_step)
+        self.task_scripts = {k: v for k, v in (("task_prolog", config.task_prolog),
+                                                ("task_epilog", config.task_epilog)) if v}
+        self.batch = BatchRunner(self.spool, config.kill_wait_s, self._job_ended, self.join_step, self.task_scripts)
         self.step_pgids: dict[tuple[str, int], set[int]] = {}
         # (job, step, node) -> stdin pipes of the step's tasks that read srun's input
         self.step_inputs: dict[tuple[int, int, str], list] = {}
         self.ended: dict[tuple[str, int], None] = {}  # jobs recently over here, oldest first
+        # Prolog on each node of a job: done (True/False) before its batch script or steps start
+        self.prologs: dict[tuple[str, int], asyncio.Future[bool]] = {}
+        self.job_info: dict[tuple[str, int], JobAllocation] = {}  # what Prolog and Epilog are told
         self._kick = asyncio.Event()
         self._fresh_energy = False  # a reading taken for ended jobs awaits the next heartbeat
         self.client = httpx.AsyncClient(timeout=httpx.Timeout(config.message_timeout_s))
@@ -106,11 +111,67 @@ class Agent:
         with self.lock:
             added = self.allocations.add(alloc)
             for job in added:
+                self.job_info[(job.node, job.job_id)] = alloc
+                if self.config.prolog:
+                    self._start_prolog(job.node, alloc)
                 if self.config.emulated_nodes:
                     khz, f_max = self.allocations.freq_of(job)
                     if khz and f_max:
                         self.throttle.set((job.node, job.job_id), khz / f_max)
             self._sampling_interval()
+
+    # --- Prolog and Epilog ------------------------------------------------------------------------
+
+    def _script_env(self, context: str, node: str, alloc: JobAllocation) -> dict[str, str]:
+        return prologs.environment(context, job_id=alloc.job_id, uid=alloc.uid, gid=alloc.gid, user=alloc.user,
+                                   account=alloc.account, partition=alloc.partition, node_list=alloc.node_list,
+                                   job_name=alloc.job_name, cluster=self.config.cluster_name, node=node)
+
+    def _start_prolog(self, node: str, alloc: JobAllocation) -> None:
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self.prologs[(node, alloc.job_id)] = future
+        asyncio.get_running_loop().create_task(self._prolog(node, alloc, future))
+
+    async def _prolog(self, node: str, alloc: JobAllocation, future: asyncio.Future[bool]) -> None:
+        """Prolog, as root, before anything of the job starts on the node. A failure is reported (the
+        controller drains the node and requeues the job held) and nothing of the job starts here."""
+        code, error = await asyncio.to_thread(prologs.run_program, self.config.prolog,
+                                              self._script_env("prolog_slurmd", node, alloc),
+                                              self.config.prolog_epilog_timeout_s)
+        future.set_result(code == 0)
+        if code:
+            log.error("prolog failed", extra={"job": alloc.job_id, "node": node, "error": error})
+            self._write_event(JobEvent(job_id=alloc.job_id, node=node, run=alloc.run, step_id="prolog",
+                                       exit_code=code, end_time=time.time(), error=error[:1024]))
+            self._release(node, alloc.job_id)
+
+    async def prolog_ok(self, node: str, job_id: int) -> bool:
+        """Whether the job's Prolog on the node succeeded (waiting for it; True without a Prolog)."""
+        future = self.prologs.get((node, job_id))
+        return True if future is None else await asyncio.shield(future)
+
+    def launch_batch(self, req: BatchLaunch) -> None:
+        """Start a batch script once its node's Prolog has succeeded."""
+        future = self.prologs.get((req.node, req.job_id))
+        if future is None or future.done():
+            if future is None or future.result():
+                self.batch.launch(req)
+            return
+
+        async def after_prolog() -> None:
+            if await self.prolog_ok(req.node, req.job_id):
+                self.batch.launch(req)
+
+        asyncio.get_running_loop().create_task(after_prolog())
+
+    async def _epilog(self, node: str, alloc: JobAllocation) -> None:
+        code, error = await asyncio.to_thread(prologs.run_program, self.config.epilog,
+                                              self._script_env("epilog_slurmd", node, alloc),
+                                              self.config.prolog_epilog_timeout_s)
+        if code:  # the controller drains the node
+            log.error("epilog failed", extra={"job": alloc.job_id, "node": node, "error": error})
+            self._write_event(JobEvent(job_id=alloc.job_id, node=node, run=alloc.run, step_id="epilog",
+                                       exit_code=code, end_time=time.time(), error=error[:1024]))
 
     def join_step(self, node: str, job_id: int, step: str) -> list[str]:
         """The cgroup files a step's processes write their pid into (none without cgroups): the
@@ -152,8 +213,9 @@ class Agent:
         deadline = time.monotonic() + self.config.message_timeout_s
         while (node, job_id) not in self.ended:
             with self.lock:
-                if (node, job_id) in self.allocations.jobs:
-                    return True
+                allocated = (node, job_id) in self.allocations.jobs
+            if allocated:
+                return await self.prolog_ok(node, job_id)
             if time.monotonic() >= deadline:
                 return False
             await asyncio.sleep(0.05)
@@ -168,6 +230,11 @@ class Agent:
             self.throttle.release((node, job_id))
             self.allocations.remove(node, job_id)
             self._sampling_interval()
+        self.prologs.pop((node, job_id), None)
+        alloc = self.job_info.pop((node, job_id), None)
+        if alloc is not None and self.config.epilog:
+            with contextlib.suppress(RuntimeError):  # no running loop: nothing to run it on
+                asyncio.get_running_loop().create_task(self._epilog(node, alloc))
 
     def _sampling_interval(self) -> None:
         """The meter polls at least as often as the shortest profile interval asks."""

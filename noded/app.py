@@ -35,7 +35,7 @@ def create_app(agent: Agent) -> FastAPI:
         accepted = []
         for job in req.jobs:
             if job.node in agent.nodes:
-                agent.batch.launch(job)
+                agent.launch_batch(job)
                 accepted.append(job.job_id)
         return {"accepted": accepted}
 
@@ -60,7 +60,8 @@ def create_app(agent: Agent) -> FastAPI:
             try:
                 async for line in steps.run_tasks(req, layout, uid, _gid_of(uid), auth.username(uid),
                                                   agent.config.kill_wait_s, pgids, agent.step_ended, inputs,
-                                                  agent.join_step(req.node, req.job_id, str(req.step_id))):
+                                                  agent.join_step(req.node, req.job_id, str(req.step_id)),
+                                                  agent.task_scripts):
                     yield line
             finally:
                 if agent.step_inputs.get(key) is inputs:

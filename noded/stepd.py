@@ -112,11 +112,54 @@ def exec_as_user(spec: dict[str, Any]) -> None:
     become_user(spec)
     for warning in setup_as_user(spec):
         os.write(2, warning.encode())
+    run_task_prolog(spec)
     if spec.get("pty"):
         raise SystemExit(run_in_pty(spec))
     if "status_fd" in spec:
         raise SystemExit(run_child(spec))
     _exec(spec)
+
+
+def run_task_prolog(spec: dict[str, Any]) -> None:
+    """TaskProlog, as the user, before the task: its output lines ``export NAME=value`` and ``unset
+    NAME`` change the task's environment, ``print ...`` goes to the task's standard output (Slurm's
+    rules); its standard error is the task's."""
+    path = spec.get("task_prolog")
+    if not path:
+        return
+    import subprocess  # only with a TaskProlog: every task pays for what the step daemon imports
+
+    try:
+        done = subprocess.run([path], env=_env(spec), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, check=False)
+    except OSError as exc:
+        os.write(2, f"slurmstepd: error: TaskProlog {path}: {exc.strerror}\n".encode())
+        return
+    for line in done.stdout.decode(errors="replace").splitlines():
+        word, _, rest = line.strip().partition(" ")
+        if word == "export" and "=" in rest:
+            name, _, value = rest.strip().partition("=")
+            spec["env"][name] = value
+        elif word == "unset":
+            spec["env"].pop(rest.strip(), None)
+        elif word == "print":
+            _write_all(1, (rest + "\n").encode())
+
+
+def run_task_epilog(spec: dict[str, Any]) -> None:
+    """TaskEpilog, as the user (this process already is), after the task, with the task's environment."""
+    path = spec.get("task_epilog")
+    if not path:
+        return
+    import subprocess
+
+    try:
+        subprocess.run([path], env=_env(spec), stdin=subprocess.DEVNULL, check=False)
+    except OSError as exc:
+        os.write(2, f"slurmstepd: error: TaskEpilog {path}: {exc.strerror}\n".encode())
+
+
+def _env(spec: dict[str, Any]) -> dict[str, str]:
+    return {str(k): str(v) for k, v in spec["env"].items()}
 
 
 def run_child(spec: dict[str, Any]) -> int:
@@ -134,11 +177,12 @@ def run_child(spec: dict[str, Any]) -> int:
         os._exit(2)
     for sig in IGNORED:  # signals for the task reach it through the group; we stay to report
         signal.signal(sig, signal.SIG_IGN)
-    return _report(pid, status_fd)
+    return _report(pid, status_fd, spec)
 
 
-def _report(pid: int, status_fd: int) -> int:
+def _report(pid: int, status_fd: int, spec: dict[str, Any]) -> int:
     _pid, status, usage = os.wait4(pid, 0)
+    run_task_epilog(spec)
     code, sig = (0, os.WTERMSIG(status)) if os.WIFSIGNALED(status) else (os.WEXITSTATUS(status), 0)
     with contextlib.suppress(OSError):
         _write_all(status_fd, json.dumps({"exit_code": code, "signal": sig, "usage": usage_record(usage)}).encode())
@@ -209,7 +253,7 @@ def run_in_pty(spec: dict[str, Any]) -> int:
                 sources.remove(0)
                 _write_all(master, b"\x04")
     if "status_fd" in spec:
-        return _report(pid, int(spec["status_fd"]))
+        return _report(pid, int(spec["status_fd"]), spec)
     _pid, status = os.waitpid(pid, 0)
     if os.WIFSIGNALED(status):
         signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
@@ -282,6 +326,8 @@ def supervise(spec: dict[str, Any]) -> int:
         message += chunk
     os.close(err_r)
     _pid, status, usage = os.wait4(pid, 0)
+    if spec.get("task_epilog"):
+        _batch_task_epilog(spec)
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)  # what the script left in its group ends with it, as in Slurm
     code, sig = (0, os.WTERMSIG(status)) if os.WIFSIGNALED(status) else (os.WEXITSTATUS(status), 0)
@@ -290,6 +336,21 @@ def supervise(spec: dict[str, Any]) -> int:
         record.update(exit_code=1, signal=0, error=message.decode(errors="replace"))
     write_private(os.path.join(spool, "status"), record)
     return 0
+
+
+def _batch_task_epilog(spec: dict[str, Any]) -> None:
+    """TaskEpilog after a batch script: in a child that joins the step, becomes the user and appends
+    to the script's output (the supervisor stays root)."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            join_cgroups(spec)
+            become_user(spec)
+            setup_as_user(dict(spec, stdin="", open_mode="append"))
+            run_task_epilog(spec)
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
 
 
 def main(argv: list[str]) -> int:
