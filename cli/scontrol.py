@@ -435,7 +435,9 @@ def execute(client: Client, args: list[str], opts: dict[str, Any]) -> int:
         return listpids(rest[0] if rest else None)
     elif command == "wait_job":
         return wait_job(client, rest)
-    elif command in ("reconfigure", "reconfig", "shutdown", "takeover", "reboot", "reboot_nodes"):
+    elif command in ("reconfigure", "reconfig"):
+        client.request("POST", "/v1/reconfigure")
+    elif command in ("shutdown", "takeover", "reboot", "reboot_nodes"):
         raise CLIError(f"{command} is not supported here: restart the controller (systemctl restart "
                        "wattsched-controller) to apply a new configuration")
     else:

@@ -14,6 +14,7 @@ import functools
 import logging
 import math
 import os
+import signal
 import time
 from typing import Annotated, Any
 
@@ -23,6 +24,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import Field
 from sqlalchemy.exc import SQLAlchemyError
 from wattsched import auth, exposition, h5profile, hostlist, power, powerreport, states
+from wattsched import config as config_mod
 from wattsched.accounting.store import AccountingStore, JobQuery
 from wattsched.api import (
     BIG,
@@ -80,6 +82,22 @@ class Controller:
         self.power_log = PowerLog()
         self._merge_tries: dict[tuple[str, int, int], int] = {}
 
+    def reconfigure(self) -> list[str]:
+        """Re-read the configuration file (scontrol reconfigure, SIGHUP); Refused with the file's
+        error, or with what cannot change without a restart, leaves everything as it was."""
+        from wattsched.config import ConfigError
+        from wattsched.controller.main import StartupError, load_plugins
+
+        try:
+            config = config_mod.load(self.state.config.source, switches_nodes=True)
+            plugins = load_plugins(config)
+        except (ConfigError, StartupError) as exc:
+            raise Refused(str(exc), 400) from exc
+        changes = self.state.reconfigure(config, plugins, time.time())
+        log.warning("configuration re-read", extra={"source": config.source, "changes": "; ".join(changes)})
+        self.changed()
+        return changes
+
     def changed(self) -> None:
         """Persist, wake the scheduler and the accounting thread."""
         self.state.flush()
@@ -97,11 +115,10 @@ class Controller:
         await asyncio.gather(self._schedule(), *([self.fairshare.loop()] if self.fairshare else []))
 
     async def _schedule(self) -> None:
-        interval = self.state.config.scheduler_interval_s
         last_timers = 0.0
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._kick.wait(), timeout=interval)
+                await asyncio.wait_for(self._kick.wait(), timeout=self.state.config.scheduler_interval_s)
             # Coalesce bursts of submissions and job ends into one pass, and never let passes take
             # more than about a third of the loop's time (Slurm's sched_min_interval, made adaptive).
             await asyncio.sleep(max(MIN_PASS_INTERVAL_S, 2 * self.state.stats.last_ms / 1000))
@@ -163,6 +180,14 @@ def create_app(controller: Controller) -> FastAPI:
 
     def start() -> None:
         controller.dispatcher = Dispatcher(state, controller.changed)
+        with contextlib.suppress(RuntimeError, NotImplementedError, ValueError):  # not the main thread (tests)
+            asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, _hangup)
+
+    def _hangup() -> None:
+        try:
+            controller.reconfigure()
+        except Refused as exc:
+            log.error("configuration not re-read", extra={"error": str(exc)})
         if controller.sync:
             controller.sync.start()
 
@@ -414,6 +439,12 @@ def create_app(controller: Controller) -> FastAPI:
                 "accounting_rejected": state.store.rejected_count(),
                 "accounting_rejected_recent": state.store.rejected(10) if state.is_admin(who) else []}
 
+    @app.post("/v1/reconfigure")
+    async def reconfigure(who: Who) -> dict[str, Any]:
+        if not state.is_admin(who):
+            raise Refused("Access/permission denied", 403)
+        return {"changes": controller.reconfigure()}
+
     @app.get("/v1/ping")
     async def ping(who: Who) -> dict[str, Any]:
         return {"status": "UP", "cluster": state.config.cluster_name, "user": who.user, "uid": who.uid,
@@ -432,7 +463,7 @@ def create_app(controller: Controller) -> FastAPI:
 
     # --- metrics (Prometheus) ------------------------------------------------------------------------
 
-    scrape = metrics_access(state.config)
+    scrape = metrics_access(lambda: state.config)
 
     @app.get("/metrics", dependencies=[scrape])
     async def metrics(request: Request) -> Response:

@@ -72,6 +72,14 @@ class PowerSaving:
         self.switched_off = self.switched_on = 0
         self._saved_j = self._saving_w = self._saved_at = 0.0
 
+    def reconfigure(self, config: Config) -> None:
+        """A re-read configuration: its policies and exclusions; the switches under way and the
+        counters carry on."""
+        self.config = config
+        self.policies = plugins.power_save_policies(config)
+        self.excluded = config.suspend_excluded
+        self.memories = {}
+
     # --- the pure policies' view ------------------------------------------------------------------
 
     @staticmethod

@@ -177,20 +177,7 @@ class ClusterState:
     def open(cls, config: Config, store: StateStore, plugins: Plugins, key: bytes, now: float) -> ClusterState:
         state = cls(config=config, store=store, plugins=plugins, key=key, power_saving=PowerSaving(config))
         for conf in config.nodes:
-            parts = tuple(p.name for p in config.partitions if conf.name in p.nodes)
-            node = Node(name=conf.name, cpus=conf.cpus, real_memory_mb=conf.real_memory_mb,
-                        sockets=conf.sockets, cores_per_socket=conf.cores_per_socket,
-                        threads_per_core=conf.threads_per_core, weight=conf.weight, features=conf.features,
-                        partitions=parts, idle_watts=conf.idle_watts, max_watts=conf.max_watts,
-                        power_save_watts=conf.power_save_watts, down_watts=conf.down_watts,
-                        power_cap_priority=conf.power_cap_priority, cpu_freq_watts=conf.cpu_freq_watts,
-                        last_seen=now)
-            if conf.state in ("DOWN", "DRAIN", "FUTURE"):
-                node.base_state = states.N_FUTURE if conf.state == "FUTURE" else states.N_UNKNOWN
-                node.drain = conf.state == "DRAIN"
-                if conf.state == "DOWN":
-                    node.base_state, node.reason = states.N_DOWN, "Configured DOWN"
-            state.nodes[conf.name] = node
+            state.nodes[conf.name] = _new_node(config, conf, now)
         saved_nodes = json.loads(store.get_meta("nodes", "{}") or "{}")
         for name, saved in saved_nodes.items():
             node = state.nodes.get(name)
@@ -214,6 +201,57 @@ class ClusterState:
             if job.holds_nodes:
                 state._hold_resources(job, +1)
         return state
+
+    def reconfigure(self, config: Config, plugins: Plugins, now: float) -> list[str]:
+        """``scontrol reconfigure``: take a re-read configuration without losing a job. New nodes and
+        partitions, changed node sizes and parameters apply at once; a setting that needs a restart,
+        a node removed while a job holds it or shrunk below what its jobs hold is refused (Refused,
+        nothing changed). Returns what changed."""
+        for key, attr in RESTART_ONLY.items():
+            if getattr(config, attr) != getattr(self.config, attr):
+                raise Refused(f"{key} cannot change without restarting the controller "
+                              f"({getattr(self.config, attr)!r} -> {getattr(config, attr)!r})", 409)
+        wanted = {conf.name: conf for conf in config.nodes}
+        for name, node in self.nodes.items():
+            conf = wanted.get(name)
+            if conf is None and (node.alloc_cpus or any(name in j.completing_nodes for j in self.jobs.values())):
+                raise Refused(f"Node {name} cannot be removed while it runs jobs", 409)
+            if conf is not None and (conf.cpus < node.alloc_cpus or conf.real_memory_mb < node.alloc_mem_mb):
+                raise Refused(f"Node {name} cannot shrink below what its jobs hold", 409)
+        changes = []
+        for name in [n for n in self.nodes if n not in wanted]:
+            del self.nodes[name]
+            changes.append(f"node {name} removed")
+        for name, conf in wanted.items():
+            node = self.nodes.get(name)
+            if node is None:
+                self.nodes[name] = _new_node(config, conf, now)
+                changes.append(f"node {name} added")
+                continue
+            fields = _configured_fields(config, conf)
+            if any(getattr(node, k) != v for k, v in fields.items()):
+                for key, value in fields.items():
+                    setattr(node, key, value)
+                node.refresh_base_state()
+                changes.append(f"node {name} changed")
+        old_parts = {p.name: p for p in self.config.partitions}
+        changes += [f"partition {p.name} {'added' if p.name not in old_parts else 'changed'}"
+                    for p in config.partitions if old_parts.get(p.name) != p]
+        new_parts = {p.name for p in config.partitions}
+        changes += [f"partition {name} removed" for name in old_parts if name not in new_parts]
+        before = dict(self.config.as_pairs())
+        changes += [f"{key} changed" for key, value in config.as_pairs() if value != before.get(key)]
+        if config.power_cap != self.config.power_cap:
+            self.power_cap = config.power_cap
+            self._meta_dirty = True
+        self.config, self.plugins = config, plugins
+        assert self.power_saving is not None
+        self.power_saving.reconfigure(config)
+        # every memo of the old configuration goes
+        self._partition_snaps, self._requests, self._briefs = None, {}, {}
+        self._queue_memo = scheduling.QueueMemo()
+        self._save_nodes()
+        return changes
 
     # --- persistence -----------------------------------------------------------------------
 
@@ -1273,6 +1311,33 @@ class ClusterState:
 
 
 @functools.lru_cache(maxsize=4096)
+def _configured_fields(config: Config, conf) -> dict:
+    """A node's fields that come from the configuration (the rest is its live state)."""
+    return dict(cpus=conf.cpus, real_memory_mb=conf.real_memory_mb, sockets=conf.sockets,
+                cores_per_socket=conf.cores_per_socket, threads_per_core=conf.threads_per_core, weight=conf.weight,
+                features=conf.features, partitions=tuple(p.name for p in config.partitions if conf.name in p.nodes),
+                idle_watts=conf.idle_watts, max_watts=conf.max_watts, power_save_watts=conf.power_save_watts,
+                down_watts=conf.down_watts, power_cap_priority=conf.power_cap_priority,
+                cpu_freq_watts=conf.cpu_freq_watts)
+
+
+def _new_node(config: Config, conf, now: float) -> Node:
+    node = Node(name=conf.name, last_seen=now, **_configured_fields(config, conf))
+    if conf.state in ("DOWN", "DRAIN", "FUTURE"):
+        node.base_state = states.N_FUTURE if conf.state == "FUTURE" else states.N_UNKNOWN
+        node.drain = conf.state == "DRAIN"
+        if conf.state == "DOWN":
+            node.base_state, node.reason = states.N_DOWN, "Configured DOWN"
+    return node
+
+
+# settings the running controller cannot take without a restart (scontrol reconfigure refuses them)
+RESTART_ONLY = {"ClusterName": "cluster_name", "SlurmctldHost": "slurmctld_addr", "SlurmctldPort": "slurmctld_port",
+                "StateSaveLocation": "state_save_location", "AccountingStorageType": "accounting_storage_type",
+                "AccountingStorageLoc": "accounting_storage_loc", "AuthAltParameters": "auth_key_file",
+                "AuthInfo": "auth_socket", "EmulatedNodes": "emulated_nodes", "EmulatedBMCPort": "emulated_bmc_port"}
+
+
 def primary_group(uid: int) -> tuple[int, str]:
     """The uid's primary gid and group name (cached: each lookup reads the user database)."""
     try:

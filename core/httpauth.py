@@ -55,13 +55,14 @@ def require_role(role: str):
     return Depends(check)
 
 
-def metrics_access(config: Config):
+def metrics_access(current: Callable[[], Config]):
     """A dependency that admits a scrape of ``/metrics`` as slurm.conf's Metrics* keys say:
     off unless MetricsType=metrics/openmetrics; with MetricsAuthUsers, only those users, root,
     AdminUsers and the daemons; else with MetricsParameters=ignore_private_data, anyone without
     a token; else any valid token (Slurm would be open here; we ask for a token by default)."""
 
     def check(request: Request) -> auth.Identity | None:
+        config = current()  # the configuration of now (scontrol reconfigure may have changed it)
         if config.metrics_type != "metrics/openmetrics":
             raise HTTPException(404, "Metrics are off: set MetricsType=metrics/openmetrics")
         if not config.metrics_auth_users and "ignore_private_data" in config.metrics_parameters:

@@ -89,7 +89,7 @@ def create_app(agent: Agent) -> FastAPI:
 
     collector = AgentCollector(agent.energy)
 
-    @app.get("/metrics", dependencies=[metrics_access(agent.config)])
+    @app.get("/metrics", dependencies=[metrics_access(lambda: agent.config)])
     async def metrics(request: Request) -> Response:
         return exposition.render(request, [collector])
 
