@@ -210,6 +210,8 @@ def _job_values(cluster: str, job: dict[str, Any]) -> dict[str, Any]:
     """A controller job record as accounting column values (keys are the table's column names)."""
     nodes = list(job.get("alloc_cpus", {}))
     state, end = job["state"], job.get("end_time", 0.0)
+    if state == "RUNNING" and job.get("suspended_at"):
+        state = "SUSPENDED"
     if state == "COMPLETING":
         # Slurm's database holds a job as RUNNING until its completion record, which carries the
         # final state and the energy together: a tool that reads it at once must not see 0 J (and

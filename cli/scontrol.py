@@ -360,9 +360,11 @@ COMMAND = Command("scontrol", "[<OPTION>] [<COMMAND>]", [
      ping                     print status of slurmctld daemons.
      release <job_list>       permit specified job to start (see hold).
      requeue <job_id>         re-queue a batch job.
+     resume <job_list>        resume previously suspended job (see suspend).
      show <ENTITY> [<ID>]     display state of identified entity, default is all records.
                               ENTITY: job, step, node, partition, reservation, config, powercap,
                               hostnames, hostlist, hostlistsorted.
+     suspend <job_list>       suspend specified job (see resume).
      token [lifespan=<secs>] [username=<name>]  get a JWT for this user.
      uhold <job_list>         place user hold on specified job (see hold).
      update <SPECIFICATIONS>  update job, node, reservation or powercap configuration.
@@ -406,11 +408,13 @@ def execute(client: Client, args: list[str], opts: dict[str, Any]) -> int:
         update(client, rest)
     elif command in ("create", "delete"):
         create_or_delete(client, command, rest)
-    elif command in ("hold", "uhold", "release", "requeue"):
+    elif command in ("hold", "uhold", "release", "requeue", "suspend", "resume"):
         if not rest:
             raise CLIError(f"too few arguments for keyword:{command}")
         for job in ",".join(rest).split(","):
-            if command == "requeue":
+            if command in ("suspend", "resume"):
+                client.request("POST", f"/v1/jobs/{job}/suspend", params={"resume": command == "resume"})
+            elif command == "requeue":
                 client.request("POST", f"/v1/jobs/{job}/requeue")
             elif command == "release":
                 client.request("PATCH", f"/v1/jobs/{job}", {"release": True})

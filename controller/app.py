@@ -263,7 +263,7 @@ def create_app(controller: Controller) -> FastAPI:
         view = job_view if detail else state.brief
         result = [view(j, now) for j in selected
                   if (not users or j.user in users) and (not parts or j.partition in parts)
-                  and (not states_ or j.state in states_ or (j.configuring and states.CONFIGURING in states_))]
+                  and (not states_ or j.state in states_ or j.shown_state in states_)]
         if columns and result:  # one header and rows of values: a third of the bytes for 10,000 jobs
             names = list(result[0])
             body = {"time": now, "columns": names, "rows": [[row[n] for n in names] for row in result]}
@@ -284,6 +284,12 @@ def create_app(controller: Controller) -> FastAPI:
         state.update(jobs, upd, who, time.time())
         controller.changed()
         return {"updated": [j.job_id for j in jobs]}
+
+    @app.post("/v1/jobs/{job_ref}/suspend")
+    async def suspend(job_ref: str, who: Who, resume: bool = False) -> dict[str, Any]:
+        jobs = state.resolve(job_ref)
+        controller.act(state.suspend(jobs, resume, who, time.time()))
+        return {"jobs": [j.job_id for j in jobs], "suspended": not resume}
 
     @app.post("/v1/jobs/{job_ref}/requeue")
     async def requeue(job_ref: str, who: Who) -> dict[str, Any]:

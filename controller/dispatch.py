@@ -17,10 +17,10 @@ from collections.abc import Callable
 import httpx
 from pydantic import BaseModel
 from wattsched import auth, prologs, states
-from wattsched.api import BatchLaunch, JobAllocation, LaunchBatch, SignalJob
+from wattsched.api import BatchLaunch, FreezeJob, JobAllocation, LaunchBatch, SignalJob
 from wattsched.config import Config
 from wattsched.controller.powersaving import PowerProgram, run_program
-from wattsched.controller.state import Action, AdminProgram, ClusterState, Launch, Signal
+from wattsched.controller.state import Action, AdminProgram, ClusterState, Freeze, Launch, Signal
 from wattsched.controller.views import output_path
 from wattsched.model import Job
 
@@ -71,17 +71,25 @@ class Dispatcher:
                 run_program(self.state.config, action, self._power_failed_in_thread)
             elif isinstance(action, AdminProgram):
                 self._spawn(self._admin_program(action))
+            elif isinstance(action, Freeze):
+                for url, names in self._by_agent(action.nodes).items():
+                    self._spawn(self._post(f"{url}/v1/freeze", FreezeJob(job_id=action.job_id, nodes=names,
+                                                                         frozen=action.frozen)))
             else:
                 self._last_try[("signal", action.job_id)] = now
-                by_agent: dict[str, list[str]] = defaultdict(list)
-                for name in action.nodes:
-                    node = self.state.nodes.get(name)
-                    if node is not None and node.agent_url:
-                        by_agent[node.agent_url].append(name)
-                for url, names in by_agent.items():
+                for url, names in self._by_agent(action.nodes).items():
                     self._spawn(self._signal(url, action, names))
         for url in set(launches) | set(allocations):
             self._spawn(self._launch(url, launches.get(url, []), allocations.get(url, [])))
+
+    def _by_agent(self, nodes: list[str]) -> dict[str, list[str]]:
+        """Nodes grouped by the agent that hosts them (nodes with no agent yet are left out)."""
+        by_agent: dict[str, list[str]] = defaultdict(list)
+        for name in nodes:
+            node = self.state.nodes.get(name)
+            if node is not None and node.agent_url:
+                by_agent[node.agent_url].append(name)
+        return by_agent
 
     def _power_failed_in_thread(self, program: PowerProgram, _error: str) -> None:
         assert self._loop is not None  # set before the program's thread starts

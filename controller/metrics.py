@@ -31,14 +31,9 @@ CATEGORIES = ("jobs", "nodes", "partitions", "scheduler", "jobs-users-accts", "e
 _JOB_WORDS = {states.PENDING: "pending", states.RUNNING: "running", states.COMPLETING: "completing",
               states.COMPLETED: "completed", states.CANCELLED: "cancelled", states.FAILED: "failed",
               states.TIMEOUT: "timeout", states.NODE_FAIL: "node_failed", states.OUT_OF_MEMORY: "outofmemory",
-              states.CONFIGURING: "configuring"}
+              states.CONFIGURING: "configuring", states.SUSPENDED: "suspended"}
 _NODE_WORDS = ("alloc", "idle", "mixed", "down", "drain", "drained", "draining", "completing", "unknown",
                "noresp", "powered_down", "powering_up", "powering_down", "power_down")
-
-
-def job_state(job: Job) -> str:
-    """The state a job is counted in: squeue's (CONFIGURING while its nodes power up)."""
-    return states.CONFIGURING if job.configuring and job.state == states.RUNNING else job.state
 
 
 def node_words(node) -> list[str]:
@@ -76,7 +71,7 @@ class ControllerCollector(Collector):
     # --- /metrics/jobs -----------------------------------------------------------------------------
 
     def _jobs(self, state, jobs: list[Job]) -> Iterator[Metric]:
-        counts = Counter(job_state(j) for j in jobs)
+        counts = Counter(j.shown_state for j in jobs)
         yield _gauge("slurm_jobs", "Total number of jobs", len(jobs))
         for st, word in _JOB_WORDS.items():
             yield _gauge(f"slurm_jobs_{word}", f"Number of jobs in {st.title()} state", counts.get(st, 0))
@@ -142,7 +137,7 @@ class ControllerCollector(Collector):
     def _partitions(self, state, jobs: list[Job]) -> Iterator[Metric]:
         parts = state.config.partitions
         yield _gauge("slurm_partitions", "Total number of partitions", len(parts))
-        by_part = Counter((j.partition, job_state(j)) for j in jobs)
+        by_part = Counter((j.partition, j.shown_state) for j in jobs)
         totals = Counter(j.partition for j in jobs)
         cpus_alloc = Counter()
         for j in jobs:

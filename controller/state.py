@@ -96,7 +96,16 @@ class AdminProgram:
     env: dict[str, str]
 
 
-Action = Launch | Signal | PowerProgram | AdminProgram
+@dataclass(slots=True)
+class Freeze:
+    """Suspend (freeze) or resume (thaw) a job's processes on its nodes."""
+
+    job_id: int
+    nodes: list[str]
+    frozen: bool
+
+
+Action = Launch | Signal | PowerProgram | AdminProgram | Freeze
 
 
 @dataclass(slots=True)
@@ -661,8 +670,39 @@ class ClusterState:
             elif job.state == states.RUNNING and job.cancelled_by is None:
                 job.cancelled_by = who.uid
                 self.touch(job)
+                if job.suspended_at:  # thawed first: a frozen process takes no SIGTERM
+                    actions.extend(self._thaw(job, now))
                 actions.extend(self._terminate(job, now))
         return actions
+
+    def suspend(self, jobs: Iterable[Job], resume: bool, who: Identity, now: float) -> list[Action]:
+        """scontrol suspend|resume (operators and administrators only, as in Slurm): a suspended
+        job keeps its nodes, its processes are frozen, and its time limit does not run."""
+        if not self.is_admin(who):
+            raise Refused("Access/permission denied", 403)
+        actions: list[Action] = []
+        jobs = list(jobs)
+        for job in jobs:
+            if job.state != states.RUNNING or job.configuring or job.cancelled_by is not None:
+                raise Refused(f"Job {job.display_id} is not running", 409)
+            if resume and not job.suspended_at:
+                raise Refused(f"Job {job.display_id} is not suspended", 409)
+            if not resume and job.suspended_at:
+                raise Refused(f"Job {job.display_id} is already suspended", 409)
+        for job in jobs:
+            if resume:
+                actions.extend(self._thaw(job, now))
+            else:
+                job.suspended_at = now
+                self.touch(job)
+                actions.append(Freeze(job.job_id, job.node_list, True))
+        return actions
+
+    def _thaw(self, job: Job, now: float) -> list[Action]:
+        job.suspended_s += now - job.suspended_at
+        job.suspended_at = 0.0
+        self.touch(job)
+        return [Freeze(job.job_id, job.node_list, False)]
 
     def _terminate(self, job: Job, now: float) -> list[Action]:
         """Kill a running job everywhere; allocations with no batch script end right away."""
@@ -1029,8 +1069,9 @@ class ClusterState:
         """Time limits, --signal warnings, unresponsive nodes and purging of old jobs."""
         actions: list[Action] = []
         for job in list(self.jobs.values()):
-            if job.state == states.RUNNING and job.time_limit_min is not None and not job.configuring:
-                deadline = job.start_time + job.time_limit_min * 60
+            if job.state == states.RUNNING and job.time_limit_min is not None and not job.configuring \
+                    and not job.suspended_at:
+                deadline = job.start_time + job.suspended_s + job.time_limit_min * 60  # suspended time is not run time
                 if job.kill_signal and not job.warn_signal_sent and now >= deadline - job.kill_signal_secs:
                     job.warn_signal_sent = True
                     self.touch(job)

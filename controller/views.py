@@ -28,8 +28,7 @@ def job_brief(job: Job, now: float) -> dict[str, Any]:
         run_time_s=run_time(job, now),
         command=job.command or "(null)",
     )
-    if job.configuring and job.state == states.RUNNING:
-        data["state"] = states.CONFIGURING
+    data["state"] = job.shown_state
     return data
 
 
@@ -57,8 +56,8 @@ def run_time(job: Job, now: float) -> float:
     if not job.start_time:
         return 0.0
     if job.state in (states.RUNNING,):
-        return now - job.start_time
-    return max(0.0, (job.end_time or now) - job.start_time)
+        return now - job.start_time - job.suspended_until(now)
+    return max(0.0, (job.end_time or now) - job.start_time - job.suspended_s)
 
 
 def node_view(node: Node, now: float, reserved: str = "") -> dict[str, Any]:

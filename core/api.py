@@ -175,6 +175,14 @@ class CancelRequest(Strict):
     batch_only: bool = False
 
 
+class FreezeJob(Strict):
+    """Controller -> agent: freeze (scontrol suspend) or thaw (resume) a job's processes on some nodes."""
+
+    job_id: int
+    nodes: list[Annotated[str, Field(max_length=ID_MAX)]] = Field(max_length=COUNT_MAX)
+    frozen: bool
+
+
 class NodeUpdate(Strict):
     state: Literal["drain", "resume", "down", "idle", "undrain", "power_down", "power_down_asap", "power_up"]
     reason: Text = ""

@@ -119,6 +119,8 @@ class Job:
     launched: bool = False
     configuring: bool = False  # allocated nodes still powering up: launched once they are all up
     prolog_slurmctld: bool = False  # PrologSlurmctld runs: the job stays CONFIGURING until it succeeds
+    suspended_at: float = 0.0  # when scontrol suspend froze it (0: not suspended)
+    suspended_s: float = 0.0  # time spent suspended, which neither its run time nor its time limit counts
     completing_nodes: list[str] = field(default_factory=list)
     consumed_energy_j: float | None = None  # filled by the node agents' energy plugins
     energy_pending: bool = False  # ended, its nodes' readings do not reach its end yet: still COMPLETING
@@ -131,6 +133,20 @@ class Job:
     @property
     def node_list(self) -> list[str]:
         return list(self.alloc_cpus)
+
+    @property
+    def shown_state(self) -> str:
+        """The state squeue and sacct show: CONFIGURING and SUSPENDED are RUNNING jobs, as in Slurm."""
+        if self.state == states.RUNNING:
+            if self.configuring:
+                return states.CONFIGURING
+            if self.suspended_at:
+                return states.SUSPENDED
+        return self.state
+
+    def suspended_until(self, now: float) -> float:
+        """Seconds spent suspended up to ``now``."""
+        return self.suspended_s + (now - self.suspended_at if self.suspended_at else 0.0)
 
     @property
     def holds_nodes(self) -> bool:

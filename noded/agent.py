@@ -338,6 +338,31 @@ class Agent:
                     self.batch.signal(job_id, sig, batch_only)
         return clean
 
+    def freeze_job(self, job_id: int, nodes: list[str], frozen: bool) -> list[str]:
+        """scontrol suspend / resume on some of our nodes: the job's cgroup frozen or thawed, or
+        without cgroups its process groups stopped or continued. Returns the nodes done."""
+        done = []
+        for node in nodes:
+            if node not in self.nodes:
+                continue
+            if frozen:
+                self.throttle.release((node, job_id))  # the frequency throttle must not wake it
+            try:
+                if self.cgroups is None:
+                    raise OSError("no cgroups")
+                self.cgroups.freeze(node, job_id, frozen)
+            except OSError:
+                for pgid in self.job_pgids(node, job_id):
+                    procs.killpg(pgid, signal.SIGSTOP if frozen else signal.SIGCONT)
+            if not frozen and self.config.emulated_nodes:
+                with self.lock:
+                    job = self.allocations.jobs.get((node, job_id))
+                    khz, f_max = self.allocations.freq_of(job) if job else (0, 0)
+                if khz and f_max:
+                    self.throttle.set((node, job_id), khz / f_max)
+            done.append(node)
+        return done
+
     def _kill_steps(self, node: str, job_id: int) -> None:
         for pgid in self.step_pgids.get((node, job_id), set()):
             procs.killpg(pgid, signal.SIGKILL)

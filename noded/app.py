@@ -10,7 +10,7 @@ from typing import Annotated, Any
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import Response, StreamingResponse
 from wattsched import auth, exposition
-from wattsched.api import LaunchBatch, SignalJob, TaskInput, TaskLaunch
+from wattsched.api import FreezeJob, LaunchBatch, SignalJob, TaskInput, TaskLaunch
 from wattsched.httpauth import Who, loop_lifespan, metrics_access, require_role
 from wattsched.httplimits import BodyLimit
 from wattsched.noded import steps
@@ -42,6 +42,10 @@ def create_app(agent: Agent) -> FastAPI:
     @app.post("/v1/signal")
     async def signal_job(req: SignalJob, who: Ctl) -> dict[str, Any]:
         return {"clean": agent.signal_job(req.job_id, req.nodes, req.signal, req.batch_only, req.terminate)}
+
+    @app.post("/v1/freeze")
+    async def freeze(req: FreezeJob, who: Ctl) -> dict[str, Any]:
+        return {"done": agent.freeze_job(req.job_id, req.nodes, req.frozen)}
 
     @app.post("/v1/steps/launch")
     async def launch_tasks(req: TaskLaunch, who: Who) -> StreamingResponse:
