@@ -70,7 +70,7 @@ def job_options(prog: str) -> list[Opt | str]:
            Opt("I", "immediate", OPT, "exit if resources are not immediately available", metavar="secs",
                const="0"),
            Opt(None, "jobid", REQ, "run under already allocated job", metavar="id", kind="int"),
-           ignored(None, "cpu-bind", REQ, "bind tasks to CPUs (binding arrives with task/affinity)"),
+           Opt(None, "cpu-bind", REQ, "Bind tasks to CPUs", metavar="type"),
            Opt(None, "pty", OPT, "run task zero in pseudo terminal", metavar="fd"),
            ] if step else []),
         *([Opt("I", "immediate", OPT, "exit if resources are not immediately available", metavar="secs",

@@ -173,6 +173,13 @@ def run_step(client: Client, job_id: int, opts: dict[str, Any], command: list[st
     pty = "pty" in opts
     fed, pattern = stdin_targets(opts.get("input"), step["ntasks"], pty)
     rows, cols = terminal_size() if pty else (24, 80)
+    cpu_bind = opts.get("cpu_bind") or os.environ.get("SLURM_CPU_BIND", "")
+    try:
+        from wattsched import cpubind
+
+        cpubind.parse(cpu_bind)
+    except ValueError as exc:
+        raise CLIError(str(exc)) from exc
     threads = []
     targets = []
     for placement in step["placements"]:
@@ -181,7 +188,7 @@ def run_step(client: Client, job_id: int, opts: dict[str, Any], command: list[st
                 "label": label and not pty, "unbuffered": unbuffered or pty, "output": opts.get("output") or "",
                 "error": opts.get("error") or "", "open_mode": opts.get("open_mode") or "truncate",
                 "input": pattern, "stdin_tasks": [t for t in placement["task_ids"] if t in fed],
-                "pty": pty, "rows": rows, "cols": cols}
+                "pty": pty, "rows": rows, "cols": cols, "cpu_bind": cpu_bind}
         if body["stdin_tasks"] or (pty and 0 in placement["task_ids"]):
             targets.append(placement)
         thread = threading.Thread(target=streams.pump, args=(client, placement, body), daemon=True)

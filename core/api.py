@@ -389,3 +389,4 @@ class TaskLaunch(Strict):
     rows: int = Field(24, ge=1, le=4096)  # the pseudo-terminal's size, from srun's terminal
     cols: int = Field(80, ge=1, le=4096)
     open_mode: Literal["truncate", "append"] = "truncate"
+    cpu_bind: str = Field("", max_length=65536)  # srun --cpu-bind (wattsched.cpubind)

@@ -20,7 +20,7 @@ import threading
 import time
 
 import httpx
-from wattsched import auth, plugins, prologs, switching
+from wattsched import auth, cpubind, plugins, prologs, switching
 from wattsched.api import AgentHeartbeat, BatchLaunch, JobAllocation, JobEvent, NodeReport
 from wattsched.config import Config, NodeConf
 from wattsched.noded import chassis, procs
@@ -50,7 +50,10 @@ class Agent:
         self.cgroups = JobCgroups(config, self.nodes) if config.cgroups else None
         self.task_scripts = {k: v for k, v in (("task_prolog", config.task_prolog),
                                                 ("task_epilog", config.task_epilog)) if v}
-        self.batch = BatchRunner(self.spool, config.kill_wait_s, self._job_ended, self.join_step, self.task_scripts)
+        self.batch = BatchRunner(self.spool, config.kill_wait_s, self._job_ended, self.confine_batch,
+                                 self.task_scripts)
+        # task/affinity binds tasks to CPUs on real nodes (a virtual node's CPUs are not the host's)
+        self.binds = "task/affinity" in config.task_plugin and not config.emulated_nodes
         self.step_pgids: dict[tuple[str, int], set[int]] = {}
         # (job, step, node) -> stdin pipes of the step's tasks that read srun's input
         self.step_inputs: dict[tuple[int, int, str], list] = {}
@@ -182,6 +185,39 @@ class Agent:
             job = self.allocations.jobs.get((node, job_id))
             cpu_ids, mem_mb = (list(job.cpu_ids), job.mem_mb) if job else ([], 0)
         return self.cgroups.setup(node, job_id, step, cpu_ids, mem_mb)
+
+    def confine_batch(self, node: str, job_id: int) -> dict:
+        """What the batch script's process does before it becomes the user: join the job's cgroups and
+        (task/affinity) bind itself to the job's CPUs on the node."""
+        extra: dict = {"cgroup_procs": self.join_step(node, job_id, "batch")}
+        if self.binds:
+            with self.lock:
+                job = self.allocations.jobs.get((node, job_id))
+                extra["cpu_bind"] = list(job.cpu_ids) if job else []
+        return extra
+
+    def task_binding(self, node: str, job_id: int, text: str, tasks: int) -> tuple[list[list[int]], dict[str, str]]:
+        """The CPUs each of a step's local tasks is bound to (``--cpu-bind``, else TaskPluginParam's
+        type) and the SLURM_CPU_BIND* variables; nothing without task/affinity. ValueError: a bad
+        request, or CPUs outside the job's allocation."""
+        if not self.binds:
+            return [[] for _ in range(tasks)], {}
+        bind = cpubind.parse(text)
+        if not bind.kind:
+            default = next((p.lower() for p in self.config.task_plugin_param if p in ("Cores", "Sockets", "Threads")),
+                           "none")
+            bind = cpubind.CpuBind(default, "Verbose" in self.config.task_plugin_param or bind.verbose)
+        with self.lock:
+            job = self.allocations.jobs.get((node, job_id))
+            cpus = list(job.cpu_ids) if job else []
+        conf = self.nodes[node]
+        sets = cpubind.task_cpus(bind, cpus, tasks, conf.cores_per_socket * conf.threads_per_core)
+        if any(not set(s) <= set(cpus) for s in sets):
+            raise ValueError(f"--cpu-bind names CPUs outside the job's allocation on {node} "
+                             f"({cpubind.mask(cpus)})")
+        env = cpubind.environment(bind, [cpubind.mask(s) for s in sets])
+        return ([list(s) for s in sets] if bind.kind != "none" else [[] for _ in sets]), \
+            dict(env, _verbose="1" if bind.verbose else "")
 
     def _cgroup_usage(self, event: JobEvent) -> JobEvent:
         """A step's end with its cgroup's figures: CPU time and peak memory of all its processes

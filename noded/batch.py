@@ -74,12 +74,12 @@ class BatchRunner:
     """The batch scripts of the nodes one agent hosts."""
 
     def __init__(self, spool_root: str, kill_wait_s: int, on_end: Callable[[JobEvent], None],
-                 join: Callable[[str, int, str], list[str]] = lambda _node, _job, _step: [],
+                 confine: Callable[[str, int], dict] = lambda _node, _job: {},
                  task_scripts: dict[str, str] | None = None):
         self.spool_root = spool_root
         self.kill_wait_s = kill_wait_s
         self.on_end = on_end
-        self.join = join  # (node, job, step) -> the cgroup files the script's process joins
+        self.confine = confine  # (node, job) -> what the script's process does first: cgroups, CPU binding
         self.task_scripts = task_scripts or {}  # TaskProlog / TaskEpilog, run as the user around the script
         self.jobs: dict[int, BatchJob] = {}
 
@@ -125,7 +125,7 @@ class BatchRunner:
                     "umask": procs.umask_of(req.environment), "work_dir": req.work_dir, "stdin": req.std_in,
                     "stdout": req.std_out, "stderr": req.std_err, "open_mode": req.open_mode,
                     "argv": [script, *req.argv], "env": req.environment, "spool": spool,
-                    "cgroup_procs": self.join(req.node, req.job_id, "batch"), **self.task_scripts}
+                    **self.confine(req.node, req.job_id), **self.task_scripts}
             with open(os.devnull, "rb") as null_in, open(os.devnull, "wb") as null_out:
                 proc = procs.spawn_stepd("batch", spec, cwd=spool, stdin=null_in.fileno(),
                                          stdout=null_out.fileno(), stderr=null_out.fileno())

@@ -109,9 +109,14 @@ def exec_as_user(spec: dict[str, Any]) -> None:
     """Enter the step's cgroups, become the user, set up the task's streams, exec: never returns
     (raises LaunchError)."""
     join_cgroups(spec)
+    if spec.get("cpu_bind"):  # task/affinity: the CPUs the agent chose among the job's
+        os.sched_setaffinity(0, [int(c) for c in spec["cpu_bind"]])
     become_user(spec)
     for warning in setup_as_user(spec):
         os.write(2, warning.encode())
+    if spec.get("cpu_bind_report"):
+        mask = hex(sum(1 << int(c) for c in spec["cpu_bind"]))
+        os.write(2, f"{spec['cpu_bind_report']} [{os.getpid()}]: mask {mask} set\n".encode())
     run_task_prolog(spec)
     if spec.get("pty"):
         raise SystemExit(run_in_pty(spec))

@@ -45,12 +45,14 @@ def task_environment(req: TaskLaunch, layout: dict[str, list[int]], task_id: int
 async def run_tasks(req: TaskLaunch, layout: dict[str, list[int]], uid: int, gid: int, user: str,
                     kill_wait_s: int, pgids: set[int], on_end: Callable[[JobEvent], None],
                     inputs: list, cgroup_procs: list[str] | None = None,
-                    task_scripts: dict[str, str] | None = None) -> AsyncIterator[bytes]:
+                    task_scripts: dict[str, str] | None = None,
+                    binding: tuple[list[list[int]], dict[str, str]] | None = None) -> AsyncIterator[bytes]:
     """Start this node's tasks and yield their output and exits as NDJSON lines; report their
     end and usage with ``on_end`` once all are reaped (or killed). The stdin pipes of the tasks
     that read srun's input (srun -i, --pty) are put in ``inputs`` for the stdin endpoint; each
     task enters the step's cgroups (``cgroup_procs``) before it becomes the user; ``task_scripts``
-    are TaskProlog and TaskEpilog."""
+    are TaskProlog and TaskEpilog; ``binding`` each local task's CPUs and the SLURM_CPU_BIND*
+    variables (wattsched.cpubind)."""
     loop = asyncio.get_running_loop()
     results: dict[int, procs.Exit] = {}
     fed = set(req.stdin_tasks) | ({0} if req.pty else set())
@@ -62,11 +64,15 @@ async def run_tasks(req: TaskLaunch, layout: dict[str, list[int]], uid: int, gid
     try:
         for local_id, task_id in enumerate(layout[req.node]):
             env = task_environment(req, layout, task_id, local_id, node_index)
+            cpus, bind_env = (binding[0][local_id], binding[1]) if binding else ([], {})
+            env.update({k: v for k, v in bind_env.items() if not k.startswith("_")})
             spec = {"uid": uid, "gid": gid, "groups": groups, "umask": procs.umask_of(env), "work_dir": req.work_dir,
                     "stdout": _task_path(req, req.output, task_id, node_index, user) if req.output else "",
                     "stderr": _task_path(req, req.error, task_id, node_index, user) if req.error else "",
                     "open_mode": req.open_mode, "argv": req.argv, "env": env, "cgroup_procs": cgroup_procs or [],
-                    **(task_scripts or {})}
+                    "cpu_bind": cpus, **(task_scripts or {})}
+            if cpus and bind_env.get("_verbose"):
+                spec["cpu_bind_report"] = f"cpu-bind=MASK - {req.node}, task {task_id:2d} {local_id:2d}"
             if spec["stdout"] and not spec["stderr"]:
                 spec["stderr"] = spec["stdout"]
             if req.input and task_id not in fed:
