@@ -182,14 +182,14 @@ def create_app(controller: Controller) -> FastAPI:
         controller.dispatcher = Dispatcher(state, controller.changed)
         with contextlib.suppress(RuntimeError, NotImplementedError, ValueError):  # not the main thread (tests)
             asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, _hangup)
+        if controller.sync:
+            controller.sync.start()
 
     def _hangup() -> None:
         try:
             controller.reconfigure()
         except Refused as exc:
             log.error("configuration not re-read", extra={"error": str(exc)})
-        if controller.sync:
-            controller.sync.start()
 
     async def stop() -> None:
         state.flush()

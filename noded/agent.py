@@ -82,7 +82,8 @@ class Agent:
         self.energy = EnergyMeter(plugin, {n.name: n.cpus for n in nodes}, self.spool, self.base_interval_s,
                                   self._job_loads, read_timeout_s=float(config.energy_ipmi_timeout_s), model=model,
                                   calc_adjustment=config.energy_ipmi_calc_adjustment
-                                  and config.acct_gather_energy_type.endswith("/ipmi"))
+                                  and config.acct_gather_energy_type.endswith("/ipmi"),
+                                  cgroup_usage=self.cgroups.job_usage if self.cgroups else None)
         self.throttle = Throttle(lambda key: self.job_pgids(*key))
         self.profiler = Profiler(self.allocations, self.energy, self.lock)
 

@@ -223,6 +223,13 @@ class V1(Hierarchy):
             time.sleep(0.01)
         return self.pids(node, job_id)
 
+    def job_usage(self, node: str, job_id: int) -> tuple[float, int]:
+        paths = dict(zip(self.controllers, self.job_paths(node, job_id), strict=True))
+        with open(os.path.join(paths["cpuacct"], "cpuacct.usage")) as handle:
+            cpu_ns = int(handle.read())
+        memory = int(_read(os.path.join(paths["memory"], "memory.usage_in_bytes"), "0") or 0)
+        return cpu_ns / 1e9, memory // 1024
+
     def usage(self, node: str, job_id: int, step: str) -> StepUsage:
         paths = dict(zip(self.controllers, self.step_paths(node, job_id, step), strict=True))
         ticks = _keyed(os.path.join(paths["cpuacct"], "cpuacct.stat"))
@@ -291,6 +298,12 @@ class V2(Hierarchy):
             time.sleep(0.01)
         return self.pids(node, job_id)
 
+    def job_usage(self, node: str, job_id: int) -> tuple[float, int]:
+        path = self.job_paths(node, job_id)[0]
+        with open(os.path.join(path, "cpu.stat")) as handle:
+            cpu_us = next(int(line.split()[1]) for line in handle if line.startswith("usage_usec"))
+        return cpu_us / 1e6, int(_read(os.path.join(path, "memory.current"), "0") or 0) // 1024
+
     def usage(self, node: str, job_id: int, step: str) -> StepUsage:
         path = self.step_paths(node, job_id, step)[0]
         cpu = _keyed(os.path.join(path, "cpu.stat"))
@@ -351,6 +364,14 @@ class JobCgroups:
 
     def freeze(self, node: str, job_id: int, frozen: bool) -> None:
         self.hierarchy.freeze(node, job_id, frozen)
+
+    def job_usage(self, node: str, job_id: int) -> tuple[float, int] | None:
+        """CPU seconds and resident memory (KiB) of all the job's processes on the node, from its
+        cgroup (None while it has none): what the energy split and sstat use."""
+        try:
+            return self.hierarchy.job_usage(node, job_id)
+        except (OSError, ValueError):
+            return None
 
     def jobs(self, node: str) -> list[int]:
         """The jobs that have a cgroup on the node (left by an agent that was stopped, say)."""

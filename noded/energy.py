@@ -53,9 +53,12 @@ class EnergyMeter:
     """Per-node energy counters, fed by a polling thread."""
 
     def __init__(self, plugin, nodes: dict[str, int], spool: str, interval_s: float,
-                 job_loads: JobLoads, read_timeout_s: float = 5.0, model=None, calc_adjustment: bool = False):
+                 job_loads: JobLoads, read_timeout_s: float = 5.0, model=None, calc_adjustment: bool = False,
+                 cgroup_usage: Callable[[str, int], tuple[float, int] | None] | None = None):
         self.plugin, self.cpus, self.interval_s = plugin, nodes, interval_s
         self.job_loads = job_loads
+        # with cgroups, a job's CPU time and memory come from its cgroup: every process of it counts
+        self.cgroup_usage = cgroup_usage
         self.model = model  # the emulated power model whose watts an emulated BMC serves
         self.calc_adjustment = calc_adjustment
         self.spool = spool
@@ -150,9 +153,12 @@ class EnergyMeter:
             for job_id, (pgids, khz, f_max) in jobs.items():
                 key = (node, job_id)
                 seen.add(key)
-                total = reader.usage(pgids)
-                used = total.cpu_s
-                self.job_rss[key] = total.rss_kb
+                from_cgroup = self.cgroup_usage(node, job_id) if self.cgroup_usage else None
+                if from_cgroup is not None:
+                    used, self.job_rss[key] = from_cgroup
+                else:
+                    total = reader.usage(pgids)
+                    used, self.job_rss[key] = total.cpu_s, total.rss_kb
                 previous = self._cpu_prev.get(key)
                 self._cpu_prev[key] = (used, now)
                 self.job_freq[key] = khz

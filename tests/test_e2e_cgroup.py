@@ -219,3 +219,26 @@ def test_an_agent_refuses_constraints_its_hierarchy_cannot_enforce(tmp_path: Pat
     finally:
         cluster.stop()
     assert result.returncode != 0 and "lacks the controllers memory" in result.stderr, result.stderr
+
+
+def test_a_shared_nodes_energy_follows_each_jobs_cgroup_cpu_time(tmp_path: Path) -> None:
+    """Two jobs on one node: the one whose (double-forked, so outside its process tree) busy loop
+    burns a CPU gets the node's dynamic energy; its cgroup counts that CPU time."""
+    cluster = confined(tmp_path, "CgroupPlugin=cgroup/v1\n", nodes=1, cpus=2,
+                       extra="AcctGatherEnergyType=acct_gather_energy/emulated\nAcctGatherNodeFreq=1")
+    cluster.conf.write_text(cluster.conf.read_text().replace("RealMemory=8000", "RealMemory=8000 IdleWatts=100 "
+                                                                                 "MaxWatts=300"))
+    try:
+        cluster.start()
+        busy = cluster.sbatch("-o", "/dev/null", "--wrap",
+                              "(setsid sh -c 'end=$(($(date +%s)+4)); while [ $(date +%s) -lt $end ]; do :; done' &); "
+                              "sleep 5")
+        idle = cluster.sbatch("-o", "/dev/null", "--wrap", "sleep 5")
+        for job_id in (busy, idle):
+            cluster.wait_state(job_id, "COMPLETED")
+        busy_j, idle_j = (cluster.accounted(j)[0]["consumed_energy_j"] for j in (busy, idle))
+        # without the cgroup's count both would get half: the busy loop is outside both process trees
+        assert busy_j > 1.4 * idle_j > 0, (busy_j, idle_j)
+    finally:
+        cluster.stop()
+        sweep(V1)
