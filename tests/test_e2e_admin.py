@@ -115,3 +115,11 @@ def test_emulate_starts_and_stops_a_cluster(tmp_path) -> None:
                               capture_output=True, text=True, timeout=60)
     assert down.returncode == 0 and "stopped" in down.stderr
     assert subprocess.run([str(BIN / "sinfo")], env=env, capture_output=True).returncode != 0
+
+
+def test_accounting_reaches_the_database_by_itself(cluster: Cluster) -> None:
+    """The accounting thread writes ended jobs without anyone asking (sacct flushes, but must not have to)."""
+    job_id = cluster.sbatch("-o", "/dev/null", "--wrap", "true")
+    cluster.wait_state(job_id, "COMPLETED")
+    wait_for(lambda: cluster.api("GET", "/v1/diag").json()["accounting_backlog"] == 0, 30,
+             what="the accounting outbox written by the accounting thread")
