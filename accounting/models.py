@@ -50,6 +50,7 @@ class JobRecord(Base):
     time_eligible: Mapped[float] = mapped_column(Double, default=0.0)
     time_start: Mapped[float] = mapped_column(Double, default=0.0)
     time_end: Mapped[float] = mapped_column(Double, default=0.0)
+    time_suspended: Mapped[float] = mapped_column(Double, default=0.0)  # seconds suspended (scontrol suspend)
     priority: Mapped[int] = mapped_column(BigInteger, default=0)
     restart_count: Mapped[int] = mapped_column(Integer, default=0)
     work_dir: Mapped[str] = mapped_column(Text, default="")

@@ -230,7 +230,7 @@ def _job_values(cluster: str, job: dict[str, Any]) -> dict[str, Any]:
         "req_cpus": job.get("ntasks", 1) * job.get("cpus_per_task", 1), "req_nodes": job.get("nodes_min", 1),
         "req_mem_mb": job.get("mem_per_node_mb", 0), "req_mem_per_cpu": job.get("mem_per_cpu_mb", 0),
         "timelimit_min": job.get("time_limit_min"), "time_eligible": job.get("eligible_time", 0.0),
-        "time_start": job.get("start_time", 0.0), "time_end": end,
+        "time_start": job.get("start_time", 0.0), "time_end": end, "time_suspended": job.get("suspended_s", 0.0),
         "priority": job.get("priority", 0), "restart_count": job.get("restart_count", 0),
         "work_dir": job.get("work_dir", ""), "std_out": job.get("std_out", ""), "std_err": job.get("std_err", ""),
         "submit_line": job.get("submit_line", ""), "comment": job.get("comment", ""),

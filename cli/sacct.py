@@ -345,7 +345,7 @@ FIELDS: dict[str, tuple[int, Callable[[Row, Row | None], str]]] = {
     "StdOut": (20, lambda j, s: "" if s else j["std_out"]),
     "Submit": (19, lambda j, s: _ts(j["time_submit"] if not s else s["time_start"])),
     "SubmitLine": (20, lambda j, s: "" if s else j["submit_line"]),
-    "Suspended": (10, lambda j, s: "00:00:00"),
+    "Suspended": (10, lambda j, s: _elapsed_str(int(j.get("time_suspended") or 0))),
     "SystemComment": (15, _blank),
     "SystemCPU": (10, _cpu_sum("system_cpu_s")),
     "Timelimit": (10, _timelimit),

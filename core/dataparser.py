@@ -200,7 +200,8 @@ def accounting_job(j: dict[str, Any]) -> dict[str, Any]:
         "time": {"elapsed": elapsed, "eligible": int(j["time_eligible"]), "end": int(j["time_end"]),
                  "planned": number(max(0, int((j["time_start"] or 0) - j["time_eligible"])) if j["time_start"]
                                    else None),
-                 "start": int(j["time_start"]), "submission": int(j["time_submit"]), "suspended": 0,
+                 "start": int(j["time_start"]), "submission": int(j["time_submit"]),
+                 "suspended": int(j.get("time_suspended") or 0),
                  "system": _time(sum(s["system_cpu_s"] for s in j["steps"])), "limit": _limit(j["timelimit_min"]),
                  "total": _time(sum(s["total_cpu_s"] for s in j["steps"])),
                  "user": _time(sum(s["user_cpu_s"] for s in j["steps"]))},

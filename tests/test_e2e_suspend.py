@@ -53,6 +53,8 @@ def test_suspend_stops_the_job_and_its_clock_and_resume_lets_it_finish(cluster: 
     cluster.wait_state(job_id, "COMPLETED")
     assert (tmp_path / f"{job_id}.count").read_text().split()[-1] == "40"
     assert cluster.accounted(job_id)[0]["state"] == "COMPLETED"
+    suspended = cluster.run("sacct", "-n", "-X", "-j", str(job_id), "-o", "Suspended").stdout.strip()
+    assert suspended not in ("", "00:00:00"), suspended  # the 1.5 s and more it spent suspended
 
 
 def test_a_suspended_job_can_be_cancelled_and_users_cannot_suspend(cluster: Cluster, tmp_path: Path) -> None:
