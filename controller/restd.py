@@ -282,10 +282,12 @@ def add_routes(app: FastAPI, controller: Any) -> None:
 
     @slurmdb.get("/account/{name}", response_model=AccountsDoc)
     async def account(request: Request, name: Annotated[str, Field(max_length=ID_MAX)], who: Who) -> dict[str, Any]:
-        found = await _accounts(name)
+        return doc(request, who, accounts=_named(await _accounts(name), "account", name))
+
+    def _named(found: list[dict[str, Any]], kind: str, name: str) -> list[dict[str, Any]]:
         if not found:
-            raise Refused(f"Nothing found with query: account {name}", 404)
-        return doc(request, who, accounts=found)
+            raise Refused(f"Nothing found with query: {kind} {name}", 404)
+        return found
 
     async def _accounts(only: str | None) -> list[dict[str, Any]]:
         rows = await db_call(accounting().assocs(cluster).accounts)
@@ -306,10 +308,7 @@ def add_routes(app: FastAPI, controller: Any) -> None:
 
     @slurmdb.get("/user/{name}", response_model=UsersDoc)
     async def user(request: Request, name: Annotated[str, Field(max_length=ID_MAX)], who: Who) -> dict[str, Any]:
-        found = await _users(name)
-        if not found:
-            raise Refused(f"Nothing found with query: user {name}", 404)
-        return doc(request, who, users=found)
+        return doc(request, who, users=_named(await _users(name), "user", name))
 
     app.include_router(slurm)
     app.include_router(slurmdb)

@@ -824,16 +824,20 @@ def _read_cgroup_conf(path: str, globals_: dict, files: list[str]) -> None:
     """cgroup.conf: ``Key=Value`` lines, beside the main file (absent: Slurm's defaults)."""
     if not os.path.exists(path):
         return
+    for lineno, line in _lines(path, files):
+        for key, value in _pairs(line, path, lineno):
+            _set(globals_, _CGROUP_KEYS, _LOWER_CGROUP, key, value, path, lineno, "cgroup.conf")
+
+
+def _lines(path: str, files: list[str]) -> list[tuple[int, str]]:
+    """A configuration file's lines with their numbers, comments and blank lines left out."""
     files.append(path)
     try:
         text = Path(path).read_text()
     except OSError as exc:
         raise ConfigError(path, 0, "(file)", f"cannot read configuration: {exc.strerror}") from exc
-    for lineno, raw in enumerate(text.splitlines(), start=1):
-        line = raw.split("#", 1)[0].strip()
-        if line:
-            for key, value in _pairs(line, path, lineno):
-                _set(globals_, _CGROUP_KEYS, _LOWER_CGROUP, key, value, path, lineno, "cgroup.conf")
+    return [(lineno, line) for lineno, raw in enumerate(text.splitlines(), start=1)
+            if (line := raw.split("#", 1)[0].strip())]
 
 
 def _check_power_programs(config: Config, where: dict[str, tuple[str, int]]) -> None:
@@ -855,15 +859,7 @@ def _read(path: str, globals_: dict, nodes: dict, node_lines: dict, partitions: 
           node_default: dict, part_default: dict, depth: int, globals_only: bool, files: list[str]) -> None:
     if depth > 8:
         raise ConfigError(path, 0, "Include", "includes nested too deeply")
-    files.append(path)
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise ConfigError(path, 0, "(file)", f"cannot read configuration: {exc.strerror}") from exc
-    for lineno, raw in enumerate(text.splitlines(), start=1):
-        line = raw.split("#", 1)[0].strip()
-        if not line:
-            continue
+    for lineno, line in _lines(path, files):
         if line.lower().startswith("include "):
             target = line.split(None, 1)[1].strip()
             target = target if os.path.isabs(target) else os.path.join(os.path.dirname(path), target)

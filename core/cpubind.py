@@ -26,6 +26,15 @@ class CpuBind:
     values: tuple[int, ...] = ()  # map_cpu CPU ids, or mask_cpu masks
 
 
+@dataclass(frozen=True, slots=True)
+class TaskBinding:
+    """A step's local tasks' CPUs on a node (empty: not bound), their SLURM_CPU_BIND* and verbosity."""
+
+    cpus: list[list[int]]
+    env: dict[str, str]
+    verbose: bool
+
+
 def parse(text: str) -> CpuBind:
     """``--cpu-bind=[{quiet|verbose},]TYPE``; a map_cpu or mask_cpu list takes the rest of the value
     (ValueError with Slurm's wording when it is wrong)."""
@@ -45,7 +54,8 @@ def parse(text: str) -> CpuBind:
                 values = tuple(int(v.removeprefix("0x").removeprefix("0X"), base) for v in listed)
             except ValueError as exc:
                 raise ValueError(f"Failed to parse --cpu-bind={text}") from exc
-            if len(values) > LIST_MAX or any(v < 0 or (base == 10 and v >= CPU_MAX) for v in values):
+            limit = CPU_MAX if base == 10 else 1 << CPU_MAX  # a CPU id, or a mask of at most CPU_MAX CPUs
+            if len(values) > LIST_MAX or any(v < 0 or v >= limit for v in values):
                 raise ValueError(f"Failed to parse --cpu-bind={text}")
             kind = word
         elif word in ("verbose", "v", "quiet", "q"):

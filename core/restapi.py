@@ -309,8 +309,10 @@ def job_submit(desc: JobDesc, script: str | None) -> JobSubmit:
         environment[key] = value
     limit, begin = _number(desc.time_limit), _number(desc.begin_time)
     nodes_min, nodes_max = _node_range(desc)
-    exclusive = desc.exclusive is True or bool(set(desc.exclusive or ()) & {"true", "user", "mcs", "exclusive"}) \
-        if not isinstance(desc.exclusive, bool) else desc.exclusive
+    if isinstance(desc.exclusive, bool):
+        exclusive = desc.exclusive
+    else:
+        exclusive = bool({f.lower() for f in desc.exclusive or ()} & {"true", "user", "mcs", "exclusive"})
     fields: dict[str, Any] = {
         "name": desc.name or "", "script": script, "argv": desc.argv or [], "work_dir": desc.current_working_directory,
         "environment": environment, "submit_line": "slurmrestd job/submit", "account": desc.account or "",

@@ -33,6 +33,7 @@ from wattsched.noded.throttle import Throttle
 from wattsched.plugins.acct_gather_energy.emulated import EmulatedEnergy
 
 log = logging.getLogger("wattsched.noded")
+
 ENDED_KEPT = 10000  # ended (node, job) pairs remembered, to refuse their step credentials at once
 
 
@@ -197,12 +198,12 @@ class Agent:
                 extra["cpu_bind"] = list(job.cpu_ids) if job else []
         return extra
 
-    def task_binding(self, node: str, job_id: int, text: str, tasks: int) -> tuple[list[list[int]], dict[str, str]]:
+    def task_binding(self, node: str, job_id: int, text: str, tasks: int) -> cpubind.TaskBinding:
         """The CPUs each of a step's local tasks is bound to (``--cpu-bind``, else TaskPluginParam's
-        type) and the SLURM_CPU_BIND* variables; nothing without task/affinity. ValueError: a bad
-        request, or CPUs outside the job's allocation."""
+        type), the SLURM_CPU_BIND* variables and whether tasks report their binding; nothing
+        without task/affinity. ValueError: a bad request, or CPUs outside the job's allocation."""
         if not self.binds:
-            return [[] for _ in range(tasks)], {}
+            return cpubind.TaskBinding([[] for _ in range(tasks)], {}, False)
         bind = cpubind.parse(text)
         if not bind.kind:
             default = next((p.lower() for p in self.config.task_plugin_param if p in ("Cores", "Sockets", "Threads")),
@@ -217,8 +218,7 @@ class Agent:
             raise ValueError(f"--cpu-bind names CPUs outside the job's allocation on {node} "
                              f"({cpubind.mask(cpus)})")
         env = cpubind.environment(bind, [cpubind.mask(s) for s in sets])
-        return ([list(s) for s in sets] if bind.kind != "none" else [[] for _ in sets]), \
-            dict(env, _verbose="1" if bind.verbose else "")
+        return cpubind.TaskBinding([list(s) if bind.kind != "none" else [] for s in sets], env, bind.verbose)
 
     def _cgroup_usage(self, event: JobEvent) -> JobEvent:
         """A step's end with its cgroup's figures: CPU time and peak memory of all its processes
@@ -384,11 +384,7 @@ class Agent:
                 continue
             if frozen:
                 self.throttle.release((node, job_id))  # the frequency throttle must not wake it
-            try:
-                if self.cgroups is None:
-                    raise OSError("no cgroups")
-                self.cgroups.freeze(node, job_id, frozen)
-            except OSError:
+            if not self._freeze_cgroup(node, job_id, frozen):
                 for pgid in self.job_pgids(node, job_id):
                     procs.killpg(pgid, signal.SIGSTOP if frozen else signal.SIGCONT)
             if not frozen and self.config.emulated_nodes:
@@ -399,6 +395,16 @@ class Agent:
                     self.throttle.set((node, job_id), khz / f_max)
             done.append(node)
         return done
+
+    def _freeze_cgroup(self, node: str, job_id: int, frozen: bool) -> bool:
+        """Freeze or thaw the job's cgroup; False without cgroups (or without one for the job yet)."""
+        if self.cgroups is None:
+            return False
+        try:
+            self.cgroups.freeze(node, job_id, frozen)
+        except OSError:
+            return False
+        return True
 
     def _kill_steps(self, node: str, job_id: int) -> None:
         for pgid in self.step_pgids.get((node, job_id), set()):

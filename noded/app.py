@@ -57,7 +57,7 @@ def create_app(agent: Agent) -> FastAPI:
             raise HTTPException(403, f"Invalid job credential: job {req.job_id} does not run on {req.node}")
         uid = int(cred["uid"])
         try:
-            binding, bind_env = agent.task_binding(req.node, req.job_id, req.cpu_bind, len(layout[req.node]))
+            binding = agent.task_binding(req.node, req.job_id, req.cpu_bind, len(layout[req.node]))
         except ValueError as exc:
             raise HTTPException(400, str(exc)) from exc
         pgids = agent.step_pgids.setdefault((req.node, req.job_id), set())
@@ -69,7 +69,7 @@ def create_app(agent: Agent) -> FastAPI:
                 async for line in steps.run_tasks(req, layout, uid, _gid_of(uid), auth.username(uid),
                                                   agent.config.kill_wait_s, pgids, agent.step_ended, inputs,
                                                   agent.join_step(req.node, req.job_id, str(req.step_id)),
-                                                  agent.task_scripts, (binding, bind_env)):
+                                                  agent.task_scripts, binding):
                     yield line
             finally:
                 if agent.step_inputs.get(key) is inputs:

@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator, Callable
 
 from wattsched import hostlist, patterns
 from wattsched.api import JobEvent, TaskLaunch, TaskUsage
+from wattsched.cpubind import TaskBinding
 from wattsched.noded import procs
 
 
@@ -46,7 +47,7 @@ async def run_tasks(req: TaskLaunch, layout: dict[str, list[int]], uid: int, gid
                     kill_wait_s: int, pgids: set[int], on_end: Callable[[JobEvent], None],
                     inputs: list, cgroup_procs: list[str] | None = None,
                     task_scripts: dict[str, str] | None = None,
-                    binding: tuple[list[list[int]], dict[str, str]] | None = None) -> AsyncIterator[bytes]:
+                    binding: TaskBinding | None = None) -> AsyncIterator[bytes]:
     """Start this node's tasks and yield their output and exits as NDJSON lines; report their
     end and usage with ``on_end`` once all are reaped (or killed). The stdin pipes of the tasks
     that read srun's input (srun -i, --pty) are put in ``inputs`` for the stdin endpoint; each
@@ -64,14 +65,14 @@ async def run_tasks(req: TaskLaunch, layout: dict[str, list[int]], uid: int, gid
     try:
         for local_id, task_id in enumerate(layout[req.node]):
             env = task_environment(req, layout, task_id, local_id, node_index)
-            cpus, bind_env = (binding[0][local_id], binding[1]) if binding else ([], {})
-            env.update({k: v for k, v in bind_env.items() if not k.startswith("_")})
+            cpus = binding.cpus[local_id] if binding else []
+            env.update(binding.env if binding else {})
             spec = {"uid": uid, "gid": gid, "groups": groups, "umask": procs.umask_of(env), "work_dir": req.work_dir,
                     "stdout": _task_path(req, req.output, task_id, node_index, user) if req.output else "",
                     "stderr": _task_path(req, req.error, task_id, node_index, user) if req.error else "",
                     "open_mode": req.open_mode, "argv": req.argv, "env": env, "cgroup_procs": cgroup_procs or [],
                     "cpu_bind": cpus, **(task_scripts or {})}
-            if cpus and bind_env.get("_verbose"):
+            if cpus and binding and binding.verbose:
                 spec["cpu_bind_report"] = f"cpu-bind=MASK - {req.node}, task {task_id:2d} {local_id:2d}"
             if spec["stdout"] and not spec["stderr"]:
                 spec["stderr"] = spec["stdout"]
