@@ -97,7 +97,6 @@ def cpu_list(cpus: tuple[int, ...]) -> str:
 class Hierarchy:
     """What v1 and v2 share: the job and step paths under each controller's root."""
 
-    version = 0
     controllers: tuple[str, ...] = ()
 
     def __init__(self, mount: str, constrain_cores: bool, constrain_ram: bool):
@@ -143,7 +142,6 @@ class Hierarchy:
 
 
 class V1(Hierarchy):
-    version = 1
 
     def __init__(self, mount: str, constrain_cores: bool, constrain_ram: bool):
         super().__init__(mount, constrain_cores, constrain_ram)
@@ -155,9 +153,6 @@ class V1(Hierarchy):
 
     def _roots(self) -> Iterator[str]:
         return (os.path.join(self.mount, c) for c in self.controllers)
-
-    def _root(self, controller: str) -> str:
-        return os.path.join(self.mount, controller)
 
     def _ensure(self, path: str, cpuset: str | None) -> None:
         """Make ``path`` and its parents; a new cpuset folder takes its parent's CPUs and memory
@@ -201,10 +196,6 @@ class V1(Hierarchy):
         _write(os.path.join(self.job_paths(node, job_id)[self.controllers.index("freezer")], "freezer.state"),
                "FROZEN" if frozen else "THAWED")
 
-    def _frozen(self, node: str, job_id: int) -> bool:
-        path = self.job_paths(node, job_id)[self.controllers.index("freezer")]
-        return _read(os.path.join(path, "freezer.state")) == "FROZEN"
-
     def kill(self, node: str, job_id: int) -> set[int]:
         """SIGKILL every process of the job: freeze so none can fork meanwhile, signal, thaw so the
         signals are delivered. Returns the pids still there after the last round."""
@@ -240,7 +231,6 @@ class V1(Hierarchy):
 
 
 class V2(Hierarchy):
-    version = 2
 
     def __init__(self, mount: str, constrain_cores: bool, constrain_ram: bool):
         super().__init__(mount, constrain_cores, constrain_ram)
