@@ -68,6 +68,9 @@ class JobRecord(Base):
     profile: Mapped[str] = mapped_column(String(32), default="")
     reason: Mapped[str] = mapped_column(String(64), default="None")
     admin_comment: Mapped[str] = mapped_column(Text, default="")
+    req_gpus: Mapped[int] = mapped_column(Integer, default=0)  # GPUs asked for in all (wattsched.gres)
+    alloc_gpus: Mapped[int] = mapped_column(Integer, default=0)
+    gpu_type: Mapped[str] = mapped_column(String(64), default="")  # the type asked for ("" any)
 
     steps: Mapped[list[StepRecord]] = relationship(back_populates="job", cascade="all, delete-orphan",
                                                    order_by="StepRecord.id")

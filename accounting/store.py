@@ -239,6 +239,9 @@ def _job_values(cluster: str, job: dict[str, Any]) -> dict[str, Any]:
         "req_cpu_freq": job.get("cpu_freq", ""), "cpu_freq_khz": job.get("cpu_freq_khz"),
         "ave_cpu_freq_khz": job.get("ave_cpu_freq_khz") or None, "profile": ",".join(job.get("profile", ())),
         "reason": job.get("reason", "None")[:64], "admin_comment": job.get("admin_comment", ""),
+        "req_gpus": job.get("gpus_per_node", 0) * job.get("nodes_min", 1)
+        + job.get("gpus_per_task", 0) * job.get("ntasks", 1) + job.get("gpus_per_job", 0),
+        "alloc_gpus": sum(len(v) for v in job.get("alloc_gpus", {}).values()), "gpu_type": job.get("gpu_type", ""),
     }
 
 

@@ -10,7 +10,9 @@ TYPE_CHECKING = False  # not typing's: importing typing costs a command ~5 ms (a
 if TYPE_CHECKING:
     from typing import Any
 
-_SPEC = re.compile(r"%(\.)?(\d+)?([A-Za-z])")
+# a %-code is one letter; a -O field that has no %-code of its own (sinfo's GresUsed) is written
+# %{name} by format_from_fields and nowhere else
+_SPEC = re.compile(r"%(\.)?(\d+)?([A-Za-z]|\{[a-z_]+\})")
 
 
 # a %-code with its width and side; a plain namedtuple, since importing dataclasses (or typing for a
@@ -25,7 +27,8 @@ def parse_format(fmt: str) -> list[str | Column]:
     for match in _SPEC.finditer(fmt):
         if match.start() > pos:
             parts.append(fmt[pos:match.start()])
-        parts.append(Column(match.group(3), int(match.group(2)) if match.group(2) else None, bool(match.group(1))))
+        parts.append(Column(match.group(3).strip("{}"), int(match.group(2)) if match.group(2) else None,
+                            bool(match.group(1))))
         pos = match.end()
     if pos < len(fmt):
         parts.append(fmt[pos:])
@@ -125,5 +128,6 @@ def format_from_fields(spec: str, by_name: Mapping[str, str], kind: str) -> str:
             from wattsched.cli.common import CLIError
 
             raise CLIError(f"Invalid {kind} format specification: {name}")
+        code = code if len(code) == 1 else f"{{{code}}}"
         parts.append(f"%{'.' if size.startswith('.') else ''}{size.lstrip('.') or '20'}{code}")
     return "".join(parts)

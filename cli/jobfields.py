@@ -97,7 +97,7 @@ FIELDS: dict[str, tuple[str, str, Callable[[dict[str, Any], float], str]]] = {
     "n": ("REQ_NODES", "ReqNodes", lambda j, n: ",".join(j["req_nodes"])),
     "w": ("WCKEY", "WCKey", lambda j, n: j["wckey"] or "(null)"),
     "v": ("RESERVATION", "Reservation", lambda j, n: j["reservation"] or "(null)"),
-    "b": ("TRES_PER_NODE", "tres-per-node", lambda j, n: "N/A"),
+    "b": ("TRES_PER_NODE", "tres-per-node", lambda j, n: j.get("tres_per_node") or "N/A"),
     "c": ("MIN_CPUS", "MinCpus", lambda j, n: _min_cpus(j)),
     "d": ("MIN_TMP_DISK", "MinTmpDisk", lambda j, n: "0"),
     "f": ("FEATURES", "Feature", lambda j, n: "&".join(j["features"]) or "(null)"),

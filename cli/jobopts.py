@@ -12,7 +12,7 @@ TYPE_CHECKING = False  # not typing's: importing typing costs a command ~5 ms (a
 if TYPE_CHECKING:
     from typing import Any
 
-_GPUS = "GPUs (GRES) are not configured on this cluster yet"
+_GPU_BINDING = "GPU binding by socket is not supported; use --gpus-per-node or --gpus-per-task"
 
 
 def job_options(prog: str) -> list[Opt | str]:
@@ -85,6 +85,11 @@ def job_options(prog: str) -> list[Opt | str]:
         Opt(None, "exclusive", OPT, "allocate nodes in exclusive mode", metavar="user|mcs|topo"),
         Opt(None, "mem-per-cpu", REQ, "maximum amount of real memory per allocated cpu required by the job",
             metavar="MB"),
+        Opt(None, "gres", REQ, "required generic resources", metavar="list"),
+        "GPU scheduling options:",
+        Opt("G", "gpus", REQ, "count of GPUs required for the job", metavar="n"),
+        Opt(None, "gpus-per-node", REQ, "number of GPUs required per allocated node", metavar="n"),
+        Opt(None, "gpus-per-task", REQ, "number of GPUs required per spawned task", metavar="n"),
         Opt(None, "ntasks-per-node", REQ, "number of tasks to invoke on each node", metavar="n", kind="int"),
         ignored(None, "bb", REQ), ignored(None, "bbf", REQ),
         ignored("B", "extra-node-info", REQ), ignored(None, "cluster-constraint", REQ),
@@ -112,10 +117,10 @@ def job_options(prog: str) -> list[Opt | str]:
            ignored(None, "external-launcher", NO), ignored(None, "resv-ports", OPT)] if step else []),
         *([ignored(None, "no-bell", NO), ignored("K", "kill-command", OPT), ignored(None, "no-shell", NO)]
           if alloc else []),
-        refused(None, "gres", REQ, _GPUS), refused("G", "gpus", REQ, _GPUS),
-        refused(None, "gpus-per-node", REQ, _GPUS), refused(None, "gpus-per-socket", REQ, _GPUS),
-        refused(None, "gpus-per-task", REQ, _GPUS), refused(None, "cpus-per-gpu", REQ, _GPUS),
-        refused(None, "mem-per-gpu", REQ, _GPUS), refused(None, "ntasks-per-gpu", REQ, _GPUS),
+        refused(None, "gpus-per-socket", REQ, _GPU_BINDING),
+        refused(None, "cpus-per-gpu", REQ, "--cpus-per-gpu is not supported; use -c with --gpus-per-task"),
+        refused(None, "mem-per-gpu", REQ, "--mem-per-gpu is not supported; use --mem"),
+        refused(None, "ntasks-per-gpu", REQ, "--ntasks-per-gpu is not supported; use --gpus-per-task"),
         refused(None, "tres-per-task", REQ, "per-task TRES requests are not supported"),
         refused("L", "licenses", REQ, "licenses are not configured on this cluster"),
         refused(None, "mincpus", REQ, "a minimum CPU count per node is not supported; use -c or -n"),
@@ -271,6 +276,8 @@ def submission(opts: dict[str, Any], **extra: Any) -> dict[str, Any]:
         "power_fit": bool(opts.get("power_fit")),
         "profile": opts.get("profile") or "",
         "acctg_freq": opts.get("acctg_freq") or "",
+        "gres": opts.get("gres") or "", "gpus": opts.get("gpus") or "",
+        "gpus_per_node": opts.get("gpus_per_node") or "", "gpus_per_task": opts.get("gpus_per_task") or "",
     }
     body.update(extra)
     return body

@@ -165,8 +165,16 @@ def req_tres(job: Row, step: Row | None) -> str:
     if step is not None:
         return ""
     mem = _mem_mb(job)
-    return _tres([("billing", job["req_cpus"]), ("cpu", job["req_cpus"]), ("mem", f"{mem}M" if mem else None),
-                  ("node", job["req_nodes"])])
+    return _tres([("billing", job["req_cpus"]), ("cpu", job["req_cpus"]), *_gpus(job, job.get("req_gpus")),
+                  ("mem", f"{mem}M" if mem else None), ("node", job["req_nodes"])])
+
+
+def _gpus(job: Row, count: int | None) -> list[tuple[str, Any]]:
+    """gres/gpu=N (and gres/gpu:type=N for a typed request), as sacct lists GPUs among the TRES."""
+    if not count:
+        return []
+    typed = [(f"gres/gpu:{job['gpu_type']}", count)] if job.get("gpu_type") else []
+    return [("gres/gpu", count), *typed]
 
 
 def alloc_tres(job: Row, step: Row | None) -> str:
@@ -176,7 +184,8 @@ def alloc_tres(job: Row, step: Row | None) -> str:
         return ""
     mem = _mem_mb(job)
     return _tres([("billing", rec["alloc_cpus"] if step is None else None), ("cpu", rec["alloc_cpus"]),
-                  ("energy", _joules(rec)), ("mem", f"{mem}M" if mem else None), ("node", rec["nnodes"])])
+                  ("energy", _joules(rec)), *_gpus(job, job.get("alloc_gpus")), ("mem", f"{mem}M" if mem else None),
+                  ("node", rec["nnodes"])])
 
 
 def _per_task(step: Row, total: float) -> float:

@@ -26,7 +26,7 @@ def _user(uid: int) -> str:
     return username(uid)
 
 
-def job_lines(j: dict[str, Any]) -> list[str]:
+def job_lines(j: dict[str, Any], details: bool = False) -> list[str | None]:
     from wattsched import timefmt
 
     first = f"JobId={j['job_id']}"
@@ -55,11 +55,12 @@ def job_lines(j: dict[str, Any]) -> list[str]:
         f"Partition={j['partition']} AllocNode:Sid={j['submit_host'] or '(null)'}:0",
         f"ReqNodeList={','.join(j['req_nodes']) or '(null)'} ExcNodeList={','.join(j['exc_nodes']) or '(null)'}",
         f"NodeList={j['node_list'] or '(null)'}",
+        *(_gres_details(j) if details else ()),
         f"BatchHost={j['batch_host'] or '(null)'}",
         f"NumNodes={j['num_nodes']} NumCPUs={j['num_cpus']} NumTasks={j['ntasks']} "
         f"CPUs/Task={j['cpus_per_task']} ReqB:S:C:T=0:0:*:*",
         f"TRES=cpu={j['num_cpus']},mem={j['alloc_mem_mb'] or j['mem_per_node_mb']}M,node={j['num_nodes']},"
-        f"billing={j['num_cpus']}",
+        f"billing={j['num_cpus']}" + (f",gres/gpu={j['num_gpus']}" if j["num_gpus"] else ""),
         f"MinCPUsNode={j['cpus_per_task']} MinMemoryNode={j['mem_per_node_mb']}M "
         f"MinMemoryCPU={j['mem_per_cpu_mb']}M MinTmpDiskNode=0",
         f"Features={'&'.join(j['features']) or '(null)'} DelayBoot=00:00:00",
@@ -71,7 +72,19 @@ def job_lines(j: dict[str, Any]) -> list[str]:
         f"StdErr={j['std_err_path']}",
         f"StdIn={j['std_in']}",
         f"StdOut={j['std_out_path']}",
+        *(f"{label}={j[key]}" for label, key in (("TresPerJob", "tres_per_job"), ("TresPerNode", "tres_per_node"),
+                                                  ("TresPerTask", "tres_per_task")) if j.get(key)),
     ]
+
+
+def _gres_details(j: dict[str, Any]) -> list[str]:
+    """scontrol -d: the job's GPUs in all, and each node's with their numbers there."""
+    if not j.get("alloc_gpus"):
+        return []
+    lines = [f"JOB_GRES={j['job_gres']}"]
+    for node, detail in zip(j["alloc_gpus"], j["gres_detail"], strict=True):
+        lines.append(f"  Nodes={node} Mem={j['alloc_mem_mb']} GRES={detail}")
+    return lines
 
 
 def node_lines(n: dict[str, Any]) -> list[str | None]:
@@ -81,7 +94,7 @@ def node_lines(n: dict[str, Any]) -> list[str | None]:
         f"CPUAlloc={n['alloc_cpus']} CPUEfctv={n['cpus']} CPUTot={n['cpus']} CPULoad=N/A",
         f"AvailableFeatures={features}",
         f"ActiveFeatures={features}",
-        "Gres=(null)",
+        f"Gres={n.get('gres', '(null)')}",
         f"NodeAddr={n['name']} NodeHostName={n['name']}",
         f"RealMemory={n['real_memory_mb']} AllocMem={n['alloc_mem_mb']} FreeMem=N/A Sockets={n['sockets']} "
         "Boards=1",
@@ -89,8 +102,10 @@ def node_lines(n: dict[str, Any]) -> list[str | None]:
         "MCS_label=N/A",
         f"Partitions={','.join(n['partitions']) or '(null)'}",
         f"BootTime={_ts(n['boot_time'], 'None')} SlurmdStartTime={_ts(n['boot_time'], 'None')}",
-        f"CfgTRES=cpu={n['cpus']},mem={n['real_memory_mb']}M,billing={n['cpus']}",
-        f"AllocTRES={'cpu=' + str(n['alloc_cpus']) if n['alloc_cpus'] else ''}",
+        f"CfgTRES=cpu={n['cpus']},mem={n['real_memory_mb']}M,billing={n['cpus']}"
+        + (f",gres/gpu={n['gpus']}" if n.get("gpus") else ""),
+        "AllocTRES=" + ",".join(([f"cpu={n['alloc_cpus']}"] if n["alloc_cpus"] else [])
+                                + ([f"gres/gpu={n['alloc_gpus']}"] if n.get("alloc_gpus") else [])),
         "CapWatts=n/a",
         f"CurrentWatts={n['current_watts']} AveWatts={n['ave_watts']}",
         f"LowestJoules={n['lowest_joules']} ConsumedJoules={n['consumed_joules']}" if n["metered"] else None,
@@ -140,7 +155,7 @@ def _pairs(args: list[str]) -> dict[str, str]:
     return pairs
 
 
-def show(client: Client, args: list[str], oneliner: bool, as_json: bool) -> None:
+def show(client: Client, args: list[str], oneliner: bool, as_json: bool, details: bool = False) -> None:
     if not args:
         raise CLIError("too few arguments for keyword:show")
     what, rest = args[0].lower(), args[1:]
@@ -154,7 +169,7 @@ def show(client: Client, args: list[str], oneliner: bool, as_json: bool) -> None
         if not jobs:
             print("No jobs in the system")
             return None
-        return _emit([job_lines(j) for j in sorted(jobs, key=lambda j: j["job_id"])], oneliner)
+        return _emit([job_lines(j, details) for j in sorted(jobs, key=lambda j: j["job_id"])], oneliner)
     if what in ("node", "nodes"):
         nodes = client.request("GET", "/v1/nodes")["nodes"]
         if rest:
@@ -403,7 +418,7 @@ def execute(client: Client, args: list[str], opts: dict[str, Any]) -> int:
     command, rest = args[0].lower(), args[1:]
     oneliner, as_json = bool(opts.get("oneliner")), wants_json(opts)
     if command == "show":
-        show(client, rest, oneliner, as_json)
+        show(client, rest, oneliner, as_json, bool(opts.get("details")))
     elif command == "update":
         update(client, rest)
     elif command in ("create", "delete"):

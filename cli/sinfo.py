@@ -67,7 +67,8 @@ FIELDS: dict[str, tuple[str, Callable[[dict[str, Any], list[dict[str, Any]]], st
     "e": ("FREE_MEM", lambda ns, p: "N/A"),
     "b": ("ACTIVE_FEATURES", lambda ns, p: ",".join(ns[0]["features"]) or "(null)" if ns else "(null)"),
     "B": ("MAX_CPUS_PER_NODE", lambda ns, p: "UNLIMITED"),
-    "G": ("GRES", lambda ns, p: "(null)"),
+    "G": ("GRES", lambda ns, p: ns[0].get("gres", "(null)") if ns else "(null)"),
+    "gresused": ("GRES_USED", lambda ns, p: ns[0].get("gres_used", "(null)") if ns else "(null)"),
     "I": ("PRIO_JOB_FACTOR", lambda ns, p: "1"),
     "p": ("PRIO_TIER", lambda ns, p: "1"),
     "S": ("ALLOCNODES", lambda ns, p: "all"),
@@ -83,7 +84,7 @@ BY_NAME = {"available": "a", "cores": "Y", "cpus": "c", "cpusload": "O", "cpusst
            "preemptmode": "M", "priorityjobfactor": "I", "prioritytier": "p", "reason": "E", "root": "r",
            "size": "s", "socketcorethread": "z", "sockets": "X", "statecompact": "t", "statelong": "T",
            "threads": "Z", "time": "l", "timestamp": "H", "user": "u", "weight": "w", "allocnodes": "S",
-           "cluster": "V"}
+           "cluster": "V", "gresused": "gresused"}
 # -N -l shows the long title "AVAIL_FE" in an 8-wide column; titles are truncated by width anyway.
 
 
@@ -119,6 +120,10 @@ def _group_key(codes: set[str], node: dict[str, Any]) -> tuple:
                 node["real_memory_mb"], node["weight"], tuple(node["features"])]
     if codes & {"E", "u", "H"}:
         key += [node["reason"], node["reason_uid"]]
+    if "G" in codes:
+        key.append(node.get("gres"))
+    if "gresused" in codes:
+        key.append(node.get("gres_used"))
     return tuple(key)
 
 

@@ -101,6 +101,8 @@ def render(client: Client, opts: dict) -> str:
     active = wanted_states or (list(st.JOB_STATES) if job_list else list(DEFAULT_STATES))
     params = {"user": user_list or None, "partition": split_list(opts.get("partition")) or None,
               "job": job_list or None, "state": active, "columns": "true"}
+    if wants_json(opts):  # the data_parser's fields need the whole record (its GPUs' numbers, say)
+        params["detail"] = "true"
     reply = client.request("GET", "/v1/jobs", params=params)
     now = reply["time"]
     if "columns" in reply:

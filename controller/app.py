@@ -52,7 +52,7 @@ from wattsched.controller.metrics import CATEGORIES, ControllerCollector
 from wattsched.controller.powerlog import PowerLog
 from wattsched.controller.priority import FairShareCalc
 from wattsched.controller.state import ClusterState, Refused
-from wattsched.controller.views import job_view, node_view, partition_views
+from wattsched.controller.views import job_gpus, job_view, node_view, partition_views
 from wattsched.httpauth import Who, loop_lifespan, metrics_access, require_role
 from wattsched.httplimits import BodyLimit
 
@@ -260,7 +260,10 @@ def create_app(controller: Controller) -> FastAPI:
                     continue
             selected = wanted.values()
         users, states_, parts = set(user or ()), set(state_ or ()), set(partition or ())
-        view = job_view if detail else state.brief
+        def detailed(j: Any, at: float) -> dict[str, Any]:
+            return {**job_view(j, at), **job_gpus(j, state.nodes)}
+
+        view = detailed if detail else state.brief
         result = [view(j, now) for j in selected
                   if (not users or j.user in users) and (not parts or j.partition in parts)
                   and (not states_ or j.state in states_ or j.shown_state in states_)]

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import httpx
 from pydantic import BaseModel
-from wattsched import auth, prologs, states
+from wattsched import auth, gres, prologs, states
 from wattsched.api import BatchLaunch, FreezeJob, JobAllocation, LaunchBatch, SignalJob
 from wattsched.config import Config
 from wattsched.controller.powersaving import PowerProgram, run_program
@@ -183,7 +183,8 @@ def job_allocation(config: Config, job: Job, nodes: dict[str, int]) -> JobAlloca
                          mem_mb=job.alloc_mem_mb, run=job.restart_count, gid=job.gid, account=job.account,
                          partition=job.partition, job_name=job.name, node_list=job.nodes_expr,
                          cpu_freq=cpu_freq, profile=list(job.profile), profile_energy_s=energy_s,
-                         profile_task_s=freq.get("task") or defaults.get("task") or 30)
+                         profile_task_s=freq.get("task") or defaults.get("task") or 30,
+                         gpus={n: job.alloc_gpus[n] for n in nodes if job.alloc_gpus.get(n)})
 
 
 def batch_environment(state: ClusterState, job: Job) -> dict[str, str]:
@@ -213,6 +214,8 @@ def batch_environment(state: ClusterState, job: Job) -> dict[str, str]:
         "SLURM_RESTART_COUNT": str(job.restart_count), "SLURM_EXPORT_ENV": "ALL",
         "SLURM_CONF": state.config.source, "ENVIRONMENT": "BATCH",
     })
+    env.update(gres.request_environment(job.gpu_request))
+    env.update(gres.environment(job.alloc_gpus.get(job.batch_host, []), gpus_hidden(state.config)))
     if job.cpu_freq_khz is not None or job.cpu_freq:
         # the frequency the job runs at: the user's --cpu-freq, or the one that fits the power cap
         env["SLURM_CPU_FREQ_REQ"] = job.cpu_freq or str(job.cpu_freq_khz)
@@ -226,6 +229,11 @@ def batch_environment(state: ClusterState, job: Job) -> dict[str, str]:
             "SLURM_ARRAY_TASK_MIN": str(job.array_task_min), "SLURM_ARRAY_TASK_MAX": str(job.array_task_max),
         })
     return env
+
+
+def gpus_hidden(config: Config) -> bool:
+    """Whether the device cgroup hides a job's other GPUs from it (task/cgroup, ConstrainDevices)."""
+    return config.constrain_devices and "task/cgroup" in config.task_plugin
 
 
 def _compress_counts(counts: list[int]) -> str:

@@ -8,6 +8,12 @@ the energy measured) is split among the jobs on the node by their allocated CPUs
 the dynamic part, by the CPU time each job's processes used in that interval (by CPUs when
 none used any, or when the node declares no IdleWatts). A job alone on its node gets all of
 it. Pure functions of the samples and the jobs' intervals.
+
+GPUs: each job's GPU energy on the node (the rise of its GPUs' counters, noded.gpus) is its
+alone. Where the node's counter includes the GPUs (a BMC's reading, the emulated model) a shared
+node's energy in an interval is first cut into each job's GPU part, in the proportion its GPU
+energy bears to the node's over that sample interval, and only the rest is split as above;
+where it does not (RAPL), each job's GPU energy is added to its share.
 """
 
 from __future__ import annotations
@@ -36,6 +42,8 @@ class NodeHistory:
     job_cpu: JobCpu = ()
     idle_watts: float | None = None
     occupants: Sequence[Occupant] = field(default_factory=tuple)
+    job_gpu: JobCpu = ()  # per sample: job id -> its GPUs' joules on the node so far
+    gpus_apart: bool = False  # the counter leaves the GPUs out (RAPL)
 
 
 def counter_at(samples: Samples, t: float) -> float | None:
@@ -49,13 +57,30 @@ def counter_at(samples: Samples, t: float) -> float | None:
     return j0 if t1 <= t0 else j0 + (j1 - j0) * (t - t0) / (t1 - t0)
 
 
-def _cpu_deltas(history: NodeHistory, t: float) -> dict[int, float]:
-    """Each job's CPU seconds over the sample interval that holds ``t``."""
+def _cpu_deltas(history: NodeHistory, t: float, per_job: JobCpu | None = None) -> dict[int, float]:
+    """Each job's CPU seconds (or, given ``per_job``, that figure) over the sample interval that holds ``t``."""
+    series = history.job_cpu if per_job is None else per_job
     index = bisect.bisect_right(history.samples, (t, float("inf")))
-    if index == 0 or index >= len(history.samples) or len(history.job_cpu) != len(history.samples):
+    if index == 0 or index >= len(history.samples) or len(series) != len(history.samples):
         return {}
-    before, after = history.job_cpu[index - 1], history.job_cpu[index]
-    return {job: max(0.0, cpu - before.get(job, 0.0)) for job, cpu in after.items()}
+    before, after = series[index - 1], series[index]
+    return {job: max(0.0, value - before.get(job, 0.0)) for job, value in after.items()}
+
+
+def _gpu_fractions(history: NodeHistory, t: float) -> tuple[dict[int, float], float]:
+    """Each job's GPU energy over the sample interval that holds ``t``, as a fraction of that
+    interval's length (joules per second) and, where the counter includes GPUs, of the node's
+    energy then (capped at all of it together); and the interval's length."""
+    deltas = _cpu_deltas(history, t, history.job_gpu)
+    if not deltas:
+        return {}, 0.0
+    index = bisect.bisect_right(history.samples, (t, float("inf")))
+    (t0, j0), (t1, j1) = history.samples[index - 1], history.samples[index]
+    if history.gpus_apart:
+        return deltas, t1 - t0
+    total = sum(deltas.values())
+    scale = 1 / max(total, j1 - j0) if total > 0 else 0.0
+    return {job: value * scale for job, value in deltas.items()}, t1 - t0
 
 
 def node_energy(history: NodeHistory, start: float, end: float, cpus: int, job_id: int = 0) -> float | None:
@@ -72,6 +97,14 @@ def node_energy(history: NodeHistory, start: float, end: float, cpus: int, job_i
         present = [o for o in history.occupants if o.start <= middle < o.end]
         energy = counter_at(samples, b) - counter_at(samples, a)
         sharing = sum(o.cpus for o in present) or cpus
+        if history.job_gpu:
+            gpu, length = _gpu_fractions(history, middle)
+            if history.gpus_apart:  # joules per sample interval, scaled to this part of it
+                total += gpu.get(job_id, 0.0) * (b - a) / length if length > 0 else 0.0
+            elif len(present) > 1 and gpu:
+                mine = energy * gpu.get(job_id, 0.0)
+                energy -= energy * sum(gpu.get(o.job_id, 0.0) for o in present)
+                total += mine
         if len(present) <= 1 or history.idle_watts is None:
             total += energy * cpus / sharing
             continue

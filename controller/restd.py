@@ -25,7 +25,7 @@ from wattsched.accounting.store import JobQuery
 from wattsched.api import BIG, ID_MAX, LIST_MAX, TEXT_MAX
 from wattsched.controller import reservations as reservations_mod
 from wattsched.controller.state import Refused
-from wattsched.controller.views import job_view, node_view, partition_views
+from wattsched.controller.views import job_gpus, job_view, node_view, partition_views
 from wattsched.httpauth import Who
 from wattsched.restapi import (
     AccountsDoc,
@@ -93,7 +93,8 @@ def add_routes(app: FastAPI, controller: Any) -> None:
 
     def jobs_doc(request: Request, who: Any, jobs: list) -> dict[str, Any]:
         now = time.time()
-        return doc(request, who, jobs=[dataparser.queue_job(job_view(j, now), cluster) for j in jobs],
+        return doc(request, who, jobs=[dataparser.queue_job({**job_view(j, now), **job_gpus(j, state.nodes)}, cluster)
+                                           for j in jobs],
                    last_backfill=dataparser.number(int(state.stats.bf_last_time) or None),
                    last_update=dataparser.number(int(now)))
 

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
-from wattsched import auth, hostlist, power, powersave, prologs, scheduling, states
+from wattsched import auth, gres, hostlist, power, powersave, prologs, scheduling, states
 from wattsched.api import (
     AgentHeartbeat,
     JobEvent,
@@ -225,7 +225,8 @@ class ClusterState:
             conf = wanted.get(name)
             if conf is None and (node.alloc_cpus or any(name in j.completing_nodes for j in self.jobs.values())):
                 raise Refused(f"Node {name} cannot be removed while it runs jobs", 409)
-            if conf is not None and (conf.cpus < node.alloc_cpus or conf.real_memory_mb < node.alloc_mem_mb):
+            if conf is not None and (conf.cpus < node.alloc_cpus or conf.real_memory_mb < node.alloc_mem_mb
+                                     or any(i >= len(conf.gpus) for i in node.alloc_gpus)):
                 raise Refused(f"Node {name} cannot shrink below what its jobs hold", 409)
         changes = []
         for name in [n for n in self.nodes if n not in wanted]:
@@ -323,7 +324,8 @@ class ClusterState:
     def node_snaps(self) -> dict[str, scheduling.NodeSnap]:
         return {n.name: scheduling.NodeSnap(n.name, n.cpus, n.cpus - n.alloc_cpus, n.real_memory_mb,
                                             n.real_memory_mb - n.alloc_mem_mb, n.weight, frozenset(n.features),
-                                            n.schedulable, _WAKE.get(n.power, scheduling.POWERED_ON))
+                                            n.schedulable, _WAKE.get(n.power, scheduling.POWERED_ON),
+                                            n.gres, n.free_gpus())
                 for n in self.nodes.values()}
 
     def _request(self, job: Job) -> scheduling.JobRequest:
@@ -339,7 +341,7 @@ class ClusterState:
                 begin_time=job.begin_time, dependency=job.dependency, hold=job.hold,
                 admin_priority=job.admin_priority, nice=job.nice, array_job_id=job.array_job_id,
                 array_throttle=job.array_throttle, account=job.account, reservation=job.reservation,
-                cpu_freq_pinned=bool(job.cpu_freq), power_fit=job.power_fit)
+                cpu_freq_pinned=bool(job.cpu_freq), power_fit=job.power_fit, gpus=job.gpu_request)
             self._requests[job.job_id] = cached
         return cached
 
@@ -353,7 +355,8 @@ class ClusterState:
                   for j in self.jobs.values()} if needs_briefs else {}
         running = tuple(
             scheduling.RunningJob(j.job_id, j.alloc_cpus, {n: j.alloc_mem_mb for n in j.alloc_cpus},
-                                  j.start_time + j.time_limit_min * 60 if j.time_limit_min is not None else None)
+                                  j.start_time + j.time_limit_min * 60 if j.time_limit_min is not None else None,
+                                  self._gpus_by_type(j))
             for j in self.jobs.values() if j.holds_nodes) \
             if backfill_due or self.power_cap is not None else ()
         return scheduling.Snapshot(now=now, nodes=tuple(self.node_snaps().values()),
@@ -361,6 +364,19 @@ class ClusterState:
                                    def_mem_per_cpu_mb=self.config.def_mem_per_cpu_mb, running=running,
                                    backfill_due=backfill_due, reservations=self.resv.snapshots(),
                                    fairshare=self.shares.factors, power=self.power_snap())
+
+    def _gpus_by_type(self, job: Job) -> dict[str, dict[str, int]]:
+        """The job's GPUs per node, counted by type (as a policy sees them)."""
+        result: dict[str, dict[str, int]] = {}
+        for name, indices in job.alloc_gpus.items():
+            node = self.nodes.get(name)
+            if node is None:
+                continue
+            kinds = {d.index: d.kind for d in node.gpus}
+            counts = result.setdefault(name, {})
+            for index in indices:
+                counts[kinds.get(index, "")] = counts.get(kinds.get(index, ""), 0) + 1
+        return result
 
     # --- power ---------------------------------------------------------------------------------
 
@@ -454,6 +470,13 @@ class ClusterState:
         job.nodes_expr = hostlist.compress(alloc.cpus)
         job.tasks_per_node = dict(alloc.tasks)
         job.alloc_mem_mb = max(alloc.mem_mb.values(), default=0)
+        job.alloc_gpus = {}
+        for name, kinds in alloc.gpus.items():
+            node = self.nodes[name]
+            chosen: list[int] = []
+            for kind, count in kinds.items():  # the policy counted by type: the lowest free numbers of each
+                chosen += gres.pick(node.gpus, [*node.alloc_gpus, *chosen], kind, count, [kind])
+            job.alloc_gpus[name] = sorted(chosen)
         job.batch_host = next(iter(alloc.cpus))
         job.launched = False
         self._hold_resources(job, +1)
@@ -553,6 +576,11 @@ class ClusterState:
                 continue
             node.alloc_cpus = max(0, node.alloc_cpus + sign * cpus)
             node.alloc_mem_mb = max(0, node.alloc_mem_mb + sign * job.alloc_mem_mb)
+            for index in job.alloc_gpus.get(name, ()):
+                if sign > 0:
+                    node.alloc_gpus[index] = job.job_id
+                elif node.alloc_gpus.get(index) == job.job_id:
+                    del node.alloc_gpus[index]
             node.refresh_base_state()
 
     # --- submission ----------------------------------------------------------------------------
@@ -898,6 +926,7 @@ class ClusterState:
         job.restart_count += 1
         job.start_time = job.end_time = 0.0
         job.alloc_cpus, job.tasks_per_node, job.alloc_mem_mb, job.nodes_expr = {}, {}, 0, ""
+        job.alloc_gpus = {}
         job.batch_host, job.launched, job.final_state, job.configuring = "", False, "", False
         job.cancelled_by, job.timed_out, job.warn_signal_sent = None, False, False
         job.exit_code = job.term_signal = 0
@@ -934,7 +963,8 @@ class ClusterState:
             node.registered = True
             if report.energy is not None:
                 node.add_energy_sample(report.energy.time, report.energy.joules, report.energy.watts,
-                                       {u.job_id: u.cpu_s for u in report.jobs})
+                                       {u.job_id: u.cpu_s for u in report.jobs},
+                                       {u.job_id: u.gpu_j for u in report.jobs if u.gpu_j})
             self._job_usage(report)
             woken |= self._node_up(node, report, now)
             if node.not_responding:
@@ -983,8 +1013,11 @@ class ClusterState:
                 for n in wanted.intersection(other.alloc_cpus):
                     occupants[n].append(energy.Occupant(other.start_time, other.end_time or now,
                                                         other.alloc_cpus[n], other.job_id))
+        # RAPL meters CPU packages and DRAM alone: GPUs' energy is then added to their jobs' shares
+        gpus_apart = self.config.acct_gather_energy_type.endswith("/rapl")
         return {n: energy.NodeHistory(self.nodes[n].energy_samples, self.nodes[n].job_cpu_samples,
-                                      self.nodes[n].idle_watts, occupants[n]) for n in wanted}
+                                      self.nodes[n].idle_watts, occupants[n], self.nodes[n].job_gpu_samples,
+                                      gpus_apart) for n in wanted}
 
     def job_stat(self, job: Job, now: float) -> dict:
         """sstat: a running job's energy so far (up to its nodes' latest common sample), CPU time,
@@ -1359,7 +1392,7 @@ def _configured_fields(config: Config, conf) -> dict:
                 features=conf.features, partitions=tuple(p.name for p in config.partitions if conf.name in p.nodes),
                 idle_watts=conf.idle_watts, max_watts=conf.max_watts, power_save_watts=conf.power_save_watts,
                 down_watts=conf.down_watts, power_cap_priority=conf.power_cap_priority,
-                cpu_freq_watts=conf.cpu_freq_watts)
+                cpu_freq_watts=conf.cpu_freq_watts, gres=conf.gres, gpus=conf.gpus)
 
 
 def _new_node(config: Config, conf, now: float) -> Node:

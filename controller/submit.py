@@ -11,7 +11,7 @@ import signal as signal_mod
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from wattsched import auth, cpufreq, hostlist, patterns, scheduling, states, timefmt
+from wattsched import auth, cpufreq, gres, hostlist, patterns, scheduling, states, timefmt
 from wattsched import config as config_mod
 from wattsched.api import JobSubmit
 from wattsched.auth import Identity
@@ -123,6 +123,10 @@ def build_jobs(req: JobSubmit, who: Identity, gid: int, group: str, config: Conf
         raise SubmitError("--power-fit and --cpu-freq are mutually exclusive")
     if req.mem_per_node_mb and req.mem_per_cpu_mb:
         raise SubmitError("--mem and --mem-per-cpu are mutually exclusive")
+    try:
+        gpus = gres.parse_request(req.gres, req.gpus, req.gpus_per_node, req.gpus_per_task)
+    except gres.GresError as exc:
+        raise SubmitError(str(exc)) from exc
     if req.script is None and not req.interactive:
         raise SubmitError("Batch script is empty!")
     if req.script is not None and not req.script.startswith("#!"):
@@ -166,7 +170,7 @@ def build_jobs(req: JobSubmit, who: Identity, gid: int, group: str, config: Conf
         nodes_max=req.nodes_max, ntasks=ntasks, ntasks_set=ntasks_set, ntasks_per_node=req.ntasks_per_node,
         cpus_per_task=req.cpus_per_task, mem_per_node_mb=req.mem_per_node_mb,
         mem_per_cpu_mb=req.mem_per_cpu_mb, exclusive=req.exclusive, req_nodes=tuple(req_nodes),
-        exc_nodes=tuple(exc_nodes), features=tuple(features))
+        exc_nodes=tuple(exc_nodes), features=tuple(features), gpus=gpus)
     if not scheduling.feasible(request, partitions[part.name], node_snaps, select, config.def_mem_per_cpu_mb):
         raise SubmitError("Requested node configuration is not available")
 
@@ -190,7 +194,8 @@ def build_jobs(req: JobSubmit, who: Identity, gid: int, group: str, config: Conf
         nice=req.nice, hold="user" if req.hold else "", submit_time=now, eligible_time=max(now, begin),
         reason=states.R_HELD_USER if req.hold else states.R_NONE,  # at once, as Slurm: no pass needed
         reservation=req.reservation, cpu_freq=check_cpu_freq(req.cpu_freq, config), power_fit=req.power_fit,
-        profile=check_profile(req.profile, config), acctg_freq=check_acctg_freq(req.acctg_freq))
+        profile=check_profile(req.profile, config), acctg_freq=check_acctg_freq(req.acctg_freq),
+        gpus_per_node=gpus.per_node, gpus_per_task=gpus.per_task, gpus_per_job=gpus.per_job, gpu_type=gpus.kind)
     if array is None:
         return [template]
     jobs = []

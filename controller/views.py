@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from wattsched import hostlist, patterns, states
+from wattsched import gres, hostlist, patterns, states
 from wattsched.config import Config
 from wattsched.model import Job, Node
 
@@ -29,6 +29,11 @@ def job_brief(job: Job, now: float) -> dict[str, Any]:
         command=job.command or "(null)",
     )
     data["state"] = job.shown_state
+    request = job.gpu_request
+    where, text = request.tres() if request else ("", "")
+    for key in ("tres_per_node", "tres_per_task", "tres_per_job"):
+        data[key] = text if key == where else ""
+    data["num_gpus"] = job.num_gpus
     return data
 
 
@@ -60,9 +65,18 @@ def run_time(job: Job, now: float) -> float:
     return max(0.0, (job.end_time or now) - job.start_time - job.suspended_s)
 
 
+def job_gpus(job: Job, nodes: dict[str, Node]) -> dict[str, Any]:
+    """A job's GPUs as scontrol -d shows them: by type in all, and per node with their numbers."""
+    devices = {n: nodes[n].gpus for n in job.alloc_gpus if n in nodes}
+    return {"job_gres": gres.job_gres(job.alloc_gpus, devices),
+            "gres_detail": gres.job_detail(job.alloc_gpus, devices)}
+
+
 def node_view(node: Node, now: float, reserved: str = "") -> dict[str, Any]:
     """A node for sinfo and scontrol; ``reserved`` is RESERVED or MAINT inside an active reservation."""
     return {
+        "gres": gres.format_node(node.gres), "gpus": gres.total(node.gres), "alloc_gpus": len(node.alloc_gpus),
+        "gres_used": gres.format_used(node.gpus, node.gres, node.alloc_gpus),
         "name": node.name, "cpus": node.cpus, "alloc_cpus": node.alloc_cpus,
         "real_memory_mb": node.real_memory_mb, "alloc_mem_mb": node.alloc_mem_mb,
         "sockets": node.sockets, "cores_per_socket": node.cores_per_socket,

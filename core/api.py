@@ -99,6 +99,11 @@ class JobSubmit(Strict):
     power_fit: bool = False
     profile: str = Field("", max_length=32)
     acctg_freq: str = Field("", max_length=128)
+    # GPUs (wattsched.gres): at most one of them
+    gres: str = Field("", max_length=128)
+    gpus: str = Field("", max_length=128)
+    gpus_per_node: str = Field("", max_length=128)
+    gpus_per_task: str = Field("", max_length=128)
 
 
 class WillRun(BaseModel):
@@ -245,6 +250,7 @@ class JobUsage(Strict):
     cpu_s: float = 0.0
     cpu_freq_khz: int = 0
     rss_kb: int = 0
+    gpu_j: float = 0.0  # the energy of its GPUs on the node while it held them
 
 
 class NodeReport(Strict):
@@ -352,6 +358,7 @@ class JobAllocation(Strict):
     profile: list[Literal["energy", "task"]] = []
     profile_energy_s: int = Field(0, ge=0)
     profile_task_s: int = Field(0, ge=0)
+    gpus: dict[str, list[Annotated[int, Field(ge=0, le=1 << 16)]]] = {}  # node -> the job's GPU numbers there
 
 
 class LaunchBatch(Strict):

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from wattsched import cpufreq, hostlist, switching, timefmt
+from wattsched import cpufreq, gres, hostlist, switching, timefmt
 
 
 class ConfigError(ValueError):
@@ -55,6 +55,15 @@ class NodeConf:
     switch_off_s: float = switching.DEFAULT_OFF_S
     switch_on_watts: float = switching.DEFAULT_ON_WATTS
     switch_off_watts: float = switching.DEFAULT_OFF_WATTS
+    # GPUs: Gres= (by type, in order), gres.conf's device files (type, file) and our power model of them
+    gres: gres.Inventory = ()
+    gpu_files: tuple[tuple[str, str], ...] = ()
+    gpu_idle_watts: int = 30
+    gpu_max_watts: int = 250
+
+    @property
+    def gpus(self) -> tuple[gres.Device, ...]:
+        return gres.devices(self.gres, self.gpu_files)
 
     @property
     def switching(self) -> switching.Switching:
@@ -242,6 +251,9 @@ class Config:
     max_ram_percent: float = 100.0
     min_ram_space_mb: int = 30
     constrain_devices: bool = False
+    # GPUs (Slurm's GresTypes; gres.conf beside the file names devices, AutoDetect=nvml reads them)
+    gres_types: tuple[str, ...] = ()
+    gres_autodetect: str = "off"
     # metrics (Slurm 25.11's keys): served when MetricsType=metrics/openmetrics
     metrics_type: str = "metrics/none"
     metrics_auth_users: tuple[str, ...] = ()
@@ -657,6 +669,7 @@ _GLOBAL_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "MetricsType": ("metrics_type", _choice("metrics/openmetrics", "metrics/none")),
     "MetricsAuthUsers": ("metrics_auth_users", _names),
     "MetricsParameters": ("metrics_parameters", _flag_list("ignore_private_data")),
+    "GresTypes": ("gres_types", _flag_list("gpu")),
     "SlurmctldDebug": ("log_level", _choice("quiet", "fatal", "error", "info", "verbose", "debug",
                                             "debug2", "debug3")),
 }
@@ -688,6 +701,9 @@ _NODE_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "SwitchOffTime": ("switch_off_s", _non_negative_float),
     "SwitchOnWatts": ("switch_on_watts", _non_negative_float),
     "SwitchOffWatts": ("switch_off_watts", _non_negative_float),
+    "Gres": ("gres", gres.parse_node),
+    "GpuIdleWatts": ("gpu_idle_watts", _int),
+    "GpuMaxWatts": ("gpu_max_watts", _int),
 }
 
 _PARTITION_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
@@ -769,6 +785,11 @@ def load(path: str | os.PathLike[str], globals_only: bool = False, switches_node
     base = os.path.dirname(path)
     if not globals_only:
         _read_cgroup_conf(os.path.join(base, "cgroup.conf"), globals_, files)
+        _read_gres_conf(os.path.join(base, "gres.conf"), globals_, nodes, files)
+        with_gpus = [name for name, node in nodes.items() if node.gres]
+        if with_gpus and "gpu" not in globals_.get("gres_types", ()):
+            raise ConfigError(path, node_lines[with_gpus[0]], "Gres",
+                              f"node {with_gpus[0]} has GPUs but GresTypes does not name gpu")
     for attr in _PATH_ATTRS:
         if attr in globals_ and not os.path.isabs(globals_[attr]):
             globals_[attr] = os.path.normpath(os.path.join(base, globals_[attr]))
@@ -827,6 +848,55 @@ def _read_cgroup_conf(path: str, globals_: dict, files: list[str]) -> None:
     for lineno, line in _lines(path, files):
         for key, value in _pairs(line, path, lineno):
             _set(globals_, _CGROUP_KEYS, _LOWER_CGROUP, key, value, path, lineno, "cgroup.conf")
+
+
+_GRES_CONF_KEYS = {"nodename", "name", "type", "file", "count", "cores", "autodetect", "links", "flags"}
+
+
+def _read_gres_conf(path: str, globals_: dict, nodes: dict[str, NodeConf], files: list[str]) -> None:
+    """gres.conf beside the main file: ``[NodeName=...] Name=gpu [Type=...] File=/dev/nvidia[0-3]``
+    lines give the GPUs of Gres= their device files (type by type, in order); ``AutoDetect=nvml``
+    has the agent read them from NVML instead. Counts must agree with each node's Gres=."""
+    if not os.path.exists(path):
+        return
+    found: dict[str, list[tuple[str, str]]] = {}
+    for lineno, line in _lines(path, files):
+        values = {}
+        for key, value in _pairs(line, path, lineno):
+            if key.lower() not in _GRES_CONF_KEYS:
+                raise ConfigError(path, lineno, key, "unknown gres.conf key")
+            values[key.lower()] = value
+        if "autodetect" in values:
+            mode = values["autodetect"].lower()
+            if mode not in ("nvml", "off"):
+                raise ConfigError(path, lineno, "AutoDetect", "expected nvml or off")
+            if "name" not in values:
+                globals_["gres_autodetect"] = mode
+                continue
+        if values.get("name", "").lower() != "gpu":
+            raise ConfigError(path, lineno, "Name", "only Name=gpu is supported")
+        try:
+            targets = hostlist.expand(values["nodename"]) if "nodename" in values else \
+                [n for n, node in nodes.items() if node.gres]
+            paths = hostlist.expand(values["file"]) if "file" in values else []
+        except hostlist.HostlistError as exc:
+            raise ConfigError(path, lineno, "NodeName" if "nodename" in values else "File", str(exc)) from exc
+        kind = values.get("type", "")
+        if "count" in values and paths and int(values["count"] or 0) != len(paths):
+            raise ConfigError(path, lineno, "Count", f"{values['count']} GPUs but {len(paths)} files")
+        for name in targets:
+            if name not in nodes:
+                raise ConfigError(path, lineno, "NodeName", f"node {name} is not defined by a NodeName line")
+            if not any(k == kind for k, _c in nodes[name].gres):
+                raise ConfigError(path, lineno, "Type", f"node {name} has no Gres=gpu{':' + kind if kind else ''}")
+            found.setdefault(name, []).extend((kind, p) for p in paths)
+    for name, listed in found.items():
+        for kind, count in nodes[name].gres:
+            given = sum(1 for k, _p in listed if k == kind)
+            if given and given != count:
+                raise ConfigError(path, 0, "File", f"node {name}: {given} files for {count} GPUs of type "
+                                  f"'{kind or '(none)'}'")
+        nodes[name] = replace(nodes[name], gpu_files=tuple(listed))
 
 
 def _lines(path: str, files: list[str]) -> list[tuple[int, str]]:

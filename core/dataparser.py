@@ -18,7 +18,8 @@ from typing import Any
 
 DATA_PARSER = "data_parser/v0.0.40"
 SLURM_RELEASE = ("23", "11", "4")  # the Slurm release whose data_parser layout this follows
-TRES_IDS = {"cpu": 1, "mem": 2, "energy": 3, "node": 4, "billing": 5, "fs/disk": 6, "vmem": 7, "pages": 8}
+TRES_IDS = {"cpu": 1, "mem": 2, "energy": 3, "node": 4, "billing": 5, "fs/disk": 6, "vmem": 7, "pages": 8,
+            "gres/gpu": 1001}
 INFINITE = object()
 
 
@@ -44,7 +45,10 @@ def seconds(value: float | None) -> dict[str, Any]:
 
 
 def tres(pairs: dict[str, Any]) -> list[dict[str, Any]]:
-    return [{"type": name, "name": "", "id": TRES_IDS[name], "count": int(count)}
+    # a TRES with a name of its own (gres/gpu) is type "gres", name "gpu", as Slurm lists it
+    return [{"type": name.partition("/")[0] if name.startswith("gres/") else name,
+             "name": name.partition("/")[2] if name.startswith("gres/") else "", "id": TRES_IDS[name],
+             "count": int(count)}
             for name, count in pairs.items() if count is not None]
 
 
@@ -107,7 +111,8 @@ def queue_job(j: dict[str, Any], cluster: str) -> dict[str, Any]:
         "excluded_nodes": ",".join(j.get("exc_nodes", [])),
         "exit_code": exit_code(j.get("exit_code", 0), j.get("term_signal", 0), state), "extra": "",
         "failed_node": "", "features": "&".join(j.get("features", [])), "federation_origin": "",
-        "federation_siblings_active": "", "federation_siblings_viable": "", "gres_detail": [],
+        "federation_siblings_active": "", "federation_siblings_viable": "",
+        "gres_detail": list(j.get("gres_detail", [])),
         "group_id": j.get("gid", 0), "group_name": j.get("group", ""), "het_job_id": number(0),
         "het_job_id_set": "", "het_job_offset": number(0), "job_id": j["job_id"],
         "job_resources": {}, "job_size_str": [], "job_state": [state], "last_sched_evaluation": number(0),
@@ -133,9 +138,12 @@ def queue_job(j: dict[str, Any], cluster: str) -> dict[str, Any]:
         "standard_output": j.get("std_out_path", ""), "submit_time": seconds(j.get("submit_time")),
         "suspend_time": number(0), "system_comment": "", "time_limit": _limit(j.get("time_limit_min")),
         "time_minimum": number(0), "threads_per_core": number(None), "tres_bind": "", "tres_freq": "",
-        "tres_per_job": "", "tres_per_node": "", "tres_per_socket": "", "tres_per_task": "",
-        "tres_req_str": f"cpu={j.get('num_cpus', 0)},node={j.get('num_nodes', 0)},billing={j.get('num_cpus', 0)}",
+        "tres_per_job": j.get("tres_per_job", ""), "tres_per_node": j.get("tres_per_node", ""),
+        "tres_per_socket": "", "tres_per_task": j.get("tres_per_task", ""),
+        "tres_req_str": f"cpu={j.get('num_cpus', 0)},node={j.get('num_nodes', 0)},billing={j.get('num_cpus', 0)}"
+        + (f",gres/gpu={j['num_gpus']}" if j.get("num_gpus") else ""),
         "tres_alloc_str": f"cpu={j.get('num_cpus', 0)},node={j.get('num_nodes', 0)},billing={j.get('num_cpus', 0)}"
+        + (f",gres/gpu={j['num_gpus']}" if j.get("num_gpus") else "")
         if state not in ("PENDING",) else "",
         "user_id": j.get("uid", 0), "user_name": j.get("user", ""), "maximum_switch_wait": number(0),
         "wckey": j.get("wckey", ""), "current_working_directory": j.get("work_dir", ""),
@@ -219,9 +227,10 @@ def accounting_job(j: dict[str, Any]) -> dict[str, Any]:
         "tres": {"allocated": tres({"cpu": j["alloc_cpus"] or None, "mem": mem or None,
                                     "energy": round(joules) if joules is not None else None,
                                     "node": j["nnodes"] if j["alloc_cpus"] else None,
-                                    "billing": j["alloc_cpus"] or None}),
+                                    "billing": j["alloc_cpus"] or None,
+                                    "gres/gpu": j.get("alloc_gpus") or None}),
                  "requested": tres({"cpu": j["req_cpus"], "mem": mem or None, "node": j["req_nodes"],
-                                    "billing": j["req_cpus"]})},
+                                    "billing": j["req_cpus"], "gres/gpu": j.get("req_gpus") or None})},
         "used_gres": "", "user": j["user"], "wckey": {"wckey": j["wckey"], "flags": []},
         "working_directory": j["work_dir"],
     }

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from wattsched import states
+from wattsched import gres, states
 
 
 @dataclass(slots=True)
@@ -86,6 +86,11 @@ class Job:
     power_fit: bool = False  # --power-fit: may run at a lower frequency to fit under the power cap
     profile: tuple[str, ...] = ()  # --profile series: energy, task
     acctg_freq: tuple[tuple[str, int], ...] = ()  # --acctg-freq: (type, seconds)
+    # GPUs asked for (wattsched.gres): at most one of per node, per task, per job; "" for any type
+    gpus_per_node: int = 0
+    gpus_per_task: int = 0
+    gpus_per_job: int = 0
+    gpu_type: str = ""
     array_job_id: int = 0
     array_task_id: int | None = None
     array_task_count: int = 0
@@ -115,6 +120,7 @@ class Job:
     nodes_expr: str = ""
     alloc_mem_mb: int = 0
     tasks_per_node: dict[str, int] = field(default_factory=dict)
+    alloc_gpus: dict[str, list[int]] = field(default_factory=dict)  # node -> its GPUs' numbers there
     batch_host: str = ""
     launched: bool = False
     configuring: bool = False  # allocated nodes still powering up: launched once they are all up
@@ -157,6 +163,14 @@ class Job:
     @property
     def num_cpus(self) -> int:
         return sum(self.alloc_cpus.values())
+
+    @property
+    def gpu_request(self) -> gres.GpuRequest:
+        return gres.GpuRequest(self.gpus_per_node, self.gpus_per_task, self.gpus_per_job, self.gpu_type)
+
+    @property
+    def num_gpus(self) -> int:
+        return sum(len(indices) for indices in self.alloc_gpus.values())
 
     @property
     def display_id(self) -> str:
@@ -219,6 +233,9 @@ class Node:
     down_watts: int | None = None
     power_cap_priority: int | None = None
     cpu_freq_watts: tuple[tuple[int, int], ...] = ()
+    gres: gres.Inventory = ()  # GPUs by type, as configured
+    gpus: tuple[gres.Device, ...] = ()  # each GPU: its number, type and device file
+    alloc_gpus: dict[int, int] = field(default_factory=dict)  # GPU number -> the job holding it
     # power saving: a flag of wattsched.states (P_*) or "", since when, and since when idle
     power: str = ""
     power_since: float = 0.0
@@ -227,15 +244,17 @@ class Node:
     # energy: the agent's counter samples (time, joules), kept for an hour; first and latest reading
     energy_samples: list[tuple[float, float]] = field(default_factory=list)
     job_cpu_samples: list[dict[int, float]] = field(default_factory=list)  # per sample: job -> CPU seconds
+    job_gpu_samples: list[dict[int, float]] = field(default_factory=list)  # per sample: job -> its GPUs' joules
     energy_first: tuple[float, float] | None = None
     current_watts: float = 0.0
 
     def add_energy_sample(self, when: float, joules: float, watts: float,
-                          job_cpu: dict[int, float] | None = None) -> None:
+                          job_cpu: dict[int, float] | None = None, job_gpu: dict[int, float] | None = None) -> None:
         if self.energy_samples and when <= self.energy_samples[-1][0]:
             return
         self.energy_samples.append((when, joules))
         self.job_cpu_samples.append(job_cpu or {})
+        self.job_gpu_samples.append(job_gpu or {})
         if self.energy_first is None:
             self.energy_first = (when, joules)
         self.current_watts = watts
@@ -243,6 +262,7 @@ class Node:
             cut = len(self.energy_samples) // 4
             del self.energy_samples[:cut]
             del self.job_cpu_samples[:cut]
+            del self.job_gpu_samples[:cut]
 
     @property
     def consumed_joules(self) -> float:
@@ -265,6 +285,16 @@ class Node:
             self.base_state = states.N_ALLOCATED
         else:
             self.base_state = states.N_MIXED
+
+    def free_gpus(self) -> gres.Inventory:
+        """Its GPUs no job holds, by type in its order."""
+        if not self.gpus:
+            return ()
+        free: dict[str, int] = dict.fromkeys((kind for kind, _count in self.gres), 0)
+        for device in self.gpus:
+            if device.index not in self.alloc_gpus:
+                free[device.kind] = free.get(device.kind, 0) + 1
+        return tuple(free.items())
 
     @property
     def schedulable(self) -> bool:

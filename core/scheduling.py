@@ -24,8 +24,8 @@ from types import MappingProxyType
 from typing import Generic, Protocol, TypeVar
 
 import numpy as np
+from wattsched import gres, states
 from wattsched import power as power_mod
-from wattsched import states
 from wattsched.power import PowerSnap
 
 # How far a node is from running new work, for node selection: nodes that are on come first,
@@ -48,6 +48,8 @@ class NodeSnap:
     features: frozenset[str] = frozenset()
     schedulable: bool = True
     wake: int = POWERED_ON  # how far from running work it is: used after the nodes nearer to it
+    gpus: gres.Inventory = ()  # its GPUs by type (wattsched.gres)
+    free_gpus: gres.Inventory = ()  # those no job holds now
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +96,7 @@ class JobRequest:
     reservation: str = ""
     cpu_freq_pinned: bool = False  # --cpu-freq given: the frequency is the user's
     power_fit: bool = False  # --power-fit: may run at a lower frequency to fit under the cap
+    gpus: gres.GpuRequest = gres.NO_GPUS
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +123,7 @@ class RunningJob:
     cpus: Mapping[str, int]
     mem_mb: Mapping[str, int]
     end_time: float | None
+    gpus: Mapping[str, Mapping[str, int]] = field(default_factory=dict)  # node -> GPUs held by type
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +167,7 @@ class Allocation:
     tasks: Mapping[str, int]
     mem_mb: Mapping[str, int]
     cpu_freq_khz: int | None = None  # set when the job must run at a lower frequency to fit a power cap
+    gpus: Mapping[str, Mapping[str, int]] = field(default_factory=dict)  # node -> GPUs by type
 
 
 @dataclass(slots=True)
@@ -181,7 +186,10 @@ class PriorityPlugin(Protocol):
 
 class SelectPlugin(Protocol):
     def select(self, job: JobRequest, candidates: list[NodeSnap], free: Mapping[str, tuple[int, int]],
-               def_mem_per_cpu_mb: int) -> Allocation | None: ...
+               def_mem_per_cpu_mb: int, gpus: Mapping[str, Mapping[str, int]] | None = None) -> Allocation | None:
+        """Where the job fits, given each candidate's free CPUs and memory and, for a job that asks
+        for GPUs, each GPU node's free GPUs by type (:class:`GpuLedger`)."""
+        ...
 
     def quick_select(self, job: JobRequest, candidates: Candidates, def_mem_per_cpu_mb: int) -> Allocation | None:
         """What select() would choose for a job of a common shape, found through an index the plugin
@@ -597,6 +605,7 @@ class NodeMemo:
         self.cpus = np.array([n.free_cpus for n in nodes], dtype=np.int64)
         self.mem = np.array([n.free_mem_mb for n in nodes], dtype=np.int64)
         self.total_free = sum(max(0, n.free_cpus) for n in nodes)  # an over-allocated node frees nothing
+        self.with_gpus: set[str] = {n.name for n in nodes if n.gpus}
         self.lists: dict[tuple, tuple[list[str], dict[str, int]]] = {}
         self.indexes: dict[tuple, NodeIndex] = {}  # by candidate list and the plugin's kind of index
         self.planned: dict[str, tuple[int, int]] = {}  # what this pass's starts leave free, until the next refresh
@@ -618,6 +627,10 @@ class NodeMemo:
             self.with_cpus.add(name)
         else:
             self.with_cpus.discard(name)
+        if node.gpus:
+            self.with_gpus.add(name)
+        else:
+            self.with_gpus.discard(name)
         for index in self.indexes.values():
             index.update(node, self.free[name])
 
@@ -626,7 +639,7 @@ def _same_fixed(node: NodeSnap, other: NodeSnap) -> bool:
     """Whether the two agree on what decides whether and in which order a node is a candidate."""
     return node.schedulable == other.schedulable and node.wake == other.wake and \
         node.cpus == other.cpus and node.real_memory_mb == other.real_memory_mb and node.weight == other.weight \
-        and node.features == other.features
+        and node.features == other.features and node.gpus == other.gpus
 
 
 class Candidates:
@@ -707,6 +720,64 @@ class Candidates:
         if len({(n.wake, n.weight) for n in result}) > 1:
             result.sort(key=lambda n: (n.wake, n.weight))
         return [n.name for n in result]
+
+
+class GpuLedger:
+    """Free GPUs per GPU node over time during a pass: what is free now, the running jobs' GPUs
+    given back at their time limits (when the snapshot brings running jobs), and the holds the
+    pass adds (a job started now, a reservation made for later). Jobs without GPUs never look at
+    it, and it covers only the nodes that have GPUs, so it costs nothing on a cluster without."""
+
+    def __init__(self, nodes: Iterable[NodeSnap], running: Collection[RunningJob], now: float):
+        self.now = now
+        self.order: dict[str, tuple[str, ...]] = {}
+        self.free_now: dict[str, dict[str, int]] = {}
+        for node in nodes:
+            self.order[node.name] = tuple(kind for kind, _count in node.gpus)
+            self.free_now[node.name] = dict(node.free_gpus)
+        # (when, +count by type): running jobs' GPUs back (a job past its limit: just after now)
+        self.steps: dict[str, list[tuple[float, float, Mapping[str, int]]]] = {}
+        for job in running:
+            if job.gpus and job.end_time is not None:
+                back = max(job.end_time, now + 1)
+                for name, kinds in job.gpus.items():
+                    if name in self.free_now:
+                        self.steps.setdefault(name, []).append((back, math.inf, {k: -c for k, c in kinds.items()}))
+
+    def hold(self, alloc: Allocation, start: float, end: float) -> None:
+        """The allocation's GPUs are taken over [start, end)."""
+        for name, kinds in alloc.gpus.items():
+            if name in self.free_now:
+                self.steps.setdefault(name, []).append((start, end, kinds))
+
+    def free(self, start: float, end: float) -> dict[str, dict[str, int]]:
+        """Per GPU node, the least free GPUs of each type over [start, end)."""
+        result = {}
+        for name, now_free in self.free_now.items():
+            steps = self.steps.get(name)
+            if not steps:
+                result[name] = now_free
+                continue
+            # the level changes only where a step begins or ends: the least is at start or at one of those
+            moments = [start, *(t for s, e, _k in steps for t in (s, e) if start < t < end)]
+            lowest: dict[str, int] = {}
+            for t in moments:
+                level = dict(now_free)
+                for s, e, kinds in steps:
+                    if s <= t < e:
+                        for kind, count in kinds.items():  # a release is a negative hold from its time on
+                            level[kind] = level.get(kind, 0) - count
+                for kind, count in level.items():
+                    lowest[kind] = min(lowest.get(kind, count), count)
+            result[name] = {kind: max(0, count) for kind, count in lowest.items()}
+        return result
+
+
+def gpu_ledger(snapshot: Snapshot, memo: NodeMemo) -> GpuLedger | None:
+    """The pass's GPU ledger, or None on a machine without GPUs."""
+    if not memo.with_gpus:
+        return None
+    return GpuLedger((memo.by_name[n] for n in memo.with_gpus), snapshot.running, snapshot.now)
 
 
 class PowerMeter:
@@ -798,8 +869,9 @@ def feasible(job: JobRequest, partition: PartitionSnap, nodes: Mapping[str, Node
             and (not wanted or wanted <= nodes[n].features)]
     if any(n not in partition.nodes for n in job.req_nodes):
         return False
-    pool = [NodeSnap(n.name, n.cpus, n.cpus, n.real_memory_mb, n.real_memory_mb, n.weight, n.features, True)
-            for n in pool]
+    pool = [NodeSnap(n.name, n.cpus, n.cpus, n.real_memory_mb, n.real_memory_mb, n.weight, n.features, True,
+                     gpus=n.gpus, free_gpus=n.gpus) for n in pool]
     pool.sort(key=lambda n: n.weight)
     free = {n.name: (n.cpus, n.real_memory_mb) for n in pool}
-    return select.select(job, pool, free, def_mem_per_cpu_mb) is not None
+    gpus = {n.name: dict(n.gpus) for n in pool if n.gpus} if job.gpus else None
+    return select.select(job, pool, free, def_mem_per_cpu_mb, gpus) is not None

@@ -20,7 +20,7 @@ import threading
 import time
 
 import httpx
-from wattsched import auth, cpubind, plugins, prologs, switching
+from wattsched import auth, cpubind, gres, plugins, prologs, switching
 from wattsched.api import AgentHeartbeat, BatchLaunch, JobAllocation, JobEvent, NodeReport
 from wattsched.config import Config, NodeConf
 from wattsched.noded import chassis, procs
@@ -28,6 +28,7 @@ from wattsched.noded.allocations import Allocations
 from wattsched.noded.batch import BatchRunner
 from wattsched.noded.cgroup import JobCgroups
 from wattsched.noded.energy import EnergyMeter
+from wattsched.noded.gpus import GpuMeter
 from wattsched.noded.profiler import Profiler
 from wattsched.noded.throttle import Throttle
 from wattsched.plugins.acct_gather_energy.emulated import EmulatedEnergy
@@ -84,7 +85,8 @@ class Agent:
                                   self._job_loads, read_timeout_s=float(config.energy_ipmi_timeout_s), model=model,
                                   calc_adjustment=config.energy_ipmi_calc_adjustment
                                   and config.acct_gather_energy_type.endswith("/ipmi"),
-                                  cgroup_usage=self.cgroups.job_usage if self.cgroups else None)
+                                  cgroup_usage=self.cgroups.job_usage if self.cgroups else None,
+                                  gpus=GpuMeter(self.nodes, config.emulated_nodes, self._job_gpus))
         self.throttle = Throttle(lambda key: self.job_pgids(*key))
         self.profiler = Profiler(self.allocations, self.energy, self.lock)
 
@@ -95,6 +97,15 @@ class Agent:
         if batch is not None and batch.node == node and (pgid := self.batch.script_pgid(batch)):
             groups.add(pgid)
         return groups
+
+    def _job_gpus(self) -> dict[str, dict[int, list[int]]]:
+        """Per node, each job's GPU numbers there."""
+        result: dict[str, dict[int, list[int]]] = {}
+        with self.lock:
+            for (node, job_id), job in self.allocations.jobs.items():
+                if job.gpu_ids:
+                    result.setdefault(node, {})[job_id] = list(job.gpu_ids)
+        return result
 
     def _job_loads(self) -> dict[str, dict[int, tuple[set[int], int, int]]]:
         """Per node, each job's process groups and the (current, highest) kHz of its CPUs."""
@@ -185,8 +196,16 @@ class Agent:
             return []
         with self.lock:
             job = self.allocations.jobs.get((node, job_id))
-            cpu_ids, mem_mb = (list(job.cpu_ids), job.mem_mb) if job else ([], 0)
-        return self.cgroups.setup(node, job_id, step, cpu_ids, mem_mb)
+            cpu_ids, mem_mb, gpu_ids = (list(job.cpu_ids), job.mem_mb, list(job.gpu_ids)) if job else ([], 0, [])
+        return self.cgroups.setup(node, job_id, step, cpu_ids, mem_mb, gpu_ids)
+
+    def gpu_environment(self, node: str, job_id: int) -> dict[str, str]:
+        """The job's GPUs on the node as its tasks are told (wattsched.gres.environment)."""
+        with self.lock:
+            job = self.allocations.jobs.get((node, job_id))
+            indices = list(job.gpu_ids) if job else []
+        hidden = self.cgroups is not None and self.cgroups.constrain_devices
+        return gres.environment(indices, hidden)
 
     def confine_batch(self, node: str, job_id: int) -> dict:
         """What the batch script's process does before it becomes the user: join the job's cgroups and

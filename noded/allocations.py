@@ -41,6 +41,7 @@ class NodeJob:
     energy_s: int = 0
     task_s: int = 0
     joules_at_start: float | None = None
+    gpu_ids: list[int] = field(default_factory=list)  # its GPUs' numbers on the node
 
 
 class Allocations:
@@ -86,7 +87,8 @@ class Allocations:
                 continue
             job = NodeJob(alloc.job_id, node, alloc.uid, alloc.user, alloc.start_time, cpus,
                           self._free_cpus(node, cpus), alloc.cpu_freq or self.config.cpu_freq_def, alloc.mem_mb,
-                          profile=list(alloc.profile), energy_s=alloc.profile_energy_s, task_s=alloc.profile_task_s)
+                          profile=list(alloc.profile), energy_s=alloc.profile_energy_s, task_s=alloc.profile_task_s,
+                          gpu_ids=list(alloc.gpus.get(node, [])))
             self.jobs[(node, job.job_id)] = job
             self._apply_freq(job)
             self._open_profile(job)

@@ -60,6 +60,9 @@ def create_app(agent: Agent) -> FastAPI:
             binding = agent.task_binding(req.node, req.job_id, req.cpu_bind, len(layout[req.node]))
         except ValueError as exc:
             raise HTTPException(400, str(exc)) from exc
+        gpu_env = agent.gpu_environment(req.node, req.job_id)
+        if gpu_env:  # the job's GPUs on this node, whatever the caller's environment says
+            req = req.model_copy(update={"environment": {**req.environment, **gpu_env}})
         pgids = agent.step_pgids.setdefault((req.node, req.job_id), set())
         key = (req.job_id, req.step_id, req.node)
         inputs = agent.step_inputs[key] = []

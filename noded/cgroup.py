@@ -15,6 +15,9 @@ the job's number, never from anything a user named.
   of swap (v1 ``memory.memsw``, v2 ``memory.swap.max``).
 - Tracking: every process of a job is in its cgroup, whatever it did (setsid, double fork), so the
   end of a job kills them all (v2 ``cgroup.kill``; v1 freezes, signals each pid, thaws).
+- Devices (ConstrainDevices, v1 only): the job's and its steps' ``devices.deny`` list the node's
+  GPUs (gres.conf File=) that are not the job's, so opening another job's GPU fails with EPERM.
+  v2 filters devices by eBPF programs, which we do not load: the agent refuses the setting there.
 - Freezing: v1 ``freezer.state``, v2 ``cgroup.freeze``.
 - Usage: CPU time (v1 ``cpuacct.usage``, v2 ``cpu.stat`` usage_usec) and peak memory (v1
   ``memory.max_usage_in_bytes``, v2 ``memory.peak``) of a step, its descendants included.
@@ -30,9 +33,10 @@ import errno
 import logging
 import os
 import signal
+import stat
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
 
 log = logging.getLogger("wattsched.noded")
 
@@ -52,6 +56,7 @@ class Limits:
     cpus: tuple[int, ...] | None = None
     memory_bytes: int | None = None
     swap_bytes: int | None = None  # memory + swap (v1 memsw) minus memory; None: swap not constrained
+    denied_devices: tuple[str, ...] = ()  # v1 devices.deny lines ("c 195:1 rwm"): the node's other jobs' GPUs
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,9 +104,10 @@ class Hierarchy:
 
     controllers: tuple[str, ...] = ()
 
-    def __init__(self, mount: str, constrain_cores: bool, constrain_ram: bool):
+    def __init__(self, mount: str, constrain_cores: bool, constrain_ram: bool, constrain_devices: bool = False):
         self.mount = mount
         self.constrain_cores, self.constrain_ram = constrain_cores, constrain_ram
+        self.constrain_devices = constrain_devices
 
     def _roots(self) -> Iterator[str]:
         raise NotImplementedError
@@ -143,9 +149,10 @@ class Hierarchy:
 
 class V1(Hierarchy):
 
-    def __init__(self, mount: str, constrain_cores: bool, constrain_ram: bool):
-        super().__init__(mount, constrain_cores, constrain_ram)
-        wanted = ["pids", "freezer", "cpuacct", "memory"] + (["cpuset"] if constrain_cores else [])
+    def __init__(self, mount: str, constrain_cores: bool, constrain_ram: bool, constrain_devices: bool = False):
+        super().__init__(mount, constrain_cores, constrain_ram, constrain_devices)
+        wanted = ["pids", "freezer", "cpuacct", "memory"] + (["cpuset"] if constrain_cores else []) + \
+            (["devices"] if constrain_devices else [])
         missing = [c for c in wanted if not os.path.isfile(os.path.join(mount, c, "cgroup.procs"))]
         if missing:
             raise CgroupError(f"cgroup v1 controllers not mounted under {mount}: {', '.join(missing)}")
@@ -178,6 +185,10 @@ class V1(Hierarchy):
             if controller == "memory" and limits.memory_bytes is not None:
                 for path in (job_path, step_path):
                     self._memory(path, limits)
+            if controller == "devices":
+                for path in (job_path, step_path):
+                    for line in limits.denied_devices:
+                        _write(os.path.join(path, "devices.deny"), line)
         return self.procs_files(node, job_id, step)
 
     @staticmethod
@@ -232,8 +243,14 @@ class V1(Hierarchy):
 
 class V2(Hierarchy):
 
-    def __init__(self, mount: str, constrain_cores: bool, constrain_ram: bool):
-        super().__init__(mount, constrain_cores, constrain_ram)
+    def __init__(self, mount: str, constrain_cores: bool, constrain_ram: bool, constrain_devices: bool = False):
+        super().__init__(mount, constrain_cores, constrain_ram, constrain_devices)
+        if constrain_devices:
+            # v2 has no devices controller: access is filtered by an eBPF program attached to the
+            # cgroup, which needs a BPF loader we do not ship
+            raise CgroupError("ConstrainDevices needs cgroup v1 here (on v2 devices are filtered by eBPF "
+                              "programs, which wattsched does not load); set CgroupPlugin=cgroup/v1 or "
+                              "ConstrainDevices=no")
         available = set(_read(os.path.join(mount, "cgroup.controllers")).split())
         wanted = {"pids"} | ({"cpuset"} if constrain_cores else set()) | ({"memory"} if constrain_ram else set())
         missing = sorted(wanted - available - {"pids"})
@@ -302,7 +319,8 @@ class V2(Hierarchy):
         return StepUsage(cpu.get("user_usec", 0) / 1e6, cpu.get("system_usec", 0) / 1e6, peak // 1024, oom > 0)
 
 
-def open_hierarchy(plugin: str, mount: str, constrain_cores: bool, constrain_ram: bool) -> Hierarchy:
+def open_hierarchy(plugin: str, mount: str, constrain_cores: bool, constrain_ram: bool,
+                   constrain_devices: bool = False) -> Hierarchy:
     """The hierarchy CgroupPlugin names (autodetect: v2 when the mount point is a cgroup2 root)."""
     if not os.path.isdir(mount):
         raise CgroupError(f"CgroupMountpoint {mount} does not exist")
@@ -311,7 +329,7 @@ def open_hierarchy(plugin: str, mount: str, constrain_cores: bool, constrain_ram
     if plugin == "autodetect":
         plugin = "cgroup/v2" if os.path.exists(os.path.join(mount, "cgroup.controllers")) else "cgroup/v1"
     kind = V2 if plugin == "cgroup/v2" else V1
-    return kind(mount, constrain_cores, constrain_ram)
+    return kind(mount, constrain_cores, constrain_ram, constrain_devices)
 
 
 class JobCgroups:
@@ -323,8 +341,27 @@ class JobCgroups:
         self.config, self.nodes = config, nodes
         self.constrain_cores = config.constrain_cores and "task/cgroup" in config.task_plugin
         self.constrain_ram = config.constrain_ram_space and "task/cgroup" in config.task_plugin
+        self.constrain_devices = config.constrain_devices and "task/cgroup" in config.task_plugin
         self.hierarchy = open_hierarchy(config.cgroup_plugin, config.cgroup_mountpoint, self.constrain_cores,
-                                        self.constrain_ram)
+                                        self.constrain_ram, self.constrain_devices)
+
+    def denied_devices(self, node: str, gpu_ids: list[int]) -> tuple[str, ...]:
+        """devices.deny lines for the node's GPUs that are not the job's (ConstrainDevices). The
+        device files are the admin's gres.conf's, read as root: no user names them."""
+        if not self.constrain_devices:
+            return ()
+        lines = []
+        for device in self.nodes[node].gpus:
+            if device.index in gpu_ids or not device.file:
+                continue
+            try:
+                info = os.stat(device.file)
+            except OSError as exc:
+                raise CgroupError(f"GPU device {device.file} of {node}: {exc.strerror}") from exc
+            if not stat.S_ISCHR(info.st_mode):
+                raise CgroupError(f"GPU device {device.file} of {node} is not a character device")
+            lines.append(f"c {os.major(info.st_rdev)}:{os.minor(info.st_rdev)} rwm")
+        return tuple(lines)
 
     def limits(self, node: str, cpu_ids: list[int], mem_mb: int) -> Limits:
         """cgroup.conf's rules: the request x AllowedRAMSpace %, within [MinRAMSpace, MaxRAMPercent of
@@ -339,9 +376,11 @@ class JobCgroups:
                 swap = int((mem_mb or real_mb) * self.config.allowed_swap_space / 100 * MIB)
         return Limits(tuple(cpu_ids) if self.constrain_cores else None, memory, swap)
 
-    def setup(self, node: str, job_id: int, step: str, cpu_ids: list[int], mem_mb: int) -> list[str]:
+    def setup(self, node: str, job_id: int, step: str, cpu_ids: list[int], mem_mb: int,
+              gpu_ids: Sequence[int] = ()) -> list[str]:
         """The job's and step's cgroups, made with their limits; the files the step's processes join."""
-        return self.hierarchy.create(node, job_id, step, self.limits(node, cpu_ids, mem_mb))
+        limits = replace(self.limits(node, cpu_ids, mem_mb), denied_devices=self.denied_devices(node, list(gpu_ids)))
+        return self.hierarchy.create(node, job_id, step, limits)
 
     def usage(self, node: str, job_id: int, step: str) -> StepUsage | None:
         try:

@@ -16,6 +16,8 @@ energy by it, sstat shows it, and the emulated power model turns it into load. A
 CPUs run at f < f_max gets only f / f_max of the CPU (noded.throttle), so its load is its CPU
 use over that share, drawn at the watts of f. On virtual nodes read through an emulated BMC,
 the model's watts are published in ``<spool>/<node>/model_watts`` for the BMC to serve.
+Nodes with GPUs have them metered at each poll too (noded.gpus), and each job's GPU energy
+reported with its CPU time.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from dataclasses import dataclass
 
 from wattsched.api import EnergySample, JobUsage
 from wattsched.noded import procstat
+from wattsched.noded.gpus import GpuMeter
 
 log = logging.getLogger("wattsched.noded")
 
@@ -54,12 +57,16 @@ class EnergyMeter:
 
     def __init__(self, plugin, nodes: dict[str, int], spool: str, interval_s: float,
                  job_loads: JobLoads, read_timeout_s: float = 5.0, model=None, calc_adjustment: bool = False,
-                 cgroup_usage: Callable[[str, int], tuple[float, int] | None] | None = None):
+                 cgroup_usage: Callable[[str, int], tuple[float, int] | None] | None = None,
+                 gpus: GpuMeter | None = None):
         self.plugin, self.cpus, self.interval_s = plugin, nodes, interval_s
         self.job_loads = job_loads
         # with cgroups, a job's CPU time and memory come from its cgroup: every process of it counts
         self.cgroup_usage = cgroup_usage
         self.model = model  # the emulated power model whose watts an emulated BMC serves
+        self.gpus = gpus if gpus else None  # the nodes' GPUs, metered each poll too
+        if self.gpus is not None and model is not None:
+            model.extra_watts = self.gpus.watts  # an emulated node's watts include its GPUs'
         self.calc_adjustment = calc_adjustment
         self.spool = spool
         self.job_cpu: dict[tuple[str, int], float] = {}  # CPU seconds of each job's processes on a node
@@ -137,8 +144,9 @@ class EnergyMeter:
 
     def usage(self, node: str) -> list[JobUsage]:
         with self._lock:
+            gpu_j = self.gpus.job_joules if self.gpus is not None else {}
             return [JobUsage(job_id=j, cpu_s=round(cpu, 3), cpu_freq_khz=self.job_freq.get((n, j), 0),
-                             rss_kb=self.job_rss.get((n, j), 0))
+                             rss_kb=self.job_rss.get((n, j), 0), gpu_j=round(gpu_j.get((n, j), 0.0), 3))
                     for (n, j), cpu in self.job_cpu.items() if n == node]
 
     def _loads(self, now: float, running: dict[str, dict[int, tuple[set[int], int, int]]]
@@ -193,8 +201,11 @@ class EnergyMeter:
         # the agent's lock is taken (for the jobs) before ours, never while ours is held: the
         # profiler takes them in that order, and the other order would deadlock with it
         running = self.job_loads()
+        held = self.gpus.job_gpus() if self.gpus is not None else {}
         with self._lock:
             loads = self._loads(now, running)
+            if self.gpus is not None:
+                self.gpus.poll(now, running, held)
         if self.model is not None and self.model is not self.plugin:
             self._publish(loads)
         if self.plugin.kind == "none":

@@ -13,6 +13,9 @@ P_read(t0)) * (1 - exp(-(t - t0) / tau)); with ``EnergyEmulatedNoise=x`` each re
 multiplied by a factor drawn from N(1, x), seeded by the node name so a run can be repeated.
 The emulated BMC (wattsched.noded.bmc) applies the same lag and noise to the same model.
 
+A node with GPUs adds their watts (GpuIdleWatts, or GpuMaxWatts for each GPU a running job holds:
+noded.gpus).
+
 A node whose chassis is off or switching (power saving, wattsched.switching) draws
 PowerSaveWatts or its SwitchOnWatts / SwitchOffWatts instead.
 """
@@ -21,7 +24,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from wattsched import cpufreq, switching
 from wattsched.config import Config, NodeConf
@@ -62,6 +65,7 @@ class EmulatedEnergy:
 
     def __init__(self, config: Config, nodes: list[NodeConf]):
         self.nodes = {n.name: n for n in nodes}
+        self.extra_watts: Callable[[str], float] | None = None  # a node's GPUs' watts (noded.gpus)
         self.response = Response(config.energy_emulated_lag_s, config.energy_emulated_noise)
         self.spool = config.slurmd_spool_dir
 
@@ -80,7 +84,7 @@ class EmulatedEnergy:
             room -= share
             full = cpufreq.busy_watts(khz, f_max, idle, most, conf.cpu_freq_watts) if khz and f_max else most
             watts += (full - idle) * share
-        return watts
+        return watts + (self.extra_watts(node) if self.extra_watts is not None else 0.0)
 
     def read(self, node: str, now: float, load: Load) -> float:
         return self.response.shown(node, self.model(node, load, now), now)

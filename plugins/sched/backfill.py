@@ -75,6 +75,7 @@ from wattsched.scheduling import (
     SelectPlugin,
     Snapshot,
     fit_power,
+    gpu_ledger,
     job_changes,
     job_end,
     unplaced_reason,
@@ -426,7 +427,7 @@ def _shape(job: JobRequest) -> tuple:
     """Everything about a request that decides where it fits, but its time limit and task count."""
     return (job.partition, job.reservation, job.nodes_min, job.nodes_max, job.ntasks_per_node,
             job.cpus_per_task, job.mem_per_node_mb, job.mem_per_cpu_mb, job.exclusive, job.req_nodes,
-            job.exc_nodes, job.features)
+            job.exc_nodes, job.features, job.gpus)
 
 
 class _Requests:
@@ -483,6 +484,7 @@ class _Pass:
         # per request shape, the (tasks, end) of the requests that did not fit now: a frontier
         # where no entry asks for fewer tasks and ends sooner than another
         self.failed: dict[tuple, list[tuple[int, float]]] = {}
+        self.gpus = gpu_ledger(snapshot, nodes)
         self.meter = PowerMeter(snapshot.power, snapshot.running) if snapshot.power is not None else None
         self.power = PowerPlan(self.meter, snapshot.running, self.now, params.bf_resolution_s) \
             if self.meter is not None and params.bf_power == "plan" else None
@@ -501,6 +503,8 @@ class _Pass:
     def start(self, job: JobRequest, alloc: Allocation) -> None:
         end = job_end(job, self.now)
         self.profile.hold(alloc, self.now, end)
+        if self.gpus is not None and alloc.gpus:
+            self.gpus.hold(alloc, self.now, end)
         if self.power is not None:
             self.power.start_now(alloc, end)
         elif self.meter is not None:
@@ -509,6 +513,8 @@ class _Pass:
     def reserve(self, job: JobRequest, alloc: Allocation, start: float) -> None:
         end = job_end(job, start)
         self.profile.hold(alloc, start, end)
+        if self.gpus is not None and alloc.gpus:
+            self.gpus.hold(alloc, start, end)
         if self.power is not None:
             self.power.hold(alloc, start, end)
 
@@ -531,8 +537,9 @@ class _Pass:
         window = self.profile.window(start, end)
         if job.ntasks * max(1, job.cpus_per_task) > window.total:  # a task takes a CPU at least
             return None
+        gpus = self.gpus.free(start, end) if self.gpus is not None and job.gpus else None
         return self.select.select(job, self.candidates.for_job(job, window.with_cpus(), start), window,
-                                  self.snapshot.def_mem_per_cpu_mb)
+                                  self.snapshot.def_mem_per_cpu_mb, gpus)
 
     def earliest(self, job: JobRequest) -> tuple[float, Allocation] | None:
         """The job's earliest start within bf_window (nodes, and power when it is planned), and where."""

@@ -30,6 +30,7 @@ from wattsched.scheduling import (
     SelectPlugin,
     Snapshot,
     fit_power,
+    gpu_ledger,
     job_end,
     unplaced_reason,
 )
@@ -54,6 +55,7 @@ class BuiltinScheduler:
         blocked: set[tuple[str, str]] = set()
         depth = 0
         meter = PowerMeter(snapshot.power, snapshot.running) if snapshot.power is not None else None
+        ledger = gpu_ledger(snapshot, self.nodes)
         for job in order:
             reason = ineligible.get(job.job_id)
             if reason is not None:
@@ -80,7 +82,9 @@ class BuiltinScheduler:
                         free = {**free, **planned}
                         with_cpus = {n for n in with_cpus if n not in planned or planned[n][0] > 0}
                         copied = True
-                    alloc = select.select(job, candidates.for_job(job, with_cpus), free, snapshot.def_mem_per_cpu_mb)
+                    gpus = ledger.free(snapshot.now, snapshot.now) if ledger is not None and job.gpus else None
+                    alloc = select.select(job, candidates.for_job(job, with_cpus), free, snapshot.def_mem_per_cpu_mb,
+                                          gpus)
             if alloc is None:
                 decisions.reasons[job.job_id] = unplaced_reason(job, snapshot, candidates.by_name)
                 blocked.add((job.partition, job.reservation))
@@ -92,6 +96,8 @@ class BuiltinScheduler:
                     decisions.reasons[job.job_id] = power_reason
                     continue
                 meter.commit(alloc, job_end(job, snapshot.now))
+            if ledger is not None and alloc.gpus:
+                ledger.hold(alloc, snapshot.now, job_end(job, snapshot.now))
             total_free -= sum(alloc.cpus.values())
             for name, cpus in alloc.cpus.items():
                 free_cpus, free_mem = planned[name] if name in planned else free[name]

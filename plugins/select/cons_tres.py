@@ -8,7 +8,11 @@ order. A node can take ``free CPUs // cpus-per-task`` tasks, capped by ``--ntask
 by its free memory; nodes named with ``-w`` come first and must all be used. Tasks are laid out
 in blocks: every chosen node gets one task, then nodes are filled in order. ``--exclusive`` takes
 whole idle nodes. Memory per node is ``--mem``, or ``--mem-per-cpu`` (else DefMemPerCPU) times
-the node's allocated CPUs; 0 means memory is not tracked for the job.
+the node's allocated CPUs; 0 means memory is not tracked for the job. A job that asks for GPUs
+uses only nodes with enough free GPUs of its type: per node (``--gres``, ``--gpus-per-node``,
+``--gpus`` spread over its nodes) or per task (``--gpus-per-task``, which caps a node's tasks at
+its free GPUs over the GPUs a task takes); the GPUs are counted type by type as
+:func:`wattsched.gres.take` does.
 """
 
 from __future__ import annotations
@@ -17,7 +21,9 @@ import bisect
 import itertools
 import re
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 
+from wattsched import gres
 from wattsched.scheduling import Allocation, Candidates, JobRequest, NodeSnap
 
 _MANY = 1 << 30
@@ -33,7 +39,7 @@ class ConsTresSelect:
         """select() for the common shape, through :class:`FreeRuns`: a task per CPU, no memory
         asked for or defaulted, no node list, count cap or tasks-per-node limit."""
         if job.req_nodes or job.nodes_max or job.ntasks_per_node or job.mem_per_node_mb or job.mem_per_cpu_mb \
-                or def_mem_per_cpu_mb or job.cpus_per_task > 1:
+                or def_mem_per_cpu_mb or job.cpus_per_task > 1 or job.gpus:
             return None
         exclusive = job.exclusive or self.whole_nodes
         kind = _WHOLE if exclusive else _CPUS
@@ -44,10 +50,13 @@ class ConsTresSelect:
         return _layout(job, chosen, 1, 0, exclusive) if chosen is not None else None
 
     def select(self, job: JobRequest, candidates: list[NodeSnap], free: Mapping[str, tuple[int, int]],
-               def_mem_per_cpu_mb: int) -> Allocation | None:
+               def_mem_per_cpu_mb: int, gpus: Mapping[str, Mapping[str, int]] | None = None) -> Allocation | None:
         exclusive = job.exclusive or self.whole_nodes
         cpt = max(1, job.cpus_per_task)
         per_cpu_mem = job.mem_per_cpu_mb or (0 if job.mem_per_node_mb else def_mem_per_cpu_mb)
+        wants = job.gpus
+        gpus = gpus or {}
+        need = gres.per_node_need(wants, job.nodes_min) if wants else 0
 
         def cap(node: NodeSnap) -> int:
             """How many of the job's tasks the node can take."""
@@ -61,12 +70,18 @@ class ConsTresSelect:
                 return 0
             if per_cpu_mem:
                 tasks = min(tasks, free_mem // (per_cpu_mem * cpt))
+            if wants:
+                on_node = gres.available(gpus.get(node.name, {}), wants.kind)
+                if on_node < need:
+                    return 0
+                if wants.per_task:
+                    tasks = min(tasks, on_node // wants.per_task)
             return tasks
 
         if job.req_nodes:
             chosen = self._with_required(job, candidates, cap)
         else:
-            if exclusive or job.ntasks_per_node or job.mem_per_node_mb or per_cpu_mem:
+            if exclusive or job.ntasks_per_node or job.mem_per_node_mb or per_cpu_mem or wants:
                 usable = [(n, c) for n in candidates if (c := cap(n)) >= 1]
             else:  # CPUs alone: what cap() comes to, without a call per node
                 usable = [(n, c) for n in candidates if (c := free[n.name][0] // cpt) >= 1]
@@ -75,7 +90,16 @@ class ConsTresSelect:
             chosen = self._best_run(job, usable)
         if chosen is None:
             return None
-        return _layout(job, chosen, cpt, per_cpu_mem, exclusive)
+        alloc = _layout(job, chosen, cpt, per_cpu_mem, exclusive)
+        if not wants:
+            return alloc
+        by_name = {node.name: node for node, _cap in chosen}
+        taken = {}
+        for name, tasks in alloc.tasks.items():
+            count = tasks * wants.per_task if wants.per_task else need
+            order = [kind for kind, _count in by_name[name].gpus]
+            taken[name] = gres.take(gpus.get(name, {}), order, wants.kind, count)
+        return replace(alloc, gpus=taken)
 
     @staticmethod
     def _take(job: JobRequest, usable: Iterable[tuple[NodeSnap, int]]) -> list[tuple[NodeSnap, int]] | None:
