@@ -539,8 +539,14 @@ class ClusterState:
         job.hold, job.reason = "admin", states.R_HELD_ADMIN
         return actions
 
-    def agent_script_failed(self, event: JobEvent, now: float) -> list[Action]:
-        """A node's Prolog or Epilog failed: the node drains; after a Prolog the job is requeued held."""
+    def agent_script_ended(self, event: JobEvent, now: float) -> list[Action]:
+        """A node's Prolog failed, or its Epilog ended: the node is clean of the job once its Epilog
+        is done (it stays COMPLETING until then, as in Slurm); a failed one drains the node, and
+        after a Prolog the job is requeued held."""
+        if event.step_id == "epilog":
+            self.node_clean(event.job_id, event.node)
+            if not event.exit_code:
+                return []
         node = self.nodes.get(event.node)
         reason = prologs.PROLOG_ERROR if event.step_id == "prolog" else prologs.EPILOG_ERROR
         if node is not None and not node.drain:
@@ -829,7 +835,8 @@ class ClusterState:
             job.reason = event.error
             log.warning("batch job launch failed", extra={"job": job.job_id, "node": event.node,
                                                           "error": event.error})
-        others = [n for n in job.node_list if n != event.node]
+        # the batch host is clean of the job now, unless its Epilog is still to run (it says when done)
+        others = job.node_list if self.config.epilog else [n for n in job.node_list if n != event.node]
         return self._end(job, final, event.exit_code, event.term_signal, now, others)
 
     # --- updates ---------------------------------------------------------------------------------
@@ -943,7 +950,7 @@ class ClusterState:
             if event.step_id == "batch":
                 actions.extend(self.batch_ended(event, now))
             elif event.step_id in ("prolog", "epilog"):
-                actions.extend(self.agent_script_failed(event, now))
+                actions.extend(self.agent_script_ended(event, now))
             else:
                 self.step_ended(event, now)
             acked.append(event.job_id)

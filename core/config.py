@@ -860,6 +860,7 @@ def _read_gres_conf(path: str, globals_: dict, nodes: dict[str, NodeConf], files
     if not os.path.exists(path):
         return
     found: dict[str, list[tuple[str, str]]] = {}
+    last_line: dict[tuple[str, str], int] = {}  # (node, type) -> the last line that named its files
     for lineno, line in _lines(path, files):
         values = {}
         for key, value in _pairs(line, path, lineno):
@@ -890,12 +891,13 @@ def _read_gres_conf(path: str, globals_: dict, nodes: dict[str, NodeConf], files
             if not any(k == kind for k, _c in nodes[name].gres):
                 raise ConfigError(path, lineno, "Type", f"node {name} has no Gres=gpu{':' + kind if kind else ''}")
             found.setdefault(name, []).extend((kind, p) for p in paths)
+            last_line[(name, kind)] = lineno
     for name, listed in found.items():
         for kind, count in nodes[name].gres:
             given = sum(1 for k, _p in listed if k == kind)
             if given and given != count:
-                raise ConfigError(path, 0, "File", f"node {name}: {given} files for {count} GPUs of type "
-                                  f"'{kind or '(none)'}'")
+                raise ConfigError(path, last_line[(name, kind)], "File", f"node {name}: {given} files for "
+                                  f"{count} GPUs of type '{kind or '(none)'}'")
         nodes[name] = replace(nodes[name], gpu_files=tuple(listed))
 
 

@@ -257,6 +257,9 @@ class JobDesc(BaseModel):
     kill_on_node_fail: bool | None = None
     cpu_frequency: str | None = Field(None, max_length=64)
     profile: Flags | None = None
+    tres_per_node: str | None = Field(None, max_length=128)  # "gres/gpu:2", as --gres
+    tres_per_job: str | None = Field(None, max_length=128)  # as --gpus
+    tres_per_task: str | None = Field(None, max_length=128)  # as --gpus-per-task
 
 
 class SubmitRequest(BaseModel):
@@ -332,6 +335,8 @@ def job_submit(desc: JobDesc, script: str | None) -> JobSubmit:
         "comment": desc.comment or "", "wckey": desc.wckey or "", "requeue": desc.requeue,
         "immediate": bool(desc.immediate), "nice": desc.nice or 0, "reservation": desc.reservation or "",
         "cpu_freq": desc.cpu_frequency or "", "profile": ",".join(desc.profile or ()),
+        "gres": desc.tres_per_node or "", "gpus": (desc.tres_per_job or "").removeprefix("gres/"),
+        "gpus_per_task": (desc.tres_per_task or "").removeprefix("gres/"),
     }
     try:
         return JobSubmit(**fields)

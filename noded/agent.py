@@ -23,7 +23,7 @@ import httpx
 from wattsched import auth, cpubind, gres, plugins, prologs, switching
 from wattsched.api import AgentHeartbeat, BatchLaunch, JobAllocation, JobEvent, NodeReport
 from wattsched.config import Config, NodeConf
-from wattsched.noded import chassis, procs
+from wattsched.noded import chassis, gpus, procs
 from wattsched.noded.allocations import Allocations
 from wattsched.noded.batch import BatchRunner
 from wattsched.noded.cgroup import JobCgroups
@@ -41,6 +41,8 @@ ENDED_KEPT = 10000  # ended (node, job) pairs remembered, to refuse their step c
 class Agent:
     def __init__(self, config: Config, nodes: list[NodeConf], url: str, key: bytes):
         self.config, self.nodes, self.url, self.key = config, {n.name: n for n in nodes}, url, key
+        if config.gres_autodetect == "nvml" and not config.emulated_nodes:
+            self.nodes = gpus.detect(self.nodes)
         self.boot_time = time.time()
         self.spool = config.slurmd_spool_dir
         self.outbox = os.path.join(self.spool, "outbox")
@@ -63,6 +65,7 @@ class Agent:
         # Prolog on each node of a job: done (True/False) before its batch script or steps start
         self.prologs: dict[tuple[str, int], asyncio.Future[bool]] = {}
         self.job_info: dict[tuple[str, int], JobAllocation] = {}  # what Prolog and Epilog are told
+        self.epilogs: dict[tuple[str, int], asyncio.Future[None]] = {}  # Epilogs running
         self._kick = asyncio.Event()
         self._fresh_energy = False  # a reading taken for ended jobs awaits the next heartbeat
         self.client = httpx.AsyncClient(timeout=httpx.Timeout(config.message_timeout_s))
@@ -128,6 +131,8 @@ class Agent:
             added = self.allocations.add(alloc)
             for job in added:
                 self.job_info[(job.node, job.job_id)] = alloc
+                if self.config.epilog:  # an Epilog owed survives a restart of the agent
+                    self._save_epilog(job.node, alloc)
                 if self.config.prolog:
                     self._start_prolog(job.node, alloc)
                 if self.config.emulated_nodes:
@@ -180,14 +185,53 @@ class Agent:
 
         asyncio.get_running_loop().create_task(after_prolog())
 
-    async def _epilog(self, node: str, alloc: JobAllocation) -> None:
+    def _epilog_path(self, node: str, job_id: int) -> str:
+        return os.path.join(self.spool, node, "epilog", f"{int(job_id)}.json")
+
+    def _save_epilog(self, node: str, alloc: JobAllocation) -> None:
+        path = self._epilog_path(node, alloc.job_id)
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        with open(path + ".tmp", "w") as handle:
+            handle.write(alloc.model_dump_json())
+        os.replace(path + ".tmp", path)
+
+    def _recover_epilogs(self) -> None:
+        """After a restart: the Epilogs owed. A job still allocated here gets its Epilog when it
+        ends; one that ended while its Epilog was due or running (the agent died meanwhile) gets it
+        now, so an Epilog is never skipped (it may run twice: Epilogs must be idempotent)."""
+        for node in self.nodes:
+            folder = os.path.join(self.spool, node, "epilog")
+            for name in os.listdir(folder) if os.path.isdir(folder) else ():
+                try:
+                    with open(os.path.join(folder, name)) as handle:
+                        alloc = JobAllocation.model_validate_json(handle.read())
+                except (OSError, ValueError):
+                    continue
+                if (node, alloc.job_id) in self.allocations.jobs:
+                    self.job_info[(node, alloc.job_id)] = alloc
+                else:
+                    self._start_epilog(node, alloc)
+
+    def _start_epilog(self, node: str, alloc: JobAllocation) -> None:
+        """Run the node's Epilog for the job; until it is done the node is not clean of the job
+        (the controller keeps it COMPLETING there, as Slurm does)."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.epilogs[(node, alloc.job_id)] = done
+        asyncio.get_running_loop().create_task(self._epilog(node, alloc, done))
+
+    async def _epilog(self, node: str, alloc: JobAllocation, done: asyncio.Future[None]) -> None:
         code, error = await asyncio.to_thread(prologs.run_program, self.config.epilog,
                                               self._script_env("epilog_slurmd", node, alloc),
                                               self.config.prolog_epilog_timeout_s)
         if code:  # the controller drains the node
             log.error("epilog failed", extra={"job": alloc.job_id, "node": node, "error": error})
-            self._write_event(JobEvent(job_id=alloc.job_id, node=node, run=alloc.run, step_id="epilog",
-                                       exit_code=code, end_time=time.time(), error=error[:1024]))
+        # its end (success too) tells the controller the node is clean of the job
+        self._write_event(JobEvent(job_id=alloc.job_id, node=node, run=alloc.run, step_id="epilog",
+                                   exit_code=code, end_time=time.time(), error=error[:1024]))
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self._epilog_path(node, alloc.job_id))
+        self.epilogs.pop((node, alloc.job_id), None)
+        done.set_result(None)
 
     def join_step(self, node: str, job_id: int, step: str) -> list[str]:
         """The cgroup files a step's processes write their pid into (none without cgroups): the
@@ -288,9 +332,9 @@ class Agent:
             self._sampling_interval()
         self.prologs.pop((node, job_id), None)
         alloc = self.job_info.pop((node, job_id), None)
-        if alloc is not None and self.config.epilog:
-            with contextlib.suppress(RuntimeError):  # no running loop: nothing to run it on
-                asyncio.get_running_loop().create_task(self._epilog(node, alloc))
+        if alloc is not None and self.config.epilog and (node, job_id) not in self.epilogs:
+            with contextlib.suppress(RuntimeError):  # no running loop: its saved record runs it at restart
+                self._start_epilog(node, alloc)
 
     def _sampling_interval(self) -> None:
         """The meter polls at least as often as the shortest profile interval asks."""
@@ -381,8 +425,9 @@ class Agent:
                 if pgids:
                     asyncio.get_running_loop().call_later(self.config.kill_wait_s, self._kill_steps, node, job_id)
                 if not on_node or self.batch.terminate(job_id):
-                    clean.append(node)
                     self._release(node, job_id)
+                    if (node, job_id) not in self.epilogs:  # else clean once its Epilog is done
+                        clean.append(node)
                     self.energy.wake()
                     if not pgids:  # (with steps, after their KillWait)
                         self._end_cgroups(node, job_id)
@@ -484,6 +529,9 @@ class Agent:
                 procs.killpg(pgid, signal.SIGCONT)  # in case we died while it was throttled
         with self.lock:
             self.allocations.recover()
+        if self.config.epilog:
+            self._recover_epilogs()
+        with self.lock:
             known = {(n, j) for n, j in self.allocations.jobs} | {(j.node, j.job_id) for j in self.batch.jobs.values()}
         if self.cgroups is not None:  # what a stopped agent's jobs left, and no record here claims
             for node in self.nodes:

@@ -17,7 +17,7 @@ import logging
 import os
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from wattsched.config import NodeConf
 
@@ -26,6 +26,10 @@ log = logging.getLogger("wattsched.noded")
 # per node: each job's GPU numbers there
 JobGpus = Callable[[], dict[str, dict[int, list[int]]]]
 _MINOR = re.compile(r"nvidia(\d+)$")
+
+
+class GpuError(RuntimeError):
+    """The node's GPUs are not what its configuration declares."""
 
 
 @dataclass(slots=True)
@@ -120,3 +124,27 @@ class GpuMeter:
                         return handle
                 raise RuntimeError(f"no NVML device has minor number {match.group(1)}")
         return pynvml.nvmlDeviceGetHandleByIndex(index)
+
+
+def detect(nodes: dict[str, NodeConf]) -> dict[str, NodeConf]:
+    """gres.conf's AutoDetect=nvml: this host's GPUs from NVML, given in order to each node that
+    declares GPUs (an agent's real nodes are this host), each with its ``/dev/nvidiaN`` by minor
+    number. NVML missing, or fewer GPUs than a node's Gres= declares, is a GpuError: the agent does
+    not start, as slurmd refuses to register such a node."""
+    try:
+        import pynvml  # only where AutoDetect=nvml is asked for: most agents never load it
+
+        pynvml.nvmlInit()
+        files = [f"/dev/nvidia{pynvml.nvmlDeviceGetMinorNumber(pynvml.nvmlDeviceGetHandleByIndex(i))}"
+                 for i in range(pynvml.nvmlDeviceGetCount())]
+    except Exception as exc:  # NVML raises classes of its own (NVMLError_LibraryNotFound, ...)
+        raise GpuError(f"AutoDetect=nvml: NVML is not available here: {exc}") from exc
+    result = {}
+    for name, node in nodes.items():
+        wanted = sum(count for _kind, count in node.gres)
+        if wanted > len(files):
+            raise GpuError(f"AutoDetect=nvml: node {name} declares {wanted} GPUs but NVML finds {len(files)}")
+        paths = iter(files)
+        result[name] = replace(node, gpu_files=tuple((kind, next(paths)) for kind, count in node.gres
+                                                     for _ in range(count))) if node.gres else node
+    return result

@@ -11,6 +11,7 @@ from wattsched import config as config_mod
 from wattsched.noded.agent import Agent
 from wattsched.noded.app import create_app
 from wattsched.noded.cgroup import CgroupError
+from wattsched.noded.gpus import GpuError
 
 
 class AgentStartError(RuntimeError):
@@ -36,6 +37,6 @@ def run(config_path: str, nodes: str | None, host: str, port: int | None, advert
     url = f"http://{advertise or host}:{listen_port}"
     try:
         agent = Agent(config, selected, url, auth.read_key(config.key_file))
-    except CgroupError as exc:
+    except (CgroupError, GpuError) as exc:
         raise AgentStartError(f"{config.source}: {exc}") from exc
     uvicorn.run(create_app(agent), host=host, port=listen_port, log_level="warning", access_log=False)

@@ -84,8 +84,8 @@ def test_ignored_options_are_noted_under_verbose_refused_ones_fail(capsys: pytes
     SBATCH.parse(["-v", "--mail-type=END", "x.sh"])
     assert "option --mail-type is not supported by this site and is ignored" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        SBATCH.parse(["--gres=gpu:2", "x.sh"])
-    assert "sbatch: error: --gres: GPUs (GRES) are not configured" in capsys.readouterr().err
+        SBATCH.parse(["--mem-per-gpu=4G", "x.sh"])
+    assert "sbatch: error: --mem-per-gpu: --mem-per-gpu is not supported; use --mem" in capsys.readouterr().err
 
 
 def test_every_slurm_option_of_the_run_commands_is_known() -> None:

@@ -58,6 +58,10 @@ PartitionName=all Nodes=ALL State=DOWN MaxTime=INFINITE
     ("SchedulerType=backfill\n", 1, "SchedulerType", "is not a sched/<name> plugin"),
     ("NodeName=a1\nPartitionName=p Nodes=a1\nPartitionName=p Nodes=a1\n", 3, "PartitionName", "duplicate"),
     ("ClusterName\n", 1, "ClusterName", "expected Key=Value"),
+    ("NodeName=a1 Gres=gpu:2\n", 1, "Gres", "GresTypes does not name gpu"),
+    ("GresTypes=gpu\nNodeName=a1 Gres=mps:100\n", 2, "Gres", "only gpu"),
+    ("GresTypes=gpu\nNodeName=a1 Gres=gpu:a100:x\n", 2, "Gres", "Invalid GRES count"),
+    ("GresTypes=license\n", 1, "GresTypes", "license"),
 ])
 def test_errors_name_file_line_and_key(tmp_path: Path, text: str, line: int, key: str, message: str) -> None:
     path = write(tmp_path, text)
@@ -65,6 +69,33 @@ def test_errors_name_file_line_and_key(tmp_path: Path, text: str, line: int, key
         config.load(path)
     assert str(caught.value).startswith(f"{path}:{line}: {key}: ")
     assert message in str(caught.value)
+
+
+@pytest.mark.parametrize(("gres_conf", "line", "key", "message"), [
+    ("Name=gpu File=/dev/nvidia[0-2]\n", 1, "File", "3 files for 2 GPUs"),
+    ("Name=gpu Type=h100 File=/dev/nvidia0\n", 1, "Type", "has no Gres=gpu:h100"),
+    ("NodeName=b1 Name=gpu File=/dev/nvidia0\n", 1, "NodeName", "not defined by a NodeName line"),
+    ("Name=gpu Color=red\n", 1, "Color", "unknown gres.conf key"),
+    ("Name=mps Count=100\n", 1, "Name", "only Name=gpu"),
+    ("AutoDetect=rsmi\n", 1, "AutoDetect", "expected nvml or off"),
+])
+def test_gres_conf_errors_name_its_line(tmp_path: Path, gres_conf: str, line: int, key: str, message: str) -> None:
+    path = write(tmp_path, "GresTypes=gpu\nNodeName=a1 Gres=gpu:2\n")
+    (tmp_path / "gres.conf").write_text(gres_conf)
+    with pytest.raises(config.ConfigError) as caught:
+        config.load(path)
+    assert str(caught.value).startswith(f"{tmp_path / 'gres.conf'}:{line}: {key}: ")
+    assert message in str(caught.value)
+
+
+def test_gres_conf_gives_each_gpu_its_file(tmp_path: Path) -> None:
+    path = write(tmp_path, "GresTypes=gpu\nNodeName=a[1-2] Gres=gpu:a100:2,gpu:v100:1\n")
+    (tmp_path / "gres.conf").write_text("AutoDetect=off\nName=gpu Type=v100 File=/dev/nvidia2\n"
+                                        "NodeName=a[1-2] Name=gpu Type=a100 File=/dev/nvidia[0-1]\n")
+    conf = config.load(path)
+    assert [(d.index, d.kind, d.file) for d in conf.nodes[1].gpus] == \
+        [(0, "a100", "/dev/nvidia0"), (1, "a100", "/dev/nvidia1"), (2, "v100", "/dev/nvidia2")]
+    assert conf.gres_types == ("gpu",) and conf.gres_autodetect == "off"
 
 
 def test_include_and_missing_file(tmp_path: Path) -> None:

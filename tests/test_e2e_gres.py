@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import stat
+import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -203,3 +204,53 @@ def test_the_device_cgroup_hides_the_gpus_of_other_jobs() -> None:
                 with contextlib.suppress(OSError):
                     os.rmdir(top)
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _nvml_present() -> bool:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        return pynvml.nvmlDeviceGetCount() > 0
+    except Exception:  # NVML's own error classes: no library, no driver, no device
+        return False
+
+
+def test_autodetect_needs_the_gpus_it_declares(tmp_path: Path) -> None:
+    """AutoDetect=nvml on a real node: without NVML (or with fewer GPUs than Gres= says) the agent
+    does not start and says why; with a GPU, the node comes up with its devices."""
+    cluster = Cluster(tmp_path, nodes=1, cpus=2, extra="GresTypes=gpu", node_extra="Gres=gpu:1")
+    (tmp_path / "gres.conf").write_text("AutoDetect=nvml\n")
+    if _nvml_present():
+        cluster.start()
+        try:
+            assert cluster.nodes()[0]["gres"] == "gpu:1"
+            job_id = cluster.sbatch("--gres=gpu:1", "-o", str(tmp_path / "gpu.out"), "--wrap",
+                                    "echo $CUDA_VISIBLE_DEVICES")
+            cluster.wait_state(job_id, "COMPLETED")
+        finally:
+            cluster.stop()
+        return
+    cluster.start_controller()  # the agent reads the controller's key first
+    try:
+        agent = subprocess.run([sys.executable, "-m", "wattsched.cli.wattsched", "noded", str(cluster.conf),
+                                "--nodes", "n01", "--port", "0"], env=cluster.env, capture_output=True, text=True,
+                               timeout=60)
+    finally:
+        cluster.stop()
+    assert agent.returncode != 0 and "AutoDetect=nvml: NVML is not available here" in agent.stderr, agent.stderr
+
+
+def test_rest_clients_ask_for_gpus_with_tres_fields(cluster: Cluster, tmp_path: Path) -> None:
+    desc = {"script": "#!/bin/sh\necho $SLURM_JOB_GPUS\n", "current_working_directory": str(tmp_path),
+            "standard_output": str(tmp_path / "rest.out"), "environment": ["PATH=/bin:/usr/bin"],
+            "tres_per_node": "gres/gpu:v100:1"}
+    reply = cluster.api("POST", "/slurm/v0.0.40/job/submit", json={"job": desc}).json()
+    assert reply["errors"] == [], reply
+    job_id = reply["job_id"]
+    cluster.wait_state(job_id, "COMPLETED")
+    assert (tmp_path / "rest.out").read_text() == "2\n"
+    shown = cluster.api("GET", f"/slurm/v0.0.40/job/{job_id}").json()["jobs"][0]
+    assert shown["tres_per_node"] == "gres/gpu:v100:1" and shown["gres_detail"] == ["gpu:v100:1(IDX:2)"]
+    bad = cluster.api("POST", "/slurm/v0.0.40/job/submit", json={"job": {**desc, "tres_per_node": "gres/gpu:99"}})
+    assert bad.status_code >= 400 and "Requested node configuration is not available" in bad.text

@@ -39,6 +39,7 @@ def cluster() -> Iterator[tuple[Cluster, Path]]:
         "Prolog=" + script(admin / "prolog", record.format(seen=seen) +
                            f'[ -e {seen}/fail-prolog-$SLURMD_NODENAME ] && exit 3\nexit 0\n'),
         "Epilog=" + script(admin / "epilog", record.format(seen=seen) +
+                           f'while [ -e {seen}/hold-epilog-$SLURMD_NODENAME ]; do sleep 0.1; done\n'
                            f'[ -e {seen}/fail-epilog-$SLURMD_NODENAME ] && exit 4\nexit 0\n'),
         "PrologSlurmctld=" + script(admin / "prolog_ctld", record.format(seen=seen) +
                                     f'[ -e {seen}/fail-prolog-ctld ] && exit 5\nexit 0\n'),
@@ -134,4 +135,32 @@ def test_a_failing_prolog_slurmctld_requeues_the_job_held(cluster: tuple[Cluster
     finally:
         (seen / "fail-prolog-ctld").unlink()
     c.run("scontrol", "release", str(job_id))
+    c.wait_state(job_id, "COMPLETED")
+
+
+def test_a_job_stays_completing_until_its_epilog_is_done_even_across_an_agent_restart(
+        cluster: tuple[Cluster, Path]) -> None:
+    c, seen = cluster
+    hold = seen / "hold-epilog-n02"
+    hold.touch()
+    go = seen / "go-epilog-restart"
+    try:
+        job_id = c.sbatch("-w", "n02", "-o", "/dev/null", "--wrap", f"while [ ! -e {go} ]; do sleep 0.1; done",
+                          env=c.user_env(*NOBODY))
+        c.wait_state(job_id, "RUNNING")
+        c.kill_agent(0)  # the agent dies while the job runs: its Epilog is still owed when it ends
+        c.start_agent(0)
+        c.wait_nodes_up()
+        go.touch()
+        saw(seen, f"epilog_slurmd.{job_id}.n02")
+        assert c.job(job_id)["state"] == "COMPLETING"
+        assert c.run("squeue", "-h", "-j", str(job_id), "-o", "%t").stdout.strip() == "CG"
+        c.kill_agent(0)  # and dies again while the Epilog runs: the restarted agent runs it again
+        (seen / f"epilog_slurmd.{job_id}.n02").unlink()
+        c.start_agent(0)
+        saw(seen, f"epilog_slurmd.{job_id}.n02")
+        assert c.job(job_id)["state"] == "COMPLETING"
+    finally:
+        hold.unlink()
+        go.unlink(missing_ok=True)
     c.wait_state(job_id, "COMPLETED")
