@@ -25,8 +25,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the test harness, tests/testcluster.py
 from machine import report, rss_mib
-from wattsched.testcluster import BIN, Cluster
+
+from tests.testcluster import BIN, Cluster
 
 ROOT = Path(__file__).resolve().parent.parent
 

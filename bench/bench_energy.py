@@ -34,7 +34,9 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the test harness, tests/testcluster.py
 from machine import cpu_seconds, report
+
 from wattsched.config import Config, NodeConf
 from wattsched.controller.energy import NodeHistory, Occupant, job_energy
 from wattsched.noded.energy import EnergyMeter
@@ -120,7 +122,7 @@ def _status_kb(pid: int, key: str) -> int:
 
 
 def overhead(minutes: float) -> None:
-    from wattsched.testcluster import Cluster, wait_for
+    from tests.testcluster import Cluster, wait_for
 
     root = Path(tempfile.mkdtemp(prefix="bench-energy-"))
     profile = "AcctGatherProfileType=acct_gather_profile/hdf5\nProfileHDF5Dir={}\n"
@@ -198,8 +200,8 @@ def ipmi_latency() -> None:
 
 
 def freqcurve() -> None:
+    from tests.testcluster import Cluster, wait_for
     from wattsched.cpufreq import DEFAULT_LADDER, busy_watts
-    from wattsched.testcluster import Cluster, wait_for
 
     root = Path(tempfile.mkdtemp(prefix="bench-freq-"))
     cluster = Cluster(root, nodes=1, cpus=1, extra="EmulatedNodes=YES\nAcctGatherEnergyType=acct_gather_energy/"

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from wattsched.testcluster import Cluster
+
+from tests.testcluster import Cluster
 
 
 @pytest.fixture(scope="module")

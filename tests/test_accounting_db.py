@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 from sqlalchemy import create_engine, text
+
 from wattsched.accounting.store import AccountingStore, JobQuery
 from wattsched.model import Job, Step
 
@@ -93,7 +94,7 @@ def test_node_events(store: AccountingStore) -> None:
 
 
 def test_controller_accounts_into_each_database(db_url: str, tmp_path) -> None:
-    from wattsched.testcluster import Cluster
+    from tests.testcluster import Cluster
 
     cluster = Cluster(tmp_path / "c", nodes=2, accounting_url=db_url).start()
     try:

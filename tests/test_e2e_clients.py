@@ -19,7 +19,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from wattsched.testcluster import BIN, Cluster, wait_for
+
+from tests.testcluster import BIN, Cluster, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / ".venv-clients"

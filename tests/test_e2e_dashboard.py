@@ -14,7 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from wattsched.testcluster import Cluster
+
+from tests.testcluster import Cluster
 
 CHROMIUM = shutil.which("chromium")
 pytestmark = pytest.mark.skipif(not CHROMIUM, reason="needs Debian's chromium package (.ci/run installs it)")

@@ -6,9 +6,10 @@ import time
 from collections.abc import Iterator
 
 import pytest
+
+from tests.testcluster import Cluster, wait_for
 from wattsched.accounting.store import AccountingStore
 from wattsched.model import Job
-from wattsched.testcluster import Cluster, wait_for
 
 SETTINGS = """PriorityType=priority/multifactor
 PriorityWeightFairshare=1000

@@ -20,7 +20,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from wattsched.testcluster import Cluster, reachable_by_all, restore_modes, wait_for
+
+from tests.testcluster import Cluster, reachable_by_all, restore_modes, wait_for
 
 GPU_NODES = "Gres=gpu:a100:2,gpu:v100:1 GpuIdleWatts=30 GpuMaxWatts=250 IdleWatts=100 MaxWatts=200"
 

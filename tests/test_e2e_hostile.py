@@ -22,8 +22,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+
+from tests.testcluster import BIN, Cluster, reachable_by_all, restore_modes, wait_for
 from wattsched import auth
-from wattsched.testcluster import BIN, Cluster, reachable_by_all, restore_modes, wait_for
 
 USERS = ("wsmallory", "wsvictim")
 GROUP = "wsproject"

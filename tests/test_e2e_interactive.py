@@ -16,7 +16,8 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from wattsched.testcluster import BIN, Cluster, wait_for
+
+from tests.testcluster import BIN, Cluster, wait_for
 
 
 class Terminal:

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from wattsched.testcluster import Cluster, free_port, wait_for
+
+from tests.testcluster import Cluster, free_port, wait_for
 
 PROMETHEUS, PROMTOOL = shutil.which("prometheus"), shutil.which("promtool")
 needs_prometheus = pytest.mark.skipif(not (PROMETHEUS and PROMTOOL),

@@ -23,8 +23,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+
+from tests.testcluster import BIN, reachable_by_all, restore_modes, wait_for
 from wattsched import auth
-from wattsched.testcluster import BIN, reachable_by_all, restore_modes, wait_for
 
 
 def _netns_usable() -> str:

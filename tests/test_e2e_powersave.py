@@ -12,7 +12,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from wattsched.testcluster import BIN, Cluster, free_port, wait_for
+
+from tests.testcluster import BIN, Cluster, free_port, wait_for
 
 pytestmark = pytest.mark.slow
 

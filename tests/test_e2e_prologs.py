@@ -14,7 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from wattsched.testcluster import BIN, Cluster, reachable_by_all, restore_modes, wait_for
+
+from tests.testcluster import BIN, Cluster, reachable_by_all, restore_modes, wait_for
 
 NOBODY = (65534, "nobody")
 

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from wattsched.testcluster import Cluster, wait_for
+
+from tests.testcluster import Cluster, wait_for
 
 schemathesis = pytest.importorskip("schemathesis")
 V = "v0.0.40"

@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 
 import httpx
+
+from tests.testcluster import Cluster
 from wattsched import auth
-from wattsched.testcluster import Cluster
 
 
 def test_unauthenticated_and_forged_requests_get_401(cluster: Cluster) -> None:

@@ -9,7 +9,8 @@ import time
 from pathlib import Path
 
 import pytest
-from wattsched.testcluster import Cluster, wait_for
+
+from tests.testcluster import Cluster, wait_for
 
 
 def proc_state(pid: int) -> str:

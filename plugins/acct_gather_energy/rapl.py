@@ -28,7 +28,7 @@ class RaplEnergy:
 
     def _zones(self) -> list[str]:
         """Package zones (intel-rapl:N) and their dram subzones, whose energy adds up."""
-        zones = []
+        zones: list[str] = []
         if not os.path.isdir(self.base):
             return zones
         for name in sorted(os.listdir(self.base)):

@@ -58,6 +58,7 @@ from collections.abc import Callable, Collection, Iterator, KeysView, Mapping, S
 from typing import Any
 
 import numpy as np
+
 from wattsched import states
 from wattsched.config import SchedulerParams
 from wattsched.plugins.sched.builtin import BuiltinScheduler
@@ -600,7 +601,7 @@ class BackfillScheduler:
             if in_bulk and reserved >= params.bf_reservations:
                 tested = self._first_fit_tail(order, position, tested, ineligible, bf, throttle, decisions)
                 break
-            reason = ineligible.get(job.job_id)
+            reason: str | None = ineligible.get(job.job_id)
             if reason is not None:
                 decisions.reasons[job.job_id] = reason
                 continue
@@ -620,12 +621,13 @@ class BackfillScheduler:
                 continue
             if params.bf_reservations == 0 or reserved < params.bf_reservations:
                 found = bf.earliest(job)
+                now_alloc: Allocation | None
                 if found is not None and found[0] == bf.now:
                     now_alloc, power_reason = bf.power_fit(job, found[1], bf.now)
                 else:
                     now_alloc = bf.fits_now(job)
                     power_reason = bf.power_fit(job, now_alloc, bf.now)[1] if now_alloc is not None else None
-                if found is not None and found[0] == bf.now and power_reason is None:
+                if found is not None and found[0] == bf.now and power_reason is None and now_alloc is not None:
                     self._start(job, now_alloc, bf, throttle, decisions, backfilled=bool(blocked))
                     continue
                 key = (job.partition, job.reservation)
@@ -643,14 +645,14 @@ class BackfillScheduler:
                     decisions.expected_start[job.job_id] = start
                     reserved += 1
             elif params.bf_candidate == "first":
-                alloc = bf.fits_now(job)
+                fitted = bf.fits_now(job)
                 reason = states.R_PRIORITY
-                if alloc is not None:
-                    alloc, reason = bf.power_fit(job, alloc, bf.now)
-                if reason is None:
-                    self._start(job, alloc, bf, throttle, decisions, backfilled=True)
+                if fitted is not None:
+                    fitted, reason = bf.power_fit(job, fitted, bf.now)
+                if reason is None and fitted is not None:
+                    self._start(job, fitted, bf, throttle, decisions, backfilled=True)
                 else:
-                    decisions.reasons[job.job_id] = reason
+                    decisions.reasons[job.job_id] = reason or states.R_PRIORITY
             else:
                 later.append(job)
         self._best_fit(later, bf, throttle, decisions)
@@ -700,7 +702,7 @@ class BackfillScheduler:
                     decisions.reasons[job.job_id] = states.R_ARRAY_LIMIT
                 else:
                     alloc = bf.fits_now(job)
-                    reason = states.R_PRIORITY
+                    reason: str | None = states.R_PRIORITY
                     if alloc is not None:
                         alloc, reason = bf.power_fit(job, alloc, now)
                         if reason is None:

@@ -16,6 +16,7 @@ a pass costs the same however long the queue.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 
 from wattsched import states
@@ -91,7 +92,7 @@ class BuiltinScheduler:
                 continue
             if meter is not None:
                 alloc, power_reason = fit_power(job, alloc, meter.snap,
-                                                lambda a, j=job: meter.check(j, a, snapshot.now))
+                                                functools.partial(meter.check, job, start=snapshot.now))
                 if power_reason is not None:
                     decisions.reasons[job.job_id] = power_reason
                     continue

@@ -15,14 +15,16 @@ the start are the only ones checked.
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 
 import numpy as np
+
 from wattsched.power import BUSY, IDLE, PowerSnap, verdict
 from wattsched.scheduling import Allocation, JobRequest, PowerMeter, RunningJob, job_end
 
 
 class PowerPlan:
-    def __init__(self, meter: PowerMeter, running: tuple[RunningJob, ...], now: float, grace_s: float):
+    def __init__(self, meter: PowerMeter, running: Collection[RunningJob], now: float, grace_s: float):
         snap: PowerSnap = meter.snap
         self.snap, self.meter, self.now = snap, meter, now
         self.release: dict[str, float] = dict.fromkeys(meter.busy, now + grace_s)  # e.g. COMPLETING nodes

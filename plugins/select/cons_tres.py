@@ -179,8 +179,8 @@ class FreeRuns:
         self.position = {n.name: p for p, n in enumerate(nodes)}
         self.group = [(n.wake, n.weight) for n in nodes]
         self.groups = sorted(set(self.group))
-        ranks = [_RANKS.get(n.name) for n in nodes]
-        ranks = [r if r is not None else _rank(n.name) for r, n in zip(ranks, nodes, strict=True)]
+        known = [_RANKS.get(n.name) for n in nodes]
+        ranks = [r if r is not None else _rank(n.name) for r, n in zip(known, nodes, strict=True)]
         # joins[p]: position p may continue a run that reaches p - 1
         self.joins = [p > 0 and ranks[p - 1] >= 0 and ranks[p] == ranks[p - 1] + 1
                       and self.group[p] == self.group[p - 1] for p in range(len(nodes))]
@@ -269,7 +269,8 @@ class FreeRuns:
             while i < len(keys) and keys[i][0] == wake and keys[i][1] == weight:
                 start = keys[i][3]
                 if self.end[start] - start >= nodes_min:
-                    chosen, capacity, p = [], 0, start
+                    chosen: list[tuple[NodeSnap, int]] = []
+                    capacity, p = 0, start
                     while len(chosen) < nodes_min or capacity < ntasks:
                         chosen.append((self.nodes[p], self.cap[p]))
                         capacity += self.cap[p]
@@ -291,7 +292,7 @@ def _rank(name: str) -> int:
     (-1: a name without a number, which continues no run)."""
     match = _NUMBERED.match(name)
     number = int(match.group(2)) if match else -1
-    if number < 0 or number >= _SPAN - 1:
+    if match is None or number >= _SPAN - 1:
         rank = -1
     else:
         rank = _PREFIXES.setdefault(match.group(1), len(_PREFIXES)) * _SPAN + number

@@ -133,7 +133,7 @@ def series_of(path: str, node: str, series: str) -> np.ndarray:
 def items(series: str) -> list[str]:
     if series not in SERIES:
         raise KeyError(series)
-    return list(SERIES[series].names)
+    return list(SERIES[series].names or ())
 
 
 def rows(path: str, node: str | None = None, series: str | None = None) -> Iterator[tuple[str, str, np.void]]:

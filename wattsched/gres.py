@@ -199,7 +199,7 @@ def devices(inventory: Inventory, files: Sequence[tuple[str, str]] = ()) -> tupl
     by_type: dict[str, list[str]] = {}
     for kind, path in files:
         by_type.setdefault(kind, []).append(path)
-    result = []
+    result: list[Device] = []
     for kind, count in inventory:
         paths = by_type.get(kind, [])
         for i in range(count):

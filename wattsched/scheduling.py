@@ -24,6 +24,7 @@ from types import MappingProxyType
 from typing import Generic, Protocol, TypeVar
 
 import numpy as np
+
 from wattsched import gres, states
 from wattsched import power as power_mod
 from wattsched.power import PowerSnap
@@ -565,6 +566,8 @@ class NodeMemo:
         self.nodes: tuple[NodeSnap, ...] = ()
         self.partitions: Mapping[str, PartitionSnap] = {}
         self.reservations: Mapping[str, ResvSnap] = {}
+        self.lists: dict[tuple, tuple[list[str], dict[str, int]]] = {}
+        self.indexes: dict[tuple, NodeIndex] = {}  # by candidate list and the plugin's kind of index
         self._rebuild(())
 
     def refresh(self, snapshot: Snapshot) -> None:
@@ -606,8 +609,7 @@ class NodeMemo:
         self.mem = np.array([n.free_mem_mb for n in nodes], dtype=np.int64)
         self.total_free = sum(max(0, n.free_cpus) for n in nodes)  # an over-allocated node frees nothing
         self.with_gpus: set[str] = {n.name for n in nodes if n.gpus}
-        self.lists: dict[tuple, tuple[list[str], dict[str, int]]] = {}
-        self.indexes: dict[tuple, NodeIndex] = {}  # by candidate list and the plugin's kind of index
+        self.lists, self.indexes = {}, {}
         self.planned: dict[str, tuple[int, int]] = {}  # what this pass's starts leave free, until the next refresh
 
     def taken(self, name: str, free: tuple[int, int]) -> None:
@@ -786,7 +788,7 @@ class PowerMeter:
     A job whose nodes all stay busy with other jobs for its whole run adds nothing and always
     passes (the prototype's rule for filling busy nodes); any other job is checked."""
 
-    def __init__(self, snap: PowerSnap, running: tuple[RunningJob, ...] = ()):
+    def __init__(self, snap: PowerSnap, running: Collection[RunningJob] = ()):
         self.snap = snap
         self.busy = {name for name, state in snap.states.items() if state == power_mod.BUSY}
         self.current = float(sum(node.watts(snap.states.get(name, power_mod.IDLE))

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from wattsched import cpufreq, gres, hostlist, switching, timefmt
+from wattsched.gres import Device, Inventory
 
 
 class ConfigError(ValueError):
@@ -56,13 +57,13 @@ class NodeConf:
     switch_on_watts: float = switching.DEFAULT_ON_WATTS
     switch_off_watts: float = switching.DEFAULT_OFF_WATTS
     # GPUs: Gres= (by type, in order), gres.conf's device files (type, file) and our power model of them
-    gres: gres.Inventory = ()
+    gres: Inventory = ()
     gpu_files: tuple[tuple[str, str], ...] = ()
     gpu_idle_watts: int = 30
     gpu_max_watts: int = 250
 
     @property
-    def gpus(self) -> tuple[gres.Device, ...]:
+    def gpus(self) -> tuple[Device, ...]:
         return gres.devices(self.gres, self.gpu_files)
 
     @property
@@ -820,7 +821,7 @@ def load(path: str | os.PathLike[str], globals_only: bool = False, switches_node
                                   f"node {unknown[0]} is not defined by a NodeName line")
         values["state"] = values.get("state", "up").upper()
         part_objs.append(PartitionConf(name=name, nodes=members, **values))
-    where = globals_.pop("_where", {})
+    where: dict[str, tuple[str, int]] = globals_.pop("_where", {})
     for key, attr, known in (("SuspendExcNodes", "suspend_exc_nodes", nodes),
                              ("SuspendExcParts", "suspend_exc_parts", seen_parts)):
         unknown = [n for n in globals_.get(attr, ()) if n not in known]

@@ -38,7 +38,8 @@ class TaskBinding:
 def parse(text: str) -> CpuBind:
     """``--cpu-bind=[{quiet|verbose},]TYPE``; a map_cpu or mask_cpu list takes the rest of the value
     (ValueError with Slurm's wording when it is wrong)."""
-    kind, verbose, values = "", False, ()
+    kind, verbose = "", False
+    values: tuple[int, ...] = ()
     items = text.split(",")
     while items:
         item = items.pop(0).strip()

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Annotated, Any
 
 from fastapi import Depends, HTTPException, Request
+
 from wattsched import auth
 from wattsched.config import Config
 
@@ -76,7 +77,7 @@ def metrics_access(current: Callable[[], Config]):
     return Depends(check)
 
 
-def loop_lifespan(run: Callable[[], Awaitable[None]], start: Callable[[], None] = lambda: None,
+def loop_lifespan(run: Callable[[], Coroutine[Any, Any, None]], start: Callable[[], None] = lambda: None,
                   stop: Callable[[], Awaitable[None]] | None = None):
     """A FastAPI lifespan: ``start()``, run ``run()`` as a task while serving, then cancel it and ``stop()``."""
 

@@ -14,6 +14,7 @@ import math
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
 from wattsched.api import (
     BIG,
     COUNT_MAX,
@@ -363,10 +364,9 @@ def job_update(desc: JobDesc) -> JobUpdate:
 
 def node_update(change: NodeChange) -> NodeUpdate:
     words = {s.upper() for s in change.state}
-    for flag, word in (("RESUME", "resume"), ("UNDRAIN", "undrain"), ("DRAIN", "drain"), ("DOWN", "down"),
-                       ("IDLE", "idle"), ("POWER_DOWN", "power_down"), ("POWER_UP", "power_up")):
-        if flag in words:
-            return NodeUpdate(state=word, reason=change.reason)
+    for flag in ("RESUME", "UNDRAIN", "DRAIN", "DOWN", "IDLE", "POWER_DOWN", "POWER_UP"):
+        if flag in words:  # (NodeUpdate checks the word against its own list)
+            return NodeUpdate.model_validate({"state": flag.lower(), "reason": change.reason})
     raise ValueError(f"Invalid node state: {','.join(sorted(words))[:64]}")
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from wattsched import gres, states
+from wattsched.gres import Device, Inventory
 
 
 @dataclass(slots=True)
@@ -233,8 +234,8 @@ class Node:
     down_watts: int | None = None
     power_cap_priority: int | None = None
     cpu_freq_watts: tuple[tuple[int, int], ...] = ()
-    gres: gres.Inventory = ()  # GPUs by type, as configured
-    gpus: tuple[gres.Device, ...] = ()  # each GPU: its number, type and device file
+    gres: Inventory = ()  # GPUs by type, as configured
+    gpus: tuple[Device, ...] = ()  # each GPU: its number, type and device file
     alloc_gpus: dict[int, int] = field(default_factory=dict)  # GPU number -> the job holding it
     # power saving: a flag of wattsched.states (P_*) or "", since when, and since when idle
     power: str = ""
@@ -286,7 +287,7 @@ class Node:
         else:
             self.base_state = states.N_MIXED
 
-    def free_gpus(self) -> gres.Inventory:
+    def free_gpus(self) -> Inventory:
         """Its GPUs no job holds, by type in its order."""
         if not self.gpus:
             return ()
