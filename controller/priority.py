@@ -64,9 +64,12 @@ class FairShareCalc:
         async with self._lock:
             now = time.time()
             # accounting's history counts a job from its completion record on; until then (while
-            # its energy settles too) its use is counted here
+            # its energy settles too) its use is counted here: CPU time and, read off its nodes'
+            # counters, its energy so far
+            # (EnergyFairShare must not see a long job's energy only at its end while FairShare sees
+            # its CPU time all along)
             running = [UsageRecord(j.user, j.account, j.num_cpus, j.start_time,
-                                   j.end_time if j.energy_pending else None)
+                                   j.end_time if j.energy_pending else None, self.state.energy_so_far(j, now))
                        for j in self.state.jobs.values() if j.state == states.RUNNING or j.energy_pending]
             try:
                 origin = await asyncio.to_thread(self.accounting.history_start, self.state.config.cluster_name)

@@ -1026,14 +1026,25 @@ class ClusterState:
                                       self.nodes[n].idle_watts, occupants[n], self.nodes[n].job_gpu_samples,
                                       gpus_apart) for n in wanted}
 
+    def _energy_until(self, job: Job, now: float) -> tuple[float | None, float]:
+        """A started job's energy up to its nodes' latest common reading (or its end), and that time."""
+        histories = self.histories(job.alloc_cpus, now)
+        until = energy.covered_until(histories, list(job.alloc_cpus))
+        if job.end_time:
+            until = min(until, job.end_time)
+        joules = energy.job_energy(histories, job.start_time, until, job.alloc_cpus, job.job_id) \
+            if job.start_time and until > job.start_time else None
+        return joules, until
+
+    def energy_so_far(self, job: Job, now: float) -> float:
+        """What fair share counts of a running (or settling) job's energy: 0 before any reading."""
+        return self._energy_until(job, now)[0] or 0.0
+
     def job_stat(self, job: Job, now: float) -> dict:
         """sstat: a running job's energy so far (up to its nodes' latest common sample), CPU time,
         memory and CPU frequency, from what its nodes reported."""
         usage = self.job_usage.get(job.job_id, {})
-        histories = self.histories(job.alloc_cpus, now)
-        until = energy.covered_until(histories, list(job.alloc_cpus))
-        joules = energy.job_energy(histories, job.start_time, until, job.alloc_cpus, job.job_id) \
-            if until > job.start_time else None
+        joules, until = self._energy_until(job, now)
         rss_node = max(usage, key=lambda n: usage[n].rss_kb, default="")
         return {"job_id": job.job_id, "display_id": job.display_id, "state": job.state,
                 "consumed_energy_j": round(joules) if joules is not None else None, "energy_until": until,

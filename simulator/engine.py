@@ -313,8 +313,11 @@ class Simulation:
             if previous is not None:
                 previous.previous = None
         running = self.holding if backfill_due or self.config.power_cap is not None else ()
+        # running jobs count as used so far, CPU time and energy alike (EnergyFairShare must not
+        # see a long job's energy only at its end while FairShare sees its CPU time all along)
         fair = self.shares.current(now, lambda: [
-            UsageRecord(r.job.user, r.job.account or DEFAULT_ACCOUNT, sum(r.alloc_cpus.values()), r.start, None)
+            UsageRecord(r.job.user, r.job.account or DEFAULT_ACCOUNT, sum(r.alloc_cpus.values()), r.start, None,
+                        self._job_power(r) * (now - r.start))
             for r in self.running.values() if r.start >= 0]) if self.shares is not None and self.pending else {}
         return scheduling.Snapshot(now=now, nodes=self.nodes_tuple, partitions=self.partitions,
                                    pending=self.pending, running=running,
@@ -411,9 +414,8 @@ class Simulation:
             self._set_category(node, IDLE, now)
             if self.t_idle is not None:
                 self._push(now + self.t_idle, TICK)
-        if self.energy_model == "cpu":  # Georgiou et al. 2015: a job's energy is its CPU-seconds at MaxWatts per CPU
-            record.energy_j = sum(cpus * (self.nodes[n].conf.max_watts or 0) / self.nodes[n].conf.cpus
-                                  for n, cpus in record.alloc_cpus.items()) * record.runtime * record.job.energy_factor
+        if self.energy_model == "cpu":
+            record.energy_j = self._job_power(record) * record.runtime
         if self.shares is not None:
             self.shares.ended(record.job.user, record.job.account or DEFAULT_ACCOUNT, sum(record.alloc_cpus.values()),
                               record.start, now, record.energy_j)
@@ -499,6 +501,14 @@ class Simulation:
             return float(_save(conf))
         return conf.switching.on_watts if node.category == SWITCHING_ON else conf.switching.off_watts
 
+
+    def _job_power(self, record: JobRecord) -> float:
+        """A running job's watts: with the "cpu" energy model (Georgiou et al. 2015) its CPUs at
+        MaxWatts per CPU times its user's energy factor, else its parts of its nodes' watts."""
+        if self.energy_model == "cpu":
+            return sum(cpus * (self.nodes[n].conf.max_watts or 0) / self.nodes[n].conf.cpus
+                       for n, cpus in record.alloc_cpus.items()) * record.job.energy_factor
+        return sum(self._job_watts(self.nodes[n], record, cpus) for n, cpus in record.alloc_cpus.items())
 
     def _job_watts(self, node: SimNode, record: JobRecord, cpus: int) -> float:
         """A job's part of its node's watts: its share of idle, and of the dynamic watts at its

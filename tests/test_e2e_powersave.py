@@ -190,7 +190,9 @@ def test_the_shipped_leaf257_config_with_an_idle_timeout_suspends_and_resumes(tm
     text = re.sub(r"SlurmctldPort=\d+", f"SlurmctldPort={free_port()}", text)
     text = text.replace("NodeName=DEFAULT ", "NodeName=DEFAULT SwitchOnTime=2 SwitchOffTime=2 ")
     conf = tmp_path / "leaf.conf"
-    conf.write_text(f"{text}\nEmulatedBMCPort={free_port()}\nSuspendTime=3\nSuspendTimeout=2\nResumeTimeout=120\n"
+    # ResumeTimeout well above the ~10 s a wake takes here: on a loaded 2-core machine 257 virtual
+    # nodes, 4 agents and the controller share the CPUs, and a wake past it would requeue the job
+    conf.write_text(f"{text}\nEmulatedBMCPort={free_port()}\nSuspendTime=3\nSuspendTimeout=2\nResumeTimeout=600\n"
                     "SuspendRate=0\n")
     env = dict(os.environ, WATTSCHED_CONF=str(conf), SLURM_CONF=str(conf),
                PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
@@ -206,7 +208,7 @@ def test_the_shipped_leaf257_config_with_an_idle_timeout_suspends_and_resumes(tm
         wait_for(lambda: out("sinfo", "-h", "-o", "%T %D").split() == ["idle~", "1", "idle~", "256"], 120,
                  what="all 257 nodes powered down")
         job = out("sbatch", "--parsable", "-N4", "--wrap", "true").strip()
-        wait_for(lambda: "COMPLETED" in out("sacct", "-n", "-X", "-j", job, "-o", "State"), 120,
+        wait_for(lambda: "COMPLETED" in out("sacct", "-n", "-X", "-j", job, "-o", "State"), 300, 0.5,
                  what="the job run on four woken nodes")
         report = json.loads(out("wattsched", "power", "report", "--json"))
         assert report["switches_off"] >= 257 and report["switches_on"] >= 4 and report["jobs_delayed"] == 1

@@ -217,6 +217,30 @@ def test_energy_fairshare_favours_the_green_user_as_in_seed_000(tmp_path) -> Non
     assert efs["user1"] < efs["user2"] < efs["user3"] and efs["user3"] / efs["user1"] > 1.5
 
 
+def test_a_running_jobs_energy_counts_for_energy_fairshare_as_its_cpu_time_for_fairshare(tmp_path) -> None:
+    """While a long job runs, its user's EnergyFairShare falls with its joules as FairShare falls
+    with its CPU-seconds (energy proportional to CPU-seconds: the two factors agree); it is not held
+    back until the job ends (which, in the efs-trace experiment, turned green users' gains into losses)."""
+    conf = config.with_overrides(_platform(tmp_path, "PriorityType=priority/multifactor\nPriorityCalcPeriod=1",
+                                           nodes=2), priority_weight_age=0, priority_weight_fairshare=1000,
+                                 priority_weight_energy=1000)
+    jobs = Workload([SimJob(1, 0, 10000, 10000, 1, "long"), SimJob(2, 6000, 100, 100, 2, "other")])
+    sim = engine.Simulation(conf, jobs, energy_model="cpu")
+    seen: list[tuple[float, float]] = []
+    priorities = sim.priority.priorities
+
+    def spy(snapshot):
+        if snapshot.now < 10000 and ("default", "long") in snapshot.fairshare:
+            seen.append(snapshot.fairshare[("default", "long")])
+        return priorities(snapshot)
+
+    sim.priority.priorities = spy
+    sim.run()
+    assert seen, "no pass while job 1 ran and job 2 waited"
+    fs, efs = seen[-1]
+    assert fs < 0.9 and efs == pytest.approx(fs, rel=1e-6)
+
+
 def test_cpu_energy_model_and_closed_loop_clients(tmp_path) -> None:
     conf = _platform(tmp_path, "SchedulerParameters=bf_interval=1", nodes=2)
     # job 2 is job 1's client's next request: sent 50 s after job 1 ends, whatever its trace time
