@@ -87,7 +87,7 @@ def _gres_details(j: dict[str, Any]) -> list[str]:
     return lines
 
 
-def node_lines(n: dict[str, Any]) -> list[str | None]:
+def node_lines(n: dict[str, Any], details: bool = False) -> list[str | None]:
     features = ",".join(n["features"]) or "(null)"
     lines = [
         f"NodeName={n['name']} Arch=x86_64 CoresPerSocket={n['cores_per_socket']}",
@@ -95,6 +95,7 @@ def node_lines(n: dict[str, Any]) -> list[str | None]:
         f"AvailableFeatures={features}",
         f"ActiveFeatures={features}",
         f"Gres={n.get('gres', '(null)')}",
+        f"GresDrain=N/A GresUsed={n.get('gres_used', '(null)')}" if details and n.get("gpus") else None,
         f"NodeAddr={n['name']} NodeHostName={n['name']}",
         f"RealMemory={n['real_memory_mb']} AllocMem={n['alloc_mem_mb']} FreeMem=N/A Sockets={n['sockets']} "
         "Boards=1",
@@ -181,7 +182,7 @@ def show(client: Client, args: list[str], oneliner: bool, as_json: bool, details
                 raise CLIError(f"Node {rest[0]} not found")
         if as_json:
             return _print_parsed(client, "nodes", nodes)
-        return _emit([node_lines(n) for n in nodes], oneliner)
+        return _emit([node_lines(n, details) for n in nodes], oneliner)
     if what in ("step", "steps"):
         return _show_steps(client, rest, oneliner, as_json)
     if what in ("hostnames", "hostlist", "hostlistsorted"):

@@ -69,6 +69,10 @@ def test_gpus_are_held_by_one_job_at_a_time_and_shown_like_slurm(cluster: Cluste
         ["n02", "gpu:a100:2,gpu:v100:1"]
     assert cluster.run("sinfo", "-h", "-N", "-n", "n01", "-O", "NodeList,GresUsed:40").stdout.split() == \
         ["n01", "gpu:a100:2(IDX:0-1),gpu:v100:1(IDX:2)"]
+    assert "GresUsed=gpu:a100:2(IDX:0-1),gpu:v100:1(IDX:2)" in cluster.run("scontrol", "-d", "show", "node",
+                                                                          "n01").stdout
+    shown_node = json.loads(cluster.run("scontrol", "show", "node", "n01", "--json").stdout)["nodes"][0]
+    assert shown_node["gres"] == "gpu:a100:2,gpu:v100:1" and shown_node["tres"].endswith(",gres/gpu=3")
     shown = cluster.run("scontrol", "-d", "show", "job", str(first)).stdout
     assert "JOB_GRES=gpu:a100:2" in shown and "Nodes=n01 Mem=0 GRES=gpu:a100:2(IDX:0-1)" in shown
     assert "TresPerNode=gres/gpu:a100:2" in shown and ",gres/gpu=2" in shown

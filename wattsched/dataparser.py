@@ -251,8 +251,10 @@ def node(n: dict[str, Any], cluster: str) -> dict[str, Any]:
                                            "current_watts": number(round(watts) if watts is not None else None),
                                            "previous_consumed_energy": 0, "last_collected": 0},
         "external_sensors": {}, "extra": "", "power": {}, "features": list(n.get("features", [])),
-        "active_features": list(n.get("features", [])), "gpu_spec": "", "gres": "", "gres_drained": "N/A",
-        "gres_used": "", "instance_id": "", "instance_type": "", "last_busy": number(None),
+        "active_features": list(n.get("features", [])), "gpu_spec": "",
+        "gres": n["gres"] if n.get("gpus") else "", "gres_drained": "N/A",
+        "gres_used": n["gres_used"] if n.get("gpus") else "", "instance_id": "", "instance_type": "",
+        "last_busy": number(None),
         "mcs_label": "", "specialized_memory": 0, "name": n["name"], "next_state_after_reboot": ["INVALID"],
         "address": n["name"], "hostname": n["name"], "state": state, "operating_system": "",
         "owner": "", "partitions": list(n.get("partitions", [])), "port": 0,
@@ -262,7 +264,8 @@ def node(n: dict[str, Any], cluster: str) -> dict[str, Any]:
         "alloc_memory": 0, "alloc_cpus": n.get("alloc_cpus", 0),
         "alloc_idle_cpus": n["cpus"] - n.get("alloc_cpus", 0), "tres_used": "", "tres_weighted": 0.0,
         "slurmd_start_time": number(None), "sockets": n.get("sockets", 1), "threads": n.get("threads_per_core", 1),
-        "temporary_disk": 0, "weight": n.get("weight", 1), "tres": f"cpu={n['cpus']},mem={n.get('real_memory_mb', 0)}M",
+        "temporary_disk": 0, "weight": n.get("weight", 1), "tres": f"cpu={n['cpus']},mem={n.get('real_memory_mb', 0)}M"
+        + (f",gres/gpu={n['gpus']}" if n.get("gpus") else ""),
         "version": ".".join(SLURM_RELEASE),
     }
 
