@@ -11,6 +11,7 @@ from typing import Any
 
 from sqlalchemy import and_, delete, insert, select, update
 from sqlalchemy.engine import Connection, Engine
+
 from wattsched.accounting.models import AccountRecord, AssociationRecord, ClusterRecord, JobRecord, UserRecord
 from wattsched.fairshare import ROOT, Assoc, UsageRecord
 

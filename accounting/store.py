@@ -13,6 +13,7 @@ from typing import Any
 from sqlalchemy import bindparam, create_engine, func, insert, select, text, update
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.orm import Session, selectinload
+
 from wattsched import hostlist
 from wattsched.accounting.assoc import AssocStore
 from wattsched.accounting.models import ClusterRecord, JobRecord, NodeEventRecord, ReservationRecord, StepRecord

@@ -25,6 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import report
+
 from wattsched import power
 from wattsched.config import SchedulerParams
 from wattsched.plugins.priority.basic import BasicPriority

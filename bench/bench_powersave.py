@@ -18,6 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import report
+
 from wattsched import config
 from wattsched.simulator import engine, workload
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import report
+
 from wattsched import fairshare
 from wattsched.config import Config
 from wattsched.plugins.priority.multifactor import MultifactorPriority

@@ -29,6 +29,7 @@ import typer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import describe
+
 from wattsched import config
 from wattsched.config import Config
 from wattsched.simulator import engine, report, workload
@@ -129,16 +130,22 @@ def efs_trace(out: Out = None,
               trace: Annotated[str, typer.Option(help="SWF file in ../shared/traces, or a path.")]
               = "SDSC-SP2-1998-4.2-cln.swf.gz",
               jobs: Annotated[int, typer.Option(help="The first N jobs of the trace.")] = 2000,
-              users: Annotated[int, typer.Option(help="How many of the busiest users to test.")] = 20) -> None:
+              users: Annotated[int, typer.Option(help="How many of the busiest users to test.")] = 20,
+              policy: Annotated[list[str] | None, typer.Option(help="FS, EFS or FS+EFS (repeat for several; "
+                                                                    "default: all three).")] = None) -> None:
     """(a) Seed 000, Table I: each of the busiest users in turn 30 % greener or more gluttonous; the
     mean over their jobs of stretch / baseline stretch, under FS, EFS and FS+EFS; statistics over users."""
     out = out or ROOT / "experiments" / "efs-trace"
+    policies = policy or ["FS", "EFS", "FS+EFS"]
+    unknown = [p for p in policies if p not in ("FS", "EFS", "FS+EFS")]
+    if unknown:
+        raise typer.BadParameter(f"unknown policy {unknown[0]}: FS, EFS or FS+EFS")
     load = workload.parse_swf(trace, max_jobs=jobs) if Path(trace).exists() else _trace(trace, jobs)
     base = _platform("sdsc128.conf")
     tested = workload.most_active_users(load, users)
-    rows, total, done = [], 3 * (1 + 2 * len(tested)), 0
-    for policy in ("FS", "EFS", "FS+EFS"):
-        conf = config.with_overrides(base, **PRIORITIES[policy])
+    rows, total, done = [], len(policies) * (1 + 2 * len(tested)), 0
+    for policy_name in policies:
+        conf = config.with_overrides(base, **PRIORITIES[policy_name])
         baseline = _stretches(engine.Simulation(conf, load, energy_model="cpu").run())
         done += 1
         for kind, factor in (("green", 0.7), ("gluttonous", 1.3)):
@@ -151,7 +158,7 @@ def efs_trace(out: Out = None,
                 ratios.append(statistics.fmean(mine))
                 done += 1
                 _progress("efs-trace", done, total)
-            rows.append((policy, kind, min(ratios), statistics.fmean(ratios), statistics.median(ratios),
+            rows.append((policy_name, kind, min(ratios), statistics.fmean(ratios), statistics.median(ratios),
                          statistics.pstdev(ratios), max(ratios)))
     text = _table(out, "table1", f"Mean stretch of a user's jobs over baseline ({len(tested)} busiest users)",
                   ("policy", "user", "min", "avg", "median", "std", "max"), rows)

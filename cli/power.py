@@ -8,6 +8,7 @@ import sys
 from typing import Annotated
 
 import typer
+
 from wattsched.cli.common import CLIError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,

@@ -25,6 +25,7 @@ def plot_power(path: str, job_id: int, out: str) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     from wattsched import h5profile
 
     if not os.path.exists(path):

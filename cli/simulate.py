@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+
 from wattsched.cli.common import CLIError
 
 TRACES = Path(__file__).resolve().parent.parent.parent / "shared" / "traces"
@@ -79,6 +80,7 @@ def simulate(config: Annotated[str, typer.Argument(help="Cluster configuration (
              quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False) -> None:
     """Replay a workload through the same scheduling, power-cap and power-saving code as the controller."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     from wattsched.config import ConfigError
     from wattsched.simulator import engine, report, workload
 

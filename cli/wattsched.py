@@ -10,6 +10,7 @@ import time
 from typing import Annotated
 
 import typer
+
 from wattsched.cli.common import CLIError, die
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="wattsched daemons and tools.")

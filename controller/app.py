@@ -23,6 +23,7 @@ from fastapi import FastAPI, Query, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import Field
 from sqlalchemy.exc import SQLAlchemyError
+
 from wattsched import auth, exposition, h5profile, hostlist, power, powerreport, states
 from wattsched import config as config_mod
 from wattsched.accounting.store import AccountingStore, JobQuery

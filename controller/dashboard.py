@@ -20,6 +20,7 @@ from typing import Annotated, Any
 
 from fastapi import FastAPI, Path, Query
 from fastapi.staticfiles import StaticFiles
+
 from wattsched import power
 from wattsched.controller.powerlog import DAY_S, PowerLog
 from wattsched.controller.state import Refused

@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 import httpx
 from pydantic import BaseModel
+
 from wattsched import auth, gres, prologs, states
 from wattsched.api import BatchLaunch, FreezeJob, JobAllocation, LaunchBatch, SignalJob
 from wattsched.config import Config

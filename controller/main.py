@@ -7,6 +7,7 @@ import os
 import time
 
 import uvicorn
+
 from wattsched import auth, authsocket, logs
 from wattsched import config as config_mod
 from wattsched.accounting.store import AccountingStore

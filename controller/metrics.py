@@ -23,6 +23,7 @@ from collections.abc import Iterable, Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
 from wattsched import power, states
 from wattsched.model import Job
 

@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 from fastapi import FastAPI
+
 from wattsched.accounting.assoc import AssocError, AssocStore
 from wattsched.api import AssocRequest
 from wattsched.controller.state import Refused

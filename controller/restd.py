@@ -20,6 +20,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, FastAPI, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import Field
+
 from wattsched import dataparser, states
 from wattsched.accounting.store import JobQuery
 from wattsched.api import BIG, ID_MAX, LIST_MAX, TEXT_MAX

@@ -20,6 +20,7 @@ import threading
 import time
 
 import httpx
+
 from wattsched import auth, cpubind, gres, plugins, prologs, switching
 from wattsched.api import AgentHeartbeat, BatchLaunch, JobAllocation, JobEvent, NodeReport
 from wattsched.config import Config, NodeConf

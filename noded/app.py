@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import Response, StreamingResponse
+
 from wattsched import auth, exposition
 from wattsched.api import FreezeJob, LaunchBatch, SignalJob, TaskInput, TaskLaunch
 from wattsched.httpauth import Who, loop_lifespan, metrics_access, require_role

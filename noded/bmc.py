@@ -29,6 +29,7 @@ import time
 
 from pyghmi.ipmi import bmc as pyghmi_bmc
 from pyghmi.ipmi.private import session as ipmisession
+
 from wattsched import switching
 from wattsched.config import Config, NodeConf
 from wattsched.noded import chassis

@@ -6,6 +6,7 @@ import os
 import socket
 
 import uvicorn
+
 from wattsched import auth, hostlist, logs
 from wattsched import config as config_mod
 from wattsched.noded.agent import Agent

@@ -7,6 +7,7 @@ import math
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from wattsched import states
 from wattsched.config import ConfigError, SchedulerParams, parse_scheduler_params
 from wattsched.plugins.priority.basic import BasicPriority

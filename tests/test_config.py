@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from wattsched import config
 
 ETC = Path(__file__).resolve().parent.parent / "etc"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 
 import pytest
+
 from wattsched import cpufreq
 from wattsched.cpufreq import FreqError, FreqRequest, FreqSetting
 from wattsched.noded.cpufreq import CpuFreqSysfs, layout_tree

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+
 from wattsched.fairshare import Assoc, UsageRecord, decayed_seconds, factors, raw_usage, tree_rows
 
 HOUR = 3600.0

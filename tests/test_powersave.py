@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import pytest
+
 from wattsched import power, powerreport, powersave, states, switching
 from wattsched.config import ConfigError, load
 from wattsched.plugins.power_save.energy_aware import EnergyAware

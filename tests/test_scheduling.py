@@ -7,6 +7,7 @@ from dataclasses import replace
 
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+
 from wattsched import states
 from wattsched.plugins.priority.basic import BasicPriority
 from wattsched.plugins.sched.builtin import BuiltinScheduler

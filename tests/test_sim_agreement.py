@@ -11,6 +11,7 @@ import math
 from collections import defaultdict
 
 import pytest
+
 from wattsched import auth, config, states
 from wattsched.api import AgentHeartbeat, JobEvent, JobSubmit, NodeReport
 from wattsched.auth import Identity

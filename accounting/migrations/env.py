@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from alembic import context
 from sqlalchemy import create_engine
+
 from wattsched.accounting.models import Base
 
 connection = context.config.attributes.get("connection")

@@ -35,6 +35,7 @@ from typing import Any
 from pyghmi import exceptions as ipmi_errors
 from pyghmi.ipmi import command as ipmi_command
 from pyghmi.ipmi.private import session as ipmi_session
+
 from wattsched.config import Config, NodeConf
 
 EXCHANGE_S = 1.0  # before pyghmi's first retransmission
