@@ -55,6 +55,11 @@ SEED_002 = {
     ("1-32", "FIFO"): (374550, 8569376), ("1-32", "E-FIFO"): (377609, 8624335), ("1-32", "BFF"): (259616, 6760934),
     ("1-32", "E-BFF"): (260162, 6838423), ("1-32", "BBF"): (256751, 6600031), ("1-32", "E-BBF"): (256674, 6756830),
 }
+# Seed 000's Table I, SDSC rows: (mean, median) of the per-user mean stretch over baseline, printed
+# beside ours
+SEED_000_SDSC = {("FS", "green"): (1.00, 1.00), ("FS", "gluttonous"): (1.00, 1.00),
+                 ("EFS", "green"): (0.91, 0.92), ("EFS", "gluttonous"): (1.10, 1.02),
+                 ("FS+EFS", "green"): (0.89, 0.95), ("FS+EFS", "gluttonous"): (1.03, 1.01)}
 ENERGY_AWARE = {"power_save_type": ("power_save/energy_aware",), "power_save_parameters": (("threshold", 50.0),)}
 
 
@@ -159,9 +164,10 @@ def efs_trace(out: Out = None,
                 done += 1
                 _progress("efs-trace", done, total)
             rows.append((policy_name, kind, min(ratios), statistics.fmean(ratios), statistics.median(ratios),
-                         statistics.pstdev(ratios), max(ratios)))
+                         statistics.pstdev(ratios), max(ratios), *SEED_000_SDSC[(policy_name, kind)]))
     text = _table(out, "table1", f"Mean stretch of a user's jobs over baseline ({len(tested)} busiest users)",
-                  ("policy", "user", "min", "avg", "median", "std", "max"), rows)
+                  ("policy", "user", "min", "avg", "median", "std", "max", "seed avg (SDSC)", "seed median"),
+                  rows)
 
     def draw(ax) -> None:
         labels = [f"{p}\n{k}" for p, k, *_ in rows]

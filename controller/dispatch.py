@@ -69,7 +69,7 @@ class Dispatcher:
                     launches[batch_node.agent_url].append(job)
             elif isinstance(action, PowerProgram):
                 self._loop = asyncio.get_running_loop()
-                run_program(self.state.config, action, self._power_failed_in_thread)
+                run_program(self.state.config, action, self._power_finished_in_thread)
             elif isinstance(action, AdminProgram):
                 self._spawn(self._admin_program(action))
             elif isinstance(action, Freeze):
@@ -92,12 +92,15 @@ class Dispatcher:
                 by_agent[node.agent_url].append(name)
         return by_agent
 
-    def _power_failed_in_thread(self, program: PowerProgram, _error: str) -> None:
+    def _power_finished_in_thread(self, program: PowerProgram, error: str) -> None:
         assert self._loop is not None  # set before the program's thread starts
-        self._loop.call_soon_threadsafe(self._power_failed, program)
+        self._loop.call_soon_threadsafe(self._power_finished, program, error)
 
-    def _power_failed(self, program: PowerProgram) -> None:
-        self.run(self.state.power_program_failed(program.kind, program.nodes, time.time()))
+    def _power_finished(self, program: PowerProgram, error: str) -> None:
+        assert self.state.power_saving is not None
+        if error:
+            self.run(self.state.power_program_failed(program.kind, program.nodes, time.time()))
+        self.state.power_saving.program_done(program.kind, program.nodes)
         self.on_change()
 
     async def _admin_program(self, program: AdminProgram) -> None:

@@ -71,6 +71,10 @@ class PowerSaving:
         # the metrics' counters, from the controller's start
         self.switched_off = self.switched_on = 0
         self._saved_j = self._saving_w = self._saved_at = 0.0
+        # nodes whose SuspendProgram has not exited: not POWERED_DOWN (so not resumed) before it
+        # has, or a slow program still switching its list off would switch off a node resumed
+        # meanwhile (257 nodes powered off one by one outlast SuspendTimeout=2 on a loaded host)
+        self.suspending: set[str] = set()
 
     def reconfigure(self, config: Config) -> None:
         """A re-read configuration: its policies and exclusions; the switches under way and the
@@ -113,6 +117,12 @@ class PowerSaving:
         node.power, node.power_since, node.power_job = states.P_POWERING_DOWN, now, 0
         self.suspends.append(now)
         self.switched_off += 1
+        self.suspending.add(node.name)
+
+    def program_done(self, kind: str, names: list[str]) -> None:
+        """A SuspendProgram or ResumeProgram exited (well or not)."""
+        if kind == "suspend":
+            self.suspending.difference_update(names)
 
     def begin_resume(self, node: Node, now: float, job_id: int = 0) -> None:
         node.power, node.power_since, node.power_job = states.P_POWERING_UP, now, job_id
@@ -136,16 +146,18 @@ class PowerSaving:
     def timed_out(self, node: Node, now: float) -> str | None:
         """The next flag of a node whose switch has run its time: POWERED_DOWN after
         SuspendTimeout, or DOWN (the returned reason) after ResumeTimeout."""
-        if node.power == states.P_POWERING_DOWN and now - node.power_since >= self.config.suspend_timeout_s:
+        if node.power == states.P_POWERING_DOWN and now - node.power_since >= self.config.suspend_timeout_s \
+                and node.name not in self.suspending:
             return states.P_POWERED_DOWN
         if node.power == states.P_POWERING_UP and now - node.power_since >= self.config.resume_timeout_s:
             return RESUME_TIMEOUT_REASON
         return None
 
 
-def run_program(config: Config, action: PowerProgram, failed: Callable[[PowerProgram, str], None]) -> None:
-    """Run the program in a thread of its own, as Slurm forks it: the controller never waits. A
-    program that fails is logged with its nodes and reported through ``failed`` (from the thread)."""
+def run_program(config: Config, action: PowerProgram, finished: Callable[[PowerProgram, str], None]) -> None:
+    """Run the program in a thread of its own, as Slurm forks it: the controller never waits. Its
+    end is reported through ``finished`` (from the thread) with "" or, for a program that failed
+    (also logged with its nodes), the error."""
     argv = program_argv(config, action.kind, action.nodes)
     env = dict(os.environ, SLURM_CONF=config.source, WATTSCHED_CONF=config.source)
     nodes = hostlist.compress(action.nodes)
@@ -157,10 +169,11 @@ def run_program(config: Config, action: PowerProgram, failed: Callable[[PowerPro
             error = str(exc)
         else:
             if done.returncode == 0:
+                finished(action, "")
                 return
             error = f"exit {done.returncode}: {done.stderr.strip()[-500:]}"
         log.error("power program failed", extra={"program": argv[0], "kind": action.kind, "nodes": nodes,
                                                   "error": error})
-        failed(action, error)
+        finished(action, error)
 
     threading.Thread(target=run, name=f"power-{action.kind}", daemon=True).start()

@@ -208,8 +208,12 @@ def test_the_shipped_leaf257_config_with_an_idle_timeout_suspends_and_resumes(tm
         wait_for(lambda: out("sinfo", "-h", "-o", "%T %D").split() == ["idle~", "1", "idle~", "256"], 120,
                  what="all 257 nodes powered down")
         job = out("sbatch", "--parsable", "-N4", "--wrap", "true").strip()
-        wait_for(lambda: "COMPLETED" in out("sacct", "-n", "-X", "-j", job, "-o", "State"), 300, 0.5,
-                 what="the job run on four woken nodes")
+        try:
+            wait_for(lambda: "COMPLETED" in out("sacct", "-n", "-X", "-j", job, "-o", "State"), 300, 0.5,
+                     what="the job run on four woken nodes")
+        except AssertionError as exc:  # say where it stands
+            raise AssertionError(f"{exc}\n{out('scontrol', 'show', 'job', job)}\n{out('sinfo', '-N', '-h')[:3000]}\n"
+                                 f"{out('sacct', '-j', job)}") from None
         report = json.loads(out("wattsched", "power", "report", "--json"))
         assert report["switches_off"] >= 257 and report["switches_on"] >= 4 and report["jobs_delayed"] == 1
         assert "power program failed" not in (tmp_path / "state" / "ctld" / "log" / "controller.log").read_text()
