@@ -24,7 +24,7 @@ import httpx
 from wattsched import auth, cpubind, gres, plugins, prologs, switching
 from wattsched.api import AgentHeartbeat, BatchLaunch, JobAllocation, JobEvent, NodeReport
 from wattsched.config import Config, NodeConf
-from wattsched.noded import chassis, gpus, procs
+from wattsched.noded import chassis, gpus, procs, steps
 from wattsched.noded.allocations import Allocations
 from wattsched.noded.batch import BatchRunner
 from wattsched.noded.cgroup import JobCgroups
@@ -374,6 +374,11 @@ class Agent:
 
     def _kill_rest(self, node: str, job_id: int, pgids: set[int]) -> None:
         for pgid in pgids:
+            procs.kill_tasks(pgid)  # their step daemons report them, then end (or are killed next)
+        asyncio.get_running_loop().call_later(steps.STEPD_GRACE_S, self._kill_daemons, node, job_id, pgids)
+
+    def _kill_daemons(self, node: str, job_id: int, pgids: set[int]) -> None:
+        for pgid in pgids:
             procs.killpg(pgid, signal.SIGKILL)
         self._end_cgroups(node, job_id)
 
@@ -472,7 +477,13 @@ class Agent:
         return True
 
     def _kill_steps(self, node: str, job_id: int) -> None:
-        for pgid in self.step_pgids.get((node, job_id), set()):
+        pgids = set(self.step_pgids.get((node, job_id), set()))
+        for pgid in pgids:
+            procs.kill_tasks(pgid)  # their step daemons report them, then end (or are killed next)
+        asyncio.get_running_loop().call_later(steps.STEPD_GRACE_S, self._kill_step_daemons, node, job_id, pgids)
+
+    def _kill_step_daemons(self, node: str, job_id: int, pgids: set[int]) -> None:
+        for pgid in pgids:
             procs.killpg(pgid, signal.SIGKILL)
         if not (job_id in self.batch.jobs and self.batch.jobs[job_id].node == node):
             self._end_cgroups(node, job_id)

@@ -136,6 +136,7 @@ async def run_tasks(req: TaskLaunch, layout: dict[str, list[int]], uid: int, gid
 
 
 _FINISHING: set[asyncio.Task] = set()  # strong references until they are done
+STEPD_GRACE_S = 5.0  # how long a step daemon has to report its killed tasks before it is killed too
 
 
 async def _finish(req: TaskLaunch, running: list, results: dict[int, procs.Exit], pgids: set[int],
@@ -146,9 +147,12 @@ async def _finish(req: TaskLaunch, running: list, results: dict[int, procs.Exit]
         done, _ = await asyncio.wait([f for _, f in leftover], timeout=kill_wait_s)
         for proc, fut in leftover:
             if fut not in done:
-                procs.killpg(proc.pid, signal.SIGKILL)
+                procs.kill_tasks(proc.pid)  # the step daemon stays to reap them and report their usage
         # a killed task is reaped at once: wait for it so that its usage is reported too
-        await asyncio.wait([f for _, f in leftover], timeout=5)
+        done, _ = await asyncio.wait([f for _, f in leftover], timeout=STEPD_GRACE_S)
+        for proc, fut in leftover:
+            if fut not in done:  # a step daemon that does not end with its tasks
+                procs.killpg(proc.pid, signal.SIGKILL)
     for task_id, proc, fut in running:
         pgids.discard(proc.pid)
         if fut.done() and task_id not in results:
