@@ -219,7 +219,7 @@ def batch_environment(state: ClusterState, job: Job) -> dict[str, str]:
         "SLURM_CONF": state.config.source, "ENVIRONMENT": "BATCH",
     })
     env.update(gres.request_environment(job.gpu_request))
-    env.update(gres.environment(job.alloc_gpus.get(job.batch_host, []), gpus_hidden(state.config)))
+    env.update(gres.environment(job.alloc_gpus.get(job.batch_host, []), state.config.gpus_hidden))
     if job.cpu_freq_khz is not None or job.cpu_freq:
         # the frequency the job runs at: the user's --cpu-freq, or the one that fits the power cap
         env["SLURM_CPU_FREQ_REQ"] = job.cpu_freq or str(job.cpu_freq_khz)
@@ -233,11 +233,6 @@ def batch_environment(state: ClusterState, job: Job) -> dict[str, str]:
             "SLURM_ARRAY_TASK_MIN": str(job.array_task_min), "SLURM_ARRAY_TASK_MAX": str(job.array_task_max),
         })
     return env
-
-
-def gpus_hidden(config: Config) -> bool:
-    """Whether the device cgroup hides a job's other GPUs from it (task/cgroup, ConstrainDevices)."""
-    return config.constrain_devices and "task/cgroup" in config.task_plugin
 
 
 def _compress_counts(counts: list[int]) -> str:

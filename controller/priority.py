@@ -68,9 +68,10 @@ class FairShareCalc:
             # counters, its energy so far
             # (EnergyFairShare must not see a long job's energy only at its end while FairShare sees
             # its CPU time all along)
+            counted = [j for j in self.state.jobs.values() if j.state == states.RUNNING or j.energy_pending]
+            joules = self.state.energies_so_far(counted, now)
             running = [UsageRecord(j.user, j.account, j.num_cpus, j.start_time,
-                                   j.end_time if j.energy_pending else None, self.state.energy_so_far(j, now))
-                       for j in self.state.jobs.values() if j.state == states.RUNNING or j.energy_pending]
+                                   j.end_time if j.energy_pending else None, joules[j.job_id]) for j in counted]
             try:
                 origin = await asyncio.to_thread(self.accounting.history_start, self.state.config.cluster_name)
                 shares = await asyncio.to_thread(compute, self.accounting, self.state.config, running, now,

@@ -15,7 +15,7 @@ import logging
 import pwd
 import signal as signal_mod
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from wattsched import auth, gres, hostlist, power, powersave, prologs, scheduling, states
@@ -475,7 +475,7 @@ class ClusterState:
             node = self.nodes[name]
             chosen: list[int] = []
             for kind, count in kinds.items():  # the policy counted by type: the lowest free numbers of each
-                chosen += gres.pick(node.gpus, [*node.alloc_gpus, *chosen], kind, count, [kind])
+                chosen += gres.pick(node.gpus, [*node.alloc_gpus, *chosen], kind, count)
             job.alloc_gpus[name] = sorted(chosen)
         job.batch_host = next(iter(alloc.cpus))
         job.launched = False
@@ -1026,9 +1026,12 @@ class ClusterState:
                                       self.nodes[n].idle_watts, occupants[n], self.nodes[n].job_gpu_samples,
                                       gpus_apart) for n in wanted}
 
-    def _energy_until(self, job: Job, now: float) -> tuple[float | None, float]:
-        """A started job's energy up to its nodes' latest common reading (or its end), and that time."""
-        histories = self.histories(job.alloc_cpus, now)
+    def _energy_until(self, job: Job, now: float,
+                      histories: Mapping[str, energy.NodeHistory] | None = None) -> tuple[float | None, float]:
+        """A started job's energy up to its nodes' latest common reading (or its end), and that time
+        (``histories``: of its nodes at least, when the caller has them already)."""
+        if histories is None:
+            histories = self.histories(job.alloc_cpus, now)
         until = energy.covered_until(histories, list(job.alloc_cpus))
         if job.end_time:
             until = min(until, job.end_time)
@@ -1036,9 +1039,11 @@ class ClusterState:
             if job.start_time and until > job.start_time else None
         return joules, until
 
-    def energy_so_far(self, job: Job, now: float) -> float:
-        """What fair share counts of a running (or settling) job's energy: 0 before any reading."""
-        return self._energy_until(job, now)[0] or 0.0
+    def energies_so_far(self, jobs: list[Job], now: float) -> dict[int, float]:
+        """What fair share counts of running (or settling) jobs' energy: 0 before any reading. The
+        nodes' histories are gathered once for them all (a pass over every job per node set)."""
+        histories = self.histories({n for job in jobs for n in job.alloc_cpus}, now)
+        return {job.job_id: self._energy_until(job, now, histories)[0] or 0.0 for job in jobs}
 
     def job_stat(self, job: Job, now: float) -> dict:
         """sstat: a running job's energy so far (up to its nodes' latest common sample), CPU time,

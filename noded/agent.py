@@ -66,7 +66,9 @@ class Agent:
         # Prolog on each node of a job: done (True/False) before its batch script or steps start
         self.prologs: dict[tuple[str, int], asyncio.Future[bool]] = {}
         self.job_info: dict[tuple[str, int], JobAllocation] = {}  # what Prolog and Epilog are told
-        self.epilogs: dict[tuple[str, int], asyncio.Future[None]] = {}  # Epilogs running
+        # Epilogs running, by (node, job): the node is not clean of the job until its Epilog is done
+        # (and the loop keeps only weak references to tasks: these are the strong ones)
+        self.epilogs: dict[tuple[str, int], asyncio.Task[None]] = {}
         self._kick = asyncio.Event()
         self._fresh_energy = False  # a reading taken for ended jobs awaits the next heartbeat
         self.client = httpx.AsyncClient(timeout=httpx.Timeout(config.message_timeout_s))
@@ -216,11 +218,9 @@ class Agent:
     def _start_epilog(self, node: str, alloc: JobAllocation) -> None:
         """Run the node's Epilog for the job; until it is done the node is not clean of the job
         (the controller keeps it COMPLETING there, as Slurm does)."""
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.epilogs[(node, alloc.job_id)] = done
-        asyncio.get_running_loop().create_task(self._epilog(node, alloc, done))
+        self.epilogs[(node, alloc.job_id)] = asyncio.get_running_loop().create_task(self._epilog(node, alloc))
 
-    async def _epilog(self, node: str, alloc: JobAllocation, done: asyncio.Future[None]) -> None:
+    async def _epilog(self, node: str, alloc: JobAllocation) -> None:
         code, error = await asyncio.to_thread(prologs.run_program, self.config.epilog,
                                               self._script_env("epilog_slurmd", node, alloc),
                                               self.config.prolog_epilog_timeout_s)
@@ -232,7 +232,6 @@ class Agent:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self._epilog_path(node, alloc.job_id))
         self.epilogs.pop((node, alloc.job_id), None)
-        done.set_result(None)
 
     def join_step(self, node: str, job_id: int, step: str) -> list[str]:
         """The cgroup files a step's processes write their pid into (none without cgroups): the
@@ -249,8 +248,7 @@ class Agent:
         with self.lock:
             job = self.allocations.jobs.get((node, job_id))
             indices = list(job.gpu_ids) if job else []
-        hidden = self.cgroups is not None and self.cgroups.constrain_devices
-        return gres.environment(indices, hidden)
+        return gres.environment(indices, self.cgroups is not None and self.config.gpus_hidden)
 
     def confine_batch(self, node: str, job_id: int) -> dict:
         """What the batch script's process does before it becomes the user: join the job's cgroups and

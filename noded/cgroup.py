@@ -341,7 +341,7 @@ class JobCgroups:
         self.config, self.nodes = config, nodes
         self.constrain_cores = config.constrain_cores and "task/cgroup" in config.task_plugin
         self.constrain_ram = config.constrain_ram_space and "task/cgroup" in config.task_plugin
-        self.constrain_devices = config.constrain_devices and "task/cgroup" in config.task_plugin
+        self.constrain_devices = config.gpus_hidden
         self.hierarchy = open_hierarchy(config.cgroup_plugin, config.cgroup_mountpoint, self.constrain_cores,
                                         self.constrain_ram, self.constrain_devices)
 

@@ -46,7 +46,6 @@ class GpuMeter:
     job_gpus: JobGpus
     gpus: dict[tuple[str, int], _Gpu] = field(default_factory=dict)
     job_joules: dict[tuple[str, int], float] = field(default_factory=dict)  # (node, job) -> GPU joules
-    busy: dict[str, int] = field(default_factory=dict)  # node -> GPUs held by a running job
     _last: float = 0.0
     _handles: dict[tuple[str, int], object] = field(default_factory=dict)
     _warned: set[tuple[str, int]] = field(default_factory=set)  # once per GPU: a missing one must not flood the log
@@ -72,12 +71,9 @@ class GpuMeter:
                  for index in indices}
         dt = now - self._last if self._last else 0.0
         self._last = now
-        self.busy = {}
         for (node, index), gpu in self.gpus.items():
             job = owner.get((node, index))
             live = job is not None and job in running.get(node, {})
-            if live:
-                self.busy[node] = self.busy.get(node, 0) + 1
             before = gpu.joules
             if self.emulated:
                 conf = self.nodes[node]

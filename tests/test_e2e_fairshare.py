@@ -142,3 +142,24 @@ def test_sprio_needs_multifactor(tmp_path) -> None:
         assert refused.returncode == 1 and "not running a supported priority plugin" in refused.stderr
     finally:
         c.stop()
+
+
+def test_a_running_jobs_energy_counts_for_energy_fairshare_while_it_runs(tmp_path) -> None:
+    """As its CPU time counts for FairShare: EnergyFairShare sees a long job's joules so far, not
+    only once it has ended (read off its nodes' counters)."""
+    c = Cluster(tmp_path, extra=f"{SETTINGS}\nEmulatedNodes=YES\nAcctGatherEnergyType=acct_gather_energy/emulated\n"
+                "AcctGatherNodeFreq=1", node_extra="IdleWatts=100 MaxWatts=200").start()
+    try:
+        job_id = c.sbatch("-w", "n01", "--wrap", "sleep 300")  # root's: a user this machine has
+        c.wait_state(job_id, "RUNNING")
+
+        def raw(column: str) -> float:
+            rows = c.run("sshare", "-a", "-P", "-n", "-o", f"User,{column}").stdout.splitlines()
+            return next((float(r.split("|")[1]) for r in rows if r.strip().startswith("root|")), 0.0)
+
+        wait_for(lambda: raw("RawUsage") > 0 and raw("RawEnergy") > 0, 60, 0.5,
+                 what="the running job's CPU time and energy both counted")
+        assert c.job(job_id)["state"] == "RUNNING"
+        c.run("scancel", str(job_id))
+    finally:
+        c.stop()

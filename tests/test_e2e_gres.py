@@ -101,6 +101,9 @@ def test_gpus_per_task_and_per_job_spread_over_tasks_and_nodes(cluster: Cluster)
     per_job = cluster.run("srun", "-N2", "--ntasks-per-node=1", "--gpus=4", "sh", "-c",
                           "echo $SLURMD_NODENAME $SLURM_JOB_GPUS").stdout.split("\n")
     assert sorted(line for line in per_job if line) == ["n01 0,1", "n02 0,1"]
+    odd = cluster.run("srun", "-N2", "--ntasks-per-node=1", "--gpus=3", "sh", "-c",
+                      "echo $SLURMD_NODENAME $SLURM_JOB_GPUS").stdout.split("\n")
+    assert sorted(line for line in odd if line) == ["n01 0,1", "n02 0"]  # 3 in all, not 2 on each
     # a per-task request caps the tasks a node takes at its GPUs: 4 tasks need both nodes
     spread = cluster.run("srun", "-n4", "--gpus-per-task=a100:1", "sh", "-c", "echo $SLURMD_NODENAME").stdout
     assert sorted(spread.split()) == ["n01", "n01", "n02", "n02"]

@@ -286,6 +286,12 @@ class Config:
         return self.proctrack_type == "proctrack/cgroup" or "task/cgroup" in self.task_plugin
 
     @property
+    def gpus_hidden(self) -> bool:
+        """Whether a job's device cgroup hides the node's other GPUs (task/cgroup, ConstrainDevices):
+        its GPU runtime then numbers its own from 0."""
+        return self.constrain_devices and "task/cgroup" in self.task_plugin
+
+    @property
     def power_saving(self) -> bool:
         """Whether anything may switch nodes off: an idle timeout or a power-saving policy."""
         return self.suspend_time_s is not None or bool(self.power_save_type)

@@ -7,9 +7,10 @@ Grammar (Slurm's): a node's ``Gres=gpu:2`` or ``Gres=gpu:a100:2,gpu:v100:1``; a 
 ``--gpus-per-task=[type:]count`` (per task) and ``--gpus=[type:]count`` (for the whole job).
 A request without a type takes GPUs of any type. Only the ``gpu`` GRES is managed.
 
---gpus=N for a job of several nodes is spread evenly: each of its ``-N`` nodes gets
-ceil(N / nodes) GPUs (Slurm may spread it unevenly over more nodes); a job that gives no
-node count gets them on one node.
+--gpus=N for a job of several nodes is spread as evenly as its nodes allow: each node must have
+ceil(N / -N) free, and the job gets N in all, N // nodes on each and one more on the first
+N % nodes (Slurm may spread them unevenly, over more nodes); a job that gives no node count gets
+them on one node.
 
 A node's GPUs are numbered 0..n-1 in the order of its Gres= types (or of its gres.conf lines,
 which then also name each GPU's device file). A request without a type takes GPUs type by
@@ -158,6 +159,12 @@ def parse_request(gres: str = "", gpus: str = "", per_node: str = "", per_task: 
     return GpuRequest(per_node=count, kind=kind)
 
 
+def spread(total: int, nodes: int) -> list[int]:
+    """``total`` GPUs over ``nodes`` nodes: as even as can be, the first ones one more."""
+    base, extra = divmod(total, max(1, nodes))
+    return [base + (i < extra) for i in range(nodes)]
+
+
 def per_node_need(request: GpuRequest, nodes_min: int) -> int:
     """The GPUs each node of the job needs before tasks are laid out (per-task requests are
     counted with the tasks)."""
@@ -207,19 +214,10 @@ def devices(inventory: Inventory, files: Sequence[tuple[str, str]] = ()) -> tupl
     return tuple(result)
 
 
-def pick(devices_: Sequence[Device], busy: Iterable[int], kind: str, count: int,
-         order: Sequence[str]) -> list[int]:
-    """The lowest free device numbers of ``kind`` (any: type by type in ``order``), ``count`` of
-    them (fewer when there are not as many free)."""
+def pick(devices_: Sequence[Device], busy: Iterable[int], kind: str, count: int) -> list[int]:
+    """The lowest free numbers of ``count`` devices of type ``kind`` (fewer when not as many are free)."""
     taken = set(busy)
-    chosen: list[int] = []
-    for k in ([kind] if kind else list(order)):
-        for device in devices_:
-            if len(chosen) >= count:
-                return chosen
-            if device.kind == k and device.index not in taken:
-                chosen.append(device.index)
-    return chosen
+    return [d.index for d in devices_ if d.kind == kind and d.index not in taken][:count]
 
 
 def job_gres(per_node: Mapping[str, Sequence[int]], devices_of: Mapping[str, Sequence[Device]]) -> str:
@@ -235,14 +233,13 @@ def job_gres(per_node: Mapping[str, Sequence[int]], devices_of: Mapping[str, Seq
 
 def index_list(indices: Iterable[int]) -> str:
     """``0-1,3``: Slurm's IDX list of device numbers."""
-    values = sorted(set(indices))
-    ranges: list[str] = []
-    for value in values:
-        if ranges and value == int(ranges[-1].split("-")[-1]) + 1:
-            ranges[-1] = f"{ranges[-1].split('-')[0]}-{value}"
+    ranges: list[list[int]] = []
+    for value in sorted(set(indices)):
+        if ranges and value == ranges[-1][-1] + 1:
+            ranges[-1][1:] = [value]
         else:
-            ranges.append(str(value))
-    return ",".join(ranges)
+            ranges.append([value])
+    return ",".join("-".join(map(str, r)) for r in ranges)
 
 
 def environment(indices: Sequence[int], constrained: bool) -> dict[str, str]:
@@ -289,6 +286,6 @@ def job_detail(per_node: Mapping[str, Sequence[int]], devices_of: Mapping[str, S
     for node, indices in per_node.items():
         devices_ = devices_of.get(node, ())
         kinds = {d.index: d.kind for d in devices_}
-        inventory = tuple(dict.fromkeys(kinds[i] for i in indices if i in kinds).items())
-        result.append(format_used(devices_, tuple((kind, 0) for kind, _n in inventory), indices))
+        used = dict.fromkeys(kinds[i] for i in indices if i in kinds)  # its types, in its GPUs' order
+        result.append(format_used(devices_, tuple((kind, 0) for kind in used), indices))
     return result

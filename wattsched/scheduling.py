@@ -731,12 +731,7 @@ class GpuLedger:
     it, and it covers only the nodes that have GPUs, so it costs nothing on a cluster without."""
 
     def __init__(self, nodes: Iterable[NodeSnap], running: Collection[RunningJob], now: float):
-        self.now = now
-        self.order: dict[str, tuple[str, ...]] = {}
-        self.free_now: dict[str, dict[str, int]] = {}
-        for node in nodes:
-            self.order[node.name] = tuple(kind for kind, _count in node.gpus)
-            self.free_now[node.name] = dict(node.free_gpus)
+        self.free_now: dict[str, dict[str, int]] = {node.name: dict(node.free_gpus) for node in nodes}
         # (when, +count by type): running jobs' GPUs back (a job past its limit: just after now)
         self.steps: dict[str, list[tuple[float, float, Mapping[str, int]]]] = {}
         for job in running:

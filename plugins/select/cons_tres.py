@@ -93,12 +93,13 @@ class ConsTresSelect:
         alloc = _layout(job, chosen, cpt, per_cpu_mem, exclusive)
         if not wants:
             return alloc
-        by_name = {node.name: node for node, _cap in chosen}
+        shares = gres.spread(wants.per_job, len(chosen)) if wants.per_job else None
         taken = {}
-        for name, tasks in alloc.tasks.items():
-            count = tasks * wants.per_task if wants.per_task else need
-            order = [kind for kind, _count in by_name[name].gpus]
-            taken[name] = gres.take(gpus.get(name, {}), order, wants.kind, count)
+        for position, (node, _cap) in enumerate(chosen):
+            tasks = alloc.tasks[node.name]
+            count = tasks * wants.per_task if wants.per_task else shares[position] if shares else need
+            order = [kind for kind, _count in node.gpus]
+            taken[node.name] = gres.take(gpus.get(node.name, {}), order, wants.kind, count)
         return replace(alloc, gpus=taken)
 
     @staticmethod
