@@ -48,11 +48,12 @@ from wattsched.api import (
 from wattsched.controller import dashboard, energy, priorityapi, restd
 from wattsched.controller import reservations as reservations_mod
 from wattsched.controller.acctsync import AccountingSync
+from wattsched.controller.actions import Refused
 from wattsched.controller.dispatch import Dispatcher, batch_environment
 from wattsched.controller.metrics import CATEGORIES, ControllerCollector
 from wattsched.controller.powerlog import PowerLog
 from wattsched.controller.priority import FairShareCalc
-from wattsched.controller.state import ClusterState, Refused
+from wattsched.controller.state import ClusterState
 from wattsched.controller.views import job_gpus, job_view, node_view, partition_views
 from wattsched.httpauth import Who, loop_lifespan, metrics_access, require_role
 from wattsched.httplimits import BodyLimit

@@ -22,8 +22,8 @@ from fastapi import FastAPI, Path, Query
 from fastapi.staticfiles import StaticFiles
 
 from wattsched import power
+from wattsched.controller.actions import Refused
 from wattsched.controller.powerlog import DAY_S, PowerLog
-from wattsched.controller.state import Refused
 from wattsched.controller.views import job_brief
 from wattsched.httpauth import Who
 

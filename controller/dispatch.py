@@ -13,15 +13,17 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from typing import cast
 
 import httpx
 from pydantic import BaseModel
 
 from wattsched import auth, gres, prologs, states
-from wattsched.api import BatchLaunch, FreezeJob, JobAllocation, LaunchBatch, SignalJob
+from wattsched.api import BatchLaunch, FreezeJob, JobAllocation, LaunchBatch, ProfileSeries, SignalJob
 from wattsched.config import Config
+from wattsched.controller.actions import Action, AdminProgram, Freeze, Launch, Signal
 from wattsched.controller.powersaving import PowerProgram, run_program
-from wattsched.controller.state import Action, AdminProgram, ClusterState, Freeze, Launch, Signal
+from wattsched.controller.state import ClusterState
 from wattsched.controller.views import output_path
 from wattsched.model import Job
 
@@ -186,7 +188,8 @@ def job_allocation(config: Config, job: Job, nodes: dict[str, int]) -> JobAlloca
     return JobAllocation(job_id=job.job_id, uid=job.uid, user=job.user, start_time=job.start_time, nodes=nodes,
                          mem_mb=job.alloc_mem_mb, run=job.restart_count, gid=job.gid, account=job.account,
                          partition=job.partition, job_name=job.name, node_list=job.nodes_expr,
-                         cpu_freq=cpu_freq, profile=list(job.profile), profile_energy_s=energy_s,
+                         cpu_freq=cpu_freq, profile=cast(list[ProfileSeries], list(job.profile)),
+                         profile_energy_s=energy_s,
                          profile_task_s=freq.get("task") or defaults.get("task") or 30,
                          gpus={n: job.alloc_gpus[n] for n in nodes if job.alloc_gpus.get(n)})
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections import Counter
+from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -95,7 +95,9 @@ def node_energy(history: NodeHistory, start: float, end: float, cpus: int, job_i
             continue
         middle = (a + b) / 2
         present = [o for o in history.occupants if o.start <= middle < o.end]
-        energy = counter_at(samples, b) - counter_at(samples, a)
+        at_a, at_b = counter_at(samples, a), counter_at(samples, b)
+        assert at_a is not None and at_b is not None  # a < b <= end, and the samples cover end
+        energy = at_b - at_a
         sharing = sum(o.cpus for o in present) or cpus
         if history.job_gpu:
             gpu, length = _gpu_fractions(history, middle)
@@ -163,9 +165,9 @@ class EnergyTotals:
     """Joules of the jobs whose energy became final since the controller started, by who ran
     them (the metrics' counters)."""
 
-    by_user: Counter = field(default_factory=Counter)
-    by_account: Counter = field(default_factory=Counter)
-    by_partition: Counter = field(default_factory=Counter)
+    by_user: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
+    by_account: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
+    by_partition: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
 
     def add(self, user: str, account: str, partition: str, joules: float | None) -> None:
         if joules:

@@ -100,7 +100,7 @@ class ControllerCollector(Collector):
             cpus = GaugeMetricFamily(f"slurm_{who}_jobs_cpus_alloc", f"CPUs allocated to jobs by {who}",
                                      labels=[label])
             counts = Counter((getattr(j, attr), j.state) for j in jobs)
-            alloc = Counter()
+            alloc: Counter[str] = Counter()
             for j in jobs:
                 if j.holds_nodes:
                     alloc[getattr(j, attr)] += sum(j.alloc_cpus.values())
@@ -140,7 +140,7 @@ class ControllerCollector(Collector):
         yield _gauge("slurm_partitions", "Total number of partitions", len(parts))
         by_part = Counter((j.partition, j.shown_state) for j in jobs)
         totals = Counter(j.partition for j in jobs)
-        cpus_alloc = Counter()
+        cpus_alloc: Counter[str] = Counter()
         for j in jobs:
             if j.holds_nodes:
                 cpus_alloc[j.partition] += sum(j.alloc_cpus.values())

@@ -13,7 +13,7 @@ from fastapi import FastAPI
 
 from wattsched.accounting.assoc import AssocError, AssocStore
 from wattsched.api import AssocRequest
-from wattsched.controller.state import Refused
+from wattsched.controller.actions import Refused
 from wattsched.httpauth import Who
 
 

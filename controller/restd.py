@@ -25,7 +25,7 @@ from wattsched import dataparser, states
 from wattsched.accounting.store import JobQuery
 from wattsched.api import BIG, ID_MAX, LIST_MAX, TEXT_MAX
 from wattsched.controller import reservations as reservations_mod
-from wattsched.controller.state import Refused
+from wattsched.controller.actions import Refused
 from wattsched.controller.views import job_gpus, job_view, node_view, partition_views
 from wattsched.httpauth import Who
 from wattsched.restapi import (

@@ -159,7 +159,7 @@ def build_jobs(req: JobSubmit, who: Identity, gid: int, group: str, config: Conf
     nodes_min = max(req.nodes_min, 1)
     if req_nodes:
         nodes_min = max(nodes_min, len(req_nodes))
-    ntasks = req.ntasks if ntasks_set else nodes_min * (req.ntasks_per_node or 1)
+    ntasks = req.ntasks if req.ntasks is not None else nodes_min * (req.ntasks_per_node or 1)
     if ntasks < nodes_min:
         nodes_min = ntasks
     if req.nodes_max and req.nodes_max < nodes_min:

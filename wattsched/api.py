@@ -49,6 +49,9 @@ Argv = Annotated[list[Annotated[str, Field(max_length=ENV_MAX)]], Field(max_leng
 Count = Annotated[int, Field(ge=1, le=COUNT_MAX)]
 
 
+# --profile series a node agent records (sh5util's Energy and Task)
+ProfileSeries = Literal["energy", "task"]
+
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -355,7 +358,7 @@ class JobAllocation(Strict):
     job_name: str = Field("", max_length=NAME_MAX)
     node_list: str = Field("", max_length=TEXT_MAX)
     cpu_freq: str = ""  # --cpu-freq, else CpuFreqDef, else the frequency fitted to the power cap
-    profile: list[Literal["energy", "task"]] = []
+    profile: list[ProfileSeries] = []
     profile_energy_s: int = Field(0, ge=0)
     profile_task_s: int = Field(0, ge=0)
     gpus: dict[str, list[Annotated[int, Field(ge=0, le=1 << 16)]]] = {}  # node -> the job's GPU numbers there

@@ -1,0 +1,55 @@
+"""What a transition of the controller's state hands back: the actions the dispatcher carries out
+against the node agents (launch, signal, freeze, power programs, PrologSlurmctld), or Refused,
+which the API layer answers with its HTTP status."""
+
+from __future__ import annotations
+
+import signal as signal_mod
+from dataclasses import dataclass
+
+from wattsched.controller.powersaving import PowerProgram
+from wattsched.model import Job
+
+
+class Refused(Exception):
+    """A request the controller refuses; ``status`` is the HTTP status to answer with."""
+
+    def __init__(self, message: str, status: int = 400):
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(slots=True)
+class Launch:
+    job: Job
+
+
+@dataclass(slots=True)
+class Signal:
+    job_id: int
+    nodes: list[str]
+    signal: int = signal_mod.SIGTERM
+    batch_only: bool = False
+    terminate: bool = False
+
+
+@dataclass(slots=True)
+class AdminProgram:
+    """PrologSlurmctld or EpilogSlurmctld for a job, with Slurm's environment (run in a thread)."""
+
+    kind: str  # "prolog" or "epilog"
+    job_id: int
+    path: str
+    env: dict[str, str]
+
+
+@dataclass(slots=True)
+class Freeze:
+    """Suspend (freeze) or resume (thaw) a job's processes on its nodes."""
+
+    job_id: int
+    nodes: list[str]
+    frozen: bool
+
+
+Action = Launch | Signal | PowerProgram | AdminProgram | Freeze

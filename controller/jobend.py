@@ -1,0 +1,136 @@
+"""How a job ends: its steps closed, its nodes cleaned (COMPLETING until every node and Epilog
+says so), its energy awaited, its final state settled; and what a node failure does to it.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal as signal_mod
+from typing import TYPE_CHECKING
+
+from wattsched import states
+from wattsched.api import JobEvent
+from wattsched.controller import jobs, launching, steps
+from wattsched.controller.actions import Action, Signal
+from wattsched.model import Job
+from wattsched.usage import merge as merge_usage
+
+if TYPE_CHECKING:
+    from wattsched.controller.state import ClusterState
+
+log = logging.getLogger("wattsched.controller")
+
+
+def end(state: ClusterState, job: Job, final: str, exit_code: int, term_signal: int, now: float,
+         completing_nodes: list[str]) -> list[Action]:
+    """A job's main process is over: record it, and clean up the nodes that may hold tasks."""
+    job.exit_code, job.term_signal, job.end_time, job.final_state = exit_code, term_signal, now, final
+    for step in job.steps:
+        if step.state == states.RUNNING:
+            # A step still running when its job ends was killed with it: CANCELLED in Slurm,
+            # for a timeout too (the job alone is TIMEOUT); a node failure fails its steps.
+            step.state = states.NODE_FAIL if final == states.NODE_FAIL else states.CANCELLED
+            step.end_time = now
+    state.touch(job)
+    if job.start_time and any(state.nodes[n].energy_samples for n in job.alloc_cpus if n in state.nodes):
+        state.energy_due.add(job.job_id)
+        job.energy_pending = True
+    after: list[Action] = [launching.admin_program(state, "epilog", job)] if state.config.epilog_slurmctld else []
+    if completing_nodes:
+        job.state = states.COMPLETING
+        job.completing_nodes = list(completing_nodes)
+        return [Signal(job.job_id, list(completing_nodes), signal_mod.SIGKILL, terminate=True), *after]
+    finish(state, job)
+    return after
+
+
+def finish(state: ClusterState, job: Job) -> None:
+    """Every node is clean: the resources are free. The job keeps COMPLETING until its energy
+    is settled, so that the record that carries its final state carries its energy too."""
+    if job.profile and state.config.acct_gather_profile_type == "acct_gather_profile/hdf5":
+        state.profiles_due.append((job.user, job.uid, job.job_id))
+    state.job_usage.pop(job.job_id, None)
+    launching.hold_resources(state, job, -1)
+    job.completing_nodes = []
+    if job.energy_pending:
+        job.state = states.COMPLETING
+        state.touch(job)
+    else:
+        settle(state, job)
+
+
+def settle(state: ClusterState, job: Job) -> None:
+    job.state = job.final_state or states.COMPLETED
+    state.touch(job)
+
+
+def settling(state: ClusterState, job: Job) -> bool:
+    """COMPLETING with every node clean: only its energy is awaited (it holds no resources)."""
+    return job.state == states.COMPLETING and not job.completing_nodes and bool(job.final_state)
+
+
+def node_clean(state: ClusterState, job_id: int, node: str) -> None:
+    """An agent confirmed a job has no process left on ``node``."""
+    job = state.jobs.get(job_id)
+    if job is None or node not in job.completing_nodes:
+        return
+    job.completing_nodes.remove(node)
+    if job.state == states.PENDING:
+        state.touch(job)
+    elif not job.completing_nodes:
+        finish(state, job)
+    else:
+        state.touch(job)
+
+
+def batch_ended(state: ClusterState, event: JobEvent, now: float) -> list[Action]:
+    job = state.jobs.get(event.job_id)
+    if job is not None and event.run < job.restart_count:
+        node_clean(state, job.job_id, event.node)  # the end of a run that was requeued
+        return []
+    if job is None or job.state not in (states.RUNNING,) or job.batch_host != event.node:
+        return []
+    if event.oom_killed:  # Slurm's record of a job its memory limit ended: OUT_OF_MEMORY, 0:125
+        event = event.model_copy(update={"exit_code": 0, "term_signal": steps.OOM_SIGNAL})
+    batch = job.find_step("batch")
+    if batch is not None:
+        batch.state = states.COMPLETED if event.exit_code == 0 and not event.term_signal else states.FAILED
+        if event.oom_killed:
+            batch.state = states.OUT_OF_MEMORY
+        if job.cancelled_by is not None or job.timed_out:  # Slurm: the batch step was CANCELLED
+            batch.state = states.CANCELLED
+        batch.exit_code, batch.term_signal = event.exit_code, event.term_signal
+        batch.end_time = event.end_time
+        batch.tasks = merge_usage(batch.tasks, [t.model_dump() for t in event.tasks])
+    if job.cancelled_by is not None:
+        final = states.CANCELLED
+    elif job.timed_out:
+        final = states.TIMEOUT
+    elif event.oom_killed:
+        final = states.OUT_OF_MEMORY
+    elif event.exit_code == 0 and not event.term_signal:
+        final = states.COMPLETED
+    else:
+        final = states.FAILED
+    if event.error:  # the script never started: say why where scontrol and sacct users look
+        job.reason = event.error
+        log.warning("batch job launch failed", extra={"job": job.job_id, "node": event.node,
+                                                      "error": event.error})
+    # the batch host is clean of the job now, unless its Epilog is still to run (it says when done)
+    others = job.node_list if state.config.epilog else [n for n in job.node_list if n != event.node]
+    return end(state, job, final, event.exit_code, event.term_signal, now, others)
+
+
+def node_failed_job(state: ClusterState, job: Job, now: float) -> list[Action]:
+    """A node under a job failed: requeue the job if it may be, else end it NODE_FAIL. A job
+    already being cancelled or killed at its limit ends as such: it must never run again."""
+    others = [n for n in job.node_list if state.nodes[n].schedulable or state.nodes[n].base_state in (
+        states.N_ALLOCATED, states.N_MIXED)]
+    live = [n for n in others if not state.nodes[n].not_responding]
+    if job.cancelled_by is not None or job.timed_out:
+        final = states.TIMEOUT if job.timed_out else states.CANCELLED
+        return end(state, job, final, job.exit_code, job.term_signal, now, live)
+    if (job.configuring or (job.requeue and state.config.job_requeue)) and not job.interactive:
+        return jobs.requeue_running(state, job, now)
+    return end(state, job, states.NODE_FAIL, 0, 0, now, live)
+

@@ -1,0 +1,272 @@
+"""A job's requests from its user or an administrator: submission (and --test-only), updates,
+hold and release, requeue, cancellation and signals, suspend and resume.
+"""
+
+from __future__ import annotations
+
+import grp
+import pwd
+import signal as signal_mod
+from collections.abc import Iterable
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from wattsched import scheduling, states
+from wattsched.api import JobSubmit, JobUpdate, WillRun
+from wattsched.auth import Identity
+from wattsched.controller import jobend, launching, permissions, snapshots
+from wattsched.controller import submit as submit_mod
+from wattsched.controller.actions import Action, Freeze, Refused, Signal
+from wattsched.model import Job
+
+if TYPE_CHECKING:
+    from wattsched.controller.state import ClusterState
+
+
+
+def submit(state: ClusterState, req: JobSubmit, who: Identity, now: float) -> list[Job]:
+    if req.nice < 0 and not permissions.is_admin(state, who):
+        raise Refused("Access/permission denied: only an administrator may set a negative nice value", 403)
+    gid, group = primary_group(who.uid)
+    req = with_account(state, req, who)
+    try:
+        jobs = submit_mod.build_jobs(req, who, gid, group, state.config, now, state.next_job_id,
+                                     snapshots.node_snaps(state), state.plugins.select,
+                                     snapshots.partition_snaps(state), state.resv.by_name)
+    except submit_mod.SubmitError as exc:
+        raise Refused(str(exc)) from exc
+    if len(state.jobs) + len(jobs) > state.config.max_job_count:
+        raise Refused(f"Slurm temporarily unable to accept job (MaxJobCount={state.config.max_job_count} "
+                      "reached)", 503)
+    state.next_job_id = jobs[-1].job_id + 1
+    state.journal.meta_dirty = True
+    for job in jobs:
+        state.jobs[job.job_id] = job
+        state.touch(job)
+    return jobs
+
+
+def will_run(state: ClusterState, req: JobSubmit, who: Identity, now: float) -> tuple[Job, WillRun]:
+    """sbatch --test-only: the job as it would be, and when and where the scheduler would start
+    it (now, or at its place in the backfill plan), from a pass of the pure core over the
+    current snapshot with the job added. Nothing is kept."""
+    gid, group = primary_group(who.uid)
+    req = with_account(state, req, who)
+    try:
+        job = submit_mod.build_jobs(req, who, gid, group, state.config, now, state.next_job_id,
+                                    snapshots.node_snaps(state), state.plugins.select, snapshots.partition_snaps(state),
+                                    state.resv.by_name)[0]
+    except submit_mod.SubmitError as exc:
+        raise Refused(str(exc)) from exc
+    try:
+        snap = snapshots.snapshot(state, now, backfill_due=True)
+        snap = replace(snap, pending=(*snap.pending, snapshots.request(state, job)))
+        decisions = scheduling.schedule(snap, state.plugins.priority, state.plugins.scheduler,
+                                        state.plugins.select, scheduling.QueueMemo())
+    finally:
+        state.memo.requests.pop(job.job_id, None)
+    started = dict(decisions.starts).get(job.job_id)
+    if started is not None:
+        return job, WillRun(start_time=now, nodes=list(started.cpus), cpus=sum(started.cpus.values()),
+                            partition=job.partition)
+    return job, WillRun(start_time=decisions.expected_start.get(job.job_id), cpus=job.ntasks * job.cpus_per_task,
+                        partition=job.partition, reason=decisions.reasons.get(job.job_id, job.reason))
+
+
+def with_account(state: ClusterState, req: JobSubmit, who: Identity) -> JobSubmit:
+    """The job's account: as asked, else the user's default; with
+    AccountingStorageEnforce=associations, only an account the user is associated with."""
+    account = req.account or state.shares.default_account.get(who.user, "")
+    if "associations" in state.config.accounting_storage_enforce and \
+            account not in state.shares.user_accounts.get(who.user, ()):
+        raise Refused("Invalid account or account/partition combination specified")
+    return req.model_copy(update={"account": account}) if account != req.account else req
+
+
+def cancel(state: ClusterState, jobs: Iterable[Job], who: Identity, sig: int | None, batch_only: bool,
+           now: float) -> list[Action]:
+    jobs = list(jobs)
+    for job in jobs:
+        permissions.check_owner(state, job, who)
+    actions: list[Action] = []
+    for job in jobs:
+        if job.state in states.FINISHED:
+            continue
+        if sig is not None and sig not in (signal_mod.SIGKILL,):
+            if job.state == states.RUNNING:
+                actions.append(Signal(job.job_id, job.node_list, sig, batch_only))
+            continue
+        if job.state == states.PENDING:
+            job.state = states.CANCELLED
+            job.cancelled_by = who.uid
+            job.start_time = job.end_time = now
+            state.touch(job)
+        elif job.state == states.RUNNING and job.cancelled_by is None:
+            job.cancelled_by = who.uid
+            state.touch(job)
+            if job.suspended_at:  # thawed first: a frozen process takes no SIGTERM
+                actions.extend(thaw(state, job, now))
+            actions.extend(terminate(state, job, now))
+    return actions
+
+
+def suspend(state: ClusterState, jobs: Iterable[Job], resume: bool, who: Identity, now: float) -> list[Action]:
+    """scontrol suspend|resume (operators and administrators only, as in Slurm): a suspended
+    job keeps its nodes, its processes are frozen, and its time limit does not run."""
+    if not permissions.is_admin(state, who):
+        raise Refused("Access/permission denied", 403)
+    actions: list[Action] = []
+    jobs = list(jobs)
+    for job in jobs:
+        if job.state != states.RUNNING or job.configuring or job.cancelled_by is not None:
+            raise Refused(f"Job {job.display_id} is not running", 409)
+        if resume and not job.suspended_at:
+            raise Refused(f"Job {job.display_id} is not suspended", 409)
+        if not resume and job.suspended_at:
+            raise Refused(f"Job {job.display_id} is already suspended", 409)
+    for job in jobs:
+        if resume:
+            actions.extend(thaw(state, job, now))
+        else:
+            job.suspended_at = now
+            state.touch(job)
+            actions.append(Freeze(job.job_id, job.node_list, True))
+    return actions
+
+
+def thaw(state: ClusterState, job: Job, now: float) -> list[Action]:
+    job.suspended_s += now - job.suspended_at
+    job.suspended_at = 0.0
+    state.touch(job)
+    return [Freeze(job.job_id, job.node_list, False)]
+
+
+def terminate(state: ClusterState, job: Job, now: float) -> list[Action]:
+    """Kill a running job everywhere; allocations with no batch script end right away."""
+    if job.interactive or not job.launched:
+        final = states.TIMEOUT if job.timed_out else states.CANCELLED
+        return jobend.end(state, job, final, job.exit_code, job.term_signal, now, job.node_list)
+    return [Signal(job.job_id, job.node_list, signal_mod.SIGTERM, terminate=True)]
+
+
+def update(state: ClusterState, jobs: Iterable[Job], upd: JobUpdate, who: Identity, now: float) -> None:
+    jobs = list(jobs)
+    admin = permissions.is_admin(state, who)
+    for job in jobs:
+        permissions.check_owner(state, job, who)
+    if (upd.priority is not None or upd.hold == "admin") and not admin:
+        raise Refused("Access/permission denied", 403)
+    for job in jobs:
+        if job.state in states.FINISHED and (upd.hold or upd.release or upd.time_limit or upd.priority):
+            raise Refused("Job has already finished", 409)
+        if upd.hold is not None:
+            if job.state != states.PENDING:
+                raise Refused("Job is no longer pending execution", 409)
+            job.hold = upd.hold
+        if upd.release:
+            if job.hold == "admin" and not admin:
+                raise Refused("Access/permission denied", 403)
+            job.hold = ""
+        if upd.time_limit is not None:
+            update_time_limit(state, job, upd.time_limit, admin)
+        if upd.priority is not None:
+            job.admin_priority = job.priority = upd.priority  # shown at once, as Slurm does
+        if upd.nice is not None:
+            if upd.nice < 0 and not admin:
+                raise Refused("Access/permission denied", 403)
+            job.nice = upd.nice
+        if upd.name is not None:
+            job.name = upd.name
+        if upd.comment is not None:
+            job.comment = upd.comment
+        if upd.admin_comment is not None:
+            if not admin:
+                raise Refused("Access/permission denied", 403)
+            job.admin_comment = upd.admin_comment
+        if upd.partition is not None:
+            if job.state != states.PENDING:
+                raise Refused("Job is no longer pending execution", 409)
+            if upd.partition not in {p.name for p in state.config.partitions}:
+                raise Refused("Invalid partition name specified")
+            job.partition = upd.partition
+        state.touch(job)
+
+
+def update_time_limit(state: ClusterState, job: Job, text: str, admin: bool) -> None:
+    from wattsched import timefmt
+
+    current = job.time_limit_min
+    sign = text[:1] if text[:1] in "+-" else ""
+    try:
+        minutes = timefmt.parse_duration_min(text[1:] if sign else text)
+    except timefmt.TimeFormatError as exc:
+        raise Refused(str(exc)) from exc
+    if sign:  # TimeLimit=+N / -N: relative to the current limit, as scontrol allows
+        if minutes is None or current is None:
+            raise Refused("Invalid time limit: a relative change needs a finite limit")
+        minutes = max(0, current + minutes) if sign == "+" else max(1, current - minutes)
+    increase = (minutes is None and current is not None) or (
+        minutes is not None and current is not None and minutes > current)
+    if increase and not admin:
+        raise Refused("Access/permission denied", 403)
+    job.time_limit_min = minutes
+
+
+def requeue(state: ClusterState, jobs: Iterable[Job], who: Identity, now: float) -> list[Action]:
+    actions: list[Action] = []
+    for job in jobs:
+        permissions.check_owner(state, job, who)
+        if job.interactive:
+            raise Refused("Only batch jobs are accepted or processed", 400)
+        if job.state in (states.RUNNING,):
+            actions.extend(requeue_running(state, job, now))
+        elif job.state in states.FINISHED:
+            reset_for_requeue(state, job)
+        else:
+            raise Refused("Job is pending execution", 409)
+    return actions
+
+
+def requeue_running(state: ClusterState, job: Job, now: float) -> list[Action]:
+    nodes = job.node_list
+    # the run is cleaned up where it may have processes: a configuring job never ran, a down
+    # node will not answer
+    live = [] if job.configuring else [n for n in nodes if state.nodes[n].base_state != states.N_DOWN
+                                       and not state.nodes[n].not_responding]
+    launching.hold_resources(state, job, -1)
+    reset_for_requeue(state, job)
+    job.completing_nodes = live
+    return [Signal(job.job_id, nodes, signal_mod.SIGKILL, terminate=True)]
+
+
+def reset_for_requeue(state: ClusterState, job: Job) -> None:
+    job.state = states.PENDING
+    job.reason = states.R_NONE
+    job.restart_count += 1
+    job.start_time = job.end_time = 0.0
+    job.alloc_cpus, job.tasks_per_node, job.alloc_mem_mb, job.nodes_expr = {}, {}, 0, ""
+    job.alloc_gpus = {}
+    job.batch_host, job.launched, job.final_state, job.configuring = "", False, "", False
+    job.cancelled_by, job.timed_out, job.warn_signal_sent = None, False, False
+    job.exit_code = job.term_signal = 0
+    job.steps, job.next_step_id, job.completing_nodes = [], 0, []
+    state.touch(job)
+
+
+def launched(state: ClusterState, job_id: int) -> None:
+    job = state.jobs.get(job_id)
+    if job is not None and not job.launched and job.state == states.RUNNING:
+        job.launched = True
+        state.touch(job)
+
+
+def primary_group(uid: int) -> tuple[int, str]:
+    """The uid's primary gid and group name (cached: each lookup reads the user database)."""
+    try:
+        gid = pwd.getpwuid(uid).pw_gid
+    except KeyError:
+        gid = uid
+    try:
+        return gid, grp.getgrgid(gid).gr_name
+    except KeyError:
+        return gid, str(gid)

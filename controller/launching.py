@@ -1,0 +1,195 @@
+"""One scheduling pass and what starting a job takes: the pure core's decisions applied, GPUs
+numbered, resources held, CONFIGURING while powered-down nodes wake or PrologSlurmctld runs,
+and the failure rules of prologs (Slurm's).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from wattsched import gres, hostlist, prologs, scheduling, states
+from wattsched.api import JobEvent
+from wattsched.controller import jobend, jobs, snapshots, statesave
+from wattsched.controller.actions import Action, AdminProgram, Launch
+from wattsched.controller.powersaving import PowerProgram
+from wattsched.model import Job, Step
+
+if TYPE_CHECKING:
+    from wattsched.controller.state import ClusterState
+
+log = logging.getLogger("wattsched.controller")
+
+
+def schedule(state: ClusterState, now: float) -> list[Action]:
+    """One scheduling pass: call the pure core, then apply its decisions. A backfill
+    scheduler plans the whole queue every bf_interval; in between, passes are strict."""
+    backfill = getattr(state.plugins.scheduler, "backfill", False)
+    due = backfill and now - state.stats.bf_last_time >= state.config.scheduler_parameters.bf_interval_s
+    started = time.perf_counter()
+    snap = snapshots.snapshot(state, now, due)
+    decisions = scheduling.schedule(snap, state.plugins.priority, state.plugins.scheduler, state.plugins.select,
+                                    state.memo.queue)
+    if due:
+        state.stats.backfill_done(now, (time.perf_counter() - started) * 1000, decisions.backfilled,
+                                 decisions.backfill_depth, len(snap.pending))
+        for job_id, when in decisions.expected_start.items():
+            job = state.jobs[job_id]
+            if job.expected_start != when:
+                job.expected_start = when
+                state.memo.job_changed(job_id, request_changed=False)
+    for job_id, prio in decisions.priorities.items():
+        job = state.jobs[job_id]
+        if job.priority != prio:
+            job.priority = prio
+            state.memo.job_changed(job_id, request_changed=False)
+    for job_id, reason in decisions.reasons.items():
+        job = state.jobs[job_id]
+        if job.reason != reason:
+            job.reason = reason
+            state.touch(job, request_changed=False)
+    actions: list[Action] = []
+    for job_id, alloc in decisions.starts:
+        actions.extend(start(state, state.jobs[job_id], alloc, now))
+    state.stats.started += len(decisions.starts)
+    state.stats.depth = len(snap.pending)
+    return actions
+
+
+def start(state: ClusterState, job: Job, alloc: scheduling.Allocation, now: float) -> list[Action]:
+    job.state = states.RUNNING
+    job.reason = states.R_NONE
+    job.start_time = now
+    job.expected_start = 0.0
+    job.cpu_freq_khz = alloc.cpu_freq_khz
+    job.alloc_cpus = dict(alloc.cpus)
+    job.nodes_expr = hostlist.compress(alloc.cpus)
+    job.tasks_per_node = dict(alloc.tasks)
+    job.alloc_mem_mb = max(alloc.mem_mb.values(), default=0)
+    job.alloc_gpus = {}
+    for name, kinds in alloc.gpus.items():
+        node = state.nodes[name]
+        chosen: list[int] = []
+        for kind, count in kinds.items():  # the policy counted by type: the lowest free numbers of each
+            chosen += gres.pick(node.gpus, [*node.alloc_gpus, *chosen], kind, count)
+        job.alloc_gpus[name] = sorted(chosen)
+    job.batch_host = next(iter(alloc.cpus))
+    job.launched = False
+    hold_resources(state, job, +1)
+    state.touch(job)
+    waking = [n for n in alloc.cpus if state.nodes[n].power in (states.P_POWERED_DOWN, states.P_POWERING_UP)]
+    if state.config.prolog_slurmctld:  # CONFIGURING until it succeeds, as in Slurm
+        job.prolog_slurmctld = True
+        return [*configure(state, job, waking, now), admin_program(state, "prolog", job)]
+    if waking:
+        return configure(state, job, waking, now)
+    if job.interactive:
+        job.launched = True
+        return [Launch(job)]  # its nodes' agents still set its CPU frequency and profile it
+    job.steps.append(Step(step_id="batch", name="batch", nodes=[job.batch_host], ntasks=1,
+                          cpus=job.alloc_cpus[job.batch_host], start_time=now))
+    return [Launch(job)]
+
+
+def configure(state: ClusterState, job: Job, waking: list[str], now: float) -> list[Action]:
+    """Hold a job CONFIGURING while its powered-down nodes are woken (Slurm's power save)."""
+    assert state.power_saving is not None
+    job.configuring = True
+    if not job.interactive:
+        job.steps.append(Step(step_id="batch", name="batch", nodes=[job.batch_host], ntasks=1,
+                              cpus=job.alloc_cpus[job.batch_host], start_time=now))
+    asleep = [n for n in waking if state.nodes[n].power == states.P_POWERED_DOWN]
+    for name in asleep:
+        state.power_saving.begin_resume(state.nodes[name], now, job.job_id)
+        statesave.node_event(state, state.nodes[name], now, states.P_POWERING_UP, f"job {job.job_id}")
+    return [PowerProgram("resume", asleep)] if asleep else []
+
+
+def admin_program(state: ClusterState, kind: str, job: Job) -> AdminProgram:
+    ended = kind == "epilog"
+    env = prologs.environment(
+        f"{kind}_slurmctld", job_id=job.job_id, uid=job.uid, gid=job.gid, user=job.user, account=job.account,
+        partition=job.partition, node_list=job.nodes_expr, job_name=job.name, cluster=state.config.cluster_name,
+        exit_code=job.exit_code if ended else None, term_signal=job.term_signal if ended else 0)
+    return AdminProgram(kind, job.job_id, state.config.prolog_slurmctld if kind == "prolog"
+                        else state.config.epilog_slurmctld, env)
+
+
+def admin_program_done(state: ClusterState, program: AdminProgram, code: int, error: str, now: float) -> list[Action]:
+    """PrologSlurmctld's end: the job launches once its nodes are up; on failure a batch job is
+    requeued held and an interactive one ends (Slurm's rules). EpilogSlurmctld's failure is logged."""
+    job = state.jobs.get(program.job_id)
+    if code:
+        log.error(f"{program.kind}_slurmctld failed", extra={"job": program.job_id, "error": error})
+    if program.kind != "prolog" or job is None or not job.prolog_slurmctld or job.state != states.RUNNING:
+        return []
+    job.prolog_slurmctld = False
+    state.touch(job)
+    if not code:
+        return configured(state, now)
+    return prolog_failed(state, job, now)
+
+
+def prolog_failed(state: ClusterState, job: Job, now: float) -> list[Action]:
+    """A prolog failed: a batch job is requeued and held (JobHeldAdmin); an interactive one fails."""
+    if job.interactive:
+        job.reason = prologs.PROLOG_ERROR
+        return jobend.end(state, job, states.FAILED, 1, 0, now, [] if job.configuring else job.node_list)
+    actions = jobs.requeue_running(state, job, now)
+    job.hold, job.reason = "admin", states.R_HELD_ADMIN
+    return actions
+
+
+def agent_script_ended(state: ClusterState, event: JobEvent, now: float) -> list[Action]:
+    """A node's Prolog failed, or its Epilog ended: the node is clean of the job once its Epilog
+    is done (it stays COMPLETING until then, as in Slurm); a failed one drains the node, and
+    after a Prolog the job is requeued held."""
+    if event.step_id == "epilog":
+        jobend.node_clean(state, event.job_id, event.node)
+        if not event.exit_code:
+            return []
+    node = state.nodes.get(event.node)
+    reason = prologs.PROLOG_ERROR if event.step_id == "prolog" else prologs.EPILOG_ERROR
+    if node is not None and not node.drain:
+        node.drain, node.reason, node.reason_time, node.reason_uid = True, reason, now, 0
+        statesave.node_event(state, node, now, "DRAIN", reason)
+        state.journal.meta_dirty = True
+    job = state.jobs.get(event.job_id)
+    if event.step_id != "prolog" or job is None or job.state != states.RUNNING or event.run != job.restart_count:
+        return []
+    return prolog_failed(state, job, now)
+
+
+def configured(state: ClusterState, now: float) -> list[Action]:
+    """Launch the CONFIGURING jobs whose nodes are all up and whose PrologSlurmctld succeeded;
+    their run starts now."""
+    actions: list[Action] = []
+    for job in state.jobs.values():
+        if job.configuring and not job.prolog_slurmctld and job.state == states.RUNNING and all(
+                state.nodes[n].power not in (states.P_POWERED_DOWN, states.P_POWERING_UP) for n in job.alloc_cpus):
+            job.configuring = False
+            job.start_time = now
+            for step in job.steps:
+                step.start_time = now
+            state.touch(job)
+            if job.interactive:
+                job.launched = True
+            actions.append(Launch(job))
+    return actions
+
+
+def hold_resources(state: ClusterState, job: Job, sign: int) -> None:
+    for name, cpus in job.alloc_cpus.items():
+        node = state.nodes.get(name)
+        if node is None:
+            continue
+        node.alloc_cpus = max(0, node.alloc_cpus + sign * cpus)
+        node.alloc_mem_mb = max(0, node.alloc_mem_mb + sign * job.alloc_mem_mb)
+        for index in job.alloc_gpus.get(name, ()):
+            if sign > 0:
+                node.alloc_gpus[index] = job.job_id
+            elif node.alloc_gpus.get(index) == job.job_id:
+                del node.alloc_gpus[index]
+        node.refresh_base_state()
+

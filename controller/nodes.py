@@ -1,0 +1,227 @@
+"""The nodes' side: agents' heartbeats (registration, events, energy readings, lost jobs),
+DOWN and DRAIN and their reasons, scontrol update nodename, and scontrol reconfigure.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import TYPE_CHECKING
+
+from wattsched import states
+from wattsched.api import AgentHeartbeat, NodeReport
+from wattsched.auth import Identity
+from wattsched.config import Config
+from wattsched.controller import jobend, jobenergy, launching, permissions, powercontrol, snapshots, statesave, steps
+from wattsched.controller.actions import Action, Refused
+from wattsched.model import Job, Node
+
+if TYPE_CHECKING:
+    from wattsched.controller.state import ClusterState, Plugins
+
+log = logging.getLogger("wattsched.controller")
+NOT_RESPONDING = "Not responding"
+
+
+def reconfigure(state: ClusterState, config: Config, plugins: Plugins, now: float) -> list[str]:
+    """``scontrol reconfigure``: take a re-read configuration without losing a job. New nodes and
+    partitions, changed node sizes and parameters apply at once; a setting that needs a restart,
+    a node removed while a job holds it or shrunk below what its jobs hold is refused (Refused,
+    nothing changed). Returns what changed."""
+    for key, attr in RESTART_ONLY.items():
+        if getattr(config, attr) != getattr(state.config, attr):
+            raise Refused(f"{key} cannot change without restarting the controller "
+                          f"({getattr(state.config, attr)!r} -> {getattr(config, attr)!r})", 409)
+    wanted = {conf.name: conf for conf in config.nodes}
+    for name, have in state.nodes.items():
+        conf = wanted.get(name)
+        if conf is None and (have.alloc_cpus or any(name in j.completing_nodes for j in state.jobs.values())):
+            raise Refused(f"Node {name} cannot be removed while it runs jobs", 409)
+        if conf is not None and (conf.cpus < have.alloc_cpus or conf.real_memory_mb < have.alloc_mem_mb
+                                 or any(i >= len(conf.gpus) for i in have.alloc_gpus)):
+            raise Refused(f"Node {name} cannot shrink below what its jobs hold", 409)
+    changes = []
+    for name in [n for n in state.nodes if n not in wanted]:
+        del state.nodes[name]
+        changes.append(f"node {name} removed")
+    for name, conf in wanted.items():
+        node = state.nodes.get(name)
+        if node is None:
+            state.nodes[name] = new_node(config, conf, now)
+            changes.append(f"node {name} added")
+            continue
+        fields = configured_fields(config, conf)
+        if any(getattr(node, k) != v for k, v in fields.items()):
+            for key, value in fields.items():
+                setattr(node, key, value)
+            node.refresh_base_state()
+            changes.append(f"node {name} changed")
+    old_parts = {p.name: p for p in state.config.partitions}
+    changes += [f"partition {p.name} {'added' if p.name not in old_parts else 'changed'}"
+                for p in config.partitions if old_parts.get(p.name) != p]
+    new_parts = {p.name for p in config.partitions}
+    changes += [f"partition {name} removed" for name in old_parts if name not in new_parts]
+    before = dict(state.config.as_pairs())
+    changes += [f"{key} changed" for key, value in config.as_pairs() if value != before.get(key)]
+    if config.power_cap != state.config.power_cap:
+        state.power_cap = config.power_cap
+        state.journal.meta_dirty = True
+    state.config, state.plugins = config, plugins
+    assert state.power_saving is not None
+    state.power_saving.reconfigure(config)
+    # every memo of the old configuration goes
+    state.memo = snapshots.Memos()
+    state.journal.meta_dirty = True
+    return changes
+
+
+def heartbeat(state: ClusterState, hb: AgentHeartbeat, now: float) -> tuple[list[int], list[int], list[Action]]:
+    """Register or refresh an agent's nodes; returns (acked events, jobs to kill, actions)."""
+    actions: list[Action] = []
+    acked = []
+    for event in hb.events:
+        if event.step_id == "batch":
+            actions.extend(jobend.batch_ended(state, event, now))
+        elif event.step_id in ("prolog", "epilog"):
+            actions.extend(launching.agent_script_ended(state, event, now))
+        else:
+            steps.step_ended(state, event, now)
+        acked.append(event.job_id)
+    ended = {e.job_id for e in hb.events if e.step_id == "batch"}
+    to_kill: list[int] = []
+    by_host: dict[str, list[Job]] = {}
+    woken = False
+    if hb.nodes:
+        for job in state.jobs.values():
+            if job.state == states.RUNNING and job.launched:
+                by_host.setdefault(job.batch_host, []).append(job)
+    for report in hb.nodes:
+        node = state.nodes.get(report.name)
+        if node is None:
+            continue
+        node.agent_url, node.last_seen, node.boot_time = hb.agent_url, now, hb.boot_time
+        node.registered = True
+        if report.energy is not None:
+            node.add_energy_sample(report.energy.time, report.energy.joules, report.energy.watts,
+                                   {u.job_id: u.cpu_s for u in report.jobs},
+                                   {u.job_id: u.gpu_j for u in report.jobs if u.gpu_j})
+        job_usage_report(state, report)
+        woken |= node_up(state, node, report, now)
+        if node.not_responding:
+            node.not_responding = False
+            if node.base_state == states.N_DOWN and node.reason == NOT_RESPONDING and \
+                    state.config.return_to_service >= 1:
+                node.base_state, node.reason = states.N_IDLE, ""
+                statesave.node_event(state, node, now, "IDLE")
+            if node.base_state == states.N_UNKNOWN:
+                node.base_state = states.N_IDLE
+            node.refresh_base_state()
+        running = set(report.running_jobs)
+        for job_id in running:
+            held = state.jobs.get(job_id)
+            if held is None or held.state not in (states.RUNNING, states.COMPLETING) or \
+                    report.name not in held.alloc_cpus:
+                to_kill.append(job_id)
+        for job in by_host.get(report.name, []):
+            if job.state == states.RUNNING and job.job_id not in running and job.job_id not in ended \
+                    and hb.boot_time > job.start_time:
+                log.warning("job lost by its node agent", extra={"job": job.job_id, "node": report.name})
+                actions.extend(jobend.node_failed_job(state, job, now))
+    if woken:
+        actions.extend(launching.configured(state, now))
+    if hb.nodes and state.energy_due:
+        jobenergy.account_energy(state, now)
+    return acked, to_kill, actions
+
+
+def job_usage_report(state: ClusterState, report: NodeReport) -> None:
+    """Running jobs' CPU frequency as their nodes report it (sacct/sstat AveCPUFreq)."""
+    for usage in report.jobs:
+        job = state.jobs.get(usage.job_id)
+        if job is None or job.state != states.RUNNING:
+            continue
+        state.job_usage.setdefault(job.job_id, {})[report.name] = usage
+        if usage.cpu_freq_khz:
+            job.freq_reports += 1
+            job.ave_cpu_freq_khz += round((usage.cpu_freq_khz - job.ave_cpu_freq_khz) / job.freq_reports)
+
+
+def node_up(state: ClusterState, node: Node, report: NodeReport, now: float) -> bool:
+    """Whether a node powering up has come up: its agent reports it on since the resume began."""
+    if node.power != states.P_POWERING_UP or report.power != "on" or report.up_since < node.power_since:
+        return False
+    statesave.node_event(state, node, now, "POWERED_UP", f"job {node.power_job}" if node.power_job else "")
+    node.power, node.power_job = "", 0
+    return True
+
+
+def node_down(state: ClusterState, node: Node, reason: str, now: float, not_responding: bool = False,
+              uid: int = 0) -> list[Action]:
+    node.not_responding = node.not_responding or not_responding
+    node.base_state, node.reason, node.reason_time, node.reason_uid = states.N_DOWN, reason, now, uid
+    statesave.node_event(state, node, now, "DOWN")
+    actions: list[Action] = []
+    for job in list(state.jobs.values()):
+        if job.state == states.RUNNING and node.name in job.alloc_cpus:
+            actions.extend(jobend.node_failed_job(state, job, now))
+        elif node.name in job.completing_nodes:
+            jobend.node_clean(state, job.job_id, node.name)
+    return actions
+
+
+def update_nodes(state: ClusterState, names: list[str], new_state: str, reason: str, who: Identity,
+                 now: float) -> list[Action]:
+    if not permissions.is_admin(state, who):
+        raise Refused("Access/permission denied", 403)
+    unknown = [n for n in names if n not in state.nodes]
+    if unknown:
+        raise Refused(f"Invalid node name specified: {unknown[0]}", 404)
+    if new_state in ("drain", "down") and not reason:
+        raise Refused("You must specify a reason when DOWNING or DRAINING a node. Request denied")
+    if new_state.startswith("power_"):
+        return powercontrol.power_command(state, names, new_state, now)
+    actions: list[Action] = []
+    for name in names:
+        node = state.nodes[name]
+        if new_state == "drain":
+            node.drain, node.reason, node.reason_time, node.reason_uid = True, reason, now, who.uid
+            statesave.node_event(state, node, now, "DRAIN")
+        elif new_state == "down":
+            actions.extend(node_down(state, node, reason, now, uid=who.uid))
+        else:  # resume / idle / undrain
+            node.drain = False
+            if node.base_state == states.N_DOWN and not node.not_responding:
+                node.base_state = states.N_IDLE
+            node.reason, node.reason_time = "", now
+            node.refresh_base_state()
+            statesave.node_event(state, node, now, "RESUME")
+    state.journal.meta_dirty = True
+    return actions
+
+
+@functools.lru_cache(maxsize=4096)
+def configured_fields(config: Config, conf) -> dict:
+    """A node's fields that come from the configuration (the rest is its live state)."""
+    return dict(cpus=conf.cpus, real_memory_mb=conf.real_memory_mb, sockets=conf.sockets,
+                cores_per_socket=conf.cores_per_socket, threads_per_core=conf.threads_per_core, weight=conf.weight,
+                features=conf.features, partitions=tuple(p.name for p in config.partitions if conf.name in p.nodes),
+                idle_watts=conf.idle_watts, max_watts=conf.max_watts, power_save_watts=conf.power_save_watts,
+                down_watts=conf.down_watts, power_cap_priority=conf.power_cap_priority,
+                cpu_freq_watts=conf.cpu_freq_watts, gres=conf.gres, gpus=conf.gpus)
+
+
+def new_node(config: Config, conf, now: float) -> Node:
+    node = Node(name=conf.name, last_seen=now, **configured_fields(config, conf))
+    if conf.state in ("DOWN", "DRAIN", "FUTURE"):
+        node.base_state = states.N_FUTURE if conf.state == "FUTURE" else states.N_UNKNOWN
+        node.drain = conf.state == "DRAIN"
+        if conf.state == "DOWN":
+            node.base_state, node.reason = states.N_DOWN, "Configured DOWN"
+    return node
+
+
+# settings the running controller cannot take without a restart (scontrol reconfigure refuses them)
+RESTART_ONLY = {"ClusterName": "cluster_name", "SlurmctldHost": "slurmctld_addr", "SlurmctldPort": "slurmctld_port",
+                "StateSaveLocation": "state_save_location", "AccountingStorageType": "accounting_storage_type",
+                "AccountingStorageLoc": "accounting_storage_loc", "AuthAltParameters": "auth_key_file",
+                "AuthInfo": "auth_socket", "EmulatedNodes": "emulated_nodes", "EmulatedBMCPort": "emulated_bmc_port"}

@@ -1,0 +1,68 @@
+"""Who may do what, and which jobs a reference names: administrators (root, AdminUsers,
+sacctmgr's operators), the owner rule, and job references (12, 12_3, 12_[1-4]).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from wattsched.auth import Identity
+from wattsched.controller.actions import Refused
+from wattsched.model import Job
+
+if TYPE_CHECKING:
+    from wattsched.controller.state import ClusterState
+
+MAX_JOB_REF = 64  # characters of a job reference (12, 12_3, 12_[1-4]) before it is looked at
+
+
+def is_admin(state: ClusterState, who: Identity) -> bool:
+    """root, AdminUsers, the controller itself, and users sacctmgr made Operator or Administrator."""
+    return (who.uid == 0 or who.user in state.config.admin_users or who.role == "controller"
+            or who.user in state.shares.admins)
+
+
+def resolve(state: ClusterState, job_ref: str) -> list[Job]:
+    """Jobs named by ``12`` (a job, or every task of array 12) or ``12_3`` (one task)."""
+    if len(job_ref) > MAX_JOB_REF:
+        raise Refused("Invalid job id specified: too long")
+    try:
+        if "_" in job_ref:
+            array_s, task_s = job_ref.split("_", 1)
+            array_id, task_ids = int(array_s), TaskRanges(task_s)
+            found = [j for j in state.jobs.values()
+                     if j.array_job_id == array_id and j.array_task_id in task_ids]
+        else:
+            job_id = int(job_ref)
+            job = state.jobs.get(job_id)
+            if job is not None and job.array_job_id == job_id:
+                found = [j for j in state.jobs.values() if j.array_job_id == job_id]
+            else:
+                found = [job] if job is not None else []
+    except ValueError as exc:
+        raise Refused(f"Invalid job id specified: {job_ref}") from exc
+    if not found:
+        raise Refused("Invalid job id specified", 404)
+    return found
+
+
+def check_owner(state: ClusterState, job: Job, who: Identity) -> None:
+    if job.uid != who.uid and not is_admin(state, who):
+        raise Refused("Access/permission denied", 403)
+
+
+class TaskRanges:
+    """Array task ids named by ``3``, ``[1-4,7]``: kept as ranges, never expanded (``0-20000000`` is
+    as cheap as ``3``); the text is already bounded by MAX_JOB_REF."""
+
+    def __init__(self, text: str):
+        self.ranges = []
+        for part in text.strip("[]").split(","):
+            first, _, last = part.partition("-")
+            low, high = int(first), int(last or first)
+            if low < 0 or high < low:
+                raise ValueError(text)
+            self.ranges.append((low, high))
+
+    def __contains__(self, task_id: object) -> bool:
+        return isinstance(task_id, int) and any(low <= task_id <= high for low, high in self.ranges)

@@ -1,0 +1,162 @@
+"""The policy core's view of the live state: the immutable Snapshot a scheduling pass runs on
+(nodes, partitions, pending requests, running jobs, reservations, fair share, power), the
+power views the cap is computed from, and the memos that spare rebuilding unchanged parts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+from wattsched import power, scheduling, states
+from wattsched.controller import views
+from wattsched.model import Job
+
+if TYPE_CHECKING:
+    from wattsched.controller.state import ClusterState
+
+
+
+@dataclass
+class Memos:
+    """What a pass would otherwise rebuild for every job each time: each pending job's request and
+    listing record (dropped when the job changes), the partitions (from the configuration alone),
+    and the queue memo that keeps the core's eligibility verdicts from pass to pass. A
+    reconfiguration drops them all."""
+
+    requests: dict[int, scheduling.JobRequest] = field(default_factory=dict)
+    briefs: dict[int, dict] = field(default_factory=dict)
+    partitions: dict[str, scheduling.PartitionSnap] | None = None
+    queue: scheduling.QueueMemo = field(default_factory=scheduling.QueueMemo)
+
+    def job_changed(self, job_id: int, request_changed: bool = True) -> None:
+        self.briefs.pop(job_id, None)
+        if request_changed:
+            self.requests.pop(job_id, None)
+
+
+_WAKE = {states.P_POWERING_UP: scheduling.POWERING_UP, states.P_POWERED_DOWN: scheduling.POWERED_DOWN}
+
+
+def brief(state: ClusterState, job: Job, now: float) -> dict:
+    """The job's listing record, built once per change (squeue asks for 10,000 of them)."""
+    cached = state.memo.briefs.get(job.job_id)
+    if cached is None:
+        cached = state.memo.briefs[job.job_id] = views.job_brief(job, now)
+    if job.state in (states.RUNNING, states.COMPLETING):
+        return dict(cached, run_time_s=views.run_time(job, now))
+    return cached
+
+
+def partition_snaps(state: ClusterState) -> dict[str, scheduling.PartitionSnap]:
+    """Built once: partitions come from the configuration alone, and one mapping from pass to
+    pass lets the queue memo keep its eligibility verdicts."""
+    if state.memo.partitions is None:
+        state.memo.partitions = {p.name: scheduling.PartitionSnap(p.name, p.nodes, p.state, p.max_time_min,
+                                                                  p.max_nodes, p.priority_job_factor)
+                                 for p in state.config.partitions}
+    return state.memo.partitions
+
+
+def node_snaps(state: ClusterState) -> dict[str, scheduling.NodeSnap]:
+    return {n.name: scheduling.NodeSnap(n.name, n.cpus, n.cpus - n.alloc_cpus, n.real_memory_mb,
+                                        n.real_memory_mb - n.alloc_mem_mb, n.weight, frozenset(n.features),
+                                        n.schedulable, _WAKE.get(n.power, scheduling.POWERED_ON),
+                                        n.gres, n.free_gpus())
+            for n in state.nodes.values()}
+
+
+def request(state: ClusterState, job: Job) -> scheduling.JobRequest:
+    cached = state.memo.requests.get(job.job_id)
+    if cached is None:
+        cached = scheduling.JobRequest(
+            job_id=job.job_id, user=job.user, partition=job.partition, submit_time=job.submit_time,
+            name=job.name, nodes_min=job.nodes_min, nodes_max=job.nodes_max, ntasks=job.ntasks,
+            ntasks_set=job.ntasks_set, ntasks_per_node=job.ntasks_per_node,
+            cpus_per_task=job.cpus_per_task, mem_per_node_mb=job.mem_per_node_mb,
+            mem_per_cpu_mb=job.mem_per_cpu_mb, exclusive=job.exclusive, req_nodes=tuple(job.req_nodes),
+            exc_nodes=tuple(job.exc_nodes), features=tuple(job.features), time_limit_min=job.time_limit_min,
+            begin_time=job.begin_time, dependency=job.dependency, hold=job.hold,
+            admin_priority=job.admin_priority, nice=job.nice, array_job_id=job.array_job_id,
+            array_throttle=job.array_throttle, account=job.account, reservation=job.reservation,
+            cpu_freq_pinned=bool(job.cpu_freq), power_fit=job.power_fit, gpus=job.gpu_request)
+        state.memo.requests[job.job_id] = cached
+    return cached
+
+
+def snapshot(state: ClusterState, now: float, backfill_due: bool = True) -> scheduling.Snapshot:
+    # a requeued job waits until its previous run is gone from every node (Slurm's COMPLETING flag)
+    pending = tuple(request(state, j) for j in state.jobs.values()
+                    if j.state == states.PENDING and not j.completing_nodes)
+    needs_briefs = any(r.dependency or r.array_throttle for r in pending)
+    briefs = {j.job_id: scheduling.JobBrief(j.job_id, j.state, j.user, j.name, j.exit_code, j.term_signal,
+                                            j.array_job_id, j.array_task_id, j.start_time)
+              for j in state.jobs.values()} if needs_briefs else {}
+    running = tuple(
+        scheduling.RunningJob(j.job_id, j.alloc_cpus, {n: j.alloc_mem_mb for n in j.alloc_cpus},
+                              j.start_time + j.time_limit_min * 60 if j.time_limit_min is not None else None,
+                              gpus_by_type(state, j))
+        for j in state.jobs.values() if j.holds_nodes) \
+        if backfill_due or state.power_cap is not None else ()
+    return scheduling.Snapshot(now=now, nodes=tuple(node_snaps(state).values()),
+                               partitions=partition_snaps(state), pending=pending, jobs=briefs,
+                               def_mem_per_cpu_mb=state.config.def_mem_per_cpu_mb, running=running,
+                               backfill_due=backfill_due, reservations=state.resv.snapshots(),
+                               fairshare=state.shares.factors, power=power_snap(state))
+
+
+def gpus_by_type(state: ClusterState, job: Job) -> dict[str, dict[str, int]]:
+    """The job's GPUs per node, counted by type (as a policy sees them)."""
+    result: dict[str, dict[str, int]] = {}
+    for name, indices in job.alloc_gpus.items():
+        node = state.nodes.get(name)
+        if node is None:
+            continue
+        kinds = {d.index: d.kind for d in node.gpus}
+        counts = result.setdefault(name, {})
+        for index in indices:
+            counts[kinds.get(index, "")] = counts.get(kinds.get(index, ""), 0) + 1
+    return result
+
+
+def node_power(state: ClusterState) -> dict[str, power.NodePower]:
+    """Each node's watts; a busy node whose jobs all run at a capped frequency counts their watts."""
+    capped: dict[str, list[int | None]] = {}
+    for job in state.jobs.values():
+        if job.holds_nodes:
+            for name in job.alloc_cpus:
+                capped.setdefault(name, []).append(job.cpu_freq_khz)
+    result = {}
+    for n in state.nodes.values():
+        idle, most = n.idle_watts or 0, n.max_watts or 0
+        node = power.NodePower(idle, most, idle if n.power_save_watts is None else n.power_save_watts,
+                               most if n.down_watts is None else n.down_watts, n.power_cap_priority == 0,
+                               freq_watts=n.cpu_freq_watts)
+        freqs = capped.get(n.name, [])
+        if freqs and None not in freqs:
+            node = replace(node, busy=max(node.busy_at(f) for f in freqs))
+        result[n.name] = node
+    return result
+
+
+def power_states(state: ClusterState) -> dict[str, str]:
+    """Each node's state for power: busy (allocated or mixed), idle, powered down (saved), down.
+    A node powering down still counts as idle until it is off: the cap is never broken."""
+    result = {}
+    for n in state.nodes.values():
+        if n.power == states.P_POWERED_DOWN:
+            result[n.name] = power.SAVED
+        elif n.base_state in (states.N_DOWN, states.N_UNKNOWN, states.N_FUTURE) or n.not_responding:
+            result[n.name] = power.DOWN
+        else:
+            result[n.name] = power.BUSY if n.alloc_cpus else power.IDLE
+    return result
+
+
+def power_snap(state: ClusterState) -> power.PowerSnap | None:
+    if state.power_cap is None:
+        return None
+    return power.PowerSnap(node_power(state), power_states(state), state.power_cap, state.resv.power_snapshots())
+
+
+

@@ -1,0 +1,91 @@
+"""What the controller saves and when: the journal of changes since the last flush (jobs,
+purged jobs, node events, reservations, metadata), its commit to the state store, and the
+restore of a saved state at start-up.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from wattsched import states
+from wattsched.controller import launching, nodes
+from wattsched.controller.reservations import ReservationBook
+from wattsched.model import Job, Node, Reservation
+
+if TYPE_CHECKING:
+    from wattsched.controller.state import ClusterState
+
+
+
+@dataclass
+class Journal:
+    """What changed since the last flush: the one place the controller's writes are gathered, so
+    that a request is answered only after its changes are in the store."""
+
+    dirty: set[int] = field(default_factory=set)  # jobs to save
+    purged: list[int] = field(default_factory=list)  # jobs past MinJobAge, to delete
+    node_events: list[dict] = field(default_factory=list)
+    resv_dirty: list[Reservation] = field(default_factory=list)
+    meta_dirty: bool = False  # next ids, the power cap, the nodes' drain/down/power metadata
+
+    def pending(self) -> bool:
+        return bool(self.dirty or self.purged or self.meta_dirty or self.node_events or self.resv_dirty)
+
+
+def restore(state: ClusterState) -> None:
+    """Take the saved state into a state built from the configuration: nodes' drain, down and
+    power metadata, the next ids, the power cap, reservations and every job (holding its nodes'
+    resources again if it holds them)."""
+    store, config = state.store, state.config
+    saved_nodes = json.loads(store.get_meta("nodes", "{}") or "{}")
+    for name, saved in saved_nodes.items():
+        node = state.nodes.get(name)
+        if node is not None:
+            node.drain, node.reason = saved["drain"], saved["reason"]
+            node.reason_time, node.reason_uid = saved.get("reason_time", 0), saved.get("reason_uid", 0)
+            if saved.get("down"):
+                node.base_state = states.N_DOWN
+            node.power, node.power_since = saved.get("power", ""), saved.get("power_since", 0.0)
+            node.power_job = saved.get("power_job", 0)
+    state.next_job_id = int(store.get_meta("next_job_id", str(config.first_job_id)) or 1)
+    saved_cap = store.get_meta("power_cap")
+    state.power_cap = config.power_cap if saved_cap is None else json.loads(saved_cap)
+    state.resv = ReservationBook([Reservation.from_dict(r) for r in store.load_reservations()],
+                                 int(store.get_meta("next_resv_id", "1") or 1))
+    for data in store.load_jobs():
+        job = Job.from_dict(data)
+        state.jobs[job.job_id] = job
+        if job.energy_pending:
+            state.energy_due.add(job.job_id)
+        if job.holds_nodes:
+            launching.hold_resources(state, job, +1)
+
+
+def node_event(state: ClusterState, node: Node, now: float, label: str, reason: str | None = None) -> None:
+    """Journal a node's state change for sacctmgr show event (and save the nodes' metadata)."""
+    state.journal.node_events.append({"node": node.name, "state": label, "time": now,
+                              "reason": node.reason if reason is None else reason,
+                              "uid": node.reason_uid, "cluster": state.config.cluster_name})
+    state.journal.meta_dirty = True
+
+
+def flush(state: ClusterState) -> None:
+    """Commit the journal to the state store in one transaction, then empty it."""
+    journal = state.journal
+    if not journal.pending():
+        return
+    meta = {"next_job_id": str(state.next_job_id), "next_resv_id": str(state.resv.next_id),
+            "power_cap": json.dumps(state.power_cap)}
+    if journal.meta_dirty:
+        meta["nodes"] = json.dumps({
+            n.name: {"drain": n.drain, "reason": n.reason, "reason_time": n.reason_time,
+                     "reason_uid": n.reason_uid,
+                     "down": n.base_state == states.N_DOWN and n.reason != nodes.NOT_RESPONDING,
+                     "power": n.power, "power_since": n.power_since, "power_job": n.power_job}
+            for n in state.nodes.values() if n.drain or n.reason or n.power})
+    saved = [state.jobs[j].to_dict() for j in journal.dirty if j in state.jobs]
+    state.store.commit(saved, journal.purged, meta, journal.node_events, [r.to_dict() for r in journal.resv_dirty])
+    state.journal = Journal()
+

@@ -1,0 +1,141 @@
+"""Job steps and interactive allocations: srun's step placement and credential, the steps'
+ends as srun and the node agents report them, and salloc's release.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from wattsched import auth, states
+from wattsched.api import JobEvent, StepComplete, StepCreate
+from wattsched.auth import Identity
+from wattsched.controller import jobend, jobs, permissions
+from wattsched.controller.actions import Action, Refused
+from wattsched.model import Job, Step
+from wattsched.usage import merge as merge_usage
+
+if TYPE_CHECKING:
+    from wattsched.controller.state import ClusterState
+
+MAX_TASKS_PER_NODE = 512  # Slurm's MaxTasksPerNode default: a step may not place more on a node
+# the signal number Slurm records for a step its memory limit ended (sacct's ExitCode 0:125)
+OOM_SIGNAL = 125
+
+
+def create_step(state: ClusterState, job: Job, req: StepCreate, who: Identity,
+                now: float) -> tuple[Step, dict[str, list[int]]]:
+    permissions.check_owner(state, job, who)
+    if job.state != states.RUNNING:
+        raise Refused("Job/step already completing or completed" if job.state in states.FINISHED or
+                      job.state == states.COMPLETING else "Job is pending execution", 409)
+    layout = step_layout(job, req)
+    step_id = job.next_step_id
+    job.next_step_id += 1
+    step = Step(step_id=str(step_id), name=req.name or job.name, nodes=list(layout),
+                ntasks=sum(len(t) for t in layout.values()),
+                cpus=sum(job.alloc_cpus[n] for n in layout), start_time=now)
+    job.steps.append(step)
+    state.touch(job)
+    return step, layout
+
+
+def step_credential(state: ClusterState, job: Job, step: Step, layout: dict[str, list[int]]) -> str:
+    lifespan = (job.time_limit_min or 60 * 24 * 365) * 60 + 600
+    return auth.sign(state.key, {"job": job.job_id, "step": int(step.step_id), "uid": job.uid,
+                                "layout": layout, "exp": int(step.start_time + lifespan)})
+
+
+def complete_step(state: ClusterState, job: Job, step_id: str, done: StepComplete, who: Identity, now: float) -> None:
+    permissions.check_owner(state, job, who)
+    step = job.find_step(step_id)
+    if step is None:
+        raise Refused("Invalid job step id specified", 404)
+    if step.state != states.RUNNING:
+        return
+    step_over(state, job, step, done.exit_code, done.term_signal, now)
+
+
+def step_over(state: ClusterState, job: Job, step: Step, exit_code: int, term_signal: int, now: float) -> None:
+    step.state = states.COMPLETED if exit_code == 0 and not term_signal else states.FAILED
+    if step.oom_killed:
+        step.state = states.OUT_OF_MEMORY
+    if job.cancelled_by is not None or job.timed_out:
+        step.state = states.CANCELLED
+    step.exit_code, step.term_signal, step.end_time = exit_code, term_signal, now
+    state.touch(job)
+
+
+def step_ended(state: ClusterState, event: JobEvent, now: float) -> None:
+    """A node's tasks of an srun step ended: keep their usage (whether srun lived to report
+    the end or not); once every node of the step has reported, the step is over."""
+    job = state.jobs.get(event.job_id)
+    step = job.find_step(event.step_id) if job is not None else None
+    if job is None or step is None or event.node not in step.nodes:
+        return
+    step.tasks = merge_usage(step.tasks, [t.model_dump() for t in event.tasks])
+    if event.oom_killed:
+        step.oom_killed = True
+        event = event.model_copy(update={"exit_code": 0, "term_signal": OOM_SIGNAL})
+    if event.node not in step.ended_nodes:
+        step.ended_nodes.append(event.node)
+        step.exit_code, step.term_signal = max(step.exit_code, event.exit_code), \
+            max(step.term_signal, event.term_signal)
+    if step.state == states.RUNNING and set(step.ended_nodes) >= set(step.nodes):
+        step_over(state, job, step, step.exit_code, step.term_signal, now)
+    else:
+        state.touch(job)
+
+
+def complete_allocation(state: ClusterState, job: Job, exit_code: int, term_signal: int, who: Identity,
+                        now: float) -> list[Action]:
+    permissions.check_owner(state, job, who)
+    if not job.interactive:
+        raise Refused("Only interactive allocations can be released this way", 400)
+    if job.state == states.PENDING:
+        return jobs.cancel(state, [job], who, None, False, now)
+    if job.state != states.RUNNING:
+        return []
+    final = states.COMPLETED if exit_code == 0 and not term_signal else states.FAILED
+    if job.cancelled_by is not None:
+        final = states.CANCELLED
+    return jobend.end(state, job, final, exit_code, term_signal, now, job.node_list)
+
+
+def step_layout(job: Job, req: StepCreate) -> dict[str, list[int]]:
+    """Place a step's tasks on the allocation: block by each node's CPUs, task ids in node order; at
+    most MaxTasksPerNode tasks on a node (Slurm's default, 512), checked before any placing."""
+    nodes = list(job.alloc_cpus)
+    if (req.ntasks is not None and req.ntasks > MAX_TASKS_PER_NODE * len(nodes)) or \
+            req.ntasks_per_node > MAX_TASKS_PER_NODE:
+        raise Refused("Requested node configuration is not available")
+    if req.nodes is not None:
+        if req.nodes > len(nodes):
+            raise Refused("Requested node configuration is not available")
+        nodes = nodes[:req.nodes]
+    if req.ntasks is None:
+        if req.nodes is None and not req.ntasks_per_node and req.cpus_per_task == 1:
+            counts = {n: job.tasks_per_node.get(n, 1) for n in nodes}
+        else:
+            per = req.ntasks_per_node or max(1, min(job.alloc_cpus[n] for n in nodes) // req.cpus_per_task)
+            counts = dict.fromkeys(nodes, per)
+    else:
+        if req.ntasks < len(nodes):
+            nodes = nodes[:req.ntasks]
+        counts = dict.fromkeys(nodes, 1)
+        left = req.ntasks - len(nodes)
+        caps = {n: (req.ntasks_per_node or max(1, job.alloc_cpus[n] // req.cpus_per_task)) for n in nodes}
+        for n in nodes:
+            extra = min(left, caps[n] - 1)
+            counts[n] += extra
+            left -= extra
+        index = 0
+        while left > 0:  # oversubscribed: round robin, as srun --overcommit would
+            counts[nodes[index % len(nodes)]] += 1
+            left -= 1
+            index += 1
+    layout: dict[str, list[int]] = {}
+    task = 0
+    for n in nodes:
+        layout[n] = list(range(task, task + counts[n]))
+        task += counts[n]
+    return layout

@@ -1,0 +1,47 @@
+"""The controller's clock-driven transitions, once a second: time limits and --signal
+warnings, purging old jobs, reservations rolling, unresponsive nodes, then power saving.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from wattsched import states
+from wattsched.controller import jobenergy, jobs, nodes, powercontrol
+from wattsched.controller.actions import Action, Signal
+
+if TYPE_CHECKING:
+    from wattsched.controller.state import ClusterState
+
+
+
+def check_timers(state: ClusterState, now: float) -> list[Action]:
+    """Time limits, --signal warnings, unresponsive nodes and purging of old jobs."""
+    actions: list[Action] = []
+    for job in list(state.jobs.values()):
+        if job.state == states.RUNNING and job.time_limit_min is not None and not job.configuring \
+                and not job.suspended_at:
+            deadline = job.start_time + job.suspended_s + job.time_limit_min * 60  # suspended time is not run time
+            if job.kill_signal and not job.warn_signal_sent and now >= deadline - job.kill_signal_secs:
+                job.warn_signal_sent = True
+                state.touch(job)
+                actions.append(Signal(job.job_id, job.node_list, job.kill_signal, job.kill_signal_batch_only))
+            if now >= deadline and not job.timed_out and job.cancelled_by is None:
+                job.timed_out = True
+                state.touch(job)
+                actions.extend(jobs.terminate(state, job, now))
+        elif job.state in states.FINISHED and job.end_time and now - job.end_time > state.config.min_job_age_s:
+            del state.jobs[job.job_id]
+            state.memo.job_changed(job.job_id)
+            state.journal.purged.append(job.job_id)
+    if state.energy_due:
+        jobenergy.account_energy(state, now)  # the jobs whose nodes stopped reporting end without energy
+    moved, ended = state.resv.roll(now)
+    state.journal.resv_dirty.extend(moved + ended)
+    for node in state.nodes.values():
+        # a node switched off (or switching) has no agent to hear from: its switch has its own timeouts
+        if not node.not_responding and not node.power and now - node.last_seen > state.config.slurmd_timeout_s:
+            actions.extend(nodes.node_down(state, node, nodes.NOT_RESPONDING, now, not_responding=True))
+    actions.extend(powercontrol.power_tick(state, now))
+    return actions
+
