@@ -32,6 +32,7 @@ from wattsched.plugins.priority.basic import BasicPriority
 from wattsched.plugins.sched.backfill import BackfillScheduler
 from wattsched.plugins.select.cons_tres import ConsTresSelect
 from wattsched.scheduling import JobRequest, NodeSnap, PartitionSnap, RunningJob, Snapshot, schedule
+from wattsched.states import PowerState
 
 NODES, CORES, IDLE, MAX = 64, 32, 450, 950
 FREQ_WATTS = ((2_400_000, 950), (2_000_000, 820), (1_600_000, 700))  # CpuFreqWatts of every node
@@ -85,7 +86,7 @@ def replay(mode: str, fit: bool = False) -> dict[str, float]:
                 free[n] += c
         if events and events[0][0] == now:
             continue  # take every event of this instant before scheduling
-        states_ = {n: power.BUSY if free[n] < CORES else power.IDLE for n in names}
+        states_ = {n: PowerState.BUSY if free[n] < CORES else PowerState.IDLE for n in names}
         now_watts = {n: replace(w, busy=node_watts[n]) if free[n] < CORES and n in node_watts else w
                      for n, w in watts.items()}
         snapshot = Snapshot(

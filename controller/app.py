@@ -1,5 +1,6 @@
-"""The controller's HTTP API (v1): jobs, steps, nodes, partitions, reservations, config, diagnostics,
-accounting, agents.
+"""The controller's HTTP API (v1): nodes, partitions, reservations, config, diagnostics, accounting,
+agents, and the routes of jobs and steps (jobroutes), Slurm's REST API (restd), priorities and the
+dashboard, over the event loop that owns the state (loop.Controller).
 
 Every route but the OpenAPI document requires a bearer token (see :mod:`wattsched.auth`).
 Handlers run on the event loop that owns the state, apply one transition, write it to the
@@ -10,51 +11,35 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import math
-import os
 import signal
 import time
 from typing import Annotated, Any
 
-import orjson
 from fastapi import FastAPI, Query, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import Field
 from sqlalchemy.exc import SQLAlchemyError
 
-from wattsched import auth, exposition, h5profile, hostlist, power, powerreport, states
-from wattsched import config as config_mod
-from wattsched.accounting.store import AccountingStore, JobQuery
+from wattsched import auth, exposition, hostlist, power, powerreport, states
+from wattsched.accounting.store import JobQuery
 from wattsched.api import (
     BIG,
     LIST_MAX,
     AgentHeartbeat,
-    AllocationComplete,
-    CancelRequest,
     HeartbeatReply,
-    JobSubmit,
-    JobUpdate,
     NodeUpdate,
     PowerCapUpdate,
     ReservationSpec,
-    StepComplete,
-    StepCreate,
-    StepPlacement,
-    StepReply,
-    SubmitReply,
 )
-from wattsched.controller import dashboard, energy, priorityapi, restd
+from wattsched.controller import dashboard, energy, jobroutes, priorityapi, restd
 from wattsched.controller import reservations as reservations_mod
-from wattsched.controller.acctsync import AccountingSync
 from wattsched.controller.actions import Refused
-from wattsched.controller.dispatch import Dispatcher, batch_environment
+from wattsched.controller.dispatch import Dispatcher
+from wattsched.controller.loop import Controller
 from wattsched.controller.metrics import CATEGORIES, ControllerCollector
-from wattsched.controller.powerlog import PowerLog
-from wattsched.controller.priority import FairShareCalc
-from wattsched.controller.state import ClusterState
-from wattsched.controller.views import job_gpus, job_view, node_view, partition_views
+from wattsched.controller.views import node_view, partition_views
 from wattsched.httpauth import Who, loop_lifespan, metrics_access, require_role
 from wattsched.httplimits import BodyLimit
 
@@ -62,119 +47,9 @@ NodeAgent = Annotated[auth.Identity, require_role("node")]
 log = logging.getLogger("wattsched.controller")
 
 
-MIN_PASS_INTERVAL_S = 0.05
-# --immediate refusals by pending reason (the power-capping prototype's wording, Hautreux 2013)
-IMMEDIATE_REFUSAL = {states.R_POWER: "Required power not available now",
-                     states.R_POWER_RESERVED: "Required power at least partially reserved"}
-TIMER_INTERVAL_S = 1.0
 # The largest request: a batch script (4 MiB) with its environment and arguments (1 MiB each), and
 # the heartbeat of an agent hosting thousands of virtual nodes.
 MAX_BODY_BYTES = 16 * 1024 * 1024
-
-
-class Controller:
-    """The imperative shell: owns the state, the loop, the dispatcher and the accounting thread."""
-
-    def __init__(self, state: ClusterState, accounting: AccountingStore | None, sync: AccountingSync | None):
-        self.state, self.accounting, self.sync = state, accounting, sync
-        self.dispatcher: Dispatcher | None = None
-        self.fairshare = FairShareCalc(state, accounting) if accounting is not None else None
-        self._kick = asyncio.Event()
-        self.started = time.time()
-        self.power_log = PowerLog()
-        self._merge_tries: dict[tuple[str, int, int], int] = {}
-
-    def reconfigure(self) -> list[str]:
-        """Re-read the configuration file (scontrol reconfigure, SIGHUP); Refused with the file's
-        error, or with what cannot change without a restart, leaves everything as it was."""
-        from wattsched.config import ConfigError
-        from wattsched.controller.main import StartupError, load_plugins
-
-        try:
-            config = config_mod.load(self.state.config.source, switches_nodes=True)
-            plugins = load_plugins(config)
-        except (ConfigError, StartupError) as exc:
-            raise Refused(str(exc), 400) from exc
-        changes = self.state.reconfigure(config, plugins, time.time())
-        log.warning("configuration re-read", extra={"source": config.source, "changes": "; ".join(changes)})
-        self.changed()
-        return changes
-
-    def changed(self) -> None:
-        """Persist, wake the scheduler and the accounting thread."""
-        self.state.flush()
-        self._kick.set()
-        if self.sync:
-            self.sync.kick()
-
-    def act(self, actions: list) -> None:
-        self.changed()
-        if actions and self.dispatcher:
-            self.dispatcher.run(actions)
-
-    async def loop(self) -> None:
-        """The scheduling loop and, with accounting, the fair-share loop (cancelled together)."""
-        await asyncio.gather(self._schedule(), *([self.fairshare.loop()] if self.fairshare else []))
-
-    async def _schedule(self) -> None:
-        last_timers = 0.0
-        while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._kick.wait(), timeout=self.state.config.scheduler_interval_s)
-            # Coalesce bursts of submissions and job ends into one pass, and never let passes take
-            # more than about a third of the loop's time (Slurm's sched_min_interval, made adaptive).
-            await asyncio.sleep(max(MIN_PASS_INTERVAL_S, 2 * self.state.stats.last_ms / 1000))
-            self._kick.clear()
-            now = time.time()
-            started = time.perf_counter()
-            actions = []
-            timers_due = now - last_timers >= TIMER_INTERVAL_S
-            if timers_due:  # limits, warnings, node timeouts: a second's resolution is Slurm's too
-                actions += self.state.check_timers(now)
-                dashboard.record_power(self.power_log, self.state, now)
-                last_timers = now
-            actions += self.state.schedule(now)
-            elapsed_ms = (time.perf_counter() - started) * 1000
-            self.state.stats.pass_done(elapsed_ms)
-            self.state.flush()
-            if self.sync:
-                self.sync.kick()
-            assert self.dispatcher is not None
-            self.dispatcher.run(actions)
-            if timers_due:
-                self.dispatcher.retry()
-                self._merge_profiles()
-
-    def _merge_profiles(self) -> None:
-        """Merge the node profiles of ended jobs into one file per job, off the event loop; a file
-        still open on a node (HDF5 locks it) is tried again for a minute."""
-        due, self.state.profiles_due[:] = list(self.state.profiles_due), []
-        for entry in due:
-            task = asyncio.get_running_loop().run_in_executor(None, merge_profile, self.state.config.profile_dir,
-                                                             *entry)
-            task.add_done_callback(functools.partial(self._merged, entry))
-
-    def _merged(self, entry: tuple[str, int, int], future: asyncio.Future) -> None:
-        tries = self._merge_tries.get(entry, 0) + 1
-        if future.result() or tries >= 60:
-            self._merge_tries.pop(entry, None)
-            return
-        self._merge_tries[entry] = tries
-        self.state.profiles_due.append(entry)
-
-
-def merge_profile(profile_dir: str, user: str, uid: int, job_id: int) -> bool:
-    """Merge a job's node profiles; False when a node file is still locked (try again later)."""
-    try:
-        path = h5profile.merge(profile_dir, user, job_id)
-        if path and os.geteuid() == 0 and uid:
-            os.chmod(path, 0o600)
-            os.chown(path, uid, -1)
-    except BlockingIOError:
-        return False
-    except (OSError, KeyError) as exc:
-        log.warning("profile merge failed", extra={"job": job_id, "error": str(exc)})
-    return True
 
 
 def create_app(controller: Controller) -> FastAPI:
@@ -218,140 +93,9 @@ def create_app(controller: Controller) -> FastAPI:
         return JSONResponse({"detail": "Problem talking to the database: accounting database unavailable "
                                        f"({type(exc).__name__})"}, status_code=503)
 
-    # --- jobs ------------------------------------------------------------------------------------
-
-    @app.post("/v1/jobs", response_model=SubmitReply)
-    async def submit(req: JobSubmit, who: Who) -> SubmitReply:
-        now = time.time()
-        if req.test_only:
-            job, plan = state.will_run(req, who, now)
-            return SubmitReply(job_id=job.job_id, will_run=plan)
-        jobs = state.submit(req, who, now)
-        if req.immediate:
-            actions = state.schedule(now)
-            job = jobs[0]
-            if job.state != states.RUNNING:
-                why = IMMEDIATE_REFUSAL.get(job.reason, "Requested nodes are busy")
-                state.cancel([job], who, None, False, now)
-                controller.act(actions)
-                raise Refused(f"Unable to allocate resources: {why}", 503)
-            controller.act(actions)
-        elif req.interactive:  # srun and salloc wait on this answer: try to place the job at once
-            controller.act(state.schedule(now))
-        else:
-            controller.changed()
-        arrays = [j.job_id for j in jobs] if jobs[0].array_task_id is not None else []
-        return SubmitReply(job_id=jobs[0].job_id, array_task_ids=arrays)
-
-    @app.get("/v1/jobs")
-    async def list_jobs(who: Who, user: Annotated[list[str] | None, Query()] = None,
-                        state_: Annotated[list[str] | None, Query(alias="state")] = None,
-                        partition: Annotated[list[str] | None, Query()] = None,
-                        job: Annotated[list[str] | None, Query()] = None, detail: bool = False,
-                        columns: bool = False) -> Response:
-        now = time.time()
-        selected = state.jobs.values()
-        job = [ref for ref in job or () if ref]
-        if job:
-            wanted: dict[int, Any] = {}
-            for ref in job:
-                try:
-                    for j in state.resolve(ref):
-                        wanted[j.job_id] = j
-                except Refused:
-                    continue
-            selected = wanted.values()
-        users, states_, parts = set(user or ()), set(state_ or ()), set(partition or ())
-        def detailed(j: Any, at: float) -> dict[str, Any]:
-            return {**job_view(j, at), **job_gpus(j, state.nodes)}
-
-        view = detailed if detail else state.brief
-        result = [view(j, now) for j in selected
-                  if (not users or j.user in users) and (not parts or j.partition in parts)
-                  and (not states_ or j.state in states_ or j.shown_state in states_)]
-        if columns and result:  # one header and rows of values: a third of the bytes for 10,000 jobs
-            names = list(result[0])
-            body = {"time": now, "columns": names, "rows": [[row[n] for n in names] for row in result]}
-        else:
-            body = {"time": now, "jobs": result}
-        return Response(orjson.dumps(body), media_type="application/json")
-
-    @app.post("/v1/jobs/cancel")
-    async def cancel(req: CancelRequest, who: Who) -> dict[str, Any]:
-        now = time.time()
-        jobs = [j for ref in req.job_ids for j in state.resolve(ref)]
-        controller.act(state.cancel(jobs, who, req.signal, req.batch_only, now))
-        return {"cancelled": [j.job_id for j in jobs]}
-
-    @app.patch("/v1/jobs/{job_ref}")
-    async def update_job(job_ref: str, upd: JobUpdate, who: Who) -> dict[str, Any]:
-        jobs = state.resolve(job_ref)
-        state.update(jobs, upd, who, time.time())
-        controller.changed()
-        return {"updated": [j.job_id for j in jobs]}
-
-    @app.post("/v1/jobs/{job_ref}/suspend")
-    async def suspend(job_ref: str, who: Who, resume: bool = False) -> dict[str, Any]:
-        jobs = state.resolve(job_ref)
-        controller.act(state.suspend(jobs, resume, who, time.time()))
-        return {"jobs": [j.job_id for j in jobs], "suspended": not resume}
-
-    @app.post("/v1/jobs/{job_ref}/requeue")
-    async def requeue(job_ref: str, who: Who) -> dict[str, Any]:
-        jobs = state.resolve(job_ref)
-        controller.act(state.requeue(jobs, who, time.time()))
-        return {"requeued": [j.job_id for j in jobs]}
-
-    def one_job(job_id: int):
-        job = state.jobs.get(job_id)
-        if job is None:
-            raise Refused("Invalid job id specified", 404)
-        return job
-
-    @app.post("/v1/jobs/{job_id}/steps", response_model=StepReply)
-    async def create_step(job_id: int, req: StepCreate, who: Who) -> StepReply:
-        job = one_job(job_id)
-        step, layout = state.create_step(job, req, who, time.time())
-        controller.changed()
-        placements = [StepPlacement(node=n, agent_url=state.nodes[n].agent_url, node_index=i, task_ids=t)
-                      for i, (n, t) in enumerate(layout.items())]
-        slurm_env = {k: v for k, v in batch_environment(state, job).items() if k.startswith("SLURM")}
-        return StepReply(job_id=job_id, step_id=int(step.step_id), ntasks=step.ntasks, nodes=list(layout),
-                         placements=placements, credential=state.step_credential(job, step, layout),
-                         job_environment=slurm_env)
-
-    @app.get("/v1/jobs/{job_id}/environment")
-    async def job_environment(job_id: int, who: Who) -> dict[str, Any]:
-        """The SLURM_* variables of a running job (salloc sets them for its command)."""
-        job = one_job(job_id)
-        if job.uid != who.uid and not state.is_admin(who):
-            raise Refused("Access/permission denied", 403)
-        if job.state != states.RUNNING:
-            raise Refused("Job is not running", 409)
-        return {"environment": {k: v for k, v in batch_environment(state, job).items() if k.startswith("SLURM")}}
-
-    @app.post("/v1/jobs/{job_id}/steps/{step_id}/complete")
-    async def complete_step(job_id: int, step_id: str, done: StepComplete, who: Who) -> dict[str, str]:
-        state.complete_step(one_job(job_id), step_id, done, who, time.time())
-        controller.changed()
-        return {"status": "ok"}
-
-    @app.post("/v1/jobs/{job_id}/allocation/complete")
-    async def complete_allocation(job_id: int, done: AllocationComplete, who: Who) -> dict[str, str]:
-        controller.act(state.complete_allocation(one_job(job_id), done.exit_code, done.term_signal, who,
-                                                 time.time()))
-        return {"status": "ok"}
+    jobroutes.add_routes(app, controller)
 
     # --- nodes, partitions, config -------------------------------------------------------------------
-
-    @app.get("/v1/jobs/{job_ref}/stat")
-    async def job_stat(job_ref: str, who: Who) -> dict[str, Any]:
-        jobs = [j for j in state.resolve(job_ref) if j.state == states.RUNNING]
-        for job in jobs:
-            if job.uid != who.uid and not state.is_admin(who):
-                raise Refused("Access/permission denied", 403)
-        now = time.time()
-        return {"jobs": [state.job_stat(job, now) for job in jobs]}
 
     @app.get("/v1/nodes")
     async def nodes(who: Who) -> JSONResponse:

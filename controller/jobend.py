@@ -13,6 +13,7 @@ from wattsched.api import JobEvent
 from wattsched.controller import jobs, launching, steps
 from wattsched.controller.actions import Action, Signal
 from wattsched.model import Job
+from wattsched.states import NodeBase
 from wattsched.usage import merge as merge_usage
 
 if TYPE_CHECKING:
@@ -125,7 +126,7 @@ def node_failed_job(state: ClusterState, job: Job, now: float) -> list[Action]:
     """A node under a job failed: requeue the job if it may be, else end it NODE_FAIL. A job
     already being cancelled or killed at its limit ends as such: it must never run again."""
     others = [n for n in job.node_list if state.nodes[n].schedulable or state.nodes[n].base_state in (
-        states.N_ALLOCATED, states.N_MIXED)]
+        NodeBase.ALLOCATED, NodeBase.MIXED)]
     live = [n for n in others if not state.nodes[n].not_responding]
     if job.cancelled_by is not None or job.timed_out:
         final = states.TIMEOUT if job.timed_out else states.CANCELLED

@@ -18,6 +18,7 @@ from wattsched.controller import jobend, launching, permissions, snapshots
 from wattsched.controller import submit as submit_mod
 from wattsched.controller.actions import Action, Freeze, Refused, Signal
 from wattsched.model import Job
+from wattsched.states import NodeBase
 
 if TYPE_CHECKING:
     from wattsched.controller.state import ClusterState
@@ -231,7 +232,7 @@ def requeue_running(state: ClusterState, job: Job, now: float) -> list[Action]:
     nodes = job.node_list
     # the run is cleaned up where it may have processes: a configuring job never ran, a down
     # node will not answer
-    live = [] if job.configuring else [n for n in nodes if state.nodes[n].base_state != states.N_DOWN
+    live = [] if job.configuring else [n for n in nodes if state.nodes[n].base_state != NodeBase.DOWN
                                        and not state.nodes[n].not_responding]
     launching.hold_resources(state, job, -1)
     reset_for_requeue(state, job)

@@ -15,6 +15,7 @@ from wattsched.controller import jobend, jobs, snapshots, statesave
 from wattsched.controller.actions import Action, AdminProgram, Launch
 from wattsched.controller.powersaving import PowerProgram
 from wattsched.model import Job, Step
+from wattsched.states import PowerFlag
 
 if TYPE_CHECKING:
     from wattsched.controller.state import ClusterState
@@ -78,7 +79,7 @@ def start(state: ClusterState, job: Job, alloc: scheduling.Allocation, now: floa
     job.launched = False
     hold_resources(state, job, +1)
     state.touch(job)
-    waking = [n for n in alloc.cpus if state.nodes[n].power in (states.P_POWERED_DOWN, states.P_POWERING_UP)]
+    waking = [n for n in alloc.cpus if state.nodes[n].power in (PowerFlag.POWERED_DOWN, PowerFlag.POWERING_UP)]
     if state.config.prolog_slurmctld:  # CONFIGURING until it succeeds, as in Slurm
         job.prolog_slurmctld = True
         return [*configure(state, job, waking, now), admin_program(state, "prolog", job)]
@@ -99,10 +100,10 @@ def configure(state: ClusterState, job: Job, waking: list[str], now: float) -> l
     if not job.interactive:
         job.steps.append(Step(step_id="batch", name="batch", nodes=[job.batch_host], ntasks=1,
                               cpus=job.alloc_cpus[job.batch_host], start_time=now))
-    asleep = [n for n in waking if state.nodes[n].power == states.P_POWERED_DOWN]
+    asleep = [n for n in waking if state.nodes[n].power == PowerFlag.POWERED_DOWN]
     for name in asleep:
         state.power_saving.begin_resume(state.nodes[name], now, job.job_id)
-        statesave.node_event(state, state.nodes[name], now, states.P_POWERING_UP, f"job {job.job_id}")
+        statesave.node_event(state, state.nodes[name], now, PowerFlag.POWERING_UP, f"job {job.job_id}")
     return [PowerProgram("resume", asleep)] if asleep else []
 
 
@@ -167,7 +168,7 @@ def configured(state: ClusterState, now: float) -> list[Action]:
     actions: list[Action] = []
     for job in state.jobs.values():
         if job.configuring and not job.prolog_slurmctld and job.state == states.RUNNING and all(
-                state.nodes[n].power not in (states.P_POWERED_DOWN, states.P_POWERING_UP) for n in job.alloc_cpus):
+                state.nodes[n].power not in (PowerFlag.POWERED_DOWN, PowerFlag.POWERING_UP) for n in job.alloc_cpus):
             job.configuring = False
             job.start_time = now
             for step in job.steps:

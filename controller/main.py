@@ -12,7 +12,8 @@ from wattsched import auth, authsocket, logs
 from wattsched import config as config_mod
 from wattsched.accounting.store import AccountingStore
 from wattsched.controller.acctsync import AccountingSync
-from wattsched.controller.app import Controller, create_app
+from wattsched.controller.app import create_app
+from wattsched.controller.loop import Controller
 from wattsched.controller.powersaving import PowerSaving
 from wattsched.controller.state import ClusterState, Plugins
 from wattsched.controller.store import StateStore

@@ -26,6 +26,7 @@ from prometheus_client.registry import Collector
 
 from wattsched import power, states
 from wattsched.model import Job
+from wattsched.states import NodeBase
 
 CATEGORIES = ("jobs", "nodes", "partitions", "scheduler", "jobs-users-accts", "energy")
 # the job states Slurm's metrics count, and the metric word for each
@@ -39,8 +40,8 @@ _NODE_WORDS = ("alloc", "idle", "mixed", "down", "drain", "drained", "draining",
 
 def node_words(node) -> list[str]:
     """The Slurm node counts a node is in (a node may be in several: drain and idle, say)."""
-    words = {states.N_IDLE: ["idle"], states.N_ALLOCATED: ["alloc"], states.N_MIXED: ["mixed"],
-             states.N_DOWN: ["down"], states.N_UNKNOWN: ["unknown"]}.get(node.base_state, [])
+    words = {NodeBase.IDLE: ["idle"], NodeBase.ALLOCATED: ["alloc"], NodeBase.MIXED: ["mixed"],
+             NodeBase.DOWN: ["down"], NodeBase.UNKNOWN: ["unknown"]}.get(node.base_state, [])
     if node.drain:
         words += ["drain", "draining" if node.alloc_cpus else "drained"]
     if node.not_responding:
@@ -163,7 +164,7 @@ class ControllerCollector(Collector):
                 sum(n.alloc_cpus for n in members))
             add("slurm_partition_nodes_cpus_idle", "Number of idle CPUs on all nodes", part.name,
                 sum(n.cpus - n.alloc_cpus for n in members if not n.drain and n.base_state in
-                    (states.N_IDLE, states.N_MIXED)))
+                    (NodeBase.IDLE, NodeBase.MIXED)))
             words = Counter(word for n in members for word in node_words(n))
             for word in ("alloc", "idle", "mixed", "down", "drain", "powered_down", "powering_up"):
                 add(f"slurm_partition_nodes_{word}", f"Nodes in {word} state", part.name, words.get(word, 0))

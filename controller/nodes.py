@@ -15,6 +15,7 @@ from wattsched.config import Config
 from wattsched.controller import jobend, jobenergy, launching, permissions, powercontrol, snapshots, statesave, steps
 from wattsched.controller.actions import Action, Refused
 from wattsched.model import Job, Node
+from wattsched.states import NodeBase, PowerFlag
 
 if TYPE_CHECKING:
     from wattsched.controller.state import ClusterState, Plugins
@@ -109,12 +110,12 @@ def heartbeat(state: ClusterState, hb: AgentHeartbeat, now: float) -> tuple[list
         woken |= node_up(state, node, report, now)
         if node.not_responding:
             node.not_responding = False
-            if node.base_state == states.N_DOWN and node.reason == NOT_RESPONDING and \
+            if node.base_state == NodeBase.DOWN and node.reason == NOT_RESPONDING and \
                     state.config.return_to_service >= 1:
-                node.base_state, node.reason = states.N_IDLE, ""
+                node.base_state, node.reason = NodeBase.IDLE, ""
                 statesave.node_event(state, node, now, "IDLE")
-            if node.base_state == states.N_UNKNOWN:
-                node.base_state = states.N_IDLE
+            if node.base_state == NodeBase.UNKNOWN:
+                node.base_state = NodeBase.IDLE
             node.refresh_base_state()
         running = set(report.running_jobs)
         for job_id in running:
@@ -148,17 +149,17 @@ def job_usage_report(state: ClusterState, report: NodeReport) -> None:
 
 def node_up(state: ClusterState, node: Node, report: NodeReport, now: float) -> bool:
     """Whether a node powering up has come up: its agent reports it on since the resume began."""
-    if node.power != states.P_POWERING_UP or report.power != "on" or report.up_since < node.power_since:
+    if node.power != PowerFlag.POWERING_UP or report.power != "on" or report.up_since < node.power_since:
         return False
     statesave.node_event(state, node, now, "POWERED_UP", f"job {node.power_job}" if node.power_job else "")
-    node.power, node.power_job = "", 0
+    node.power, node.power_job = PowerFlag.NONE, 0
     return True
 
 
 def node_down(state: ClusterState, node: Node, reason: str, now: float, not_responding: bool = False,
               uid: int = 0) -> list[Action]:
     node.not_responding = node.not_responding or not_responding
-    node.base_state, node.reason, node.reason_time, node.reason_uid = states.N_DOWN, reason, now, uid
+    node.base_state, node.reason, node.reason_time, node.reason_uid = NodeBase.DOWN, reason, now, uid
     statesave.node_event(state, node, now, "DOWN")
     actions: list[Action] = []
     for job in list(state.jobs.values()):
@@ -190,8 +191,8 @@ def update_nodes(state: ClusterState, names: list[str], new_state: str, reason: 
             actions.extend(node_down(state, node, reason, now, uid=who.uid))
         else:  # resume / idle / undrain
             node.drain = False
-            if node.base_state == states.N_DOWN and not node.not_responding:
-                node.base_state = states.N_IDLE
+            if node.base_state == NodeBase.DOWN and not node.not_responding:
+                node.base_state = NodeBase.IDLE
             node.reason, node.reason_time = "", now
             node.refresh_base_state()
             statesave.node_event(state, node, now, "RESUME")
@@ -213,10 +214,10 @@ def configured_fields(config: Config, conf) -> dict:
 def new_node(config: Config, conf, now: float) -> Node:
     node = Node(name=conf.name, last_seen=now, **configured_fields(config, conf))
     if conf.state in ("DOWN", "DRAIN", "FUTURE"):
-        node.base_state = states.N_FUTURE if conf.state == "FUTURE" else states.N_UNKNOWN
+        node.base_state = NodeBase.FUTURE if conf.state == "FUTURE" else NodeBase.UNKNOWN
         node.drain = conf.state == "DRAIN"
         if conf.state == "DOWN":
-            node.base_state, node.reason = states.N_DOWN, "Configured DOWN"
+            node.base_state, node.reason = NodeBase.DOWN, "Configured DOWN"
     return node
 
 

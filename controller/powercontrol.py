@@ -19,6 +19,7 @@ from wattsched.controller.powersaving import (
     SUSPEND_FAILED_REASON,
     PowerProgram,
 )
+from wattsched.states import PowerFlag, PowerState
 
 if TYPE_CHECKING:
     from wattsched.controller.state import ClusterState
@@ -47,24 +48,24 @@ def power_tick(state: ClusterState, now: float) -> list[Action]:
     actions: list[Action] = []
     saving_w = 0.0
     for node in state.nodes.values():
-        if node.power == states.P_POWERED_DOWN:
+        if node.power == PowerFlag.POWERED_DOWN:
             saving_w += saver.saving_watts(node)
         # idle time counts from when a node is up and free (Slurm's last_busy is set when a node
         # registers): nodes still unknown at start-up, down or drained are not idle
-        if node.alloc_cpus or node.power or saver.node_state(node) == powersave.DOWN:
+        if node.alloc_cpus or node.power or saver.node_state(node) == PowerState.DOWN:
             node.idle_since = 0.0
         elif not node.idle_since:
             node.idle_since = now
         verdict = saver.timed_out(node, now)
-        if verdict == states.P_POWERED_DOWN:
-            node.power = states.P_POWERED_DOWN
-            statesave.node_event(state, node, now, states.P_POWERED_DOWN, "")
+        if verdict == PowerFlag.POWERED_DOWN:
+            node.power = PowerFlag.POWERED_DOWN
+            statesave.node_event(state, node, now, PowerFlag.POWERED_DOWN, "")
         elif verdict == RESUME_TIMEOUT_REASON:
             log.warning("node did not resume in time", extra={"node": node.name})
-            node.power = ""
+            node.power = PowerFlag.NONE
             actions.extend(nodes.node_down(state, node, RESUME_TIMEOUT_REASON, now))
     saver.accrue(now, saving_w)
-    pending_down = [n for n in state.nodes.values() if n.power == states.P_POWER_DOWN and not n.alloc_cpus]
+    pending_down = [n for n in state.nodes.values() if n.power == PowerFlag.POWER_DOWN and not n.alloc_cpus]
     suspend = [n.name for n in pending_down]
     if saver.policies:
         off, on = saver.decide(saver.snapshot(state.nodes.values(), pending_briefs(state), releases(state),
@@ -95,7 +96,7 @@ def suspend_nodes(state: ClusterState, names: list[str], now: float) -> list[Act
     assert state.power_saving is not None
     for name in names:
         state.power_saving.begin_suspend(state.nodes[name], now)
-        statesave.node_event(state, state.nodes[name], now, states.P_POWERING_DOWN, "")
+        statesave.node_event(state, state.nodes[name], now, PowerFlag.POWERING_DOWN, "")
     return [PowerProgram("suspend", names)] if names else []
 
 
@@ -103,7 +104,7 @@ def resume_nodes(state: ClusterState, names: list[str], now: float, job_id: int)
     assert state.power_saving is not None
     for name in names:
         state.power_saving.begin_resume(state.nodes[name], now, job_id)
-        statesave.node_event(state, state.nodes[name], now, states.P_POWERING_UP, f"job {job_id}" if job_id else "")
+        statesave.node_event(state, state.nodes[name], now, PowerFlag.POWERING_UP, f"job {job_id}" if job_id else "")
     return [PowerProgram("resume", names)] if names else []
 
 
@@ -115,11 +116,11 @@ def power_program_failed(state: ClusterState, kind: str, names: list[str], now: 
         node = state.nodes.get(name)
         if node is None:
             continue
-        if kind == "suspend" and node.power == states.P_POWERING_DOWN:
-            node.power, node.power_since, node.idle_since = "", 0.0, now
+        if kind == "suspend" and node.power == PowerFlag.POWERING_DOWN:
+            node.power, node.power_since, node.idle_since = PowerFlag.NONE, 0.0, now
             statesave.node_event(state, node, now, "POWERED_UP", SUSPEND_FAILED_REASON)
-        elif kind == "resume" and node.power == states.P_POWERING_UP:
-            node.power = ""
+        elif kind == "resume" and node.power == PowerFlag.POWERING_UP:
+            node.power = PowerFlag.NONE
             actions.extend(nodes.node_down(state, node, RESUME_FAILED_REASON, now))
     state.journal.meta_dirty = True
     return actions
@@ -129,20 +130,20 @@ def power_command(state: ClusterState, names: list[str], command: str, now: floa
     """scontrol update nodename=... state=power_down|power_down_asap|power_up. A busy node is
     marked POWER_DOWN and switched off once idle (Slurm's "!" state)."""
     if command == "power_up":
-        asleep = [n for n in names if state.nodes[n].power == states.P_POWERED_DOWN]
+        asleep = [n for n in names if state.nodes[n].power == PowerFlag.POWERED_DOWN]
         for name in names:
-            if state.nodes[name].power == states.P_POWER_DOWN:
-                state.nodes[name].power = ""
+            if state.nodes[name].power == PowerFlag.POWER_DOWN:
+                state.nodes[name].power = PowerFlag.NONE
         state.journal.meta_dirty = True
         return resume_nodes(state, asleep, now, 0)
-    wrong = [n for n in names if state.nodes[n].power in (states.P_POWERING_UP, states.P_POWERING_DOWN)]
+    wrong = [n for n in names if state.nodes[n].power in (PowerFlag.POWERING_UP, PowerFlag.POWERING_DOWN)]
     if wrong:
-        way = "up" if state.nodes[wrong[0]].power == states.P_POWERING_UP else "down"
+        way = "up" if state.nodes[wrong[0]].power == PowerFlag.POWERING_UP else "down"
         raise Refused(f"Node {wrong[0]} is already being powered {way}")
     idle = [n for n in names if not state.nodes[n].power and not state.nodes[n].alloc_cpus]
     for name in names:
         if not state.nodes[name].power and state.nodes[name].alloc_cpus:
-            state.nodes[name].power = states.P_POWER_DOWN
+            state.nodes[name].power = PowerFlag.POWER_DOWN
     state.journal.meta_dirty = True
     return suspend_nodes(state, idle, now)
 

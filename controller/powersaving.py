@@ -30,9 +30,10 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from wattsched import hostlist, plugins, powersave, states
+from wattsched import hostlist, plugins, powersave
 from wattsched.config import Config
 from wattsched.model import Node
+from wattsched.states import PowerFlag, PowerState
 
 log = logging.getLogger("wattsched.controller.power")
 
@@ -87,17 +88,8 @@ class PowerSaving:
     # --- the pure policies' view ------------------------------------------------------------------
 
     @staticmethod
-    def node_state(node: Node) -> str:
-        if node.power == states.P_POWERED_DOWN:
-            return powersave.OFF
-        if node.power == states.P_POWERING_DOWN:
-            return powersave.SWITCHING_OFF
-        if node.power == states.P_POWERING_UP:
-            return powersave.SWITCHING_ON
-        if node.base_state in (states.N_DOWN, states.N_UNKNOWN, states.N_FUTURE) or node.not_responding \
-                or node.drain:
-            return powersave.DOWN
-        return powersave.BUSY if node.alloc_cpus else powersave.IDLE
+    def node_state(node: Node) -> PowerState:
+        return powersave.seen_state(node.power_state, node.drain)
 
     def snapshot(self, nodes: Iterable[Node], pending: list[powersave.PendingBrief],
                  releases: list[tuple[float, int]], power_snap, now: float) -> powersave.PowerSaveSnap:
@@ -114,7 +106,7 @@ class PowerSaving:
     # --- switching ------------------------------------------------------------------------------
 
     def begin_suspend(self, node: Node, now: float) -> None:
-        node.power, node.power_since, node.power_job = states.P_POWERING_DOWN, now, 0
+        node.power, node.power_since, node.power_job = PowerFlag.POWERING_DOWN, now, 0
         self.suspends.append(now)
         self.switched_off += 1
         self.suspending.add(node.name)
@@ -125,7 +117,7 @@ class PowerSaving:
             self.suspending.difference_update(names)
 
     def begin_resume(self, node: Node, now: float, job_id: int = 0) -> None:
-        node.power, node.power_since, node.power_job = states.P_POWERING_UP, now, job_id
+        node.power, node.power_since, node.power_job = PowerFlag.POWERING_UP, now, job_id
         self.resumes.append(now)
         self.switched_on += 1
 
@@ -146,10 +138,10 @@ class PowerSaving:
     def timed_out(self, node: Node, now: float) -> str | None:
         """The next flag of a node whose switch has run its time: POWERED_DOWN after
         SuspendTimeout, or DOWN (the returned reason) after ResumeTimeout."""
-        if node.power == states.P_POWERING_DOWN and now - node.power_since >= self.config.suspend_timeout_s \
+        if node.power == PowerFlag.POWERING_DOWN and now - node.power_since >= self.config.suspend_timeout_s \
                 and node.name not in self.suspending:
-            return states.P_POWERED_DOWN
-        if node.power == states.P_POWERING_UP and now - node.power_since >= self.config.resume_timeout_s:
+            return PowerFlag.POWERED_DOWN
+        if node.power == PowerFlag.POWERING_UP and now - node.power_since >= self.config.resume_timeout_s:
             return RESUME_TIMEOUT_REASON
         return None
 

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from wattsched import hostlist, power, scheduling, states, timefmt
 from wattsched.api import ReservationSpec
 from wattsched.model import Job, Node, Reservation
+from wattsched.states import NodeBase
 
 FLAGS = ("MAINT", "IGNORE_JOBS", "DAILY", "WEEKLY", "FLEX", "OVERLAP", "SPEC_NODES", "LICENSE_ONLY")
 _ROLL_S = {"DAILY": 86400, "WEEKLY": 7 * 86400}
@@ -250,7 +251,7 @@ class ReservationBook:
         taken = {n for other in self._overlapping(resv) for n in other.nodes}
         busy = {} if "IGNORE_JOBS" in resv.flags else _busy_until(part.nodes, jobs, now)
         usable = [nodes[n] for n in part.nodes if n in nodes and n not in taken and busy.get(n, 0.0) <= resv.start_time
-                  and not nodes[n].drain and nodes[n].base_state != states.N_DOWN]
+                  and not nodes[n].drain and nodes[n].base_state != NodeBase.DOWN]
         usable.sort(key=lambda n: n.weight)  # stable: name order within a weight, for compact hostlists
         if len(usable) < (spec.node_cnt or 0):
             raise ReservationError("Requested nodes are busy")

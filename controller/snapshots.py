@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from wattsched import power, scheduling, states
 from wattsched.controller import views
 from wattsched.model import Job
+from wattsched.states import PowerState
 
 if TYPE_CHECKING:
     from wattsched.controller.state import ClusterState
@@ -35,7 +36,6 @@ class Memos:
             self.requests.pop(job_id, None)
 
 
-_WAKE = {states.P_POWERING_UP: scheduling.POWERING_UP, states.P_POWERED_DOWN: scheduling.POWERED_DOWN}
 
 
 def brief(state: ClusterState, job: Job, now: float) -> dict:
@@ -61,7 +61,7 @@ def partition_snaps(state: ClusterState) -> dict[str, scheduling.PartitionSnap]:
 def node_snaps(state: ClusterState) -> dict[str, scheduling.NodeSnap]:
     return {n.name: scheduling.NodeSnap(n.name, n.cpus, n.cpus - n.alloc_cpus, n.real_memory_mb,
                                         n.real_memory_mb - n.alloc_mem_mb, n.weight, frozenset(n.features),
-                                        n.schedulable, _WAKE.get(n.power, scheduling.POWERED_ON),
+                                        n.schedulable, scheduling.wake(n.power),
                                         n.gres, n.free_gpus())
             for n in state.nodes.values()}
 
@@ -139,18 +139,10 @@ def node_power(state: ClusterState) -> dict[str, power.NodePower]:
     return result
 
 
-def power_states(state: ClusterState) -> dict[str, str]:
-    """Each node's state for power: busy (allocated or mixed), idle, powered down (saved), down.
-    A node powering down still counts as idle until it is off: the cap is never broken."""
-    result = {}
-    for n in state.nodes.values():
-        if n.power == states.P_POWERED_DOWN:
-            result[n.name] = power.SAVED
-        elif n.base_state in (states.N_DOWN, states.N_UNKNOWN, states.N_FUTURE) or n.not_responding:
-            result[n.name] = power.DOWN
-        else:
-            result[n.name] = power.BUSY if n.alloc_cpus else power.IDLE
-    return result
+def power_states(state: ClusterState) -> dict[str, PowerState]:
+    """Each node as the cap counts it: its power state (busy, idle, off, down; a switch under way
+    by what it holds)."""
+    return {n.name: power.cap_state(n.power_state, n.alloc_cpus > 0) for n in state.nodes.values()}
 
 
 def power_snap(state: ClusterState) -> power.PowerSnap | None:

@@ -58,6 +58,7 @@ from wattsched.controller.priority import Shares
 from wattsched.controller.reservations import ReservationBook
 from wattsched.controller.store import StateStore
 from wattsched.model import Job, Node, Reservation, Step
+from wattsched.states import PowerState
 
 
 @dataclass(slots=True)
@@ -155,7 +156,7 @@ class ClusterState:
     def node_power(self) -> dict[str, power.NodePower]:
         return snapshots.node_power(self)
 
-    def power_states(self) -> dict[str, str]:
+    def power_states(self) -> dict[str, PowerState]:
         return snapshots.power_states(self)
 
     def schedule(self, now: float) -> list[Action]:

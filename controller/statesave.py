@@ -9,10 +9,10 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from wattsched import states
 from wattsched.controller import launching, nodes
 from wattsched.controller.reservations import ReservationBook
 from wattsched.model import Job, Node, Reservation
+from wattsched.states import NodeBase, PowerFlag
 
 if TYPE_CHECKING:
     from wattsched.controller.state import ClusterState
@@ -46,8 +46,8 @@ def restore(state: ClusterState) -> None:
             node.drain, node.reason = saved["drain"], saved["reason"]
             node.reason_time, node.reason_uid = saved.get("reason_time", 0), saved.get("reason_uid", 0)
             if saved.get("down"):
-                node.base_state = states.N_DOWN
-            node.power, node.power_since = saved.get("power", ""), saved.get("power_since", 0.0)
+                node.base_state = NodeBase.DOWN
+            node.power, node.power_since = PowerFlag(saved.get("power", "")), saved.get("power_since", 0.0)
             node.power_job = saved.get("power_job", 0)
     state.next_job_id = int(store.get_meta("next_job_id", str(config.first_job_id)) or 1)
     saved_cap = store.get_meta("power_cap")
@@ -82,7 +82,7 @@ def flush(state: ClusterState) -> None:
         meta["nodes"] = json.dumps({
             n.name: {"drain": n.drain, "reason": n.reason, "reason_time": n.reason_time,
                      "reason_uid": n.reason_uid,
-                     "down": n.base_state == states.N_DOWN and n.reason != nodes.NOT_RESPONDING,
+                     "down": n.base_state == NodeBase.DOWN and n.reason != nodes.NOT_RESPONDING,
                      "power": n.power, "power_since": n.power_since, "power_job": n.power_job}
             for n in state.nodes.values() if n.drain or n.reason or n.power})
     saved = [state.jobs[j].to_dict() for j in journal.dirty if j in state.jobs]

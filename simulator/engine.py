@@ -29,11 +29,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from wattsched import plugins, power, powersave, scheduling, states, switching
+from wattsched import plugins, power, powersave, scheduling
 from wattsched.config import Config, NodeConf
 from wattsched.fairshare import UsageRecord
 from wattsched.simulator.shares import DEFAULT_ACCOUNT, SimShares
 from wattsched.simulator.workload import SimJob, Workload
+from wattsched.states import NodeBase, PowerFlag, PowerState, power_state
 
 END, SWITCHED, SUBMIT, TICK, PERIOD, BACKFILL = 0, 1, 2, 3, 4, 5
 COMPUTING, IDLE, OFF, SWITCHING_ON, SWITCHING_OFF = "computing", "idle", "off", "switching_on", "switching_off"
@@ -41,13 +42,12 @@ BOUNDED_SLOWDOWN_TAU_S = 10.0
 # what a job's accounted energy (the one EnergyFairShare charges) follows: its nodes' power model,
 # or its CPU-seconds (Georgiou et al. 2015's simulations)
 ENERGY_MODELS = ("node", "cpu")
-_WAKE = {switching.SWITCHING_ON: scheduling.POWERING_UP, switching.OFF: scheduling.POWERED_DOWN}
 
 
 @dataclass(slots=True)
 class SimNode:
     conf: NodeConf
-    power: str = switching.ON
+    power: PowerFlag = PowerFlag.NONE
     jobs: dict[int, int] = field(default_factory=dict)  # jobs holding it (running or waiting) -> CPUs
     # the jobs computing on it -> the watts each adds to IdleWatts (kept, since its watts are asked for at
     # every start and end on it)
@@ -328,7 +328,7 @@ class Simulation:
         conf = node.conf
         return scheduling.NodeSnap(conf.name, conf.cpus, conf.cpus - node.alloc_cpus, conf.real_memory_mb,
                                    conf.real_memory_mb - node.alloc_mem_mb, conf.weight, frozenset(conf.features),
-                                   node.power != switching.SWITCHING_OFF, _WAKE.get(node.power, scheduling.POWERED_ON))
+                                   node.power != PowerFlag.POWERING_DOWN, scheduling.wake(node.power))
 
     def _changed(self, node: SimNode) -> None:
         self.dirty.add(node.conf.name)
@@ -339,17 +339,13 @@ class Simulation:
 
     def _ready_at(self, record: JobRecord) -> float:
         return max((self.nodes[n].since + self.nodes[n].conf.switching.on_s for n in record.alloc
-                    if self.nodes[n].power == switching.SWITCHING_ON), default=0.0)
+                    if self.nodes[n].power == PowerFlag.POWERING_UP), default=0.0)
 
     def _power_snap(self) -> power.PowerSnap | None:
         if self.config.power_cap is None:
             return None
-        node_states = {}
-        for name, node in self.nodes.items():
-            if node.power == switching.OFF:
-                node_states[name] = power.SAVED
-            else:
-                node_states[name] = power.BUSY if node.jobs else power.IDLE
+        node_states = {name: power.cap_state(self._power_state(node), bool(node.jobs))
+                       for name, node in self.nodes.items()}
         return power.PowerSnap(self.node_power, node_states, self.config.power_cap)
 
     # --- jobs ------------------------------------------------------------------------------------------
@@ -367,11 +363,11 @@ class Simulation:
             node.alloc_cpus += alloc.cpus[name]
             node.alloc_mem_mb += alloc.mem_mb.get(name, 0)
             self._changed(node)
-            if node.power == switching.OFF:
-                self._switch(node, switching.ON, now, f"job {record.job.job_id}")
-            elif node.power == switching.SWITCHING_ON:
+            if node.power == PowerFlag.POWERED_DOWN:
+                self._switch(node, True, now, f"job {record.job.job_id}")
+            elif node.power == PowerFlag.POWERING_UP:
                 self.power_events.append((now, name, "ALLOCATED", f"job {record.job.job_id}"))
-        record.waiting_for = sum(1 for n in record.alloc if self.nodes[n].power != switching.ON)
+        record.waiting_for = sum(1 for n in record.alloc if self.nodes[n].power != PowerFlag.NONE)
         if record.waiting_for == 0:
             self._run(record, now)
         else:  # held from now, until the limit counted from when its last node is up
@@ -423,7 +419,7 @@ class Simulation:
     # --- power -------------------------------------------------------------------------------------------
 
     def _power_tick(self, now: float, power_snap: power.PowerSnap | None) -> None:
-        ps_nodes = tuple(powersave.PsNode(n.conf.name, self._ps_state(n), n.idle_since, n.conf.name in self.excluded)
+        ps_nodes = tuple(powersave.PsNode(n.conf.name, self._power_state(n), n.idle_since, n.conf.name in self.excluded)
                          for n in self.nodes.values())
         pending = tuple(powersave.PendingBrief(j, self.records[j].nodes, self.records[j].job.walltime,
                                                self.expected.get(j), self.reasons.get(j, ""))
@@ -434,20 +430,18 @@ class Simulation:
         off, on, self.memories = powersave.decide(self.policies, snap, self.memories, self.config.suspend_rate,
                                                   self.config.resume_rate)
         for name in off:
-            self._switch(self.nodes[name], switching.OFF, now, "")
+            self._switch(self.nodes[name], False, now, "")
         for name in on:
-            self._switch(self.nodes[name], switching.ON, now, "")
+            self._switch(self.nodes[name], True, now, "")
 
     @staticmethod
-    def _ps_state(node: SimNode) -> str:
-        if node.power != switching.ON:
-            return {switching.OFF: powersave.OFF, switching.SWITCHING_ON: powersave.SWITCHING_ON,
-                    switching.SWITCHING_OFF: powersave.SWITCHING_OFF}[node.power]
-        return powersave.BUSY if node.jobs else powersave.IDLE
+    def _power_state(node: SimNode) -> PowerState:
+        """The node's power state by the controller's own mapping (a simulated node is never down
+        or drained)."""
+        return power_state(node.power, NodeBase.IDLE, False, bool(node.jobs))
 
-    def _switch(self, node: SimNode, target: str, now: float, reason: str) -> None:
-        on = target == switching.ON
-        node.power = switching.SWITCHING_ON if on else switching.SWITCHING_OFF
+    def _switch(self, node: SimNode, on: bool, now: float, reason: str) -> None:
+        node.power = PowerFlag.POWERING_UP if on else PowerFlag.POWERING_DOWN
         self._changed(node)
         if on:
             self.switches_on += 1
@@ -455,19 +449,19 @@ class Simulation:
         else:
             self.switches_off += 1
             self.suspends.append(now)
-        self.power_events.append((now, node.conf.name, states.P_POWERING_UP if on else states.P_POWERING_DOWN, reason))
+        self.power_events.append((now, node.conf.name, node.power, reason))
         self._set_category(node, SWITCHING_ON if on else SWITCHING_OFF, now)
         sw = node.conf.switching
         self._push(now + (sw.on_s if on else sw.off_s), SWITCHED, node=node.conf.name)
 
     def _switched(self, node: SimNode, now: float) -> None:
-        if node.power == switching.SWITCHING_OFF:
-            node.power = switching.OFF
+        if node.power == PowerFlag.POWERING_DOWN:
+            node.power = PowerFlag.POWERED_DOWN
             self._changed(node)
-            self.power_events.append((now, node.conf.name, states.P_POWERED_DOWN, ""))
+            self.power_events.append((now, node.conf.name, PowerFlag.POWERED_DOWN, ""))
             self._set_category(node, OFF, now)
             return
-        node.power = switching.ON
+        node.power = PowerFlag.NONE
         node.idle_since = now
         self._changed(node)
         self.power_events.append((now, node.conf.name, "POWERED_UP",

@@ -25,6 +25,7 @@ from wattsched.scheduling import (
     Snapshot,
     schedule,
 )
+from wattsched.states import PowerState
 
 NOW = 1_000_000.0
 HOUR = 3600.0
@@ -295,7 +296,7 @@ def capped(draw):
     names = [f"n{i:02d}" for i in range(1, count + 1)]
     watts = {n: power.NodePower(100, 300, 100, 300, always_max=draw(st.booleans()) and n == "n01") for n in names}
     used = {node for r in busy for node in r.cpus}
-    states_ = {n: power.BUSY if n in used else power.IDLE for n in names}
+    states_ = {n: PowerState.BUSY if n in used else PowerState.IDLE for n in names}
     current = sum(watts[n].watts(states_[n]) for n in names)
     cap = draw(st.sampled_from([math.inf, float(draw(st.integers(current - 100, 300 * count)))]))
     resvs = tuple(power.PowerResv(f"r{i}", NOW + draw(st.integers(0, 120)) * 60,
@@ -306,10 +307,9 @@ def capped(draw):
 
 def _busy_power(snap, busy_nodes) -> float:
     """Power with ``busy_nodes`` busy; the others in their state now, or idle if they are busy now."""
-    from wattsched import power
 
     return sum(node.max if name in busy_nodes else
-               node.watts(power.IDLE if snap.states[name] == power.BUSY else snap.states[name])
+               node.watts(PowerState.IDLE if snap.states[name] == PowerState.BUSY else snap.states[name])
                for name, node in snap.nodes.items())
 
 
@@ -349,7 +349,7 @@ def test_power_fit_picks_the_highest_frequency_under_the_cap(kind) -> None:
 
     table = ((2_000_000, 300), (1_500_000, 220), (1_000_000, 160))
     watts = {n: power.NodePower(100, 300, 100, 300, freq_watts=table) for n in ("n01", "n02")}
-    snap = power.PowerSnap(watts, {"n01": power.IDLE, "n02": power.IDLE}, 350.0)
+    snap = power.PowerSnap(watts, {"n01": PowerState.IDLE, "n02": PowerState.IDLE}, 350.0)
     scheduler = BuiltinScheduler() if kind == "builtin" else BackfillScheduler(SchedulerParams(bf_power=kind))
     queue = [job(1, 4, 30, power_fit=True), job(2, 4, 30), job(3, 4, 30, power_fit=True, cpu_freq_pinned=True)]
     for request in queue:
@@ -361,7 +361,7 @@ def test_power_fit_picks_the_highest_frequency_under_the_cap(kind) -> None:
             assert decisions.starts == [] and decisions.reasons[request.job_id] == states.R_POWER
     # a node already running at 1.5 GHz counts 220 W, not MaxWatts
     busy = replace(snap, nodes={**watts, "n01": replace(watts["n01"], busy=220)},
-                   states={"n01": power.BUSY, "n02": power.IDLE})
+                   states={"n01": PowerState.BUSY, "n02": PowerState.IDLE})
     assert power.summary(busy.nodes, busy.states)["current_watts"] == 320
 
 

@@ -13,7 +13,8 @@ from wattsched.plugins.power_save.energy_aware import EnergyAware
 from wattsched.plugins.power_save.idle import IdleTimeout
 from wattsched.plugins.power_save.inertial import AWAKENING, SEDATING, Inertial
 from wattsched.plugins.power_save.reclaim import Reclaim
-from wattsched.powersave import BUSY, IDLE, OFF, SWITCHING_OFF, PendingBrief, PowerSaveSnap, PsNode
+from wattsched.powersave import PendingBrief, PowerSaveSnap, PsNode
+from wattsched.states import PowerFlag, PowerState
 
 
 def _nodes(spec: str, now: float = 1000.0) -> tuple[PsNode, ...]:
@@ -21,7 +22,8 @@ def _nodes(spec: str, now: float = 1000.0) -> tuple[PsNode, ...]:
     result = []
     for index, item in enumerate(spec.split()):
         kind, _, since = item.partition(":")
-        state = {"i": IDLE, "b": BUSY, "o": OFF, "s": SWITCHING_OFF, "x": IDLE}[kind]
+        state = {"i": PowerState.IDLE, "b": PowerState.BUSY, "o": PowerState.OFF, "s": PowerState.SWITCHING_OFF,
+                 "x": PowerState.IDLE}[kind]
         result.append(PsNode(f"n{index}", state, float(since or now), excluded=kind == "x"))
     return tuple(result)
 
@@ -82,14 +84,14 @@ def test_inertial_state_machine_and_inertia() -> None:
 def _leaf_power(off: int, busy: int, cap: float) -> tuple[power.PowerSnap, tuple[PsNode, ...]]:
     """Seed 003's cluster: leaf0 always at MaxWatts, 256 virtual nodes 450/950 W, PowerSaveWatts=5."""
     nodes = {"leaf0": power.NodePower(450, 950, 450, 950, always_max=True)}
-    node_states = {"leaf0": power.IDLE}
+    node_states = {"leaf0": PowerState.IDLE}
     ps = []
     for i in range(256):
         name = f"leaf{1000 + i}"
         nodes[name] = power.NodePower(450, 950, 5, 950)
-        state = power.BUSY if i < busy else power.SAVED if i >= 256 - off else power.IDLE
+        state = PowerState.BUSY if i < busy else PowerState.OFF if i >= 256 - off else PowerState.IDLE
         node_states[name] = state
-        ps.append(PsNode(name, {power.BUSY: BUSY, power.SAVED: OFF, power.IDLE: IDLE}[state], 0.0))
+        ps.append(PsNode(name, state, 0.0))
     return power.PowerSnap(nodes, node_states, cap), tuple(ps)
 
 
@@ -102,7 +104,7 @@ def test_reclaim_switches_off_just_enough_idle_nodes_for_the_blocked_job() -> No
     decision = Reclaim().decide(PowerSaveSnap(0.0, nodes, (blocked,), power=snap), {})
     assert decision.suspend == ["leaf1255"]
     # while it switches off, it counts as reclaimed: nothing more is switched
-    switching_off = tuple(PsNode(n.name, SWITCHING_OFF if n.name == "leaf1255" else n.state) for n in nodes)
+    switching_off = tuple(PsNode(n.name, PowerState.SWITCHING_OFF if n.name == "leaf1255" else n.state) for n in nodes)
     assert Reclaim().decide(PowerSaveSnap(0.0, switching_off, (blocked,), power=snap), {}).suspend == []
     # a job blocked by something else, or no cap at all: nothing
     other = PendingBrief(2, 10, math.inf, reason=states.R_RESOURCES)
@@ -155,8 +157,8 @@ def test_chassis_switching_states_and_watts() -> None:
 def test_saving_report_from_power_events() -> None:
     sw = switching.Switching(on_s=10, off_s=20, on_watts=120, off_watts=100)
     watts = {"n1": powerreport.NodeWatts(idle=95, save=10, switching=sw)}
-    events = [(100.0, "n1", states.P_POWERING_DOWN, ""), (130.0, "n1", states.P_POWERED_DOWN, ""),
-              (1000.0, "n1", states.P_POWERING_UP, "job 7"), (1012.0, "n1", "POWERED_UP", "job 7")]
+    events = [(100.0, "n1", PowerFlag.POWERING_DOWN, ""), (130.0, "n1", PowerFlag.POWERED_DOWN, ""),
+              (1000.0, "n1", PowerFlag.POWERING_UP, "job 7"), (1012.0, "n1", "POWERED_UP", "job 7")]
     report = powerreport.saving(events, watts, 0.0, 2000.0)
     # 20 s switching off at 100 W, 880 s off at 10 W, 12 s switching on at 120 W, against 95 W idle
     assert report.switches_off == report.switches_on == 1

@@ -12,6 +12,7 @@ from typing import Any
 
 from wattsched import gres, states
 from wattsched.gres import Device, Inventory
+from wattsched.states import NodeBase, PowerFlag, PowerState
 
 
 @dataclass(slots=True)
@@ -216,7 +217,7 @@ class Node:
     weight: int = 1
     features: tuple[str, ...] = ()
     partitions: tuple[str, ...] = ()
-    base_state: str = states.N_UNKNOWN
+    base_state: NodeBase = NodeBase.UNKNOWN
     drain: bool = False
     not_responding: bool = True
     reason: str = ""
@@ -237,8 +238,8 @@ class Node:
     gres: Inventory = ()  # GPUs by type, as configured
     gpus: tuple[Device, ...] = ()  # each GPU: its number, type and device file
     alloc_gpus: dict[int, int] = field(default_factory=dict)  # GPU number -> the job holding it
-    # power saving: a flag of wattsched.states (P_*) or "", since when, and since when idle
-    power: str = ""
+    # power saving: its flag, since when, and since when idle
+    power: PowerFlag = PowerFlag.NONE
     power_since: float = 0.0
     power_job: int = 0  # the job a resume was for (its added waiting time is reported)
     idle_since: float = 0.0
@@ -276,16 +277,20 @@ class Node:
         (t0, j0), (t1, j1) = self.energy_first, self.energy_samples[-1]
         return (j1 - j0) / (t1 - t0)
 
+    @property
+    def power_state(self) -> PowerState:
+        return states.power_state(self.power, self.base_state, self.not_responding, self.alloc_cpus > 0)
+
     def refresh_base_state(self) -> None:
         """Derive IDLE / MIXED / ALLOCATED from the allocation of a node that is up."""
-        if self.base_state in (states.N_DOWN, states.N_UNKNOWN, states.N_FUTURE):
+        if self.base_state in (NodeBase.DOWN, NodeBase.UNKNOWN, NodeBase.FUTURE):
             return
         if self.alloc_cpus == 0:
-            self.base_state = states.N_IDLE
+            self.base_state = NodeBase.IDLE
         elif self.alloc_cpus >= self.cpus:
-            self.base_state = states.N_ALLOCATED
+            self.base_state = NodeBase.ALLOCATED
         else:
-            self.base_state = states.N_MIXED
+            self.base_state = NodeBase.MIXED
 
     def free_gpus(self) -> Inventory:
         """Its GPUs no job holds, by type in its order."""
@@ -301,10 +306,10 @@ class Node:
     def schedulable(self) -> bool:
         """Up (or powered down, to be woken for the job), responding and not drained, not being
         powered down: work may be placed on it, now or when it is free."""
-        if self.power in (states.P_POWERED_DOWN, states.P_POWERING_UP):
-            return self.base_state in (states.N_IDLE, states.N_MIXED, states.N_ALLOCATED) and not self.drain
-        return (self.base_state in (states.N_IDLE, states.N_MIXED, states.N_ALLOCATED) and not self.drain
-                and not self.not_responding and self.power not in (states.P_POWERING_DOWN, states.P_POWER_DOWN))
+        if self.power in (PowerFlag.POWERED_DOWN, PowerFlag.POWERING_UP):
+            return self.base_state in (NodeBase.IDLE, NodeBase.MIXED, NodeBase.ALLOCATED) and not self.drain
+        return (self.base_state in (NodeBase.IDLE, NodeBase.MIXED, NodeBase.ALLOCATED) and not self.drain
+                and not self.not_responding and self.power not in (PowerFlag.POWERING_DOWN, PowerFlag.POWER_DOWN))
 
 
 @dataclass(slots=True)

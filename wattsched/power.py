@@ -21,8 +21,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from wattsched import states
+from wattsched.states import PowerState
 
-BUSY, IDLE, SAVED, DOWN = "busy", "idle", "saved", "down"
 INFINITE = math.inf
 
 
@@ -39,12 +39,13 @@ class NodePower:
     busy: int | None = None
     freq_watts: tuple[tuple[int, int], ...] = ()
 
-    def watts(self, state: str) -> int:
+    def watts(self, state: PowerState) -> int:
+        """Its watts in a state the cap counts (see cap_state): busy, idle, off or down."""
         if self.always_max:
             return self.max
-        if state == BUSY:
+        if state == PowerState.BUSY:
             return self.max if self.busy is None else self.busy
-        return {IDLE: self.idle, SAVED: self.save, DOWN: self.down}[state]
+        return {PowerState.IDLE: self.idle, PowerState.OFF: self.save, PowerState.DOWN: self.down}[state]
 
     def busy_at(self, khz: int | None) -> int:
         """Watts while busy at ``khz`` (None: full speed, MaxWatts)."""
@@ -68,7 +69,7 @@ class PowerSnap:
     """What admission needs: each node's watts and state, the cap and the power reservations."""
 
     nodes: Mapping[str, NodePower]
-    states: Mapping[str, str]
+    states: Mapping[str, PowerState]  # each node as the cap counts it (cap_state)
     cap: float  # watts, or INFINITE
     reservations: tuple[PowerResv, ...] = ()
     max_watts: int = field(init=False)  # every node busy; summed once, admission asks for it often
@@ -81,22 +82,31 @@ class PowerSnap:
         return float(self.max_watts) if self.cap == INFINITE else self.cap
 
 
-def summary(nodes: Mapping[str, NodePower], node_states: Mapping[str, str]) -> dict[str, int]:
+def cap_state(state: PowerState, held: bool) -> PowerState:
+    """What the cap counts a node as, from its power state (wattsched.states.power_state): a node
+    switching counts by what it holds, busy if a job holds it (it will run) and idle otherwise,
+    until it is off: the cap is never broken by a switch under way."""
+    if state in (PowerState.SWITCHING_ON, PowerState.SWITCHING_OFF):
+        return PowerState.BUSY if held else PowerState.IDLE
+    return state
+
+
+def summary(nodes: Mapping[str, NodePower], node_states: Mapping[str, PowerState]) -> dict[str, int]:
     """scontrol show powercap's figures (without the cap)."""
     current = adjusted = minimum = maximum = 0
     for name, node in nodes.items():
-        state = node_states.get(name, IDLE)
+        state = node_states.get(name, PowerState.IDLE)
         current += node.watts(state)
-        minimum += node.watts(SAVED)
+        minimum += node.watts(PowerState.OFF)
         maximum += node.max
-        adjusted += node.watts(state) if state in (SAVED, DOWN) else node.max
+        adjusted += node.watts(state) if state in (PowerState.OFF, PowerState.DOWN) else node.max
     return {"min_watts": minimum, "current_watts": current, "adjusted_max_watts": adjusted, "max_watts": maximum}
 
 
 def extra_watts(snap: PowerSnap, busy_now: Iterable[str]) -> dict[str, int]:
     """Per node, the watts it adds when it goes from its state now to busy (0 if already busy)."""
     already = set(busy_now)
-    return {name: 0 if name in already else node.max - node.watts(snap.states.get(name, IDLE))
+    return {name: 0 if name in already else node.max - node.watts(snap.states.get(name, PowerState.IDLE))
             for name, node in snap.nodes.items()}
 
 

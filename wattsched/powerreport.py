@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from wattsched import states
+from wattsched.states import PowerFlag
 from wattsched.switching import Switching
 
 POWERED_UP = "POWERED_UP"
@@ -59,13 +59,13 @@ def saving(events: Iterable[tuple[float, str, str, str]], watts: Mapping[str, No
         for index, (when, state, reason) in enumerate(timeline):
             until = timeline[index + 1][0] if index + 1 < len(timeline) else end
             lo, hi = max(when, start), min(until, end)
-            if state in (states.P_POWERING_DOWN, states.P_POWERED_DOWN):
-                if state == states.P_POWERING_DOWN and start <= when < end:
+            if state in (PowerFlag.POWERING_DOWN, PowerFlag.POWERED_DOWN):
+                if state == PowerFlag.POWERING_DOWN and start <= when < end:
                     report.switches_off += 1
                 switch_end = _switch_began(timeline, index) + w.switching.off_s
                 _add(report, w, max(0.0, min(hi, switch_end) - lo), w.switching.off_watts, switching=True)
                 _add(report, w, max(0.0, hi - max(lo, switch_end)), w.save, switching=False)
-            elif state == states.P_POWERING_UP:
+            elif state == PowerFlag.POWERING_UP:
                 if start <= when < end:
                     report.switches_on += 1
                 _add(report, w, max(0.0, hi - lo), w.switching.on_watts, switching=True)
@@ -80,7 +80,7 @@ def saving(events: Iterable[tuple[float, str, str, str]], watts: Mapping[str, No
 def _switch_began(timeline: list[tuple[float, str, str]], index: int) -> float:
     """When the switch-off that led to the state at ``index`` began."""
     for when, state, _reason in reversed(timeline[:index + 1]):
-        if state == states.P_POWERING_DOWN:
+        if state == PowerFlag.POWERING_DOWN:
             return when
     return timeline[index][0]
 

@@ -24,14 +24,20 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from wattsched.power import PowerSnap
+from wattsched.states import PowerState
 
-BUSY, IDLE, OFF, SWITCHING_ON, SWITCHING_OFF, DOWN = "busy", "idle", "off", "switching_on", "switching_off", "down"
+
+def seen_state(state: PowerState, drained: bool) -> PowerState:
+    """A node as power saving sees it, from its power state (wattsched.states.power_state): a
+    drained node takes no new job, so it is neither idle (to switch off) nor busy (to come free):
+    down, unless a switch is under way or done."""
+    return PowerState.DOWN if drained and state in (PowerState.BUSY, PowerState.IDLE) else state
 
 
 @dataclass(frozen=True, slots=True)
 class PsNode:
     name: str
-    state: str
+    state: PowerState  # as power saving sees it (seen_state)
     idle_since: float = 0.0  # when it last became idle (or came up)
     excluded: bool = False
 
@@ -72,7 +78,7 @@ class PowerSavePolicy(Protocol):
 
 def switchable_idle(snap: PowerSaveSnap) -> list[PsNode]:
     """Idle nodes a policy may switch off, longest idle first (then by name)."""
-    return sorted((n for n in snap.nodes if n.state == IDLE and not n.excluded),
+    return sorted((n for n in snap.nodes if n.state == PowerState.IDLE and not n.excluded),
                   key=lambda n: (n.idle_since, n.name))
 
 
@@ -85,7 +91,8 @@ def first_start(snap: PowerSaveSnap) -> float:
     job = snap.pending[0]
     if job.expected_start is not None:
         return max(job.expected_start, snap.now)
-    free = sum(1 for n in snap.nodes if n.state in (IDLE, OFF, SWITCHING_ON, SWITCHING_OFF))
+    free = sum(1 for n in snap.nodes if n.state in (PowerState.IDLE, PowerState.OFF, PowerState.SWITCHING_ON,
+                                                      PowerState.SWITCHING_OFF))
     if free >= job.nodes:
         return snap.now
     for end, count in sorted(snap.releases):
@@ -128,8 +135,8 @@ def decide(policies: Iterable[tuple[str, PowerSavePolicy]], snap: PowerSaveSnap,
         resume.update(dict.fromkeys(decision.resume))
         memory_out[name] = decision.memory
     states = {n.name: n for n in snap.nodes}
-    off = [n for n in suspend if n not in resume and n in states and states[n].state == IDLE
+    off = [n for n in suspend if n not in resume and n in states and states[n].state == PowerState.IDLE
            and not states[n].excluded]
-    on = [n for n in resume if n in states and states[n].state == OFF]
+    on = [n for n in resume if n in states and states[n].state == PowerState.OFF]
     return (rate_limit(off, suspend_rate, snap.suspended_last_min),
             rate_limit(on, resume_rate, snap.resumed_last_min), memory_out)

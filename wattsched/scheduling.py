@@ -28,11 +28,18 @@ import numpy as np
 from wattsched import gres, states
 from wattsched import power as power_mod
 from wattsched.power import PowerSnap
+from wattsched.states import PowerFlag, PowerState
 
 # How far a node is from running new work, for node selection: nodes that are on come first,
 # then the ones already powering up, then the powered-down ones (waking a node costs minutes and
 # energy). Slurm, too, places powered-down nodes after all others, whatever their Weight.
 POWERED_ON, POWERING_UP, POWERED_DOWN = 0, 1, 2
+_WAKE = {PowerFlag.POWERING_UP: POWERING_UP, PowerFlag.POWERED_DOWN: POWERED_DOWN}
+
+
+def wake(flag: PowerFlag) -> int:
+    """How far a node with this power flag is from running work (NodeSnap.wake)."""
+    return _WAKE.get(flag, POWERED_ON)
 
 
 @dataclass(frozen=True, slots=True)
@@ -785,8 +792,8 @@ class PowerMeter:
 
     def __init__(self, snap: PowerSnap, running: Collection[RunningJob] = ()):
         self.snap = snap
-        self.busy = {name for name, state in snap.states.items() if state == power_mod.BUSY}
-        self.current = float(sum(node.watts(snap.states.get(name, power_mod.IDLE))
+        self.busy = {name for name, state in snap.states.items() if state == PowerState.BUSY}
+        self.current = float(sum(node.watts(snap.states.get(name, PowerState.IDLE))
                                  for name, node in snap.nodes.items()))
         # how long each busy node stays busy (unknown: as long as any job may need it)
         self.busy_until = dict.fromkeys(self.busy, math.inf)
@@ -806,7 +813,7 @@ class PowerMeter:
         for name in alloc.cpus:
             node = self.snap.nodes.get(name)
             if node is not None and name not in self.busy:
-                extra += node.busy_at(alloc.cpu_freq_khz) - node.watts(self.snap.states.get(name, power_mod.IDLE))
+                extra += node.busy_at(alloc.cpu_freq_khz) - node.watts(self.snap.states.get(name, PowerState.IDLE))
         return extra
 
     def check(self, job: JobRequest, alloc: Allocation, start: float) -> str | None:

@@ -1,6 +1,9 @@
-"""Slurm's job and node state names, their short codes and pending reasons."""
+"""Slurm's job and node state names, their short codes and pending reasons; the power states the
+power policies see, and the one mapping to them from a node's state."""
 
 from __future__ import annotations
+
+from enum import StrEnum
 
 PENDING, RUNNING, COMPLETING = "PENDING", "RUNNING", "COMPLETING"
 COMPLETED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL = "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"
@@ -54,16 +57,65 @@ R_MAINT = "ReqNodeNotAvail, Reserved for maintenance"
 R_POWER = "PowerNotAvail"
 R_POWER_RESERVED = "PowerReserved"
 
-# Node power-saving flags (scontrol's +FLAG, sinfo's suffix).
-P_POWER_DOWN, P_POWERED_DOWN, P_POWERING_UP, P_POWERING_DOWN = "POWER_DOWN", "POWERED_DOWN", "POWERING_UP", \
-    "POWERING_DOWN"
-POWER_SUFFIX = {P_POWER_DOWN: "!", P_POWERED_DOWN: "~", P_POWERING_UP: "#", P_POWERING_DOWN: "%"}
+class PowerFlag(StrEnum):
+    """A node's power-saving flag (scontrol's +FLAG, sinfo's suffix); NONE: on, no switch asked.
+    POWER_DOWN: to be switched off once idle (Slurm's "!")."""
 
-# Node base states and flags.
-N_IDLE, N_ALLOCATED, N_MIXED, N_DOWN, N_UNKNOWN, N_FUTURE = "IDLE", "ALLOCATED", "MIXED", "DOWN", "UNKNOWN", \
-    "FUTURE"
-NODE_SHORT = {N_IDLE: "idle", N_ALLOCATED: "alloc", N_MIXED: "mix", N_DOWN: "down", N_UNKNOWN: "unk",
-              N_FUTURE: "futr"}
+    NONE = ""
+    POWER_DOWN = "POWER_DOWN"
+    POWERED_DOWN = "POWERED_DOWN"
+    POWERING_UP = "POWERING_UP"
+    POWERING_DOWN = "POWERING_DOWN"
+
+
+POWER_SUFFIX: dict[str, str] = {PowerFlag.POWER_DOWN: "!", PowerFlag.POWERED_DOWN: "~", PowerFlag.POWERING_UP: "#",
+                PowerFlag.POWERING_DOWN: "%"}
+
+
+class NodeBase(StrEnum):
+    """A node's base state (the first word of scontrol's State=); its flags are kept apart."""
+
+    IDLE = "IDLE"
+    ALLOCATED = "ALLOCATED"
+    MIXED = "MIXED"
+    DOWN = "DOWN"
+    UNKNOWN = "UNKNOWN"
+    FUTURE = "FUTURE"
+
+
+NODE_SHORT: dict[str, str] = {NodeBase.IDLE: "idle", NodeBase.ALLOCATED: "alloc", NodeBase.MIXED: "mix",
+                              NodeBase.DOWN: "down", NodeBase.UNKNOWN: "unk", NodeBase.FUTURE: "futr"}
+NODE_LONG: dict[str, str] = {NodeBase.IDLE: "idle", NodeBase.ALLOCATED: "allocated", NodeBase.MIXED: "mixed",
+                             NodeBase.DOWN: "down", NodeBase.UNKNOWN: "unknown", NodeBase.FUTURE: "future"}
+_UNAVAILABLE = frozenset({NodeBase.DOWN, NodeBase.UNKNOWN, NodeBase.FUTURE})
+
+
+class PowerState(StrEnum):
+    """What a node draws and can do, as the power policies see it (the cap, power saving, their
+    shells in the controller and the simulator): one vocabulary, derived by :func:`power_state`."""
+
+    BUSY = "busy"  # a job holds CPUs on it
+    IDLE = "idle"
+    OFF = "off"  # powered down (PowerSaveWatts)
+    SWITCHING_ON = "switching_on"
+    SWITCHING_OFF = "switching_off"
+    DOWN = "down"  # down, unknown, future or not responding (DownWatts)
+
+
+def power_state(flag: str, base: str, not_responding: bool, held: bool) -> PowerState:
+    """The one mapping from a node's state to its power state, used by the controller and the
+    simulator alike: a switch under way (or done) first, then a node that cannot run work, then
+    busy if a job holds it (``held``), else idle. Drain is not a power state: power saving reads
+    it apart (wattsched.powersave.seen_state), the cap counts a drained node by what it holds."""
+    if flag == PowerFlag.POWERED_DOWN:
+        return PowerState.OFF
+    if flag == PowerFlag.POWERING_DOWN:
+        return PowerState.SWITCHING_OFF
+    if flag == PowerFlag.POWERING_UP:
+        return PowerState.SWITCHING_ON
+    if base in _UNAVAILABLE or not_responding:
+        return PowerState.DOWN
+    return PowerState.BUSY if held else PowerState.IDLE
 
 
 def node_state_long(base: str, drain: bool, not_responding: bool, completing: bool = False,
@@ -90,12 +142,12 @@ def node_state_short(base: str, drain: bool, not_responding: bool, completing: b
     responding, or a power-saving suffix: '~' powered down, '#' powering up, '%' powering down,
     '!' to be powered down (which Slurm shows before '*')."""
     if drain:
-        short = "drng" if base in (N_ALLOCATED, N_MIXED) else "drain"
-    elif completing and base != N_DOWN:
+        short = "drng" if base in (NodeBase.ALLOCATED, NodeBase.MIXED) else "drain"
+    elif completing and base != NodeBase.DOWN:
         short = "comp"
-    elif reserved == "MAINT" and base != N_DOWN:
+    elif reserved == "MAINT" and base != NodeBase.DOWN:
         short = "maint"
-    elif reserved and base == N_IDLE:
+    elif reserved and base == NodeBase.IDLE:
         short = "resv"
     else:
         short = NODE_SHORT.get(base, base.lower())
@@ -113,14 +165,13 @@ def node_state_sinfo_long(base: str, drain: bool, not_responding: bool, completi
     """sinfo's %T value: idle, allocated, mixed, down, drained, draining, completing, maint,
     reserved (+ '*')."""
     if drain:
-        word = "draining" if base in (N_ALLOCATED, N_MIXED) else "drained"
-    elif completing and base != N_DOWN:
+        word = "draining" if base in (NodeBase.ALLOCATED, NodeBase.MIXED) else "drained"
+    elif completing and base != NodeBase.DOWN:
         word = "completing"
-    elif reserved == "MAINT" and base != N_DOWN:
+    elif reserved == "MAINT" and base != NodeBase.DOWN:
         word = "maint"
-    elif reserved and base == N_IDLE:
+    elif reserved and base == NodeBase.IDLE:
         word = "reserved"
     else:
-        word = {N_IDLE: "idle", N_ALLOCATED: "allocated", N_MIXED: "mixed", N_DOWN: "down",
-                N_UNKNOWN: "unknown", N_FUTURE: "future"}.get(base, base.lower())
+        word = NODE_LONG.get(base, base.lower())
     return word + _suffix(not_responding, power)

@@ -21,10 +21,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from wattsched.powersave import DOWN, OFF, SWITCHING_OFF, Decision, PowerSaveSnap, PsNode, queue_load, switchable_idle
+from wattsched.powersave import Decision, PowerSaveSnap, PsNode, queue_load, switchable_idle
+from wattsched.states import PowerState
 
 AWAKENING, SEDATING = "awakening", "sedating"
 INERTIA = {"double": lambda x: 2 * x, "plus1": lambda x: x + 1}
+
+
+_UNUSABLE = (PowerState.OFF, PowerState.SWITCHING_OFF, PowerState.DOWN)
 
 
 class Inertial:
@@ -35,7 +39,7 @@ class Inertial:
         self.period, self.mu_threshold, self.f = period, mu_threshold, INERTIA[inertia]
 
     def decide(self, snap: PowerSaveSnap, memory: Mapping) -> Decision:
-        usable = sum(1 for n in snap.nodes if n.state not in (OFF, SWITCHING_OFF, DOWN))
+        usable = sum(1 for n in snap.nodes if n.state not in _UNUSABLE)
         estimate = queue_load(snap) / max(1, usable)
         mem = {"state": AWAKENING, "last_call": snap.now, "sum": 0.0, "count": 0, "prev_mu": None,
                "switched": 0, **memory}
@@ -54,7 +58,7 @@ class Inertial:
             mem["state"], decide_now = AWAKENING, False
         decision = Decision()
         if decide_now:
-            pool: list[PsNode] = sorted((n for n in snap.nodes if n.state == OFF), key=lambda n: n.name) \
+            pool: list[PsNode] = sorted((n for n in snap.nodes if n.state == PowerState.OFF), key=lambda n: n.name) \
                 if mem["state"] == AWAKENING else switchable_idle(snap)
             nb = min(max(self.f(mem["switched"]), 1), len(pool))
             chosen = [n.name for n in pool[:nb]]

@@ -11,8 +11,8 @@ import math
 from collections.abc import Mapping
 
 from wattsched import states
-from wattsched.power import IDLE as P_IDLE
-from wattsched.powersave import IDLE, SWITCHING_OFF, Decision, PowerSaveSnap
+from wattsched.powersave import Decision, PowerSaveSnap
+from wattsched.states import PowerState
 
 
 class Reclaim:
@@ -25,15 +25,15 @@ class Reclaim:
         if power is None or blocked is None or power.cap == math.inf:
             return Decision()
         nodes = power.nodes
-        current = sum(node.watts(power.states.get(name, P_IDLE)) for name, node in nodes.items())
-        idle = [n for n in snap.nodes if n.state == IDLE and n.name in nodes]
+        current = sum(node.watts(power.states.get(name, PowerState.IDLE)) for name, node in nodes.items())
+        idle = [n for n in snap.nodes if n.state == PowerState.IDLE and n.name in nodes]
         if len(idle) <= blocked.nodes:
             return Decision()
         # the job takes the first idle nodes in order; it adds what they need to get busy
         ordered = sorted(idle, key=lambda n: n.name)
         added = sum(nodes[n.name].max - nodes[n.name].idle for n in ordered[:blocked.nodes])
         on_the_way = sum(nodes[n.name].idle - nodes[n.name].save for n in snap.nodes
-                         if n.state == SWITCHING_OFF and n.name in nodes)
+                         if n.state == PowerState.SWITCHING_OFF and n.name in nodes)
         missing = current + added - on_the_way - power.limit()
         if missing <= 0:
             return Decision()  # blocked by something the nodes cannot give back (or already reclaimed)

@@ -19,8 +19,9 @@ from collections.abc import Collection
 
 import numpy as np
 
-from wattsched.power import BUSY, IDLE, PowerSnap, verdict
+from wattsched.power import PowerSnap, verdict
 from wattsched.scheduling import Allocation, JobRequest, PowerMeter, RunningJob, job_end
+from wattsched.states import PowerState
 
 
 class PowerPlan:
@@ -34,7 +35,7 @@ class PowerPlan:
             for name in job.cpus:
                 self.release[name] = max(self.release.get(name, now), end)
         # what each busy node adds over the idle state it returns to when released
-        self.extra = {n: 0 if snap.nodes[n].always_max else snap.nodes[n].watts(BUSY) - snap.nodes[n].idle
+        self.extra = {n: 0 if snap.nodes[n].always_max else snap.nodes[n].watts(PowerState.BUSY) - snap.nodes[n].idle
                       for n in self.release if n in snap.nodes}
         self.holds: list[tuple[float, float, frozenset[str], int | None]] = []
         self._sorted: tuple[np.ndarray, np.ndarray] | None = None
@@ -45,8 +46,8 @@ class PowerPlan:
         node = self.snap.nodes.get(name)
         if node is None or node.always_max:
             return 0
-        state = self.snap.states.get(name, IDLE)
-        return node.busy_at(khz) - node.watts(IDLE if state == BUSY else state)
+        state = self.snap.states.get(name, PowerState.IDLE)
+        return node.busy_at(khz) - node.watts(PowerState.IDLE if state == PowerState.BUSY else state)
 
     def start_now(self, alloc: Allocation, end: float) -> None:
         self.meter.commit(alloc, end)

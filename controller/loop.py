@@ -1,0 +1,136 @@
+"""The controller's event loop: scheduling passes (at most every MIN_PASS_INTERVAL_S, and no more
+often than twice the last pass took), the once-a-second timers, actions handed to the dispatcher,
+profiles merged off the loop, and scontrol reconfigure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import os
+import time
+
+from wattsched import config as config_mod
+from wattsched import h5profile
+from wattsched.accounting.store import AccountingStore
+from wattsched.controller import dashboard
+from wattsched.controller.acctsync import AccountingSync
+from wattsched.controller.actions import Refused
+from wattsched.controller.dispatch import Dispatcher
+from wattsched.controller.powerlog import PowerLog
+from wattsched.controller.priority import FairShareCalc
+from wattsched.controller.state import ClusterState
+
+log = logging.getLogger("wattsched.controller")
+
+MIN_PASS_INTERVAL_S = 0.05
+TIMER_INTERVAL_S = 1.0
+
+
+class Controller:
+    """The imperative shell: owns the state, the loop, the dispatcher and the accounting thread."""
+
+    def __init__(self, state: ClusterState, accounting: AccountingStore | None, sync: AccountingSync | None):
+        self.state, self.accounting, self.sync = state, accounting, sync
+        self.dispatcher: Dispatcher | None = None
+        self.fairshare = FairShareCalc(state, accounting) if accounting is not None else None
+        self._kick = asyncio.Event()
+        self.started = time.time()
+        self.power_log = PowerLog()
+        self._merge_tries: dict[tuple[str, int, int], int] = {}
+
+    def reconfigure(self) -> list[str]:
+        """Re-read the configuration file (scontrol reconfigure, SIGHUP); Refused with the file's
+        error, or with what cannot change without a restart, leaves everything as it was."""
+        from wattsched.config import ConfigError
+        from wattsched.controller.main import StartupError, load_plugins
+
+        try:
+            config = config_mod.load(self.state.config.source, switches_nodes=True)
+            plugins = load_plugins(config)
+        except (ConfigError, StartupError) as exc:
+            raise Refused(str(exc), 400) from exc
+        changes = self.state.reconfigure(config, plugins, time.time())
+        log.warning("configuration re-read", extra={"source": config.source, "changes": "; ".join(changes)})
+        self.changed()
+        return changes
+
+    def changed(self) -> None:
+        """Persist, wake the scheduler and the accounting thread."""
+        self.state.flush()
+        self._kick.set()
+        if self.sync:
+            self.sync.kick()
+
+    def act(self, actions: list) -> None:
+        self.changed()
+        if actions and self.dispatcher:
+            self.dispatcher.run(actions)
+
+    async def loop(self) -> None:
+        """The scheduling loop and, with accounting, the fair-share loop (cancelled together)."""
+        await asyncio.gather(self._schedule(), *([self.fairshare.loop()] if self.fairshare else []))
+
+    async def _schedule(self) -> None:
+        last_timers = 0.0
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._kick.wait(), timeout=self.state.config.scheduler_interval_s)
+            # Coalesce bursts of submissions and job ends into one pass, and never let passes take
+            # more than about a third of the loop's time (Slurm's sched_min_interval, made adaptive).
+            await asyncio.sleep(max(MIN_PASS_INTERVAL_S, 2 * self.state.stats.last_ms / 1000))
+            self._kick.clear()
+            now = time.time()
+            started = time.perf_counter()
+            actions = []
+            timers_due = now - last_timers >= TIMER_INTERVAL_S
+            if timers_due:  # limits, warnings, node timeouts: a second's resolution is Slurm's too
+                actions += self.state.check_timers(now)
+                dashboard.record_power(self.power_log, self.state, now)
+                last_timers = now
+            actions += self.state.schedule(now)
+            elapsed_ms = (time.perf_counter() - started) * 1000
+            self.state.stats.pass_done(elapsed_ms)
+            self.state.flush()
+            if self.sync:
+                self.sync.kick()
+            assert self.dispatcher is not None
+            self.dispatcher.run(actions)
+            if timers_due:
+                self.dispatcher.retry()
+                self._merge_profiles()
+
+    def _merge_profiles(self) -> None:
+        """Merge the node profiles of ended jobs into one file per job, off the event loop; a file
+        still open on a node (HDF5 locks it) is tried again for a minute."""
+        due, self.state.profiles_due[:] = list(self.state.profiles_due), []
+        for entry in due:
+            task = asyncio.get_running_loop().run_in_executor(None, merge_profile, self.state.config.profile_dir,
+                                                             *entry)
+            task.add_done_callback(functools.partial(self._merged, entry))
+
+    def _merged(self, entry: tuple[str, int, int], future: asyncio.Future) -> None:
+        tries = self._merge_tries.get(entry, 0) + 1
+        if future.result() or tries >= 60:
+            self._merge_tries.pop(entry, None)
+            return
+        self._merge_tries[entry] = tries
+        self.state.profiles_due.append(entry)
+
+
+def merge_profile(profile_dir: str, user: str, uid: int, job_id: int) -> bool:
+    """Merge a job's node profiles; False when a node file is still locked (try again later)."""
+    try:
+        path = h5profile.merge(profile_dir, user, job_id)
+        if path and os.geteuid() == 0 and uid:
+            os.chmod(path, 0o600)
+            os.chown(path, uid, -1)
+    except BlockingIOError:
+        return False
+    except (OSError, KeyError) as exc:
+        log.warning("profile merge failed", extra={"job": job_id, "error": str(exc)})
+    return True
+
+
