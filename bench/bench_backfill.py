@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import report
 
 from wattsched import config as config_mod
-from wattsched.config import SchedulerParams
+from wattsched.confvalues import SchedulerParams
 from wattsched.plugins.priority.basic import BasicPriority
 from wattsched.plugins.sched.backfill import BackfillScheduler
 from wattsched.plugins.select.cons_tres import ConsTresSelect

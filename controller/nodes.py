@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from wattsched import states
 from wattsched.api import AgentHeartbeat, NodeReport
 from wattsched.auth import Identity
-from wattsched.config import Config
+from wattsched.config import RESTART_ONLY, Config
 from wattsched.controller import jobend, jobenergy, launching, permissions, powercontrol, snapshots, statesave, steps
 from wattsched.controller.actions import Action, Refused
 from wattsched.model import Job, Node
@@ -219,10 +219,3 @@ def new_node(config: Config, conf, now: float) -> Node:
         if conf.state == "DOWN":
             node.base_state, node.reason = NodeBase.DOWN, "Configured DOWN"
     return node
-
-
-# settings the running controller cannot take without a restart (scontrol reconfigure refuses them)
-RESTART_ONLY = {"ClusterName": "cluster_name", "SlurmctldHost": "slurmctld_addr", "SlurmctldPort": "slurmctld_port",
-                "StateSaveLocation": "state_save_location", "AccountingStorageType": "accounting_storage_type",
-                "AccountingStorageLoc": "accounting_storage_loc", "AuthAltParameters": "auth_key_file",
-                "AuthInfo": "auth_socket", "EmulatedNodes": "emulated_nodes", "EmulatedBMCPort": "emulated_bmc_port"}

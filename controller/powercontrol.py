@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from wattsched import powersave, states
 from wattsched.auth import Identity
-from wattsched.config import parse_power_cap
+from wattsched.confvalues import parse_power_cap
 from wattsched.controller import nodes, permissions, snapshots, statesave
 from wattsched.controller.actions import Action, Refused
 from wattsched.controller.powersaving import (

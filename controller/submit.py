@@ -12,10 +12,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from wattsched import auth, cpufreq, gres, hostlist, patterns, scheduling, states, timefmt
-from wattsched import config as config_mod
 from wattsched.api import JobSubmit
 from wattsched.auth import Identity
 from wattsched.config import Config
+from wattsched.confvalues import parse_acctg_freq
 from wattsched.model import Job, Reservation
 
 
@@ -81,7 +81,7 @@ def check_profile(spec: str, config: Config) -> tuple[str, ...]:
 
 def check_acctg_freq(spec: str) -> tuple[tuple[str, int], ...]:
     try:
-        return config_mod.parse_acctg_freq(spec)
+        return parse_acctg_freq(spec)
     except ValueError as exc:
         raise SubmitError(f"Invalid --acctg-freq specification: {exc}") from exc
 

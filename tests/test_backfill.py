@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from wattsched import states
-from wattsched.config import ConfigError, SchedulerParams, parse_scheduler_params
+from wattsched.config import ConfigError
+from wattsched.confvalues import SchedulerParams, parse_scheduler_params
 from wattsched.plugins.priority.basic import BasicPriority
 from wattsched.plugins.sched.backfill import BackfillScheduler, Profile, ReleaseMemo
 from wattsched.plugins.sched.builtin import BuiltinScheduler

@@ -13,11 +13,43 @@ import math
 import os
 import shlex
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from wattsched import cpufreq, gres, hostlist, switching, timefmt
+from wattsched import cpufreq, gres, hostlist, switching
+from wattsched.confvalues import (
+    SchedulerParams,
+    auth_socket,
+    bounded,
+    choice,
+    cpu_freq_spec,
+    duration,
+    flags,
+    governors,
+    hosts,
+    integer,
+    jwt_key,
+    memory,
+    minutes,
+    names,
+    non_negative_number,
+    opt_integer,
+    parse_acctg_freq,
+    parse_freq_watts,
+    parse_power_cap,
+    parse_power_save_params,
+    parse_scheduler_params,
+    percent,
+    period_s,
+    plugin,
+    positive,
+    positive_number,
+    power_save_types,
+    suspend_time,
+    text,
+    yes_no,
+)
 from wattsched.gres import Device, Inventory
 
 
@@ -29,38 +61,49 @@ class ConfigError(ValueError):
         self.path, self.line, self.key = path, line, key
 
 
+def setting(key: str, parse: Callable[[str], Any], default: Any, *, conf: str = "", aliases: tuple[str, ...] = (),
+            path: bool = False, restart: bool = False) -> Any:
+    """A field that a configuration key sets: the key's one declaration (its name, aliases, value
+    parser, default, and whether it is a path resolved against the file's folder or a setting
+    that needs a restart). ``conf``: "cgroup.conf" for that file's keys; "" for the file and
+    lines the record comes from (slurm.conf, NodeName=, PartitionName=)."""
+    return field(default=default, metadata={"key": key, "parse": parse, "conf": conf, "aliases": aliases,
+                                            "path": path, "restart": restart})
+
+
 @dataclass(frozen=True, slots=True)
 class NodeConf:
     """One node as configured (NodeName lines are expanded into these)."""
 
     name: str
-    cpus: int = 1
-    sockets: int = 1
-    cores_per_socket: int = 1
-    threads_per_core: int = 1
-    real_memory_mb: int = 1
-    weight: int = 1
-    features: tuple[str, ...] = ()
-    state: str = "UNKNOWN"
-    node_addr: str | None = None
-    port: int | None = None
-    idle_watts: int | None = None
-    max_watts: int | None = None
-    power_save_watts: int | None = None
-    down_watts: int | None = None
-    power_cap_priority: int | None = None
-    cpu_freq_watts: tuple[tuple[int, int], ...] = ()  # (kHz, watts while busy), highest frequency first
-    bmc_addr: str = ""  # the node's BMC, host[:port]; %n stands for the node name
+    cpus: int = setting("CPUs", integer, 1)
+    sockets: int = setting("Sockets", integer, 1)
+    cores_per_socket: int = setting("CoresPerSocket", integer, 1)
+    threads_per_core: int = setting("ThreadsPerCore", integer, 1)
+    real_memory_mb: int = setting("RealMemory", integer, 1)
+    weight: int = setting("Weight", integer, 1)
+    features: tuple[str, ...] = setting("Feature", names, (), aliases=("Features",))
+    state: str = setting("State", choice("unknown", "idle", "down", "drain", "future", "cloud"), "UNKNOWN")
+    node_addr: str | None = setting("NodeAddr", text, None)
+    port: int | None = setting("Port", integer, None)
+    idle_watts: int | None = setting("IdleWatts", integer, None)
+    max_watts: int | None = setting("MaxWatts", integer, None)
+    power_save_watts: int | None = setting("PowerSaveWatts", integer, None)
+    down_watts: int | None = setting("DownWatts", integer, None)
+    power_cap_priority: int | None = setting("PowerCapPriority", integer, None)
+    # (kHz, watts while busy), highest frequency first
+    cpu_freq_watts: tuple[tuple[int, int], ...] = setting("CpuFreqWatts", parse_freq_watts, ())
+    bmc_addr: str = setting("BmcAddr", text, "")  # the node's BMC, host[:port]; %n stands for the node name
     # switching times and watts (ours; defaults from Poquet 2017), used by emulated nodes and the simulator
-    switch_on_s: float = switching.DEFAULT_ON_S
-    switch_off_s: float = switching.DEFAULT_OFF_S
-    switch_on_watts: float = switching.DEFAULT_ON_WATTS
-    switch_off_watts: float = switching.DEFAULT_OFF_WATTS
+    switch_on_s: float = setting("SwitchOnTime", non_negative_number, switching.DEFAULT_ON_S)
+    switch_off_s: float = setting("SwitchOffTime", non_negative_number, switching.DEFAULT_OFF_S)
+    switch_on_watts: float = setting("SwitchOnWatts", non_negative_number, switching.DEFAULT_ON_WATTS)
+    switch_off_watts: float = setting("SwitchOffWatts", non_negative_number, switching.DEFAULT_OFF_WATTS)
     # GPUs: Gres= (by type, in order), gres.conf's device files (type, file) and our power model of them
-    gres: Inventory = ()
+    gres: Inventory = setting("Gres", gres.parse_node, ())
     gpu_files: tuple[tuple[str, str], ...] = ()
-    gpu_idle_watts: int = 30
-    gpu_max_watts: int = 250
+    gpu_idle_watts: int = setting("GpuIdleWatts", integer, 30)
+    gpu_max_watts: int = setting("GpuMaxWatts", integer, 250)
 
     @property
     def gpus(self) -> tuple[Device, ...]:
@@ -77,74 +120,13 @@ class PartitionConf:
 
     name: str
     nodes: tuple[str, ...] = ()
-    node_expr: str = ""
-    default: bool = False
-    max_time_min: int | None = None
-    default_time_min: int | None = None
-    state: str = "UP"
-    max_nodes: int | None = None
-    priority_job_factor: int = 1
-
-
-CANDIDATE_ORDERS = ("first", "shortest", "longest", "most_cpus", "fewest_cpus")
-
-
-@dataclass(frozen=True, slots=True)
-class SchedulerParams:
-    """SchedulerParameters, with Slurm's names and defaults, plus two keys of ours.
-
-    ``bf_reservations``: how many pending jobs get a reservation (1 = EASY; 0 = unlimited,
-    i.e. conservative backfilling). ``bf_candidate``: which backfill candidate starts first:
-    ``first`` (priority order, first fit) or best fit by ``shortest``/``longest`` time limit or
-    ``most_cpus``/``fewest_cpus`` (the BFF and BBF variants of Mämmelä et al. 2011). ``bf_power``: under a
-    PowerCap, ``plan`` puts power in the backfill timeline; ``admit`` checks it only for jobs
-    starting now (the plain admission of Hautreux 2013, for comparison).
-    """
-
-    bf_interval_s: int = 30
-    bf_window_min: int = 1440
-    bf_resolution_s: int = 60
-    bf_max_job_test: int = 500
-    bf_max_job_user: int = 0
-    bf_continue: bool = False
-    default_queue_depth: int = 100
-    bf_reservations: int = 1
-    bf_candidate: str = "first"
-    bf_power: str = "plan"
-
-
-_SCHED_INT_KEYS = {"bf_interval": "bf_interval_s", "bf_window": "bf_window_min", "bf_resolution": "bf_resolution_s",
-                   "bf_max_job_test": "bf_max_job_test", "bf_max_job_user": "bf_max_job_user",
-                   "default_queue_depth": "default_queue_depth"}
-
-
-def parse_scheduler_params(text: str) -> SchedulerParams:
-    """``bf_interval=30,bf_window=1440,bf_continue,bf_reservations=unlimited,bf_candidate=shortest``."""
-    values: dict[str, Any] = {}
-    for item in filter(None, (part.strip() for part in text.split(","))):
-        key, sep, value = item.partition("=")
-        key = key.lower()
-        if key in _SCHED_INT_KEYS:
-            values[_SCHED_INT_KEYS[key]] = _int(value)
-        elif key == "bf_continue" and not sep:
-            values["bf_continue"] = True
-        elif key == "bf_reservations":
-            values["bf_reservations"] = 0 if value.lower() in ("unlimited", "infinite") else _int(value)
-            if values["bf_reservations"] == 0 and value.lower() not in ("unlimited", "infinite"):
-                raise ValueError("bf_reservations must be at least 1, or unlimited")
-        elif key == "bf_power":
-            if value.lower() not in ("plan", "admit"):
-                raise ValueError(f"bf_power '{value}' is not plan or admit")
-            values["bf_power"] = value.lower()
-        elif key == "bf_candidate":
-            if value.lower() not in CANDIDATE_ORDERS:
-                raise ValueError(f"bf_candidate '{value}' is not one of {', '.join(CANDIDATE_ORDERS)}")
-            values["bf_candidate"] = value.lower()
-        else:
-            raise ValueError(f"unknown scheduler parameter '{item}'")
-    if values.get("bf_resolution_s", 1) < 1 or values.get("bf_interval_s", 1) < 1:
-        raise ValueError("bf_interval and bf_resolution must be at least 1 second")
-    return SchedulerParams(**values)
+    node_expr: str = setting("Nodes", text, "")
+    default: bool = setting("Default", yes_no, False)
+    max_time_min: int | None = setting("MaxTime", duration, None)
+    default_time_min: int | None = setting("DefaultTime", duration, None)
+    state: str = setting("State", choice("up", "down", "drain", "inactive"), "UP")
+    max_nodes: int | None = setting("MaxNodes", opt_integer, None)
+    priority_job_factor: int = setting("PriorityJobFactor", integer, 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,112 +135,128 @@ class Config:
 
     source: str = "(defaults)"
     files: tuple[str, ...] = ()  # every file read: the source and what it includes
-    cluster_name: str = "cluster"
-    slurmctld_host: str = "localhost"
+    cluster_name: str = setting("ClusterName", text, "cluster", restart=True)
+    slurmctld_host: str = setting("SlurmctldHost", text, "localhost", restart=True)
     slurmctld_addr: str = "127.0.0.1"
-    slurmctld_port: int = 6817
-    slurmd_port: int = 6818
-    state_save_location: str = "/var/spool/wattsched/ctld"
-    slurmd_spool_dir: str = "/var/spool/wattsched/d"
-    accounting_storage_type: str = "accounting_storage/sqlalchemy"
-    accounting_storage_loc: str = ""
-    scheduler_type: str = "sched/backfill"
-    scheduler_parameters: SchedulerParams = SchedulerParams()
-    priority_type: str = "priority/basic"
-    select_type: str = "select/cons_tres"
-    auth_key_file: str = ""
-    auth_socket: str = ""  # AuthInfo=socket=PATH; default: auth/auth.sock beside StateSaveLocation
-    admin_users: tuple[str, ...] = ("root",)
-    kill_wait_s: int = 30
-    min_job_age_s: int = 300
-    slurmd_timeout_s: int = 300
-    message_timeout_s: int = 10
-    scheduler_interval_s: float = 1.0
-    first_job_id: int = 1
-    max_array_size: int = 1001
-    max_job_count: int = 10000
-    def_mem_per_cpu_mb: int = 0
-    job_requeue: bool = True
-    return_to_service: int = 1
-    emulated_agents: int = 1
+    slurmctld_port: int = setting("SlurmctldPort", integer, 6817, restart=True)
+    slurmd_port: int = setting("SlurmdPort", integer, 6818)
+    state_save_location: str = setting("StateSaveLocation", text, "/var/spool/wattsched/ctld", path=True, restart=True)
+    slurmd_spool_dir: str = setting("SlurmdSpoolDir", text, "/var/spool/wattsched/d", path=True)
+    accounting_storage_type: str = setting(
+        "AccountingStorageType", choice("accounting_storage/sqlalchemy", "accounting_storage/none"),
+        "accounting_storage/sqlalchemy", restart=True)
+    accounting_storage_loc: str = setting("AccountingStorageLoc", text, "", restart=True)
+    scheduler_type: str = setting("SchedulerType", plugin("sched"), "sched/backfill")
+    scheduler_parameters: SchedulerParams = setting("SchedulerParameters", parse_scheduler_params, SchedulerParams())
+    priority_type: str = setting("PriorityType", plugin("priority"), "priority/basic")
+    select_type: str = setting("SelectType", plugin("select"), "select/cons_tres")
+    auth_key_file: str = setting("AuthAltParameters", jwt_key, "", path=True, restart=True)
+    # AuthInfo=socket=PATH; default: auth/auth.sock beside StateSaveLocation
+    auth_socket: str = setting("AuthInfo", auth_socket, "", path=True, restart=True)
+    admin_users: tuple[str, ...] = setting("AdminUsers", names, ("root",))
+    kill_wait_s: int = setting("KillWait", integer, 30)
+    min_job_age_s: int = setting("MinJobAge", integer, 300)
+    slurmd_timeout_s: int = setting("SlurmdTimeout", integer, 300)
+    message_timeout_s: int = setting("MessageTimeout", integer, 10)
+    scheduler_interval_s: float = setting("SchedulerInterval", positive_number, 1.0)
+    first_job_id: int = setting("FirstJobId", integer, 1)
+    max_array_size: int = setting("MaxArraySize", bounded(1, 4_000_001), 1001)
+    max_job_count: int = setting("MaxJobCount", bounded(1, 4_000_000), 10000)
+    def_mem_per_cpu_mb: int = setting("DefMemPerCPU", memory, 0)
+    job_requeue: bool = setting("JobRequeue", yes_no, True)
+    return_to_service: int = setting("ReturnToService", integer, 1)
+    emulated_agents: int = setting("EmulatedAgents", integer, 1)
     # priority/multifactor
-    priority_weight_age: int = 0
-    priority_weight_job_size: int = 0
-    priority_weight_partition: int = 0
-    priority_weight_fairshare: int = 0
-    priority_weight_qos: int = 0
-    priority_weight_energy: int = 0
-    priority_max_age_min: int = 7 * 1440
-    priority_favor_small: bool = False
-    priority_decay_half_life_min: int = 7 * 1440
-    priority_calc_period_s: int = 300
-    priority_usage_reset_period: str = "none"
-    fairshare_dampening_factor: int = 1
-    priority_flags: tuple[str, ...] = ()
-    accounting_storage_enforce: tuple[str, ...] = ()
-    power_cap: float | None = None  # watts; math.inf for INFINITE; None: capping off
-    acct_gather_energy_type: str = "acct_gather_energy/none"
-    acct_gather_node_freq_s: int = 30
-    energy_sysfs_root: str = ""
-    energy_emulated_lag_s: float = 0.0
-    energy_emulated_noise: float = 0.0
-    energy_ipmi_username: str = ""
-    energy_ipmi_password: str = ""
-    energy_ipmi_frequency_s: int = 0  # 0: AcctGatherNodeFreq
-    energy_ipmi_calc_adjustment: bool = False
-    energy_ipmi_power_sensors: tuple[str, ...] = ()
-    energy_ipmi_timeout_s: int = 10
-    emulated_nodes: bool = False
-    emulated_bmc_port: int = 16230
-    cpu_freq_def: str = ""
-    cpu_freq_governors: tuple[str, ...] = cpufreq.DEFAULT_GOVERNORS
-    cpu_freq_sysfs_root: str = ""
-    acct_gather_profile_type: str = "acct_gather_profile/none"
-    profile_hdf5_dir: str = ""
-    profile_hdf5_default: tuple[str, ...] = ()
-    job_acct_gather_frequency: tuple[tuple[str, int], ...] = ()
+    priority_weight_age: int = setting("PriorityWeightAge", integer, 0)
+    priority_weight_job_size: int = setting("PriorityWeightJobSize", integer, 0)
+    priority_weight_partition: int = setting("PriorityWeightPartition", integer, 0)
+    priority_weight_fairshare: int = setting("PriorityWeightFairshare", integer, 0)
+    priority_weight_qos: int = setting("PriorityWeightQOS", integer, 0)
+    priority_weight_energy: int = setting("PriorityWeightEnergy", integer, 0)
+    priority_max_age_min: int = setting("PriorityMaxAge", minutes, 7 * 1440)
+    priority_favor_small: bool = setting("PriorityFavorSmall", yes_no, False)
+    priority_decay_half_life_min: int = setting("PriorityDecayHalfLife", minutes, 7 * 1440)
+    priority_calc_period_s: int = setting("PriorityCalcPeriod", period_s, 300)
+    priority_usage_reset_period: str = setting(
+        "PriorityUsageResetPeriod", choice( "none", "now", "daily", "weekly", "monthly", "quarterly", "yearly"), "none")
+    fairshare_dampening_factor: int = setting("FairShareDampeningFactor", positive, 1)
+    priority_flags: tuple[str, ...] = setting("PriorityFlags", flags("FAIR_TREE", "NO_FAIR_TREE"), ())
+    accounting_storage_enforce: tuple[str, ...] = setting(
+        "AccountingStorageEnforce", flags( "associations", "limits", "qos", "safe", "wckeys", "nojobs", "nosteps"), ())
+    power_cap: float | None = setting("PowerCap", parse_power_cap,
+                                      None)  # watts; math.inf for INFINITE; None: capping off
+    acct_gather_energy_type: str = setting("AcctGatherEnergyType", plugin("acct_gather_energy"),
+                                           "acct_gather_energy/none")
+    acct_gather_node_freq_s: int = setting("AcctGatherNodeFreq", positive, 30)
+    energy_sysfs_root: str = setting("EnergySysfsRoot", text, "", path=True)
+    energy_emulated_lag_s: float = setting("EnergyEmulatedLag", non_negative_number, 0.0)
+    energy_emulated_noise: float = setting("EnergyEmulatedNoise", non_negative_number, 0.0)
+    energy_ipmi_username: str = setting("EnergyIPMIUsername", text, "")
+    energy_ipmi_password: str = setting("EnergyIPMIPassword", text, "")
+    energy_ipmi_frequency_s: int = setting("EnergyIPMIFrequency", integer, 0)  # 0: AcctGatherNodeFreq
+    energy_ipmi_calc_adjustment: bool = setting("EnergyIPMICalcAdjustment", yes_no, False)
+    energy_ipmi_power_sensors: tuple[str, ...] = setting("EnergyIPMIPowerSensors", names, ())
+    energy_ipmi_timeout_s: int = setting("EnergyIPMITimeout", positive, 10)
+    emulated_nodes: bool = setting("EmulatedNodes", yes_no, False, restart=True)
+    emulated_bmc_port: int = setting("EmulatedBMCPort", positive, 16230, restart=True)
+    cpu_freq_def: str = setting("CpuFreqDef", cpu_freq_spec, "")
+    cpu_freq_governors: tuple[str, ...] = setting("CpuFreqGovernors", governors, cpufreq.DEFAULT_GOVERNORS)
+    cpu_freq_sysfs_root: str = setting("CpuFreqSysfsRoot", text, "", path=True)
+    acct_gather_profile_type: str = setting(
+        "AcctGatherProfileType", choice("acct_gather_profile/none", "acct_gather_profile/hdf5"),
+        "acct_gather_profile/none")
+    profile_hdf5_dir: str = setting("ProfileHDF5Dir", text, "", path=True)
+    profile_hdf5_default: tuple[str, ...] = setting("ProfileHDF5Default", flags("None", "All", "Energy", "Task"), ())
+    job_acct_gather_frequency: tuple[tuple[str, int], ...] = setting("JobAcctGatherFrequency", parse_acctg_freq, ())
     # power saving (Slurm's names, plus PowerSaveType and PowerSaveParameters of ours)
-    suspend_time_s: int | None = None  # None: NONE, no idle timeout
-    suspend_timeout_s: int = 30
-    resume_timeout_s: int = 60
-    suspend_rate: int = 60
-    resume_rate: int = 300
-    suspend_program: str = ""
-    resume_program: str = ""
-    suspend_exc_nodes: tuple[str, ...] = ()
-    suspend_exc_parts: tuple[str, ...] = ()
-    power_save_type: tuple[str, ...] = ()
-    power_save_parameters: tuple[tuple[str, float | str], ...] = ()
-    log_level: str = "info"
+    suspend_time_s: int | None = setting("SuspendTime", suspend_time, None)  # None: NONE, no idle timeout
+    suspend_timeout_s: int = setting("SuspendTimeout", positive, 30)
+    resume_timeout_s: int = setting("ResumeTimeout", positive, 60)
+    suspend_rate: int = setting("SuspendRate", integer, 60)
+    resume_rate: int = setting("ResumeRate", integer, 300)
+    suspend_program: str = setting("SuspendProgram", text, "")
+    resume_program: str = setting("ResumeProgram", text, "")
+    suspend_exc_nodes: tuple[str, ...] = setting("SuspendExcNodes", hosts, ())
+    suspend_exc_parts: tuple[str, ...] = setting("SuspendExcParts", names, ())
+    power_save_type: tuple[str, ...] = setting("PowerSaveType", power_save_types, ())
+    power_save_parameters: tuple[tuple[str, float | str], ...] = setting("PowerSaveParameters", parse_power_save_params,
+                                                                         ())
+    log_level: str = setting(
+        "SlurmctldDebug", choice("quiet", "fatal", "error", "info", "verbose", "debug", "debug2", "debug3"), "info")
     # prologs and epilogs (admins' programs; Slurm's keys)
-    prolog: str = ""
-    epilog: str = ""
-    prolog_slurmctld: str = ""
-    epilog_slurmctld: str = ""
-    task_prolog: str = ""
-    task_epilog: str = ""
-    prolog_epilog_timeout_s: int = 0  # 0: no limit
+    prolog: str = setting("Prolog", text, "", path=True)
+    epilog: str = setting("Epilog", text, "", path=True)
+    prolog_slurmctld: str = setting("PrologSlurmctld", text, "", path=True)
+    epilog_slurmctld: str = setting("EpilogSlurmctld", text, "", path=True)
+    task_prolog: str = setting("TaskProlog", text, "", path=True)
+    task_epilog: str = setting("TaskEpilog", text, "", path=True)
+    prolog_epilog_timeout_s: int = setting("PrologEpilogTimeout", integer, 0)  # 0: no limit
     # process tracking and confinement (Slurm's keys); cgroup.conf beside the file sets the cgroup_*
-    proctrack_type: str = "proctrack/pgid"
-    task_plugin: tuple[str, ...] = ("task/none",)
-    task_plugin_param: tuple[str, ...] = ()
-    cgroup_plugin: str = "autodetect"
-    cgroup_mountpoint: str = "/sys/fs/cgroup"
-    constrain_cores: bool = False
-    constrain_ram_space: bool = False
-    allowed_ram_space: float = 100.0
-    constrain_swap_space: bool = False
-    allowed_swap_space: float = 0.0
-    max_ram_percent: float = 100.0
-    min_ram_space_mb: int = 30
-    constrain_devices: bool = False
+    proctrack_type: str = setting("ProctrackType", choice("proctrack/pgid", "proctrack/cgroup", "proctrack/linuxproc"),
+                                  "proctrack/pgid")
+    task_plugin: tuple[str, ...] = setting("TaskPlugin", flags("task/none", "task/cgroup", "task/affinity"),
+                                           ("task/none",))
+    task_plugin_param: tuple[str, ...] = setting(
+        "TaskPluginParam", flags("None", "Cores", "Sockets", "Threads", "Verbose", "Autobind=Cores",
+                                 "Autobind=Sockets", "Autobind=Threads"), ())
+    cgroup_plugin: str = setting("CgroupPlugin", choice("autodetect", "cgroup/v1", "cgroup/v2"),
+                                 "autodetect", conf="cgroup.conf")
+    cgroup_mountpoint: str = setting("CgroupMountpoint", text, "/sys/fs/cgroup", conf="cgroup.conf")
+    constrain_cores: bool = setting("ConstrainCores", yes_no, False, conf="cgroup.conf")
+    constrain_ram_space: bool = setting("ConstrainRAMSpace", yes_no, False, conf="cgroup.conf")
+    allowed_ram_space: float = setting("AllowedRAMSpace", percent, 100.0, conf="cgroup.conf")
+    constrain_swap_space: bool = setting("ConstrainSwapSpace", yes_no, False, conf="cgroup.conf")
+    allowed_swap_space: float = setting("AllowedSwapSpace", percent, 0.0, conf="cgroup.conf")
+    max_ram_percent: float = setting("MaxRAMPercent", percent, 100.0, conf="cgroup.conf")
+    min_ram_space_mb: int = setting("MinRAMSpace", integer, 30, conf="cgroup.conf")
+    constrain_devices: bool = setting("ConstrainDevices", yes_no, False, conf="cgroup.conf")
     # GPUs (Slurm's GresTypes; gres.conf beside the file names devices, AutoDetect=nvml reads them)
-    gres_types: tuple[str, ...] = ()
+    gres_types: tuple[str, ...] = setting("GresTypes", flags("gpu"), ())
     gres_autodetect: str = "off"
     # metrics (Slurm 25.11's keys): served when MetricsType=metrics/openmetrics
-    metrics_type: str = "metrics/none"
-    metrics_auth_users: tuple[str, ...] = ()
-    metrics_parameters: tuple[str, ...] = ()
+    metrics_type: str = setting("MetricsType", choice("metrics/openmetrics", "metrics/none"), "metrics/none")
+    metrics_auth_users: tuple[str, ...] = setting("MetricsAuthUsers", names, ())
+    metrics_parameters: tuple[str, ...] = setting("MetricsParameters", flags("ignore_private_data"), ())
     nodes: tuple[NodeConf, ...] = ()
     partitions: tuple[PartitionConf, ...] = ()
 
@@ -344,398 +342,26 @@ def _show(value: Any) -> str:
     return str(value) if value != "" else "(null)"
 
 
-# --- value parsers ---------------------------------------------------------------------------
-
-def _non_negative(value: str, cast: Callable[[str], Any], what: str) -> Any:
-    try:
-        number = cast(value)
-    except ValueError as exc:
-        raise ValueError(f"'{value}' is not {what}") from exc
-    if number < 0:
-        raise ValueError(f"'{value}' must not be negative")
-    return number
-
-
-def _int(value: str) -> int:
-    return _non_negative(value, int, "an integer")
-
-
-def _opt_int(value: str) -> int | None:
-    return None if value.upper() in ("UNLIMITED", "INFINITE") else _int(value)
-
-
-def _float(value: str) -> float:
-    try:
-        number = float(value)
-    except ValueError as exc:
-        raise ValueError(f"'{value}' is not a number") from exc
-    if number <= 0:
-        raise ValueError(f"'{value}' must be positive")
-    return number
-
-
-def _bool(value: str) -> bool:
-    lowered = value.lower()
-    if lowered in ("yes", "true", "1", "on"):
-        return True
-    if lowered in ("no", "false", "0", "off"):
-        return False
-    raise ValueError(f"'{value}' is not YES or NO")
-
-
-def _duration(value: str) -> int | None:
-    try:
-        return timefmt.parse_duration_min(value)
-    except timefmt.TimeFormatError as exc:
-        raise ValueError(str(exc)) from exc
-
-
-def _mem(value: str) -> int:
-    try:
-        return timefmt.parse_mem_mb(value)
-    except timefmt.TimeFormatError as exc:
-        raise ValueError(str(exc)) from exc
-
-
-def _choice(*allowed: str) -> Callable[[str], str]:
-    def parse(value: str) -> str:
-        if value.lower() not in allowed:
-            raise ValueError(f"'{value}' is not one of {', '.join(allowed)}")
-        return value.lower()
-    return parse
-
-
-def _plugin(kind: str) -> Callable[[str], str]:
-    def parse(value: str) -> str:
-        if not value.startswith(kind + "/") or len(value) <= len(kind) + 1:
-            raise ValueError(f"'{value}' is not a {kind}/<name> plugin")
-        return value
-    return parse
-
-
-def _str(value: str) -> str:
-    return value
-
-
-def _names(value: str) -> tuple[str, ...]:
-    return tuple(v for v in value.split(",") if v)
-
-
-def _minutes(value: str) -> int:
-    """A Slurm duration that must be finite (PriorityMaxAge=7-0, PriorityCalcPeriod=5)."""
-    minutes = _duration(value)
-    if minutes is None:
-        raise ValueError(f"'{value}' must be a finite duration")
-    return minutes
-
-
-def _period_s(value: str) -> int:
-    """Minutes (``5``), or ``MM:SS`` / ``HH:MM:SS`` for shorter periods, in seconds (at least 1)."""
-    parts = value.split(":")
-    try:
-        numbers = [int(p) for p in parts]
-    except ValueError as exc:
-        raise ValueError(f"'{value}' is not a period (minutes, MM:SS or HH:MM:SS)") from exc
-    if len(parts) > 3 or any(n < 0 for n in numbers):
-        raise ValueError(f"'{value}' is not a period (minutes, MM:SS or HH:MM:SS)")
-    seconds = numbers[0] * 60 if len(numbers) == 1 else sum(n * 60 ** i for i, n in enumerate(reversed(numbers)))
-    if seconds < 1:
-        raise ValueError(f"'{value}' must be at least one second")
-    return seconds
-
-
-def parse_freq_watts(value: str) -> tuple[tuple[int, int], ...]:
-    """CpuFreqWatts (ours): ``1200000:600,1800000:780,2400000:950``, kHz:watts of a busy node."""
-    pairs = []
-    for item in filter(None, value.split(",")):
-        khz, sep, watts = item.partition(":")
-        if not sep:
-            raise ValueError(f"'{item}' is not FREQUENCY_KHZ:WATTS")
-        pairs.append((_int(khz), _int(watts)))
-    if len({k for k, _w in pairs}) != len(pairs):
-        raise ValueError("a frequency is listed twice")
-    return tuple(sorted(pairs, reverse=True))
-
-
-def parse_power_cap(value: str) -> float:
-    """PowerCap: watts, or INFINITE (capping on, without a limit)."""
-    if value.upper() in ("INFINITE", "UNLIMITED"):
-        return math.inf
-    watts = _int(value)
-    return float(watts)
-
-
-def _non_negative_float(value: str) -> float:
-    return _non_negative(value, float, "a number")
-
-
-def _percent(value: str) -> float:
-    """A percentage, with or without '%' (AllowedRAMSpace=95, MaxRAMPercent=98.5%)."""
-    number = _non_negative(value.rstrip("%"), float, "a percentage")
-    if number > 100 * 1000:
-        raise ValueError(f"'{value}' is not a sensible percentage")
-    return number
-
-
-def _positive(value: str) -> int:
-    number = _int(value)
-    if number < 1:
-        raise ValueError(f"'{value}' must be at least 1")
-    return number
-
-
-def _bounded(low: int, high: int) -> Callable[[str], int]:
-    """An integer within Slurm's range for the key."""
-
-    def parse(value: str) -> int:
-        number = _int(value)
-        if not low <= number <= high:
-            raise ValueError(f"'{value}' must be from {low} to {high}")
-        return number
-
-    return parse
-
-
-def _suspend_time(value: str) -> int | None:
-    """SuspendTime: seconds, or NONE / INFINITE / -1 for no idle timeout."""
-    if value.upper() in ("NONE", "INFINITE", "-1"):
-        return None
-    return _int(value)
-
-
-def _hostlist(value: str) -> tuple[str, ...]:
-    try:
-        return tuple(hostlist.expand(value))
-    except hostlist.HostlistError as exc:
-        raise ValueError(str(exc)) from exc
-
-
-def _power_save_types(value: str) -> tuple[str, ...]:
-    names = _names(value)
-    for name in names:
-        _plugin("power_save")(name)
-    return names
-
-
-POWER_SAVE_PARAMS = {"threshold": float, "period": float, "mu_threshold": float, "inertia": str}
-
-
-def parse_power_save_params(value: str) -> tuple[tuple[str, float | str], ...]:
-    """PowerSaveParameters (ours): ``threshold=50,period=300,mu_threshold=500,inertia=double``."""
-    pairs = []
-    for item in _names(value):
-        key, sep, raw = item.partition("=")
-        if key not in POWER_SAVE_PARAMS or not sep:
-            raise ValueError(f"'{item}' is not one of {', '.join(k + '=' for k in POWER_SAVE_PARAMS)}")
-        pairs.append((key, raw if POWER_SAVE_PARAMS[key] is str else _non_negative_float(raw)))
-    return tuple(pairs)
-
-
-def _flag_list(*allowed: str) -> Callable[[str], tuple[str, ...]]:
-    """A comma-separated subset of ``allowed`` (case as in ``allowed``)."""
-    lookup = {a.lower(): a for a in allowed}
-
-    def parse(value: str) -> tuple[str, ...]:
-        flags = []
-        for item in filter(None, (v.strip() for v in value.split(","))):
-            if item.lower() not in lookup:
-                raise ValueError(f"'{item}' is not one of {', '.join(allowed)}")
-            flags.append(lookup[item.lower()])
-        return tuple(flags)
-    return parse
-
-
-def _cpu_freq_spec(value: str) -> str:
-    cpufreq.parse(value)
-    return value
-
-
-def _governors(value: str) -> tuple[str, ...]:
-    return tuple(g.lower() for g in _flag_list(*cpufreq.GOVERNORS)(value))
-
-
-def parse_acctg_freq(value: str) -> tuple[tuple[str, int], ...]:
-    """``task=30,energy=10`` (JobAcctGatherFrequency, --acctg-freq): seconds per data type; a bare
-    number is the task interval, as in Slurm."""
-    pairs = []
-    for item in filter(None, value.split(",")):
-        kind, sep, seconds = item.partition("=")
-        if not sep:
-            kind, seconds = "task", kind
-        if kind.lower() not in ("task", "energy", "network", "filesystem"):
-            raise ValueError(f"'{item}' is not task=N, energy=N, network=N or filesystem=N")
-        pairs.append((kind.lower(), _int(seconds)))
-    return tuple(pairs)
-
-
-def _auth_socket(value: str) -> str:
-    """AuthInfo: ``socket=PATH`` of the local token service (munge's key in Slurm)."""
-    key, _, path = value.partition("=")
-    if key.strip().lower() != "socket" or not path.strip() or "," in path:
-        raise ValueError("expected socket=/path/to/auth.sock")
-    return path.strip()
-
-
-def _jwt_key(value: str) -> str:
-    for item in value.split(","):
-        key, _, path = item.partition("=")
-        if key == "jwt_key" and path:
-            return path
-    raise ValueError("expected jwt_key=/path/to/key")
-
-
-_GLOBAL_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
-    "ClusterName": ("cluster_name", _str),
-    "SlurmctldHost": ("slurmctld_host", _str),
-    "SlurmctldPort": ("slurmctld_port", _int),
-    "SlurmdPort": ("slurmd_port", _int),
-    "StateSaveLocation": ("state_save_location", _str),
-    "SlurmdSpoolDir": ("slurmd_spool_dir", _str),
-    "AccountingStorageType": ("accounting_storage_type", _choice("accounting_storage/sqlalchemy",
-                                                                  "accounting_storage/none")),
-    "AccountingStorageLoc": ("accounting_storage_loc", _str),
-    "SchedulerType": ("scheduler_type", _plugin("sched")),
-    "SchedulerParameters": ("scheduler_parameters", parse_scheduler_params),
-    "PriorityType": ("priority_type", _plugin("priority")),
-    "SelectType": ("select_type", _plugin("select")),
-    "AuthAltParameters": ("auth_key_file", _jwt_key),
-    "AuthInfo": ("auth_socket", _auth_socket),
-    "AdminUsers": ("admin_users", _names),
-    "KillWait": ("kill_wait_s", _int),
-    "MinJobAge": ("min_job_age_s", _int),
-    "SlurmdTimeout": ("slurmd_timeout_s", _int),
-    "MessageTimeout": ("message_timeout_s", _int),
-    "SchedulerInterval": ("scheduler_interval_s", _float),
-    "FirstJobId": ("first_job_id", _int),
-    "MaxArraySize": ("max_array_size", _bounded(1, 4_000_001)),
-    "MaxJobCount": ("max_job_count", _bounded(1, 4_000_000)),
-    "DefMemPerCPU": ("def_mem_per_cpu_mb", _mem),
-    "JobRequeue": ("job_requeue", _bool),
-    "ReturnToService": ("return_to_service", _int),
-    "EmulatedAgents": ("emulated_agents", _int),
-    "PriorityWeightAge": ("priority_weight_age", _int),
-    "PriorityWeightJobSize": ("priority_weight_job_size", _int),
-    "PriorityWeightPartition": ("priority_weight_partition", _int),
-    "PriorityWeightFairshare": ("priority_weight_fairshare", _int),
-    "PriorityWeightQOS": ("priority_weight_qos", _int),
-    "PriorityWeightEnergy": ("priority_weight_energy", _int),
-    "PriorityMaxAge": ("priority_max_age_min", _minutes),
-    "PriorityFavorSmall": ("priority_favor_small", _bool),
-    "PriorityDecayHalfLife": ("priority_decay_half_life_min", _minutes),
-    "PriorityCalcPeriod": ("priority_calc_period_s", _period_s),
-    "PriorityUsageResetPeriod": ("priority_usage_reset_period", _choice(
-        "none", "now", "daily", "weekly", "monthly", "quarterly", "yearly")),
-    "FairShareDampeningFactor": ("fairshare_dampening_factor", _positive),
-    "PriorityFlags": ("priority_flags", _flag_list("FAIR_TREE", "NO_FAIR_TREE")),
-    "AccountingStorageEnforce": ("accounting_storage_enforce", _flag_list(
-        "associations", "limits", "qos", "safe", "wckeys", "nojobs", "nosteps")),
-    "PowerCap": ("power_cap", parse_power_cap),
-    "AcctGatherEnergyType": ("acct_gather_energy_type", _plugin("acct_gather_energy")),
-    "AcctGatherNodeFreq": ("acct_gather_node_freq_s", _positive),
-    "EnergySysfsRoot": ("energy_sysfs_root", _str),
-    "EnergyEmulatedLag": ("energy_emulated_lag_s", _non_negative_float),
-    "EnergyEmulatedNoise": ("energy_emulated_noise", _non_negative_float),
-    "EnergyIPMIUsername": ("energy_ipmi_username", _str),
-    "EnergyIPMIPassword": ("energy_ipmi_password", _str),
-    "EnergyIPMIFrequency": ("energy_ipmi_frequency_s", _int),
-    "EnergyIPMICalcAdjustment": ("energy_ipmi_calc_adjustment", _bool),
-    "EnergyIPMIPowerSensors": ("energy_ipmi_power_sensors", _names),
-    "EnergyIPMITimeout": ("energy_ipmi_timeout_s", _positive),
-    "EmulatedNodes": ("emulated_nodes", _bool),
-    "EmulatedBMCPort": ("emulated_bmc_port", _positive),
-    "CpuFreqDef": ("cpu_freq_def", _cpu_freq_spec),
-    "CpuFreqGovernors": ("cpu_freq_governors", _governors),
-    "CpuFreqSysfsRoot": ("cpu_freq_sysfs_root", _str),
-    "AcctGatherProfileType": ("acct_gather_profile_type", _choice("acct_gather_profile/none",
-                                                                  "acct_gather_profile/hdf5")),
-    "ProfileHDF5Dir": ("profile_hdf5_dir", _str),
-    "ProfileHDF5Default": ("profile_hdf5_default", _flag_list("None", "All", "Energy", "Task")),
-    "JobAcctGatherFrequency": ("job_acct_gather_frequency", parse_acctg_freq),
-    "SuspendTime": ("suspend_time_s", _suspend_time),
-    "SuspendTimeout": ("suspend_timeout_s", _positive),
-    "ResumeTimeout": ("resume_timeout_s", _positive),
-    "SuspendRate": ("suspend_rate", _int),
-    "ResumeRate": ("resume_rate", _int),
-    "SuspendProgram": ("suspend_program", _str),
-    "ResumeProgram": ("resume_program", _str),
-    "SuspendExcNodes": ("suspend_exc_nodes", _hostlist),
-    "SuspendExcParts": ("suspend_exc_parts", _names),
-    "PowerSaveType": ("power_save_type", _power_save_types),
-    "PowerSaveParameters": ("power_save_parameters", parse_power_save_params),
-    "Prolog": ("prolog", _str),
-    "Epilog": ("epilog", _str),
-    "PrologSlurmctld": ("prolog_slurmctld", _str),
-    "EpilogSlurmctld": ("epilog_slurmctld", _str),
-    "TaskProlog": ("task_prolog", _str),
-    "TaskEpilog": ("task_epilog", _str),
-    "PrologEpilogTimeout": ("prolog_epilog_timeout_s", _int),
-    "ProctrackType": ("proctrack_type", _choice("proctrack/pgid", "proctrack/cgroup", "proctrack/linuxproc")),
-    "TaskPlugin": ("task_plugin", _flag_list("task/none", "task/cgroup", "task/affinity")),
-    "TaskPluginParam": ("task_plugin_param", _flag_list("None", "Cores", "Sockets", "Threads", "Verbose",
-                                                        "Autobind=Cores", "Autobind=Sockets", "Autobind=Threads")),
-    "MetricsType": ("metrics_type", _choice("metrics/openmetrics", "metrics/none")),
-    "MetricsAuthUsers": ("metrics_auth_users", _names),
-    "MetricsParameters": ("metrics_parameters", _flag_list("ignore_private_data")),
-    "GresTypes": ("gres_types", _flag_list("gpu")),
-    "SlurmctldDebug": ("log_level", _choice("quiet", "fatal", "error", "info", "verbose", "debug",
-                                            "debug2", "debug3")),
-}
+def _table(cls: type, conf: str) -> dict[str, tuple[str, Callable[[str], Any]]]:
+    """The keys of one kind of line, each with its aliases, from the fields' declarations."""
+    table = {}
+    for f in fields(cls):
+        if f.metadata.get("conf") == conf:
+            for key in (f.metadata["key"], *f.metadata["aliases"]):
+                table[key] = (f.name, f.metadata["parse"])
+    return table
+
+
+_GLOBAL_KEYS = _table(Config, "")
+_CGROUP_KEYS = _table(Config, "cgroup.conf")
+_NODE_KEYS = _table(NodeConf, "")
+_PARTITION_KEYS = _table(PartitionConf, "")
 # Keys whose value is a path resolved against the config file's folder when relative.
-_PATH_ATTRS = {"state_save_location", "slurmd_spool_dir", "auth_key_file", "auth_socket", "energy_sysfs_root",
-               "cpu_freq_sysfs_root", "profile_hdf5_dir", "prolog", "epilog", "prolog_slurmctld",
-               "epilog_slurmctld", "task_prolog", "task_epilog"}
-
-_NODE_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
-    "CPUs": ("cpus", _int),
-    "Sockets": ("sockets", _int),
-    "CoresPerSocket": ("cores_per_socket", _int),
-    "ThreadsPerCore": ("threads_per_core", _int),
-    "RealMemory": ("real_memory_mb", _int),
-    "Weight": ("weight", _int),
-    "Feature": ("features", _names),
-    "Features": ("features", _names),
-    "State": ("state", _choice("unknown", "idle", "down", "drain", "future", "cloud")),
-    "NodeAddr": ("node_addr", _str),
-    "Port": ("port", _int),
-    "IdleWatts": ("idle_watts", _int),
-    "MaxWatts": ("max_watts", _int),
-    "PowerSaveWatts": ("power_save_watts", _int),
-    "DownWatts": ("down_watts", _int),
-    "PowerCapPriority": ("power_cap_priority", _int),
-    "CpuFreqWatts": ("cpu_freq_watts", parse_freq_watts),
-    "BmcAddr": ("bmc_addr", _str),
-    "SwitchOnTime": ("switch_on_s", _non_negative_float),
-    "SwitchOffTime": ("switch_off_s", _non_negative_float),
-    "SwitchOnWatts": ("switch_on_watts", _non_negative_float),
-    "SwitchOffWatts": ("switch_off_watts", _non_negative_float),
-    "Gres": ("gres", gres.parse_node),
-    "GpuIdleWatts": ("gpu_idle_watts", _int),
-    "GpuMaxWatts": ("gpu_max_watts", _int),
-}
-
-_PARTITION_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
-    "Nodes": ("node_expr", _str),
-    "Default": ("default", _bool),
-    "MaxTime": ("max_time_min", _duration),
-    "DefaultTime": ("default_time_min", _duration),
-    "State": ("state", _choice("up", "down", "drain", "inactive")),
-    "MaxNodes": ("max_nodes", _opt_int),
-    "PriorityJobFactor": ("priority_job_factor", _int),
-}
-
-# cgroup.conf, read from beside the main file as Slurm does
-_CGROUP_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
-    "CgroupPlugin": ("cgroup_plugin", _choice("autodetect", "cgroup/v1", "cgroup/v2")),
-    "CgroupMountpoint": ("cgroup_mountpoint", _str),
-    "ConstrainCores": ("constrain_cores", _bool),
-    "ConstrainRAMSpace": ("constrain_ram_space", _bool),
-    "AllowedRAMSpace": ("allowed_ram_space", _percent),
-    "ConstrainSwapSpace": ("constrain_swap_space", _bool),
-    "AllowedSwapSpace": ("allowed_swap_space", _percent),
-    "MaxRAMPercent": ("max_ram_percent", _percent),
-    "MinRAMSpace": ("min_ram_space_mb", _int),
-    "ConstrainDevices": ("constrain_devices", _bool),
-}
+_PATH_ATTRS = frozenset(f.name for f in fields(Config) if f.metadata.get("path"))
+# settings the running controller cannot take without a restart (scontrol reconfigure refuses them);
+# of SlurmctldHost, what matters is the address the controller listens on
+RESTART_ONLY = {f.metadata["key"]: f.name for f in fields(Config) if f.metadata.get("restart")} | \
+    {"SlurmctldHost": "slurmctld_addr"}
 
 _LOWER_GLOBAL = {k.lower(): k for k in _GLOBAL_KEYS}
 _LOWER_CGROUP = {k.lower(): k for k in _CGROUP_KEYS}
@@ -1000,5 +626,4 @@ def with_overrides(config: Config, **changes: Any) -> Config:
     return replace(config, **changes)
 
 
-__all__ = ["Config", "ConfigError", "NodeConf", "PartitionConf", "SchedulerParams", "load", "parse_scheduler_params",
-           "with_overrides"]
+__all__ = ["RESTART_ONLY", "Config", "ConfigError", "NodeConf", "PartitionConf", "load", "setting", "with_overrides"]

@@ -60,7 +60,7 @@ from typing import Any
 import numpy as np
 
 from wattsched import states
-from wattsched.config import SchedulerParams
+from wattsched.confvalues import SchedulerParams
 from wattsched.plugins.sched.builtin import BuiltinScheduler
 from wattsched.plugins.sched.powerplan import PowerPlan
 from wattsched.scheduling import (

@@ -20,7 +20,7 @@ import functools
 from collections.abc import Mapping, Sequence
 
 from wattsched import states
-from wattsched.config import SchedulerParams
+from wattsched.confvalues import SchedulerParams
 from wattsched.scheduling import (
     ArrayThrottle,
     Candidates,
