@@ -26,8 +26,8 @@ log = logging.getLogger("wattsched.controller")
 def schedule(state: ClusterState, now: float) -> list[Action]:
     """One scheduling pass: call the pure core, then apply its decisions. A backfill
     scheduler plans the whole queue every bf_interval; in between, passes are strict."""
-    backfill = getattr(state.plugins.scheduler, "backfill", False)
-    due = backfill and now - state.stats.bf_last_time >= state.config.scheduler_parameters.bf_interval_s
+    interval = state.config.scheduler_parameters.bf_interval_s
+    due = state.plugins.scheduler.backfill and now - state.stats.bf_last_time >= interval
     started = time.perf_counter()
     snap = snapshots.snapshot(state, now, due)
     decisions = scheduling.schedule(snap, state.plugins.priority, state.plugins.scheduler, state.plugins.select,

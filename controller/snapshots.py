@@ -5,10 +5,10 @@ power views the cap is computed from, and the memos that spare rebuilding unchan
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from wattsched import power, scheduling, states
+from wattsched import power, scheduling, snapbuild, states
 from wattsched.controller import views
 from wattsched.model import Job
 from wattsched.states import PowerState
@@ -52,17 +52,13 @@ def partition_snaps(state: ClusterState) -> dict[str, scheduling.PartitionSnap]:
     """Built once: partitions come from the configuration alone, and one mapping from pass to
     pass lets the queue memo keep its eligibility verdicts."""
     if state.memo.partitions is None:
-        state.memo.partitions = {p.name: scheduling.PartitionSnap(p.name, p.nodes, p.state, p.max_time_min,
-                                                                  p.max_nodes, p.priority_job_factor)
-                                 for p in state.config.partitions}
+        state.memo.partitions = snapbuild.partitions(state.config)
     return state.memo.partitions
 
 
 def node_snaps(state: ClusterState) -> dict[str, scheduling.NodeSnap]:
-    return {n.name: scheduling.NodeSnap(n.name, n.cpus, n.cpus - n.alloc_cpus, n.real_memory_mb,
-                                        n.real_memory_mb - n.alloc_mem_mb, n.weight, frozenset(n.features),
-                                        n.schedulable, scheduling.wake(n.power),
-                                        n.gres, n.free_gpus())
+    return {n.name: snapbuild.node_snap(n, n.alloc_cpus, n.alloc_mem_mb, n.power, n.base_state, n.drain,
+                                        n.not_responding, n.free_gpus())
             for n in state.nodes.values()}
 
 
@@ -92,17 +88,13 @@ def snapshot(state: ClusterState, now: float, backfill_due: bool = True) -> sche
     briefs = {j.job_id: scheduling.JobBrief(j.job_id, j.state, j.user, j.name, j.exit_code, j.term_signal,
                                             j.array_job_id, j.array_task_id, j.start_time)
               for j in state.jobs.values()} if needs_briefs else {}
-    running = tuple(
-        scheduling.RunningJob(j.job_id, j.alloc_cpus, {n: j.alloc_mem_mb for n in j.alloc_cpus},
-                              j.start_time + j.time_limit_min * 60 if j.time_limit_min is not None else None,
-                              gpus_by_type(state, j))
-        for j in state.jobs.values() if j.holds_nodes) \
+    running = tuple(snapbuild.running_job(j.job_id, j.alloc_cpus, {n: j.alloc_mem_mb for n in j.alloc_cpus},
+                                          j.start_time, j.time_limit_min, gpus_by_type(state, j))
+                    for j in state.jobs.values() if j.holds_nodes) \
         if backfill_due or state.power_cap is not None else ()
-    return scheduling.Snapshot(now=now, nodes=tuple(node_snaps(state).values()),
-                               partitions=partition_snaps(state), pending=pending, jobs=briefs,
-                               def_mem_per_cpu_mb=state.config.def_mem_per_cpu_mb, running=running,
-                               backfill_due=backfill_due, reservations=state.resv.snapshots(),
-                               fairshare=state.shares.factors, power=power_snap(state))
+    return snapbuild.snapshot(state.config, now, tuple(node_snaps(state).values()), partition_snaps(state), pending,
+                              running, backfill_due, power_snap(state), briefs, state.resv.snapshots(),
+                              state.shares.factors)
 
 
 def gpus_by_type(state: ClusterState, job: Job) -> dict[str, dict[str, int]]:
@@ -121,34 +113,23 @@ def gpus_by_type(state: ClusterState, job: Job) -> dict[str, dict[str, int]]:
 
 def node_power(state: ClusterState) -> dict[str, power.NodePower]:
     """Each node's watts; a busy node whose jobs all run at a capped frequency counts their watts."""
-    capped: dict[str, list[int | None]] = {}
+    freqs: dict[str, list[int | None]] = {}
     for job in state.jobs.values():
         if job.holds_nodes:
             for name in job.alloc_cpus:
-                capped.setdefault(name, []).append(job.cpu_freq_khz)
-    result = {}
-    for n in state.nodes.values():
-        idle, most = n.idle_watts or 0, n.max_watts or 0
-        node = power.NodePower(idle, most, idle if n.power_save_watts is None else n.power_save_watts,
-                               most if n.down_watts is None else n.down_watts, n.power_cap_priority == 0,
-                               freq_watts=n.cpu_freq_watts)
-        freqs = capped.get(n.name, [])
-        if freqs and None not in freqs:
-            node = replace(node, busy=max(node.busy_at(f) for f in freqs))
-        result[n.name] = node
-    return result
+                freqs.setdefault(name, []).append(job.cpu_freq_khz)
+    return {n.name: snapbuild.node_power(n, freqs.get(n.name, ())) for n in state.nodes.values()}
 
 
 def power_states(state: ClusterState) -> dict[str, PowerState]:
     """Each node as the cap counts it: its power state (busy, idle, off, down; a switch under way
     by what it holds)."""
-    return {n.name: power.cap_state(n.power_state, n.alloc_cpus > 0) for n in state.nodes.values()}
+    return {n.name: snapbuild.cap_state(n.power, n.alloc_cpus > 0, n.base_state, n.not_responding)
+            for n in state.nodes.values()}
 
 
 def power_snap(state: ClusterState) -> power.PowerSnap | None:
     if state.power_cap is None:
         return None
-    return power.PowerSnap(node_power(state), power_states(state), state.power_cap, state.resv.power_snapshots())
-
-
-
+    return snapbuild.power_snap(state.power_cap, node_power(state), power_states(state),
+                                state.resv.power_snapshots())

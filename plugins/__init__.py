@@ -10,6 +10,8 @@ from __future__ import annotations
 from importlib.metadata import entry_points
 from typing import Any
 
+from wattsched.scheduling import PriorityPlugin, SchedulerPlugin, SelectPlugin
+
 
 class PluginError(LookupError):
     """A configured plugin name that no installed package provides."""
@@ -29,12 +31,19 @@ def load(name: str, **options: Any) -> Any:
     raise PluginError(f"no plugin named '{name}' (available: {', '.join(available(kind)) or 'none'})")
 
 
-def scheduling(config: Any) -> tuple[Any, Any, Any]:
+def scheduling(config: Any) -> tuple[PriorityPlugin, SchedulerPlugin, SelectPlugin]:
     """The configured priority, scheduler and selection plugins (PriorityType, SchedulerType,
-    SelectType): the same objects for the controller and the simulator."""
-    return (load(config.priority_type, config=config),
-            load(config.scheduler_type, params=config.scheduler_parameters),
-            load(config.select_type))
+    SelectType): the same objects for the controller and the simulator. A plugin that lacks what
+    its Protocol declares (wattsched.scheduling) is refused here, not at the first pass."""
+    priority = load(config.priority_type, config=config)
+    scheduler = load(config.scheduler_type, params=config.scheduler_parameters)
+    select = load(config.select_type)
+    for name, plugin, protocol in ((config.priority_type, priority, PriorityPlugin),
+                                   (config.scheduler_type, scheduler, SchedulerPlugin),
+                                   (config.select_type, select, SelectPlugin)):
+        if not isinstance(plugin, protocol):
+            raise PluginError(f"plugin '{name}' does not provide what a {protocol.__name__} declares")
+    return priority, scheduler, select
 
 
 def power_save_policies(config: Any) -> list[tuple[str, Any]]:

@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from wattsched import plugins, power, powersave, scheduling
+from wattsched import plugins, power, powersave, scheduling, snapbuild
 from wattsched.config import Config, NodeConf
 from wattsched.fairshare import UsageRecord
 from wattsched.simulator.shares import DEFAULT_ACCOUNT, SimShares
@@ -140,8 +140,7 @@ class Simulation:
         self.memories: dict[str, dict] = {}
         self.progress = progress
         self.nodes = {n.name: SimNode(n) for n in config.nodes}
-        self.partitions = {p.name: scheduling.PartitionSnap(p.name, p.nodes, p.state, p.max_time_min, p.max_nodes,
-                                                            p.priority_job_factor) for p in config.partitions}
+        self.partitions = snapbuild.partitions(config)
         default = config.default_partition()
         if default is None:
             raise ValueError(f"{config.source}: no partition to simulate on")
@@ -150,10 +149,7 @@ class Simulation:
         cpus = {n.cpus for n in config.nodes if n.name in members}
         self.cpus_per_node = min(cpus) if cpus else 1
         self.excluded = config.suspend_excluded
-        self.node_power = {n.name: power.NodePower(n.idle_watts or 0, n.max_watts or 0, _save(n),
-                                                   n.down_watts if n.down_watts is not None else n.max_watts or 0,
-                                                   n.power_cap_priority == 0, freq_watts=n.cpu_freq_watts)
-                           for n in config.nodes}
+        self.node_power = {n.name: snapbuild.node_power(n) for n in config.nodes}
         self.workload = workload
         size = len(default.nodes)
         self.records: dict[int, JobRecord] = {}
@@ -184,7 +180,7 @@ class Simulation:
         self.pass_times: list[float] = []
         # a backfill scheduler plans the whole queue every bf_interval, strict passes in between
         self.bf_interval = config.scheduler_parameters.bf_interval_s \
-            if getattr(self.scheduler, "backfill", False) else None
+            if self.scheduler.backfill else None
         self.last_backfill = -math.inf
         self.backfill_wake = -math.inf
         self.node_snaps = {name: self._node_snap(node) for name, node in self.nodes.items()}
@@ -237,8 +233,8 @@ class Simulation:
                     self._switched(self.nodes[name], now)
                 elif kind == SUBMIT:
                     self.pending.put(self._request(self.records[job_id]))
-                elif kind == PERIOD and done < total:  # the policies' periodic call (TICK: a timeout)
-                    self._push(now + self.period, PERIOD)
+                elif kind == PERIOD and done < total and self.period:  # the policies' periodic call
+                    self._push(now + self.period, PERIOD)  # (TICK: a timeout)
             if done == total:  # the last completion ends the simulation: nothing more to decide
                 break
             self._pass(now)
@@ -276,11 +272,12 @@ class Simulation:
         self.passes += 1
         self.pass_times.append(now)
         # (the wake-up itself is due: last + interval - last may round below the interval)
-        due = self.bf_interval is None or now - self.last_backfill >= self.bf_interval or now == self.backfill_wake
+        interval = self.bf_interval
+        due = interval is None or now - self.last_backfill >= interval or now == self.backfill_wake
         if due:
             self.last_backfill = now
-        elif self.backfill_wake <= now:  # the controller's timer: the next full pass comes anyway
-            self.backfill_wake = self.last_backfill + self.bf_interval
+        elif interval is not None and self.backfill_wake <= now:  # the controller's timer: the next full pass
+            self.backfill_wake = self.last_backfill + interval  # comes anyway
             self._push(self.backfill_wake, BACKFILL)
         snap = self.snapshot(now, due)
         decisions = scheduling.schedule(snap, self.priority, self.scheduler, self.select, self.queue_memo)
@@ -319,16 +316,12 @@ class Simulation:
             UsageRecord(r.job.user, r.job.account or DEFAULT_ACCOUNT, sum(r.alloc_cpus.values()), r.start, None,
                         self._job_power(r) * (now - r.start))
             for r in self.running.values() if r.start >= 0]) if self.shares is not None and self.pending else {}
-        return scheduling.Snapshot(now=now, nodes=self.nodes_tuple, partitions=self.partitions,
-                                   pending=self.pending, running=running,
-                                   backfill_due=backfill_due, fairshare=fair, power=self._power_snap())
+        return snapbuild.snapshot(self.config, now, self.nodes_tuple, self.partitions, self.pending, running,
+                                  backfill_due, self._power_snap(), fairshare=fair)
 
     @staticmethod
     def _node_snap(node: SimNode) -> scheduling.NodeSnap:
-        conf = node.conf
-        return scheduling.NodeSnap(conf.name, conf.cpus, conf.cpus - node.alloc_cpus, conf.real_memory_mb,
-                                   conf.real_memory_mb - node.alloc_mem_mb, conf.weight, frozenset(conf.features),
-                                   node.power != PowerFlag.POWERING_DOWN, scheduling.wake(node.power))
+        return snapbuild.node_snap(node.conf, node.alloc_cpus, node.alloc_mem_mb, node.power)
 
     def _changed(self, node: SimNode) -> None:
         self.dirty.add(node.conf.name)
@@ -344,9 +337,18 @@ class Simulation:
     def _power_snap(self) -> power.PowerSnap | None:
         if self.config.power_cap is None:
             return None
-        node_states = {name: power.cap_state(self._power_state(node), bool(node.jobs))
-                       for name, node in self.nodes.items()}
-        return power.PowerSnap(self.node_power, node_states, self.config.power_cap)
+        node_states = {name: snapbuild.cap_state(node.power, bool(node.jobs)) for name, node in self.nodes.items()}
+        watts = self.node_power
+        capped = [r for r in self.running.values() if r.freq_khz is not None]
+        if capped:  # a node whose jobs all run at a capped frequency draws less while busy
+            freqs: dict[str, list[int | None]] = {}
+            for record in self.running.values():
+                for name in record.alloc:
+                    freqs.setdefault(name, []).append(record.freq_khz)
+            watts = dict(watts)
+            for name in {n for r in capped for n in r.alloc}:
+                watts[name] = snapbuild.node_power(self.nodes[name].conf, freqs[name])
+        return snapbuild.power_snap(self.config.power_cap, watts, node_states)
 
     # --- jobs ------------------------------------------------------------------------------------------
 
@@ -492,7 +494,7 @@ class Simulation:
         if node.category == IDLE:
             return idle
         if node.category == OFF:
-            return float(_save(conf))
+            return float(self.node_power[conf.name].save)
         return conf.switching.on_watts if node.category == SWITCHING_ON else conf.switching.off_watts
 
 
@@ -511,9 +513,3 @@ class Simulation:
         idle = float(conf.idle_watts or 0)
         busy = float(self.node_power[conf.name].busy_at(record.freq_khz))
         return (idle + (busy - idle) * record.job.energy_factor) * cpus / conf.cpus
-
-
-def _save(conf: NodeConf) -> int:
-    return conf.power_save_watts if conf.power_save_watts is not None else conf.idle_watts or 0
-
-

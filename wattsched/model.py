@@ -304,12 +304,7 @@ class Node:
 
     @property
     def schedulable(self) -> bool:
-        """Up (or powered down, to be woken for the job), responding and not drained, not being
-        powered down: work may be placed on it, now or when it is free."""
-        if self.power in (PowerFlag.POWERED_DOWN, PowerFlag.POWERING_UP):
-            return self.base_state in (NodeBase.IDLE, NodeBase.MIXED, NodeBase.ALLOCATED) and not self.drain
-        return (self.base_state in (NodeBase.IDLE, NodeBase.MIXED, NodeBase.ALLOCATED) and not self.drain
-                and not self.not_responding and self.power not in (PowerFlag.POWERING_DOWN, PowerFlag.POWER_DOWN))
+        return states.schedulable(self.power, self.base_state, self.drain, self.not_responding)
 
 
 @dataclass(slots=True)

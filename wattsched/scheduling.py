@@ -21,7 +21,7 @@ import re
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
@@ -188,10 +188,16 @@ class Decisions:
     backfill_depth: int = 0
 
 
+@runtime_checkable
 class PriorityPlugin(Protocol):
+    # a job's priority depends on the job alone (priority/basic, not priority/multifactor): the
+    # queue memo then keeps each job's priority and rank from pass to pass (QueueMemo)
+    static: bool
+
     def priorities(self, snapshot: Snapshot) -> dict[int, int]: ...
 
 
+@runtime_checkable
 class SelectPlugin(Protocol):
     def select(self, job: JobRequest, candidates: list[NodeSnap], free: Mapping[str, tuple[int, int]],
                def_mem_per_cpu_mb: int, gpus: Mapping[str, Mapping[str, int]] | None = None) -> Allocation | None:
@@ -228,9 +234,14 @@ class ArrayThrottle:
             self.running[job.array_job_id] = self.running.get(job.array_job_id, 0) + 1
 
 
+@runtime_checkable
 class SchedulerPlugin(Protocol):
     """Walks ``order`` (the pending jobs, highest priority first), skipping the ``ineligible`` ones
     (job id -> their reason; both read-only), and records what to start and why others wait."""
+
+    # plans the whole queue when Snapshot.backfill_due (every bf_interval, strict passes between),
+    # from the running jobs' ends: the shells then give it Snapshot.running at those passes
+    backfill: bool
 
     def plan(self, snapshot: Snapshot, order: Sequence[JobRequest], ineligible: Mapping[int, str],
              select: SelectPlugin, throttle: ArrayThrottle, decisions: Decisions) -> None: ...
@@ -241,7 +252,7 @@ def schedule(snapshot: Snapshot, priority: PriorityPlugin, scheduler: SchedulerP
     """Run one scheduling pass over ``snapshot`` and return what to start and why others wait.
     A shell that calls it pass after pass may keep a :class:`QueueMemo` for it; the decisions'
     priorities are then a view of the memo's, good until the next pass."""
-    if memo is not None and getattr(priority, "static", False):
+    if memo is not None and priority.static:
         prio, order, ineligible = memo.update(snapshot, priority)
     else:
         prio = priority.priorities(snapshot)

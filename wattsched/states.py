@@ -87,6 +87,7 @@ NODE_SHORT: dict[str, str] = {NodeBase.IDLE: "idle", NodeBase.ALLOCATED: "alloc"
                               NodeBase.DOWN: "down", NodeBase.UNKNOWN: "unk", NodeBase.FUTURE: "futr"}
 NODE_LONG: dict[str, str] = {NodeBase.IDLE: "idle", NodeBase.ALLOCATED: "allocated", NodeBase.MIXED: "mixed",
                              NodeBase.DOWN: "down", NodeBase.UNKNOWN: "unknown", NodeBase.FUTURE: "future"}
+_UP = frozenset({NodeBase.IDLE, NodeBase.MIXED, NodeBase.ALLOCATED})
 _UNAVAILABLE = frozenset({NodeBase.DOWN, NodeBase.UNKNOWN, NodeBase.FUTURE})
 
 
@@ -100,6 +101,16 @@ class PowerState(StrEnum):
     SWITCHING_ON = "switching_on"
     SWITCHING_OFF = "switching_off"
     DOWN = "down"  # down, unknown, future or not responding (DownWatts)
+
+
+def schedulable(flag: str, base: str, drain: bool, not_responding: bool) -> bool:
+    """Whether work may be placed on a node, now or when it is free: up (or powered down or
+    powering up, to be woken for the job), responding, not drained, not being powered down."""
+    if base not in _UP or drain:
+        return False
+    if flag in (PowerFlag.POWERED_DOWN, PowerFlag.POWERING_UP):
+        return True
+    return not not_responding and flag not in (PowerFlag.POWERING_DOWN, PowerFlag.POWER_DOWN)
 
 
 def power_state(flag: str, base: str, not_responding: bool, held: bool) -> PowerState:

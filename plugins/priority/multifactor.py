@@ -64,6 +64,8 @@ class Weights:
 class MultifactorPriority:
     """Weighted factors; see the module's documentation."""
 
+    static = False  # age and fair share change with time and usage
+
     def __init__(self, config: Config | None = None):
         self.weights = Weights.from_config(config) if config is not None else Weights()
 

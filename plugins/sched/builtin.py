@@ -40,6 +40,8 @@ from wattsched.scheduling import (
 class BuiltinScheduler:
     """Start jobs in priority order until one cannot start."""
 
+    backfill = False  # strict at every pass: running jobs' ends are not needed
+
     def __init__(self, params: SchedulerParams | None = None):
         self.params = params or SchedulerParams()
         self.nodes = NodeMemo()

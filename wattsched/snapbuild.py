@@ -1,0 +1,115 @@
+"""The one builder of the policy core's snapshots, used by both shells: the controller
+(wattsched.controller.snapshots, over its live jobs and nodes) and the simulator (over its
+virtual ones).
+
+What a policy sees of a node (its free CPUs, memory and GPUs, whether work may land on it, how
+far it is from running), its watts and power state under the cap, the partitions, a running
+job's holdings and the Snapshot itself are made here and only here: the two shells differ only
+in where their records keep the facts, so "the simulator and the controller see the same
+snapshot" holds by construction. A job's request is the exception: the controller's come from
+submitted jobs (wattsched.controller.submit), the simulator's from trace records
+(wattsched.simulator.workload); both are JobRequest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping
+from typing import Protocol
+
+from wattsched import gres, power, scheduling, states
+from wattsched.config import Config
+from wattsched.power import NodePower, PowerResv, PowerSnap
+from wattsched.scheduling import JobBrief, JobRequest, NodeSnap, PartitionSnap, ResvSnap, RunningJob, Snapshot
+from wattsched.states import NodeBase, PowerFlag, PowerState
+
+
+class NodeShape(Protocol):
+    """A node's configured facts, as both shells' records carry them (NodeConf, model.Node)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def cpus(self) -> int: ...
+    @property
+    def real_memory_mb(self) -> int: ...
+    @property
+    def weight(self) -> int: ...
+    @property
+    def features(self) -> Iterable[str]: ...
+    @property
+    def gres(self) -> gres.Inventory: ...
+    @property
+    def idle_watts(self) -> int | None: ...
+    @property
+    def max_watts(self) -> int | None: ...
+    @property
+    def power_save_watts(self) -> int | None: ...
+    @property
+    def down_watts(self) -> int | None: ...
+    @property
+    def power_cap_priority(self) -> int | None: ...
+    @property
+    def cpu_freq_watts(self) -> tuple[tuple[int, int], ...]: ...
+
+
+def partitions(config: Config) -> dict[str, PartitionSnap]:
+    """The partitions, from the configuration alone (a shell keeps the mapping from pass to pass:
+    the queue memo keeps its eligibility verdicts while it is the same object)."""
+    return {p.name: PartitionSnap(p.name, p.nodes, p.state, p.max_time_min, p.max_nodes, p.priority_job_factor)
+            for p in config.partitions}
+
+
+def node_snap(node: NodeShape, alloc_cpus: int, alloc_mem_mb: int, flag: PowerFlag,
+              base: NodeBase = NodeBase.IDLE, drain: bool = False, not_responding: bool = False,
+              free_gpus: gres.Inventory | None = None) -> NodeSnap:
+    """A node as a policy sees it. ``free_gpus``: None when no job holds any of its GPUs."""
+    return NodeSnap(node.name, node.cpus, node.cpus - alloc_cpus, node.real_memory_mb,
+                    node.real_memory_mb - alloc_mem_mb, node.weight, frozenset(node.features),
+                    states.schedulable(flag, base, drain, not_responding), scheduling.wake(flag), node.gres,
+                    node.gres if free_gpus is None else free_gpus)
+
+
+def node_power(node: NodeShape, job_freqs: Collection[int | None] = ()) -> NodePower:
+    """A node's watts by state (PowerSaveWatts defaults to IdleWatts, DownWatts to MaxWatts); a
+    busy node whose jobs (``job_freqs``, their CPU frequencies) all run at a capped frequency
+    counts the watts of the highest of them."""
+    idle, most = node.idle_watts or 0, node.max_watts or 0
+    watts = NodePower(idle, most, idle if node.power_save_watts is None else node.power_save_watts,
+                      most if node.down_watts is None else node.down_watts, node.power_cap_priority == 0,
+                      freq_watts=node.cpu_freq_watts)
+    if job_freqs and None not in job_freqs:
+        return NodePower(watts.idle, watts.max, watts.save, watts.down, watts.always_max,
+                         max(watts.busy_at(f) for f in job_freqs), watts.freq_watts)
+    return watts
+
+
+def cap_state(flag: PowerFlag, held: bool, base: NodeBase = NodeBase.IDLE, not_responding: bool = False) -> PowerState:
+    """A node as the cap counts it: its power state (states.power_state), a switch under way
+    counted by what it holds (power.cap_state)."""
+    return power.cap_state(states.power_state(flag, base, not_responding, held), held)
+
+
+def running_job(job_id: int, cpus: Mapping[str, int], mem_mb: Mapping[str, int], start: float,
+                time_limit_min: int | None, gpus: Mapping[str, Mapping[str, int]] | None = None) -> RunningJob:
+    """What a running job holds, and when its time limit gives it back (None: no limit)."""
+    return RunningJob(job_id, cpus, mem_mb, start + time_limit_min * 60 if time_limit_min is not None else None,
+                      gpus if gpus is not None else {})
+
+
+def snapshot(config: Config, now: float, nodes: tuple[NodeSnap, ...], partition_snaps: Mapping[str, PartitionSnap],
+             pending: Collection[JobRequest], running: Collection[RunningJob], backfill_due: bool,
+             power_snap: PowerSnap | None, jobs: Mapping[int, JobBrief] | None = None,
+             reservations: Mapping[str, ResvSnap] | None = None,
+             fairshare: Mapping[tuple[str, str], tuple[float, float]] | None = None) -> Snapshot:
+    """The snapshot of one pass. Running jobs are given only when a policy reads them: for a
+    backfill plan (``backfill_due``) or under a power cap."""
+    return Snapshot(now=now, nodes=nodes, partitions=partition_snaps, pending=pending, jobs=jobs or {},
+                    def_mem_per_cpu_mb=config.def_mem_per_cpu_mb,
+                    running=running if backfill_due or power_snap is not None else (), backfill_due=backfill_due,
+                    reservations=reservations or {}, fairshare=fairshare or {}, power=power_snap)
+
+
+def power_snap(cap: float | None, watts: Mapping[str, NodePower], node_states: Mapping[str, PowerState],
+               reservations: tuple[PowerResv, ...] = ()) -> PowerSnap | None:
+    """What the cap needs (None when capping is off)."""
+    return None if cap is None else PowerSnap(watts, node_states, cap, reservations)
