@@ -160,7 +160,7 @@ class Simulation:
                 self.infeasible += 1
                 continue
             self.records[job.job_id] = JobRecord(job, nodes, job.submit)
-        self.pending = scheduling.JobLog[scheduling.JobRequest]()
+        self.pending = snapbuild.JobTable[scheduling.JobRequest]()
         fair = config.priority_type == "priority/multifactor" and \
             (config.priority_weight_fairshare or config.priority_weight_energy)
         self.shares = SimShares(config, ((r.job.account or DEFAULT_ACCOUNT, r.job.user) for r in self.records.values()),
@@ -184,11 +184,12 @@ class Simulation:
         self.last_backfill = -math.inf
         self.backfill_wake = -math.inf
         self.node_snaps = {name: self._node_snap(node) for name, node in self.nodes.items()}
-        self.nodes_tuple: scheduling.NodeTuple | None = None
+        self.nodes_tuple: tuple[scheduling.NodeSnap, ...] | None = None
+        self.series = snapbuild.Series()  # the snapshots, numbered, with what changed since the last
         self.position = {name: i for i, name in enumerate(self.node_snaps)}
         self.dirty: set[str] = set()  # nodes changed since the last snapshot: their NodeSnap is rebuilt then
         # what each running job (or one waiting for its nodes to power up) holds, as snapshots show it
-        self.holding = scheduling.JobLog[scheduling.RunningJob]()
+        self.holding = snapbuild.JobTable[scheduling.RunningJob]()
         self.period = min((p.period for _n, p in self.policies if hasattr(p, "period")), default=None)
         self.t_idle = next((p.t_idle for _n, p in self.policies if hasattr(p, "t_idle")), None)
 
@@ -305,19 +306,17 @@ class Simulation:
                 changed.append(self.position[name])
         self.dirty.clear()
         if changed or self.nodes_tuple is None:
-            previous = self.nodes_tuple
-            self.nodes_tuple = scheduling.NodeTuple(self.node_snaps.values(), previous, changed)
-            if previous is not None:
-                previous.previous = None
-        running = self.holding if backfill_due or self.config.power_cap is not None else ()
+            self.nodes_tuple = tuple(self.node_snaps.values())
+        carried = snapbuild.carries_running(backfill_due, self.config.power_cap is not None)
+        changes = self.series.changes(self.pending, self.holding if carried else None, changed)
         # running jobs count as used so far, CPU time and energy alike (EnergyFairShare must not
         # see a long job's energy only at its end while FairShare sees its CPU time all along)
         fair = self.shares.current(now, lambda: [
             UsageRecord(r.job.user, r.job.account or DEFAULT_ACCOUNT, sum(r.alloc_cpus.values()), r.start, None,
                         self._job_power(r) * (now - r.start))
             for r in self.running.values() if r.start >= 0]) if self.shares is not None and self.pending else {}
-        return snapbuild.snapshot(self.config, now, self.nodes_tuple, self.partitions, self.pending, running,
-                                  backfill_due, self._power_snap(), fairshare=fair)
+        return snapbuild.snapshot(self.config, now, self.nodes_tuple, self.partitions, self.pending, self.holding,
+                                  backfill_due, self._power_snap(), fairshare=fair, changes=changes)
 
     @staticmethod
     def _node_snap(node: SimNode) -> scheduling.NodeSnap:

@@ -1,4 +1,4 @@
-"""The memos that shells keep from pass to pass (QueueMemo, NodeMemo, the backfill ReleaseMemo)
+"""The memos kept from pass to pass (QueueMemo, NodeMemo, the backfill ReleaseMemo)
 change no decision: pass after pass over an evolving cluster (jobs arriving, starting, ending,
 nodes leaving and coming back, requests replaced by an update, nodes that say what changed or
 not), plugins that keep their memos decide exactly what fresh plugins with none decide."""
@@ -17,16 +17,15 @@ from wattsched.plugins.sched.builtin import BuiltinScheduler
 from wattsched.plugins.select.cons_tres import ConsTresSelect
 from wattsched.scheduling import (
     Decisions,
-    JobLog,
     JobRequest,
     NodeSnap,
-    NodeTuple,
     PartitionSnap,
     QueueMemo,
     RunningJob,
     Snapshot,
     schedule,
 )
+from wattsched.snapbuild import JobTable, Series
 
 NAMES = tuple(f"n{i:02d}" for i in range(1, 7))
 CPUS = 4
@@ -43,10 +42,10 @@ class Cluster:
 
     def __init__(self) -> None:
         self.nodes = {n: NodeSnap(n, CPUS, CPUS, 1000, 1000) for n in NAMES}
-        self.sent: tuple[NodeSnap, ...] | None = None  # the nodes of the last snapshot, and those changed since
-        self.touched: set[str] = set()
-        self.pending = JobLog[JobRequest]()  # the memo works on its log of changes
-        self.running = JobLog[RunningJob]()  # and the backfill release memo on this one's
+        self.touched: set[str] = set()  # the nodes changed since the last snapshot
+        self.series = Series()
+        self.pending = JobTable[JobRequest]()  # the memo works on the changes of this table
+        self.running = JobTable[RunningJob]()  # and the backfill release memo on this one's
 
     def take(self, cpus: dict[str, int], sign: int) -> None:
         for name, n in cpus.items():
@@ -55,14 +54,13 @@ class Cluster:
             self.touched.add(name)
 
     def snapshot(self, now: float, backfill_due: bool, hint: bool) -> Snapshot:
-        """With ``hint``, the nodes say which changed since the last snapshot (NodeTuple); without,
-        they are a plain tuple, and the next hint names a tuple the memo did not see."""
-        changed = [NAMES.index(name) for name in self.touched]
-        self.sent = NodeTuple(self.nodes.values(), self.sent, changed) if hint else tuple(self.nodes.values())
+        """With ``hint``, the snapshot's changes say which nodes changed since the last snapshot;
+        without, they do not, and the memos compare the nodes."""
+        changed = [NAMES.index(name) for name in self.touched] if hint else None
         self.touched = set()
-        return Snapshot(now=now, nodes=self.sent, partitions=PARTITIONS,
-                        pending=self.pending, running=self.running,
-                        backfill_due=backfill_due)
+        return Snapshot(now=now, nodes=tuple(self.nodes.values()), partitions=PARTITIONS,
+                        pending=self.pending, running=self.running, backfill_due=backfill_due,
+                        changes=self.series.changes(self.pending, self.running, changed))
 
 
 @settings(max_examples=120, deadline=None)
@@ -103,7 +101,8 @@ def test_memos_change_no_decision(data, kind: str) -> None:
         snap = cluster.snapshot(now, data.draw(st.booleans(), label="backfill due"),
                                 data.draw(st.booleans(), label="nodes say what changed"))
         with_memos = schedule(snap, *kept, memo)
-        fresh = replace(snap, nodes=tuple(snap.nodes), pending=tuple(snap.pending), running=tuple(snap.running))
+        fresh = replace(snap, nodes=tuple(snap.nodes), pending=tuple(snap.pending), running=tuple(snap.running),
+                        changes=None)
         assert _decided(with_memos) == _decided(schedule(fresh, *plugins()))
         for job_id, alloc in with_memos.starts:
             job = cluster.pending.remove(job_id)

@@ -18,7 +18,8 @@ import itertools
 import math
 import operator
 import re
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Generic, Protocol, TypeVar, runtime_checkable
@@ -155,16 +156,18 @@ class Snapshot:
     now: float
     nodes: tuple[NodeSnap, ...]
     partitions: Mapping[str, PartitionSnap]
-    pending: Collection[JobRequest]  # a tuple, or the shell's JobLog
+    pending: Collection[JobRequest]
     jobs: Mapping[int, JobBrief] = field(default_factory=dict)
     def_mem_per_cpu_mb: int = 0
-    running: Collection[RunningJob] = ()  # a tuple, or the shell's JobLog
+    running: Collection[RunningJob] = ()
     backfill_due: bool = True
     reservations: Mapping[str, ResvSnap] = field(default_factory=dict)
     # (FairShare, EnergyFairShare) per (account, user), from wattsched.fairshare
     fairshare: Mapping[tuple[str, str], tuple[float, float]] = field(default_factory=dict)
     # watts per node and the cap, when PowerCap is configured (wattsched.power)
     power: PowerSnap | None = None
+    # what the shell says changed since its earlier snapshots, for the memos alone (see Changes)
+    changes: Changes | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,86 +270,77 @@ def schedule(snapshot: Snapshot, priority: PriorityPlugin, scheduler: SchedulerP
 _Job = TypeVar("_Job", JobRequest, RunningJob)
 
 
-class JobLog(Collection[_Job], Generic[_Job]):
-    """Jobs (pending requests, or running jobs' holdings) as a shell keeps them from pass to pass,
-    by job id, with a log of what changed since a memo last read it: a snapshot may hold it as its
-    ``pending`` (read by :class:`QueueMemo`) or its ``running`` (read by backfill's release memo),
-    and the memo then works on the changes alone instead of comparing whole collections of
-    thousands of jobs. The shell changes it only between passes; each log has one reader."""
+@dataclass(frozen=True, slots=True)
+class Delta(Generic[_Job]):
+    """The entries gone from one of a snapshot's collections, and those new, since the shell's
+    snapshot numbered ``since`` (of the same series)."""
+
+    since: int
+    gone: frozenset[_Job] = frozenset()
+    new: frozenset[_Job] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class NodeDelta:
+    """The positions in Snapshot.nodes whose NodeSnap changed since the snapshot ``since``."""
+
+    since: int
+    changed: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Changes:
+    """What a shell that keeps its jobs and nodes from pass to pass says changed, read-only: this
+    is snapshot ``seq`` of the shell's ``series``; a delta tells what changed since an earlier one.
+    A memo that read that earlier snapshot applies the delta and works on the changes alone (a
+    simulated queue of thousands of jobs is otherwise ranked again at every one of a hundred
+    thousand passes); any other memo compares whole collections. Decisions are the same either
+    way: a snapshot without changes (the controller's) is as good as one with."""
+
+    series: int
+    seq: int
+    pending: Delta[JobRequest] | None = None
+    running: Delta[RunningJob] | None = None
+    nodes: NodeDelta | None = None
+
+
+class Seen:
+    """Which snapshot of which series a memo last read a collection of."""
+
+    __slots__ = ("seq", "series")
 
     def __init__(self) -> None:
-        self._jobs: dict[int, _Job] = {}
-        self._log: list[tuple[_Job, bool]] = []  # (job, added)
-        self.reads = 0  # how often the log was taken: a memo that did not take the last one resyncs
+        self.series = self.seq = -1
 
-    def put(self, job: _Job) -> None:
-        """Add a job, or replace its entry."""
-        old = self._jobs.get(job.job_id)
-        if old is not None:
-            self._log.append((old, False))
-        self._jobs[job.job_id] = job
-        self._log.append((job, True))
+    def follows(self, changes: Changes | None, delta: Delta | NodeDelta | None) -> bool:
+        """Whether ``delta`` starts where this memo stopped (and so may be applied)."""
+        return changes is not None and delta is not None and changes.series == self.series and \
+            delta.since == self.seq
 
-    def remove(self, job_id: int) -> _Job:
-        job = self._jobs.pop(job_id)
-        self._log.append((job, False))
-        return job
-
-    def get(self, job_id: int) -> _Job | None:
-        return self._jobs.get(job_id)
-
-    def take_changes(self) -> tuple[set[_Job], set[_Job]]:
-        """The entries gone and those new since the log was last taken (one added and removed in
-        between is in neither)."""
-        gone: set[_Job] = set()
-        new: set[_Job] = set()
-        for job, added in self._log:
-            if added:
-                new.add(job)
-            elif job in new:
-                new.discard(job)
-            else:
-                gone.add(job)
-        self._log = []
-        self.reads += 1
-        return gone, new
-
-    def __iter__(self) -> Iterator[_Job]:
-        return iter(self._jobs.values())
-
-    def __len__(self) -> int:
-        return len(self._jobs)
-
-    def __contains__(self, job: object) -> bool:
-        return self._jobs.get(getattr(job, "job_id", None)) is job  # type: ignore[arg-type]
+    def read(self, changes: Changes | None) -> None:
+        self.series, self.seq = (changes.series, changes.seq) if changes is not None else (-1, -1)
 
 
-def job_changes(known: set[_Job], jobs: Collection[_Job], from_log: bool) -> tuple[set[_Job], set[_Job]]:
+def job_changes(known: set[_Job], jobs: Collection[_Job], delta: Delta[_Job] | None) \
+        -> tuple[AbstractSet[_Job], AbstractSet[_Job]]:
     """The jobs gone from ``known`` and those new in ``jobs``, with ``known`` brought up to date:
-    read from the change log of ``jobs`` (a :class:`JobLog` whose log the caller read last) when
-    ``from_log``, else by comparing them as sets (a JobLog's log is then taken, so that the caller
-    reads in step from now on)."""
-    if from_log:
-        assert isinstance(jobs, JobLog)
-        gone, new = jobs.take_changes()
-        known -= gone
-        known |= new
-        return gone, new
+    from ``delta`` when it follows what ``known`` holds, else by comparing them as sets."""
+    if delta is not None:
+        known -= delta.gone
+        known |= delta.new
+        return delta.gone, delta.new
     current = set(jobs)
     gone, new = known - current, current - known
     known.clear()
     known |= current
-    if isinstance(jobs, JobLog):
-        jobs.take_changes()
     return gone, new
 
 
 class QueueMemo:
     """The queue as the previous pass left it: each pending job's priority, its place in priority
     order and the reasons of the ineligible ones. Only the jobs that arrived or left since are
-    worked on: with a :class:`JobLog` a pass costs what changed, not the length of the
-    queue (a simulated queue of thousands of jobs is otherwise ranked again at every one of a
-    hundred thousand passes); with any other collection the queues are compared as sets.
+    worked on: given the snapshot's :class:`Changes` a pass costs what changed, not the length of
+    the queue; without, the queues are compared as sets.
 
     Used only with a priority plugin whose priorities depend on the job alone (``static``, as
     priority/basic). Requests are matched by identity, so a shell that replaces a job's request
@@ -356,11 +350,11 @@ class QueueMemo:
     brings other partitions. A pure memo: the decisions are those of a pass without it."""
 
     def __init__(self) -> None:
-        self._reset(None, None)
+        self._reset(None)
 
-    def _reset(self, partitions: Mapping[str, PartitionSnap] | None, queue: JobLog[JobRequest] | None) -> None:
-        self.partitions, self.queue = partitions, queue
-        self.reads = queue.reads if queue is not None else 0
+    def _reset(self, partitions: Mapping[str, PartitionSnap] | None) -> None:
+        self.partitions = partitions
+        self.seen = Seen()
         self.jobs: set[JobRequest] = set()
         self.order: list[JobRequest] = []
         self.priorities: dict[int, int] = {}
@@ -371,14 +365,12 @@ class QueueMemo:
             -> tuple[Mapping[int, int], list[JobRequest], Mapping[int, str]]:
         """The priorities, the priority order and the ineligible jobs' reasons of ``snapshot``'s
         queue (read-only: they are the memo's own, until the next pass)."""
-        pending = snapshot.pending
-        queue = pending if isinstance(pending, JobLog) else None
-        if snapshot.partitions is not self.partitions or queue is not self.queue or \
-                (queue is not None and queue.reads != self.reads):
-            self._reset(snapshot.partitions, queue)
-        gone, new = job_changes(self.jobs, pending, queue is not None and bool(self.jobs))
-        if queue is not None:
-            self.reads = queue.reads
+        changes = snapshot.changes
+        if snapshot.partitions is not self.partitions:
+            self._reset(snapshot.partitions)
+        delta = changes.pending if changes is not None else None
+        gone, new = job_changes(self.jobs, snapshot.pending, delta if self.seen.follows(changes, delta) else None)
+        self.seen.read(changes)
         if gone:
             order, key = self.order, self._key
             for job in gone:  # found by its rank (job ids make ranks unique): queues run to thousands
@@ -404,7 +396,7 @@ class QueueMemo:
         else:
             self.ineligible[job.job_id] = reason
 
-    def _add(self, snapshot: Snapshot, priority: PriorityPlugin, new: set[JobRequest]) -> None:
+    def _add(self, snapshot: Snapshot, priority: PriorityPlugin, new: AbstractSet[JobRequest]) -> None:
         self.priorities.update(priority.priorities(replace(snapshot, pending=tuple(new))))
         key = self._key
         arrivals = sorted(new, key=key)
@@ -555,22 +547,6 @@ def blocking_reservations(job: JobRequest, snapshot: Snapshot, start: float, end
     return [r for r in snapshot.reservations.values() if r.name != job.reservation and r.overlaps(start, end)]
 
 
-class NodeTuple(tuple[NodeSnap, ...]):
-    """A snapshot's nodes that also say where they differ from the shell's previous tuple: a shell
-    that changes a few of thousands of nodes between passes may give one, and :class:`NodeMemo` then
-    looks at those positions alone (it compares every node when it did not see that previous
-    tuple). The shell forgets the link once a newer tuple follows, so tuples do not pile up."""
-
-    previous: tuple[NodeSnap, ...] | None
-    changed: tuple[int, ...]
-
-    def __new__(cls, nodes: Iterable[NodeSnap], previous: tuple[NodeSnap, ...] | None,
-                changed: Iterable[int]) -> NodeTuple:
-        self = super().__new__(cls, nodes)
-        self.previous, self.changed = previous, tuple(sorted(changed))
-        return self
-
-
 class NodeMemo:
     """The snapshot's nodes as schedulers look them up, kept from pass to pass: by name, their
     free CPUs and memory (as a mapping and as arrays in node order), the names with a free CPU,
@@ -582,6 +558,7 @@ class NodeMemo:
 
     def __init__(self) -> None:
         self.nodes: tuple[NodeSnap, ...] = ()
+        self.seen = Seen()
         self.partitions: Mapping[str, PartitionSnap] = {}
         self.reservations: Mapping[str, ResvSnap] = {}
         self.lists: dict[tuple, tuple[list[str], dict[str, int]]] = {}
@@ -597,15 +574,19 @@ class NodeMemo:
         if snapshot.partitions != self.partitions or snapshot.reservations != self.reservations:
             self.partitions, self.reservations = snapshot.partitions, snapshot.reservations
             self.lists, self.indexes = {}, {}
-        nodes, old = snapshot.nodes, self.nodes
+        nodes, old, changes = snapshot.nodes, self.nodes, snapshot.changes
+        delta = changes.nodes if changes is not None else None
+        follows = self.seen.follows(changes, delta)
+        self.seen.read(changes)
         if nodes is old:
             return
         self.nodes = nodes
         if len(nodes) != len(old):
             self._rebuild(nodes)
             return
-        if isinstance(nodes, NodeTuple) and nodes.previous is old:
-            changed: Iterable[int] = nodes.changed
+        if follows:
+            assert delta is not None
+            changed: Iterable[int] = delta.changed
         else:
             changed = itertools.compress(itertools.count(), map(operator.is_not, old, nodes))
         for i in changed:

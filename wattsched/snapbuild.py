@@ -13,13 +13,25 @@ submitted jobs (wattsched.controller.submit), the simulator's from trace records
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
-from typing import Protocol
+import itertools
+from collections.abc import Collection, Iterable, Iterator, Mapping
+from typing import Generic, Protocol, TypeVar
 
 from wattsched import gres, power, scheduling, states
 from wattsched.config import Config
 from wattsched.power import NodePower, PowerResv, PowerSnap
-from wattsched.scheduling import JobBrief, JobRequest, NodeSnap, PartitionSnap, ResvSnap, RunningJob, Snapshot
+from wattsched.scheduling import (
+    Changes,
+    Delta,
+    JobBrief,
+    JobRequest,
+    NodeDelta,
+    NodeSnap,
+    PartitionSnap,
+    ResvSnap,
+    RunningJob,
+    Snapshot,
+)
 from wattsched.states import NodeBase, PowerFlag, PowerState
 
 
@@ -100,16 +112,97 @@ def snapshot(config: Config, now: float, nodes: tuple[NodeSnap, ...], partition_
              pending: Collection[JobRequest], running: Collection[RunningJob], backfill_due: bool,
              power_snap: PowerSnap | None, jobs: Mapping[int, JobBrief] | None = None,
              reservations: Mapping[str, ResvSnap] | None = None,
-             fairshare: Mapping[tuple[str, str], tuple[float, float]] | None = None) -> Snapshot:
+             fairshare: Mapping[tuple[str, str], tuple[float, float]] | None = None,
+             changes: Changes | None = None) -> Snapshot:
     """The snapshot of one pass. Running jobs are given only when a policy reads them: for a
-    backfill plan (``backfill_due``) or under a power cap."""
+    backfill plan (``backfill_due``) or under a power cap (see :func:`carries_running`)."""
     return Snapshot(now=now, nodes=nodes, partitions=partition_snaps, pending=pending, jobs=jobs or {},
                     def_mem_per_cpu_mb=config.def_mem_per_cpu_mb,
-                    running=running if backfill_due or power_snap is not None else (), backfill_due=backfill_due,
-                    reservations=reservations or {}, fairshare=fairshare or {}, power=power_snap)
+                    running=running if carries_running(backfill_due, power_snap is not None) else (),
+                    backfill_due=backfill_due, reservations=reservations or {}, fairshare=fairshare or {},
+                    power=power_snap, changes=changes)
+
+
+def carries_running(backfill_due: bool, capped: bool) -> bool:
+    """Whether a pass's snapshot carries the running jobs (the backfill plan and the cap read them)."""
+    return backfill_due or capped
 
 
 def power_snap(cap: float | None, watts: Mapping[str, NodePower], node_states: Mapping[str, PowerState],
                reservations: tuple[PowerResv, ...] = ()) -> PowerSnap | None:
     """What the cap needs (None when capping is off)."""
     return None if cap is None else PowerSnap(watts, node_states, cap, reservations)
+
+
+# --- for a shell that keeps its jobs and nodes from pass to pass (the simulator) -------------------
+
+_T = TypeVar("_T", JobRequest, RunningJob)
+_SERIES = itertools.count(1)
+
+
+class JobTable(Collection[_T], Generic[_T]):
+    """Jobs by id (pending requests, or running jobs' holdings), as a shell keeps them from pass to
+    pass, with what changed since the snapshot that last carried them (:meth:`delta`). Only the
+    shell changes it, and only between passes; a snapshot carries it as its collection."""
+
+    def __init__(self) -> None:
+        self._jobs: dict[int, _T] = {}
+        self._gone: set[_T] = set()
+        self._new: set[_T] = set()
+        self._since = -1  # the snapshot that last carried the table (none yet)
+
+    def put(self, job: _T) -> None:
+        """Add a job, or replace its entry."""
+        old = self._jobs.get(job.job_id)
+        if old is not None:
+            self._dropped(old)
+        self._jobs[job.job_id] = job
+        self._new.add(job)
+
+    def remove(self, job_id: int) -> _T:
+        job = self._jobs.pop(job_id)
+        self._dropped(job)
+        return job
+
+    def _dropped(self, job: _T) -> None:
+        if job in self._new:  # added and dropped between two snapshots: in neither set
+            self._new.discard(job)
+        else:
+            self._gone.add(job)
+
+    def get(self, job_id: int) -> _T | None:
+        return self._jobs.get(job_id)
+
+    def delta(self, seq: int) -> Delta[_T]:
+        """What changed since the snapshot that last carried the table; snapshot ``seq`` carries it now."""
+        delta = Delta(self._since, frozenset(self._gone), frozenset(self._new))
+        self._gone, self._new, self._since = set(), set(), seq
+        return delta
+
+    def __iter__(self) -> Iterator[_T]:
+        return iter(self._jobs.values())
+
+    def __len__(self) -> int:
+        return len(self._jobs)
+
+    def __contains__(self, job: object) -> bool:
+        return self._jobs.get(getattr(job, "job_id", None)) is job  # type: ignore[arg-type]
+
+
+class Series:
+    """A shell's snapshots, numbered, so that the memos can tell whether a snapshot's Changes
+    follow the one they last read."""
+
+    def __init__(self) -> None:
+        self.id = next(_SERIES)
+        self.seq = 0
+
+    def changes(self, pending: JobTable[JobRequest], running: JobTable[RunningJob] | None,
+                nodes_changed: Iterable[int] | None) -> Changes:
+        """The next snapshot's Changes: the tables' deltas (``running`` None when the snapshot does
+        not carry the running jobs) and the positions of the nodes changed since the last one
+        (None: not said, the memos compare the nodes)."""
+        self.seq += 1
+        return Changes(self.id, self.seq, pending.delta(self.seq),
+                       running.delta(self.seq) if running is not None else None,
+                       NodeDelta(self.seq - 1, tuple(sorted(nodes_changed))) if nodes_changed is not None else None)

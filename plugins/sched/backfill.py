@@ -67,12 +67,13 @@ from wattsched.scheduling import (
     Allocation,
     ArrayThrottle,
     Candidates,
+    Changes,
     Decisions,
-    JobLog,
     JobRequest,
     NodeMemo,
     PowerMeter,
     RunningJob,
+    Seen,
     SelectPlugin,
     Snapshot,
     fit_power,
@@ -83,30 +84,30 @@ from wattsched.scheduling import (
 )
 
 _FOREVER = math.inf
+# what became of a first-fit candidate (BackfillScheduler._first_fit)
+_STARTED, _UNFIT, _REFUSED = "started", "unfit", "refused"
 
 
 class ReleaseMemo:
     """Running jobs' release steps from one pass to the next, as arrays (in no order: nothing reads
     one), for as long as the pass gets the very same RunningJob objects (the simulator keeps them; the
     controller builds new ones, which only misses): only the jobs that started or ended since are
-    turned into steps, where a thousand running jobs would otherwise be at every pass. Given a
-    :class:`JobLog`, it reads the log's changes rather than comparing the jobs as sets."""
+    turned into steps, where a thousand running jobs would otherwise be at every pass. Given the
+    snapshot's :class:`Changes`, it reads their delta rather than comparing the jobs as sets."""
 
     def __init__(self, names: list[str] | None = None) -> None:
         self.names = names or []
         self.jobs: set[RunningJob] = set()
-        self.log: JobLog[RunningJob] | None = None  # the log it reads, and how often that was read then
-        self.reads = 0
+        self.seen = Seen()
         empty = np.zeros(0, dtype=np.int64)
         # (end time, node index, cpus, memory, job id)
         self.steps: tuple[np.ndarray, ...] = (np.zeros(0), empty, empty, empty, empty)
 
-    def update(self, running: Collection[RunningJob], index: Mapping[str, int]) -> tuple[np.ndarray, ...]:
-        in_step = isinstance(running, JobLog) and running is self.log and running.reads == self.reads
-        gone, new = job_changes(self.jobs, running, in_step)
-        self.log = running if isinstance(running, JobLog) else None
-        if self.log is not None:
-            self.reads = self.log.reads
+    def update(self, running: Collection[RunningJob], changes: Changes | None,
+               index: Mapping[str, int]) -> tuple[np.ndarray, ...]:
+        delta = changes.running if changes is not None else None
+        gone, new = job_changes(self.jobs, running, delta if self.seen.follows(changes, delta) else None)
+        self.seen.read(changes)
         if not gone and not new:
             return self.steps
         steps = self.steps
@@ -179,13 +180,15 @@ class Profile:
         elif self._from_now is not None:
             self._from_now.gives(nodes, when)
 
-    def releases(self, running: Collection[RunningJob], resolution: float, memo: ReleaseMemo) -> ReleaseMemo:
+    def releases(self, running: Collection[RunningJob], resolution: float, memo: ReleaseMemo,
+                 changes: Changes | None = None) -> ReleaseMemo:
         """Running jobs give their resources back at their time limit (a job past it is being
         killed: a little later); a job without a limit never does. Returns the memo to keep for
-        the next pass (a new one when the nodes are not those of the last pass)."""
+        the next pass (a new one when the nodes are not those of the last pass). ``changes``: the
+        snapshot's, which spare the memo a comparison of the running jobs."""
         if memo.names is not self.names:  # other nodes (NodeMemo keeps the list while they stay)
             memo = ReleaseMemo(self.names)
-        when, node, cpus, mem, _job = memo.update(running, self.index)
+        when, node, cpus, mem, _job = memo.update(running, changes, self.index)
         self._released_from = self.now + resolution
         self._base = (np.maximum(when, self._released_from), node, cpus, mem)
         return memo
@@ -481,7 +484,7 @@ class _Pass:
         self.now = snapshot.now
         self.candidates = Candidates(snapshot, nodes)
         self.profile = Profile(snapshot.now, nodes)
-        self.memo = self.profile.releases(snapshot.running, params.bf_resolution_s, memo)
+        self.memo = self.profile.releases(snapshot.running, params.bf_resolution_s, memo, snapshot.changes)
         # per request shape, the (tasks, end) of the requests that did not fit now: a frontier
         # where no entry asks for fewer tasks and ends sooner than another
         self.failed: dict[tuple, list[tuple[int, float]]] = {}
@@ -580,7 +583,8 @@ class BackfillScheduler:
 
     def __init__(self, params: SchedulerParams | None = None):
         self.params = params or SchedulerParams()
-        self.strict = BuiltinScheduler(self.params)
+        self.nodes = NodeMemo()  # one memo of the nodes for both kinds of pass
+        self.strict = BuiltinScheduler(self.params, self.nodes)
         self.memo = ReleaseMemo()
         self.requests = _Requests()
 
@@ -590,7 +594,7 @@ class BackfillScheduler:
             self.strict.plan(snapshot, order, ineligible, select, throttle, decisions)
             return
         params = self.params
-        bf = _Pass(snapshot, select, params, self.memo, self.strict.nodes)
+        bf = _Pass(snapshot, select, params, self.memo, self.nodes)
         self.memo = bf.memo
         reserved, tested = 0, 0
         per_user: Counter[str] = Counter()
@@ -645,14 +649,7 @@ class BackfillScheduler:
                     decisions.expected_start[job.job_id] = start
                     reserved += 1
             elif params.bf_candidate == "first":
-                fitted = bf.fits_now(job)
-                reason = states.R_PRIORITY
-                if fitted is not None:
-                    fitted, reason = bf.power_fit(job, fitted, bf.now)
-                if reason is None and fitted is not None:
-                    self._start(job, fitted, bf, throttle, decisions, backfilled=True)
-                else:
-                    decisions.reasons[job.job_id] = reason or states.R_PRIORITY
+                self._first_fit(job, bf, throttle, decisions)
             else:
                 later.append(job)
         self._best_fit(later, bf, throttle, decisions)
@@ -701,18 +698,12 @@ class BackfillScheduler:
                 if not throttle.allows(job):
                     decisions.reasons[job.job_id] = states.R_ARRAY_LIMIT
                 else:
-                    alloc = bf.fits_now(job)
-                    reason: str | None = states.R_PRIORITY
-                    if alloc is not None:
-                        alloc, reason = bf.power_fit(job, alloc, now)
-                        if reason is None:
-                            self._start(job, alloc, bf, throttle, decisions, backfilled=True)
-                            rejected |= need > bf.profile.total_now
-                    else:  # a failure: the requests it rules out now
+                    outcome = self._first_fit(job, bf, throttle, decisions)
+                    if outcome == _STARTED:
+                        rejected |= need > bf.profile.total_now
+                    elif outcome == _UNFIT:  # a failure: the requests it rules out now
                         failures.append((shape[upto], tasks[upto], end[upto]))
                         rejected |= (shape == shape[upto]) & (tasks >= tasks[upto]) & (end >= end[upto])
-                    if reason is not None:
-                        decisions.reasons[job.job_id] = reason
                 at = upto + 1
         decisions.reasons.update(ineligible)
         return tested
@@ -737,6 +728,21 @@ class BackfillScheduler:
             waiting.remove(job)
         for job in waiting:
             decisions.reasons[job.job_id] = states.R_PRIORITY
+
+    def _first_fit(self, job: JobRequest, bf: _Pass, throttle: ArrayThrottle, decisions: Decisions) -> str:
+        """A first-fit candidate, once every reservation is made: it starts now if it fits and the
+        cap allows, else waits (Priority, or the cap's reason). The one path of first fit, for the
+        loop of :meth:`plan` and the bulk of :meth:`_first_fit_tail` alike."""
+        alloc = bf.fits_now(job)
+        if alloc is None:
+            decisions.reasons[job.job_id] = states.R_PRIORITY
+            return _UNFIT
+        alloc, reason = bf.power_fit(job, alloc, bf.now)
+        if reason is not None:
+            decisions.reasons[job.job_id] = reason
+            return _REFUSED
+        self._start(job, alloc, bf, throttle, decisions, backfilled=True)
+        return _STARTED
 
     @staticmethod
     def _start(job: JobRequest, alloc: Allocation, bf: _Pass, throttle: ArrayThrottle, decisions: Decisions,

@@ -42,9 +42,9 @@ class BuiltinScheduler:
 
     backfill = False  # strict at every pass: running jobs' ends are not needed
 
-    def __init__(self, params: SchedulerParams | None = None):
+    def __init__(self, params: SchedulerParams | None = None, nodes: NodeMemo | None = None):
         self.params = params or SchedulerParams()
-        self.nodes = NodeMemo()
+        self.nodes = nodes if nodes is not None else NodeMemo()  # the backfill scheduler shares its own
 
     def plan(self, snapshot: Snapshot, order: Sequence[JobRequest], ineligible: Mapping[int, str],
              select: SelectPlugin, throttle: ArrayThrottle, decisions: Decisions) -> None:
