@@ -24,7 +24,6 @@ if TYPE_CHECKING:
     from wattsched.controller.state import ClusterState
 
 
-
 def submit(state: ClusterState, req: JobSubmit, who: Identity, now: float) -> list[Job]:
     if req.nice < 0 and not permissions.is_admin(state, who):
         raise Refused("Access/permission denied: only an administrator may set a negative nice value", 403)

@@ -148,4 +148,3 @@ def power_command(state: ClusterState, names: list[str], command: str, now: floa
     return suspend_nodes(state, idle, now)
 
 
-

@@ -18,7 +18,6 @@ if TYPE_CHECKING:
     from wattsched.controller.state import ClusterState
 
 
-
 def call(state: ClusterState, who: Identity, call: Callable[[], Reservation]) -> Reservation:
     if not permissions.is_admin(state, who):
         raise Refused("Access/permission denied", 403)

@@ -17,7 +17,6 @@ if TYPE_CHECKING:
     from wattsched.controller.state import ClusterState
 
 
-
 @dataclass
 class Memos:
     """What a pass would otherwise rebuild for every job each time: each pending job's request and
@@ -34,8 +33,6 @@ class Memos:
         self.briefs.pop(job_id, None)
         if request_changed:
             self.requests.pop(job_id, None)
-
-
 
 
 def brief(state: ClusterState, job: Job, now: float) -> dict:

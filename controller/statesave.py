@@ -18,7 +18,6 @@ if TYPE_CHECKING:
     from wattsched.controller.state import ClusterState
 
 
-
 @dataclass
 class Journal:
     """What changed since the last flush: the one place the controller's writes are gathered, so

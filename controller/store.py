@@ -57,7 +57,6 @@ CREATE TABLE IF NOT EXISTS meta (
 _KEYS = {"jobs": "job_id", "reservations": "resv_id"}
 
 
-
 class StateStore:
     """Durable job rows, node state and counters, plus the accounting outbox."""
 

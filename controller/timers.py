@@ -14,7 +14,6 @@ if TYPE_CHECKING:
     from wattsched.controller.state import ClusterState
 
 
-
 def check_timers(state: ClusterState, now: float) -> list[Action]:
     """Time limits, --signal warnings, unresponsive nodes and purging of old jobs."""
     actions: list[Action] = []

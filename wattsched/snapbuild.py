@@ -174,9 +174,13 @@ class JobTable(Collection[_T], Generic[_T]):
         return self._jobs.get(job_id)
 
     def delta(self, seq: int) -> Delta[_T]:
-        """What changed since the snapshot that last carried the table; snapshot ``seq`` carries it now."""
-        delta = Delta(self._since, frozenset(self._gone), frozenset(self._new))
-        self._gone, self._new, self._since = set(), set(), seq
+        """What changed since the snapshot that last carried the table; snapshot ``seq`` carries it
+        now. The sets are handed over, not copied: the table starts new ones."""
+        since, self._since = self._since, seq
+        if not self._gone and not self._new:
+            return Delta(since)
+        delta = Delta(since, self._gone, self._new)
+        self._gone, self._new = set(), set()
         return delta
 
     def __iter__(self) -> Iterator[_T]:
