@@ -7,6 +7,7 @@ so copying the same record twice never duplicates it.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +18,7 @@ from sqlalchemy.orm import Session, selectinload
 from wattsched import hostlist
 from wattsched.accounting.assoc import AssocStore
 from wattsched.accounting.models import ClusterRecord, JobRecord, NodeEventRecord, ReservationRecord, StepRecord
+from wattsched.model import JOB_FIELD_NAMES
 from wattsched.private import private_sqlite
 from wattsched.usage import summarize
 
@@ -208,42 +210,65 @@ class AccountingStore:
 
 
 def _job_values(cluster: str, job: dict[str, Any]) -> dict[str, Any]:
-    """A controller job record as accounting column values (keys are the table's column names)."""
-    nodes = list(job.get("alloc_cpus", {}))
+    """A controller job record (model.Job.to_dict()) as accounting column values (keys are the
+    table's column names): the columns named as the job's fields take them (the column's default
+    when a record lacks one); the others, and those whose meaning differs, are listed in
+    _JOB_COLUMN_VALUES, the one place the accounting view of a job differs from the job."""
+    values = {name: job.get(name, default) for name, default in _SAME_AS_JOB}
+    values.update({name: compute(job) for name, compute in _JOB_COLUMN_VALUES.items()})
+    values["cluster"] = cluster
+    return values
+
+
+def _accounted_state(job: dict[str, Any]) -> tuple[str, float]:
+    """The state and end time sacct shows. Slurm's database holds a job as RUNNING until its
+    completion record, which carries the final state and the energy together: a tool that reads
+    it at once must not see 0 J (and sacct never shows COMPLETING, which tools such as parsl do
+    not know)."""
     state, end = job["state"], job.get("end_time", 0.0)
     if state == "RUNNING" and job.get("suspended_at"):
         state = "SUSPENDED"
     if state == "COMPLETING":
-        # Slurm's database holds a job as RUNNING until its completion record, which carries the
-        # final state and the energy together: a tool that reads it at once must not see 0 J (and
-        # sacct never shows COMPLETING, which tools such as parsl do not know)
         pending = job.get("energy_pending")
         state, end = ("RUNNING", 0.0) if pending else (job.get("final_state") or "COMPLETING", end)
-    return {
-        "cluster": cluster, "job_id": job["job_id"], "time_submit": job["submit_time"],
-        "array_job_id": job.get("array_job_id", 0), "array_task_id": job.get("array_task_id"),
-        "name": job["name"], "uid": job["uid"], "user": job["user"], "gid": job.get("gid", 0),
-        "group_name": job.get("group", ""), "account": job.get("account", ""), "partition": job.get("partition", ""),
-        "state": state, "cancelled_by": job.get("cancelled_by"),
-        "exit_code": job.get("exit_code", 0), "term_signal": job.get("term_signal", 0),
-        "node_list": job.get("nodes_expr") or (hostlist.compress(nodes) if nodes else "None assigned"),
-        "nnodes": len(nodes) or job.get("nodes_min", 1), "alloc_cpus": sum(job.get("alloc_cpus", {}).values()),
-        "req_cpus": job.get("ntasks", 1) * job.get("cpus_per_task", 1), "req_nodes": job.get("nodes_min", 1),
-        "req_mem_mb": job.get("mem_per_node_mb", 0), "req_mem_per_cpu": job.get("mem_per_cpu_mb", 0),
-        "timelimit_min": job.get("time_limit_min"), "time_eligible": job.get("eligible_time", 0.0),
-        "time_start": job.get("start_time", 0.0), "time_end": end, "time_suspended": job.get("suspended_s", 0.0),
-        "priority": job.get("priority", 0), "restart_count": job.get("restart_count", 0),
-        "work_dir": job.get("work_dir", ""), "std_out": job.get("std_out", ""), "std_err": job.get("std_err", ""),
-        "submit_line": job.get("submit_line", ""), "comment": job.get("comment", ""),
-        "wckey": job.get("wckey", ""), "constraints": ",".join(job.get("features", [])),
-        "consumed_energy_j": job.get("consumed_energy_j"), "reservation": job.get("reservation", ""),
-        "req_cpu_freq": job.get("cpu_freq", ""), "cpu_freq_khz": job.get("cpu_freq_khz"),
-        "ave_cpu_freq_khz": job.get("ave_cpu_freq_khz") or None, "profile": ",".join(job.get("profile", ())),
-        "reason": job.get("reason", "None")[:64], "admin_comment": job.get("admin_comment", ""),
-        "req_gpus": job.get("gpus_per_node", 0) * job.get("nodes_min", 1)
-        + job.get("gpus_per_task", 0) * job.get("ntasks", 1) + job.get("gpus_per_job", 0),
-        "alloc_gpus": sum(len(v) for v in job.get("alloc_gpus", {}).values()), "gpu_type": job.get("gpu_type", ""),
-    }
+    return state, end
+
+
+def _node_list(job: dict[str, Any]) -> str:
+    nodes = list(job.get("alloc_cpus", {}))
+    return job.get("nodes_expr") or (hostlist.compress(nodes) if nodes else "None assigned")
+
+
+# the accounting columns that are not the job's field of the same name: Slurm's names and sums
+_JOB_COLUMN_VALUES: dict[str, Callable[[dict[str, Any]], Any]] = {
+    "state": lambda j: _accounted_state(j)[0],
+    "time_end": lambda j: _accounted_state(j)[1],
+    "time_submit": lambda j: j["submit_time"],
+    "group_name": lambda j: j.get("group", ""),
+    "node_list": _node_list,
+    "nnodes": lambda j: len(j.get("alloc_cpus", {})) or j.get("nodes_min", 1),
+    "alloc_cpus": lambda j: sum(j.get("alloc_cpus", {}).values()),
+    "req_cpus": lambda j: j.get("ntasks", 1) * j.get("cpus_per_task", 1),
+    "req_nodes": lambda j: j.get("nodes_min", 1),
+    "req_mem_mb": lambda j: j.get("mem_per_node_mb", 0),
+    "req_mem_per_cpu": lambda j: j.get("mem_per_cpu_mb", 0),
+    "timelimit_min": lambda j: j.get("time_limit_min"),
+    "time_eligible": lambda j: j.get("eligible_time", 0.0),
+    "time_start": lambda j: j.get("start_time", 0.0),
+    "time_suspended": lambda j: j.get("suspended_s", 0.0),
+    "constraints": lambda j: ",".join(j.get("features", [])),
+    "req_cpu_freq": lambda j: j.get("cpu_freq", ""),
+    "ave_cpu_freq_khz": lambda j: j.get("ave_cpu_freq_khz") or None,
+    "profile": lambda j: ",".join(j.get("profile", ())),
+    "reason": lambda j: j.get("reason", "None")[:64],
+    "req_gpus": lambda j: j.get("gpus_per_node", 0) * j.get("nodes_min", 1)
+    + j.get("gpus_per_task", 0) * j.get("ntasks", 1) + j.get("gpus_per_job", 0),
+    "alloc_gpus": lambda j: sum(len(v) for v in j.get("alloc_gpus", {}).values()),
+}
+# the columns that hold the job's field of the same name, each with the column's default
+_SAME_AS_JOB = tuple((c.name, c.default.arg if c.default is not None else None)
+                     for c in JobRecord.__table__.columns
+                     if c.name in JOB_FIELD_NAMES and c.name not in _JOB_COLUMN_VALUES)
 
 
 def _step_values(step: dict[str, Any]) -> dict[str, Any]:

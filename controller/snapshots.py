@@ -60,20 +60,10 @@ def node_snaps(state: ClusterState) -> dict[str, scheduling.NodeSnap]:
 
 
 def request(state: ClusterState, job: Job) -> scheduling.JobRequest:
+    """A pending job as the policies see it (snapbuild.request), built once per change of the job."""
     cached = state.memo.requests.get(job.job_id)
     if cached is None:
-        cached = scheduling.JobRequest(
-            job_id=job.job_id, user=job.user, partition=job.partition, submit_time=job.submit_time,
-            name=job.name, nodes_min=job.nodes_min, nodes_max=job.nodes_max, ntasks=job.ntasks,
-            ntasks_set=job.ntasks_set, ntasks_per_node=job.ntasks_per_node,
-            cpus_per_task=job.cpus_per_task, mem_per_node_mb=job.mem_per_node_mb,
-            mem_per_cpu_mb=job.mem_per_cpu_mb, exclusive=job.exclusive, req_nodes=tuple(job.req_nodes),
-            exc_nodes=tuple(job.exc_nodes), features=tuple(job.features), time_limit_min=job.time_limit_min,
-            begin_time=job.begin_time, dependency=job.dependency, hold=job.hold,
-            admin_priority=job.admin_priority, nice=job.nice, array_job_id=job.array_job_id,
-            array_throttle=job.array_throttle, account=job.account, reservation=job.reservation,
-            cpu_freq_pinned=bool(job.cpu_freq), power_fit=job.power_fit, gpus=job.gpu_request)
-        state.memo.requests[job.job_id] = cached
+        cached = state.memo.requests[job.job_id] = snapbuild.request(job)
     return cached
 
 

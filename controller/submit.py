@@ -11,7 +11,7 @@ import signal as signal_mod
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from wattsched import auth, cpufreq, gres, hostlist, patterns, scheduling, states, timefmt
+from wattsched import auth, cpufreq, gres, hostlist, patterns, scheduling, snapbuild, states, timefmt
 from wattsched.api import JobSubmit
 from wattsched.auth import Identity
 from wattsched.config import Config
@@ -165,17 +165,6 @@ def build_jobs(req: JobSubmit, who: Identity, gid: int, group: str, config: Conf
     if req.nodes_max and req.nodes_max < nodes_min:
         raise SubmitError("Node count specification invalid")
 
-    request = scheduling.JobRequest(
-        job_id=first_id, user=who.user, partition=part.name, submit_time=now, nodes_min=nodes_min,
-        nodes_max=req.nodes_max, ntasks=ntasks, ntasks_set=ntasks_set, ntasks_per_node=req.ntasks_per_node,
-        cpus_per_task=req.cpus_per_task, mem_per_node_mb=req.mem_per_node_mb,
-        mem_per_cpu_mb=req.mem_per_cpu_mb, exclusive=req.exclusive, req_nodes=tuple(req_nodes),
-        exc_nodes=tuple(exc_nodes), features=tuple(features), gpus=gpus)
-    if not scheduling.feasible(request, partitions[part.name], node_snaps, select, config.def_mem_per_cpu_mb):
-        raise SubmitError("Requested node configuration is not available")
-
-    array = parse_array(req.array, config.max_array_size) if req.array else None
-    output = req.output or patterns.default_output(array is not None)
     template = Job(
         job_id=first_id, name=req.name or ("interactive" if req.interactive else "sbatch"), uid=who.uid,
         user=who.user, gid=gid, group=group, account=req.account, partition=part.name, script=req.script,
@@ -187,15 +176,23 @@ def build_jobs(req: JobSubmit, who: Identity, gid: int, group: str, config: Conf
         cpus_per_task=req.cpus_per_task, mem_per_node_mb=req.mem_per_node_mb,
         mem_per_cpu_mb=req.mem_per_cpu_mb, time_limit_min=time_limit, begin_time=begin,
         dependency=req.dependency, exclusive=req.exclusive, req_nodes=req_nodes, exc_nodes=exc_nodes,
-        features=features, std_out=output, std_err=req.error, std_in=req.input, open_mode=req.open_mode,
+        features=features, std_err=req.error, std_in=req.input, open_mode=req.open_mode,
         kill_signal=kill_signal, kill_signal_secs=kill_secs, kill_signal_batch_only=kill_batch,
         comment=req.comment, wckey=req.wckey,
         requeue=config.job_requeue if req.requeue is None else req.requeue, interactive=req.interactive,
         nice=req.nice, hold="user" if req.hold else "", submit_time=now, eligible_time=max(now, begin),
         reason=states.R_HELD_USER if req.hold else states.R_NONE,  # at once, as Slurm: no pass needed
-        reservation=req.reservation, cpu_freq=check_cpu_freq(req.cpu_freq, config), power_fit=req.power_fit,
-        profile=check_profile(req.profile, config), acctg_freq=check_acctg_freq(req.acctg_freq),
+        reservation=req.reservation, power_fit=req.power_fit,
         gpus_per_node=gpus.per_node, gpus_per_task=gpus.per_task, gpus_per_job=gpus.per_job, gpu_type=gpus.kind)
+    # the request as the policies will see it (snapbuild.request), checked before the other options
+    if not scheduling.feasible(snapbuild.request(template), partitions[part.name], node_snaps, select,
+                               config.def_mem_per_cpu_mb):
+        raise SubmitError("Requested node configuration is not available")
+    template.cpu_freq = check_cpu_freq(req.cpu_freq, config)
+    template.profile = check_profile(req.profile, config)
+    template.acctg_freq = check_acctg_freq(req.acctg_freq)
+    array = parse_array(req.array, config.max_array_size) if req.array else None
+    template.std_out = req.output or patterns.default_output(array is not None)
     if array is None:
         return [template]
     jobs = []

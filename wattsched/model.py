@@ -194,13 +194,13 @@ class Job:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Job:
-        values = {k: v for k, v in data.items() if k in _JOB_FIELD_NAMES}
+        values = {k: v for k, v in data.items() if k in JOB_FIELD_NAMES}
         values["steps"] = [Step(**s) for s in data.get("steps", [])]
         return cls(**values)
 
 
 _JOB_FIELDS = [f for f in fields(Job) if f.name != "steps"]
-_JOB_FIELD_NAMES = {f.name for f in fields(Job)}
+JOB_FIELD_NAMES = {f.name for f in fields(Job)}
 _STEP_FIELDS = list(fields(Step))
 
 

@@ -6,19 +6,21 @@ What a policy sees of a node (its free CPUs, memory and GPUs, whether work may l
 far it is from running), its watts and power state under the cap, the partitions, a running
 job's holdings and the Snapshot itself are made here and only here: the two shells differ only
 in where their records keep the facts, so "the simulator and the controller see the same
-snapshot" holds by construction. A job's request is the exception: the controller's come from
-submitted jobs (wattsched.controller.submit), the simulator's from trace records
-(wattsched.simulator.workload); both are JobRequest.
+snapshot" holds by construction. A pending job's request comes from a job (:func:`request`, for
+the controller's jobs and for a submission's feasibility check alike); the simulator's come from
+trace records (Simulation._request), which are not jobs.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Collection, Iterable, Iterator, Mapping
-from typing import Generic, Protocol, TypeVar
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from dataclasses import fields
+from typing import Any, Generic, Protocol, TypeVar
 
 from wattsched import gres, power, scheduling, states
 from wattsched.config import Config
+from wattsched.model import JOB_FIELD_NAMES, Job
 from wattsched.power import NodePower, PowerResv, PowerSnap
 from wattsched.scheduling import (
     Changes,
@@ -99,6 +101,24 @@ def cap_state(flag: PowerFlag, held: bool, base: NodeBase = NodeBase.IDLE, not_r
     """A node as the cap counts it: its power state (states.power_state), a switch under way
     counted by what it holds (power.cap_state)."""
     return power.cap_state(states.power_state(flag, base, not_responding, held), held)
+
+
+def request(job: Job) -> JobRequest:
+    """A pending job as the policies see it: the request's fields named as the job's take them
+    (model.Job is their one declaration); _REQUEST_VALUES lists the rest."""
+    return JobRequest(**{name: getattr(job, name) for name in _SAME_AS_JOB},
+                      **{name: compute(job) for name, compute in _REQUEST_VALUES.items()})
+
+
+# the one place a request differs from its job: immutable lists, and what is derived
+_REQUEST_VALUES: dict[str, Callable[[Job], Any]] = {
+    "req_nodes": lambda j: tuple(j.req_nodes), "exc_nodes": lambda j: tuple(j.exc_nodes),
+    "features": lambda j: tuple(j.features), "cpu_freq_pinned": lambda j: bool(j.cpu_freq),
+    "gpus": lambda j: j.gpu_request,
+}
+_SAME_AS_JOB = tuple(f.name for f in fields(JobRequest) if f.name in JOB_FIELD_NAMES and f.name not in _REQUEST_VALUES)
+if _UNDERIVED := {f.name for f in fields(JobRequest)} - set(_SAME_AS_JOB) - set(_REQUEST_VALUES):
+    raise TypeError(f"JobRequest fields neither on the job nor derived from it: {sorted(_UNDERIVED)}")
 
 
 def running_job(job_id: int, cpus: Mapping[str, int], mem_mb: Mapping[str, int], start: float,
