@@ -63,7 +63,10 @@ def test_energy_fairshare_ranks_the_green_user_first(fs_cluster: Cluster) -> Non
     assert int(rows["green"][3]) > int(rows["normal"][3]) > int(rows["glutton"][3])
     order = c.run("sprio", "-h", "-o", "%u").stdout.split()
     assert order[:3] == ["green", "normal", "glutton"]
-    assert c.job(pending["green"])["priority"] > c.job(pending["glutton"])["priority"]
+    # sprio computes at once; a job's own priority is set by the next scheduling pass
+    # (SchedulerInterval at most), as in Slurm, where sprio and squeue's %Q may differ until then
+    wait_for(lambda: c.job(pending["green"])["priority"] > c.job(pending["glutton"])["priority"], 20, 0.2,
+             what="the green user's job ranked above the glutton's")
     # sshare explains it: same RawUsage, different RawEnergy and EnergyFairShare
     share = c.run("sshare", "-a", "-P", "-o", "Account,User,RawUsage,RawEnergy,EnergyFairShare").stdout.splitlines()
     assert share[0] == "Account|User|RawUsage|RawEnergy|EnergyFairShare"
