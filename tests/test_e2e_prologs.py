@@ -145,10 +145,12 @@ def test_a_job_stays_completing_until_its_epilog_is_done_even_across_an_agent_re
     hold = seen / "hold-epilog-n02"
     hold.touch()
     go = seen / "go-epilog-restart"
+    started = seen / "started-epilog-restart"
     try:
-        job_id = c.sbatch("-w", "n02", "-o", "/dev/null", "--wrap", f"while [ ! -e {go} ]; do sleep 0.1; done",
-                          env=c.user_env(*NOBODY))
-        c.wait_state(job_id, "RUNNING")
+        job_id = c.sbatch("-w", "n02", "-o", "/dev/null", "--wrap",
+                          f"touch {started}; while [ ! -e {go} ]; do sleep 0.1; done", env=c.user_env(*NOBODY))
+        # the script runs on its node (RUNNING alone may come before the agent has launched it)
+        wait_for(started.exists, 30, what="the job's script started")
         c.kill_agent(0)  # the agent dies while the job runs: its Epilog is still owed when it ends
         c.start_agent(0)
         c.wait_nodes_up()
@@ -164,4 +166,5 @@ def test_a_job_stays_completing_until_its_epilog_is_done_even_across_an_agent_re
     finally:
         hold.unlink()
         go.unlink(missing_ok=True)
+        started.unlink(missing_ok=True)
     c.wait_state(job_id, "COMPLETED")
