@@ -216,6 +216,7 @@ def _job_values(cluster: str, job: dict[str, Any]) -> dict[str, Any]:
     _JOB_COLUMN_VALUES, the one place the accounting view of a job differs from the job."""
     values = {name: job.get(name, default) for name, default in _SAME_AS_JOB}
     values.update({name: compute(job) for name, compute in _JOB_COLUMN_VALUES.items()})
+    values["state"], values["time_end"] = _accounted_state(job)
     values["cluster"] = cluster
     return values
 
@@ -239,10 +240,9 @@ def _node_list(job: dict[str, Any]) -> str:
     return job.get("nodes_expr") or (hostlist.compress(nodes) if nodes else "None assigned")
 
 
-# the accounting columns that are not the job's field of the same name: Slurm's names and sums
+# the accounting columns that are not the job's field of the same name: Slurm's names and sums (and
+# state and time_end, from _accounted_state)
 _JOB_COLUMN_VALUES: dict[str, Callable[[dict[str, Any]], Any]] = {
-    "state": lambda j: _accounted_state(j)[0],
-    "time_end": lambda j: _accounted_state(j)[1],
     "time_submit": lambda j: j["submit_time"],
     "group_name": lambda j: j.get("group", ""),
     "node_list": _node_list,
@@ -268,7 +268,7 @@ _JOB_COLUMN_VALUES: dict[str, Callable[[dict[str, Any]], Any]] = {
 # the columns that hold the job's field of the same name, each with the column's default
 _SAME_AS_JOB = tuple((c.name, c.default.arg if c.default is not None else None)
                      for c in JobRecord.__table__.columns
-                     if c.name in JOB_FIELD_NAMES and c.name not in _JOB_COLUMN_VALUES)
+                     if c.name in JOB_FIELD_NAMES and c.name not in _JOB_COLUMN_VALUES and c.name != "state")
 
 
 def _step_values(step: dict[str, Any]) -> dict[str, Any]:

@@ -78,7 +78,7 @@ def snapshot(state: ClusterState, now: float, backfill_due: bool = True) -> sche
     running = tuple(snapbuild.running_job(j.job_id, j.alloc_cpus, {n: j.alloc_mem_mb for n in j.alloc_cpus},
                                           j.start_time, j.time_limit_min, gpus_by_type(state, j))
                     for j in state.jobs.values() if j.holds_nodes) \
-        if backfill_due or state.power_cap is not None else ()
+        if snapbuild.carries_running(backfill_due, state.power_cap is not None) else ()
     return snapbuild.snapshot(state.config, now, tuple(node_snaps(state).values()), partition_snaps(state), pending,
                               running, backfill_due, power_snap(state), briefs, state.resv.snapshots(),
                               state.shares.factors)

@@ -8,9 +8,10 @@ its own package.
 from __future__ import annotations
 
 from importlib.metadata import entry_points
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from wattsched.scheduling import PriorityPlugin, SchedulerPlugin, SelectPlugin
+if TYPE_CHECKING:  # (not at run time: the power command and the BMC import this package)
+    from wattsched.scheduling import PriorityPlugin, SchedulerPlugin, SelectPlugin
 
 
 class PluginError(LookupError):
@@ -35,6 +36,8 @@ def scheduling(config: Any) -> tuple[PriorityPlugin, SchedulerPlugin, SelectPlug
     """The configured priority, scheduler and selection plugins (PriorityType, SchedulerType,
     SelectType): the same objects for the controller and the simulator. A plugin that lacks what
     its Protocol declares (wattsched.scheduling) is refused here, not at the first pass."""
+    from wattsched.scheduling import PriorityPlugin, SchedulerPlugin, SelectPlugin
+
     priority = load(config.priority_type, config=config)
     scheduler = load(config.scheduler_type, params=config.scheduler_parameters)
     select = load(config.select_type)

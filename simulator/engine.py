@@ -343,15 +343,12 @@ class Simulation:
             return None
         node_states = {name: snapbuild.cap_state(node.power, bool(node.jobs)) for name, node in self.nodes.items()}
         watts = self.node_power
-        capped = [r for r in self.running.values() if r.freq_khz is not None]
+        capped = {n for r in self.running.values() if r.freq_khz is not None for n in r.alloc}
         if capped:  # a node whose jobs all run at a capped frequency draws less while busy
-            freqs: dict[str, list[int | None]] = {}
-            for record in self.running.values():
-                for name in record.alloc:
-                    freqs.setdefault(name, []).append(record.freq_khz)
             watts = dict(watts)
-            for name in {n for r in capped for n in r.alloc}:
-                watts[name] = snapbuild.node_power(self.nodes[name].conf, freqs[name])
+            for name in capped:
+                node = self.nodes[name]
+                watts[name] = snapbuild.node_power(node.conf, [self.records[j].freq_khz for j in node.jobs])
         return snapbuild.power_snap(self.config.power_cap, watts, node_states)
 
     # --- jobs ------------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
-from dataclasses import fields
+from dataclasses import fields, replace
 from typing import Any, Generic, Protocol, TypeVar
 
 from wattsched import gres, power, scheduling, states
@@ -92,8 +92,7 @@ def node_power(node: NodeShape, job_freqs: Collection[int | None] = ()) -> NodeP
                       most if node.down_watts is None else node.down_watts, node.power_cap_priority == 0,
                       freq_watts=node.cpu_freq_watts)
     if job_freqs and None not in job_freqs:
-        return NodePower(watts.idle, watts.max, watts.save, watts.down, watts.always_max,
-                         max(watts.busy_at(f) for f in job_freqs), watts.freq_watts)
+        return replace(watts, busy=max(watts.busy_at(f) for f in job_freqs))
     return watts
 
 
