@@ -782,9 +782,9 @@ class PowerMeter:
 
     def __init__(self, snap: PowerSnap, running: Collection[RunningJob] = ()):
         self.snap = snap
-        self.busy = {name for name, state in snap.states.items() if state == PowerState.BUSY}
-        self.current = float(sum(node.watts(snap.states.get(name, PowerState.IDLE))
-                                 for name, node in snap.nodes.items()))
+        busy, idle = PowerState.BUSY, PowerState.IDLE  # looked up once: every node is summed, every pass
+        self.busy = {name for name, state in snap.states.items() if state == busy}
+        self.current = float(sum(node.watts(snap.states.get(name, idle)) for name, node in snap.nodes.items()))
         # how long each busy node stays busy (unknown: as long as any job may need it)
         self.busy_until = dict.fromkeys(self.busy, math.inf)
         if running:
