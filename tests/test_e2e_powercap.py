@@ -151,9 +151,6 @@ def test_example_2_exactly_as_the_prototype_with_the_idle_timeout(leaf_idle_time
     # minute's SuspendRate=107 switch-offs take the longest idle in name order, leaf[1010-1116];
     # once they are down the job starts on leaf[1000-1009], and the seed's figures are printed.
     leaf = leaf_idle_timeout
-    # every virtual node idle from the same moment, whenever its agent registered (four agents may
-    # register seconds apart on a loaded machine, and the idle timeout takes the longest idle first)
-    leaf.run("srun", "-n", "256", "-N", "256", "true")
     leaf.run("srun", "-n", "10", "-N", "10", "sleep", "1")  # Example 1's job, on the first ten nodes
     leaf.run("scontrol", "update", "powercap=121000")
     job, job_id = _blocked_by_power(leaf)
