@@ -9,7 +9,6 @@ import asyncio
 import contextlib
 import functools
 import logging
-import os
 import time
 
 from wattsched import config as config_mod
@@ -121,16 +120,12 @@ class Controller:
 
 
 def merge_profile(profile_dir: str, user: str, uid: int, job_id: int) -> bool:
-    """Merge a job's node profiles; False when a node file is still locked (try again later)."""
+    """Merge a job's node profiles, handing the merged file to its user; False when a node file is
+    still locked (try again later)."""
     try:
-        path = h5profile.merge(profile_dir, user, job_id)
-        if path and os.geteuid() == 0 and uid:
-            os.chmod(path, 0o600)
-            os.chown(path, uid, -1)
+        h5profile.merge(profile_dir, user, job_id, owner_uid=uid)
     except BlockingIOError:
         return False
-    except (OSError, KeyError) as exc:
+    except (OSError, KeyError, ValueError) as exc:
         log.warning("profile merge failed", extra={"job": job_id, "error": str(exc)})
     return True
-
-

@@ -133,15 +133,12 @@ class Allocations:
     def _open_profile(self, job: NodeJob) -> None:
         if not job.profile or self.config.acct_gather_profile_type != "acct_gather_profile/hdf5":
             return
-        path = h5profile.node_path(self.config.profile_dir, job.user, job.job_id, job.node)
         series = [s.capitalize() for s in job.profile]
         try:
             self.profiles[(job.node, job.job_id)] = h5profile.NodeProfile(
-                path, job.job_id, job.node, job.user, job.start, series, {"CPUFreqRequest": job.cpu_freq})
-            if os.geteuid() == 0 and job.uid:
-                for target in (os.path.dirname(path), path):
-                    os.chown(target, job.uid, -1)
-        except OSError as exc:
+                self.config.profile_dir, job.job_id, job.node, job.user, job.start, series,
+                {"CPUFreqRequest": job.cpu_freq})
+        except (OSError, ValueError) as exc:
             log.warning("profile not written", extra={"job": job.job_id, "node": job.node, "error": str(exc)})
 
     def remove(self, node: str, job_id: int) -> None:

@@ -23,6 +23,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.adversary import SymlinkAdversary
 from tests.testcluster import BIN, Cluster, reachable_by_all, restore_modes, wait_for
 from wattsched import auth
 
@@ -91,7 +92,7 @@ def shared(accounts) -> Iterator[Cluster]:
     """A cluster in a folder every user can reach (the controller makes its state folder private)."""
     root = Path(tempfile.mkdtemp(prefix="wattsched-hostile-"))
     os.chmod(root, 0o755)
-    cluster = Cluster(root, nodes=2, cpus=4).start()
+    cluster = Cluster(root, nodes=2, cpus=4, extra="AcctGatherProfileType=acct_gather_profile/hdf5").start()
     os.chmod(cluster.conf, 0o644)
     yield cluster
     cluster.stop()
@@ -118,8 +119,11 @@ def _root_file(folder: Path, folder_mode: int, name: str, text: str) -> Path:
     return path
 
 
+ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"}
+
+
 def _final(cluster: Cluster, job_id: int) -> dict:
-    return cluster.wait_state(job_id, {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"}, timeout=60)
+    return cluster.wait_state(job_id, ENDED, timeout=60)
 
 
 # --- paths a user names are used only as that user ---------------------------------------------------
@@ -207,6 +211,62 @@ def test_a_job_cannot_touch_the_agents_records(shared: Cluster, mallory: Account
     for node_dir in spool.glob("n0*"):
         for entry in node_dir.glob("job*"):
             assert entry.stat().st_uid == 0 and stat.S_IMODE(entry.stat().st_mode) == 0o700
+
+
+def test_links_planted_anywhere_a_daemon_touches_change_nothing(shared: Cluster, mallory: Account) -> None:
+    """The symlink adversary at each point of a profiled job's life (before submit, pending, running,
+    ended): no file outside the attacker's own changes owner, mode or content."""
+    secret = _root_file(shared.root / "guarded", 0o755, "root-only", "root's alone\n")
+    os.chmod(secret, 0o600)
+    profiles, spool = shared.root / "profile", shared.root / "spool"
+
+    def as_mallory(script: str) -> None:
+        mallory.run("sh", "-c", script)
+
+    adversary = SymlinkAdversary(as_mallory, mallory.uid, targets=[secret],
+                                 watched=[shared.root / "ctld", spool, profiles],
+                                 fixed=[Path("/etc"), secret.parent])
+    mine = f"{profiles}/{mallory.name}/"
+
+    def allowed(path: str, entry: tuple) -> bool:
+        """The attacker's own: their scratch folders, and merged profiles handed to them (plain files)."""
+        scratch = "/scratch/job" in path
+        merged = path.startswith(mine) and Path(path).name.startswith("job_") and stat.S_ISREG(entry[2])
+        return entry[0] == mallory.uid and (scratch or merged)
+
+    def places(job: int) -> list[Path]:
+        found = [Path(mine, f"job_{job}.h5"), Path(mine, f"job_{job}.h5.tmp"), mallory.home / f"adv-{job}.out"]
+        for node in shared.node_names:
+            folder = spool / node / "scratch" / f"job{job:08d}"
+            found += [Path(mine, f"{job}_{node}.h5"), folder, folder / "slurm_script"]
+        return found
+
+    flag, go = mallory.home / "adv-running", mallory.home / "adv-go"
+    script = f"touch {flag}; while [ ! -e {go} ]; do sleep 0.2; done"
+    warmup = mallory.sbatch("--profile=energy", "--acctg-freq=energy=1", "--wrap", "sleep 1")
+    _final(shared, warmup)
+    wait_for(lambda: Path(mine, f"job_{warmup}.h5").exists() or os.path.isdir(mine), 30, what="profile folder")
+    before = adversary.snapshot()
+    for _round in range(2):
+        flag.unlink(missing_ok=True)
+        go.unlink(missing_ok=True)
+        upcoming = max(j["job_id"] for j in shared.jobs()) + 1
+        adversary.plant(places(upcoming) + places(upcoming + 1))  # before submit
+        job = mallory.sbatch("-H", "-N2", "--profile=energy", "--acctg-freq=energy=1",
+                             "-o", str(mallory.home / f"adv-{upcoming}.out"), "--wrap", script)
+        adversary.plant(places(job))  # pending
+        assert mallory.run("scontrol", "release", str(job)).returncode == 0
+        wait_for(lambda j=job: flag.exists() or shared.job(j)["state"] in ENDED, 60, what="the job running")
+        adversary.plant(places(job))  # running: its scratch folder is the attacker's now
+        go.touch()
+        _final(shared, job)
+        adversary.plant(places(job))  # ended, before the merge
+        wait_for(lambda j=job: os.path.exists(f"{mine}job_{j}.h5"), 60, what="the merged profile")
+        adversary.plant(places(job))  # merged
+    problems = adversary.changes(before, allowed)
+    assert not problems, problems
+    assert secret.read_text() == "root's alone\n" and secret.stat().st_uid == 0
+    assert stat.S_IMODE(secret.stat().st_mode) == 0o600
 
 
 # --- credentials and permissions ----------------------------------------------------------------------

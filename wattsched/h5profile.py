@@ -11,14 +11,16 @@ group ``/Nodes/<node>`` per node holding its series, as Georgiou et al. 2014 des
 
 from __future__ import annotations
 
+import contextlib
 import csv
-import glob
 import os
 from collections.abc import Iterable, Iterator
 from typing import TextIO
 
 import h5py
 import numpy as np
+
+from wattsched import dirfd
 
 SERIES = {
     "Energy": np.dtype([("ElapsedTime", "f8"), ("EpochTime", "f8"), ("Power", "f8"), ("Energy", "f8"),
@@ -32,38 +34,37 @@ def user_dir(profile_dir: str, user: str) -> str:
     return os.path.join(profile_dir, user)
 
 
-def node_path(profile_dir: str, user: str, job_id: int, node: str) -> str:
-    return os.path.join(user_dir(profile_dir, user), f"{job_id}_{node}.h5")
+def node_name(job_id: int, node: str) -> str:
+    return f"{job_id}_{node}.h5"
+
+
+def merged_name(job_id: int) -> str:
+    return f"job_{job_id}.h5"
 
 
 def merged_path(profile_dir: str, user: str, job_id: int) -> str:
-    return os.path.join(user_dir(profile_dir, user), f"job_{job_id}.h5")
+    return os.path.join(user_dir(profile_dir, user), merged_name(job_id))
 
 
-def _ensure_user_dir(path: str) -> None:
-    """ProfileHDF5Dir and its per-user folders: root's, which users may traverse but not list, so each
-    reaches only the files made theirs (a merged profile, chowned to its user)."""
-    folder = os.path.dirname(path)
-    if not os.path.isdir(folder):
-        os.makedirs(folder, exist_ok=True)
-        for made in (folder, os.path.dirname(folder)):
-            os.chmod(made, 0o711)
-
-
-def _trusted(path: str) -> bool:
-    """Whether this process may believe a profile file: root reads only files root wrote."""
-    return os.geteuid() != 0 or os.stat(path).st_uid == 0
+# ProfileHDF5Dir and its per-user folders are root's (0711): users traverse them but cannot list or
+# write them, so no user can plant a link where root writes; each user reaches only the merged
+# profiles handed to them. Root opens every file there by descriptor, never following a link
+# (wattsched.dirfd), and reads back only files it wrote itself.
+FOLDER_MODE = 0o711
 
 
 class NodeProfile:
     """One node's profile of one job, appended to as samples arrive."""
 
-    def __init__(self, path: str, job_id: int, node: str, user: str, start: float, series: Iterable[str],
+    def __init__(self, profile_dir: str, job_id: int, node: str, user: str, start: float, series: Iterable[str],
                  attrs: dict[str, str | int | float] | None = None):
-        _ensure_user_dir(path)
-        self.path, self.start = path, start
-        fresh = not os.path.exists(path)
-        self.file = h5py.File(path, "a", libver="latest")
+        self.start = start
+        with dirfd.private_subdir(profile_dir, user, FOLDER_MODE) as folder:
+            fd, fresh = dirfd.open_or_create(folder, node_name(job_id, node))
+            try:
+                self.file = h5py.File(dirfd.proc_path(fd), "w" if fresh else "a", libver="latest")
+            finally:
+                os.close(fd)
         if fresh:
             self.file.attrs.update({"JobId": job_id, "Node": node, "User": user, "StartTime": start,
                                     **(attrs or {})})
@@ -88,34 +89,73 @@ class NodeProfile:
         self.file.close()
 
 
-def merge(profile_dir: str, user: str, job_id: int, keep: bool = False) -> str | None:
-    """Merge the job's node files into ``job_<id>.h5`` (added to it if it exists); returns its
-    path, or None when there is nothing to merge. Node files are removed unless ``keep``."""
-    parts = [p for p in sorted(glob.glob(os.path.join(user_dir(profile_dir, user), f"{job_id}_*.h5")))
-             if _trusted(p)]
+def merge(profile_dir: str, user: str, job_id: int, keep: bool = False, owner_uid: int | None = None) -> str | None:
+    """Merge the job's node files into ``job_<id>.h5`` (added to it if it is still this process's
+    own); returns its path, or None when there is nothing to merge. Node files are removed unless
+    ``keep``; ``owner_uid`` (root only) is given the merged file. A user who cannot list the folder
+    (root's) gets the merged file if it is there."""
+    folder_path = user_dir(profile_dir, dirfd.plain_name(user))
     target = merged_path(profile_dir, user, job_id)
-    if not parts:
+    try:
+        with dirfd.opened_dir(folder_path) as folder:
+            return _merge_in(folder, user, job_id, keep, owner_uid, target)
+    except PermissionError:
         return target if os.path.exists(target) else None
-    with h5py.File(target + ".tmp", "w") as out:
-        out.attrs.update({"JobId": job_id, "User": user})
-        if os.path.exists(target) and _trusted(target):  # one handed to its user is not read back by root
-            with h5py.File(target, "r") as old:
-                for node in old.get("Nodes", {}):
-                    old.copy(old["Nodes"][node], out.require_group("Nodes"), name=node)
-        for part in parts:
-            with h5py.File(part, "r") as src:
-                node = str(src.attrs["Node"])
-                group = out.require_group("Nodes").require_group(node)
-                group.attrs.update(dict(src.attrs))
-                for name in src:
-                    if name in group:
-                        del group[name]
-                    src.copy(src[name], group, name=name)
-    os.replace(target + ".tmp", target)
-    if not keep:
-        for part in parts:
-            os.unlink(part)
-    return target
+    except FileNotFoundError:
+        return None
+
+
+def _merge_in(folder: int, user: str, job_id: int, keep: bool, owner_uid: int | None, target: str) -> str | None:
+    parts: dict[str, int] = {}
+    try:
+        for name in sorted(os.listdir(folder)):
+            if name.startswith(f"{job_id}_") and name.endswith(".h5"):
+                with contextlib.suppress(OSError):  # a link, a stranger's file: never read
+                    parts[name] = dirfd.open_own(folder, name)
+        if not parts:
+            return target if os.path.exists(target) else None
+        out_fd = dirfd.create_fresh(folder, merged_name(job_id) + ".tmp")
+        try:
+            with h5py.File(dirfd.proc_path(out_fd), "w") as out:
+                out.attrs.update({"JobId": job_id, "User": user})
+                _copy_previous(folder, job_id, out)
+                for fd in parts.values():
+                    with h5py.File(dirfd.proc_path(fd), "r") as src:
+                        node = str(src.attrs["Node"])
+                        group = out.require_group("Nodes").require_group(node)
+                        group.attrs.update(dict(src.attrs))
+                        for name in src:
+                            if name in group:
+                                del group[name]
+                            src.copy(src[name], group, name=name)
+            if owner_uid and os.geteuid() == 0:
+                os.fchmod(out_fd, 0o600)
+                os.fchown(out_fd, owner_uid, -1)
+        finally:
+            os.close(out_fd)
+        os.rename(merged_name(job_id) + ".tmp", merged_name(job_id), src_dir_fd=folder, dst_dir_fd=folder)
+        if not keep:
+            for name in parts:
+                os.unlink(name, dir_fd=folder)
+        return target
+    finally:
+        for fd in parts.values():
+            os.close(fd)
+
+
+def _copy_previous(folder: int, job_id: int, out: h5py.File) -> None:
+    """The nodes of an earlier merge, when that file is still ours (one handed to its user is not
+    read back by root)."""
+    try:
+        fd = dirfd.open_own(folder, merged_name(job_id))
+    except OSError:
+        return
+    try:
+        with h5py.File(dirfd.proc_path(fd), "r") as old:
+            for node in old.get("Nodes", {}):
+                old.copy(old["Nodes"][node], out.require_group("Nodes"), name=node)
+    finally:
+        os.close(fd)
 
 
 def nodes(path: str) -> list[str]:
