@@ -2,8 +2,12 @@
 to the accounting database, in batches, retrying while the database is away.
 
 A batch the database refuses while it answers a plain query holds a record it cannot take (a value out
-of a column's range, say). The batch is then written record by record; each refused one is set aside in
-the state store (``sdiag`` shows them) and logged once, and every other record flows on.
+of a column's range, say). The batch is then written record by record. A refused record is salvaged so
+that its usage still counts (fair share, limits, sreport, sacct): written again with its text made
+storable (NULs dropped, invalid Unicode replaced) and integers within 64 bits, then with every text cut
+short and integers within 32 bits; only a record refused
+even so is set aside in the state store (``sdiag`` shows them, with the original) and logged once.
+Every other record flows on.
 """
 
 from __future__ import annotations
@@ -21,6 +25,28 @@ log = logging.getLogger("wattsched.accounting")
 
 BATCH = 500
 COALESCE_S = 0.05  # how long changes gather before this thread writes them
+
+
+# The two salvage tries: (characters each text keeps, the largest integer kept). Every text column is
+# at least 32 characters wide, every integer column at least 32 bits.
+SALVAGE = ((None, 2**63 - 1), (32, 2**31 - 1))
+
+
+def salvaged(value: Any, cut: int | None, top: int) -> Any:
+    """A record with every text storable anywhere (NULs dropped, lone surrogates replaced, cut to
+    ``cut`` characters when given) and every integer within +-``top``; structure unchanged."""
+    if isinstance(value, str):
+        text = value.replace("\0", "").encode("utf-8", "replace").decode("utf-8")
+        return text[:cut] if cut is not None else text
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return max(-top, min(top, value))
+    if isinstance(value, dict):
+        return {key: salvaged(item, cut, top) for key, item in value.items()}
+    if isinstance(value, list):
+        return [salvaged(item, cut, top) for item in value]
+    return value
 
 
 class AccountingSync:
@@ -80,12 +106,20 @@ class AccountingSync:
             if not self.accounting.ping():
                 raise
         for record in records:
-            try:
-                write([record])
-            except Exception as exc:
-                if not self.accounting.ping():
-                    raise
-                error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            error = ""
+            for attempt in (record, *(salvaged(record, cut, top) for cut, top in SALVAGE)):
+                try:
+                    write([attempt])
+                except Exception as exc:
+                    if not self.accounting.ping():
+                        raise
+                    error = error or f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                    continue
+                if attempt is not record:
+                    log.warning("accounting database refused a record; its text was made storable: %s %s: %s",
+                                kind, key_of(record), error)
+                break
+            else:
                 log.error("accounting database refused a record; set aside (sdiag lists it): %s %s: %s",
                           kind, key_of(record), error)
                 self.store.set_aside(kind, key_of(record), record, error, time.time())

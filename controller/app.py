@@ -22,7 +22,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import Field
 from sqlalchemy.exc import SQLAlchemyError
 
-from wattsched import auth, exposition, hostlist, power, powerreport, states
+from wattsched import auth, exposition, hostlist, httplimits, power, powerreport, states
 from wattsched.accounting.store import JobQuery
 from wattsched.api import (
     BIG,
@@ -41,7 +41,6 @@ from wattsched.controller.loop import Controller
 from wattsched.controller.metrics import CATEGORIES, ControllerCollector
 from wattsched.controller.views import node_view, partition_views
 from wattsched.httpauth import Who, loop_lifespan, metrics_access, require_role
-from wattsched.httplimits import BodyLimit
 
 NodeAgent = Annotated[auth.Identity, require_role("node")]
 log = logging.getLogger("wattsched.controller")
@@ -78,7 +77,7 @@ def create_app(controller: Controller) -> FastAPI:
     lifespan = loop_lifespan(controller.loop, start, stop)
 
     app = FastAPI(title="wattsched controller", version="1", lifespan=lifespan)
-    app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES)
+    httplimits.guard(app, MAX_BODY_BYTES)
     app.state.key = state.key
 
     @app.exception_handler(Refused)

@@ -10,10 +10,9 @@ from typing import Annotated, Any
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import Response, StreamingResponse
 
-from wattsched import auth, exposition
+from wattsched import auth, exposition, httplimits
 from wattsched.api import FreezeJob, LaunchBatch, SignalJob, TaskInput, TaskLaunch
 from wattsched.httpauth import Who, loop_lifespan, metrics_access, require_role
-from wattsched.httplimits import BodyLimit
 from wattsched.noded import steps
 from wattsched.noded.agent import Agent
 from wattsched.noded.metrics import AgentCollector
@@ -26,7 +25,7 @@ def create_app(agent: Agent) -> FastAPI:
 
     app = FastAPI(title="wattsched node agent", version="1", lifespan=lifespan)
     # the controller's launch messages carry whole batches of scripts; users reach only step launches
-    app.add_middleware(BodyLimit, max_bytes=256 * 1024 * 1024)
+    httplimits.guard(app, 256 * 1024 * 1024)
     app.state.key = agent.key
 
     @app.post("/v1/launch")

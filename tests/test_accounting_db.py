@@ -156,27 +156,28 @@ def test_usage_records_come_from_finished_jobs(store: AccountingStore) -> None:
         ("alice", "phys", 8, 1010.0, 1070.0, 5000.0)]
 
 
-def test_a_record_the_database_refuses_is_set_aside_and_the_others_flow_on(store: AccountingStore, tmp_path) -> None:
-    """One impossible record (a priority beyond any integer column) among good ones: the good ones all
-    arrive, the bad one is kept in the state store's set-aside table and shown by sdiag's source."""
+def test_a_record_the_database_refuses_still_counts_and_the_others_flow_on(store: AccountingStore,
+                                                                          tmp_path) -> None:
+    """Records no database takes as they are (a priority beyond any integer column, a NUL in a comment,
+    a lone surrogate in a name) among good ones: the good ones all arrive unchanged, the others arrive
+    salvaged with their usage (the NUL kept where the database takes it), and nothing is set aside."""
     from wattsched.controller.acctsync import AccountingSync
     from wattsched.controller.store import StateStore
 
     state = StateStore(str(tmp_path / "ctld"))
     good = [_job(i) for i in (1, 2, 4, 5)]
-    bad = _job(3, priority=2**70)
-    state.commit([*good[:2], bad, *good[2:]])
+    bad = [_job(3, priority=2**70), _job(7, comment="x\u0000y"), _job(8, name="n\udc80", wckey="w" * 300)]
+    state.commit([*good[:2], *bad, *good[2:]])
     sync = AccountingSync(state, store, "c1")
-    assert sync.sync_once() == 5
-    rows = store.query_jobs(JobQuery(cluster="c1"))
-    assert sorted(r["job_id"] for r in rows) == [1, 2, 4, 5]
-    assert state.backlog() == 0
-    rejected = state.rejected()
-    assert [(r["kind"], r["key"]) for r in rejected] == [("job", "3")] and rejected[0]["error"]
-    state.commit([_job(6)])  # later records are not held up by it
+    assert sync.sync_once() == 7
+    rows = {r["job_id"]: r for r in store.query_jobs(JobQuery(cluster="c1"))}
+    assert sorted(rows) == [1, 2, 3, 4, 5, 7, 8]
+    assert rows[3]["priority"] == 2**63 - 1 and rows[7]["comment"] in ("xy", "x\x00y") and rows[8]["name"] == "n?"
+    assert all(rows[j]["alloc_cpus"] == 8 and rows[j]["time_end"] == 1070.0 for j in (3, 7, 8))
+    assert rows[1]["name"] == "job1" and state.backlog() == 0 and state.rejected_count() == 0
+    state.commit([_job(6)])  # later records are not held up
     sync.sync_once()
     assert 6 in {r["job_id"] for r in store.query_jobs(JobQuery(cluster="c1"))}
-    assert state.rejected_count() == 1
 
 
 def test_writes_while_the_database_is_away_stay_in_the_outbox(tmp_path) -> None:

@@ -390,6 +390,37 @@ def test_bad_scripts_and_values_get_clean_errors(shared: Cluster, mallory: Accou
     assert shared.run("squeue").returncode == 0
 
 
+def test_text_no_store_keeps_is_refused_before_anything_is_queued(shared: Cluster, mallory: Account) -> None:
+    """NULs, lone surrogates and control characters in names and comments: 4xx, a bounded answer, and
+    no job; a name that would forge a line or drive a terminal is refused by sbatch with a clear error."""
+    base = f"http://127.0.0.1:{shared.port}"
+    headers = {"Authorization": f"Bearer {mallory.token()}", "X-SLURM-USER-NAME": mallory.name,
+               "X-SLURM-USER-TOKEN": mallory.token()}
+    before = len(shared.jobs())
+    job = {"script": "#!/bin/sh\ntrue\n", "current_working_directory": "/tmp", "environment": ["PATH=/bin"]}
+    bad = [{"comment": "x\u0000y"}, {"name": "\udc80"}, {"name": "a\nb"}, {"comment": "\u001b[2J"},
+           {"environment": ["A=\u0000"]}, {"account": "\udc80"}]
+    for fields in bad:
+        reply = httpx.post(f"{base}/slurm/v0.0.40/job/submit", content=json.dumps({"job": {**job, **fields}}),
+                           headers={**headers, "Content-Type": "application/json"}, timeout=30)
+        assert reply.status_code == 422, (fields, reply.status_code, reply.text[:300])
+        reply.json()  # a valid document, whatever was sent
+    native = {"script": "#!/bin/sh\ntrue\n", "work_dir": "/tmp"}
+    for fields in ({"comment": "x\u0000y"}, {"name": "\udc80"}, {"argv": ["\ud800"]}):
+        reply = httpx.post(f"{base}/v1/jobs", content=json.dumps({**native, **fields}),
+                           headers={**headers, "Content-Type": "application/json"}, timeout=30)
+        assert reply.status_code == 422, (fields, reply.status_code, reply.text[:300])
+    huge = httpx.post(f"{base}/v1/jobs", json={**native, "nice": "9" * (15 * 1024 * 1024)}, headers=headers,
+                      timeout=60)
+    assert huge.status_code == 422 and len(huge.content) < 4096, len(huge.content)
+    assert httpx.get(f"{base}/v1/jobs?user=%00", headers=headers, timeout=30).status_code == 400
+    for name in ("a\nb", "\x1b]0;owned\x07", "tab\there"):
+        result = mallory.run("sbatch", "-J", name, "--wrap", "true")
+        assert result.returncode != 0 and b"control character" in result.stderr, result.stderr
+        assert b"Traceback" not in result.stderr
+    assert len(shared.jobs()) == before
+
+
 def test_the_agents_steps_run_as_the_user(shared: Cluster, mallory: Account) -> None:
     result = mallory.run("srun", "-n", "2", "sh", "-c", "id -un; umask", umask=0o027)
     assert result.returncode == 0, result.stderr

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, Field
+
+from wattsched.usertext import Inbound, check_label
 
 API_VERSION = "v1"
 
@@ -39,9 +41,11 @@ def _argv_size(argv: list[str]) -> list[str]:
     return argv
 
 
-Short = Annotated[str, Field(max_length=ID_MAX)]
+Short = Annotated[str, Field(max_length=ID_MAX), AfterValidator(check_label)]  # accounts, partitions, wckeys
+Name = Annotated[str, Field(max_length=NAME_MAX), AfterValidator(check_label)]  # job and step names
+Comment = Annotated[str, Field(max_length=TEXT_MAX), AfterValidator(check_label)]  # comments, reasons
 Path = Annotated[str, Field(max_length=PATH_MAX)]
-Text = Annotated[str, Field(max_length=TEXT_MAX)]
+Text = Annotated[str, Field(max_length=TEXT_MAX)]  # submit lines: may span lines, escaped when shown
 Environment = Annotated[dict[Annotated[str, Field(max_length=PATH_MAX)], Annotated[str, Field(max_length=ENV_MAX)]],
                         Field(max_length=LIST_MAX), AfterValidator(_env_size)]
 Argv = Annotated[list[Annotated[str, Field(max_length=ENV_MAX)]], Field(max_length=LIST_MAX),
@@ -52,14 +56,14 @@ Count = Annotated[int, Field(ge=1, le=COUNT_MAX)]
 # --profile series a node agent records (sh5util's Energy and Task)
 ProfileSeries = Literal["energy", "task"]
 
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class Strict(Inbound):
+    """A message this API accepts: unknown fields refused, every string valid text."""
 
 
 class JobSubmit(Strict):
     """A batch job (``script`` set) or an interactive allocation (``interactive``)."""
 
-    name: str = Field("", max_length=NAME_MAX)
+    name: Name = ""
     script: str | None = Field(None, max_length=SCRIPT_MAX)
     argv: Argv = []
     command: Path = ""
@@ -84,20 +88,20 @@ class JobSubmit(Strict):
     exclusive: bool = False
     nodelist: str = Field("", max_length=TEXT_MAX)
     exclude: str = Field("", max_length=TEXT_MAX)
-    constraint: str = Field("", max_length=NAME_MAX)
+    constraint: Name = ""
     output: Path = ""
     error: Path = ""
     input: Path = "/dev/null"
     open_mode: Literal["truncate", "append"] = "truncate"
     signal: str = Field("", max_length=32)
-    comment: Text = ""
+    comment: Comment = ""
     wckey: Short = ""
     requeue: bool | None = None
     interactive: bool = False
     immediate: bool = False
     test_only: bool = False  # sbatch --test-only: validate and plan, submit nothing
     nice: int = Field(0, ge=-2147483645, le=2147483645)
-    reservation: str = Field("", max_length=256)
+    reservation: Annotated[str, Field(max_length=256), AfterValidator(check_label)] = ""
     cpu_freq: str = Field("", max_length=64)
     power_fit: bool = False
     profile: str = Field("", max_length=32)
@@ -133,9 +137,9 @@ class JobUpdate(Strict):
     time_limit: str | None = Field(None, max_length=32)
     priority: int | None = Field(None, ge=0, le=INT32)
     nice: int | None = Field(None, ge=-2147483645, le=2147483645)
-    name: str | None = Field(None, max_length=NAME_MAX)
-    comment: Text | None = None
-    admin_comment: Text | None = None  # AdminComment (administrators only)
+    name: Name | None = None
+    comment: Comment | None = None
+    admin_comment: Comment | None = None  # AdminComment (administrators only)
     partition: Short | None = None
 
 
@@ -150,8 +154,8 @@ class ReservationSpec(Strict):
     duration: str = Field("", max_length=64)
     nodes: str = Field("", max_length=TEXT_MAX)
     node_cnt: Count | None = None
-    users: Text = ""
-    accounts: Text = ""
+    users: Comment = ""
+    accounts: Comment = ""
     partition: Short = ""
     flags: str = Field("", max_length=1024)
     watts: int | None = Field(None, ge=0, le=BIG)
@@ -172,7 +176,7 @@ class AssocRequest(Strict):
     entity: Literal["cluster", "account", "user"]
     names: list[Short] = Field(min_length=1, max_length=LIST_MAX)
     where: dict[Short, Text] = Field({}, max_length=64)
-    values: dict[Short, Text] = Field({}, max_length=64)
+    values: dict[Short, Comment] = Field({}, max_length=64)
 
 
 class CancelRequest(Strict):
@@ -193,13 +197,13 @@ class FreezeJob(Strict):
 
 class NodeUpdate(Strict):
     state: Literal["drain", "resume", "down", "idle", "undrain", "power_down", "power_down_asap", "power_up"]
-    reason: Text = ""
+    reason: Comment = ""
 
 
 class StepCreate(Strict):
     """srun inside an allocation: lay out a step's tasks over the job's nodes."""
 
-    name: str = Field("", max_length=NAME_MAX)
+    name: Name = ""
     ntasks: Count | None = None
     nodes: Count | None = None
     ntasks_per_node: int = Field(0, ge=0, le=COUNT_MAX)

@@ -1,8 +1,10 @@
-"""A request-body size limit for both daemons' HTTP apps, enforced before anything parses the body.
+"""Limits on requests for both daemons' HTTP apps, enforced before anything parses them.
 
 Pure ASGI (no Starlette base class): a declared Content-Length over the limit is refused at once
 with 413; a body sent without one (chunked) is counted as it arrives and refused the moment it
-passes the limit, so no request makes the server buffer more than the limit.
+passes the limit, so no request makes the server buffer more than the limit. A NUL in the path or
+the query is refused with 400 (no store keeps it). A request whose fields fail validation gets 422
+naming each field, echoing at most an excerpt of what was sent (:func:`bounded_validation_errors`).
 """
 
 from __future__ import annotations
@@ -10,7 +12,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from wattsched.usertext import excerpt
 
 
 class BodyTooLarge(Exception):
@@ -24,6 +31,9 @@ class BodyLimit:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
+            return
+        if "\0" in scope.get("path", "") or b"%00" in scope.get("query_string", b""):
+            await _answer(send, 400, "NULL character in the request's path or query")
             return
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared is not None:
@@ -58,9 +68,37 @@ class BodyLimit:
                 await self._refuse(send)
 
     async def _refuse(self, send: Send) -> None:
-        body: dict[str, Any] = {"detail": f"Request body larger than {self.max_bytes} bytes"}
-        data = json.dumps(body).encode()
-        await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()),
-                                (b"connection", b"close")]})
-        await send({"type": "http.response.body", "body": data})
+        await _answer(send, 413, f"Request body larger than {self.max_bytes} bytes")
+
+
+async def _answer(send: Send, status: int, detail: str) -> None:
+    data = json.dumps({"detail": detail}).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()),
+                            (b"connection", b"close")]})
+    await send({"type": "http.response.body", "body": data})
+
+
+ERRORS_MAX = 20  # validation errors listed in one answer
+
+
+def validation_errors(exc: RequestValidationError) -> list[dict[str, Any]]:
+    """The request's validation errors as FastAPI lists them, with each input cut to an excerpt."""
+    listed = []
+    for error in exc.errors()[:ERRORS_MAX]:
+        item = {"loc": [excerpt(p) if isinstance(p, str) else p for p in error.get("loc", ())],
+                "msg": excerpt(str(error.get("msg", ""))), "type": error.get("type", "")}
+        if "input" in error:
+            item["input"] = excerpt(error["input"])
+        listed.append(item)
+    return listed
+
+
+async def bounded_validation_errors(_request: Request, exc: RequestValidationError) -> JSONResponse:
+    return JSONResponse({"detail": validation_errors(exc)}, status_code=422)
+
+
+def guard(app: FastAPI, max_bytes: int) -> None:
+    """Both limits on an app: the body's size, and bounded validation errors."""
+    app.add_middleware(BodyLimit, max_bytes=max_bytes)
+    app.add_exception_handler(RequestValidationError, bounded_validation_errors)  # type: ignore[arg-type]

@@ -26,10 +26,14 @@ from wattsched.api import (
     PATH_MAX,
     SCRIPT_MAX,
     TEXT_MAX,
+    Comment,
     JobSubmit,
     JobUpdate,
+    Name,
     NodeUpdate,
+    Short,
 )
+from wattsched.usertext import Inbound
 
 # --- the documents' shapes (the OpenAPI contract) ----------------------------------------------------
 
@@ -211,20 +215,18 @@ Names = Annotated[list[Annotated[str, Field(max_length=ID_MAX)]], Field(max_leng
 Flags = Annotated[list[Annotated[str, Field(max_length=32)]], Field(max_length=16)]
 
 
-class JobDesc(BaseModel):
+class JobDesc(Inbound):
     """slurmrestd's job_desc_msg: the fields wattsched acts on (others are refused, naming them,
     rather than silently dropped)."""
 
-    model_config = ConfigDict(extra="forbid")
-
     script: str | None = Field(None, max_length=SCRIPT_MAX)
-    name: str | None = Field(None, max_length=NAME_MAX)
-    account: str | None = Field(None, max_length=ID_MAX)
-    partition: str | None = Field(None, max_length=ID_MAX)
-    qos: str | None = Field(None, max_length=ID_MAX)
-    wckey: str | None = Field(None, max_length=ID_MAX)
-    comment: str | None = Field(None, max_length=TEXT_MAX)
-    admin_comment: str | None = Field(None, max_length=TEXT_MAX)
+    name: Name | None = None
+    account: Short | None = None
+    partition: Short | None = None
+    qos: Short | None = None
+    wckey: Short | None = None
+    comment: Comment | None = None
+    admin_comment: Comment | None = None
     current_working_directory: str | None = Field(None, max_length=PATH_MAX)
     environment: Annotated[list[Annotated[str, Field(max_length=1 << 20)]], Field(max_length=LIST_MAX)] | None = None
     argv: Annotated[list[Annotated[str, Field(max_length=1 << 20)]], Field(max_length=LIST_MAX)] | None = None
@@ -263,18 +265,14 @@ class JobDesc(BaseModel):
     tres_per_task: str | None = Field(None, max_length=128)  # as --gpus-per-task
 
 
-class SubmitRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class SubmitRequest(Inbound):
     script: str | None = Field(None, max_length=SCRIPT_MAX)
     job: JobDesc
 
 
-class NodeChange(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class NodeChange(Inbound):
     state: Flags = Field(min_length=1)
-    reason: str = Field("", max_length=TEXT_MAX)
+    reason: Comment = ""
 
 
 # --- conversions ---------------------------------------------------------------------------------------

@@ -1,0 +1,83 @@
+"""Text a user sends, and text shown back to other users: the rules at the API boundary.
+
+Every string in a request must be text every part of the system can keep: no NUL (PostgreSQL refuses
+it, C strings end at it) and no lone surrogate (it cannot be encoded as UTF-8, so a database or a
+JSON answer would fail on it later). Labels (job, step and reservation names, comments, accounts,
+partitions, wckeys) also carry no control characters, so no name can forge a line or drive a
+terminal in another user's listing. Both are refused with 422 before anything is queued.
+
+Text that may hold control characters (paths, submit lines, records from before these rules) is
+escaped when a command prints it (``printable``). An error answer echoes at most an excerpt of what
+was sent (``excerpt``).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, model_validator
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+EXCERPT_MAX = 120  # characters of a refused value echoed in an error
+
+
+def check_text(value: str) -> str:
+    """``value``, or ValueError when it holds a NUL or a lone surrogate."""
+    if "\0" in value:
+        raise ValueError("text contains a NULL character")
+    if not value.isascii() and _SURROGATE.search(value):
+        raise ValueError("text is not valid Unicode (a lone surrogate)")
+    return value
+
+
+def _walk(value: Any) -> None:
+    if isinstance(value, str):
+        check_text(value)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _walk(key)
+            _walk(item)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            _walk(item)
+
+
+def check_label(value: str) -> str:
+    """A name or comment: no control characters (tabs and newlines included)."""
+    found = _CONTROL.search(value)
+    if found:
+        raise ValueError(f"control character {found.group()!r} not allowed")
+    return value
+
+
+Label = Annotated[str, AfterValidator(check_label)]
+
+
+class Inbound(BaseModel):
+    """A request message: unknown fields are refused, and every string in it, at any depth, must be
+    text (:func:`check_text`), checked before the fields are."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _all_text(cls, data: Any) -> Any:
+        _walk(data)
+        return data
+
+
+def printable(value: str) -> str:
+    """``value`` with every control character escaped as Python writes it (``\\n``, ``\\x1b``), so it
+    stays one field of one line in a listing."""
+    if not _CONTROL.search(value):
+        return value
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), value)
+
+
+def excerpt(value: Any) -> str:
+    """At most EXCERPT_MAX characters of a value, ASCII-safe (surrogates and controls escaped)."""
+    text = value if isinstance(value, str) else repr(value)
+    short = text[:EXCERPT_MAX] + ("..." if len(text) > EXCERPT_MAX else "")
+    return short.encode("ascii", "backslashreplace").decode("ascii")
