@@ -18,6 +18,9 @@ the job's number, never from anything a user named.
 - Devices (ConstrainDevices, v1 only): the job's and its steps' ``devices.deny`` list the node's
   GPUs (gres.conf File=) that are not the job's, so opening another job's GPU fails with EPERM.
   v2 filters devices by eBPF programs, which we do not load: the agent refuses the setting there.
+- Processes (MaxPidsPerJob, cgroup.conf, default 8192): the job's ``pids.max``, its processes and
+  threads on the node all counted, so a fork bomb is refused (EAGAIN) inside its own job and the
+  node, its agent and the other jobs keep their share.
 - Freezing: v1 ``freezer.state``, v2 ``cgroup.freeze``.
 - Usage: CPU time (v1 ``cpuacct.usage``, v2 ``cpu.stat`` usage_usec) and peak memory (v1
   ``memory.max_usage_in_bytes``, v2 ``memory.peak``) of a step, its descendants included.
@@ -57,6 +60,7 @@ class Limits:
     memory_bytes: int | None = None
     swap_bytes: int | None = None  # memory + swap (v1 memsw) minus memory; None: swap not constrained
     denied_devices: tuple[str, ...] = ()  # v1 devices.deny lines ("c 195:1 rwm"): the node's other jobs' GPUs
+    pids: int | None = None  # processes and threads of the whole job on the node (pids.max)
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,6 +189,8 @@ class V1(Hierarchy):
             if controller == "memory" and limits.memory_bytes is not None:
                 for path in (job_path, step_path):
                     self._memory(path, limits)
+            if controller == "pids" and limits.pids:
+                _write(os.path.join(job_path, "pids.max"), str(limits.pids))
             if controller == "devices":
                 for path in (job_path, step_path):
                     for line in limits.denied_devices:
@@ -278,6 +284,8 @@ class V2(Hierarchy):
         job_path = self.job_paths(node, job_id)[0]
         step_path = self.step_paths(node, job_id, step)[0]
         self._ensure(step_path)
+        if "pids" in self.controllers and limits.pids:
+            _write(os.path.join(job_path, "pids.max"), str(limits.pids))
         for path in (job_path, step_path):
             if "cpuset" in self.controllers and limits.cpus and path == job_path:
                 _write(os.path.join(path, "cpuset.cpus"), cpu_list(limits.cpus))
@@ -374,7 +382,8 @@ class JobCgroups:
             memory = int(max(self.config.min_ram_space_mb, min(asked, top)) * MIB)
             if self.config.constrain_swap_space:
                 swap = int((mem_mb or real_mb) * self.config.allowed_swap_space / 100 * MIB)
-        return Limits(tuple(cpu_ids) if self.constrain_cores else None, memory, swap)
+        return Limits(tuple(cpu_ids) if self.constrain_cores else None, memory, swap,
+                      pids=self.config.max_pids_per_job or None)
 
     def setup(self, node: str, job_id: int, step: str, cpu_ids: list[int], mem_mb: int,
               gpu_ids: Sequence[int] = ()) -> list[str]:

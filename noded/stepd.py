@@ -358,11 +358,26 @@ def _batch_task_epilog(spec: dict[str, Any]) -> None:
     os.waitpid(pid, 0)
 
 
+def preload(spec: dict[str, Any]) -> None:
+    """Import now, as root, every module the code after the change of identity needs: as the user the
+    interpreter's own files may be out of reach (a Python under a private folder, as pyenv's in
+    root's home). Only what this launch uses, since every job and task pays for each import."""
+    import resource  # noqa: F401  os.wait4 builds the task's usage with it
+    if spec.get("pty"):
+        import fcntl  # noqa: F401
+        import select  # noqa: F401
+        import struct  # noqa: F401
+        import termios  # noqa: F401
+    if spec.get("task_prolog") or spec.get("task_epilog"):
+        import subprocess  # noqa: F401
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 3 or argv[1] not in ("batch", "exec"):
         sys.stderr.write("usage: stepd batch|exec FD (started by the node agent)\n")
         return 2
     spec = read_spec(int(argv[2]))
+    preload(spec)
     if argv[1] == "batch":
         return supervise(spec)
     try:

@@ -243,3 +243,44 @@ def test_a_shared_nodes_energy_follows_each_jobs_cgroup_cpu_time(tmp_path: Path)
     finally:
         cluster.stop()
         sweep(V1)
+
+
+STORM = """import os, time
+kids, refused = [], 0
+for _ in range(640):
+    try:
+        pid = os.fork()
+    except OSError:
+        refused += 1
+        continue
+    if pid == 0:
+        time.sleep(60)
+        os._exit(0)
+    kids.append(pid)
+print("started", len(kids), "refused", refused, flush=True)
+for pid in kids:
+    os.kill(pid, 9)
+"""
+
+
+def test_a_fork_storm_is_refused_inside_its_job(tmp_path: Path) -> None:
+    """MaxPidsPerJob=64: a job that tries to start ten times that many processes gets EAGAIN past its
+    limit and ends by itself; its neighbour on the same node and the node's agent carry on."""
+    cluster = confined(tmp_path, "CgroupPlugin=cgroup/v1\nMaxPidsPerJob=64\n", nodes=1).start()
+    try:
+        (tmp_path / "storm.py").write_text(STORM)
+        storm = cluster.sbatch("-o", str(tmp_path / "storm.out"), "--wrap", f"{sys.executable} {tmp_path}/storm.py")
+        neighbour = cluster.sbatch("-o", str(tmp_path / "neighbour.out"), "--wrap",
+                                   "for i in $(seq 50); do sh -c true; done; echo neighbour done")
+        cluster.wait_state(storm, "COMPLETED", timeout=120)
+        words = (tmp_path / "storm.out").read_text().split()
+        started, refused = int(words[1]), int(words[3])
+        assert started < 64 and refused >= 576, words
+        cluster.wait_state(neighbour, "COMPLETED", timeout=60)
+        assert (tmp_path / "neighbour.out").read_text() == "neighbour done\n"
+        assert cluster.nodes()[0]["state"] in ("IDLE", "MIXED", "ALLOCATED"), cluster.nodes()[0]
+        after = cluster.sbatch("-o", "/dev/null", "--wrap", "true")
+        cluster.wait_state(after, "COMPLETED", timeout=60)
+    finally:
+        cluster.stop()
+        sweep(V1)

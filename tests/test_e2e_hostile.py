@@ -14,6 +14,7 @@ import os
 import shutil
 import stat
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -426,6 +427,39 @@ def test_the_agents_steps_run_as_the_user(shared: Cluster, mallory: Account) -> 
     assert result.returncode == 0, result.stderr
     lines = result.stdout.decode().split()
     assert lines.count(mallory.name) == 2 and lines.count("0027") == 2
+
+
+def test_a_task_runs_whatever_the_interpreters_folder(tmp_path: Path, mallory: Account) -> None:
+    """The step daemon imports, as root, all it needs after it becomes the user: run from a Python whose
+    compiled modules sit in a folder only root may enter (as pyenv's in root's home), a task still
+    runs and its usage is reported."""
+    import resource
+
+    from wattsched.noded import stepd
+
+    private = Path(tempfile.mkdtemp(prefix="wattsched-private-python-"))
+    os.chmod(private, 0o700)
+    try:
+        dynload = Path(resource.__file__).parent  # the interpreter's compiled modules
+        shutil.copytree(dynload, private / "lib-dynload")
+        spec = {"uid": mallory.uid, "gid": mallory.gid, "groups": mallory.groups, "umask": 0o022,
+                "work_dir": "/tmp", "argv": ["true"], "env": {"PATH": "/usr/bin:/bin"}}
+        status_r, status_w = os.pipe()
+        spec["status_fd"] = status_w
+        fd = os.memfd_create("spec", 0)
+        os.write(fd, json.dumps(spec).encode())
+        main = (f"import sys; sys.path = [p for p in sys.path if not p.endswith('lib-dynload')] + "
+                f"[{str(private / 'lib-dynload')!r}]; sys.path.insert(0, {os.path.dirname(stepd.__file__)!r}); "
+                "import stepd; sys.exit(stepd.main(sys.argv))")
+        done = subprocess.run([sys.executable, "-I", "-S", "-c", main, "exec", str(fd)], pass_fds=(fd, status_w),
+                              capture_output=True, timeout=60, cwd="/tmp")
+        os.close(status_w)
+        report = os.read(status_r, 65536)
+        os.close(status_r)
+        assert done.returncode == 0 and b"No module" not in done.stderr, done.stderr
+        assert json.loads(report)["exit_code"] == 0
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
 
 
 def test_the_accounting_agrees_with_what_ran(shared: Cluster, mallory: Account) -> None:

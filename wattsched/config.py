@@ -250,6 +250,9 @@ class Config:
     max_ram_percent: float = setting("MaxRAMPercent", percent, 100.0, conf="cgroup.conf")
     min_ram_space_mb: int = setting("MinRAMSpace", integer, 30, conf="cgroup.conf")
     constrain_devices: bool = setting("ConstrainDevices", yes_no, False, conf="cgroup.conf")
+    # wattsched's own: the processes and threads a job may have on a node (the job cgroup's pids.max),
+    # whenever jobs live in cgroups, so a fork bomb fails inside its job; 0: no limit
+    max_pids_per_job: int = setting("MaxPidsPerJob", integer, 8192, conf="cgroup.conf")
     # GPUs (Slurm's GresTypes; gres.conf beside the file names devices, AutoDetect=nvml reads them)
     gres_types: tuple[str, ...] = setting("GresTypes", flags("gpu"), ())
     gres_autodetect: str = "off"
