@@ -18,7 +18,7 @@ import sys
 import time
 
 from wattsched.cli.common import CLIError
-from wattsched.noded.procs import alive
+from wattsched.noded.procs import alive, same_process, start_time
 
 PIDFILE = "emulate.json"
 
@@ -47,7 +47,7 @@ def start(config_path: str, agents: int | None, log_dir: str | None, quiet: bool
     pidfile = os.path.join(state_dir, PIDFILE)
     if os.path.exists(pidfile):
         info = _read_json(pidfile)
-        if alive(info["controller"]):
+        if info["controller"] in recorded(info):
             raise CLIError(f"an emulated cluster is already running from {config_path} "
                            f"(pid {info['controller']}); stop it with: wattsched emulate --stop {config_path}")
     logs = log_dir or os.path.join(state_dir, "log")
@@ -65,7 +65,10 @@ def start(config_path: str, agents: int | None, log_dir: str | None, quiet: bool
         args = ["noded", config_path, "--nodes", hostlist.compress(part), "--port", str(_free_port())]
         procs.append(_daemon([*exe, *args], env, os.path.join(logs, f"noded{index}.log")))
     info = {"controller": procs[0].pid, "agents": [p.pid for p in procs[1:]], "bmc": [p.pid for p in bmcs],
-            "config": config_path}
+            "config": config_path,
+            # each pid's start time: --stop signals a pid only while it is still the process started
+            # here, never one that reused the number after a kill -9 or a reboot
+            "started": {str(p.pid): start_time(p.pid) for p in procs + bmcs}}
     with open(pidfile, "w") as handle:
         json.dump(info, handle)
     _wait_registered(config, len(names), procs + bmcs, quiet)
@@ -147,9 +150,17 @@ def stop(config_path: str) -> bool:
     if not os.path.exists(pidfile):
         return False
     info = _read_json(pidfile)
-    stop_pids(info["agents"] + info.get("bmc", []) + [info["controller"]])
-    os.unlink(pidfile)
+    stop_pids(recorded(info))
+    with contextlib.suppress(FileNotFoundError):  # a cluster in the foreground removes it as it stops
+        os.unlink(pidfile)
     return True
+
+
+def recorded(info: dict) -> list[int]:
+    """The processes of an emulate.json that still run as the ones it recorded (pid and start time)."""
+    started = info.get("started", {})
+    pids = [*info["agents"], *info.get("bmc", []), info["controller"]]
+    return [pid for pid in pids if same_process(pid, int(started.get(str(pid), 0)))]
 
 
 def shell_line(config_path: str) -> str:

@@ -1,10 +1,14 @@
-"""Slurm's column formats: ``%[.][size]X`` format strings and fixed-width tables."""
+"""Slurm's column formats: ``%[.][size]X`` format strings and fixed-width tables. Every value is
+printed with its control characters escaped (wattsched.usertext.printable): a user's job name or
+path can neither forge a line nor drive the terminal of whoever lists it."""
 
 from __future__ import annotations
 
 import re
 from collections import namedtuple
 from collections.abc import Callable, Mapping
+
+from wattsched.usertext import printable
 
 TYPE_CHECKING = False  # not typing's: importing typing costs a command ~5 ms (annotations are strings)
 if TYPE_CHECKING:
@@ -42,7 +46,11 @@ def compile_row(parts: list[str | Column], value_of: Callable[[str], Callable[[A
         if isinstance(part, str):
             pieces.append(lambda _rec, text=part: text)
             continue
-        get = value_of(part.code)
+        raw = value_of(part.code)
+
+        def get(rec: Any, raw: Callable[[Any], str] = raw) -> str:
+            return printable(raw(rec))
+
         if part.width is None:
             pieces.append(get)
         elif part.right:
@@ -73,13 +81,13 @@ def format_table(rows: list[dict[str, Any]], fields: list[tuple[str, int]], pars
         end = parsable if trailing else ""
         if header:
             lines.append(parsable.join(titles.get(name, name) for name, _ in fields) + end)
-        lines.extend(parsable.join(str(row.get(name, "")) for name, _ in fields) + end for row in rows)
+        lines.extend(parsable.join(printable(str(row.get(name, ""))) for name, _ in fields) + end for row in rows)
         return lines
     if header:
         lines.append(" ".join(_fixed(titles.get(name, name), width) for name, width in fields) + " ")
         lines.append(" ".join("-" * abs(width) for _, width in fields) + " ")
     for row in rows:
-        lines.append(" ".join(_fixed(str(row.get(name, "")), width) for name, width in fields) + " ")
+        lines.append(" ".join(_fixed(printable(str(row.get(name, ""))), width) for name, width in fields) + " ")
     return lines
 
 

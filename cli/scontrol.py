@@ -12,6 +12,7 @@ from typing import Any
 
 from wattsched.cli.common import Client, CLIError, print_json, wants_json
 from wattsched.cli.options import NO, OPT, REQ, Command, Opt, ignored, refused, run, standard
+from wattsched.usertext import printable
 
 
 def _ts(epoch: float | None, none: str = "Unknown") -> str:
@@ -141,7 +142,7 @@ def partition_lines(p: dict[str, Any]) -> list[str]:
 def _emit(records: list[list[str | None]], oneliner: bool) -> None:
     blocks = []
     for lines in records:
-        kept = [line for line in lines if line]
+        kept = [printable(line) for line in lines if line]
         blocks.append(" ".join(kept) if oneliner else "\n".join([kept[0], *("   " + line for line in kept[1:])]))
     print(("\n" if oneliner else "\n\n").join(blocks) + ("" if oneliner else "\n"))
 

@@ -117,6 +117,35 @@ def test_emulate_starts_and_stops_a_cluster(tmp_path) -> None:
     assert subprocess.run([str(BIN / "sinfo")], env=env, capture_output=True).returncode != 0
 
 
+def test_emulate_stop_signals_only_the_processes_it_started(tmp_path) -> None:
+    """A pid in emulate.json that now names another process (the cluster was killed -9, the number
+    reused) is left alone: --stop checks each process's start time before signalling its group."""
+    import json
+    import os
+    import subprocess
+
+    from tests.testcluster import BIN, free_port
+    from wattsched.noded.procs import alive, start_time
+
+    conf = tmp_path / "emu.conf"
+    conf.write_text(f"ClusterName=emu\nSlurmctldPort={free_port()}\nStateSaveLocation={tmp_path}/ctld\n"
+                    "NodeName=v1 CPUs=2\nPartitionName=p Nodes=v1 Default=YES\n")
+    stranger = subprocess.Popen(["sleep", "120"], start_new_session=True)
+    try:
+        (tmp_path / "ctld").mkdir()
+        (tmp_path / "ctld" / "emulate.json").write_text(json.dumps(
+            {"controller": stranger.pid, "agents": [], "bmc": [], "config": str(conf),
+             "started": {str(stranger.pid): start_time(stranger.pid) - 1}}))
+        down = subprocess.run([str(BIN / "wattsched"), "emulate", "--stop", str(conf)],
+                              env=dict(os.environ, WATTSCHED_CONF=str(conf)), capture_output=True, text=True,
+                              timeout=60)
+        assert down.returncode == 0 and "Traceback" not in down.stderr, down.stderr
+        assert alive(stranger.pid) and stranger.poll() is None
+    finally:
+        stranger.kill()
+        stranger.wait()
+
+
 def test_accounting_reaches_the_database_by_itself(cluster: Cluster) -> None:
     """The accounting thread writes ended jobs without anyone asking (sacct flushes, but must not have to)."""
     job_id = cluster.sbatch("-o", "/dev/null", "--wrap", "true")

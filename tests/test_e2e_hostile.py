@@ -422,6 +422,26 @@ def test_text_no_store_keeps_is_refused_before_anything_is_queued(shared: Cluste
     assert len(shared.jobs()) == before
 
 
+def test_a_users_strings_cannot_forge_lines_or_drive_a_terminal(shared: Cluster, mallory: Account,
+                                                                 victim: Account) -> None:
+    """A path is any bytes the filesystem takes: one with a newline and an escape code shows, in every
+    other user's listing, as one escaped field of one line."""
+    forged = f"{mallory.home}/out\x1b]0;owned\x07\nFORGED 99 root"
+    job = mallory.sbatch("-H", "-o", forged, "-J", "plain", "--wrap", "true")
+    listings = [victim.run("scontrol", "show", "job", str(job)),
+                victim.run("scontrol", "-o", "show", "job", str(job)),
+                victim.run("sacct", "-j", str(job), "-X", "-n", "-P", "-o", "JobID,StdOut,SubmitLine"),
+                victim.run("sacct", "-j", str(job), "-X", "-n", "-o", "JobID,StdOut%200"),
+                victim.run("squeue", "-j", str(job), "-h", "-o", "%i %j %Z")]
+    for result in listings:
+        text = result.stdout.decode()
+        assert result.returncode == 0 and str(job) in text, (result.stderr, text)
+        assert "\x1b" not in text and "\x07" not in text, text
+        assert not any(line.startswith("FORGED") for line in text.splitlines()), text
+    assert "\\x1b]0;owned\\x07\\nFORGED" in listings[0].stdout.decode()
+    mallory.run("scancel", str(job))
+
+
 def test_the_agents_steps_run_as_the_user(shared: Cluster, mallory: Account) -> None:
     result = mallory.run("srun", "-n", "2", "sh", "-c", "id -un; umask", umask=0o027)
     assert result.returncode == 0, result.stderr

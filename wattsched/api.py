@@ -6,11 +6,11 @@ controller serves is generated from them and is the API's contract.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
-from wattsched.usertext import Inbound, check_label
+from wattsched.usertext import check_all_text, check_label
 
 API_VERSION = "v1"
 
@@ -56,8 +56,17 @@ Count = Annotated[int, Field(ge=1, le=COUNT_MAX)]
 # --profile series a node agent records (sh5util's Energy and Task)
 ProfileSeries = Literal["energy", "task"]
 
-class Strict(Inbound):
-    """A message this API accepts: unknown fields refused, every string valid text."""
+class Strict(BaseModel):
+    """A message this API accepts: unknown fields are refused, and every string in it, at any depth,
+    must be text (wattsched.usertext.check_text), checked before the fields are."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _all_text(cls, data: Any) -> Any:
+        check_all_text(data)
+        return data
 
 
 class JobSubmit(Strict):

@@ -32,8 +32,8 @@ from wattsched.api import (
     Name,
     NodeUpdate,
     Short,
+    Strict,
 )
-from wattsched.usertext import Inbound
 
 # --- the documents' shapes (the OpenAPI contract) ----------------------------------------------------
 
@@ -215,7 +215,7 @@ Names = Annotated[list[Annotated[str, Field(max_length=ID_MAX)]], Field(max_leng
 Flags = Annotated[list[Annotated[str, Field(max_length=32)]], Field(max_length=16)]
 
 
-class JobDesc(Inbound):
+class JobDesc(Strict):
     """slurmrestd's job_desc_msg: the fields wattsched acts on (others are refused, naming them,
     rather than silently dropped)."""
 
@@ -265,12 +265,12 @@ class JobDesc(Inbound):
     tres_per_task: str | None = Field(None, max_length=128)  # as --gpus-per-task
 
 
-class SubmitRequest(Inbound):
+class SubmitRequest(Strict):
     script: str | None = Field(None, max_length=SCRIPT_MAX)
     job: JobDesc
 
 
-class NodeChange(Inbound):
+class NodeChange(Strict):
     state: Flags = Field(min_length=1)
     reason: Comment = ""
 

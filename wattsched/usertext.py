@@ -4,7 +4,8 @@ Every string in a request must be text every part of the system can keep: no NUL
 it, C strings end at it) and no lone surrogate (it cannot be encoded as UTF-8, so a database or a
 JSON answer would fail on it later). Labels (job, step and reservation names, comments, accounts,
 partitions, wckeys) also carry no control characters, so no name can forge a line or drive a
-terminal in another user's listing. Both are refused with 422 before anything is queued.
+terminal in another user's listing. Both are refused with 422 before anything is queued (every
+request model derives from wattsched.api.Strict, which checks the first rule at any depth).
 
 Text that may hold control characters (paths, submit lines, records from before these rules) is
 escaped when a command prints it (``printable``). An error answer echoes at most an excerpt of what
@@ -14,9 +15,10 @@ was sent (``excerpt``).
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, model_validator
+TYPE_CHECKING = False  # not typing's: the commands import this module to print (typing costs ~5 ms)
+if TYPE_CHECKING:
+    from typing import Any
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
@@ -32,16 +34,17 @@ def check_text(value: str) -> str:
     return value
 
 
-def _walk(value: Any) -> None:
+def check_all_text(value: Any) -> None:
+    """Every string in a decoded JSON value, keys included, passes :func:`check_text`."""
     if isinstance(value, str):
         check_text(value)
     elif isinstance(value, dict):
         for key, item in value.items():
-            _walk(key)
-            _walk(item)
+            check_all_text(key)
+            check_all_text(item)
     elif isinstance(value, list | tuple):
         for item in value:
-            _walk(item)
+            check_all_text(item)
 
 
 def check_label(value: str) -> str:
@@ -50,22 +53,6 @@ def check_label(value: str) -> str:
     if found:
         raise ValueError(f"control character {found.group()!r} not allowed")
     return value
-
-
-Label = Annotated[str, AfterValidator(check_label)]
-
-
-class Inbound(BaseModel):
-    """A request message: unknown fields are refused, and every string in it, at any depth, must be
-    text (:func:`check_text`), checked before the fields are."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _all_text(cls, data: Any) -> Any:
-        _walk(data)
-        return data
 
 
 def printable(value: str) -> str:
