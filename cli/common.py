@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from collections.abc import Callable
 
 TYPE_CHECKING = False  # not typing's: importing typing costs a command ~5 ms (annotations are strings)
@@ -97,6 +98,9 @@ def client_settings() -> Settings:
     return Settings(values)
 
 
+RATE_LIMITED_WAIT_S = 60.0  # how long a rate-limited command keeps retrying before it gives up
+
+
 class Client:
     """A small JSON-over-HTTP client for the controller.
 
@@ -137,10 +141,18 @@ class Client:
                 f"Authorization: Bearer {self.token()}\r\nAccept: application/json\r\n"
                 f"Content-Length: {len(payload)}\r\n"
                 + ("Content-Type: application/json\r\n" if body is not None else "") + "\r\n")
-        try:
-            status, data = _exchange(self.host, self.port, head.encode() + payload, timeout)
-        except (OSError, ValueError) as exc:
-            raise CLIError("Unable to contact slurm controller (connect failure)") from exc
+        wait = 0.0
+        while True:
+            try:
+                status, data = _exchange(self.host, self.port, head.encode() + payload, timeout)
+            except (OSError, ValueError) as exc:
+                raise CLIError("Unable to contact slurm controller (connect failure)") from exc
+            if status != 429 or wait >= RATE_LIMITED_WAIT_S:
+                break
+            # rate limited (SlurmctldParameters=rl_enable): back off and retry, as Slurm's commands do
+            pause = min(2 ** int(wait).bit_length(), RATE_LIMITED_WAIT_S - wait)
+            time.sleep(pause)
+            wait += pause
         try:
             decoded = _loads(data) if data else {}
         except ValueError:

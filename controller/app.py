@@ -41,6 +41,7 @@ from wattsched.controller.loop import Controller
 from wattsched.controller.metrics import CATEGORIES, ControllerCollector
 from wattsched.controller.views import node_view, partition_views
 from wattsched.httpauth import Who, loop_lifespan, metrics_access, require_role
+from wattsched.ratelimit import RateLimiter
 
 NodeAgent = Annotated[auth.Identity, require_role("node")]
 log = logging.getLogger("wattsched.controller")
@@ -79,6 +80,8 @@ def create_app(controller: Controller) -> FastAPI:
     app = FastAPI(title="wattsched controller", version="1", lifespan=lifespan)
     httplimits.guard(app, MAX_BODY_BYTES)
     app.state.key = state.key
+    app.state.rate_limiter = RateLimiter(state.config.slurmctld_parameters)
+    app.state.rate_limits = lambda: state.config.slurmctld_parameters  # as scontrol reconfigure left it
 
     @app.exception_handler(Refused)
     async def refused(request: Request, exc: Refused) -> JSONResponse:

@@ -135,3 +135,9 @@ def node_failed_job(state: ClusterState, job: Job, now: float) -> list[Action]:
         return jobs.requeue_running(state, job, now)
     return end(state, job, states.NODE_FAIL, 0, 0, now, live)
 
+
+def purge(state: ClusterState, job: Job) -> None:
+    """An ended job leaves the controller (its record stays in the outbox until accounted)."""
+    del state.jobs[job.job_id]
+    state.memo.job_changed(job.job_id)
+    state.journal.purged.append(job.job_id)

@@ -35,6 +35,9 @@ def submit(state: ClusterState, req: JobSubmit, who: Identity, now: float) -> li
                                      snapshots.partition_snaps(state), state.resv.by_name)
     except submit_mod.SubmitError as exc:
         raise Refused(str(exc)) from exc
+    check_submit_limit(state, who, len(jobs))
+    if len(state.jobs) + len(jobs) > state.config.max_job_count:
+        purge_ended(state, len(state.jobs) + len(jobs) - state.config.max_job_count)
     if len(state.jobs) + len(jobs) > state.config.max_job_count:
         raise Refused(f"Slurm temporarily unable to accept job (MaxJobCount={state.config.max_job_count} "
                       "reached)", 503)
@@ -44,6 +47,26 @@ def submit(state: ClusterState, req: JobSubmit, who: Identity, now: float) -> li
         state.jobs[job.job_id] = job
         state.touch(job)
     return jobs
+
+
+def check_submit_limit(state: ClusterState, who: Identity, adding: int) -> None:
+    """MaxSubmitJobsPerUser: a user's pending and running jobs (array tasks each count), with these."""
+    limit = state.config.max_submit_jobs_per_user
+    if not limit or permissions.is_admin(state, who):
+        return
+    active = sum(1 for job in state.jobs.values() if job.uid == who.uid and job.state not in states.FINISHED)
+    if active + adding > limit:
+        raise Refused("Job violates accounting/QOS policy (job submit limit, user's size and/or time limits)")
+
+
+def purge_ended(state: ClusterState, wanted: int) -> None:
+    """Make room under MaxJobCount: ended jobs leave the controller's memory before MinJobAge, those
+    that ended first going first, so no one is refused while the table holds only history (their
+    accounting records stay in the outbox until written)."""
+    ended = sorted((job for job in state.jobs.values() if job.state in states.FINISHED and job.end_time),
+                   key=lambda job: job.end_time)
+    for job in ended[:wanted]:
+        jobend.purge(state, job)
 
 
 def will_run(state: ClusterState, req: JobSubmit, who: Identity, now: float) -> tuple[Job, WillRun]:

@@ -18,6 +18,7 @@ from wattsched.controller import dashboard
 from wattsched.controller.acctsync import AccountingSync
 from wattsched.controller.actions import Refused
 from wattsched.controller.dispatch import Dispatcher
+from wattsched.controller.listings import ListingGate
 from wattsched.controller.powerlog import PowerLog
 from wattsched.controller.priority import FairShareCalc
 from wattsched.controller.state import ClusterState
@@ -39,6 +40,7 @@ class Controller:
         self.started = time.time()
         self.power_log = PowerLog()
         self._merge_tries: dict[tuple[str, int, int], int] = {}
+        self.listings = ListingGate()  # the job listings' turns (controller.listings)
 
     def reconfigure(self) -> list[str]:
         """Re-read the configuration file (scontrol reconfigure, SIGHUP); Refused with the file's

@@ -6,9 +6,7 @@ import logging
 import os
 import time
 
-import uvicorn
-
-from wattsched import auth, authsocket, logs
+from wattsched import auth, authsocket, httpserve, logs
 from wattsched import config as config_mod
 from wattsched.accounting.store import AccountingStore
 from wattsched.controller.acctsync import AccountingSync
@@ -59,5 +57,5 @@ def run(config_path: str, host: str | None = None, port: int | None = None) -> N
     config = config_mod.load(config_path, switches_nodes=True)
     logs.setup(config.log_level)
     controller = build(config)
-    uvicorn.run(create_app(controller), host=host or config.slurmctld_addr, port=port or config.slurmctld_port,
-                log_level="warning", access_log=False)
+    httpserve.serve(create_app(controller), host or config.slurmctld_addr, port or config.slurmctld_port,
+                    config.message_timeout_s)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from wattsched import states
-from wattsched.controller import jobenergy, jobs, nodes, powercontrol
+from wattsched.controller import jobend, jobenergy, jobs, nodes, powercontrol
 from wattsched.controller.actions import Action, Signal
 
 if TYPE_CHECKING:
@@ -30,9 +30,7 @@ def check_timers(state: ClusterState, now: float) -> list[Action]:
                 state.touch(job)
                 actions.extend(jobs.terminate(state, job, now))
         elif job.state in states.FINISHED and job.end_time and now - job.end_time > state.config.min_job_age_s:
-            del state.jobs[job.job_id]
-            state.memo.job_changed(job.job_id)
-            state.journal.purged.append(job.job_id)
+            jobend.purge(state, job)
     if state.energy_due:
         jobenergy.account_energy(state, now)  # the jobs whose nodes stopped reporting end without energy
     moved, ended = state.resv.roll(now)

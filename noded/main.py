@@ -5,9 +5,7 @@ from __future__ import annotations
 import os
 import socket
 
-import uvicorn
-
-from wattsched import auth, hostlist, logs
+from wattsched import auth, hostlist, httpserve, logs
 from wattsched import config as config_mod
 from wattsched.noded.agent import Agent
 from wattsched.noded.app import create_app
@@ -40,4 +38,4 @@ def run(config_path: str, nodes: str | None, host: str, port: int | None, advert
         agent = Agent(config, selected, url, auth.read_key(config.key_file))
     except (CgroupError, GpuError) as exc:
         raise AgentStartError(f"{config.source}: {exc}") from exc
-    uvicorn.run(create_app(agent), host=host, port=listen_port, log_level="warning", access_log=False)
+    httpserve.serve(create_app(agent), host, listen_port, config.message_timeout_s)

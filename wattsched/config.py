@@ -51,6 +51,7 @@ from wattsched.confvalues import (
     yes_no,
 )
 from wattsched.gres import Device, Inventory
+from wattsched.ratelimit import RateLimits, parse_slurmctld_params
 
 
 class ConfigError(ValueError):
@@ -162,6 +163,10 @@ class Config:
     first_job_id: int = setting("FirstJobId", integer, 1)
     max_array_size: int = setting("MaxArraySize", bounded(1, 4_000_001), 1001)
     max_job_count: int = setting("MaxJobCount", bounded(1, 4_000_000), 10000)
+    # wattsched's own until QOS and association limits: the jobs one user may have pending or running
+    # at once (administrators are exempt); 0: MaxJobCount alone bounds them
+    max_submit_jobs_per_user: int = setting("MaxSubmitJobsPerUser", bounded(0, 4_000_000), 5000)
+    slurmctld_parameters: RateLimits = setting("SlurmctldParameters", parse_slurmctld_params, RateLimits())
     def_mem_per_cpu_mb: int = setting("DefMemPerCPU", memory, 0)
     job_requeue: bool = setting("JobRequeue", yes_no, True)
     return_to_service: int = setting("ReturnToService", integer, 1)
@@ -336,6 +341,10 @@ def _show(value: Any) -> str:
         return "INFINITE"
     if isinstance(value, SchedulerParams):
         return ",".join(f"{k}={getattr(value, k)}" for k in value.__slots__)
+    if isinstance(value, RateLimits):
+        return (f"rl_enable,rl_table_size={value.table_size},rl_bucket_size={value.bucket_size},"
+                f"rl_refill_rate={value.refill_rate},rl_refill_period={value.refill_period_s},"
+                f"rl_log_freq={value.log_freq_s}") if value.enabled else "(null)"
     if value is None:
         return "(null)"
     if isinstance(value, bool):

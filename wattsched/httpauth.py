@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Annotated, Any
 
@@ -12,6 +14,9 @@ from fastapi import Depends, HTTPException, Request
 
 from wattsched import auth
 from wattsched.config import Config
+from wattsched.ratelimit import RateLimiter
+
+log = logging.getLogger("wattsched.controller")
 
 
 def identity(request: Request) -> auth.Identity:
@@ -32,14 +37,33 @@ def identity(request: Request) -> auth.Identity:
         raise HTTPException(401, f"Invalid authentication credential: {exc}",
                             headers={"WWW-Authenticate": "Bearer"}) from exc
     name = request.headers.get("x-slurm-user-name", "").strip()
-    if not name or name == who.user:
-        return who
-    if who.uid != 0 and not who.is_daemon:
-        raise HTTPException(401, f"Invalid authentication credential: the token is {who.user}'s, not {name[:64]}'s")
-    uid = auth.lookup_uid(name)
-    if uid is None:
-        raise HTTPException(401, f"Invalid user: {name[:64]}")
-    return auth.Identity(uid=uid, user=name, role="user")
+    if name and name != who.user:
+        if who.uid != 0 and not who.is_daemon:
+            raise HTTPException(401, f"Invalid authentication credential: the token is {who.user}'s, "
+                                     f"not {name[:64]}'s")
+        uid = auth.lookup_uid(name)
+        if uid is None:
+            raise HTTPException(401, f"Invalid user: {name[:64]}")
+        return auth.Identity(uid=uid, user=name, role="user")  # root acting for a user: root's rate
+    _rate_limit(request, who)
+    return who
+
+
+def _rate_limit(request: Request, who: auth.Identity) -> None:
+    """SlurmctldParameters=rl_enable: a user's request past their bucket is refused with 429 before
+    any work (root and the daemons are never limited); a refusal is logged once per user per interval."""
+    limiter: RateLimiter | None = getattr(request.app.state, "rate_limiter", None)
+    if limiter is None or who.uid == 0 or who.is_daemon:
+        return
+    limiter.configure(request.app.state.rate_limits())
+    now = time.monotonic()
+    if not limiter.limits.enabled or limiter.take(who.uid, now):
+        return
+    if limiter.should_log(who.uid, now):
+        log.warning("RPC rate limit exceeded by uid %d with %s %s, telling to back off", who.uid,
+                    request.method, request.url.path[:128])
+    raise HTTPException(429, "Rate limit exceeded, please retry momentarily",
+                        headers={"Retry-After": str(limiter.retry_after_s())})
 
 
 Who = Annotated[auth.Identity, Depends(identity)]
