@@ -9,6 +9,7 @@ and removed after; without root or useradd the module is skipped, saying why.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import shutil
@@ -515,3 +516,156 @@ def test_fuzzing_the_whole_api_gives_no_server_error(shared: Cluster, mallory: A
         probe()
         assert httpx.get(f"{base}/v1/ping", headers=headers, timeout=5).status_code == 200
     assert calls > 100 and not failures, failures
+
+
+# --- no one user can starve the others ---------------------------------------------------------------
+
+@contextlib.contextmanager
+def _own_cluster(extra: str) -> Iterator[Cluster]:
+    """A cluster of its own for a test that changes limits (in a folder every user can reach)."""
+    root = Path(tempfile.mkdtemp(prefix="wattsched-hostile-limits-"))
+    os.chmod(root, 0o755)
+    cluster = Cluster(root, nodes=1, cpus=2, extra=extra).start()
+    os.chmod(cluster.conf, 0o644)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_one_user_cannot_fill_the_queue(accounts) -> None:
+    """MaxSubmitJobsPerUser refuses the user who floods, with Slurm's policy error; their cancelled
+    jobs no longer hold MaxJobCount against anyone; nothing accepted is lost."""
+    with _own_cluster("MaxJobCount=400\nMaxSubmitJobsPerUser=200") as cluster:
+        attacker, other = Account(USERS[0], cluster), Account(USERS[1], cluster)
+        for _ in range(2):
+            attacker.sbatch("-H", "--array=0-99", "--wrap", "true")
+        flood = attacker.run("sbatch", "-H", "--array=0-99", "--wrap", "true")
+        assert flood.returncode != 0 and b"Job violates accounting/QOS policy" in flood.stderr, flood.stderr
+        first = other.sbatch("-H", "--wrap", "true")
+        assert attacker.run("scancel", "-u", attacker.name).returncode == 0
+        wait_for(lambda: all(j["state"] == "CANCELLED" for j in cluster.jobs() if j["user"] == attacker.name),
+                 30, what="the flood cancelled")
+        for _ in range(2):  # 200 cancelled + 200 pending + 1: over MaxJobCount, so ended jobs leave early
+            attacker.sbatch("-H", "--array=0-99", "--wrap", "true")
+        second = other.sbatch("-H", "--wrap", "true")
+        assert {first, second} <= {j["job_id"] for j in cluster.jobs()}
+        assert cluster.job(first)["state"] == "PENDING" and cluster.job(second)["state"] == "PENDING"
+        root_job = cluster.sbatch("-H", "--array=0-99", "--wrap", "true")  # administrators are not limited
+        assert root_job
+
+
+def test_a_listing_hammer_does_not_stall_other_users(shared: Cluster, mallory: Account, victim: Account) -> None:
+    """Eight connections asking for every job in Slurm's REST layout, over and over, with 4,000 jobs
+    queued: another user's squeue and sbatch stay under half a second (p99)."""
+    arrays = [mallory.sbatch("-H", "--array=0-999", "--wrap", "true") for _ in range(4)]
+    token = mallory.token()
+    request = (f"GET /slurm/v0.0.40/jobs HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+               f"X-SLURM-USER-NAME: {mallory.name}\r\nX-SLURM-USER-TOKEN: {token}\r\n\r\n").encode()
+    stop = threading.Event()
+    served = [0]
+
+    def hammer() -> None:
+        import socket
+
+        while not stop.is_set():
+            with socket.create_connection(("127.0.0.1", shared.port), timeout=60) as sock:
+                sock.sendall(request)
+                while sock.recv(1 << 20):  # read and drop: the attacker's side costs next to nothing
+                    pass
+            served[0] += 1
+
+    threads = [threading.Thread(target=hammer) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    squeue, sbatch = [], []
+    try:
+        wait_for(lambda: served[0] >= 2, 120, what="the hammer under way")
+        for _ in range(20):
+            started = time.monotonic()
+            assert victim.run("squeue", "-u", victim.name).returncode == 0
+            squeue.append(time.monotonic() - started)
+            started = time.monotonic()
+            job = victim.sbatch("-H", "--wrap", "true")
+            sbatch.append(time.monotonic() - started)
+            victim.run("scancel", str(job))
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+        mallory.run("scancel", *map(str, arrays))
+    squeue.sort()
+    sbatch.sort()
+    assert served[0] >= 4
+    assert squeue[-1] < 0.5 and sbatch[-1] < 0.5, (squeue, sbatch)
+
+
+HOLDER = """import socket, sys, time
+count = int(sys.argv[2])
+held = []
+for _ in range(count):
+    sock = socket.socket()
+    sock.setblocking(False)
+    try:
+        sock.connect(("127.0.0.1", int(sys.argv[1])))
+    except BlockingIOError:
+        pass
+    except OSError:
+        sock.close()
+        continue
+    held.append(sock)
+print(len(held), flush=True)
+time.sleep(600)
+"""
+
+
+def test_silent_connections_cannot_exhaust_the_controller(shared: Cluster, mallory: Account,
+                                                          victim: Account) -> None:
+    """19,000 connections that never send a request (the attacker's descriptor limit allows no more):
+    the controller closes the oldest past its cap, logs it once, and the commands still answer."""
+    import resource
+
+    limit = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    count = min(19_000, limit - 200)
+    script = mallory.home / "holder.py"
+    script.write_text(HOLDER)
+    holder = subprocess.Popen([sys.executable, str(script), str(shared.port), str(count)], user=mallory.uid,
+                              group=mallory.gid, stdout=subprocess.PIPE, cwd=mallory.home,
+                              preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit)))
+    try:
+        assert holder.stdout is not None
+        opened = int(holder.stdout.readline())
+        assert opened >= count * 0.9, opened
+        for _ in range(5):
+            ping = victim.run("scontrol", "ping", timeout=30)
+            assert ping.returncode == 0 and b"UP" in ping.stdout, ping.stderr
+            assert victim.run("squeue", timeout=30).returncode == 0
+        wait_for(lambda: "too many connections that sent nothing" in (shared.logs / "controller.log").read_text(),
+                 30, what="the closings logged")
+        controller_fds = len(os.listdir(f"/proc/{shared.controller.pid}/fd"))
+        assert controller_fds < 4096 + 512, controller_fds
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_rate_limiting_refuses_a_flood_and_the_commands_wait_their_turn(accounts) -> None:
+    """SlurmctldParameters=rl_enable: a user past their bucket gets 429 (logged once), others are served,
+    and the flooding user's own commands back off and succeed."""
+    with _own_cluster("SlurmctldParameters=rl_enable,rl_bucket_size=5,rl_refill_rate=1,rl_refill_period=1") \
+            as cluster:
+        attacker, other = Account(USERS[0], cluster), Account(USERS[1], cluster)
+        base = f"http://127.0.0.1:{cluster.port}"
+        headers = {"Authorization": f"Bearer {attacker.token()}"}
+        codes = [httpx.get(f"{base}/v1/jobs", headers=headers, timeout=10).status_code for _ in range(30)]
+        assert codes.count(429) >= 20 and codes[:5] == [200] * 5, codes
+        refused = httpx.get(f"{base}/v1/jobs", headers=headers, timeout=10)
+        assert refused.headers.get("retry-after") == "1" and "Rate limit exceeded" in refused.text
+        assert other.run("squeue").returncode == 0
+        started = time.monotonic()
+        assert attacker.run("squeue").returncode == 0  # waits for a token, then is served
+        assert time.monotonic() - started < 30
+        assert cluster.run("squeue").returncode == 0  # root is never limited
+        log = (cluster.logs / "controller.log").read_text()
+        assert log.count(f"RPC rate limit exceeded by uid {attacker.uid}") <= 2, log
