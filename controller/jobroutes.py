@@ -47,7 +47,7 @@ def add_routes(app: FastAPI, controller: Controller) -> None:
         if req.test_only:
             job, plan = state.will_run(req, who, now)
             return SubmitReply(job_id=job.job_id, will_run=plan)
-        jobs = state.submit(req, who, now)
+        jobs = controller.submit(req, who, now)
         if req.immediate:
             actions = state.schedule(now)
             job = jobs[0]

@@ -49,6 +49,14 @@ def submit(state: ClusterState, req: JobSubmit, who: Identity, now: float) -> li
     return jobs
 
 
+def withdraw(state: ClusterState, submitted: list[Job]) -> None:
+    """Undo a submission whose state could not be saved: its jobs never existed (their ids stay used)."""
+    for job in submitted:
+        state.jobs.pop(job.job_id, None)
+        state.journal.dirty.discard(job.job_id)
+        state.memo.job_changed(job.job_id)
+
+
 def check_submit_limit(state: ClusterState, who: Identity, adding: int) -> None:
     """MaxSubmitJobsPerUser: a user's pending and running jobs (array tasks each count), with these."""
     limit = state.config.max_submit_jobs_per_user

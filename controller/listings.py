@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-SLICE = 50  # records per slice: ~10 ms of the loop in Slurm's REST layout (0.23 ms a job, measured)
+SLICE = 25  # records per slice: ~6 ms of the loop in Slurm's REST layout (0.23 ms a job, measured)
 AT_ONCE = 2  # listings built at the same time, all users together
 SENTINEL = "\x00records"  # where the records go in a document's head (no record can hold a NUL)
 
@@ -42,21 +42,28 @@ class ListingGate:
                 del self._users[uid]
 
 
-async def sliced(records: Iterable[Any], build: Callable[[Any], Any]) -> bytes:
-    """``[build(r), ...]`` as JSON, built a slice at a time with the loop free in between."""
+async def sliced(records: Iterable[Any], build: Callable[[Any], Any]) -> list[bytes]:
+    """``build(r)`` of every record as JSON, a slice at a time with the loop free in between: the
+    slices' items, comma-separated, for :func:`document`."""
     items = list(records)
     parts = []
     for start in range(0, len(items), SLICE):
         if start:
             await asyncio.sleep(0)
-        chunk = orjson.dumps([build(r) for r in items[start:start + SLICE]])
-        parts.append(chunk[1:-1])
-    return b"[" + b",".join(part for part in parts if part) + b"]"
+        parts.append(orjson.dumps([build(r) for r in items[start:start + SLICE]])[1:-1])
+    return parts
 
 
-def document(head: dict[str, Any], key: str, records: bytes) -> bytes:
-    """A document whose ``key`` holds the serialised ``records``: ``head[key]`` is replaced."""
+def document(head: dict[str, Any], key: str, parts: list[bytes]) -> bytes:
+    """A document whose ``key`` holds the records of ``parts`` (``head[key]`` is replaced), joined in
+    one copy: a 40 MB listing costs the loop one pass over its bytes, not three."""
     text = orjson.dumps({**head, key: SENTINEL})
     before, found, after = text.rpartition(orjson.dumps(SENTINEL))
     assert found, "the head lost its placeholder"
-    return before + records + after
+    pieces = [before, b"["]
+    for part in parts:
+        if part:
+            pieces += (part, b",")
+    if pieces[-1] == b",":
+        pieces.pop()
+    return b"".join([*pieces, b"]", after])

@@ -14,6 +14,8 @@ import time
 from wattsched import config as config_mod
 from wattsched import h5profile
 from wattsched.accounting.store import AccountingStore
+from wattsched.api import JobSubmit
+from wattsched.auth import Identity
 from wattsched.controller import dashboard
 from wattsched.controller.acctsync import AccountingSync
 from wattsched.controller.actions import Refused
@@ -22,6 +24,8 @@ from wattsched.controller.listings import ListingGate
 from wattsched.controller.powerlog import PowerLog
 from wattsched.controller.priority import FairShareCalc
 from wattsched.controller.state import ClusterState
+from wattsched.controller.store import StateWriteError
+from wattsched.model import Job
 
 log = logging.getLogger("wattsched.controller")
 
@@ -41,6 +45,8 @@ class Controller:
         self.power_log = PowerLog()
         self._merge_tries: dict[tuple[str, int, int], int] = {}
         self.listings = ListingGate()  # the job listings' turns (controller.listings)
+        self._unsaved: list = []  # actions waiting for their state to be saved (a full disk, say)
+        self._save_error = ""  # why the last state write failed ("" while writes succeed)
 
     def reconfigure(self) -> list[str]:
         """Re-read the configuration file (scontrol reconfigure, SIGHUP); Refused with the file's
@@ -59,16 +65,50 @@ class Controller:
         return changes
 
     def changed(self) -> None:
-        """Persist, wake the scheduler and the accounting thread."""
-        self.state.flush()
+        """Persist, wake the scheduler and the accounting thread. While the state cannot be written
+        this raises Refused (503): the change stays in memory and in the journal, and is saved by the
+        first write that succeeds (the scheduling loop tries at every pass)."""
+        saved = self._persist()
         self._kick.set()
         if self.sync:
             self.sync.kick()
+        if not saved:
+            raise Refused(f"Unable to save the controller's state ({self._save_error}); the request will "
+                          "take effect once the state can be saved", 503)
 
     def act(self, actions: list) -> None:
+        """Persist, then carry out ``actions``: never before their state is saved, so no job is
+        launched (or killed) that a restart would not know of."""
+        self._unsaved.extend(actions)
         self.changed()
+
+    def submit(self, req: JobSubmit, who: Identity, now: float) -> list[Job]:
+        """A submission saved, or refused and gone: a job the state store did not take never existed."""
+        jobs = self.state.submit(req, who, now)
+        try:
+            self.changed()
+        except Refused as exc:
+            self.state.withdraw(jobs)
+            raise Refused(f"Slurm temporarily unable to accept job: {exc}", 503) from exc
+        return jobs
+
+    def _persist(self) -> bool:
+        """Flush the journal; True when saved, and then the actions that waited for it go out."""
+        try:
+            self.state.flush()
+        except StateWriteError as exc:
+            if not self._save_error:
+                log.error("state save failed; requests are refused until it succeeds",
+                          extra={"error": str(exc)})
+            self._save_error = str(exc)
+            return False
+        if self._save_error:
+            log.warning("state saved again")
+            self._save_error = ""
+        actions, self._unsaved = self._unsaved, []
         if actions and self.dispatcher:
             self.dispatcher.run(actions)
+        return True
 
     async def loop(self) -> None:
         """The scheduling loop and, with accounting, the fair-share loop (cancelled together)."""
@@ -94,11 +134,11 @@ class Controller:
             actions += self.state.schedule(now)
             elapsed_ms = (time.perf_counter() - started) * 1000
             self.state.stats.pass_done(elapsed_ms)
-            self.state.flush()
+            self._unsaved.extend(actions)
+            self._persist()
             if self.sync:
                 self.sync.kick()
             assert self.dispatcher is not None
-            self.dispatcher.run(actions)
             if timers_due:
                 self.dispatcher.retry()
                 self._merge_profiles()

@@ -149,8 +149,7 @@ def add_routes(app: FastAPI, controller: Any) -> None:
     @slurm.post("/job/submit", response_model=SubmitDoc)
     async def submit(request: Request, req: SubmitRequest, who: Who) -> dict[str, Any]:
         now = time.time()
-        created = state.submit(_converted(job_submit, req.job, req.script), who, now)
-        controller.changed()
+        created = controller.submit(_converted(job_submit, req.job, req.script), who, now)
         job_id = created[0].job_id
         return doc(request, who, job_id=job_id, step_id="batch", job_submit_user_msg="",
                    result={"job_id": job_id, "step_id": "batch", "error_code": 0, "error": "",

@@ -168,6 +168,9 @@ class ClusterState:
     def submit(self, req: JobSubmit, who: Identity, now: float) -> list[Job]:
         return jobs.submit(self, req, who, now)
 
+    def withdraw(self, submitted: list[Job]) -> None:
+        jobs.withdraw(self, submitted)
+
     def will_run(self, req: JobSubmit, who: Identity, now: float) -> tuple[Job, WillRun]:
         return jobs.will_run(self, req, who, now)
 

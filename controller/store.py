@@ -10,6 +10,7 @@ controller writes.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
@@ -55,6 +56,10 @@ CREATE TABLE IF NOT EXISTS meta (
 
 
 _KEYS = {"jobs": "job_id", "reservations": "resv_id"}
+
+
+class StateWriteError(Exception):
+    """The state store could not take a commit (a full disk, say); nothing of it was written."""
 
 
 class StateStore:
@@ -113,8 +118,11 @@ class StateStore:
                 "SET data = excluded.data, purged = excluded.purged, version = reservations.version + 1",
                 [(r["resv_id"], json.dumps(r), int(r["deleted"])) for r in reservations])
             conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
+        except BaseException as exc:
+            with contextlib.suppress(sqlite3.Error):  # SQLite may have rolled back by itself (SQLITE_FULL)
+                conn.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.Error):
+                raise StateWriteError(str(exc)) from exc
             raise
 
     # --- accounting side (its own thread, its own connection) -------------------------------

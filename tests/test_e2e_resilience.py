@@ -91,3 +91,56 @@ def test_accounting_outage_loses_nothing(fresh_cluster: Cluster, tmp_path) -> No
     locker.close()
     rows = cluster.accounted(*jobs, timeout=60)
     assert sorted(r["job_id"] for r in rows) == jobs
+
+
+def test_a_full_disk_under_the_state_loses_nothing_and_invents_nothing(tmp_path) -> None:
+    """The state on a small tmpfs, filled to the last byte: submissions are either saved (and then
+    run) or refused with a clear error and never exist; scancel and the agents' reports are refused
+    until space returns, then the loop, the heartbeats and the queue carry on by themselves."""
+    import os
+    import shutil
+    import subprocess
+
+    import pytest
+
+    state = tmp_path / "ctld"
+    state.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", str(state)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("needs root and mount -t tmpfs to put the state on a filesystem it can fill")
+    cluster = Cluster(tmp_path, nodes=2, cpus=2, extra="AccountingStorageType=accounting_storage/none")
+    filler = state / "filler"
+    try:
+        cluster.start()
+        kept = cluster.sbatch("-H", "--wrap", "true")
+        subprocess.run(["dd", "if=/dev/zero", f"of={filler}", "bs=64k"], capture_output=True)
+        accepted, refused = [], 0
+        for _ in range(300):  # SQLite's WAL may take a few before the disk refuses a page
+            result = cluster.run("sbatch", "--parsable", "-H", "--wrap", "true", check=False)
+            if result.returncode == 0:
+                accepted.append(int(result.stdout))
+                continue
+            assert "Slurm temporarily unable to accept job" in result.stderr and "Traceback" not in result.stderr, \
+                result.stderr
+            refused += 1
+            if refused >= 3:
+                break
+        assert refused >= 3, "the full disk never refused a submission"
+        cancel = cluster.run("scancel", str(kept), check=False)
+        assert cancel.returncode != 0 and "Unable to save the controller's state" in cancel.stderr
+        cycles = cluster.api("GET", "/v1/diag").json()["cycles"]
+        filler.unlink()
+        wait_for(lambda: cluster.api("GET", "/v1/diag").json()["cycles"] > cycles + 2, 30, what="passes again")
+        after = cluster.sbatch("-o", "/dev/null", "--wrap", "true")
+        cluster.wait_state(after, "COMPLETED", timeout=60)
+        known = {j["job_id"] for j in cluster.jobs()}
+        assert {kept, *accepted} <= known
+        assert known - {kept, *accepted, after} == set(), "a refused submission exists"
+        assert all(not n["not_responding"] for n in cluster.nodes())
+        cluster.kill_controller(signal.SIGKILL)  # what was acknowledged is on disk: it survives a restart
+        cluster.start_controller()
+        assert {kept, *accepted, after} <= {j["job_id"] for j in cluster.jobs()}
+    finally:
+        cluster.stop()
+        subprocess.run(["umount", "-l", str(state)], capture_output=True)
+        shutil.rmtree(state, ignore_errors=True)
