@@ -8,7 +8,8 @@ scancel), SAMPLES times each, and their p50 and p99 wall-clock times are printed
 * listing hammer: eight connections asking for every job in Slurm's REST layout, back to back;
 * silent connections: as many connections as the attacker's descriptors allow, each sending nothing;
 * request flood with SlurmctldParameters=rl_enable: the attacker's client asks for its jobs as fast as
-  it can (most answers 429);
+  it can (most answers 429); the victim paces itself within its own bucket (Slurm's default of two
+  requests a second), or its own commands would wait for tokens;
 * queue fill: the attacker submits held 1,000-task arrays until MaxSubmitJobsPerUser stops them.
 """
 
@@ -37,10 +38,11 @@ SAMPLES = 40
 ATTACKER, VICTIM = (1000, "mallory"), (1001, "victim")
 
 
-def victim_latency(cluster: Cluster) -> str:
+def victim_latency(cluster: Cluster, pause_s: float) -> str:
     env = cluster.user_env(*VICTIM)
     squeue, sbatch = [], []
     for _ in range(SAMPLES):
+        time.sleep(pause_s)
         started = time.perf_counter()
         cluster.run("squeue", "-u", VICTIM[1], env=env)
         squeue.append(time.perf_counter() - started)
@@ -149,17 +151,17 @@ def queue_fill(cluster: Cluster) -> Iterator[str]:
     yield f"one user's held arrays up to MaxSubmitJobsPerUser ({accepted} arrays of 1,000 accepted, then refused)"
 
 
-def run(extra: str, abuses: list[Callable]) -> None:
+def run(extra: str, abuses: list[Callable], pause_s: float = 0.0) -> None:
     with tempfile.TemporaryDirectory() as root:
         cluster = Cluster(Path(root), nodes=4, cpus=8, extra=extra).start()
         try:
             env = cluster.user_env(*ATTACKER)
             for _ in range(4):
                 cluster.run("sbatch", "-H", "--array=0-999", "--wrap", "true", env=env)
-            print(f"  idle (4,000 held jobs queued): {victim_latency(cluster)}")
+            print(f"  idle (4,000 held jobs queued): {victim_latency(cluster, pause_s)}")
             for abuse in abuses:
                 with abuse(cluster) as what:
-                    print(f"  {what}: {victim_latency(cluster)}")
+                    print(f"  {what}: {victim_latency(cluster, pause_s)}")
         finally:
             cluster.stop()
 
@@ -168,8 +170,9 @@ def main() -> None:
     print(f"machine: {describe()}")
     print(f"another user's commands ({SAMPLES} of each), wall-clock:")
     run("", [listing_hammer, silent_connections, queue_fill])
-    print("with SlurmctldParameters=rl_enable (Slurm's defaults):")
-    run("SlurmctldParameters=rl_enable", [request_flood])
+    # the victim's three requests a sample must stay within its own bucket (2 tokens a second)
+    print("with SlurmctldParameters=rl_enable (Slurm's defaults), the victim pacing itself to 1.5 s a sample:")
+    run("SlurmctldParameters=rl_enable", [request_flood], pause_s=1.5)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@ and checks, by a before/after listing, that no file outside the user's own chang
 content.
 
 The places, for a job of the attacker's on a node: its profile files (the node files, the merged file
-and the merge's temporary file), its scratch folder and script, and its output file. A place the user
+and the merge's temporary file), its scratch folder and script, and its output file; and the job's
+working and output folders, swapped for links to a root-only folder while it waits. A place the user
 cannot write (a root-owned folder) simply refuses the link: that is the defence working, not an error.
 """
 
@@ -69,6 +70,12 @@ class SymlinkAdversary:
         script = "\n".join(lines) + "\ntrue\n"
         self.run_as_attacker(script)
 
+    def swap(self, folders: Iterable[Path]) -> None:
+        """Replace each of the attacker's folders by a link to the first target's folder (a job's
+        working or output folder, swapped while the job waits)."""
+        target = self.targets[0].parent
+        self.run_as_attacker("\n".join(f"rm -rf '{f}' && ln -s '{target}' '{f}'" for f in folders) + "\ntrue\n")
+
     def changes(self, before: tuple[dict[str, Entry], dict[str, Entry]],
                 allowed: Callable[[str, Entry], bool]) -> list[str]:
         """What changed that must not have: in the watched trees an entry's owner or mode (or a new
@@ -83,8 +90,8 @@ class SymlinkAdversary:
                 problems.append(f"{path}: new and the attacker's {entry[:3]}")
         for path, entry in after[1].items():
             old = before[1].get(path)
-            if old is not None and old != entry:
-                problems.append(f"{path}: {old} -> {entry}")
+            if old != entry:
+                problems.append(f"{path}: {old or 'absent'} -> {entry}")
         for path in before[1]:
             if path not in after[1]:
                 problems.append(f"{path}: gone")

@@ -249,14 +249,19 @@ def test_links_planted_anywhere_a_daemon_touches_change_nothing(shared: Cluster,
     _final(shared, warmup)
     wait_for(lambda: Path(mine, f"job_{warmup}.h5").exists() or os.path.isdir(mine), 30, what="profile folder")
     before = adversary.snapshot()
-    for _round in range(2):
+    for swapping in (False, True):
         flag.unlink(missing_ok=True)
         go.unlink(missing_ok=True)
+        work, outs = mallory.home / "adv-work", mallory.home / "adv-outs"
+        mallory.run("sh", "-c", f"rm -rf {work} {outs}; mkdir {work} {outs}")
         upcoming = max(j["job_id"] for j in shared.jobs()) + 1
         adversary.plant(places(upcoming) + places(upcoming + 1))  # before submit
-        job = mallory.sbatch("-H", "-N2", "--profile=energy", "--acctg-freq=energy=1",
-                             "-o", str(mallory.home / f"adv-{upcoming}.out"), "--wrap", script)
+        output = mallory.home / f"adv-{upcoming}.out" if not swapping else outs / "%j.out"
+        job = mallory.sbatch("-H", "-N2", "--profile=energy", "--acctg-freq=energy=1", "-D", str(work),
+                             "-o", str(output), "--wrap", script)
         adversary.plant(places(job))  # pending
+        if swapping:  # the submit and output folders become links to a root-only folder
+            adversary.swap([work, outs])
         assert mallory.run("scontrol", "release", str(job)).returncode == 0
         wait_for(lambda j=job: flag.exists() or shared.job(j)["state"] in ENDED, 60, what="the job running")
         adversary.plant(places(job))  # running: its scratch folder is the attacker's now
@@ -265,6 +270,8 @@ def test_links_planted_anywhere_a_daemon_touches_change_nothing(shared: Cluster,
         adversary.plant(places(job))  # ended, before the merge
         wait_for(lambda j=job: os.path.exists(f"{mine}job_{j}.h5"), 60, what="the merged profile")
         adversary.plant(places(job))  # merged
+        if swapping:
+            assert shared.job(job)["state"] == "FAILED" and "Could not open stdout file" in shared.job(job)["reason"]
     problems = adversary.changes(before, allowed)
     assert not problems, problems
     assert secret.read_text() == "root's alone\n" and secret.stat().st_uid == 0
