@@ -7,8 +7,10 @@ Two folders per run keep trust apart:
 * ``<spool>/<node>/jobNNNNNNNN[.run]/``, root's (0700): ``job.json`` (the supervisor's pid and start
   time, written by the agent), ``script.pid`` and ``status`` (written by the supervisor). Only these
   are believed, also after an agent restart.
-* ``<spool>/<node>/scratch/jobNNNNNNNN[.run]/``, the user's (0700): the script itself. The agent writes
-  it before handing the folder over and never reads from it again.
+* ``<spool>/<node>/scratch/jobNNNNNNNN[.run]/``, root's (0711): the script itself, root's with a POSIX
+  ACL that lets its user (alone) read and run it. The user can write nothing there, so no job fills
+  the spool's filesystem through it; the agent never reads the script again. (Without ACLs on that
+  filesystem the folder and script are handed to the user instead.)
 
 A pid is signalled only while the process that bears it is verifiably the one recorded (pid and
 start time), so a restarted agent never signals a stranger that reused the number.
@@ -23,6 +25,7 @@ import logging
 import os
 import shutil
 import signal
+import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -62,6 +65,29 @@ def _read_json(path: str) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
+_ACL_XATTR = "system.posix_acl_access"
+_ACL = struct.Struct("<HHI")  # one entry of the kernel's ACL xattr: tag, permissions, id
+_ACL_UNDEFINED_ID = 0xFFFFFFFF
+_acl_warned = False
+
+
+def _grant_read_exec(fd: int, uid: int) -> bool:
+    """Give ``uid`` read and execute on a root-owned file of mode 0700 through a POSIX ACL (owner rwx,
+    that user r-x, group and others nothing); False where the filesystem keeps no ACLs."""
+    global _acl_warned
+    entries = ((0x01, 7, _ACL_UNDEFINED_ID), (0x02, 5, uid), (0x04, 0, _ACL_UNDEFINED_ID),
+               (0x10, 5, _ACL_UNDEFINED_ID), (0x20, 0, _ACL_UNDEFINED_ID))  # USER_OBJ USER GROUP_OBJ MASK OTHER
+    try:
+        os.setxattr(fd, _ACL_XATTR, struct.pack("<I", 2) + b"".join(_ACL.pack(*e) for e in entries))
+    except OSError as exc:
+        if not _acl_warned:
+            log.warning("no POSIX ACLs under SlurmdSpoolDir: batch scripts' folders are their users'",
+                        extra={"error": exc.strerror})
+            _acl_warned = True
+        return False
+    return True
+
+
 def _private_dir(path: str) -> None:
     """A root-owned folder only root may enter, made afresh."""
     shutil.rmtree(path, ignore_errors=True)
@@ -94,8 +120,10 @@ class BatchRunner:
         return f"job{job_id:08d}" + (f".{run}" if run else "")
 
     def _prepare_scratch(self, req: BatchLaunch) -> str:
-        """The user's folder with the script in it: written by root while only root can write there,
-        then handed over. Returns the script's path."""
+        """The folder with the script in it, root's (0711): the user may read and run the script (a
+        POSIX ACL names them) but write nothing there, so no job can fill the spool's filesystem
+        through it. Where the filesystem has no ACLs the folder and script are handed to the user,
+        as before. Returns the script's path."""
         parent = os.path.join(self.spool_root, req.node, "scratch")
         os.makedirs(parent, exist_ok=True)
         for folder in (os.path.dirname(parent), parent):
@@ -103,13 +131,15 @@ class BatchRunner:
         scratch = self.scratch_dir(req.node, req.job_id, req.run)
         shutil.rmtree(scratch, ignore_errors=True)  # symlink-safe: it never follows a link
         os.mkdir(scratch, 0o700)
+        os.chmod(scratch, 0o711)  # not by mkdir's mode: the agent's umask is 077
         script = os.path.join(scratch, "slurm_script")
         fd = os.open(script, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o700)
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(req.script)
-        if os.geteuid() == 0 and req.uid != 0:
-            os.chown(script, req.uid, req.gid)
-            os.chown(scratch, req.uid, req.gid)
+            if os.geteuid() == 0 and req.uid != 0 and not _grant_read_exec(handle.fileno(), req.uid):
+                os.fchown(handle.fileno(), req.uid, req.gid)
+                os.chmod(scratch, 0o700)
+                os.chown(scratch, req.uid, req.gid)
         return script
 
     def launch(self, req: BatchLaunch) -> None:

@@ -278,6 +278,27 @@ def test_links_planted_anywhere_a_daemon_touches_change_nothing(shared: Cluster,
     assert stat.S_IMODE(secret.stat().st_mode) == 0o600
 
 
+def test_a_job_reads_its_script_but_writes_nothing_beside_it(shared: Cluster, mallory: Account,
+                                                              victim: Account) -> None:
+    """The batch script's folder is root's: its user reads and runs the script (a POSIX ACL), writes
+    nothing there (no job fills the spool's filesystem through it); another user cannot read it."""
+    out = mallory.home / "beside.out"
+    flag, go = mallory.home / "beside-running", mallory.home / "beside-go"
+    script = (f'd=$(dirname "$0"); echo "$0" > {flag}; head -c 1 "$0" >/dev/null && echo READ; '
+              f'echo x > "$d/fill" 2>/dev/null && echo WROTE; echo x >> "$0" 2>/dev/null && echo APPENDED; '
+              f'while [ ! -e {go} ]; do sleep 0.2; done')
+    job = mallory.sbatch("-o", str(out), "--wrap", script)
+    wait_for(lambda: flag.exists() and flag.read_text().strip(), 60, what="the script running")
+    path = flag.read_text().strip()
+    assert Path(path).stat().st_uid == 0 and Path(path).parent.stat().st_uid == 0
+    stolen = victim.run("cat", path)
+    assert stolen.returncode != 0 and b"beside-go" not in stolen.stdout
+    go.touch()
+    assert _final(shared, job)["state"] == "COMPLETED"
+    text = out.read_text()
+    assert "READ" in text and "WROTE" not in text and "APPENDED" not in text, text
+
+
 # --- credentials and permissions ----------------------------------------------------------------------
 
 def test_step_credentials_end_with_their_job(shared: Cluster, mallory: Account) -> None:
