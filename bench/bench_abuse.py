@@ -19,12 +19,14 @@ import multiprocessing
 import resource
 import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -32,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the test harness, tests/testcluster.py
 from machine import describe
 
+from tests.adversary import SILENT_CONNECTIONS
 from tests.testcluster import Cluster
 
 SAMPLES = 40
@@ -58,7 +61,7 @@ def victim_latency(cluster: Cluster, pause_s: float) -> str:
     return f"squeue {cut(squeue)}; sbatch {cut(sbatch)}"
 
 
-def _hammer(port: int, token: str, stop, served) -> None:
+def _hammer(port: int, token: str, served, stop) -> None:
     request = (f"GET /slurm/v0.0.40/jobs HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
                f"X-SLURM-USER-NAME: {ATTACKER[1]}\r\nX-SLURM-USER-TOKEN: {token}\r\n\r\n").encode()
     while not stop.is_set():
@@ -70,54 +73,44 @@ def _hammer(port: int, token: str, stop, served) -> None:
 
 
 @contextmanager
-def listing_hammer(cluster: Cluster) -> Iterator[str]:
-    stop, served = multiprocessing.Event(), multiprocessing.Value("i", 0)
-    procs = [multiprocessing.Process(target=_hammer, args=(cluster.port, cluster.token(*ATTACKER), stop, served))
-             for _ in range(8)]
+def attackers(count: int, target: Callable, *args) -> Iterator[Any]:
+    """``count`` processes running ``target(*args, stop)`` until the block ends."""
+    stop = multiprocessing.Event()
+    procs = [multiprocessing.Process(target=target, args=(*args, stop)) for _ in range(count)]
     for proc in procs:
         proc.start()
+    try:
+        yield stop
+    finally:
+        stop.set()
+        for proc in procs:
+            proc.join()
+
+
+@contextmanager
+def listing_hammer(cluster: Cluster) -> Iterator[str]:
+    served = multiprocessing.Value("i", 0)
     started = time.monotonic()
-    while served.value < 2:
-        time.sleep(0.1)
-    yield "eight connections listing every job (REST), back to back"
-    stop.set()
-    for proc in procs:
-        proc.join()
+    with attackers(8, _hammer, cluster.port, cluster.token(*ATTACKER), served):
+        while served.value < 2:
+            time.sleep(0.1)
+        yield "eight connections listing every job (REST), back to back"
     print(f"    ({served.value} whole listings served to the attacker in {time.monotonic() - started:.0f} s)")
-
-
-def _hold(port: int, ready, stop) -> None:
-    limit = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
-    resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
-    held = []
-    for _ in range(limit - 200):
-        sock = socket.socket()
-        sock.setblocking(False)
-        try:
-            sock.connect(("127.0.0.1", port))
-        except BlockingIOError:
-            pass
-        except OSError:
-            sock.close()
-            continue
-        held.append(sock)
-    ready.value = len(held)
-    stop.wait()
 
 
 @contextmanager
 def silent_connections(cluster: Cluster) -> Iterator[str]:
-    ready, stop = multiprocessing.Value("i", 0), multiprocessing.Event()
-    proc = multiprocessing.Process(target=_hold, args=(cluster.port, ready, stop))
-    proc.start()
-    while not ready.value:
-        time.sleep(0.1)
-    yield f"{ready.value} connections that send nothing"
-    stop.set()
-    proc.join()
+    limit = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    holder = subprocess.Popen([sys.executable, "-c", SILENT_CONNECTIONS, str(cluster.port), str(limit - 200)],
+                              stdout=subprocess.PIPE,
+                              preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit)))
+    assert holder.stdout is not None
+    yield f"{int(holder.stdout.readline())} connections that send nothing"
+    holder.kill()
+    holder.wait()
 
 
-def _flood(port: int, token: str, stop, counts) -> None:
+def _flood(port: int, token: str, counts, stop) -> None:
     with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {token}"},
                       timeout=30) as client:
         while not stop.is_set():
@@ -128,16 +121,10 @@ def _flood(port: int, token: str, stop, counts) -> None:
 @contextmanager
 def request_flood(cluster: Cluster) -> Iterator[str]:
     with multiprocessing.Manager() as manager:
-        stop, counts = multiprocessing.Event(), manager.dict()
-        procs = [multiprocessing.Process(target=_flood, args=(cluster.port, cluster.token(*ATTACKER), stop, counts))
-                 for _ in range(4)]
-        for proc in procs:
-            proc.start()
-        time.sleep(1)
-        yield "four clients asking for their jobs back to back (rl_enable)"
-        stop.set()
-        for proc in procs:
-            proc.join()
+        counts = manager.dict()
+        with attackers(4, _flood, cluster.port, cluster.token(*ATTACKER), counts):
+            time.sleep(1)
+            yield "four clients asking for their jobs back to back (rl_enable)"
         print(f"    (the attacker's answers by status: {dict(sorted(counts.items()))})")
 
 

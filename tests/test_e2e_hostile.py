@@ -25,7 +25,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.adversary import SymlinkAdversary
+from tests.adversary import SILENT_CONNECTIONS, SymlinkAdversary
 from tests.testcluster import BIN, Cluster, reachable_by_all, restore_modes, wait_for
 from wattsched import auth
 
@@ -630,23 +630,6 @@ def test_a_listing_hammer_does_not_stall_other_users(shared: Cluster, mallory: A
     assert squeue[p99] < 0.5 and sbatch[p99] < 0.5, (squeue, sbatch)
 
 
-HOLDER = """import socket, sys, time
-count = int(sys.argv[2])
-held = []
-for _ in range(count):
-    sock = socket.socket()
-    sock.setblocking(False)
-    try:
-        sock.connect(("127.0.0.1", int(sys.argv[1])))
-    except BlockingIOError:
-        pass
-    except OSError:
-        sock.close()
-        continue
-    held.append(sock)
-print(len(held), flush=True)
-time.sleep(600)
-"""
 
 
 def test_silent_connections_cannot_exhaust_the_controller(shared: Cluster, mallory: Account,
@@ -658,7 +641,7 @@ def test_silent_connections_cannot_exhaust_the_controller(shared: Cluster, mallo
     limit = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     count = min(19_000, limit - 200)
     script = mallory.home / "holder.py"
-    script.write_text(HOLDER)
+    script.write_text(SILENT_CONNECTIONS)
     holder = subprocess.Popen([sys.executable, str(script), str(shared.port), str(count)], user=mallory.uid,
                               group=mallory.gid, stdout=subprocess.PIPE, cwd=mallory.home,
                               preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit)))
