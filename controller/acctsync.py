@@ -5,9 +5,8 @@ A batch the database refuses while it answers a plain query holds a record it ca
 of a column's range, say). The batch is then written record by record. A refused record is salvaged so
 that its usage still counts (fair share, limits, sreport, sacct): written again with its text made
 storable (NULs dropped, invalid Unicode replaced) and integers within 64 bits, then with every text cut
-short and integers within 32 bits; only a record refused
-even so is set aside in the state store (``sdiag`` shows them, with the original) and logged once.
-Every other record flows on.
+short and integers within 32 bits; only a record refused even so is set aside in the state store
+(``sdiag`` shows them, with the original) and logged once. Every other record flows on.
 """
 
 from __future__ import annotations
@@ -116,7 +115,7 @@ class AccountingSync:
                     error = error or f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
                     continue
                 if attempt is not record:
-                    log.warning("accounting database refused a record; its text was made storable: %s %s: %s",
+                    log.warning("accounting database refused a record; written salvaged: %s %s: %s",
                                 kind, key_of(record), error)
                 break
             else:

@@ -257,7 +257,7 @@ class Config:
     constrain_devices: bool = setting("ConstrainDevices", yes_no, False, conf="cgroup.conf")
     # wattsched's own: the processes and threads a job may have on a node (the job cgroup's pids.max),
     # whenever jobs live in cgroups, so a fork bomb fails inside its job; 0: no limit
-    max_pids_per_job: int = setting("MaxPidsPerJob", integer, 8192, conf="cgroup.conf")
+    max_pids_per_job: int = setting("MaxPidsPerJob", bounded(0, 4_194_304), 8192, conf="cgroup.conf")
     # GPUs (Slurm's GresTypes; gres.conf beside the file names devices, AutoDetect=nvml reads them)
     gres_types: tuple[str, ...] = setting("GresTypes", flags("gpu"), ())
     gres_autodetect: str = "off"

@@ -48,9 +48,11 @@ def private_subdir(parent: str, name: str, mode: int = 0o711) -> Iterator[int]:
         os.close(parent_fd)
     try:
         info = os.fstat(fd)
-        if os.geteuid() == 0 and (info.st_uid != 0 or info.st_mode & 0o022):
+        owner = info.st_uid
+        if os.geteuid() == 0 and owner != 0:
             os.fchown(fd, 0, 0)  # a folder an older version gave its user: root's from now on
-        if stat.S_IMODE(info.st_mode) != mode and info.st_uid == os.geteuid():
+            owner = 0
+        if stat.S_IMODE(info.st_mode) != mode and owner == os.geteuid():
             os.fchmod(fd, mode)
         yield fd
     finally:
@@ -59,7 +61,8 @@ def private_subdir(parent: str, name: str, mode: int = 0o711) -> Iterator[int]:
 
 @contextlib.contextmanager
 def opened_dir(path: str) -> Iterator[int]:
-    fd = os.open(path, _DIR_FLAGS & ~os.O_NOFOLLOW)
+    """The folder ``path`` as a descriptor; its last component is never a link."""
+    fd = os.open(path, _DIR_FLAGS)
     try:
         yield fd
     finally:

@@ -69,11 +69,15 @@ def guarded_protocol(message_timeout_s: float, max_connections: int) -> type[Htt
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
-            while len(silent) >= HALF_OPEN_MAX or (silent and len(self.connections) > max_connections):
+            # a closed connection leaves self.connections only at its connection_lost: count closings
+            over = max(len(silent) + 1 - HALF_OPEN_MAX, len(self.connections) - max_connections)
+            closed = 0
+            while closed < over and silent:
                 oldest, _ = silent.popitem(last=False)
                 closings.note("too many connections that sent nothing", oldest.client)
                 oldest.transport.close()
-            if len(self.connections) > max_connections:
+                closed += 1
+            if len(self.connections) - closed > max_connections:
                 closings.note("descriptor limit near", self.client)
                 transport.close()
                 return
