@@ -100,6 +100,8 @@ def heartbeat(state: ClusterState, hb: AgentHeartbeat, now: float) -> tuple[list
         node = state.nodes.get(report.name)
         if node is None:
             continue
+        if not node.registered and not node.alloc_cpus and not node.power:
+            node.idle_since = first_idle(state, node, now)
         node.agent_url, node.last_seen, node.boot_time = hb.agent_url, now, hb.boot_time
         node.registered = True
         if report.energy is not None:
@@ -145,6 +147,15 @@ def job_usage_report(state: ClusterState, report: NodeReport) -> None:
         if usage.cpu_freq_khz:
             job.freq_reports += 1
             job.ave_cpu_freq_khz += round((usage.cpu_freq_khz - job.ave_cpu_freq_khz) / job.freq_reports)
+
+
+def first_idle(state: ClusterState, node: Node, now: float) -> float:
+    """When a node's idle time starts at its first registration. Nodes that register in the start-up
+    wave (within SlurmdTimeout of the controller making them; ``last_seen`` holds that moment until
+    then) are idle since then, all alike, so power saving takes them in the configured order and
+    not in the order their agents happened to come up; a node that comes later is idle from now."""
+    made = node.last_seen
+    return made if now - made <= state.config.slurmd_timeout_s else now
 
 
 def node_up(state: ClusterState, node: Node, report: NodeReport, now: float) -> bool:
