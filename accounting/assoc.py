@@ -7,16 +7,32 @@ request (unknown parent, negative shares, a duplicate) leaves the database as it
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from sqlalchemy import and_, delete, insert, select, update
 from sqlalchemy.engine import Connection, Engine
 
-from wattsched.accounting.models import AccountRecord, AssociationRecord, ClusterRecord, JobRecord, UserRecord
+from wattsched import limits
+from wattsched.accounting.models import (
+    AccountRecord,
+    AssociationRecord,
+    ClusterRecord,
+    JobRecord,
+    QosRecord,
+    UserRecord,
+)
 from wattsched.fairshare import ROOT, Assoc, UsageRecord
+from wattsched.limits import AssocLimits, LimitError, Limits, Qos
 
 ADMIN_LEVELS = ("None", "Operator", "Administrator")
 _ASSOC, _ACCOUNTS, _USERS = AssociationRecord.__table__, AccountRecord.__table__, UserRecord.__table__
+_QOS = QosRecord.__table__
+# what an account or a user association may set besides its shares: its limits and its QOS
+ASSOC_SETTINGS = frozenset({*(n for k in limits.ASSOC_KEYS for n in k.names), "qos", "qos+", "qos-", "defaultqos"})
+QOS_SETTINGS = frozenset({*(n for k in limits.QOS_KEYS for n in k.names), "description", "priority", "flags",
+                          "flags+", "flags-", "preempt", "preempt+", "preempt-", "preemptmode", "preemptexempttime",
+                          "gracetime", "usagefactor", "usagethreshold"})
 
 
 class AssocError(ValueError):
@@ -55,7 +71,24 @@ class AssocStore:
             rows = conn.execute(select(_ASSOC).where(_ASSOC.c.cluster == self.cluster)
                                 .order_by(_ASSOC.c.account, _ASSOC.c.user))
             return [{"cluster": r.cluster, "account": r.account, "user": r.user, "parent": r.parent,
-                     "shares": r.shares, "id": r.id, "default_account": defaults.get(r.user, "")} for r in rows]
+                     "shares": r.shares, "id": r.id, "default_account": defaults.get(r.user, ""),
+                     "limits": json.loads(r.limits or "{}"), "qos": _names(r.qos), "default_qos": r.default_qos}
+                    for r in rows]
+
+    def assoc_limits(self) -> dict[tuple[str, str], AssocLimits]:
+        """Every association's place, limits and QOS, as the limits read them."""
+        return {(a["account"], a["user"]): AssocLimits(a["account"], a["user"], a["parent"] if not a["user"] else
+                                                       a["account"], Limits.from_json(a["limits"]),
+                                                       frozenset(a["qos"]), a["default_qos"])
+                for a in self.associations()}
+
+    def qos(self) -> list[dict[str, Any]]:
+        """Every QOS, by name."""
+        with self.engine.connect() as conn:
+            return [_qos_row(r) for r in conn.execute(select(_QOS).order_by(_QOS.c.id))]
+
+    def qos_records(self) -> dict[str, Qos]:
+        return {q["name"]: qos_from_row(q) for q in self.qos()}
 
     def tree(self) -> list[Assoc]:
         return [Assoc(a["account"], a["user"], a["parent"], a["shares"]) for a in self.associations()]
@@ -83,6 +116,19 @@ class AssocStore:
             return [UsageRecord(r.user, r.account, r.alloc_cpus, r.time_start, r.time_end,
                                 float(r.consumed_energy_j or 0)) for r in rows]
 
+    def use_records(self, since: float) -> list[limits.UseRecord]:
+        """Finished jobs' use after ``since`` as the limits count it: TRES, QOS and energy."""
+        jobs = JobRecord.__table__
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(jobs.c.user, jobs.c.account, jobs.c.qos, jobs.c.alloc_cpus, jobs.c.nnodes,
+                                       jobs.c.req_mem_mb, jobs.c.req_mem_per_cpu, jobs.c.alloc_gpus,
+                                       jobs.c.time_start, jobs.c.time_end, jobs.c.consumed_energy_j)
+                                .where(jobs.c.cluster == self.cluster, jobs.c.time_start > 0,
+                                       jobs.c.time_end > since))
+            return [limits.UseRecord(r.user, r.account, r.qos, limits.job_tres(
+                r.alloc_cpus, r.nnodes, r.req_mem_mb * r.nnodes or r.req_mem_per_cpu * r.alloc_cpus, r.alloc_gpus, 0),
+                r.time_start, r.time_end, float(r.consumed_energy_j or 0)) for r in rows]
+
     # --- changes ------------------------------------------------------------------------------------
 
     def add_cluster(self, name: str, now: float) -> None:
@@ -108,7 +154,7 @@ class AssocStore:
                     conn.execute(insert(_ASSOC).values(cluster=cluster, account=ROOT, user=user, parent="", shares=1))
 
     def add_account(self, name: str, parent: str = ROOT, shares: Any = 1, description: str = "",
-                    organization: str = "") -> None:
+                    organization: str = "", settings: dict[str, str] | None = None) -> None:
         shares = _shares(shares)
         with self.engine.begin() as conn:
             if not self._assoc(conn, parent, ""):
@@ -120,9 +166,10 @@ class AssocStore:
                                                       organization=organization or parent, parent=parent))
             conn.execute(insert(_ASSOC).values(cluster=self.cluster, account=name, user="", parent=parent,
                                                shares=shares))
+            self._settle(conn, name, "", settings or {})
 
     def add_user(self, name: str, account: str = "", default_account: str = "", shares: Any = 1,
-                 admin_level: str = "") -> None:
+                 admin_level: str = "", settings: dict[str, str] | None = None) -> None:
         shares = _shares(shares)
         level = _admin_level(admin_level) if admin_level else None
         accounts = [a for a in account.split(",") if a] or ([default_account] if default_account else [])
@@ -150,9 +197,10 @@ class AssocStore:
             for acct in accounts:
                 conn.execute(insert(_ASSOC).values(cluster=self.cluster, account=acct, user=name, parent=acct,
                                                    shares=shares))
+                self._settle(conn, acct, name, settings or {})
 
     def modify_account(self, name: str, values: dict[str, str]) -> None:
-        unknown = set(values) - {"fairshare", "parent", "description", "organization"}
+        unknown = set(values) - {"fairshare", "parent", "description", "organization"} - ASSOC_SETTINGS
         if unknown:
             raise AssocError(f"Unknown option: {sorted(unknown)[0]}")
         with self.engine.begin() as conn:
@@ -173,9 +221,10 @@ class AssocStore:
                 info["parent"] = values["parent"]
             if info:
                 conn.execute(update(_ACCOUNTS).where(_ACCOUNTS.c.name == name).values(**info))
+            self._settle(conn, name, "", values)
 
     def modify_user(self, name: str, values: dict[str, str], account: str = "") -> None:
-        unknown = set(values) - {"fairshare", "defaultaccount", "adminlevel"}
+        unknown = set(values) - {"fairshare", "defaultaccount", "adminlevel"} - ASSOC_SETTINGS
         if unknown:
             raise AssocError(f"Unknown option: {sorted(unknown)[0]}")
         with self.engine.begin() as conn:
@@ -195,6 +244,123 @@ class AssocStore:
                 changes["admin_level"] = _admin_level(values["adminlevel"])
             if changes:
                 conn.execute(update(_USERS).where(_USERS.c.name == name).values(**changes))
+            accounts = [account] if account else [r.account for r in conn.execute(
+                select(_ASSOC.c.account).where(_ASSOC.c.cluster == self.cluster, _ASSOC.c.user == name))]
+            for acct in accounts:
+                self._settle(conn, acct, name, values)
+
+    # --- QOS ----------------------------------------------------------------------------------------
+
+    def add_qos(self, name: str, values: dict[str, str]) -> None:
+        unknown = set(values) - QOS_SETTINGS
+        if unknown:
+            raise AssocError(f"Unknown option: {sorted(unknown)[0]}")
+        with self.engine.begin() as conn:
+            if conn.execute(select(_QOS.c.id).where(_QOS.c.name == name)).first():
+                raise AssocError(f"Qos {name} already exists.  Nothing new added.")
+            conn.execute(insert(_QOS).values(name=name, description=name))
+            self._set_qos(conn, name, values)
+
+    def modify_qos(self, name: str, values: dict[str, str]) -> None:
+        unknown = set(values) - QOS_SETTINGS
+        if unknown:
+            raise AssocError(f"Unknown option: {sorted(unknown)[0]}")
+        with self.engine.begin() as conn:
+            if not conn.execute(select(_QOS.c.id).where(_QOS.c.name == name)).first():
+                raise AssocError(f"Qos {name} doesn't exist.")
+            self._set_qos(conn, name, values)
+
+    def delete_qos(self, name: str) -> None:
+        with self.engine.begin() as conn:
+            if not conn.execute(select(_QOS.c.id).where(_QOS.c.name == name)).first():
+                raise AssocError(f"Qos {name} doesn't exist.")
+            users = [r for r in conn.execute(select(_ASSOC.c.account, _ASSOC.c.user, _ASSOC.c.qos,
+                                                    _ASSOC.c.default_qos))
+                     if name in _names(r.qos) or r.default_qos == name]
+            if users:
+                raise AssocError(f"Qos {name} is still used by the association of account {users[0].account}"
+                                 f"{' user ' + users[0].user if users[0].user else ''}: take it out first.")
+            conn.execute(delete(_QOS).where(_QOS.c.name == name))
+            for row in conn.execute(select(_QOS.c.name, _QOS.c.preempt)):  # nobody preempts what is gone
+                if name in _names(row.preempt):
+                    conn.execute(update(_QOS).where(_QOS.c.name == row.name).values(
+                        preempt=",".join(n for n in _names(row.preempt) if n != name)))
+
+    def _set_qos(self, conn: Connection, name: str, values: dict[str, str]) -> None:
+        row = conn.execute(select(_QOS).where(_QOS.c.name == name)).one()
+        known = {r.name for r in conn.execute(select(_QOS.c.name))}
+        changes: dict[str, Any] = {}
+        try:
+            updates = _limit_updates(limits.QOS_KEYS, values)
+            if updates:
+                changes["limits"] = json.dumps(Limits.from_json(json.loads(row.limits or "{}")).changed(updates)
+                                               .to_json())
+            if "description" in values:
+                changes["description"] = values["description"]
+            if "priority" in values:
+                changes["priority"] = _integer(values["priority"], "Priority", 0, 2 ** 31 - 1)
+            if "usagefactor" in values:
+                changes["usage_factor"] = _number(values["usagefactor"], "UsageFactor", 0.0, 1e6)
+            if "usagethreshold" in values:
+                changes["usage_threshold"] = None if values["usagethreshold"] == "-1" else \
+                    _number(values["usagethreshold"], "UsageThreshold", 0.0, 1.0)
+            if "gracetime" in values:
+                changes["grace_time"] = _integer(values["gracetime"], "GraceTime", 0, 2 ** 31 - 1)
+            if "preemptexempttime" in values:
+                exempt = limits.parse_minutes(values["preemptexempttime"])
+                changes["preempt_exempt_time"] = None if exempt == limits.UNLIMITED else exempt
+            if "preemptmode" in values:
+                changes["preempt_mode"] = _preempt_mode(values["preemptmode"])
+        except LimitError as exc:
+            raise AssocError(str(exc)) from exc
+        flags = _edit_list(_names(row.flags), values, "flags")
+        if flags is not None:
+            canonical = {f.lower(): f for f in limits.QOS_FLAGS}
+            bad = [f for f in flags if f.lower() not in canonical and f.lower() != "none"]
+            if bad:
+                raise AssocError(f"Unknown QOS flag: {bad[0]} (one of {', '.join(limits.QOS_FLAGS)})")
+            changes["flags"] = ",".join(canonical[f.lower()] for f in flags if f.lower() != "none")
+        preempt = _edit_list(_names(row.preempt), values, "preempt")
+        if preempt is not None:
+            missing = [q for q in preempt if q not in known]
+            if missing:
+                raise AssocError(f"Qos {missing[0]} doesn't exist.")
+            if name in preempt:
+                raise AssocError(f"Qos {name} can't preempt itself.")
+            changes["preempt"] = ",".join(preempt)
+        if changes:
+            conn.execute(update(_QOS).where(_QOS.c.name == name).values(**changes))
+
+    def _settle(self, conn: Connection, account: str, user: str, values: dict[str, str]) -> None:
+        """An association's limits and QOS from sacctmgr's settings (the others are not its)."""
+        row = conn.execute(select(_ASSOC).where(self._where(account, user))).first()
+        if row is None:
+            return
+        changes: dict[str, Any] = {}
+        try:
+            updates = _limit_updates(limits.ASSOC_KEYS, values)
+        except LimitError as exc:
+            raise AssocError(str(exc)) from exc
+        if updates:
+            changes["limits"] = json.dumps(Limits.from_json(json.loads(row.limits or "{}")).changed(updates).to_json())
+        qos = _edit_list(_names(row.qos), values, "qos")
+        known = {r.name for r in conn.execute(select(_QOS.c.name))}
+        if qos is not None:
+            missing = [q for q in qos if q not in known]
+            if missing:
+                raise AssocError(f"Qos {missing[0]} doesn't exist.")
+            changes["qos"] = ",".join(qos)
+        if "defaultqos" in values:
+            default = "" if values["defaultqos"] in ("", "-1") else values["defaultqos"]
+            if default and default not in known:
+                raise AssocError(f"Qos {default} doesn't exist.")
+            allowed = qos if qos is not None else _names(row.qos)
+            if default and allowed and default not in allowed:
+                raise AssocError(f"Default QOS {default} is not in the association's QOS list "
+                                 f"({','.join(allowed)}).")
+            changes["default_qos"] = default
+        if changes:
+            conn.execute(update(_ASSOC).where(self._where(account, user)).values(**changes))
 
     def delete_account(self, name: str) -> None:
         with self.engine.begin() as conn:
@@ -240,3 +406,69 @@ class AssocStore:
             row = conn.execute(select(_ASSOC.c.parent).where(self._where(account, ""))).first()
             account = row.parent if row else ""
         return seen
+
+
+def _names(text: str) -> list[str]:
+    return [n for n in (text or "").split(",") if n]
+
+
+def _edit_list(current: list[str], values: dict[str, str], key: str) -> list[str] | None:
+    """A list setting as sacctmgr edits it: ``key=a,b`` replaces, ``key+=c`` adds, ``key-=a``
+    removes; None when not given."""
+    if key not in values and f"{key}+" not in values and f"{key}-" not in values:
+        return None
+    result = _names(values[key]) if key in values else list(current)
+    result.extend(n for n in _names(values.get(f"{key}+", "")) if n not in result)
+    removed = set(_names(values.get(f"{key}-", "")))
+    return [n for n in result if n not in removed]
+
+
+def _limit_updates(keys: tuple[limits.LimitKey, ...], values: dict[str, str]) -> dict[str, Any]:
+    updates: dict[str, Any] = {}
+    for name, text in values.items():
+        key = limits.find_key(keys, name)
+        if key is not None:
+            updates[key.field] = limits.parse_limit(key, text)
+    return updates
+
+
+def _integer(text: str, what: str, low: int, high: int) -> int:
+    try:
+        value = int(text)
+    except ValueError as exc:
+        raise LimitError(f"Invalid {what}: {text}") from exc
+    if not low <= value <= high:
+        raise LimitError(f"Invalid {what}: {text} (from {low} to {high})")
+    return value
+
+
+def _number(text: str, what: str, low: float, high: float) -> float:
+    try:
+        value = float(text)
+    except ValueError as exc:
+        raise LimitError(f"Invalid {what}: {text}") from exc
+    if not low <= value <= high:  # (NaN fails too)
+        raise LimitError(f"Invalid {what}: {text} (from {low} to {high})")
+    return value
+
+
+def _preempt_mode(text: str) -> str:
+    modes = [m.strip().upper() for m in text.split(",") if m.strip()]
+    if not modes or any(m not in limits.PREEMPT_MODES for m in modes):
+        raise LimitError(f"Invalid PreemptMode: {text} (one of {', '.join(limits.PREEMPT_MODES)})")
+    return ",".join(modes)
+
+
+def _qos_row(row: Any) -> dict[str, Any]:
+    return {"id": row.id, "name": row.name, "description": row.description, "priority": row.priority,
+            "flags": _names(row.flags), "usage_factor": row.usage_factor, "usage_threshold": row.usage_threshold,
+            "preempt": _names(row.preempt), "preempt_mode": row.preempt_mode,
+            "preempt_exempt_time": row.preempt_exempt_time, "grace_time": row.grace_time,
+            "limits": json.loads(row.limits or "{}")}
+
+
+def qos_from_row(row: dict[str, Any]) -> Qos:
+    """A QOS record (as :meth:`AssocStore.qos` gives it) as the limits read it."""
+    return Qos(row["name"], row["id"], row["description"], row["priority"], frozenset(row["flags"]),
+               row["usage_factor"], row["usage_threshold"], frozenset(row["preempt"]), row["preempt_mode"],
+               row["preempt_exempt_time"], row["grace_time"], Limits.from_json(row["limits"]))

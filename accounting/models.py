@@ -71,6 +71,7 @@ class JobRecord(Base):
     req_gpus: Mapped[int] = mapped_column(Integer, default=0)  # GPUs asked for in all (wattsched.gres)
     alloc_gpus: Mapped[int] = mapped_column(Integer, default=0)
     gpu_type: Mapped[str] = mapped_column(String(64), default="")  # the type asked for ("" any)
+    qos: Mapped[str] = mapped_column(String(64), default="")
 
     steps: Mapped[list[StepRecord]] = relationship(back_populates="job", cascade="all, delete-orphan",
                                                    order_by="StepRecord.id")
@@ -181,3 +182,25 @@ class AssociationRecord(Base):
     user: Mapped[str] = mapped_column(String(64), default="")
     parent: Mapped[str] = mapped_column(String(64), default="root")
     shares: Mapped[int] = mapped_column(Integer, default=1)
+    limits: Mapped[str] = mapped_column(Text, default="{}")  # JSON of wattsched.limits.Limits
+    qos: Mapped[str] = mapped_column(Text, default="")  # the QOS it may use ("": its parent's)
+    default_qos: Mapped[str] = mapped_column(String(64), default="")
+
+
+class QosRecord(Base):
+    """A QOS as sacctmgr keeps it (wattsched.limits.Qos)."""
+
+    __tablename__ = "qos"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    description: Mapped[str] = mapped_column(Text, default="")
+    priority: Mapped[int] = mapped_column(Integer, default=0)
+    flags: Mapped[str] = mapped_column(String(512), default="")
+    usage_factor: Mapped[float] = mapped_column(Double, default=1.0)
+    usage_threshold: Mapped[float | None] = mapped_column(Double, nullable=True)
+    preempt: Mapped[str] = mapped_column(Text, default="")
+    preempt_mode: Mapped[str] = mapped_column(String(64), default="cluster")
+    preempt_exempt_time: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    grace_time: Mapped[int] = mapped_column(Integer, default=0)
+    limits: Mapped[str] = mapped_column(Text, default="{}")  # JSON of wattsched.limits.Limits

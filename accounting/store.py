@@ -17,7 +17,14 @@ from sqlalchemy.orm import Session, selectinload
 
 from wattsched import hostlist
 from wattsched.accounting.assoc import AssocStore
-from wattsched.accounting.models import ClusterRecord, JobRecord, NodeEventRecord, ReservationRecord, StepRecord
+from wattsched.accounting.models import (
+    ClusterRecord,
+    JobRecord,
+    NodeEventRecord,
+    QosRecord,
+    ReservationRecord,
+    StepRecord,
+)
 from wattsched.model import JOB_FIELD_NAMES
 from wattsched.private import private_sqlite
 from wattsched.usage import summarize
@@ -189,7 +196,8 @@ class AccountingStore:
             stmt = stmt.where(JobRecord.time_eligible <= query.end)
         stmt = stmt.order_by(JobRecord.job_id, JobRecord.time_submit).limit(query.limit)
         with Session(self.engine) as session:
-            return [_job_dict(r) for r in session.scalars(stmt)]
+            qos_ids = {name: id_ for id_, name in session.execute(select(QosRecord.id, QosRecord.name))}
+            return [_job_dict(r, qos_ids) for r in session.scalars(stmt)]
 
     def energy_by(self, cluster: str, column: str, start: float, end: float) -> list[tuple[str, float, int]]:
         """(user or account, joules, jobs) of the jobs that ended in [start, end], most energy first."""
@@ -294,8 +302,9 @@ _JOB_COLUMNS = [c.key for c in JobRecord.__mapper__.column_attrs]
 _STEP_COLUMNS = [c.key for c in StepRecord.__mapper__.column_attrs if c.key not in ("id", "job_row")]
 
 
-def _job_dict(record: JobRecord) -> dict[str, Any]:
+def _job_dict(record: JobRecord, qos_ids: dict[str, int]) -> dict[str, Any]:
     data = {key: getattr(record, key) for key in _JOB_COLUMNS if key != "id"}
     data["db_index"] = record.id
+    data["qos_id"] = qos_ids.get(record.qos, 0)  # sacct's QOSRAW
     data["steps"] = [{key: getattr(s, key) for key in _STEP_COLUMNS} for s in record.steps]
     return data

@@ -92,7 +92,7 @@ FIELDS: dict[str, tuple[str, str, Callable[[dict[str, Any], float], str]]] = {
     "k": ("COMMENT", "Comment", lambda j, n: j["comment"] or "(null)"),
     "y": ("NICE", "Nice", lambda j, n: str(j["nice"])),
     "B": ("EXEC_HOST", "BatchHost", lambda j, n: j["batch_host"] or "n/a"),
-    "q": ("QOS", "QOS", lambda j, n: "normal"),
+    "q": ("QOS", "QOS", lambda j, n: j.get("qos") or "(null)"),
     "x": ("EXC_NODES", "ExcNodes", lambda j, n: ",".join(j["exc_nodes"])),
     "n": ("REQ_NODES", "ReqNodes", lambda j, n: ",".join(j["req_nodes"])),
     "w": ("WCKEY", "WCKey", lambda j, n: j["wckey"] or "(null)"),

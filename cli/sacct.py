@@ -330,9 +330,9 @@ FIELDS: dict[str, tuple[int, Callable[[Row, Row | None], str]]] = {
     "PlannedCPU": (10, lambda j, s: "" if s else _elapsed_str(_planned(j) * j["req_cpus"])),
     "PlannedCPURAW": (13, lambda j, s: "" if s else str(_planned(j) * j["req_cpus"])),
     "Priority": (10, lambda j, s: "" if s else str(j["priority"])),
-    "QOS": (10, lambda j, s: "" if s else "normal"),
-    "QOSRAW": (6, lambda j, s: "" if s else "1"),
-    "QOSREQ": (10, lambda j, s: "" if s else "normal"),
+    "QOS": (10, lambda j, s: "" if s else j.get("qos", "")),
+    "QOSRAW": (6, lambda j, s: "" if s else str(j.get("qos_id", 0))),
+    "QOSREQ": (10, lambda j, s: "" if s else j.get("qos", "")),
     "Reason": (22, lambda j, s: "" if s else (j["reason"] or "None")),
     "ReqCPUFreq": (10, lambda j, s: req_freq(j["req_cpu_freq"], j["cpu_freq_khz"], "max")),
     "ReqCPUFreqGov": (13, lambda j, s: req_freq(j["req_cpu_freq"], j["cpu_freq_khz"], "gov")),
@@ -567,7 +567,7 @@ def _selected(job: Row, opts: dict[str, Any], refs: list[str]) -> bool:
                       or (str(job["job_id"]) in {t.split("_")[0] for t in tasks} and job["array_task_id"] is None)):
         return False
     checks = [("name", job["name"]), ("accounts", job["account"]), ("partition", job["partition"]),
-              ("wckeys", job["wckey"]), ("qos", "normal"), ("reason", job["reason"])]
+              ("wckeys", job["wckey"]), ("qos", job.get("qos", "")), ("reason", job["reason"])]
     for key, value in checks:
         wanted = split_list(opts.get(key))
         if wanted and value not in wanted:

@@ -1,11 +1,15 @@
-"""sacctmgr: add, modify, delete and show clusters, accounts, users and associations.
+"""sacctmgr: add, modify, delete and show clusters, accounts, users, associations and QOS.
 
     sacctmgr [-i] add account physics Parent=root Fairshare=10 Description="..." Organization=...
     sacctmgr [-i] add user alice Account=physics DefaultAccount=physics Fairshare=2 AdminLevel=None
-    sacctmgr [-i] modify account physics set Fairshare=5
-    sacctmgr [-i] modify user alice where Account=physics set Fairshare=3
+    sacctmgr [-i] modify account physics set Fairshare=5 GrpTRES=cpu=64,power=3000 GrpTRESMins=energy=1e9
+    sacctmgr [-i] modify user alice where Account=physics set Fairshare=3 MaxJobs=4 QOS+=high
     sacctmgr [-i] delete user alice [where Account=physics]
-    sacctmgr show assoc [format=Account,User,Share] [-P] [-n] [--json]
+    sacctmgr [-i] add qos high Priority=100 Preempt=normal MaxJobsPerUser=2 Flags=DenyOnLimit
+    sacctmgr show assoc [format=Account,User,Share,GrpTRES] [-P] [-n] [--json]
+    sacctmgr show qos [high] [format=Name,Priority,MaxJobsPU]
+
+The limits and QOS settings are those of wattsched.limits (Slurm's, with power as a TRES).
 
 Without -i the change is described and committed only when the answer is "y", as in Slurm.
 """
@@ -15,30 +19,85 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from wattsched import limits
 from wattsched.cli import fmt
 from wattsched.cli.common import Client, CLIError, print_json
 from wattsched.cli.options import NO, OPT, REQ, Command, Opt, ignored, refused, run, standard
+from wattsched.limits import Limits
+from wattsched.timefmt import elapsed_str
 
 ENTITIES = {"cluster": "cluster", "clusters": "cluster", "account": "account", "accounts": "account",
-            "user": "user", "users": "user", "association": "assoc", "associations": "assoc", "assoc": "assoc"}
+            "user": "user", "users": "user", "association": "assoc", "associations": "assoc", "assoc": "assoc",
+            "qos": "qos"}
 ACTIONS = {"add": "add", "create": "add", "modify": "modify", "update": "modify", "delete": "delete",
            "remove": "delete", "show": "show", "list": "show"}
+def _limit(key: limits.LimitKey):
+    return lambda r: limits.show_limit(key, Limits.from_json(r["limits"]))
+
+
 # show: field -> (width, value)
 FIELDS: dict[str, dict[str, tuple[int, Any]]] = {
     "assoc": {"Cluster": (10, lambda r: r["cluster"]), "Account": (10, lambda r: r["account"]),
               "User": (10, lambda r: r["user"]), "Partition": (10, lambda r: ""),
               "Share": (9, lambda r: str(r["shares"])), "Fairshare": (9, lambda r: str(r["shares"])),
               "ParentName": (10, lambda r: "" if r["user"] else r["parent"]), "ID": (6, lambda r: str(r["id"])),
-              "DefaultAccount": (10, lambda r: r["default_account"] if r["user"] else "")},
+              "DefaultAccount": (10, lambda r: r["default_account"] if r["user"] else ""),
+              "Priority": (10, lambda r: ""), "QOS": (20, lambda r: ",".join(sorted(r["qos"]))),
+              "Def QOS": (9, lambda r: r["default_qos"]),
+              **{k.header: (k.width, _limit(k)) for k in limits.ASSOC_KEYS}},
+    "qos": {"Name": (10, lambda r: r["name"]), "Priority": (10, lambda r: str(r["priority"])),
+            "GraceTime": (10, lambda r: elapsed_str(r["grace_time"])),
+            "Preempt": (10, lambda r: ",".join(sorted(r["preempt"]))),
+            "PreemptExemptTime": (19, lambda r: "" if r["preempt_exempt_time"] is None else
+                                  limits.format_minutes(r["preempt_exempt_time"])),
+            "PreemptMode": (11, lambda r: r["preempt_mode"]), "Flags": (20, lambda r: ",".join(r["flags"])),
+            "UsageThres": (10, lambda r: "" if r["usage_threshold"] is None else f"{r['usage_threshold']:.6f}"),
+            "UsageFactor": (11, lambda r: f"{r['usage_factor']:.6f}"), "Descr": (20, lambda r: r["description"]),
+            "ID": (6, lambda r: str(r["id"])),
+            **{k.header: (k.width, _limit(k)) for k in limits.QOS_KEYS}},
     "account": {"Account": (10, lambda r: r["name"]), "Descr": (20, lambda r: r["description"]),
                 "Org": (20, lambda r: r["organization"]), "ParentName": (10, lambda r: r["parent"])},
     "user": {"User": (10, lambda r: r["name"]), "Def Acct": (10, lambda r: r["default_account"]),
              "Admin": (9, lambda r: r["admin_level"])},
     "cluster": {"Cluster": (10, lambda r: r["name"])},
 }
-DEFAULTS = {"assoc": "Cluster,Account,User,Partition,Share,ParentName", "account": "Account,Descr,Org",
-            "user": "User,Def Acct,Admin", "cluster": "Cluster"}
-ROWS = {"assoc": "associations", "account": "accounts", "user": "users", "cluster": "clusters"}
+DEFAULTS = {"assoc": "Cluster,Account,User,Partition,Share,Priority,GrpJ,GrpTRES,GrpS,GrpWall,GrpTRESMins,MaxJ,"
+                     "MaxTRES,MaxS,MaxW,MaxTRESMins,QOS,DefaultQOS,GrpTRESRunMins",
+            "account": "Account,Descr,Org", "user": "User,Def Acct,Admin", "cluster": "Cluster",
+            "qos": "Name,Prio,GraceT,Preempt,PreemptE,PreemptM,Flags%40,UsageThres,UsageFactor,GrpTRES,GrpTRESMins,"
+                   "GrpTRESRunMins,GrpJ,GrpS,GrpW,MaxTRES,MaxTRESPerN,MaxTRESMins,MaxW,MaxTRESPerUser,"
+                   "MaxJobsPerUser,MaxSubmitJobsPerUser,MaxTRESPerAcct,MaxJobsPerAcct,MaxSubmitJobsPerAcct,MinTRES"}
+ROWS = {"assoc": "associations", "account": "accounts", "user": "users", "cluster": "clusters", "qos": "qos"}
+# format= names as sacctmgr takes them: a field's full name or the start of one of its names (at
+# least 4 letters, or one of these shorter ones), first match in this order, as Slurm's
+_FIELD_NAMES: dict[str, list[tuple[str, str]]] = {
+    "assoc": [("defaultqos", "Def QOS"), ("def qos", "Def QOS"), ("qoslevel", "QOS"), ("fairshare", "Share"),
+              ("share", "Share"), ("priority", "Priority"),
+              *((name, k.header) for k in limits.ASSOC_KEYS for name in k.names)],
+    "qos": [("name", "Name"), ("priority", "Priority"), ("gracetime", "GraceTime"), ("preemptmode", "PreemptMode"),
+            ("preempt", "Preempt"), ("preemptexempttime", "PreemptExemptTime"), ("flags", "Flags"),
+            ("usagethreshold", "UsageThres"), ("usagefactor", "UsageFactor"), ("description", "Descr"),
+            *((name, k.header) for k in limits.QOS_KEYS for name in k.names)],
+}
+_SHORTEST = {"prio": 3, "gracet": 3, "descr": 3, "flags": 2, "name": 2, "id": 2}
+
+
+def canonical_fields(entity: str, spec: str) -> str:
+    """``format=`` with each name as sacctmgr resolves it (GrpJ is GrpJobs, MaxTRESPerN is
+    MaxTRESPerNode, ...), for the entities whose fields Slurm abbreviates."""
+    names = _FIELD_NAMES.get(entity)
+    if names is None:
+        return spec
+    out = []
+    for item in spec.split(","):
+        given, sep, width = item.partition("%")
+        lowered = given.strip().lower()
+        header = next((h for name, h in names if name == lowered), None)
+        if header is None and (len(lowered) >= 4 or any(lowered.startswith(s[:n]) and len(lowered) >= n
+                                                       for s, n in _SHORTEST.items())):
+            header = next((h for name, h in names if name.startswith(lowered)), None)
+        out.append(f"{header or given}{sep}{width}")
+    return ",".join(out)
 
 
 def parse_command(words: list[str]) -> tuple[str, str, list[str], dict[str, str], dict[str, str]]:
@@ -103,7 +162,7 @@ COMMAND = Command("sacctmgr", "[<OPTION>] [<COMMAND>]", [
      add <ENTITY> <NAME> [<SPECS>]       add an account, user or cluster
      modify <ENTITY> [where <SPECS>] set <SPECS>
      delete <ENTITY> <NAME> [where <SPECS>]
-     show <ENTITY> [<NAMES>] [format=<FIELDS>]   ENTITY: account, user, assoc, cluster""")
+     show <ENTITY> [<NAMES>] [format=<FIELDS>]   ENTITY: account, user, assoc, cluster, qos""")
 
 
 def sacctmgr(argv: list[str]) -> None:
@@ -145,7 +204,7 @@ def _show(client: Client, entity: str, names: list[str], where: dict[str, str], 
     if as_json:
         print_json({ROWS[entity]: rows})
         return
-    spec = where.pop("format", None) or DEFAULTS[entity]
+    spec = canonical_fields(entity, where.pop("format", None) or DEFAULTS[entity])
     try:
         lines = fmt.field_table(rows, spec, FIELDS[entity], parsable, parsable2, header=not noheader)
     except ValueError as exc:

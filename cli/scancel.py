@@ -105,7 +105,7 @@ def scancel(argv: list[str]) -> int:
 def _matches(job: dict, opts: dict) -> bool:
     """The filters the controller's listing does not apply."""
     for key, value in (("name", job["name"]), ("account", job["account"]), ("wckey", job["wckey"]),
-                       ("qos", "normal")):
+                       ("qos", job.get("qos", ""))):
         wanted = split_list(opts.get(key))
         if wanted and value not in wanted:
             return False

@@ -45,7 +45,7 @@ def job_lines(j: dict[str, Any], details: bool = False) -> list[str | None]:
     return [
         first,
         f"UserId={j['user']}({j['uid']}) GroupId={j['group']}({j['gid']}) MCS_label=N/A",
-        f"Priority={hold_prio} Nice={j['nice']} Account={j['account'] or '(null)'} QOS=normal",
+        f"Priority={hold_prio} Nice={j['nice']} Account={j['account'] or '(null)'} QOS={j.get('qos') or '(null)'}",
         f"JobState={state} Reason={j['reason']} Dependency={j['dependency'] or '(null)'}",
         f"Requeue={int(j['requeue'])} Restarts={j['restart_count']} BatchFlag={0 if j['interactive'] else 1} "
         f"Reboot=0 ExitCode={j['exit_code']}:{j['term_signal']}",

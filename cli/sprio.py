@@ -18,25 +18,31 @@ CODES: dict[str, tuple[str, str, str]] = {
     "Q": ("QOS", "qos", "qos"),
     "E": ("ENERGY", "energy", "energy"),
 }
+NORMALIZED = {code.lower(): code for code in CODES}
 DEFAULT = "%.15i %9r %10u %.10Y %.10S %.10A %.10F %.10J %.10P %.10Q %.10E"
 LONG = DEFAULT + " %.6N"
 
 
 def _values(weights: dict[str, Any], normalized: bool):
     def value(code: str):
+        if code in NORMALIZED:  # Slurm's lower-case codes: the factor itself
+            factor = CODES[NORMALIZED[code]][1]
+            return lambda j: f"{j[factor]:.7f}"
         if code in CODES:
             _title, factor, weight = CODES[code]
             if normalized:
                 return lambda j: f"{j[factor]:.7f}"
             return lambda j: str(round(weights[weight] * j[factor]))
         simple = {"i": lambda j: str(j["job_id"]), "r": lambda j: j["partition"], "u": lambda j: j["user"],
+                  "n": lambda j: j["qos_name"], "o": lambda j: j["account"],
                   "Y": lambda j: str(j["priority"]), "S": lambda j: str(j["site"]), "N": lambda j: str(j["nice"])}
         return simple.get(code, lambda _j, c=code: f"%{c}")
     return value
 
 
-TITLES = {"i": "JOBID", "r": "PARTITION", "u": "USER", "Y": "PRIORITY", "S": "SITE", "N": "NICE",
-          **{c: t for c, (t, _f, _w) in CODES.items()}}
+TITLES = {"i": "JOBID", "r": "PARTITION", "u": "USER", "Y": "PRIORITY", "S": "SITE", "N": "NICE", "n": "NAME",
+          "o": "ACCOUNT", **{c: t for c, (t, _f, _w) in CODES.items()},
+          **{n: CODES[c][0] for n, c in NORMALIZED.items()}}
 
 
 COMMAND = Command("sprio", "[-j jid[s]] [-u user_name[s]] [-o format] [-p partitions] [--usage] "

@@ -146,7 +146,7 @@ def _selected(job: dict, opts: dict) -> bool:
     if accounts and job["account"] not in accounts:
         return False
     qos = split_list(opts.get("qos"))
-    if qos and "normal" not in qos:  # every job runs under the one QOS, "normal"
+    if qos and job.get("qos", "") not in qos:
         return False
     if opts.get("reservation") and job["reservation"] != opts["reservation"]:
         return False

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from wattsched import scheduling, states
 from wattsched.api import JobSubmit, JobUpdate, WillRun
 from wattsched.auth import Identity
-from wattsched.controller import jobend, launching, permissions, snapshots
+from wattsched.controller import acctpolicy, jobend, launching, permissions, snapshots
 from wattsched.controller import submit as submit_mod
 from wattsched.controller.actions import Action, Freeze, Refused, Signal
 from wattsched.model import Job
@@ -28,7 +28,7 @@ def submit(state: ClusterState, req: JobSubmit, who: Identity, now: float) -> li
     if req.nice < 0 and not permissions.is_admin(state, who):
         raise Refused("Access/permission denied: only an administrator may set a negative nice value", 403)
     gid, group = primary_group(who.uid)
-    req = with_account(state, req, who)
+    req = acctpolicy.settle(state, with_account(state, req, who), who)
     try:
         jobs = submit_mod.build_jobs(req, who, gid, group, state.config, now, state.next_job_id,
                                      snapshots.node_snaps(state), state.plugins.select,
@@ -36,6 +36,7 @@ def submit(state: ClusterState, req: JobSubmit, who: Identity, now: float) -> li
     except submit_mod.SubmitError as exc:
         raise Refused(str(exc)) from exc
     check_submit_limit(state, who, len(jobs))
+    acctpolicy.check_submit(state, jobs)
     if len(state.jobs) + len(jobs) > state.config.max_job_count:
         purge_ended(state, len(state.jobs) + len(jobs) - state.config.max_job_count)
     if len(state.jobs) + len(jobs) > state.config.max_job_count:
@@ -82,7 +83,7 @@ def will_run(state: ClusterState, req: JobSubmit, who: Identity, now: float) -> 
     it (now, or at its place in the backfill plan), from a pass of the pure core over the
     current snapshot with the job added. Nothing is kept."""
     gid, group = primary_group(who.uid)
-    req = with_account(state, req, who)
+    req = acctpolicy.settle(state, with_account(state, req, who), who)
     try:
         job = submit_mod.build_jobs(req, who, gid, group, state.config, now, state.next_job_id,
                                     snapshots.node_snaps(state), state.plugins.select, snapshots.partition_snaps(state),

@@ -12,9 +12,10 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from wattsched import fairshare, states
+from wattsched import fairshare, limits, states
 from wattsched.accounting.store import AccountingStore
 from wattsched.config import Config
+from wattsched.controller import acctpolicy
 from wattsched.fairshare import ShareRow, UsageRecord
 
 log = logging.getLogger("wattsched.controller")
@@ -29,10 +30,15 @@ class Shares:
     default_account: dict[str, str] = field(default_factory=dict)
     admins: frozenset[str] = frozenset()
     computed_at: float = 0.0
+    # the QOS, the associations' limits and the use they are held to (wattsched.limits)
+    qos: dict[str, limits.Qos] = field(default_factory=dict)
+    assoc_limits: dict[tuple[str, str], limits.AssocLimits] = field(default_factory=dict)
+    assoc_use: dict[tuple[str, str], limits.Use] = field(default_factory=dict)
+    qos_use: dict[str, limits.Use] = field(default_factory=dict)
 
 
-def compute(accounting: AccountingStore, config: Config, running: list[UsageRecord], now: float,
-            origin: float) -> Shares:
+def compute(accounting: AccountingStore, config: Config, running: list[UsageRecord],
+            running_use: list[limits.UseRecord], now: float, origin: float) -> Shares:
     """Read associations and history (blocking: run it in a thread) and compute the shares."""
     assocs = accounting.assocs(config.cluster_name)
     half_life = config.priority_decay_half_life_min * 60.0
@@ -50,7 +56,11 @@ def compute(accounting: AccountingStore, config: Config, running: list[UsageReco
             user_accounts.setdefault(a["user"], set()).add(a["account"])
             default_account[a["user"]] = a["default_account"]
     admins = frozenset(u["name"] for u in assocs.users() if u["admin_level"] in ("Operator", "Administrator"))
-    return Shares(rows, fairshare.factors(rows), user_accounts, default_account, admins, now)
+    qos, assoc_limits = assocs.qos_records(), assocs.assoc_limits()
+    assoc_use, qos_use = limits.recorded_use([*assocs.use_records(since), *running_use], assoc_limits, qos, now,
+                                             since, half_life)
+    return Shares(rows, fairshare.factors(rows), user_accounts, default_account, admins, now, qos, assoc_limits,
+                  assoc_use, qos_use)
 
 
 class FairShareCalc:
@@ -72,10 +82,13 @@ class FairShareCalc:
             joules = self.state.energies_so_far(counted, now)
             running = [UsageRecord(j.user, j.account, j.num_cpus, j.start_time,
                                    j.end_time if j.energy_pending else None, joules[j.job_id]) for j in counted]
+            running_use = [limits.UseRecord(j.user, j.account, j.qos, acctpolicy.active_job(j, {}).tres, j.start_time,
+                                            j.end_time if j.energy_pending else None, joules[j.job_id])
+                           for j in counted]
             try:
                 origin = await asyncio.to_thread(self.accounting.history_start, self.state.config.cluster_name)
-                shares = await asyncio.to_thread(compute, self.accounting, self.state.config, running, now,
-                                                 min(origin, now))
+                shares = await asyncio.to_thread(compute, self.accounting, self.state.config, running, running_use,
+                                                 now, min(origin, now))
             except Exception as exc:  # the database may be away: keep the last factors
                 log.error("fair-share computation failed, keeping the previous factors: %s", exc)
                 return

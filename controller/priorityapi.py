@@ -11,7 +11,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from wattsched.accounting.assoc import AssocError, AssocStore
+from wattsched.accounting.assoc import ASSOC_SETTINGS, AssocError, AssocStore
 from wattsched.api import AssocRequest
 from wattsched.controller.actions import Refused
 from wattsched.httpauth import Who
@@ -21,27 +21,34 @@ def _apply(store: AssocStore, req: AssocRequest, now: float) -> None:
     """One sacctmgr change, for each name (blocking: run it in a thread)."""
     values, account = req.values, req.where.get("account", "")
     for name in req.names:
-        if req.entity == "cluster":
+        if req.entity == "qos":
+            if req.action == "add":
+                store.add_qos(name, values)
+            elif req.action == "modify":
+                store.modify_qos(name, values)
+            else:
+                store.delete_qos(name)
+        elif req.entity == "cluster":
             if req.action != "add":
                 raise AssocError(f"{req.action} cluster is not supported: clusters are added, never changed")
             store.add_cluster(name, now)
         elif req.entity == "account":
             if req.action == "add":
-                unknown = set(values) - {"parent", "fairshare", "description", "organization"}
+                unknown = set(values) - {"parent", "fairshare", "description", "organization"} - ASSOC_SETTINGS
                 if unknown:
                     raise AssocError(f"Unknown option: {sorted(unknown)[0]}")
                 store.add_account(name, values.get("parent", "root"), values.get("fairshare", 1),
-                                  values.get("description", ""), values.get("organization", ""))
+                                  values.get("description", ""), values.get("organization", ""), values)
             elif req.action == "modify":
                 store.modify_account(name, values)
             else:
                 store.delete_account(name)
         elif req.action == "add":
-            unknown = set(values) - {"account", "defaultaccount", "fairshare", "adminlevel"}
+            unknown = set(values) - {"account", "defaultaccount", "fairshare", "adminlevel"} - ASSOC_SETTINGS
             if unknown:
                 raise AssocError(f"Unknown option: {sorted(unknown)[0]}")
             store.add_user(name, values.get("account", ""), values.get("defaultaccount", ""),
-                           values.get("fairshare", 1), values.get("adminlevel", ""))
+                           values.get("fairshare", 1), values.get("adminlevel", ""), values)
         elif req.action == "modify":
             store.modify_user(name, values, account)
         else:
@@ -78,11 +85,11 @@ def add_routes(app: FastAPI, controller: Any) -> None:
     @app.get("/v1/associations")
     async def associations(who: Who) -> dict[str, Any]:
         store = accounting()
-        assocs, accounts, users, clusters = await asyncio.gather(
+        assocs, accounts, users, clusters, qos = await asyncio.gather(
             asyncio.to_thread(store.associations), asyncio.to_thread(store.accounts),
-            asyncio.to_thread(store.users), asyncio.to_thread(store.clusters))
+            asyncio.to_thread(store.users), asyncio.to_thread(store.clusters), asyncio.to_thread(store.qos))
         return {"time": time.time(), "associations": assocs, "accounts": accounts, "users": users,
-                "clusters": clusters}
+                "clusters": clusters, "qos": qos}
 
     @app.get("/v1/shares")
     async def shares(who: Who) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from wattsched import power, scheduling, snapbuild, states
-from wattsched.controller import views
+from wattsched.controller import acctpolicy, views
 from wattsched.model import Job
 from wattsched.states import PowerState
 
@@ -28,6 +28,8 @@ class Memos:
     briefs: dict[int, dict] = field(default_factory=dict)
     partitions: dict[str, scheduling.PartitionSnap] | None = None
     queue: scheduling.QueueMemo = field(default_factory=scheduling.QueueMemo)
+    watts_per_cpu: dict[str, float] | None = None  # per partition (acctpolicy), from the configuration
+    cpu_watts: dict[str, float] = field(default_factory=dict)  # per node: MaxWatts / CPUs
 
     def job_changed(self, job_id: int, request_changed: bool = True) -> None:
         self.briefs.pop(job_id, None)
@@ -81,7 +83,7 @@ def snapshot(state: ClusterState, now: float, backfill_due: bool = True) -> sche
         if snapbuild.carries_running(backfill_due, state.power_cap is not None) else ()
     return snapbuild.snapshot(state.config, now, tuple(node_snaps(state).values()), partition_snaps(state), pending,
                               running, backfill_due, power_snap(state), briefs, state.resv.snapshots(),
-                              state.shares.factors)
+                              state.shares.factors, accounts=acctpolicy.snapshot(state))
 
 
 def gpus_by_type(state: ClusterState, job: Job) -> dict[str, dict[str, int]]:

@@ -167,7 +167,7 @@ def build_jobs(req: JobSubmit, who: Identity, gid: int, group: str, config: Conf
 
     template = Job(
         job_id=first_id, name=req.name or ("interactive" if req.interactive else "sbatch"), uid=who.uid,
-        user=who.user, gid=gid, group=group, account=req.account, partition=part.name, script=req.script,
+        user=who.user, gid=gid, group=group, account=req.account, qos=req.qos, partition=part.name, script=req.script,
         argv=list(req.argv), command=req.command or ("(null)" if req.interactive else ""),
         work_dir=req.work_dir,
         environment={k: v for k, v in req.environment.items() if k not in auth.SECRET_ENV},

@@ -9,7 +9,7 @@ from wattsched.config import Config
 from wattsched.model import Job, Node
 
 _HIDDEN = {"environment", "script", "completing_nodes", "steps"}
-_BRIEF = ("job_id", "array_job_id", "array_task_id", "array_throttle", "name", "user", "uid", "group", "account",
+_BRIEF = ("job_id", "array_job_id", "array_task_id", "array_throttle", "name", "user", "uid", "group", "account", "qos",
           "partition", "state", "reason", "hold", "priority", "time_limit_min", "start_time", "end_time",
           "submit_time", "work_dir", "dependency", "comment", "nice", "batch_host", "exc_nodes", "req_nodes",
           "wckey", "exit_code", "term_signal", "expected_start", "reservation", "gid", "features",

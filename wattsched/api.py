@@ -81,6 +81,7 @@ class JobSubmit(Strict):
     submit_host: Short = ""
     submit_line: Text = ""
     account: Short = ""
+    qos: Short = ""
     partition: Short = ""
     nodes_min: Count = 1
     nodes_max: int = Field(0, ge=0, le=COUNT_MAX)
@@ -177,12 +178,13 @@ class PowerCapUpdate(Strict):
 
 
 class AssocRequest(Strict):
-    """sacctmgr add|modify|delete cluster|account|user NAMES [where K=V...] [set K=V...].
+    """sacctmgr add|modify|delete cluster|account|user|qos NAMES [where K=V...] [set K=V...].
     Keys are sacctmgr's, lower case (parent, fairshare, description, organization, account,
-    defaultaccount, adminlevel)."""
+    defaultaccount, adminlevel, the limits of wattsched.limits, qos, defaultqos, and a QOS's
+    priority, flags, preempt...); a list's ``key+``/``key-`` adds to it or takes from it."""
 
     action: Literal["add", "modify", "delete"]
-    entity: Literal["cluster", "account", "user"]
+    entity: Literal["cluster", "account", "user", "qos"]
     names: list[Short] = Field(min_length=1, max_length=LIST_MAX)
     where: dict[Short, Text] = Field({}, max_length=64)
     values: dict[Short, Comment] = Field({}, max_length=64)

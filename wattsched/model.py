@@ -46,6 +46,7 @@ class Job:
     gid: int = 0
     group: str = ""
     account: str = ""
+    qos: str = ""  # its QOS (wattsched.limits): as asked, else its association's default
     partition: str = ""
     script: str | None = None
     argv: list[str] = field(default_factory=list)

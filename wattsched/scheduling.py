@@ -26,7 +26,7 @@ from typing import Generic, NamedTuple, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
-from wattsched import gres, states
+from wattsched import gres, limits, states
 from wattsched import power as power_mod
 from wattsched.power import PowerSnap
 from wattsched.states import PowerFlag, PowerState
@@ -102,6 +102,7 @@ class JobRequest:
     array_job_id: int = 0
     array_throttle: int = 0
     account: str = ""
+    qos: str = ""
     reservation: str = ""
     cpu_freq_pinned: bool = False  # --cpu-freq given: the frequency is the user's
     power_fit: bool = False  # --power-fit: may run at a lower frequency to fit under the cap
@@ -168,6 +169,8 @@ class Snapshot:
     power: PowerSnap | None = None
     # what the shell says changed since its earlier snapshots, for the memos alone (see Changes)
     changes: Changes | None = None
+    # the QOS, the associations' limits, their use and the active jobs (None: no accounting)
+    accounts: limits.AccountsSnap | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,18 +226,51 @@ class NodeIndex(Protocol):
         ...
 
 
-@dataclass(slots=True)
-class ArrayThrottle:
-    """Running tasks per job array, kept current while a pass starts more of them."""
+class Throttle:
+    """What else than nodes decides whether a job may start in a pass, kept current while the
+    pass starts jobs: the array throttle (running tasks per job array) and, when the snapshot
+    carries accounts with limits on, the QOS and association limits (:class:`limits.Ledger`)."""
 
-    running: dict[int, int]
+    __slots__ = ("_asks", "ledger", "running", "watts_per_cpu")
 
-    def allows(self, job: JobRequest) -> bool:
-        return not job.array_throttle or self.running.get(job.array_job_id, 0) < job.array_throttle
+    def __init__(self, running: dict[int, int], accounts: limits.AccountsSnap | None = None, now: float = 0.0,
+                 fairshare: Mapping[tuple[str, str], tuple[float, float]] | None = None):
+        self.running = running
+        self.ledger = limits.Ledger(accounts, now, fairshare or {}) \
+            if accounts is not None and accounts.limits_on else None
+        self.watts_per_cpu = accounts.watts_per_cpu if accounts is not None else {}
+        self._asks: dict[int, limits.Ask] = {}
+
+    @property
+    def limits_on(self) -> bool:
+        return self.ledger is not None
+
+    def refusal(self, job: JobRequest) -> str | None:
+        """Why the job may not start now besides its nodes, or None."""
+        if job.array_throttle and self.running.get(job.array_job_id, 0) >= job.array_throttle:
+            return states.R_ARRAY_LIMIT
+        if self.ledger is not None:
+            return self.ledger.refusal(self._ask(job))
+        return None
 
     def started(self, job: JobRequest) -> None:
         if job.array_job_id:
             self.running[job.array_job_id] = self.running.get(job.array_job_id, 0) + 1
+        if self.ledger is not None:
+            self.ledger.started(self._ask(job))
+
+    def _ask(self, job: JobRequest) -> limits.Ask:
+        ask = self._asks.get(job.job_id)
+        if ask is None:
+            ask = self._asks[job.job_id] = limits_ask(job, self.watts_per_cpu.get(job.partition, 0.0))
+        return ask
+
+
+def limits_ask(job: JobRequest, watts_per_cpu: float) -> limits.Ask:
+    """A pending job as the limits count it."""
+    tres, per_node = limits.request_tres(job.ntasks, job.cpus_per_task, job.nodes_min, job.mem_per_node_mb,
+                                         job.mem_per_cpu_mb, job.gpus, watts_per_cpu)
+    return limits.Ask(job.user, job.account, job.qos, tres, per_node, job.time_limit_min)
 
 
 @runtime_checkable
@@ -247,7 +283,7 @@ class SchedulerPlugin(Protocol):
     backfill: bool
 
     def plan(self, snapshot: Snapshot, order: Sequence[JobRequest], ineligible: Mapping[int, str],
-             select: SelectPlugin, throttle: ArrayThrottle, decisions: Decisions) -> None: ...
+             select: SelectPlugin, throttle: Throttle, decisions: Decisions) -> None: ...
 
 
 def schedule(snapshot: Snapshot, priority: PriorityPlugin, scheduler: SchedulerPlugin,
@@ -262,7 +298,7 @@ def schedule(snapshot: Snapshot, priority: PriorityPlugin, scheduler: SchedulerP
         order = sorted(snapshot.pending, key=lambda j: (-prio.get(j.job_id, 0), j.submit_time, j.job_id))
         ineligible = {job.job_id: reason for job in order if (reason := ineligibility(job, snapshot)) is not None}
     decisions = Decisions(priorities=prio)
-    throttle = ArrayThrottle(_running_per_array(snapshot.jobs))
+    throttle = Throttle(_running_per_array(snapshot.jobs), snapshot.accounts, snapshot.now, snapshot.fairshare)
     scheduler.plan(snapshot, order, ineligible, select, throttle, decisions)
     return decisions
 
@@ -422,7 +458,7 @@ def ineligibility(job: JobRequest, snapshot: Snapshot) -> str | None:
     """The reason a pending job may not be considered now, or None if it may.
 
     The array throttle is not checked here: it changes as a pass starts tasks
-    (see :class:`ArrayThrottle`)."""
+    (see :class:`Throttle`)."""
     if job.hold:
         return states.R_HELD_ADMIN if job.hold == "admin" else states.R_HELD_USER
     if job.begin_time > snapshot.now:

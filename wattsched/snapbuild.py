@@ -18,7 +18,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import fields, replace
 from typing import Any, Generic, Protocol, TypeVar
 
-from wattsched import gres, power, scheduling, states
+from wattsched import gres, limits, power, scheduling, states
 from wattsched.config import Config
 from wattsched.model import JOB_FIELD_NAMES, Job
 from wattsched.power import NodePower, PowerResv, PowerSnap
@@ -132,14 +132,14 @@ def snapshot(config: Config, now: float, nodes: tuple[NodeSnap, ...], partition_
              power_snap: PowerSnap | None, jobs: Mapping[int, JobBrief] | None = None,
              reservations: Mapping[str, ResvSnap] | None = None,
              fairshare: Mapping[tuple[str, str], tuple[float, float]] | None = None,
-             changes: Changes | None = None) -> Snapshot:
+             changes: Changes | None = None, accounts: limits.AccountsSnap | None = None) -> Snapshot:
     """The snapshot of one pass. Running jobs are given only when a policy reads them: for a
     backfill plan (``backfill_due``) or under a power cap (see :func:`carries_running`)."""
     return Snapshot(now=now, nodes=nodes, partitions=partition_snaps, pending=pending, jobs=jobs or {},
                     def_mem_per_cpu_mb=config.def_mem_per_cpu_mb,
                     running=running if carries_running(backfill_due, power_snap is not None) else (),
                     backfill_due=backfill_due, reservations=reservations or {}, fairshare=fairshare or {},
-                    power=power_snap, changes=changes)
+                    power=power_snap, changes=changes, accounts=accounts)
 
 
 def carries_running(backfill_due: bool, capped: bool) -> bool:

@@ -8,7 +8,7 @@ Every factor is in [0, 1]; the sum is truncated to an integer (at least 1), as i
 - age: time since the job became eligible over PriorityMaxAge (capped at 1);
 - jobsize: the job's share of the machine's CPUs (PriorityFavorSmall=YES: one minus it);
 - partition: the partition's PriorityJobFactor over the largest one;
-- qos: 0 (no QOS yet; PriorityWeightQOS is accepted);
+- qos: the job's QOS's Priority over the largest Priority of any QOS (0 without accounting);
 - fairshare / energy: the (account, user) association's FairShare and EnergyFairShare factors,
   computed by :mod:`wattsched.fairshare` from decayed CPU-seconds and joules; with both weights
   set (the seed's FS+EFS policy), each is first divided by its largest value among the pending
@@ -41,6 +41,8 @@ class Factors:
     qos: float
     energy: float
     nice: int
+    account: str = ""
+    qos_name: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +79,8 @@ class MultifactorPriority:
         total_cpus = sum(n.cpus for n in snapshot.nodes) or 1
         top_partition = max((p.priority_job_factor for p in snapshot.partitions.values()), default=1) or 1
         shares = {job.job_id: snapshot.fairshare.get((job.account, job.user), (0.0, 0.0)) for job in snapshot.pending}
+        qos_table = snapshot.accounts.qos if snapshot.accounts is not None else {}
+        top_qos = max((q.priority for q in qos_table.values()), default=0) or 1
         fs_scale = efs_scale = 1.0
         if w.fairshare and w.energy:  # FS+EFS: each factor normalized to its current maximum
             fs_scale = 1 / (max((fs for fs, _e in shares.values()), default=0.0) or 1.0)
@@ -91,16 +95,18 @@ class MultifactorPriority:
             part_factor = (part.priority_job_factor if part else 0) / top_partition
             energy = efs * efs_scale
             fs = fs * fs_scale
+            qos = qos_table.get(job.qos)
+            qos_factor = qos.priority / top_qos if qos is not None else 0.0
             if job.hold:
                 priority, site = 0, 0
             elif job.admin_priority is not None:
                 priority = site = job.admin_priority
             else:
                 total = (w.age * age + w.job_size * size + w.partition * part_factor + w.fairshare * fs
-                         + w.energy * energy)
+                         + w.qos * qos_factor + w.energy * energy)
                 priority, site = max(1, int(total) - job.nice), 0
             result[job.job_id] = Factors(job.job_id, job.user, job.partition, priority, site, age, fs, size,
-                                         part_factor, 0.0, energy, job.nice)
+                                         part_factor, qos_factor, energy, job.nice, job.account, job.qos)
         return result
 
 

@@ -65,7 +65,7 @@ from wattsched.plugins.sched.builtin import BuiltinScheduler
 from wattsched.plugins.sched.powerplan import PowerPlan
 from wattsched.scheduling import (
     Allocation,
-    ArrayThrottle,
+    Throttle,
     Candidates,
     Changes,
     Decisions,
@@ -589,7 +589,7 @@ class BackfillScheduler:
         self.requests = _Requests()
 
     def plan(self, snapshot: Snapshot, order: Sequence[JobRequest], ineligible: Mapping[int, str],
-             select: SelectPlugin, throttle: ArrayThrottle, decisions: Decisions) -> None:
+             select: SelectPlugin, throttle: Throttle, decisions: Decisions) -> None:
         if not snapshot.backfill_due:
             self.strict.plan(snapshot, order, ineligible, select, throttle, decisions)
             return
@@ -620,8 +620,8 @@ class BackfillScheduler:
                     continue
                 per_user[job.user] += 1
             tested += 1
-            if not throttle.allows(job):
-                decisions.reasons[job.job_id] = states.R_ARRAY_LIMIT
+            if (refusal := throttle.refusal(job)) is not None:
+                decisions.reasons[job.job_id] = refusal
                 continue
             if params.bf_reservations == 0 or reserved < params.bf_reservations:
                 found = bf.earliest(job)
@@ -657,7 +657,7 @@ class BackfillScheduler:
         self.requests.keep(order)
 
     def _first_fit_tail(self, order: Sequence[JobRequest], begin: int, tested: int, ineligible: Mapping[int, str],
-                        bf: _Pass, throttle: ArrayThrottle, decisions: Decisions) -> int:
+                        bf: _Pass, throttle: Throttle, decisions: Decisions) -> int:
         """The first-fit candidates once every reservation is made, from ``order[begin]`` on: what
         the loop of :meth:`plan` does, but in bulk. Most candidates are rejected by
         :meth:`_Pass.fits_now` before any search (more CPUs than are free, or a request of their
@@ -685,7 +685,8 @@ class BackfillScheduler:
             rejected = need > bf.profile.total_now
             for failure in failures:
                 rejected |= (shape == failure[0]) & (tasks >= failure[1]) & (end >= failure[2])
-            attended = rows[:, columns.THROTTLED] > 0
+            # a throttled job, or any under limits, is looked at one by one: its reason may be its own
+            attended = rows[:, columns.THROTTLED] > 0 if not throttle.limits_on else np.ones(len(chunk), dtype=bool)
             at = 0
             while True:
                 tried = np.flatnonzero((~rejected[at:] | attended[at:]) & eligible[at:])
@@ -695,8 +696,8 @@ class BackfillScheduler:
                 if upto == len(chunk):
                     break
                 job = chunk[upto]
-                if not throttle.allows(job):
-                    decisions.reasons[job.job_id] = states.R_ARRAY_LIMIT
+                if (refusal := throttle.refusal(job)) is not None:
+                    decisions.reasons[job.job_id] = refusal
                 else:
                     outcome = self._first_fit(job, bf, throttle, decisions)
                     if outcome == _STARTED:
@@ -708,14 +709,14 @@ class BackfillScheduler:
         decisions.reasons.update(ineligible)
         return tested
 
-    def _best_fit(self, later: list[JobRequest], bf: _Pass, throttle: ArrayThrottle, decisions: Decisions) -> None:
+    def _best_fit(self, later: list[JobRequest], bf: _Pass, throttle: Throttle, decisions: Decisions) -> None:
         """Start the best-fitting candidate, again and again, until none fits (BFF/BBF)."""
         key = _BEST.get(self.params.bf_candidate)
         waiting = list(later)
         while waiting and key is not None:
             fitting = []
             for job in waiting:
-                if throttle.allows(job):
+                if throttle.refusal(job) is None:
                     alloc = bf.fits_now(job)
                     if alloc is not None:
                         alloc, reason = bf.power_fit(job, alloc, bf.now)
@@ -727,9 +728,9 @@ class BackfillScheduler:
             self._start(job, alloc, bf, throttle, decisions, backfilled=True)
             waiting.remove(job)
         for job in waiting:
-            decisions.reasons[job.job_id] = states.R_PRIORITY
+            decisions.reasons[job.job_id] = throttle.refusal(job) or states.R_PRIORITY
 
-    def _first_fit(self, job: JobRequest, bf: _Pass, throttle: ArrayThrottle, decisions: Decisions) -> str:
+    def _first_fit(self, job: JobRequest, bf: _Pass, throttle: Throttle, decisions: Decisions) -> str:
         """A first-fit candidate, once every reservation is made: it starts now if it fits and the
         cap allows, else waits (Priority, or the cap's reason). The one path of first fit, for the
         loop of :meth:`plan` and the bulk of :meth:`_first_fit_tail` alike."""
@@ -745,7 +746,7 @@ class BackfillScheduler:
         return _STARTED
 
     @staticmethod
-    def _start(job: JobRequest, alloc: Allocation, bf: _Pass, throttle: ArrayThrottle, decisions: Decisions,
+    def _start(job: JobRequest, alloc: Allocation, bf: _Pass, throttle: Throttle, decisions: Decisions,
                backfilled: bool) -> None:
         bf.start(job, alloc)
         decisions.starts.append((job.job_id, alloc))

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from wattsched import states
 from wattsched.confvalues import SchedulerParams
 from wattsched.scheduling import (
-    ArrayThrottle,
+    Throttle,
     Candidates,
     Decisions,
     JobRequest,
@@ -47,7 +47,7 @@ class BuiltinScheduler:
         self.nodes = nodes if nodes is not None else NodeMemo()  # the backfill scheduler shares its own
 
     def plan(self, snapshot: Snapshot, order: Sequence[JobRequest], ineligible: Mapping[int, str],
-             select: SelectPlugin, throttle: ArrayThrottle, decisions: Decisions) -> None:
+             select: SelectPlugin, throttle: Throttle, decisions: Decisions) -> None:
         candidates = Candidates(snapshot, self.nodes)
         # the memo's, read as they are while the pass starts nothing or places its starts through the
         # select plugin's index; copied (with what was planned) before the first scan that follows a
@@ -64,8 +64,8 @@ class BuiltinScheduler:
             if reason is not None:
                 decisions.reasons[job.job_id] = reason
                 continue
-            if job.array_throttle and not throttle.allows(job):  # (most jobs are in no throttled array)
-                decisions.reasons[job.job_id] = states.R_ARRAY_LIMIT
+            if (job.array_throttle or throttle.limits_on) and (refusal := throttle.refusal(job)) is not None:
+                decisions.reasons[job.job_id] = refusal  # (most jobs are in no throttled array)
                 continue
             if depth >= self.params.default_queue_depth:
                 # Slurm's "already tested N jobs, breaking out": the rest keep their reasons, but

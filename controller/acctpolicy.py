@@ -1,0 +1,109 @@
+"""The controller's side of QOS and association limits (Slurm's acct_policy): the accounts part
+of a pass's snapshot (the QOS, the associations' limits and use, the active jobs), and what a
+submission is checked against before it is queued (its QOS, its time limit under MaxWall, the
+submit limits, DenyOnLimit). The verdicts are :mod:`wattsched.limits`'s.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING
+
+from wattsched import limits, states
+from wattsched.api import JobSubmit
+from wattsched.auth import Identity
+from wattsched.config import Config
+from wattsched.controller.actions import Refused
+from wattsched.model import Job
+
+if TYPE_CHECKING:
+    from wattsched.controller.state import ClusterState
+
+
+def watts_per_cpu(config: Config) -> dict[str, float]:
+    """Per partition, the most a CPU of its nodes draws (MaxWatts / CPUs): a pending job's power."""
+    per_node = {n.name: (n.max_watts or 0) / n.cpus for n in config.nodes if n.cpus}
+    return {p.name: max((per_node.get(n, 0.0) for n in p.nodes), default=0.0) for p in config.partitions}
+
+
+def active_job(job: Job, config_watts: dict[str, float]) -> limits.ActiveJob:
+    """A running job as the limits count it; its power is its CPUs' share of its nodes' MaxWatts."""
+    nodes = len(job.alloc_cpus)
+    watts = sum(cpus * config_watts.get(name, 0.0) for name, cpus in job.alloc_cpus.items())
+    tres = limits.job_tres(job.num_cpus, nodes, job.alloc_mem_mb * nodes, job.num_gpus, watts)
+    end = job.start_time + job.suspended_s + job.time_limit_min * 60 if job.time_limit_min is not None else None
+    return limits.ActiveJob(job.job_id, job.user, job.account, job.qos, tres, end)
+
+
+def snapshot(state: ClusterState) -> limits.AccountsSnap | None:
+    """The accounts part of a pass's snapshot; None without accounting (no QOS is known then)."""
+    shares = state.shares
+    if not shares.qos:
+        return None
+    memo = state.memo
+    if memo.watts_per_cpu is None:
+        memo.watts_per_cpu = watts_per_cpu(state.config)
+        memo.cpu_watts = {n.name: (n.max_watts or 0) / n.cpus for n in state.config.nodes if n.cpus}
+    active = tuple(active_job(j, memo.cpu_watts) for j in state.jobs.values() if j.state == states.RUNNING) \
+        if {"limits", "safe"} & set(state.config.accounting_storage_enforce) else ()
+    return limits.AccountsSnap(shares.qos, shares.assoc_limits, shares.assoc_use, shares.qos_use, active,
+                               frozenset(state.config.accounting_storage_enforce), memo.watts_per_cpu)
+
+
+def settle(state: ClusterState, req: JobSubmit, who: Identity) -> JobSubmit:
+    """A submission's QOS (as asked, else its association's default) and, under a MaxWall, its
+    time limit when it gave none; refused for a QOS that does not exist or, with
+    AccountingStorageEnforce=qos, that its association may not use."""
+    shares = state.shares
+    if not shares.qos:  # no accounting: QOS are not known, the job keeps what it asked
+        return req
+    snap = limits.AccountsSnap(shares.qos, shares.assoc_limits)
+    enforce = set(state.config.accounting_storage_enforce)
+    qos = req.qos or snap.default_qos(req.account, who.user)
+    if qos and qos not in shares.qos:
+        raise Refused(limits.INVALID_QOS)
+    if "qos" in enforce and qos not in snap.allowed_qos(req.account, who.user):
+        raise Refused(limits.INVALID_QOS)
+    update: dict[str, object] = {"qos": qos}
+    if not req.time_limit and {"limits", "safe"} & enforce:
+        max_wall = snap.max_wall(req.account, who.user, qos)
+        if max_wall is not None:
+            update["time_limit"] = str(max_wall)
+    return req.model_copy(update=update)
+
+
+def check_submit(state: ClusterState, jobs: list[Job]) -> None:
+    """The submit limits (MaxSubmitJobs*, GrpSubmitJobs of the QOS and up the association tree)
+    and, for a QOS with DenyOnLimit, its per-job limits: refused as Slurm refuses them."""
+    shares = state.shares
+    if not jobs or not shares.qos or not {"limits", "safe"} & set(state.config.accounting_storage_enforce):
+        return
+    first = jobs[0]
+    snap = limits.AccountsSnap(shares.qos, shares.assoc_limits)
+    ask = limits.Ask(first.user, first.account, first.qos, *limits.request_tres(
+        first.ntasks, first.cpus_per_task, first.nodes_min, first.mem_per_node_mb, first.mem_per_cpu_mb,
+        first.gpu_request, 0.0), first.time_limit_min)
+    qos = shares.qos.get(first.qos)
+    if qos is not None and "DenyOnLimit" in qos.flags and limits.per_job_refusal(snap, ask) is not None:
+        raise Refused(limits.SUBMIT_REFUSED)
+    user_jobs = 0
+    accounts: Counter[str] = Counter()
+    by_qos: Counter[str] = Counter()
+    qos_user = qos_account = 0
+    chains: dict[str, list[str]] = {}
+    for job in state.jobs.values():
+        if job.state in states.FINISHED:
+            continue
+        if job.user == first.user and job.account == first.account:
+            user_jobs += 1
+        chain = chains.get(job.account)
+        if chain is None:
+            chain = chains[job.account] = [a.account for a in snap.chain(job.account, "") if not a.user]
+        accounts.update(chain)
+        by_qos[job.qos] += 1
+        if job.qos == first.qos:
+            qos_user += job.user == first.user
+            qos_account += job.account == first.account
+    refusal = limits.submit_refusal(snap, ask, len(jobs), user_jobs, accounts, by_qos, qos_user, qos_account)
+    if refusal is not None:
+        raise Refused(refusal)

@@ -1,0 +1,757 @@
+"""QOS and association limits, as Slurm's accounting policy (acct_policy): which pending job may
+start now, and which submission is refused, for the limits an administrator set with sacctmgr.
+
+Pure: the definitions (QOS, the associations' limits), the use recorded so far and the active
+jobs come in, verdicts go out; the controller and the simulator build them with the same code.
+
+- TRES are counted as Slurm counts them: ``cpu``, ``mem`` (MB), ``node``, ``gres/gpu``, ``billing``
+  (a CPU each: wattsched has no TRESBillingWeights) and ``energy`` (joules). ``power`` (watts) is
+  ours: a job draws its CPUs' share of its nodes' MaxWatts, so ``GrpTRES=power=30000`` keeps a
+  QOS or an account under 30 kW whatever its jobs' sizes.
+- ``*TRESMins`` limits count TRES-minutes of use, decayed by PriorityDecayHalfLife and reset at
+  each PriorityUsageResetPeriod, each job's use multiplied by its QOS's UsageFactor; ``energy``
+  counts joules there (energy is already an integral over time), so ``GrpTRESMins=energy=1.44e11``
+  is an energy budget of 40 MWh per period. Running jobs count with what they used so far.
+- Group limits (``Grp*``) hold for an association and all below it, and for everything in a QOS;
+  a ``Max*`` limit of an association is inherited from the nearest ancestor that sets it (user,
+  then account, parent, ..., root), as in Slurm. A QOS's limits are checked before the
+  association's, as Slurm's, and the first one a job would exceed is its pending reason.
+- ``safe`` (AccountingStorageEnforce): a job starts against a TRES-minutes budget only if its
+  worst case (its TRES, or its power, for its whole time limit) fits what remains.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, fields
+from types import MappingProxyType
+from typing import Any
+
+from wattsched import gres, timefmt
+from wattsched.fairshare import ROOT, decayed_seconds
+
+# The TRES a limit may name, in Slurm's order (energy and billing as Slurm has them; power is ours).
+TRES = ("cpu", "mem", "energy", "node", "billing", "gres/gpu", "power")
+# where a TRES means something: power is drawn at a moment, energy is used over time
+_NOT_AT_ONCE = {"energy"}  # GrpTRES, MaxTRESPer*: energy is counted by *TRESMins
+_NOT_OVER_TIME = {"power"}  # *TRESMins: power has no meaning over a period (energy does)
+_UNITS = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 ** 2, "P": 1024 ** 3}
+UNLIMITED = -1  # sacctmgr's way of clearing a limit (Slurm's INFINITE)
+
+Tres = Mapping[str, int]
+_EMPTY: Mapping[str, int] = MappingProxyType({})
+
+
+class LimitError(ValueError):
+    """A limit or QOS setting that cannot be taken; the message says why."""
+
+
+def parse_tres(text: str, over_time: bool = False) -> dict[str, int]:
+    """``cpu=10,mem=20G,energy=5000,gres/gpu=2``: counts by TRES; ``-1`` clears one (kept as -1,
+    the caller drops it). ``over_time``: for a TRES-minutes limit (power has none)."""
+    result: dict[str, int] = {}
+    for item in filter(None, (s.strip() for s in text.split(","))):
+        name, sep, value = item.partition("=")
+        name = name.strip().lower()
+        if name == "gres/gpu" or name.startswith("gres/gpu:"):
+            name = "gres/gpu"
+        if not sep or name not in TRES:
+            raise LimitError(f"Invalid TRES '{item}': give name=count with name one of {', '.join(TRES)}")
+        if over_time and name in _NOT_OVER_TIME:
+            raise LimitError("power has no TRES-minutes: limit energy instead (joules)")
+        if not over_time and name in _NOT_AT_ONCE:
+            raise LimitError("energy is counted over time: limit it with GrpTRESMins, GrpTRESRunMins or "
+                             "MaxTRESMinsPerJob (joules), or limit power (watts)")
+        result[name] = _count(value.strip(), name)
+    return result
+
+
+def _count(value: str, name: str) -> int:
+    if value == "-1":
+        return UNLIMITED
+    match = re.fullmatch(r"(\d+(?:\.\d+)?(?:[eE]\+?\d+)?)([KMGTP]?)", value, re.IGNORECASE)
+    if match is None or (match.group(2) and name != "mem"):
+        raise LimitError(f"Invalid count for {name}: {value!r}")
+    number = float(match.group(1)) * (_UNITS[match.group(2).upper()] if match.group(2) else 1)
+    if number > 2 ** 62:
+        raise LimitError(f"Count for {name} is too large: {value}")
+    return int(number)
+
+
+def format_tres(tres: Tres) -> str:
+    """As sacctmgr shows it: Slurm's TRES order, memory with a unit."""
+    items = []
+    for name in TRES:
+        if name in tres:
+            value = tres[name]
+            if name == "mem":
+                items.append(f"mem={_mem(value)}")
+            else:
+                items.append(f"{name}={value}")
+    return ",".join(items)
+
+
+def _mem(mb: int) -> str:
+    for unit, size in (("P", 1024 ** 3), ("T", 1024 ** 2), ("G", 1024)):
+        if mb >= size and mb % size == 0:
+            return f"{mb // size}{unit}"
+    return f"{mb}M"
+
+
+def parse_minutes(text: str) -> int:
+    """A wall-clock limit as sacctmgr takes it: minutes, or [days-]hours:minutes:seconds;
+    -1 clears it."""
+    text = text.strip()
+    if text == "-1":
+        return UNLIMITED
+    try:
+        minutes = timefmt.parse_duration_min(text)
+    except timefmt.TimeFormatError as exc:
+        raise LimitError(f"Invalid time: {text!r}") from exc
+    if minutes is None or minutes < 0:
+        raise LimitError(f"Invalid time: {text!r}")
+    return minutes
+
+
+def format_minutes(minutes: int) -> str:
+    """As sacctmgr shows a wall limit: [days-]hours:minutes:seconds."""
+    days, rest = divmod(minutes * 60, 86400)
+    hours, rest = divmod(rest, 3600)
+    text = f"{hours:02d}:{rest // 60:02d}:{rest % 60:02d}"
+    return f"{days}-{text}" if days else text
+
+
+# --- the records --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """The limits an association or a QOS may set (None / empty: not set). The names are
+    sacctmgr's, in snake case; ``max_jobs`` and ``max_submit`` are an association's MaxJobs and
+    MaxSubmitJobs, or a QOS's MaxJobsPerUser and MaxSubmitJobsPerUser."""
+
+    grp_tres: Tres = field(default_factory=lambda: _EMPTY)
+    grp_tres_mins: Tres = field(default_factory=lambda: _EMPTY)
+    grp_tres_run_mins: Tres = field(default_factory=lambda: _EMPTY)
+    grp_jobs: int | None = None
+    grp_submit: int | None = None
+    grp_wall: int | None = None  # minutes
+    max_jobs: int | None = None
+    max_submit: int | None = None
+    max_wall: int | None = None  # minutes, per job
+    max_tres_per_job: Tres = field(default_factory=lambda: _EMPTY)
+    max_tres_mins_per_job: Tres = field(default_factory=lambda: _EMPTY)
+    # a QOS's alone
+    max_tres_per_node: Tres = field(default_factory=lambda: _EMPTY)
+    max_tres_per_user: Tres = field(default_factory=lambda: _EMPTY)
+    max_tres_per_account: Tres = field(default_factory=lambda: _EMPTY)
+    max_jobs_per_account: int | None = None
+    max_submit_per_account: int | None = None
+    min_tres_per_job: Tres = field(default_factory=lambda: _EMPTY)
+
+    def to_json(self) -> dict[str, Any]:
+        """The limits that are set, for the database and the API (the key names are the fields')."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is not None and value != {}:
+                out[f.name] = dict(value) if isinstance(value, Mapping) else value
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any] | None) -> Limits:
+        if not data:
+            return NO_LIMITS
+        known = {f.name for f in fields(cls)}
+        values: dict[str, Any] = {k: (MappingProxyType(dict(v)) if isinstance(v, Mapping) else v)
+                                  for k, v in data.items() if k in known}
+        return cls(**values)
+
+    def changed(self, updates: Mapping[str, Any]) -> Limits:
+        """These limits with ``updates`` applied: a count of -1 (UNLIMITED) clears a limit, a TRES
+        given as -1 leaves the TRES out."""
+        data = self.to_json()
+        for key, value in updates.items():
+            if isinstance(value, Mapping):
+                merged = {**data.get(key, {}), **value}
+                data[key] = {k: v for k, v in merged.items() if v != UNLIMITED}
+            elif value == UNLIMITED or value is None:
+                data.pop(key, None)
+            else:
+                data[key] = value
+        return Limits.from_json(data)
+
+
+NO_LIMITS = Limits()
+
+QOS_FLAGS = ("DenyOnLimit", "EnforceUsageThreshold", "NoDecay", "NoReserve", "OverPartQOS", "PartitionMaxNodes",
+             "PartitionMinNodes", "PartitionTimeLimit", "RequiresReservation", "UsageFactorSafe")
+PREEMPT_MODES = ("OFF", "CANCEL", "REQUEUE", "SUSPEND", "GANG", "WITHIN")
+
+
+@dataclass(frozen=True, slots=True)
+class Qos:
+    """A QOS as sacctmgr keeps it."""
+
+    name: str
+    id: int = 0
+    description: str = ""
+    priority: int = 0
+    flags: frozenset[str] = frozenset()
+    usage_factor: float = 1.0
+    usage_threshold: float | None = None
+    preempt: frozenset[str] = frozenset()  # the QOS this one may preempt
+    preempt_mode: str = "cluster"  # Slurm shows "cluster" when the cluster's PreemptMode applies
+    preempt_exempt_time: int | None = None  # minutes
+    grace_time: int = 0  # seconds
+    limits: Limits = NO_LIMITS
+
+
+@dataclass(frozen=True, slots=True)
+class AssocLimits:
+    """An association's place in the tree, its limits and its QOS (empty: its parent's)."""
+
+    account: str
+    user: str = ""
+    parent: str = ROOT
+    limits: Limits = NO_LIMITS
+    qos: frozenset[str] = frozenset()
+    default_qos: str = ""
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.account, self.user
+
+
+@dataclass(frozen=True, slots=True)
+class Use:
+    """Recorded use of an association (with all below it) or of a QOS since the period began,
+    decayed: TRES-minutes by TRES (energy in joules) and wall minutes."""
+
+    tres_mins: Mapping[str, float] = field(default_factory=lambda: _EMPTY)
+    wall_mins: float = 0.0
+
+
+NO_USE = Use()
+
+
+@dataclass(frozen=True, slots=True)
+class ActiveJob:
+    """A running (or suspended) job as the limits count it: its TRES, its power, and when its time
+    limit ends (None: never)."""
+
+    job_id: int
+    user: str
+    account: str
+    qos: str
+    tres: Tres
+    end_time: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class AccountsSnap:
+    """What the limits read: the QOS, the associations by (account, user), the recorded use, the
+    active jobs, and how strictly AccountingStorageEnforce asks to apply them."""
+
+    qos: Mapping[str, Qos]
+    assocs: Mapping[tuple[str, str], AssocLimits]
+    assoc_use: Mapping[tuple[str, str], Use] = field(default_factory=dict)
+    qos_use: Mapping[str, Use] = field(default_factory=dict)
+    active: tuple[ActiveJob, ...] = ()
+    enforce: frozenset[str] = frozenset()  # AccountingStorageEnforce: limits, qos, safe, ...
+    # per partition, the most watts a CPU of its nodes draws (MaxWatts / CPUs): a pending job's power
+    watts_per_cpu: Mapping[str, float] = field(default_factory=dict)
+
+    @property
+    def limits_on(self) -> bool:
+        return bool({"limits", "safe"} & self.enforce)
+
+    def chain(self, account: str, user: str) -> list[AssocLimits]:
+        """The job's association and its ancestors, up to root (unknown ones are skipped)."""
+        result: list[AssocLimits] = []
+        assoc = self.assocs.get((account, user))
+        if assoc is not None:
+            result.append(assoc)
+        name, seen = account, set()
+        while name and name not in seen:
+            seen.add(name)
+            node = self.assocs.get((name, ""))
+            if node is None:
+                break
+            result.append(node)
+            name = node.parent
+        return result
+
+    def allowed_qos(self, account: str, user: str) -> frozenset[str]:
+        """The QOS the association may use: its own list, else the nearest ancestor's; root's
+        default is ``normal``, as in Slurm."""
+        for assoc in self.chain(account, user):
+            if assoc.qos:
+                return assoc.qos
+        return frozenset({"normal"}) if "normal" in self.qos else frozenset()
+
+    def default_qos(self, account: str, user: str) -> str:
+        """The QOS a job gets when it names none: the association's DefaultQOS (inherited), else
+        ``normal`` when allowed, else the only one allowed."""
+        for assoc in self.chain(account, user):
+            if assoc.default_qos:
+                return assoc.default_qos
+        allowed = self.allowed_qos(account, user)
+        if "normal" in allowed or not allowed:
+            return "normal" if "normal" in self.qos else ""
+        return min(allowed) if len(allowed) == 1 else ""
+
+    def max_wall(self, account: str, user: str, qos: str) -> int | None:
+        """The wall-clock limit a job without one gets: the QOS's MaxWall, else its association's."""
+        found = self.qos.get(qos)
+        if found is not None and found.limits.max_wall is not None:
+            return found.limits.max_wall
+        return _inherited(self.chain(account, user), "max_wall")
+
+
+def _inherited(chain: list[AssocLimits], name: str) -> Any:
+    for assoc in chain:
+        value = getattr(assoc.limits, name)
+        if value is not None and value != {}:
+            return value
+    return None
+
+
+def _inherited_tres(chain: list[AssocLimits], name: str) -> dict[str, int]:
+    """A Max TRES limit per TRES from the nearest association that sets that TRES."""
+    result: dict[str, int] = {}
+    for assoc in reversed(chain):
+        result.update(getattr(assoc.limits, name))
+    return result
+
+
+# --- a job's TRES -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """What a pending job would hold, as the limits count it: its TRES (power included), its
+    largest per-node share, and its time limit in minutes (None: unlimited)."""
+
+    user: str
+    account: str
+    qos: str
+    tres: Tres
+    per_node: Tres
+    minutes: int | None
+
+
+def job_tres(cpus: int, nodes: int, mem_mb: int, gpus: int, watts: float) -> dict[str, int]:
+    """A job's TRES as the limits count them."""
+    tres = {"cpu": cpus, "mem": mem_mb, "node": nodes, "billing": cpus}
+    if gpus:
+        tres["gres/gpu"] = gpus
+    if watts:
+        tres["power"] = math.ceil(watts)
+    return tres
+
+
+def request_tres(ntasks: int, cpus_per_task: int, nodes_min: int, mem_per_node_mb: int, mem_per_cpu_mb: int,
+                 gpus: gres.GpuRequest, watts_per_cpu: float) -> tuple[dict[str, int], dict[str, int]]:
+    """A pending job's TRES and its per-node share (the request's, before it has nodes: its power
+    at the highest watts per CPU of its partition, the worst case)."""
+    cpus = ntasks * max(1, cpus_per_task)
+    nodes = max(1, nodes_min)
+    mem = mem_per_node_mb * nodes if mem_per_node_mb else mem_per_cpu_mb * cpus
+    gpu_count = gpus.per_job or gpus.per_node * nodes or gpus.per_task * ntasks
+    total = job_tres(cpus, nodes, mem, gpu_count, cpus * watts_per_cpu)
+    per_node = {k: -(-v // nodes) for k, v in total.items()}
+    return total, per_node
+
+
+# --- the reasons --------------------------------------------------------------------------------
+
+_WORD = {"cpu": "Cpu", "mem": "Mem", "node": "Node", "energy": "Energy", "gres/gpu": "GRES", "billing": "Billing",
+         "power": "Power"}
+
+
+def reason(owner: str, kind: str, tres: str = "") -> str:
+    """Slurm's pending reason for a job over a TRES limit: ``owner`` "Assoc" or "QOS"; ``kind`` one
+    of grp, grp_mins, grp_run_mins, per_job, mins_per_job, per_node, per_user, per_account,
+    min_per_job. (Slurm names the CPU, node and memory ones irregularly; this follows it.)"""
+    word = _WORD[tres]
+    long_word = "Memory" if tres == "mem" and owner == "QOS" else word
+    limit = "Limit" if tres in ("cpu", "node") else ""
+    if kind == "grp":
+        return f"{owner}Grp{word}{'Limit' if tres in ('cpu', 'node', 'mem') else ''}"
+    if kind == "grp_mins":
+        return f"{owner}GrpCPUMinutesLimit" if tres == "cpu" else f"{owner}Grp{long_word}Minutes"
+    if kind == "grp_run_mins":
+        return f"{owner}GrpCPURunMinutesLimit" if tres == "cpu" else f"{owner}Grp{long_word}RunMinutes"
+    if kind == "per_job":
+        return f"{owner}Max{long_word}PerJob{limit}"
+    if kind == "mins_per_job":
+        return f"{owner}MaxCpuMinutesPerJobLimit" if tres == "cpu" else f"{owner}Max{long_word}MinutesPerJob"
+    if kind == "per_node":
+        return f"{owner}Max{long_word}PerNode"
+    if kind == "per_user":
+        return f"QOSMax{long_word}PerUser{limit}"
+    if kind == "per_account":
+        return f"Max{long_word}PerAccount"
+    if kind == "min_per_job":
+        return "QOSMinCpuNotSatisfied" if tres == "cpu" else f"QOSMin{long_word}"
+    raise ValueError(kind)
+
+
+R_INVALID_QOS = "InvalidQOS"
+R_QOS_THRESHOLD = "QOSUsageThreshold"
+_JOB_REASONS = {  # (owner, limit) -> Slurm's reason
+    ("QOS", "grp_jobs"): "QOSGrpJobsLimit", ("QOS", "max_jobs"): "QOSMaxJobsPerUserLimit",
+    ("QOS", "max_jobs_per_account"): "MaxJobsPerAccount", ("QOS", "grp_wall"): "QOSGrpWallLimit",
+    ("QOS", "max_wall"): "QOSMaxWallDurationPerJobLimit", ("Assoc", "grp_jobs"): "AssocGrpJobsLimit",
+    ("Assoc", "max_jobs"): "AssocMaxJobsLimit", ("Assoc", "grp_wall"): "AssocGrpWallLimit",
+    ("Assoc", "max_wall"): "AssocMaxWallDurationPerJobLimit",
+}
+SUBMIT_REFUSED = "Job violates accounting/QOS policy (job submit limit, user's size and/or time limits)"
+INVALID_QOS = "Invalid qos specification"
+
+
+# --- the verdicts -------------------------------------------------------------------------------
+
+
+def over(used: float, adding: float, limit: int | None) -> bool:
+    return limit is not None and used + adding > limit
+
+
+@dataclass(slots=True)
+class _Held:
+    """Jobs and TRES held at once, and TRES-minutes still to run, by one group."""
+
+    jobs: int = 0
+    tres: dict[str, int] = field(default_factory=dict)
+    run_mins: dict[str, float] = field(default_factory=dict)
+
+    def add(self, tres: Tres, minutes: float | None) -> None:
+        self.jobs += 1
+        for name, count in tres.items():
+            self.tres[name] = self.tres.get(name, 0) + count
+            if minutes is not None:
+                self.run_mins[name] = self.run_mins.get(name, 0.0) + _tres_minutes(name, count, minutes)
+
+
+def _tres_minutes(name: str, count: float, minutes: float) -> float:
+    """What ``count`` of a TRES held for ``minutes`` uses, as its TRES-minutes limits count it
+    (energy: the joules of its power over that time)."""
+    return count * minutes
+
+
+def _energy_minutes(tres: Tres, minutes: float) -> float:
+    """A job's worst-case energy over ``minutes`` (joules): its power all along."""
+    return tres.get("power", 0) * minutes * 60.0
+
+
+class Ledger:
+    """What the active jobs hold under each QOS and association, kept current as a pass starts
+    more (:meth:`started`); :meth:`refusal` is a pending job's reason to wait, or None."""
+
+    def __init__(self, snap: AccountsSnap, now: float, fairshare: Mapping[tuple[str, str], tuple[float, float]]):
+        self.snap, self.now, self.fairshare = snap, now, fairshare
+        self.assoc: dict[tuple[str, str], _Held] = {}
+        self.qos: dict[str, _Held] = {}
+        self.qos_user: dict[tuple[str, str], _Held] = {}
+        self.qos_account: dict[tuple[str, str], _Held] = {}
+        self._chains: dict[tuple[str, str], list[AssocLimits]] = {}
+        for job in snap.active:
+            minutes = None if job.end_time is None else max(0.0, (job.end_time - now) / 60.0)
+            self._hold(job.user, job.account, job.qos, job.tres, minutes)
+
+    def _chain(self, account: str, user: str) -> list[AssocLimits]:
+        chain = self._chains.get((account, user))
+        if chain is None:
+            chain = self._chains[(account, user)] = self.snap.chain(account, user)
+        return chain
+
+    def _hold(self, user: str, account: str, qos: str, tres: Tres, minutes: float | None) -> None:
+        for assoc in self._chain(account, user):
+            self.assoc.setdefault(assoc.key, _Held()).add(tres, minutes)
+        self.qos.setdefault(qos, _Held()).add(tres, minutes)
+        self.qos_user.setdefault((qos, user), _Held()).add(tres, minutes)
+        self.qos_account.setdefault((qos, account), _Held()).add(tres, minutes)
+
+    def started(self, ask: Ask) -> None:
+        self._hold(ask.user, ask.account, ask.qos, ask.tres, ask.minutes)
+
+    def refusal(self, ask: Ask) -> str | None:
+        """The first limit the job would exceed by starting now, QOS first (Slurm's order)."""
+        snap = self.snap
+        qos = snap.qos.get(ask.qos)
+        if ask.qos and qos is None:
+            return R_INVALID_QOS
+        if qos is not None:
+            if qos.usage_threshold is not None:
+                fs = self.fairshare.get((ask.account, ask.user), (1.0, 1.0))[0]
+                if fs < qos.usage_threshold:
+                    return R_QOS_THRESHOLD
+            found = self._check("QOS", qos.limits, self.qos.get(ask.qos), snap.qos_use.get(ask.qos, NO_USE), ask,
+                                self.qos_user.get((ask.qos, ask.user)), self.qos_account.get((ask.qos, ask.account)))
+            if found is not None:
+                return found
+        chain = self._chain(ask.account, ask.user)
+        for i, assoc in enumerate(chain):
+            found = self._check("Assoc", assoc.limits, self.assoc.get(assoc.key),
+                                snap.assoc_use.get(assoc.key, NO_USE), ask, None, None, per_job=False)
+            if found is not None:
+                return found
+            if i == 0 and assoc.user:  # MaxJobs counts the user's association: it comes first
+                max_jobs = _inherited(chain, "max_jobs")
+                held = self.assoc.get(assoc.key)
+                if over(held.jobs if held else 0, 1, max_jobs):
+                    return _JOB_REASONS[("Assoc", "max_jobs")]
+        return self._assoc_per_job(chain, ask)
+
+    def _assoc_per_job(self, chain: list[AssocLimits], ask: Ask) -> str | None:
+        """The association's per-job limits, each from the nearest association that sets it."""
+        max_wall = _inherited(chain, "max_wall")
+        if max_wall is not None and (ask.minutes is None or ask.minutes > max_wall):
+            return _JOB_REASONS[("Assoc", "max_wall")]
+        for name, limit in _inherited_tres(chain, "max_tres_per_job").items():
+            if ask.tres.get(name, 0) > limit:
+                return reason("Assoc", "per_job", name)
+        for name, limit in _inherited_tres(chain, "max_tres_mins_per_job").items():
+            if _worst_minutes(name, ask) > limit:
+                return reason("Assoc", "mins_per_job", name)
+        return None
+
+    def _check(self, owner: str, limits: Limits, held: _Held | None, use: Use, ask: Ask, user_held: _Held | None,
+               account_held: _Held | None, per_job: bool = True) -> str | None:
+        if limits is NO_LIMITS:
+            return None
+        held = held or _Held()
+        safe = "safe" in self.snap.enforce
+        if per_job:  # a QOS's own per-job, per-user and per-account limits
+            found = _per_job(owner, limits, ask)
+            if found is not None:
+                return found
+            user_held, account_held = user_held or _Held(), account_held or _Held()
+            if over(user_held.jobs, 1, limits.max_jobs):
+                return _JOB_REASONS[(owner, "max_jobs")]
+            if over(account_held.jobs, 1, limits.max_jobs_per_account):
+                return _JOB_REASONS[(owner, "max_jobs_per_account")]
+            for name, limit in limits.max_tres_per_user.items():
+                if over(user_held.tres.get(name, 0), ask.tres.get(name, 0), limit):
+                    return reason(owner, "per_user", name)
+            for name, limit in limits.max_tres_per_account.items():
+                if over(account_held.tres.get(name, 0), ask.tres.get(name, 0), limit):
+                    return reason(owner, "per_account", name)
+        if over(held.jobs, 1, limits.grp_jobs):
+            return _JOB_REASONS[(owner, "grp_jobs")]
+        for name, limit in limits.grp_tres.items():
+            if over(held.tres.get(name, 0), ask.tres.get(name, 0), limit):
+                return reason(owner, "grp", name)
+        if limits.grp_wall is not None and use.wall_mins >= limits.grp_wall:
+            return _JOB_REASONS[(owner, "grp_wall")]
+        for name, limit in limits.grp_tres_mins.items():
+            used = use.tres_mins.get(name, 0.0)
+            # without safe a job starts while the budget is not used up; with safe only if its
+            # worst case fits what the running jobs leave of it
+            worst = _run_minutes(name, held) + _worst_minutes(name, ask) if safe else 0.0
+            if used >= limit or (safe and used + worst > limit):
+                return reason(owner, "grp_mins", name)
+        for name, limit in limits.grp_tres_run_mins.items():
+            if over(_run_minutes(name, held), _worst_minutes(name, ask), limit):
+                return reason(owner, "grp_run_mins", name)
+        return None
+
+
+def _run_minutes(name: str, held: _Held) -> float:
+    """What the group's running jobs will still use of a TRES until their time limits."""
+    if name == "energy":
+        return held.run_mins.get("power", 0.0) * 60.0
+    return held.run_mins.get(name, 0.0)
+
+
+def _worst_minutes(name: str, ask: Ask) -> float:
+    """The most the job can use of a TRES over its time limit (an unlimited job: without end)."""
+    if ask.minutes is None:
+        return math.inf if (ask.tres.get(name) or (name == "energy" and ask.tres.get("power"))) else 0.0
+    if name == "energy":
+        return _energy_minutes(ask.tres, ask.minutes)
+    return _tres_minutes(name, ask.tres.get(name, 0), ask.minutes)
+
+
+def _per_job(owner: str, limits: Limits, ask: Ask) -> str | None:
+    """A QOS's limits on one job's size and time: a job over them waits (or is refused at
+    submission, with DenyOnLimit) whatever else runs."""
+    if limits.max_wall is not None and (ask.minutes is None or ask.minutes > limits.max_wall):
+        return _JOB_REASONS[(owner, "max_wall")]
+    for name, limit in limits.max_tres_per_job.items():
+        if ask.tres.get(name, 0) > limit:
+            return reason(owner, "per_job", name)
+    for name, limit in limits.max_tres_per_node.items():
+        if ask.per_node.get(name, 0) > limit:
+            return reason(owner, "per_node", name)
+    for name, limit in limits.max_tres_mins_per_job.items():
+        if _worst_minutes(name, ask) > limit:
+            return reason(owner, "mins_per_job", name)
+    for name, least in limits.min_tres_per_job.items():
+        if ask.tres.get(name, 0) < least:
+            return reason(owner, "min_per_job", name)
+    return None
+
+
+def per_job_refusal(snap: AccountsSnap, ask: Ask) -> str | None:
+    """The QOS's and the associations' per-job limits alone (what DenyOnLimit refuses at submission)."""
+    qos = snap.qos.get(ask.qos)
+    found = _per_job("QOS", qos.limits, ask) if qos is not None else None
+    return found or Ledger(AccountsSnap(snap.qos, snap.assocs), 0.0, {})._assoc_per_job(
+        snap.chain(ask.account, ask.user), ask)
+
+
+def submit_refusal(snap: AccountsSnap, ask: Ask, adding: int, user_jobs: int, account_jobs: Mapping[str, int],
+                   qos_jobs: Mapping[str, int], qos_user_jobs: int, qos_account_jobs: int) -> str | None:
+    """Whether ``adding`` more jobs may be queued: MaxSubmitJobs(PerUser/PerAccount) and
+    GrpSubmitJobs of the QOS and of each association up the tree, counting pending and running
+    jobs (array tasks each). ``user_jobs``: the user's in this association; ``account_jobs``: by
+    account name (each counts its sub-accounts'); ``qos_*``: in the job's QOS."""
+    qos = snap.qos.get(ask.qos)
+    if qos is not None:
+        limits = qos.limits
+        if over(qos_user_jobs, adding, limits.max_submit) or over(qos_account_jobs, adding,
+                                                                  limits.max_submit_per_account) \
+                or over(qos_jobs.get(ask.qos, 0), adding, limits.grp_submit):
+            return SUBMIT_REFUSED
+    chain = snap.chain(ask.account, ask.user)
+    if over(user_jobs, adding, _inherited(chain, "max_submit")):
+        return SUBMIT_REFUSED
+    for assoc in chain:
+        count = user_jobs if assoc.user else account_jobs.get(assoc.account, 0)
+        if over(count, adding, assoc.limits.grp_submit):
+            return SUBMIT_REFUSED
+    return None
+
+
+# --- recorded use -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class UseRecord:
+    """One job's use, as the limits count it: its TRES from ``start`` to ``end`` (None: running)
+    and its energy (joules) so far."""
+
+    user: str
+    account: str
+    qos: str
+    tres: Tres
+    start: float
+    end: float | None
+    energy_j: float = 0.0
+
+
+def recorded_use(records: Iterable[UseRecord], assocs: Mapping[tuple[str, str], AssocLimits],
+                 qos: Mapping[str, Qos], now: float, since: float, half_life_s: float) \
+        -> tuple[dict[tuple[str, str], Use], dict[str, Use]]:
+    """Decayed use since ``since`` per association (each with all below it) and per QOS, each job's
+    use multiplied by its QOS's UsageFactor (NoDecay QOS: not decayed)."""
+    snap = AccountsSnap(qos, assocs)
+    by_assoc: dict[tuple[str, str], tuple[dict[str, float], float]] = {}
+    by_qos: dict[str, tuple[dict[str, float], float]] = {}
+    chains: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for rec in records:
+        end = now if rec.end is None else min(rec.end, now)
+        start = max(rec.start, since)
+        if end <= start:
+            continue
+        found = qos.get(rec.qos)
+        factor = found.usage_factor if found is not None else 1.0
+        no_decay = found is not None and "NoDecay" in found.flags
+        seconds = decayed_seconds(start, end, now, 0.0 if no_decay else half_life_s)
+        full = (now if rec.end is None else rec.end) - rec.start
+        minutes = seconds / 60.0 * factor
+        energy = rec.energy_j * seconds / full * factor if full > 0 else 0.0
+        keys = chains.get((rec.account, rec.user))
+        if keys is None:
+            keys = chains[(rec.account, rec.user)] = [a.key for a in snap.chain(rec.account, rec.user)]
+        for bucket, key in [*((by_assoc, k) for k in keys), (by_qos, rec.qos)]:
+            tres, wall = bucket.setdefault(key, ({}, 0.0))  # type: ignore[attr-defined]
+            for name, count in rec.tres.items():
+                if name != "power":
+                    tres[name] = tres.get(name, 0.0) + count * minutes
+            if energy:
+                tres["energy"] = tres.get("energy", 0.0) + energy
+            bucket[key] = (tres, wall + minutes)  # type: ignore[index]
+    return ({k: Use(MappingProxyType(t), w) for k, (t, w) in by_assoc.items()},
+            {k: Use(MappingProxyType(t), w) for k, (t, w) in by_qos.items()})
+
+
+# --- the settings sacctmgr takes ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LimitKey:
+    """A limit as sacctmgr sets and shows it: its names (the first is the one shown in errors),
+    the Limits field it sets, its kind (tres, tres_mins, count, wall) and its column."""
+
+    names: tuple[str, ...]
+    field: str
+    kind: str
+    header: str
+    width: int
+
+
+def _key(names: str, field_name: str, kind: str, header: str, width: int) -> LimitKey:
+    return LimitKey(tuple(names.lower().split("|")), field_name, kind, header, width)
+
+
+_COMMON_KEYS = (
+    _key("GrpTRES", "grp_tres", "tres", "GrpTRES", 13),
+    _key("GrpTRESMins", "grp_tres_mins", "tres_mins", "GrpTRESMins", 13),
+    _key("GrpTRESRunMins", "grp_tres_run_mins", "tres_mins", "GrpTRESRunMins", 13),
+    _key("GrpJobs", "grp_jobs", "count", "GrpJobs", 7),
+    _key("GrpSubmitJobs|GrpSubmit", "grp_submit", "count", "GrpSubmit", 9),
+    _key("GrpWall", "grp_wall", "wall", "GrpWall", 11),
+    _key("MaxTRESPerJob|MaxTRES|MaxTRESPJ", "max_tres_per_job", "tres", "MaxTRES", 13),
+    _key("MaxTRESMinsPerJob|MaxTRESMins|MaxTRESMinsPJ", "max_tres_mins_per_job", "tres_mins", "MaxTRESMins", 13),
+    _key("MaxWallDurationPerJob|MaxWall", "max_wall", "wall", "MaxWall", 11),
+)
+ASSOC_KEYS = (*_COMMON_KEYS,
+              _key("MaxJobs", "max_jobs", "count", "MaxJobs", 7),
+              _key("MaxSubmitJobs|MaxSubmit", "max_submit", "count", "MaxSubmit", 9))
+QOS_KEYS = (*_COMMON_KEYS,
+            _key("MaxTRESPerNode|MaxTRESPN", "max_tres_per_node", "tres", "MaxTRESPerNode", 14),
+            _key("MaxTRESPerUser|MaxTRESPU", "max_tres_per_user", "tres", "MaxTRESPU", 13),
+            _key("MaxTRESPerAccount|MaxTRESPerAcct|MaxTRESPA", "max_tres_per_account", "tres", "MaxTRESPA", 13),
+            _key("MaxJobsPerUser|MaxJobsPU", "max_jobs", "count", "MaxJobsPU", 9),
+            _key("MaxJobsPerAccount|MaxJobsPerAcct|MaxJobsPA", "max_jobs_per_account", "count", "MaxJobsPA", 9),
+            _key("MaxSubmitJobsPerUser|MaxSubmitJobsPU|MaxSubmitPU", "max_submit", "count", "MaxSubmitPU", 11),
+            _key("MaxSubmitJobsPerAccount|MaxSubmitJobsPerAcct|MaxSubmitJobsPA|MaxSubmitPA", "max_submit_per_account",
+                 "count", "MaxSubmitPA", 11),
+            _key("MinTRESPerJob|MinTRES", "min_tres_per_job", "tres", "MinTRES", 13))
+
+
+def find_key(keys: Iterable[LimitKey], name: str) -> LimitKey | None:
+    lowered = name.lower()
+    return next((k for k in keys if lowered in k.names), None)
+
+
+def parse_limit(key: LimitKey, text: str) -> Any:
+    """A limit's value as sacctmgr gives it; -1 clears it (UNLIMITED)."""
+    if key.kind in ("tres", "tres_mins"):
+        return parse_tres(text, over_time=key.kind == "tres_mins")
+    if key.kind == "wall":
+        return parse_minutes(text)
+    try:
+        value = int(text)
+    except ValueError as exc:
+        raise LimitError(f"Invalid value for {key.header}: {text}") from exc
+    if value < UNLIMITED:
+        raise LimitError(f"Invalid value for {key.header}: {text}")
+    return value
+
+
+def show_limit(key: LimitKey, limits: Limits) -> str:
+    """A limit as sacctmgr shows it ("" when not set)."""
+    value = getattr(limits, key.field)
+    if value is None or value == {}:
+        return ""
+    if key.kind in ("tres", "tres_mins"):
+        return format_tres(value)
+    if key.kind == "wall":
+        return format_minutes(value)
+    return str(value)
