@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import and_, delete, insert, select, update
 from sqlalchemy.engine import Connection, Engine
 
-from wattsched import limits
+from wattsched import confvalues, limits
 from wattsched.accounting.models import (
     AccountRecord,
     AssociationRecord,
@@ -453,10 +453,13 @@ def _number(text: str, what: str, low: float, high: float) -> float:
 
 
 def _preempt_mode(text: str) -> str:
-    modes = [m.strip().upper() for m in text.split(",") if m.strip()]
-    if not modes or any(m not in limits.PREEMPT_MODES for m in modes):
-        raise LimitError(f"Invalid PreemptMode: {text} (one of {', '.join(limits.PREEMPT_MODES)})")
-    return ",".join(modes)
+    """A QOS's PreemptMode: "cluster" (the cluster's PreemptMode applies) or one of its values."""
+    if text.strip().lower() == "cluster":
+        return "cluster"
+    try:
+        return confvalues.preempt_mode(text)
+    except ValueError as exc:
+        raise LimitError(f"Invalid PreemptMode: {exc}") from exc
 
 
 def _qos_row(row: Any) -> dict[str, Any]:

@@ -25,6 +25,8 @@ log = logging.getLogger("wattsched.controller")
 def end(state: ClusterState, job: Job, final: str, exit_code: int, term_signal: int, now: float,
          completing_nodes: list[str]) -> list[Action]:
     """A job's main process is over: record it, and clean up the nodes that may hold tasks."""
+    if job.preempted and final == states.CANCELLED:
+        final = states.PREEMPTED
     job.exit_code, job.term_signal, job.end_time, job.final_state = exit_code, term_signal, now, final
     for step in job.steps:
         if step.state == states.RUNNING:

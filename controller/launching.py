@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from wattsched import gres, hostlist, prologs, scheduling, states
 from wattsched.api import JobEvent
-from wattsched.controller import jobend, jobs, snapshots, statesave
+from wattsched.controller import jobend, jobs, preempting, snapshots, statesave
 from wattsched.controller.actions import Action, AdminProgram, Launch
 from wattsched.controller.powersaving import PowerProgram
 from wattsched.model import Job, Step
@@ -53,6 +53,8 @@ def schedule(state: ClusterState, now: float) -> list[Action]:
     actions: list[Action] = []
     for job_id, alloc in decisions.starts:
         actions.extend(start(state, state.jobs[job_id], alloc, now))
+    if snap.running and snap.accounts is not None:
+        actions.extend(preempting.preempt(state, snap, decisions, now))
     state.stats.started += len(decisions.starts)
     state.stats.depth = len(snap.pending)
     return actions

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from wattsched import states
-from wattsched.controller import jobend, jobenergy, jobs, nodes, powercontrol
+from wattsched.controller import jobend, jobenergy, jobs, nodes, powercontrol, preempting
 from wattsched.controller.actions import Action, Signal
 
 if TYPE_CHECKING:
@@ -18,7 +18,10 @@ def check_timers(state: ClusterState, now: float) -> list[Action]:
     """Time limits, --signal warnings, unresponsive nodes and purging of old jobs."""
     actions: list[Action] = []
     for job in list(state.jobs.values()):
-        if job.state == states.RUNNING and job.time_limit_min is not None and not job.configuring \
+        if job.preempt_deadline and now >= job.preempt_deadline and job.state == states.RUNNING \
+                and job.cancelled_by is None:  # a preempted job's GraceTime is over
+            actions.extend(preempting.expire(state, job, now))
+        elif job.state == states.RUNNING and job.time_limit_min is not None and not job.configuring \
                 and not job.suspended_at:
             deadline = job.start_time + job.suspended_s + job.time_limit_min * 60  # suspended time is not run time
             if job.kill_signal and not job.warn_signal_sent and now >= deadline - job.kill_signal_secs:

@@ -80,7 +80,7 @@ def test_numbers_are_checked_as_slurm_does(capsys: pytest.CaptureFixture[str]) -
 
 
 def test_ignored_options_are_noted_under_verbose_refused_ones_fail(capsys: pytest.CaptureFixture[str]) -> None:
-    opts, _ = SBATCH.parse(["--mail-type=END", "--qos", "high", "x.sh"])
+    opts, _ = SBATCH.parse(["--mail-type=END", "--reboot", "x.sh"])
     assert opts == {} and capsys.readouterr().err == ""
     SBATCH.parse(["-v", "--mail-type=END", "x.sh"])
     assert "option --mail-type is not supported by this site and is ignored" in capsys.readouterr().err

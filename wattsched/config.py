@@ -25,6 +25,7 @@ from wattsched.confvalues import (
     choice,
     cpu_freq_spec,
     duration,
+    duration_s,
     flags,
     governors,
     hosts,
@@ -46,6 +47,7 @@ from wattsched.confvalues import (
     positive,
     positive_number,
     power_save_types,
+    preempt_mode,
     suspend_time,
     text,
     yes_no,
@@ -186,6 +188,10 @@ class Config:
         "PriorityUsageResetPeriod", choice( "none", "now", "daily", "weekly", "monthly", "quarterly", "yearly"), "none")
     fairshare_dampening_factor: int = setting("FairShareDampeningFactor", positive, 1)
     priority_flags: tuple[str, ...] = setting("PriorityFlags", flags("FAIR_TREE", "NO_FAIR_TREE"), ())
+    # preemption (wattsched.preemption): preempt/qos; the mode of a QOS that says "cluster"
+    preempt_type: str = setting("PreemptType", choice("preempt/none", "preempt/qos"), "preempt/none")
+    preempt_mode: str = setting("PreemptMode", preempt_mode, "OFF")
+    preempt_exempt_time_s: int = setting("PreemptExemptTime", duration_s, 0)
     accounting_storage_enforce: tuple[str, ...] = setting(
         "AccountingStorageEnforce", flags( "associations", "limits", "qos", "safe", "wckeys", "nojobs", "nosteps"), ())
     power_cap: float | None = setting("PowerCap", parse_power_cap,

@@ -309,3 +309,22 @@ def jwt_key(value: str) -> str:
         if key == "jwt_key" and path:
             return path
     raise ValueError("expected jwt_key=/path/to/key")
+
+
+def preempt_mode(value: str) -> str:
+    """PreemptMode: OFF, CANCEL or REQUEUE (SUSPEND is refused until suspension gives CPUs back),
+    with GANG and WITHIN accepted as Slurm's qualifiers."""
+    modes = [m.strip().upper() for m in value.split(",") if m.strip()]
+    main = [m for m in modes if m not in ("GANG", "WITHIN")]
+    if len(main) != 1 or main[0] not in ("OFF", "CANCEL", "REQUEUE"):
+        raise ValueError(f"'{value}' is not one of OFF, CANCEL, REQUEUE (optionally with GANG or WITHIN); "
+                         "SUSPEND is not supported yet")
+    return ",".join(modes)
+
+
+def duration_s(value: str) -> int:
+    """A time such as PreemptExemptTime: [days-]hours:minutes:seconds, or minutes; in seconds."""
+    minutes_given = duration(value)
+    if minutes_given is None:
+        raise ValueError(f"'{value}' is not a time")
+    return minutes_given * 60

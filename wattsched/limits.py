@@ -188,7 +188,6 @@ NO_LIMITS = Limits()
 
 QOS_FLAGS = ("DenyOnLimit", "EnforceUsageThreshold", "NoDecay", "NoReserve", "OverPartQOS", "PartitionMaxNodes",
              "PartitionMinNodes", "PartitionTimeLimit", "RequiresReservation", "UsageFactorSafe")
-PREEMPT_MODES = ("OFF", "CANCEL", "REQUEUE", "SUSPEND", "GANG", "WITHIN")
 
 
 @dataclass(frozen=True, slots=True)

@@ -116,6 +116,8 @@ class Job:
     final_state: str = ""
     cancelled_by: int | None = None
     timed_out: bool = False
+    preempted: str = ""  # preempted this run: CANCEL or REQUEUE (wattsched.preemption)
+    preempt_deadline: float = 0.0  # its GraceTime ends then: killed, or requeued
     warn_signal_sent: bool = False
     restart_count: int = 0
     # allocation

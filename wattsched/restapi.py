@@ -318,7 +318,8 @@ def job_submit(desc: JobDesc, script: str | None) -> JobSubmit:
     fields: dict[str, Any] = {
         "name": desc.name or "", "script": script, "argv": desc.argv or [], "work_dir": desc.current_working_directory,
         "environment": environment, "submit_line": "slurmrestd job/submit", "account": desc.account or "",
-        "partition": desc.partition or "", "nodes_min": nodes_min, "nodes_max": nodes_max, "ntasks": desc.tasks,
+        "qos": desc.qos or "", "partition": desc.partition or "", "nodes_min": nodes_min, "nodes_max": nodes_max,
+        "ntasks": desc.tasks,
         "ntasks_per_node": desc.tasks_per_node or 0, "cpus_per_task": desc.cpus_per_task or 1,
         "mem_per_node_mb": int(min(_number(desc.memory_per_node) or 0, MEM_MAX_MB + 1)),
         "mem_per_cpu_mb": int(min(_number(desc.memory_per_cpu) or 0, MEM_MAX_MB + 1)),

@@ -134,6 +134,9 @@ class RunningJob:
     mem_mb: Mapping[str, int]
     end_time: float | None
     gpus: Mapping[str, Mapping[str, int]] = field(default_factory=dict)  # node -> GPUs held by type
+    qos: str = ""
+    start: float = 0.0
+    ending: bool = False  # being cancelled or preempted: its nodes come back soon
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import fields, replace
 from typing import Any, Generic, Protocol, TypeVar
 
-from wattsched import gres, limits, power, scheduling, states
+from wattsched import gres, limits, power, preemption, scheduling, states
 from wattsched.config import Config
 from wattsched.model import JOB_FIELD_NAMES, Job
 from wattsched.power import NodePower, PowerResv, PowerSnap
@@ -121,10 +121,16 @@ if _UNDERIVED := {f.name for f in fields(JobRequest)} - set(_SAME_AS_JOB) - set(
 
 
 def running_job(job_id: int, cpus: Mapping[str, int], mem_mb: Mapping[str, int], start: float,
-                time_limit_min: int | None, gpus: Mapping[str, Mapping[str, int]] | None = None) -> RunningJob:
-    """What a running job holds, and when its time limit gives it back (None: no limit)."""
+                time_limit_min: int | None, gpus: Mapping[str, Mapping[str, int]] | None = None, qos: str = "",
+                ending: bool = False) -> RunningJob:
+    """What a running job holds, and when its time limit gives it back (None: no limit); its QOS
+    and whether it is already on its way out (for preemption)."""
     return RunningJob(job_id, cpus, mem_mb, start + time_limit_min * 60 if time_limit_min is not None else None,
-                      gpus if gpus is not None else {})
+                      gpus if gpus is not None else {}, qos, start, ending)
+
+
+def preempt_settings(config: Config) -> preemption.Settings:
+    return preemption.Settings(config.preempt_type, config.preempt_mode, config.preempt_exempt_time_s)
 
 
 def snapshot(config: Config, now: float, nodes: tuple[NodeSnap, ...], partition_snaps: Mapping[str, PartitionSnap],
@@ -137,14 +143,16 @@ def snapshot(config: Config, now: float, nodes: tuple[NodeSnap, ...], partition_
     backfill plan (``backfill_due``) or under a power cap (see :func:`carries_running`)."""
     return Snapshot(now=now, nodes=nodes, partitions=partition_snaps, pending=pending, jobs=jobs or {},
                     def_mem_per_cpu_mb=config.def_mem_per_cpu_mb,
-                    running=running if carries_running(backfill_due, power_snap is not None) else (),
+                    running=running if carries_running(backfill_due, power_snap is not None,
+                                                       preempt_settings(config).on) else (),
                     backfill_due=backfill_due, reservations=reservations or {}, fairshare=fairshare or {},
                     power=power_snap, changes=changes, accounts=accounts)
 
 
-def carries_running(backfill_due: bool, capped: bool) -> bool:
-    """Whether a pass's snapshot carries the running jobs (the backfill plan and the cap read them)."""
-    return backfill_due or capped
+def carries_running(backfill_due: bool, capped: bool, preempting: bool = False) -> bool:
+    """Whether a pass's snapshot carries the running jobs (the backfill plan, the cap and
+    preemption read them)."""
+    return backfill_due or capped or preempting
 
 
 def power_snap(cap: float | None, watts: Mapping[str, NodePower], node_states: Mapping[str, PowerState],

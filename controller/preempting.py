@@ -1,0 +1,58 @@
+"""The controller's side of preemption: the preemptees the pure core chose
+(:func:`wattsched.preemption.preemptees`) are cancelled (ending PREEMPTED) or requeued, by
+their PreemptMode, after their QOS's GraceTime: SIGTERM at once, the end when it is over.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal as signal_mod
+from typing import TYPE_CHECKING
+
+from wattsched import preemption, scheduling, snapbuild, states
+from wattsched.controller import jobs
+from wattsched.controller.actions import Action, Signal
+from wattsched.model import Job
+
+if TYPE_CHECKING:
+    from wattsched.controller.state import ClusterState
+
+log = logging.getLogger("wattsched.controller")
+SLURM_USER = 0  # who cancelled a preempted job, as sacct's CANCELLED by shows it
+
+
+def preempt(state: ClusterState, snap: scheduling.Snapshot, decisions: scheduling.Decisions,
+            now: float) -> list[Action]:
+    """Preempt what the pass's pending jobs need, as the core chooses."""
+    settings = snapbuild.preempt_settings(state.config)
+    actions: list[Action] = []
+    for job_id, by in preemption.preemptees(snap, decisions, state.plugins.select, settings).items():
+        job = state.jobs.get(job_id)
+        if job is None or job.state != states.RUNNING or job.preempted:
+            continue
+        qos = state.shares.qos.get(job.qos)
+        mode = preemption.mode_of(qos, settings)
+        if mode == preemption.REQUEUE and (job.interactive or not job.requeue or not state.config.job_requeue):
+            mode = preemption.CANCEL  # as Slurm: a job that may not be requeued is cancelled
+        grace = qos.grace_time if qos is not None else 0
+        log.info("preempting job", extra={"job": job_id, "preemptor": by, "mode": mode, "grace_s": grace})
+        job.preempted = mode
+        state.touch(job)
+        if job.suspended_at:  # a frozen process takes no signal
+            actions.extend(jobs.thaw(state, job, now))
+        if grace > 0 and job.launched and not job.interactive:
+            job.preempt_deadline = now + grace
+            actions.append(Signal(job.job_id, job.node_list, signal_mod.SIGTERM))
+        else:
+            actions.extend(expire(state, job, now))
+    return actions
+
+
+def expire(state: ClusterState, job: Job, now: float) -> list[Action]:
+    """The preempted job's grace is over: it ends (PREEMPTED) or goes back to the queue."""
+    job.preempt_deadline = 0.0
+    if job.preempted == preemption.REQUEUE:
+        return jobs.requeue_running(state, job, now)
+    job.cancelled_by = SLURM_USER
+    state.touch(job)
+    return jobs.terminate(state, job, now)

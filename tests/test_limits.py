@@ -1,0 +1,163 @@
+"""The pure limits (wattsched.limits): TRES settings, Slurm's reasons, the ledger's verdicts in a
+pass, recorded use, and the submit limits."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from wattsched import limits, scheduling
+from wattsched.limits import AccountsSnap, Ask, AssocLimits, Limits, Qos, UseRecord
+from wattsched.scheduling import JobRequest, Throttle
+
+ON = frozenset({"associations", "limits", "qos"})
+
+
+def _tree(**account_limits: Limits) -> dict[tuple[str, str], AssocLimits]:
+    """root > proj > (alice, bob), proj's limits as given."""
+    return {("root", ""): AssocLimits("root", "", ""),
+            ("proj", ""): AssocLimits("proj", "", "root", account_limits.get("proj", Limits())),
+            ("proj", "alice"): AssocLimits("proj", "alice", "proj", account_limits.get("alice", Limits())),
+            ("proj", "bob"): AssocLimits("proj", "bob", "proj")}
+
+
+def _job(job_id: int, user: str = "alice", qos: str = "normal", ntasks: int = 1, minutes: int | None = 10,
+         partition: str = "debug") -> JobRequest:
+    return JobRequest(job_id, user, partition, 0.0, ntasks=ntasks, account="proj", qos=qos, time_limit_min=minutes)
+
+
+def _pass(snap: AccountsSnap, jobs: list[JobRequest], fairshare=None) -> dict[int, str | None]:
+    """Each job's verdict, in order, the allowed ones started as a pass would."""
+    throttle = Throttle({}, snap, 0.0, fairshare or {})
+    verdicts = {}
+    for job in jobs:
+        verdicts[job.job_id] = throttle.refusal(job)
+        if verdicts[job.job_id] is None:
+            throttle.started(job)
+    return verdicts
+
+
+def test_tres_settings_parse_and_show_as_sacctmgr() -> None:
+    assert limits.parse_tres("cpu=10,mem=20G,gres/gpu:a100=2,power=3000") == \
+        {"cpu": 10, "mem": 20480, "gres/gpu": 2, "power": 3000}
+    assert limits.parse_tres("energy=1.44e11", over_time=True) == {"energy": 144_000_000_000}
+    assert limits.format_tres({"mem": 20480, "cpu": 10}) == "cpu=10,mem=20G"
+    assert limits.parse_tres("cpu=-1") == {"cpu": limits.UNLIMITED}
+    for bad, over_time in (("bogus=1", False), ("cpu", False), ("cpu=1G", False), ("energy=5", False),
+                           ("power=5", True), ("cpu=1e30", False)):
+        with pytest.raises(limits.LimitError):
+            limits.parse_tres(bad, over_time)
+    assert limits.parse_minutes("1-00:00:00") == 1440 and limits.format_minutes(1440) == "1-00:00:00"
+    assert Limits(grp_jobs=3, grp_tres={"cpu": 4}).changed({"grp_jobs": -1, "grp_tres": {"cpu": -1, "mem": 5}}) \
+        == Limits(grp_tres={"mem": 5})
+
+
+@pytest.mark.parametrize(("owner", "kind", "tres", "slurm"), [
+    ("Assoc", "grp", "cpu", "AssocGrpCpuLimit"), ("Assoc", "grp", "mem", "AssocGrpMemLimit"),
+    ("Assoc", "grp", "energy", "AssocGrpEnergy"), ("Assoc", "grp_mins", "cpu", "AssocGrpCPUMinutesLimit"),
+    ("Assoc", "grp_mins", "energy", "AssocGrpEnergyMinutes"), ("Assoc", "grp_mins", "mem", "AssocGrpMemMinutes"),
+    ("Assoc", "grp_run_mins", "cpu", "AssocGrpCPURunMinutesLimit"),
+    ("Assoc", "per_job", "cpu", "AssocMaxCpuPerJobLimit"), ("Assoc", "per_job", "mem", "AssocMaxMemPerJob"),
+    ("Assoc", "mins_per_job", "cpu", "AssocMaxCpuMinutesPerJobLimit"),
+    ("QOS", "grp", "mem", "QOSGrpMemLimit"), ("QOS", "grp_mins", "mem", "QOSGrpMemoryMinutes"),
+    ("QOS", "per_job", "node", "QOSMaxNodePerJobLimit"), ("QOS", "per_job", "mem", "QOSMaxMemoryPerJob"),
+    ("QOS", "per_node", "cpu", "QOSMaxCpuPerNode"), ("QOS", "per_user", "cpu", "QOSMaxCpuPerUserLimit"),
+    ("QOS", "per_user", "energy", "QOSMaxEnergyPerUser"), ("QOS", "per_account", "mem", "MaxMemoryPerAccount"),
+    ("QOS", "min_per_job", "cpu", "QOSMinCpuNotSatisfied"), ("QOS", "grp", "gres/gpu", "QOSGrpGRES"),
+    ("QOS", "grp_run_mins", "energy", "QOSGrpEnergyRunMinutes"), ("QOS", "grp", "power", "QOSGrpPower"),
+])
+def test_reasons_are_slurms(owner: str, kind: str, tres: str, slurm: str) -> None:
+    assert limits.reason(owner, kind, tres) == slurm
+
+
+def test_a_qos_max_jobs_per_user_holds_within_one_pass() -> None:
+    qos = {"normal": Qos("normal"), "capped": Qos("capped", limits=Limits(max_jobs=2))}
+    snap = AccountsSnap(qos, _tree(), enforce=ON)
+    verdicts = _pass(snap, [*(_job(i, qos="capped") for i in range(4)), _job(9, "bob", "capped")])
+    assert list(verdicts.values()) == [None, None, "QOSMaxJobsPerUserLimit", "QOSMaxJobsPerUserLimit", None]
+    # the running ones count too
+    active = tuple(limits.ActiveJob(100 + i, "alice", "proj", "capped", {"cpu": 1}, None) for i in range(2))
+    busy = AccountsSnap(qos, _tree(), active=active, enforce=ON)
+    assert _pass(busy, [_job(1, qos="capped")]) == {1: "QOSMaxJobsPerUserLimit"}
+    # with limits off, nothing is held back
+    off = AccountsSnap(qos, _tree(), active=active, enforce=frozenset({"associations"}))
+    assert _pass(off, [_job(1, qos="capped")]) == {1: None}
+
+
+def test_group_limits_hold_the_account_and_all_below_it() -> None:
+    snap = AccountsSnap({"normal": Qos("normal")}, _tree(proj=Limits(grp_tres={"cpu": 4})), enforce=ON)
+    verdicts = _pass(snap, [_job(1, ntasks=3), _job(2, "bob", ntasks=2), _job(3, "bob", ntasks=1), _job(4)])
+    assert verdicts == {1: None, 2: "AssocGrpCpuLimit", 3: None, 4: "AssocGrpCpuLimit"}
+    snap = AccountsSnap({"normal": Qos("normal")}, _tree(proj=Limits(grp_jobs=2)), enforce=ON)
+    assert list(_pass(snap, [_job(1), _job(2, "bob"), _job(3)]).values()) == [None, None, "AssocGrpJobsLimit"]
+
+
+def test_max_limits_are_inherited_from_the_nearest_association() -> None:
+    tree = _tree(proj=Limits(max_jobs=1, max_wall=30), alice=Limits(max_jobs=3))
+    snap = AccountsSnap({"normal": Qos("normal")}, tree, enforce=ON)
+    # alice sets her own MaxJobs; bob inherits the account's
+    assert list(_pass(snap, [_job(1), _job(2), _job(3), _job(4)]).values()) == [None, None, None, "AssocMaxJobsLimit"]
+    assert list(_pass(snap, [_job(1, "bob"), _job(2, "bob")]).values()) == [None, "AssocMaxJobsLimit"]
+    assert _pass(snap, [_job(1, minutes=60)]) == {1: "AssocMaxWallDurationPerJobLimit"}
+    assert _pass(snap, [_job(1, minutes=None)]) == {1: "AssocMaxWallDurationPerJobLimit"}
+
+
+def test_an_energy_budget_counts_recorded_joules_and_safe_counts_the_worst_case() -> None:
+    budget = Limits(grp_tres_mins={"energy": 1_000_000})
+    tree = _tree(proj=budget)
+    qos = {"normal": Qos("normal")}
+    used, _q = limits.recorded_use([UseRecord("bob", "proj", "normal", {"cpu": 4}, 0.0, 600.0, 3e6)], tree, qos,
+                                   now=600.0, since=0.0, half_life_s=0.0)
+    assert used[("proj", "")].tres_mins["energy"] == pytest.approx(3e6)
+    assert used[("proj", "")].tres_mins["cpu"] == pytest.approx(40.0)  # 4 CPUs for 10 minutes
+    assert used[("root", "")].tres_mins["energy"] == pytest.approx(3e6)  # the tree above counts it too
+    over = AccountsSnap(qos, tree, used, enforce=ON, watts_per_cpu={"debug": 100.0})
+    assert _pass(over, [_job(1)]) == {1: "AssocGrpEnergyMinutes"}
+    # half used: without safe any job starts; with safe only one whose power x time limit fits
+    half = {("proj", ""): limits.Use({"energy": 500_000.0})}
+    loose = AccountsSnap(qos, tree, half, enforce=ON, watts_per_cpu={"debug": 100.0})
+    assert _pass(loose, [_job(1, minutes=600)]) == {1: None}
+    safe = AccountsSnap(qos, tree, half, enforce=ON | {"safe"}, watts_per_cpu={"debug": 100.0})
+    # 100 W for 60 min = 360 kJ fits the 500 kJ left; 120 min = 720 kJ does not; unlimited never does
+    assert _pass(safe, [_job(1, minutes=60)]) == {1: None}
+    assert _pass(safe, [_job(1, minutes=120)]) == {1: "AssocGrpEnergyMinutes"}
+    assert _pass(safe, [_job(1, minutes=None)]) == {1: "AssocGrpEnergyMinutes"}
+
+
+def test_power_as_a_tres_keeps_a_qos_under_its_watts() -> None:
+    qos = {"normal": Qos("normal", limits=Limits(grp_tres={"power": 1000}))}
+    snap = AccountsSnap(qos, _tree(), enforce=ON, watts_per_cpu={"debug": 100.0})
+    verdicts = _pass(snap, [_job(1, ntasks=6), _job(2, ntasks=5), _job(3, ntasks=4)])
+    assert verdicts == {1: None, 2: "QOSGrpPower", 3: None}
+
+
+def test_usage_factor_and_threshold() -> None:
+    qos = {"cheap": Qos("cheap", usage_factor=0.5), "picky": Qos("picky", usage_threshold=0.5)}
+    _a, by_qos = limits.recorded_use([UseRecord("alice", "proj", "cheap", {"cpu": 2}, 0.0, 600.0)], _tree(), qos,
+                                     600.0, 0.0, 0.0)
+    assert by_qos["cheap"].tres_mins["cpu"] == pytest.approx(10.0)  # 2 CPUs x 10 min x 0.5
+    snap = AccountsSnap(qos, _tree(), enforce=ON)
+    assert _pass(snap, [_job(1, qos="picky")], {("proj", "alice"): (0.2, 1.0)}) == {1: "QOSUsageThreshold"}
+    assert _pass(snap, [_job(1, qos="picky")], {("proj", "alice"): (0.8, 1.0)}) == {1: None}
+    assert _pass(snap, [_job(1, qos="gone")]) == {1: "InvalidQOS"}
+
+
+def test_submit_limits_and_default_qos() -> None:
+    qos = {"normal": Qos("normal"), "few": Qos("few", limits=Limits(max_submit=2, grp_submit=3))}
+    tree = _tree(proj=Limits(grp_submit=10))
+    snap = AccountsSnap(qos, tree)
+    ask = Ask("alice", "proj", "few", {"cpu": 1}, {"cpu": 1}, 10)
+    assert limits.submit_refusal(snap, ask, 1, 0, {}, {"few": 0}, 1, 1) is None
+    assert limits.submit_refusal(snap, ask, 1, 0, {}, {"few": 0}, 2, 2) == limits.SUBMIT_REFUSED
+    assert limits.submit_refusal(snap, ask, 1, 0, {}, {"few": 3}, 0, 0) == limits.SUBMIT_REFUSED
+    assert limits.submit_refusal(snap, ask, 5, 0, {"proj": 6}, {}, 0, 0) is not None  # an array of 5
+    assert snap.default_qos("proj", "alice") == "normal"
+    assert snap.allowed_qos("proj", "alice") == {"normal"}
+    picky = {**tree, ("proj", "alice"): AssocLimits("proj", "alice", "proj", qos=frozenset({"few"}))}
+    assert AccountsSnap(qos, picky).default_qos("proj", "alice") == "few"
+
+
+def test_worst_case_of_an_unlimited_job_is_infinite() -> None:
+    ask = scheduling.limits_ask(_job(1, minutes=None), 100.0)
+    assert ask.tres["power"] == 100 and math.isinf(limits._worst_minutes("energy", ask))

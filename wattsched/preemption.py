@@ -1,0 +1,116 @@
+"""Preemption (PreemptType=preempt/qos): which running jobs a pending job that finds no nodes
+may take them from, as Slurm's preempt/qos chooses them. Pure: the snapshot and ``now`` in, the
+preemptees out; the shell cancels, requeues or suspends them by their PreemptMode, and the
+preemptor starts once their nodes are free.
+
+- A running job may be preempted by a pending one when its QOS is in the pending job's QOS's
+  Preempt list, it has run at least its PreemptExemptTime (its QOS's, else the cluster's) and
+  its mode is not OFF.
+- Candidates are taken lowest QOS priority first, then the most recently started first (it
+  loses the least work), until the pending job fits; of those, only the ones on the nodes it
+  is given are preempted. Jobs already being preempted are counted first, at no cost, so a
+  preemptor waiting for its preemptees to end never takes more.
+- Pending jobs are looked at in priority order, each taking only jobs no earlier one took, up
+  to a bounded number per pass (a pass costs the same however long the queue).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from wattsched import states
+from wattsched.limits import Qos
+from wattsched.scheduling import Allocation, Candidates, Decisions, JobRequest, RunningJob, SelectPlugin, Snapshot
+
+# pending jobs looked at for preemption in one pass (Slurm looks at every job its schedulers reach)
+MAX_PREEMPTORS = 32
+OFF, CANCEL, REQUEUE, SUSPEND = "OFF", "CANCEL", "REQUEUE", "SUSPEND"
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """The cluster's preemption settings (PreemptType, PreemptMode, PreemptExemptTime)."""
+
+    kind: str = "preempt/none"
+    mode: str = OFF
+    exempt_s: float = 0.0
+
+    @property
+    def on(self) -> bool:
+        return self.kind == "preempt/qos" and self.mode != OFF
+
+
+def mode_of(qos: Qos | None, settings: Settings) -> str:
+    """A job's PreemptMode: its QOS's, unless that says "cluster"; GANG and WITHIN are qualifiers."""
+    text = qos.preempt_mode if qos is not None and qos.preempt_mode.lower() != "cluster" else settings.mode
+    modes = [m for m in text.upper().split(",") if m not in ("GANG", "WITHIN")]
+    return modes[0] if modes else OFF
+
+
+def exempt_until(job: RunningJob, qos: Qos | None, settings: Settings) -> float:
+    exempt = qos.preempt_exempt_time * 60.0 if qos is not None and qos.preempt_exempt_time is not None \
+        else settings.exempt_s
+    return job.start + exempt
+
+
+def may_preempt(preemptor: Qos | None, job: RunningJob, table: Mapping[str, Qos], settings: Settings,
+                now: float) -> bool:
+    qos = table.get(job.qos)
+    return preemptor is not None and job.qos in preemptor.preempt and mode_of(qos, settings) != OFF \
+        and now >= exempt_until(job, qos, settings)
+
+
+def preemptees(snapshot: Snapshot, decisions: Decisions, select: SelectPlugin, settings: Settings) -> dict[int, int]:
+    """The running jobs to preempt, each with the pending job it makes room for: the pass's
+    ``decisions`` say which pending jobs found no nodes (Resources) and their priorities."""
+    accounts = snapshot.accounts
+    if not settings.on or accounts is None or not snapshot.running:
+        return {}
+    table = accounts.qos
+    prio = decisions.priorities
+    wanting = sorted((job for job in snapshot.pending if decisions.reasons.get(job.job_id) == states.R_RESOURCES
+                      and (q := table.get(job.qos)) is not None and q.preempt),
+                     key=lambda j: (-prio.get(j.job_id, 0), j.submit_time, j.job_id))[:MAX_PREEMPTORS]
+    if not wanting:
+        return {}
+    taken: dict[int, int] = {}
+    candidates = Candidates(snapshot)
+    ending = {r.job_id for r in snapshot.running if r.ending}
+    for job in wanting:
+        preemptor = table[job.qos]
+        pool = [r for r in snapshot.running if r.job_id not in taken and
+                (r.ending or may_preempt(preemptor, r, table, settings, snapshot.now))]
+        for victim in _victims(job, pool, table, snapshot, candidates, select) or ():
+            taken[victim] = job.job_id
+    return {victim: preemptor_id for victim, preemptor_id in taken.items() if victim not in ending}
+
+
+def _victims(job: JobRequest, pool: list[RunningJob], table: Mapping[str, Qos], snapshot: Snapshot,
+             candidates: Candidates, select: SelectPlugin) -> list[int] | None:
+    """The fewest of ``pool`` (in preemption order) whose nodes, given back, let the job fit."""
+    if not pool:
+        return None
+    pool.sort(key=lambda r: (not r.ending, table[r.qos].priority if r.qos in table else 0, -r.start))
+    nodes = candidates.for_job(job, None)
+    free = {n.name: (n.free_cpus, n.free_mem_mb) for n in nodes}
+    gpus = {n.name: dict(n.free_gpus) for n in nodes if n.gpus} if job.gpus else None
+    added: list[RunningJob] = []
+    for victim in pool:
+        if not any(name in free for name in victim.cpus):
+            continue
+        added.append(victim)
+        for name, cpus in victim.cpus.items():
+            if name in free:
+                free_cpus, free_mem = free[name]
+                free[name] = (free_cpus + cpus, free_mem + victim.mem_mb.get(name, 0))
+        if gpus is not None:
+            for name, kinds in victim.gpus.items():
+                if name in gpus:
+                    for kind, count in kinds.items():
+                        gpus[name][kind] = gpus[name].get(kind, 0) + count
+        usable = [n for n in nodes if free[n.name][0] > 0]
+        alloc: Allocation | None = select.select(job, usable, free, snapshot.def_mem_per_cpu_mb, gpus)
+        if alloc is not None:
+            return [v.job_id for v in added if not alloc.cpus.keys().isdisjoint(v.cpus)]
+    return None
