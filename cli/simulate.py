@@ -77,6 +77,10 @@ def simulate(config: Annotated[str, typer.Argument(help="Cluster configuration (
              user_factor: Annotated[list[str] | None, typer.Option(
                  "--user-factor", help="USER=FACTOR: that user's energy efficiency (0.7 green, 1.3 gluttonous).")]
              = None,
+             accounts: Annotated[str | None, typer.Option(
+                 "--accounts", help="An accounting database (URL, or an SQLite file) whose QOS and associations, "
+                                    "as sacctmgr made them, limit the jobs (AccountingStorageEnforce=limits in the "
+                                    "configuration or --set).")] = None,
              quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False) -> None:
     """Replay a workload through the same scheduling, power-cap and power-saving code as the controller."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -105,19 +109,39 @@ def simulate(config: Annotated[str, typer.Argument(help="Cluster configuration (
             bar.update(task, completed=done, total=total, rate=rate)
 
         try:
-            sim = engine.Simulation(conf, load, progress=progress, shared=shared, energy_model=energy_model)
+            limits_shell = _accounts(conf, accounts, min((j.submit for j in load.jobs), default=0.0)) \
+                if accounts else None
+            sim = engine.Simulation(conf, load, progress=progress, shared=shared, energy_model=energy_model,
+                                    accounts=limits_shell)
             result = sim.run()
         except ValueError as exc:
             raise CLIError(str(exc)) from exc
     paths = report.write(result, out, f"Simulation of {workload_spec} on {config}")
     summary = result.summary()
-    sys.stdout.write(f"{summary['jobs']} jobs ({summary['infeasible']} too large for the platform, "
+    held = f", {summary['never_started']} held by a limit to the end" if summary["never_started"] else ""
+    sys.stdout.write(f"{summary['jobs']} jobs ({summary['infeasible']} too large for the platform{held}, "
                      f"{load.skipped} skipped, {load.clipped} clipped) in {summary['wall_s']:.1f} s "
                      f"({summary['events_per_s']:,.0f} events/s)\n"
                      f"energy {summary['energy_j'] / 3.6e9:.3f} MWh, mean wait {summary['mean_wait_s']:.0f} s, "
                      f"max wait {summary['max_wait_s']:.0f} s, utilization {summary['utilization']:.3f}, "
                      f"switches {summary['switches_off']} off / {summary['switches_on']} on\n"
                      f"written: {', '.join(str(p) for p in paths.values())}\n")
+
+
+def _accounts(conf, url: str, origin: float):
+    """The simulation's limits shell, from the accounting database at ``url`` (a path: SQLite)."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from wattsched.simulator.accounts import SimAccounts
+
+    if "://" not in url:
+        if not Path(url).is_file():
+            raise CLIError(f"--accounts {url}: no such database file")
+        url = f"sqlite:///{Path(url).resolve()}"
+    try:
+        return SimAccounts.load(conf, url, origin)
+    except SQLAlchemyError as exc:
+        raise CLIError(f"--accounts {url}: {exc.__class__.__name__}: cannot read its QOS and associations") from exc
 
 
 def _pair(text: str) -> tuple[str, float]:

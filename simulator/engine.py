@@ -29,9 +29,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from wattsched import plugins, power, powersave, scheduling, snapbuild
+from wattsched import limits, plugins, power, powersave, scheduling, snapbuild
 from wattsched.config import Config, NodeConf
 from wattsched.fairshare import UsageRecord
+from wattsched.simulator.accounts import SimAccounts
 from wattsched.simulator.shares import DEFAULT_ACCOUNT, SimShares
 from wattsched.simulator.workload import SimJob, Workload
 from wattsched.states import NodeBase, PowerFlag, PowerState, power_state
@@ -117,6 +118,8 @@ class Result:
         busy = sum(r.runtime * sum(r.alloc_cpus.values()) for r in done)
         return {
             "jobs": len(done), "infeasible": self.infeasible, "nodes": self.node_count,
+            # held to the end (a limit, such as a used-up energy budget, never let them start)
+            "never_started": sum(1 for r in self.records if r.start < 0),
             "makespan_s": makespan, "utilization": busy / (makespan * self.cpus) if makespan > 0 else 0.0,
             "energy_j": sum(self.energy_by_state.values()),
             **{f"energy_{k}_j": v for k, v in self.energy_by_state.items()},
@@ -133,7 +136,7 @@ class Result:
 
 class Simulation:
     def __init__(self, config: Config, workload: Workload, progress: Callable[[int, int], None] | None = None,
-                 shared: bool = False, energy_model: str = "node"):
+                 shared: bool = False, energy_model: str = "node", accounts: SimAccounts | None = None):
         if energy_model not in ENERGY_MODELS:
             raise ValueError(f"unknown energy model {energy_model!r}: one of {', '.join(ENERGY_MODELS)}")
         self.config = config
@@ -170,6 +173,8 @@ class Simulation:
             (config.priority_weight_fairshare or config.priority_weight_energy)
         self.shares = SimShares(config, ((r.job.account or DEFAULT_ACCOUNT, r.job.user) for r in self.records.values()),
                                 min((r.job.submit for r in self.records.values()), default=0.0)) if fair else None
+        self.accounts = accounts  # the QOS and associations' limits, when the simulation applies them
+        self.qos: dict[tuple[str, str], str] = {}
         self.running: dict[int, JobRecord] = {}
         self.heap: list[tuple[float, int, int, int, str]] = []
         self.seq = 0
@@ -255,22 +260,33 @@ class Simulation:
                       len(self.nodes), sum(n.conf.cpus for n in self.nodes.values()), self.power_events,
                       self.pass_times)
 
+    def _qos(self, account: str, user: str) -> str:
+        """The job's QOS: its association's default (a trace names none)."""
+        if self.accounts is None:
+            return ""
+        found = self.qos.get((account, user))
+        if found is None:
+            found = self.qos[(account, user)] = self.accounts.qos_of(account, user)
+        return found
+
     def _request(self, record: JobRecord) -> scheduling.JobRequest:
         job = record.job
         account, limit = job.account or DEFAULT_ACCOUNT, max(1, math.ceil(job.walltime / 60))
+        qos = self._qos(account, job.user)
         if job.nodes:  # its own shape: so many cores on each of so many nodes, shared with other jobs
             # (a task of that many CPUs a node: only nodes with that many free cores are candidates)
             return scheduling.JobRequest(job_id=job.job_id, user=job.user, partition=self.partition,
                                          submit_time=record.submit, nodes_min=job.nodes, nodes_max=job.nodes,
                                          ntasks=job.nodes, ntasks_set=True, ntasks_per_node=1,
-                                         cpus_per_task=job.procs // job.nodes, account=account, time_limit_min=limit)
+                                         cpus_per_task=job.procs // job.nodes, account=account, qos=qos,
+                                         time_limit_min=limit)
         if self.shared:
             return scheduling.JobRequest(job_id=job.job_id, user=job.user, partition=self.partition,
                                          submit_time=record.submit, ntasks=job.procs, ntasks_set=True,
-                                         account=account, time_limit_min=limit)
+                                         account=account, qos=qos, time_limit_min=limit)
         return scheduling.JobRequest(job_id=job.job_id, user=job.user, partition=self.partition,
                                      submit_time=record.submit, nodes_min=record.nodes, ntasks=record.nodes,
-                                     ntasks_set=True, exclusive=True, account=account, time_limit_min=limit)
+                                     ntasks_set=True, exclusive=True, account=account, qos=qos, time_limit_min=limit)
 
     # --- one pass: the controller's loop in virtual time --------------------------------------------
 
@@ -320,8 +336,29 @@ class Simulation:
             UsageRecord(r.job.user, r.job.account or DEFAULT_ACCOUNT, sum(r.alloc_cpus.values()), r.start, None,
                         self._job_power(r) * (now - r.start))
             for r in self.running.values() if r.start >= 0]) if self.shares is not None and self.pending else {}
+        accounts = self.accounts.current(now, lambda: [self._use(r, now) for r in self.running.values() if r.start >= 0],
+                                         lambda: [self._active(r) for r in self.running.values()]) \
+            if self.accounts is not None else None
         return snapbuild.snapshot(self.config, now, self.nodes_tuple, self.partitions, self.pending, self.holding,
-                                  backfill_due, self._power_snap(), fairshare=fair, changes=changes)
+                                  backfill_due, self._power_snap(), fairshare=fair, changes=changes, accounts=accounts)
+
+    def _tres(self, record: JobRecord) -> dict[str, int]:
+        assert self.accounts is not None
+        cpu_watts = self.accounts.cpu_watts
+        return limits.job_tres(sum(record.alloc_cpus.values()), len(record.alloc_cpus),
+                               sum(record.alloc_mem_mb.values()), 0,
+                               sum(cpus * cpu_watts.get(n, 0.0) for n, cpus in record.alloc_cpus.items()))
+
+    def _use(self, record: JobRecord, now: float) -> limits.UseRecord:
+        """A running job's use so far, as the limits count it."""
+        account = record.job.account or DEFAULT_ACCOUNT
+        return limits.UseRecord(record.job.user, account, self._qos(account, record.job.user), self._tres(record),
+                                record.start, None, self._job_power(record) * (now - record.start))
+
+    def _active(self, record: JobRecord) -> limits.ActiveJob:
+        account = record.job.account or DEFAULT_ACCOUNT
+        return limits.ActiveJob(record.job.job_id, record.job.user, account, self._qos(account, record.job.user),
+                                self._tres(record), self._limit_end(record))
 
     @staticmethod
     def _node_snap(node: SimNode) -> scheduling.NodeSnap:
@@ -415,6 +452,10 @@ class Simulation:
                 self._push(now + self.t_idle, TICK)
         if self.energy_model == "cpu":
             record.energy_j = self._job_power(record) * record.runtime
+        if self.accounts is not None:
+            use = self._use(record, now)
+            self.accounts.ended(limits.UseRecord(use.user, use.account, use.qos, use.tres, record.start, now,
+                                                 record.energy_j))
         if self.shares is not None:
             self.shares.ended(record.job.user, record.job.account or DEFAULT_ACCOUNT, sum(record.alloc_cpus.values()),
                               record.start, now, record.energy_j)

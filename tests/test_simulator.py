@@ -284,3 +284,42 @@ def test_seed_002_jobs_take_some_cores_on_each_of_their_servers(tmp_path) -> Non
     # servers are shared: some server ran jobs of two clients at once
     spans = [(r.start, r.end, node) for r in result.records for node in r.alloc_cpus]
     assert any(a[2] == b[2] and a[0] < b[1] and b[0] < a[1] and a is not b for a in spans for b in spans)
+
+
+def _accounts_db(tmp_path, cluster: str = "cluster") -> str:
+    """An accounting database as sacctmgr would leave it: a QOS of one job per user, an account
+    with an energy budget of 100 kJ, alice and bob in it."""
+    from wattsched.accounting.store import AccountingStore
+
+    url = f"sqlite:///{tmp_path / 'acct.db'}"
+    store = AccountingStore(url)
+    store.setup(cluster, 0.0)
+    assocs = store.assocs(cluster)
+    assocs.add_qos("one", {"maxjobsperuser": "1"})
+    assocs.add_account("proj", settings={"qos": "one", "defaultqos": "one"})
+    assocs.add_account("lean", settings={"grptresmins": "energy=100000"})
+    assocs.add_user("alice", "proj")
+    assocs.add_user("bob", "proj")
+    assocs.add_user("carol", "lean")
+    store.close()
+    return url
+
+
+def test_the_simulation_holds_jobs_to_the_same_limits_as_the_controller(tmp_path) -> None:
+    from wattsched.simulator.accounts import SimAccounts
+
+    conf = _platform(tmp_path, "AccountingStorageEnforce=associations,limits\nPriorityCalcPeriod=1\n"
+                               "PriorityDecayHalfLife=0\nClusterName=cluster")
+    url = _accounts_db(tmp_path)
+    jobs = Workload([SimJob(1, 0, 100, 100, 1, "alice", "proj"), SimJob(2, 0, 100, 100, 1, "alice", "proj"),
+                     SimJob(3, 0, 100, 100, 1, "bob", "proj"),
+                     # carol's first job uses 1 node x 191 W x 600 s = 115 kJ: her 100 kJ are gone at 524 s
+                     SimJob(4, 0, 600, 600, 1, "carol", "lean"), SimJob(5, 550, 100, 100, 1, "carol", "lean")])
+    free = engine.Simulation(conf, jobs).run()
+    held = engine.Simulation(conf, jobs, accounts=SimAccounts.load(conf, url, 0.0)).run()
+    starts = {r.job.job_id: r.start for r in held.records}
+    assert {r.job.job_id: r.start for r in free.records} == {1: 0.0, 2: 0.0, 3: 0.0, 4: 0.0, 5: 550.0}
+    # MaxJobsPerUser=1: alice's second job waits for her first, bob's does not
+    assert starts[1] == 0.0 and starts[2] == 100.0 and starts[3] == 0.0
+    # the energy budget is used up when carol's second job comes: it never runs
+    assert starts[5] == -1.0 and held.records[-1].job.job_id == 5

@@ -428,22 +428,16 @@ class _Held:
     run_mins: dict[str, float] = field(default_factory=dict)
 
     def add(self, tres: Tres, minutes: float | None) -> None:
+        """One more job holding ``tres`` for ``minutes`` more (None: without end). (Run for every
+        active job under each of its groups at every pass: kept to plain loops.)"""
         self.jobs += 1
+        held = self.tres
         for name, count in tres.items():
-            self.tres[name] = self.tres.get(name, 0) + count
-            if minutes is not None:
-                self.run_mins[name] = self.run_mins.get(name, 0.0) + _tres_minutes(name, count, minutes)
-
-
-def _tres_minutes(name: str, count: float, minutes: float) -> float:
-    """What ``count`` of a TRES held for ``minutes`` uses, as its TRES-minutes limits count it
-    (energy: the joules of its power over that time)."""
-    return count * minutes
-
-
-def _energy_minutes(tres: Tres, minutes: float) -> float:
-    """A job's worst-case energy over ``minutes`` (joules): its power all along."""
-    return tres.get("power", 0) * minutes * 60.0
+            held[name] = held.get(name, 0) + count
+        if minutes is not None:
+            run = self.run_mins
+            for name, count in tres.items():
+                run[name] = run.get(name, 0.0) + count * minutes
 
 
 class Ledger:
@@ -457,6 +451,7 @@ class Ledger:
         self.qos_user: dict[tuple[str, str], _Held] = {}
         self.qos_account: dict[tuple[str, str], _Held] = {}
         self._chains: dict[tuple[str, str], list[AssocLimits]] = {}
+        self._verdicts: dict[tuple, str | None] = {}
         for job in snap.active:
             minutes = None if job.end_time is None else max(0.0, (job.end_time - now) / 60.0)
             self._hold(job.user, job.account, job.qos, job.tres, minutes)
@@ -476,9 +471,19 @@ class Ledger:
 
     def started(self, ask: Ask) -> None:
         self._hold(ask.user, ask.account, ask.qos, ask.tres, ask.minutes)
+        self._verdicts.clear()  # what was held is more now
 
     def refusal(self, ask: Ask) -> str | None:
-        """The first limit the job would exceed by starting now, QOS first (Slurm's order)."""
+        """The first limit the job would exceed by starting now, QOS first (Slurm's order); the
+        same for every job of the same association, QOS and size until the next start."""
+        key = (ask.user, ask.account, ask.qos, ask.minutes, *ask.tres.values(), *ask.tres)
+        try:
+            return self._verdicts[key]
+        except KeyError:
+            verdict = self._verdicts[key] = self._refusal(ask)
+            return verdict
+
+    def _refusal(self, ask: Ask) -> str | None:
         snap = self.snap
         qos = snap.qos.get(ask.qos)
         if ask.qos and qos is None:
@@ -570,9 +575,9 @@ def _worst_minutes(name: str, ask: Ask) -> float:
     """The most the job can use of a TRES over its time limit (an unlimited job: without end)."""
     if ask.minutes is None:
         return math.inf if (ask.tres.get(name) or (name == "energy" and ask.tres.get("power"))) else 0.0
-    if name == "energy":
-        return _energy_minutes(ask.tres, ask.minutes)
-    return _tres_minutes(name, ask.tres.get(name, 0), ask.minutes)
+    if name == "energy":  # its power all along, in joules
+        return ask.tres.get("power", 0) * ask.minutes * 60.0
+    return ask.tres.get(name, 0) * ask.minutes
 
 
 def _per_job(owner: str, limits: Limits, ask: Ask) -> str | None:

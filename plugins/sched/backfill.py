@@ -685,8 +685,13 @@ class BackfillScheduler:
             rejected = need > bf.profile.total_now
             for failure in failures:
                 rejected |= (shape == failure[0]) & (tasks >= failure[1]) & (end >= failure[2])
-            # a throttled job, or any under limits, is looked at one by one: its reason may be its own
-            attended = rows[:, columns.THROTTLED] > 0 if not throttle.limits_on else np.ones(len(chunk), dtype=bool)
+            if throttle.limits_on:  # a job a limit holds keeps the limit's reason, whatever its fit
+                for i in np.flatnonzero(eligible).tolist():
+                    refusal = throttle.refusal(chunk[i])
+                    if refusal is not None:
+                        decisions.reasons[chunk[i].job_id] = refusal
+                        eligible[i] = False
+            attended = rows[:, columns.THROTTLED] > 0  # a throttled job is looked at one by one
             at = 0
             while True:
                 tried = np.flatnonzero((~rejected[at:] | attended[at:]) & eligible[at:])
