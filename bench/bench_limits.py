@@ -19,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_backfill import NOW, curie_snapshot
+from bench_backfill import curie_snapshot
 from machine import report
 
 from wattsched import limits
