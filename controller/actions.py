@@ -52,4 +52,13 @@ class Freeze:
     frozen: bool
 
 
-Action = Launch | Signal | PowerProgram | AdminProgram | Freeze
+@dataclass(slots=True)
+class SetFreq:
+    """A running job's CPUs to another frequency (None: back to what they had)."""
+
+    job_id: int
+    nodes: list[str]
+    khz: int | None
+
+
+Action = Launch | Signal | PowerProgram | AdminProgram | Freeze | SetFreq

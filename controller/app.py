@@ -140,6 +140,8 @@ def create_app(controller: Controller) -> FastAPI:
     async def show_powercap(who: Who) -> dict[str, Any]:
         figures = power.summary(state.node_power(), state.power_states())
         return {"time": time.time(), "enabled": state.power_cap is not None,
+                "shed": {"steps": list(state.config.power_cap_shed), "time_s": state.config.power_cap_shed_time_s,
+                         "actions": state.cap.recent()},
                 "power_cap": None if state.power_cap is None else
                 ("INFINITE" if math.isinf(state.power_cap) else int(state.power_cap)), **figures}
 

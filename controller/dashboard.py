@@ -1,8 +1,8 @@
 """The admins' web dashboard: its page (controller/dashboard/, plain HTML, JavaScript and SVG, served
 as they are) and the data only it needs. Nodes and the queue come from the API the CLI uses
 (``/v1/nodes``, ``/v1/jobs``); these routes add power over time against the cap with the power
-reservations ahead, energy of the jobs that ended in a period by user and account (summed by the
-database), and one job's power per node.
+reservations ahead and what the cap's shedding did, energy of the jobs that ended in a period by
+user and account (summed by the database), and one job's power per node.
 
 Every data route takes the same tokens as the CLI (``scontrol token``); the page keeps the token in
 the tab's session storage. A user sees what squeue and sreport show any user (wattsched has no
@@ -61,6 +61,7 @@ def add_routes(app: FastAPI, controller: Any) -> None:
                 "modelled_watts": figures["current_watts"], "adjusted_max_watts": figures["adjusted_max_watts"],
                 "max_watts": figures["max_watts"],
                 "series": controller.power_log.series(now - period),
+                "cap_actions": state.cap.recent(now - period),
                 "power_reservations": [{"name": r.name, "start": r.start, "end": r.end, "watts": r.watts}
                                        for r in state.resv.power_snapshots()]}
 

@@ -19,9 +19,9 @@ import httpx
 from pydantic import BaseModel
 
 from wattsched import auth, gres, prologs, states
-from wattsched.api import BatchLaunch, FreezeJob, JobAllocation, LaunchBatch, ProfileSeries, SignalJob
+from wattsched.api import BatchLaunch, FreezeJob, JobAllocation, JobFreq, LaunchBatch, ProfileSeries, SignalJob
 from wattsched.config import Config
-from wattsched.controller.actions import Action, AdminProgram, Freeze, Launch, Signal
+from wattsched.controller.actions import Action, AdminProgram, Freeze, Launch, SetFreq, Signal
 from wattsched.controller.powersaving import PowerProgram, run_program
 from wattsched.controller.state import ClusterState
 from wattsched.controller.views import output_path
@@ -78,6 +78,10 @@ class Dispatcher:
                 for url, names in self._by_agent(action.nodes).items():
                     self._spawn(self._post(f"{url}/v1/freeze", FreezeJob(job_id=action.job_id, nodes=names,
                                                                          frozen=action.frozen)))
+            elif isinstance(action, SetFreq):
+                for url, names in self._by_agent(action.nodes).items():
+                    self._spawn(self._post(f"{url}/v1/freq", JobFreq(job_id=action.job_id, nodes=names,
+                                                                     khz=action.khz)))
             else:
                 self._last_try[("signal", action.job_id)] = now
                 for url, names in self._by_agent(action.nodes).items():

@@ -42,10 +42,15 @@ def preempt(state: ClusterState, snap: scheduling.Snapshot, decisions: schedulin
             actions.extend(jobs.thaw(state, job, now))
         if grace > 0 and job.launched and not job.interactive:
             job.preempt_deadline = now + grace
-            actions.append(Signal(job.job_id, job.node_list, signal_mod.SIGTERM))
+            actions.append(grace_signal(job))
         else:
             actions.extend(expire(state, job, now))
     return actions
+
+
+def grace_signal(job: Job) -> Signal:
+    """What a preempted job hears when its GraceTime begins."""
+    return Signal(job.job_id, job.node_list, signal_mod.SIGTERM)
 
 
 def expire(state: ClusterState, job: Job, now: float) -> list[Action]:

@@ -52,6 +52,7 @@ from wattsched.controller import (
     steps,
     timers,
 )
+from wattsched.controller.capcontrol import CapControl
 from wattsched.controller.actions import Action, AdminProgram
 from wattsched.controller.powersaving import PowerSaving
 from wattsched.controller.priority import Shares
@@ -125,6 +126,7 @@ class ClusterState:
     job_usage: dict[int, dict[str, JobUsage]] = field(default_factory=dict)  # running jobs, per node (sstat)
     journal: statesave.Journal = field(default_factory=statesave.Journal)
     memo: snapshots.Memos = field(default_factory=snapshots.Memos)
+    cap: CapControl = field(default_factory=CapControl)  # meeting a lowered cap
 
     @classmethod
     def open(cls, config: Config, store: StateStore, plugins: Plugins, key: bytes, now: float) -> ClusterState:

@@ -43,5 +43,6 @@ def check_timers(state: ClusterState, now: float) -> list[Action]:
         if not node.not_responding and not node.power and now - node.last_seen > state.config.slurmd_timeout_s:
             actions.extend(nodes.node_down(state, node, nodes.NOT_RESPONDING, now, not_responding=True))
     actions.extend(powercontrol.power_tick(state, now))
+    actions.extend(state.cap.tick(state, now))
     return actions
 

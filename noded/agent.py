@@ -464,6 +464,22 @@ class Agent:
             done.append(node)
         return done
 
+    def set_job_freq(self, job_id: int, nodes: list[str], khz: int | None) -> list[str]:
+        """A running job's CPUs to ``khz`` (None: back to what they had before the job), on some
+        of our nodes; a virtual node's throttle follows. Returns the nodes done."""
+        done = []
+        for node in nodes:
+            with self.lock:
+                job = self.allocations.jobs.get((node, job_id))
+                if job is None:
+                    continue
+                self.allocations.set_freq(job, khz)
+                now_khz, f_max = self.allocations.freq_of(job)
+            if self.config.emulated_nodes and now_khz and f_max:
+                self.throttle.set((node, job_id), now_khz / f_max)
+            done.append(node)
+        return done
+
     def _freeze_cgroup(self, node: str, job_id: int, frozen: bool) -> bool:
         """Freeze or thaw the job's cgroup; False without cgroups (or without one for the job yet)."""
         if self.cgroups is None:

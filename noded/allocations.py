@@ -115,12 +115,24 @@ class Allocations:
             return
         try:
             setting = cpufreq.resolve(request, sysfs.available(job.cpu_ids[0]))
-            job.saved = {str(c): sysfs.settings(c) for c in job.cpu_ids}
+            if not job.saved:  # what the CPUs had before the job (not what a change while it ran left)
+                job.saved = {str(c): sysfs.settings(c) for c in job.cpu_ids}
             self._save(job)  # the originals are on disk before anything changes
             sysfs.apply(job.cpu_ids, setting)
         except (OSError, cpufreq.FreqError) as exc:
             log.warning("cpu frequency not set", extra={"job": job.job_id, "node": job.node, "error": str(exc)})
             self._restore(job)
+
+    def set_freq(self, job: NodeJob, khz: int | None) -> None:
+        """A running job's CPUs to ``khz``, or back to what they had before it (None)."""
+        if khz is None:
+            job.cpu_freq = ""
+            self._restore(job)
+            job.saved = {}
+            self._save(job)
+        else:
+            job.cpu_freq = str(khz)
+            self._apply_freq(job)
 
     def _restore(self, job: NodeJob) -> None:
         if job.saved:

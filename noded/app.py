@@ -11,7 +11,7 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import Response, StreamingResponse
 
 from wattsched import auth, exposition, httplimits
-from wattsched.api import FreezeJob, LaunchBatch, SignalJob, TaskInput, TaskLaunch
+from wattsched.api import FreezeJob, JobFreq, LaunchBatch, SignalJob, TaskInput, TaskLaunch
 from wattsched.httpauth import Who, loop_lifespan, metrics_access, require_role
 from wattsched.noded import steps
 from wattsched.noded.agent import Agent
@@ -46,6 +46,10 @@ def create_app(agent: Agent) -> FastAPI:
     @app.post("/v1/freeze")
     async def freeze(req: FreezeJob, who: Ctl) -> dict[str, Any]:
         return {"done": agent.freeze_job(req.job_id, req.nodes, req.frozen)}
+
+    @app.post("/v1/freq")
+    async def job_freq(req: JobFreq, who: Ctl) -> dict[str, Any]:
+        return {"done": agent.set_job_freq(req.job_id, req.nodes, req.khz)}
 
     @app.post("/v1/steps/launch")
     async def launch_tasks(req: TaskLaunch, who: Who) -> StreamingResponse:

@@ -206,6 +206,15 @@ class FreezeJob(Strict):
     frozen: bool
 
 
+class JobFreq(Strict):
+    """Controller -> agent: a running job's CPUs to another frequency (kHz; None: back to what they
+    had), as the power cap's shedding decides (wattsched.capshed)."""
+
+    job_id: int
+    nodes: list[Annotated[str, Field(max_length=ID_MAX)]] = Field(max_length=COUNT_MAX)
+    khz: int | None = Field(None, ge=1, le=100_000_000)
+
+
 class NodeUpdate(Strict):
     state: Literal["drain", "resume", "down", "idle", "undrain", "power_down", "power_down_asap", "power_up"]
     reason: Comment = ""

@@ -194,6 +194,10 @@ class Config:
     preempt_exempt_time_s: int = setting("PreemptExemptTime", duration_s, 0)
     accounting_storage_enforce: tuple[str, ...] = setting(
         "AccountingStorageEnforce", flags( "associations", "limits", "qos", "safe", "wckeys", "nojobs", "nosteps"), ())
+    # ours: meeting a lowered cap (wattsched.capshed): the steps, in order, and the time they have
+    power_cap_shed: tuple[str, ...] = setting("PowerCapShed", flags("cpufreq", "suspend", "requeue", "cancel"),
+                                              ("cpufreq", "suspend"))
+    power_cap_shed_time_s: int = setting("PowerCapShedTime", bounded(1, 3600), 30)
     power_cap: float | None = setting("PowerCap", parse_power_cap,
                                       None)  # watts; math.inf for INFINITE; None: capping off
     acct_gather_energy_type: str = setting("AcctGatherEnergyType", plugin("acct_gather_energy"),

@@ -118,6 +118,10 @@ class Job:
     timed_out: bool = False
     preempted: str = ""  # preempted this run: CANCEL or REQUEUE (wattsched.preemption)
     preempt_deadline: float = 0.0  # its GraceTime ends then: killed, or requeued
+    # what the power cap's shedding took (wattsched.capshed), to give back when there is room
+    cap_slowed: bool = False  # its frequency was lowered; cap_freq_before is what it had
+    cap_freq_before: int | None = None
+    cap_suspended: bool = False
     warn_signal_sent: bool = False
     restart_count: int = 0
     # allocation

@@ -137,6 +137,11 @@ class RunningJob:
     qos: str = ""
     start: float = 0.0
     ending: bool = False  # being cancelled or preempted: its nodes come back soon
+    # for the power cap's shedding (wattsched.capshed)
+    freq_khz: int | None = None  # the frequency the controller set it to (None: full speed)
+    pinned: bool = False  # --cpu-freq given: its frequency is the user's
+    suspended: bool = False  # frozen: it holds its nodes but draws nothing
+    reservation: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -122,11 +122,13 @@ if _UNDERIVED := {f.name for f in fields(JobRequest)} - set(_SAME_AS_JOB) - set(
 
 def running_job(job_id: int, cpus: Mapping[str, int], mem_mb: Mapping[str, int], start: float,
                 time_limit_min: int | None, gpus: Mapping[str, Mapping[str, int]] | None = None, qos: str = "",
-                ending: bool = False) -> RunningJob:
+                ending: bool = False, freq_khz: int | None = None, pinned: bool = False, suspended: bool = False,
+                reservation: str = "") -> RunningJob:
     """What a running job holds, and when its time limit gives it back (None: no limit); its QOS
-    and whether it is already on its way out (for preemption)."""
+    and whether it is already on its way out (for preemption); its frequency, and whether it is
+    frozen (for the cap's shedding)."""
     return RunningJob(job_id, cpus, mem_mb, start + time_limit_min * 60 if time_limit_min is not None else None,
-                      gpus if gpus is not None else {}, qos, start, ending)
+                      gpus if gpus is not None else {}, qos, start, ending, freq_khz, pinned, suspended, reservation)
 
 
 def preempt_settings(config: Config) -> preemption.Settings:

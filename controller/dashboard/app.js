@@ -89,6 +89,17 @@ async function refreshPower() {
                r.name + " (" + r.watts + " W)"));
     }
   }
+  for (const a of data.cap_actions) {  // what meeting a lowered cap did, marked where it happened
+    c.add(el("svg:circle", {cx: c.sx(a.time), cy: c.sy(a.cap), r: 3, class: "cap-action", "data-job": a.job_id}));
+  }
+  const list = document.getElementById("cap-actions");
+  list.replaceChildren(...data.cap_actions.slice(-20).reverse().map((a) => {
+    const item = document.createElement("li");
+    const what = a.khz ? `${a.action} to ${(a.khz / 1e6).toFixed(2)} GHz` : a.action;
+    item.textContent = `${new Date(a.time * 1000).toLocaleTimeString()} job ${a.job_id}: ${what} ` +
+      `(${a.watts >= 0 ? "-" : "+"}${Math.abs(a.watts)} W, cap ${a.cap} W)`;
+    return item;
+  }));
   document.getElementById("power-figures").textContent =
     `now ${Math.round(data.measured_watts)} W measured, ${data.modelled_watts} W modelled; cap ` +
     (data.power_cap == null ? "off" : data.power_cap + " W") + `; AdjustedMaxWatts ${data.adjusted_max_watts} W`;
