@@ -195,6 +195,14 @@ def show(client: Client, args: list[str], oneliner: bool, as_json: bool, details
 
         return _show_named(client, "reservations", "Reservation", rest, resv.lines, oneliner, as_json,
                            "No reservations in the system")
+    if what == "assoc_mgr":
+        from wattsched.cli import assocmgr
+
+        data = client.request("GET", "/v1/assoc_mgr")
+        if as_json:
+            return print_json(data)
+        print("\n".join(assocmgr.lines(data, *assocmgr.parse_filters(rest), oneliner=oneliner)))
+        return None
     if what == "powercap":
         cap = client.request("GET", "/v1/powercap")
         if as_json:
@@ -379,7 +387,7 @@ COMMAND = Command("scontrol", "[<OPTION>] [<COMMAND>]", [
      requeue <job_id>         re-queue a batch job.
      resume <job_list>        resume previously suspended job (see suspend).
      show <ENTITY> [<ID>]     display state of identified entity, default is all records.
-                              ENTITY: job, step, node, partition, reservation, config, powercap,
+                              ENTITY: job, step, node, partition, reservation, config, powercap, assoc_mgr,
                               hostnames, hostlist, hostlistsorted.
      suspend <job_list>       suspend specified job (see resume).
      token [lifespan=<secs>] [username=<name>]  get a JWT for this user.

@@ -7,7 +7,7 @@ submit limits, DenyOnLimit). The verdicts are :mod:`wattsched.limits`'s.
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from wattsched import limits, states
 from wattsched.api import JobSubmit
@@ -107,3 +107,55 @@ def check_submit(state: ClusterState, jobs: list[Job]) -> None:
     refusal = limits.submit_refusal(snap, ask, len(jobs), user_jobs, accounts, by_qos, qos_user, qos_account)
     if refusal is not None:
         raise Refused(refusal)
+
+
+def manager_view(state: ClusterState, now: float) -> dict[str, Any]:
+    """What ``scontrol show assoc_mgr`` shows: every association and QOS with its limits and what
+    is held against them now (running jobs and their TRES, jobs queued, TRES-minutes still to
+    run) and used in the period (TRES-minutes, energy in joules, wall minutes)."""
+    shares = state.shares
+    memo = state.memo
+    if memo.watts_per_cpu is None:
+        snapshot(state)  # fills the per-node watts
+    running = tuple(active_job(j, memo.cpu_watts) for j in state.jobs.values() if j.state == states.RUNNING)
+    snap = limits.AccountsSnap(shares.qos, shares.assoc_limits, shares.assoc_use, shares.qos_use, running)
+    ledger = limits.Ledger(snap, now, {})
+    queued: Counter[tuple[str, str]] = Counter()
+    queued_qos: Counter[str] = Counter()
+    for job in state.jobs.values():
+        if job.state not in states.FINISHED:
+            for assoc in snap.chain(job.account, job.user):
+                queued[assoc.key] += 1
+            queued_qos[job.qos] += 1
+
+    def usage(held: limits.Held | None, use: limits.Use, submitted: int) -> dict[str, Any]:
+        held = held or limits.Held()
+        return {"jobs": held.jobs, "submitted": submitted, "tres": dict(held.tres), "wall_mins": use.wall_mins,
+                "tres_mins": dict(use.tres_mins), "tres_run_mins": {
+                    **{k: v for k, v in held.run_mins.items() if k != "power"},
+                    **({"energy": held.run_mins["power"] * 60.0} if "power" in held.run_mins else {})}}
+
+    rows = {(r.account, r.user): r for r in shares.rows}
+    assocs = []
+    for key, assoc in sorted(shares.assoc_limits.items()):
+        row = rows.get(key)
+        assocs.append({"account": assoc.account, "user": assoc.user, "parent": assoc.parent,
+                       "limits": assoc.limits.to_json(), "qos": sorted(assoc.qos), "default_qos": assoc.default_qos,
+                       "shares_raw": row.raw_shares if row else 0, "shares_norm": row.norm_shares if row else 0.0,
+                       "fairshare": row.fairshare if row else 0.0, "usage_raw": row.raw_usage if row else 0.0,
+                       "usage_norm": row.norm_usage if row else 0.0,
+                       "usage_effective": row.effective_usage if row else 0.0,
+                       "usage": usage(ledger.assoc.get(key), shares.assoc_use.get(key, limits.NO_USE), queued[key])})
+    qos_rows = []
+    for name, qos in sorted(shares.qos.items(), key=lambda item: item[1].id):
+        per_user = {user: {"jobs": held.jobs, "tres": dict(held.tres)}
+                    for (q, user), held in ledger.qos_user.items() if q == name}
+        per_account = {account: {"jobs": held.jobs, "tres": dict(held.tres)}
+                       for (q, account), held in ledger.qos_account.items() if q == name}
+        qos_rows.append({"name": name, "id": qos.id, "priority": qos.priority, "preempt_mode": qos.preempt_mode,
+                         "limits": qos.limits.to_json(), "users": per_user, "accounts": per_account,
+                         "usage": usage(ledger.qos.get(name), shares.qos_use.get(name, limits.NO_USE),
+                                        queued_qos[name])})
+    users = sorted({(a.user, shares.default_account.get(a.user, "")) for a in shares.assoc_limits.values() if a.user})
+    return {"time": now, "cluster": state.config.cluster_name, "tres": list(limits.TRES), "users": [{"name": u, "default_account": d} for u, d in users],
+            "associations": assocs, "qos": qos_rows}

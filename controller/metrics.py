@@ -8,6 +8,11 @@ Names are Slurm 25.11's metrics/openmetrics names where Slurm has the figure (``
 ``/metrics`` lists the endpoints instead). Energy and power are ours, named by Prometheus'
 conventions (``wattsched_*``, units in the name, ``_total`` counters in joules).
 
+``/metrics/limits`` (ours) has every QOS and association limit that is set, and what is held
+or used against it now (``wattsched_limit`` and ``wattsched_limit_used``, labelled by owner,
+limit and TRES): an energy budget is ``wattsched_limit{limit="GrpTRESMins",tres="energy"}``, and
+what remains of it the difference. The cap's shedding counts its actions by kind.
+
 Counters count from the controller's start (Prometheus' ``increase()`` and ``rate()`` handle the
 reset of a restart): energy per user, account and partition adds each job's energy when it is
 final; power-saving switches count switch commands; the energy power saving saved adds
@@ -24,11 +29,14 @@ from collections.abc import Iterable, Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from wattsched import power, states
+from wattsched import limits, power, states
+from wattsched.controller import acctpolicy
 from wattsched.model import Job
 from wattsched.states import NodeBase
 
-CATEGORIES = ("jobs", "nodes", "partitions", "scheduler", "jobs-users-accts", "energy")
+CATEGORIES = ("jobs", "nodes", "partitions", "scheduler", "jobs-users-accts", "energy", "limits")
+# the limits exported with what is held or used against them (wattsched_limit, wattsched_limit_used)
+_LIMIT_USE = {"grp_tres": "tres", "grp_tres_mins": "tres_mins", "grp_tres_run_mins": "tres_run_mins"}
 # the job states Slurm's metrics count, and the metric word for each
 _JOB_WORDS = {states.PENDING: "pending", states.RUNNING: "running", states.COMPLETING: "completing",
               states.COMPLETED: "completed", states.CANCELLED: "cancelled", states.FAILED: "failed",
@@ -247,7 +255,41 @@ class ControllerCollector(Collector):
         switches.add_metric(["off"], saver.switched_off)
         switches.add_metric(["on"], saver.switched_on)
         yield switches
+        shed = CounterMetricFamily("wattsched_power_cap_shed_actions", "What meeting a lowered cap did, by kind",
+                                   labels=["action"])
+        for action, count in sorted(Counter(a.action for a in state.cap.actions).items()):
+            shed.add_metric([action], count)
+        yield shed
         yield CounterMetricFamily("wattsched_power_save_saved_joules",
                                   "Energy saved while nodes were powered down: IdleWatts - PowerSaveWatts",
                                   value=saver.saved_joules(now))
 
+
+    # --- /metrics/limits -----------------------------------------------------------------------------
+
+    def _limits(self, state, jobs: list[Job]) -> Iterator[Metric]:
+        labels = ["owner", "account", "user", "qos", "limit", "tres"]
+        limit = GaugeMetricFamily("wattsched_limit", "A QOS or association limit that is set (TRES-minutes limits "
+                                  "of energy in joules, power in watts)", labels=labels)
+        used = GaugeMetricFamily("wattsched_limit_used", "What is held (GrpTRES, GrpJobs) or used in the period "
+                                 "(GrpTRESMins) against the limit", labels=labels)
+        if state.shares.qos:
+            view = acctpolicy.manager_view(state, time.time())
+            for row in view["associations"]:
+                self._limit_rows(limit, used, ["assoc", row["account"], row["user"], ""], row)
+            for row in view["qos"]:
+                self._limit_rows(limit, used, ["qos", "", "", row["name"]], row)
+        yield from (limit, used)
+
+    @staticmethod
+    def _limit_rows(limit: GaugeMetricFamily, used: GaugeMetricFamily, owner: list[str], row: dict) -> None:
+        usage = row["usage"]
+        for field_name, kind in _LIMIT_USE.items():
+            for tres, value in row["limits"].get(field_name, {}).items():
+                name = next(k.header for k in limits.QOS_KEYS if k.field == field_name)
+                limit.add_metric([*owner, name, tres], value)
+                used.add_metric([*owner, name, tres], usage[kind].get(tres, 0.0))
+        for field_name, name, kind in (("grp_jobs", "GrpJobs", "jobs"), ("grp_submit", "GrpSubmit", "submitted")):
+            if field_name in row["limits"]:
+                limit.add_metric([*owner, name, ""], row["limits"][field_name])
+                used.add_metric([*owner, name, ""], usage[kind])

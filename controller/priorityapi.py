@@ -1,5 +1,6 @@
-"""The HTTP routes behind sacctmgr, sshare and sprio: associations (administrators change
-them, everyone reads them), fair-share rows and each pending job's priority factors."""
+"""The HTTP routes behind sacctmgr, sshare, sprio and scontrol show assoc_mgr: associations and QOS
+(administrators change them, everyone reads them), fair-share rows, each pending job's priority
+factors, and the limits with what is held and used against them."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from fastapi import FastAPI
 
 from wattsched.accounting.assoc import ASSOC_SETTINGS, AssocError, AssocStore
 from wattsched.api import AssocRequest
+from wattsched.controller import acctpolicy
 from wattsched.controller.actions import Refused
 from wattsched.httpauth import Who
 
@@ -90,6 +92,12 @@ def add_routes(app: FastAPI, controller: Any) -> None:
             asyncio.to_thread(store.users), asyncio.to_thread(store.clusters), asyncio.to_thread(store.qos))
         return {"time": time.time(), "associations": assocs, "accounts": accounts, "users": users,
                 "clusters": clusters, "qos": qos}
+
+    @app.get("/v1/assoc_mgr")
+    async def assoc_mgr(who: Who) -> dict[str, Any]:
+        """The limits and what is held and used against them (scontrol show assoc_mgr)."""
+        accounting()
+        return acctpolicy.manager_view(state, time.time())
 
     @app.get("/v1/shares")
     async def shares(who: Who) -> dict[str, Any]:

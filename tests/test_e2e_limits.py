@@ -20,7 +20,8 @@ SETTINGS = """PriorityType=priority/multifactor
 PriorityWeightQOS=10000
 PriorityWeightAge=1
 PriorityCalcPeriod=0:01
-AccountingStorageEnforce=associations,limits,qos"""
+AccountingStorageEnforce=associations,limits,qos
+MetricsType=metrics/openmetrics"""
 ALICE, BOB, CAROL = (3001, "alice"), (3002, "bob"), (3003, "carol")
 RUN = ("-o", "/dev/null", "-D", "/tmp")  # the users' jobs write nowhere of the test's
 
@@ -154,6 +155,17 @@ def test_an_energy_budget_used_up_pends_the_next_job_until_raised(cluster: Clust
     shown = c.run("sacctmgr", "show", "assoc", "where", "account=green", "user=", "format=Account,GrpTRESMins",
                   "-P", "-n").stdout
     assert "green|energy=1000000" in shown
+    # scontrol show assoc_mgr: the budget and what is used of it, in Slurm's layout
+    manager = c.run("scontrol", "show", "assoc_mgr", "accounts=green", "flags=assoc").stdout
+    budget = next(line for line in manager.splitlines() if line.strip().startswith("GrpTRESMins="))
+    used = int(budget.split("energy=1000000(")[1].split(")")[0])
+    assert 2_500_000 < used <= 3_000_000  # 3 MJ, decayed a little (PriorityDecayHalfLife)
+    assert "Account=green UserName= " in manager
+    metrics = c.api("GET", "/metrics/limits").text
+    assert 'wattsched_limit{account="green",limit="GrpTRESMins",owner="assoc",qos="",tres="energy",user=""} 1e+06' \
+        in metrics
+    assert 'wattsched_limit_used{account="green",limit="GrpTRESMins",owner="assoc",qos="",tres="energy",user=""}' \
+        in metrics
     c.run("sacctmgr", "-i", "modify", "account", "green", "set", "GrpTRESMins=energy=100000000")
     c.wait_state(job, {"RUNNING", "COMPLETED"})
 

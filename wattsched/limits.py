@@ -420,7 +420,7 @@ def over(used: float, adding: float, limit: int | None) -> bool:
 
 
 @dataclass(slots=True)
-class _Held:
+class Held:
     """Jobs and TRES held at once, and TRES-minutes still to run, by one group."""
 
     jobs: int = 0
@@ -446,10 +446,10 @@ class Ledger:
 
     def __init__(self, snap: AccountsSnap, now: float, fairshare: Mapping[tuple[str, str], tuple[float, float]]):
         self.snap, self.now, self.fairshare = snap, now, fairshare
-        self.assoc: dict[tuple[str, str], _Held] = {}
-        self.qos: dict[str, _Held] = {}
-        self.qos_user: dict[tuple[str, str], _Held] = {}
-        self.qos_account: dict[tuple[str, str], _Held] = {}
+        self.assoc: dict[tuple[str, str], Held] = {}
+        self.qos: dict[str, Held] = {}
+        self.qos_user: dict[tuple[str, str], Held] = {}
+        self.qos_account: dict[tuple[str, str], Held] = {}
         self._chains: dict[tuple[str, str], list[AssocLimits]] = {}
         self._verdicts: dict[tuple, str | None] = {}
         for job in snap.active:
@@ -464,10 +464,10 @@ class Ledger:
 
     def _hold(self, user: str, account: str, qos: str, tres: Tres, minutes: float | None) -> None:
         for assoc in self._chain(account, user):
-            self.assoc.setdefault(assoc.key, _Held()).add(tres, minutes)
-        self.qos.setdefault(qos, _Held()).add(tres, minutes)
-        self.qos_user.setdefault((qos, user), _Held()).add(tres, minutes)
-        self.qos_account.setdefault((qos, account), _Held()).add(tres, minutes)
+            self.assoc.setdefault(assoc.key, Held()).add(tres, minutes)
+        self.qos.setdefault(qos, Held()).add(tres, minutes)
+        self.qos_user.setdefault((qos, user), Held()).add(tres, minutes)
+        self.qos_account.setdefault((qos, account), Held()).add(tres, minutes)
 
     def started(self, ask: Ask) -> None:
         self._hold(ask.user, ask.account, ask.qos, ask.tres, ask.minutes)
@@ -523,17 +523,17 @@ class Ledger:
                 return reason("Assoc", "mins_per_job", name)
         return None
 
-    def _check(self, owner: str, limits: Limits, held: _Held | None, use: Use, ask: Ask, user_held: _Held | None,
-               account_held: _Held | None, per_job: bool = True) -> str | None:
+    def _check(self, owner: str, limits: Limits, held: Held | None, use: Use, ask: Ask, user_held: Held | None,
+               account_held: Held | None, per_job: bool = True) -> str | None:
         if limits is NO_LIMITS:
             return None
-        held = held or _Held()
+        held = held or Held()
         safe = "safe" in self.snap.enforce
         if per_job:  # a QOS's own per-job, per-user and per-account limits
             found = _per_job(owner, limits, ask)
             if found is not None:
                 return found
-            user_held, account_held = user_held or _Held(), account_held or _Held()
+            user_held, account_held = user_held or Held(), account_held or Held()
             if over(user_held.jobs, 1, limits.max_jobs):
                 return _JOB_REASONS[(owner, "max_jobs")]
             if over(account_held.jobs, 1, limits.max_jobs_per_account):
@@ -564,7 +564,7 @@ class Ledger:
         return None
 
 
-def _run_minutes(name: str, held: _Held) -> float:
+def _run_minutes(name: str, held: Held) -> float:
     """What the group's running jobs will still use of a TRES until their time limits."""
     if name == "energy":
         return held.run_mins.get("power", 0.0) * 60.0
