@@ -333,6 +333,9 @@ def test_tokens_and_roles_cannot_be_forged(shared: Cluster, mallory: Account) ->
     assert httpx.post(f"{agent}/v1/launch", json={"jobs": []}, headers=user).status_code == 403
     assert httpx.post(f"{agent}/v1/signal", json={"job_id": 1, "nodes": ["n01"], "signal": 9},
                       headers=user).status_code == 403
+    for path, body in (("/v1/freeze", {"job_id": 1, "nodes": ["n01"], "frozen": True}),
+                       ("/v1/freq", {"job_id": 1, "nodes": ["n01"], "khz": 1000})):
+        assert httpx.post(f"{agent}{path}", json=body, headers=user).status_code == 403, path
     # the auth socket gives a token for the caller's own uid, never another's
     ping = mallory.run("scontrol", "ping")
     assert ping.returncode == 0
@@ -350,6 +353,31 @@ def test_cross_user_actions_are_refused(shared: Cluster, mallory: Account, victi
     nice = mallory.run("sbatch", "--nice=-5", "--wrap", "true")
     assert nice.returncode != 0 and b"negative nice" in nice.stderr
     victim.run("scancel", str(job))
+
+
+def test_qos_and_limits_are_the_administrators(shared: Cluster, mallory: Account) -> None:
+    """A user can neither grant themselves a QOS or a budget nor change anyone's, and bad
+    settings from the administrator are refused with nothing changed."""
+    for args in (("sacctmgr", "-i", "add", "qos", "mine", "Priority=1000000"),
+                 ("sacctmgr", "-i", "modify", "qos", "normal", "set", "Priority=1000000"),
+                 ("sacctmgr", "-i", "delete", "qos", "normal"),
+                 ("sacctmgr", "-i", "modify", "account", "root", "set", "GrpTRES=cpu=1"),
+                 ("sacctmgr", "-i", "modify", "user", mallory.name, "set", "QOS+=normal", "MaxJobs=-1")):
+        result = mallory.run(*args)
+        assert result.returncode != 0 and b"Access/permission denied" in result.stderr, args
+    shown = mallory.run("sacctmgr", "show", "qos", "-P", "-n", "format=Name,Priority")
+    assert shown.returncode == 0 and shown.stdout.decode().splitlines() == ["normal|0"]
+    # an unknown QOS is refused, and so is a QOS name that is not a name
+    for qos in ("nosuch", "a,b", "x" * 65, "bad\nline"):
+        refused = mallory.run("sbatch", f"--qos={qos}", "--wrap", "true")
+        assert refused.returncode != 0, qos
+    # the administrator's mistakes: refused, clear, nothing changed
+    for setting in ("GrpTRES=cpu=1e40", "GrpTRES=" + "cpu=1," * 5000, "MaxWall=99999999999", "Flags=Bogus",
+                    "UsageFactor=nan", "Priority=-1", "GraceTime=abc"):
+        bad = shared.run("sacctmgr", "-i", "modify", "qos", "normal", "set", setting, check=False)
+        assert bad.returncode != 0 and bad.stderr.strip(), setting
+    assert shared.run("sacctmgr", "show", "qos", "-P", "-n", "format=Name,Priority,GrpTRES,Flags").stdout.strip() \
+        == "normal|0||"
 
 
 # --- no request can stall the service --------------------------------------------------------------

@@ -165,7 +165,7 @@ class Config:
     first_job_id: int = setting("FirstJobId", integer, 1)
     max_array_size: int = setting("MaxArraySize", bounded(1, 4_000_001), 1001)
     max_job_count: int = setting("MaxJobCount", bounded(1, 4_000_000), 10000)
-    # wattsched's own until QOS and association limits: the jobs one user may have pending or running
+    # wattsched's own, under the QOS and association limits: the jobs one user may have pending or running
     # at once (administrators are exempt); 0: MaxJobCount alone bounds them
     max_submit_jobs_per_user: int = setting("MaxSubmitJobsPerUser", bounded(0, 4_000_000), 5000)
     slurmctld_parameters: RateLimits = setting("SlurmctldParameters", parse_slurmctld_params, RateLimits())
