@@ -118,15 +118,16 @@ def node_lines(n: dict[str, Any], details: bool = False) -> list[str | None]:
     return lines
 
 
-def partition_lines(p: dict[str, Any]) -> list[str]:
+def partition_lines(p: dict[str, Any]) -> list[str | None]:
     from wattsched import timefmt
 
     max_time = "UNLIMITED" if p["max_time_min"] is None else timefmt.secs_to_str(p["max_time_min"] * 60)
     default_time = "NONE" if p["default_time_min"] is None else timefmt.secs_to_str(p["default_time_min"] * 60)
     return [
         f"PartitionName={p['name']}",
-        "AllowGroups=ALL AllowAccounts=ALL AllowQos=ALL",
-        f"AllocNodes=ALL Default={'YES' if p['default'] else 'NO'} QoS=N/A",
+        f"AllowGroups=ALL AllowAccounts=ALL AllowQos={p.get('allow_qos') or 'ALL'}",
+        f"DenyQos={p['deny_qos']}" if p.get("deny_qos") else None,
+        f"AllocNodes=ALL Default={'YES' if p['default'] else 'NO'} QoS={p.get('qos') or 'N/A'}",
         f"DefaultTime={default_time} DisableRootJobs=NO ExclusiveUser=NO GraceTime=0 Hidden=NO",
         f"MaxNodes={p['max_nodes'] if p['max_nodes'] is not None else 'UNLIMITED'} MaxTime={max_time} "
         "MinNodes=0 LLN=NO MaxCPUsPerNode=UNLIMITED",

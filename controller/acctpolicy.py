@@ -32,7 +32,7 @@ def active_job(job: Job, config_watts: dict[str, float]) -> limits.ActiveJob:
     watts = sum(cpus * config_watts.get(name, 0.0) for name, cpus in job.alloc_cpus.items())
     tres = limits.job_tres(job.num_cpus, nodes, job.alloc_mem_mb * nodes, job.num_gpus, watts)
     end = job.start_time + job.suspended_s + job.time_limit_min * 60 if job.time_limit_min is not None else None
-    return limits.ActiveJob(job.job_id, job.user, job.account, job.qos, tres, end)
+    return limits.ActiveJob(job.job_id, job.user, job.account, job.qos, tres, end, job.partition)
 
 
 def snapshot(state: ClusterState) -> limits.AccountsSnap | None:
@@ -47,7 +47,12 @@ def snapshot(state: ClusterState) -> limits.AccountsSnap | None:
     active = tuple(active_job(j, memo.cpu_watts) for j in state.jobs.values() if j.state == states.RUNNING) \
         if {"limits", "safe"} & set(state.config.accounting_storage_enforce) else ()
     return limits.AccountsSnap(shares.qos, shares.assoc_limits, shares.assoc_use, shares.qos_use, active,
-                               frozenset(state.config.accounting_storage_enforce), memo.watts_per_cpu)
+                               frozenset(state.config.accounting_storage_enforce), memo.watts_per_cpu,
+                               partition_qos(state.config))
+
+
+def partition_qos(config: Config) -> dict[str, str]:
+    return {p.name: p.qos for p in config.partitions if p.qos}
 
 
 def settle(state: ClusterState, req: JobSubmit, who: Identity) -> JobSubmit:
@@ -63,6 +68,12 @@ def settle(state: ClusterState, req: JobSubmit, who: Identity) -> JobSubmit:
     if qos and qos not in shares.qos:
         raise Refused(limits.INVALID_QOS)
     if "qos" in enforce and qos not in snap.allowed_qos(req.account, who.user):
+        raise Refused(limits.INVALID_QOS)
+    partition = next((p for p in state.config.partitions if p.name == req.partition), None) if req.partition \
+        else state.config.default_partition()
+    if partition is not None and qos and (("ALL" not in partition.allow_qos and qos not in partition.allow_qos)
+                                          or qos in partition.deny_qos):
+        # Slurm's: "Job's QOS not permitted to use this partition (debug allows normal not high)"
         raise Refused(limits.INVALID_QOS)
     update: dict[str, object] = {"qos": qos}
     if not req.time_limit and {"limits", "safe"} & enforce:

@@ -110,5 +110,6 @@ def partition_views(config: Config, nodes: dict[str, Node]) -> list[dict[str, An
             "state": part.state, "max_time_min": part.max_time_min, "default_time_min": part.default_time_min,
             "max_nodes": part.max_nodes, "nodes": hostlist.compress(part.nodes),
             "total_nodes": len(members), "total_cpus": sum(n.cpus for n in members),
+            "qos": part.qos, "allow_qos": ",".join(part.allow_qos), "deny_qos": ",".join(part.deny_qos),
         })
     return result

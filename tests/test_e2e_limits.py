@@ -31,7 +31,9 @@ def cluster() -> Iterator[Cluster]:
     # in a folder every user can pass through: the users' batch scripts are in its spool
     root = Path(tempfile.mkdtemp(prefix="wattsched-limits-"))
     os.chmod(root, 0o755)
-    running = Cluster(root, extra=SETTINGS, node_extra="MaxWatts=400 IdleWatts=100").start()
+    running = Cluster(root, extra=SETTINGS, node_extra="MaxWatts=400 IdleWatts=100",
+                      partitions="PartitionName=debug Nodes=n[01-04] Default=YES MaxTime=INFINITE\n"
+                                 "PartitionName=small Nodes=n[01-02] QOS=capped AllowQos=normal,capped").start()
     c = running
     c.run("sacctmgr", "-i", "add", "qos", "capped", "MaxJobsPerUser=2", "Priority=10")
     c.run("sacctmgr", "-i", "add", "qos", "high", "Priority=100")
@@ -205,3 +207,21 @@ def test_sacctmgr_shows_qos_as_slurm(cluster: Cluster) -> None:
     # only administrators change them
     denied = c.run("sacctmgr", "-i", "add", "qos", "mine", env=_as(ALICE, c), check=False)
     assert denied.returncode != 0
+
+
+def test_a_partition_qos_holds_every_job_of_the_partition(cluster: Cluster) -> None:
+    c = cluster
+    # QOS=capped on the partition: its MaxJobsPerUser=2 holds jobs of any QOS there
+    ids = [c.sbatch(*RUN, "-p", "small", "-t", "5", "--wrap", "sleep 300", env=_as(BOB, c)) for _ in range(3)]
+    try:
+        wait_for(lambda: sorted(r[0] for r in _reasons(c, ids).values()) == ["PENDING", "RUNNING", "RUNNING"]
+                 and any(r[2] == "QOSMaxJobsPerUserLimit" for r in _reasons(c, ids).values()), 30, 0.2,
+                 what="two running, the third held by the partition's QOS")
+        assert {r[1] for r in _reasons(c, ids).values()} == {"normal"}  # the jobs' own QOS
+        # AllowQos: high may not run there, whoever asks
+        refused = c.run("sbatch", "-p", "small", "--qos=high", "--wrap", "true", env=_as(BOB, c), check=False)
+        assert refused.returncode != 0 and "Invalid qos specification" in refused.stderr
+        shown = c.run("scontrol", "show", "partition", "small").stdout
+        assert "AllowQos=normal,capped" in shown and "QoS=capped" in shown
+    finally:
+        c.run("scancel", *map(str, ids))

@@ -130,6 +130,9 @@ class PartitionConf:
     state: str = setting("State", choice("up", "down", "drain", "inactive"), "UP")
     max_nodes: int | None = setting("MaxNodes", opt_integer, None)
     priority_job_factor: int = setting("PriorityJobFactor", integer, 1)
+    qos: str = setting("QOS", text, "")  # the partition's QOS: its limits hold the partition's jobs
+    allow_qos: tuple[str, ...] = setting("AllowQos", names, ("ALL",))
+    deny_qos: tuple[str, ...] = setting("DenyQos", names, ())
 
 
 @dataclass(frozen=True, slots=True)

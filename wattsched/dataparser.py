@@ -274,8 +274,9 @@ def node(n: dict[str, Any], cluster: str) -> dict[str, Any]:
 def partition(p: dict[str, Any], cluster: str) -> dict[str, Any]:
     """scontrol show partition --json (v0.0.40 partition_info)."""
     return {"nodes": {"allowed_allocation": "", "configured": p["nodes"], "total": p["total_nodes"]},
-            "accounts": {"allowed": "", "deny": ""}, "groups": {"allowed": ""}, "qos": {"allowed": "", "deny": "",
-                                                                                        "assigned": ""},
+            "accounts": {"allowed": "", "deny": ""}, "groups": {"allowed": ""}, "qos": {
+                "allowed": "" if p.get("allow_qos", "ALL") == "ALL" else p.get("allow_qos", ""),
+                "deny": p.get("deny_qos", ""), "assigned": p.get("qos", "")},
             "alternate": "",
             "tres": {"billing_weights": "", "configured": f"cpu={p['total_cpus']},node={p['total_nodes']}"},
             "cluster": cluster, "cpus": {"task_binding": 0, "total": p["total_cpus"]},

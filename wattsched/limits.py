@@ -247,6 +247,7 @@ class ActiveJob:
     qos: str
     tres: Tres
     end_time: float | None
+    partition: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,6 +263,13 @@ class AccountsSnap:
     enforce: frozenset[str] = frozenset()  # AccountingStorageEnforce: limits, qos, safe, ...
     # per partition, the most watts a CPU of its nodes draws (MaxWatts / CPUs): a pending job's power
     watts_per_cpu: Mapping[str, float] = field(default_factory=dict)
+    # per partition, its QOS (PartitionName ... QOS=): its limits hold every job of the partition
+    partition_qos: Mapping[str, str] = field(default_factory=dict)
+
+    def qos_of(self, qos: str, partition: str) -> tuple[str, ...]:
+        """The QOS whose limits hold a job: its own and its partition's (one QOS, counted once)."""
+        own = self.partition_qos.get(partition, "")
+        return (qos, own) if own and own != qos and own in self.qos else (qos,)
 
     @property
     def limits_on(self) -> bool:
@@ -340,6 +348,7 @@ class Ask:
     tres: Tres
     per_node: Tres
     minutes: int | None
+    partition: str = ""
 
 
 def job_tres(cpus: int, nodes: int, mem_mb: int, gpus: int, watts: float) -> dict[str, int]:
@@ -454,7 +463,7 @@ class Ledger:
         self._verdicts: dict[tuple, str | None] = {}
         for job in snap.active:
             minutes = None if job.end_time is None else max(0.0, (job.end_time - now) / 60.0)
-            self._hold(job.user, job.account, job.qos, job.tres, minutes)
+            self._hold(job.user, job.account, snap.qos_of(job.qos, job.partition), job.tres, minutes)
 
     def _chain(self, account: str, user: str) -> list[AssocLimits]:
         chain = self._chains.get((account, user))
@@ -462,21 +471,22 @@ class Ledger:
             chain = self._chains[(account, user)] = self.snap.chain(account, user)
         return chain
 
-    def _hold(self, user: str, account: str, qos: str, tres: Tres, minutes: float | None) -> None:
+    def _hold(self, user: str, account: str, qos_names: tuple[str, ...], tres: Tres, minutes: float | None) -> None:
         for assoc in self._chain(account, user):
             self.assoc.setdefault(assoc.key, Held()).add(tres, minutes)
-        self.qos.setdefault(qos, Held()).add(tres, minutes)
-        self.qos_user.setdefault((qos, user), Held()).add(tres, minutes)
-        self.qos_account.setdefault((qos, account), Held()).add(tres, minutes)
+        for qos in qos_names:
+            self.qos.setdefault(qos, Held()).add(tres, minutes)
+            self.qos_user.setdefault((qos, user), Held()).add(tres, minutes)
+            self.qos_account.setdefault((qos, account), Held()).add(tres, minutes)
 
     def started(self, ask: Ask) -> None:
-        self._hold(ask.user, ask.account, ask.qos, ask.tres, ask.minutes)
+        self._hold(ask.user, ask.account, self.snap.qos_of(ask.qos, ask.partition), ask.tres, ask.minutes)
         self._verdicts.clear()  # what was held is more now
 
     def refusal(self, ask: Ask) -> str | None:
         """The first limit the job would exceed by starting now, QOS first (Slurm's order); the
         same for every job of the same association, QOS and size until the next start."""
-        key = (ask.user, ask.account, ask.qos, ask.minutes, *ask.tres.values(), *ask.tres)
+        key = (ask.user, ask.account, ask.qos, ask.partition, ask.minutes, *ask.tres.values(), *ask.tres)
         try:
             return self._verdicts[key]
         except KeyError:
@@ -488,13 +498,13 @@ class Ledger:
         qos = snap.qos.get(ask.qos)
         if ask.qos and qos is None:
             return R_INVALID_QOS
-        if qos is not None:
-            if qos.usage_threshold is not None:
-                fs = self.fairshare.get((ask.account, ask.user), (1.0, 1.0))[0]
-                if fs < qos.usage_threshold:
-                    return R_QOS_THRESHOLD
-            found = self._check("QOS", qos.limits, self.qos.get(ask.qos), snap.qos_use.get(ask.qos, NO_USE), ask,
-                                self.qos_user.get((ask.qos, ask.user)), self.qos_account.get((ask.qos, ask.account)))
+        if qos is not None and qos.usage_threshold is not None:
+            fs = self.fairshare.get((ask.account, ask.user), (1.0, 1.0))[0]
+            if fs < qos.usage_threshold:
+                return R_QOS_THRESHOLD
+        for name, qos_limits in self._qos_limits(ask, qos):
+            found = self._check("QOS", qos_limits, self.qos.get(name), snap.qos_use.get(name, NO_USE), ask,
+                                self.qos_user.get((name, ask.user)), self.qos_account.get((name, ask.account)))
             if found is not None:
                 return found
         chain = self._chain(ask.account, ask.user)
@@ -509,6 +519,22 @@ class Ledger:
                 if over(held.jobs if held else 0, 1, max_jobs):
                     return _JOB_REASONS[("Assoc", "max_jobs")]
         return self._assoc_per_job(chain, ask)
+
+    def _qos_limits(self, ask: Ask, qos: Qos | None) -> list[tuple[str, Limits]]:
+        """The QOS limits that hold the job, in Slurm's order: its partition's QOS first, unless
+        its own QOS has OverPartQOS (then its own first, and its limits override the partition's)."""
+        names = self.snap.qos_of(ask.qos, ask.partition)
+        if qos is None:
+            names = names[1:]
+        if len(names) < 2:
+            return [(n, self.snap.qos[n].limits) for n in names]
+        own, part = qos, self.snap.qos[names[1]]
+        assert own is not None
+        if "OverPartQOS" in own.flags:
+            set_by_own = set(own.limits.to_json())
+            kept = {k: v for k, v in part.limits.to_json().items() if k not in set_by_own}
+            return [(own.name, own.limits), (part.name, Limits.from_json(kept))]
+        return [(part.name, part.limits), (own.name, own.limits)]
 
     def _assoc_per_job(self, chain: list[AssocLimits], ask: Ask) -> str | None:
         """The association's per-job limits, each from the nearest association that sets it."""

@@ -278,7 +278,7 @@ def limits_ask(job: JobRequest, watts_per_cpu: float) -> limits.Ask:
     """A pending job as the limits count it."""
     tres, per_node = limits.request_tres(job.ntasks, job.cpus_per_task, job.nodes_min, job.mem_per_node_mb,
                                          job.mem_per_cpu_mb, job.gpus, watts_per_cpu)
-    return limits.Ask(job.user, job.account, job.qos, tres, per_node, job.time_limit_min)
+    return limits.Ask(job.user, job.account, job.qos, tres, per_node, job.time_limit_min, job.partition)
 
 
 @runtime_checkable
