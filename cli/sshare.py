@@ -31,10 +31,14 @@ FIELDS: dict[str, tuple[int, Any]] = {
     "EffectvEnergy": (13, lambda r: _f(r["effective_energy"])),
     "EnergyFairShare": (15, lambda r: _f(r["energy_fairshare"]) if r["user"] else ""),
     "LevelEFS": (10, lambda r: _f(r["level_efs"]) if r["depth"] else ""),
+    # the budgets (QOS and association limits): the limit, the use in the period, what runs may still use
+    "GrpTRESMins": (13, lambda r: r.get("grp_tres_mins", "")),
+    "GrpTRESRaw": (30, lambda r: r.get("grp_tres_raw", "")),
+    "TRESRunMins": (30, lambda r: r.get("tres_run_mins", "")),
 }
 DEFAULT = "Account,User,RawShares,NormShares,RawUsage,EffectvUsage,FairShare,RawEnergy,EffectvEnergy,EnergyFairShare"
 LONG = ("Account,User,RawShares,NormShares,RawUsage,NormUsage,EffectvUsage,FairShare,LevelFS,RawEnergy,"
-        "NormEnergy,EffectvEnergy,EnergyFairShare,LevelEFS")
+        "NormEnergy,EffectvEnergy,EnergyFairShare,LevelEFS,GrpTRESMins,TRESRunMins")
 
 
 def select_rows(rows: list[dict], users: list[str], accounts: list[str], everyone: bool) -> list[dict]:

@@ -12,6 +12,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
+from wattsched import limits
 from wattsched.accounting.assoc import ASSOC_SETTINGS, AssocError, AssocStore
 from wattsched.api import AssocRequest
 from wattsched.controller import acctpolicy
@@ -55,6 +56,11 @@ def _apply(store: AssocStore, req: AssocRequest, now: float) -> None:
             store.modify_user(name, values, account)
         else:
             store.delete_user(name, account)
+
+
+def _raw(used: dict[str, float]) -> str:
+    """Every TRES with its use, as sshare's GrpTRESRaw and TRESRunMins show them."""
+    return ",".join(f"{name}={int(used.get(name, 0))}" for name in limits.TRES if name != "power")
 
 
 def _row(row: Any) -> dict[str, Any]:
@@ -103,7 +109,17 @@ def add_routes(app: FastAPI, controller: Any) -> None:
     async def shares(who: Who) -> dict[str, Any]:
         accounting()
         found = state.shares
-        return {"time": time.time(), "computed_at": found.computed_at, "rows": [_row(r) for r in found.rows]}
+        rows = [_row(r) for r in found.rows]
+        if found.qos:  # sshare's budget columns: GrpTRESMins, GrpTRESRaw and TRESRunMins
+            by_key = {(a["account"], a["user"]): a for a in acctpolicy.manager_view(state, time.time())["associations"]}
+            for row in rows:
+                assoc = by_key.get((row["account"], row["user"]))
+                if assoc is not None:
+                    use = assoc["usage"]
+                    row["grp_tres_mins"] = limits.format_tres(assoc["limits"].get("grp_tres_mins", {}))
+                    row["grp_tres_raw"] = _raw(use["tres_mins"])
+                    row["tres_run_mins"] = _raw(use["tres_run_mins"])
+        return {"time": time.time(), "computed_at": found.computed_at, "rows": rows}
 
     @app.get("/v1/priority")
     async def priority(who: Who) -> dict[str, Any]:

@@ -163,6 +163,10 @@ def test_an_energy_budget_used_up_pends_the_next_job_until_raised(cluster: Clust
     used = int(budget.split("energy=1000000(")[1].split(")")[0])
     assert 2_500_000 < used <= 3_000_000  # 3 MJ, decayed a little (PriorityDecayHalfLife)
     assert "Account=green UserName= " in manager
+    share = c.run("sshare", "-a", "-A", "green", "-P", "-n", "-o", "Account,User,GrpTRESMins,GrpTRESRaw").stdout
+    rows = [line.split("|") for line in share.splitlines()]
+    account_row = next(f for f in rows if [f[0].strip(), f[1]] == ["green", ""])
+    assert account_row[2] == "energy=1000000" and int(account_row[3].split("energy=")[1].split(",")[0]) > 2_500_000
     metrics = c.api("GET", "/metrics/limits").text
     assert 'wattsched_limit{account="green",limit="GrpTRESMins",owner="assoc",qos="",tres="energy",user=""} 1e+06' \
         in metrics
