@@ -280,7 +280,7 @@ def reset_for_requeue(state: ClusterState, job: Job) -> None:
     job.alloc_gpus = {}
     job.batch_host, job.launched, job.final_state, job.configuring = "", False, "", False
     job.cancelled_by, job.timed_out, job.warn_signal_sent = None, False, False
-    job.preempted, job.preempt_deadline = "", 0.0
+    job.preempted, job.preempt_deadline = "", 0.0  # (preempt_suspended: cleared as its resources went back)
     job.cap_slowed, job.cap_freq_before, job.cap_suspended = False, None, False
     job.exit_code = job.term_signal = 0
     job.steps, job.next_step_id, job.completing_nodes = [], 0, []

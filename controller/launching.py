@@ -29,6 +29,7 @@ def schedule(state: ClusterState, now: float) -> list[Action]:
     interval = state.config.scheduler_parameters.bf_interval_s
     due = state.plugins.scheduler.backfill and now - state.stats.bf_last_time >= interval
     started = time.perf_counter()
+    resumed = preempting.resume(state, now)  # before anything new may take their CPUs
     snap = snapshots.snapshot(state, now, due)
     decisions = scheduling.schedule(snap, state.plugins.priority, state.plugins.scheduler, state.plugins.select,
                                     state.memo.queue)
@@ -56,6 +57,7 @@ def schedule(state: ClusterState, now: float) -> list[Action]:
     if snap.running and snap.accounts is not None:
         actions.extend(preempting.preempt(state, snap, decisions, now))
     state.stats.started += len(decisions.starts)
+    actions[:0] = resumed
     state.stats.depth = len(snap.pending)
     return actions
 
@@ -182,12 +184,21 @@ def configured(state: ClusterState, now: float) -> list[Action]:
     return actions
 
 
-def hold_resources(state: ClusterState, job: Job, sign: int) -> None:
+def hold_resources(state: ClusterState, job: Job, sign: int, only_cpus: bool = False) -> None:
+    """Take (+1) or give back (-1) what the job holds on its nodes; ``only_cpus``: its CPUs alone
+    (a job suspended by preemption gives its CPUs to its preemptor and keeps its memory)."""
+    with_cpus = True
+    if sign < 0 and job.preempt_suspended and not only_cpus:  # its CPUs went back when it was suspended
+        job.preempt_suspended, with_cpus = False, False
     for name, cpus in job.alloc_cpus.items():
         node = state.nodes.get(name)
         if node is None:
             continue
-        node.alloc_cpus = max(0, node.alloc_cpus + sign * cpus)
+        if with_cpus:
+            node.alloc_cpus = max(0, node.alloc_cpus + sign * cpus)
+        if only_cpus:
+            node.refresh_base_state()
+            continue
         node.alloc_mem_mb = max(0, node.alloc_mem_mb + sign * job.alloc_mem_mb)
         for index in job.alloc_gpus.get(name, ()):
             if sign > 0:

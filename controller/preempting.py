@@ -1,6 +1,8 @@
 """The controller's side of preemption: the preemptees the pure core chose
 (:func:`wattsched.preemption.preemptees`) are cancelled (ending PREEMPTED) or requeued, by
-their PreemptMode, after their QOS's GraceTime: SIGTERM at once, the end when it is over.
+their PreemptMode, after their QOS's GraceTime: SIGTERM at once, the end when it is over; or
+suspended at once (SUSPEND), their CPUs lent to the preemptor, their memory kept, until their
+CPUs are free again.
 """
 
 from __future__ import annotations
@@ -10,8 +12,8 @@ import signal as signal_mod
 from typing import TYPE_CHECKING
 
 from wattsched import preemption, scheduling, snapbuild, states
-from wattsched.controller import jobs
-from wattsched.controller.actions import Action, Signal
+from wattsched.controller import jobs, launching
+from wattsched.controller.actions import Action, Freeze, Signal
 from wattsched.model import Job
 
 if TYPE_CHECKING:
@@ -36,8 +38,14 @@ def preempt(state: ClusterState, snap: scheduling.Snapshot, decisions: schedulin
             mode = preemption.CANCEL  # as Slurm: a job that may not be requeued is cancelled
         grace = qos.grace_time if qos is not None else 0
         log.info("preempting job", extra={"job": job_id, "preemptor": by, "mode": mode, "grace_s": grace})
-        job.preempted = mode
         state.touch(job)
+        if mode == preemption.SUSPEND:  # at once, as Slurm: its CPUs go to the preemptor now
+            launching.hold_resources(state, job, -1, only_cpus=True)
+            job.preempt_suspended, job.preempted_by = True, by
+            job.suspended_at = now
+            actions.append(Freeze(job.job_id, job.node_list, True))
+            continue
+        job.preempted = mode
         if job.suspended_at:  # a frozen process takes no signal
             actions.extend(jobs.thaw(state, job, now))
         if grace > 0 and job.launched and not job.interactive:
@@ -45,6 +53,25 @@ def preempt(state: ClusterState, snap: scheduling.Snapshot, decisions: schedulin
             actions.append(grace_signal(job))
         else:
             actions.extend(expire(state, job, now))
+    return actions
+
+
+def resume(state: ClusterState, now: float) -> list[Action]:
+    """Jobs a preemptor suspended resume, highest priority first, as soon as their CPUs are free
+    again (before anything new is started on them) and their preemptor no longer waits for them."""
+    waiting = sorted((j for j in state.jobs.values() if j.preempt_suspended and j.state == states.RUNNING),
+                     key=lambda j: (-j.priority, j.start_time, j.job_id))
+    actions: list[Action] = []
+    for job in waiting:
+        preemptor = state.jobs.get(job.preempted_by)
+        if preemptor is not None and preemptor.state == states.PENDING:
+            continue
+        nodes = [state.nodes.get(n) for n in job.alloc_cpus]
+        if all(node is not None and node.cpus - node.alloc_cpus >= job.alloc_cpus[node.name] for node in nodes):
+            job.preempt_suspended, job.preempted_by = False, 0
+            launching.hold_resources(state, job, +1, only_cpus=True)
+            log.info("resuming preempted job", extra={"job": job.job_id})
+            actions.extend(jobs.thaw(state, job, now))
     return actions
 
 

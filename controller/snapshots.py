@@ -80,8 +80,9 @@ def snapshot(state: ClusterState, now: float, backfill_due: bool = True) -> sche
     running = tuple(snapbuild.running_job(j.job_id, j.alloc_cpus, {n: j.alloc_mem_mb for n in j.alloc_cpus},
                                           j.start_time, j.time_limit_min, gpus_by_type(state, j), j.qos,
                                           j.cancelled_by is not None or bool(j.preempted)
-                                          or j.state != states.RUNNING)
-                    for j in state.jobs.values() if j.holds_nodes) \
+                                          or j.state != states.RUNNING, j.cpu_freq_khz, bool(j.cpu_freq),
+                                          bool(j.suspended_at))
+                    for j in state.jobs.values() if j.holds_nodes and not j.preempt_suspended) \
         if snapbuild.carries_running(backfill_due, state.power_cap is not None,
                                      snapbuild.preempt_settings(state.config).on) else ()
     return snapbuild.snapshot(state.config, now, tuple(node_snaps(state).values()), partition_snaps(state), pending,

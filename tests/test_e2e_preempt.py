@@ -89,6 +89,26 @@ def test_cancel_mode_ends_the_victim_preempted_after_its_grace_time(cluster: Clu
         c.run("sacctmgr", "-i", "modify", "qos", "low", "set", "PreemptMode=cluster", "GraceTime=0")
 
 
+def test_suspend_mode_lends_the_victims_cpus_until_the_preemptor_is_done(cluster: Cluster) -> None:
+    c = cluster
+    c.run("sacctmgr", "-i", "modify", "qos", "low", "set", "PreemptMode=SUSPEND")
+    low = _fill(c)
+    try:
+        high = c.sbatch("--qos=high", "-n", "4", "-t", "5", "-o", "/dev/null", "--wrap", "sleep 300")
+        c.wait_state(high, "RUNNING")
+        states = {j: c.run("squeue", "-h", "-j", str(j), "-o", "%T").stdout.strip() for j in low}
+        assert sorted(states.values()) == ["RUNNING", "SUSPENDED"], states
+        victim = next(j for j, s in states.items() if s == "SUSPENDED")
+        assert c.job(victim)["restart_count"] == 0  # the same run, frozen
+        c.run("scancel", str(high))
+        wait_for(lambda: c.run("squeue", "-h", "-j", str(victim), "-o", "%T").stdout.strip() == "RUNNING", 30, 0.2,
+                 what="the victim resumed once the preemptor was gone")
+    finally:
+        c.run("scancel", *map(str, low), check=False)
+        c.run("scancel", "--qos=high", check=False)
+        c.run("sacctmgr", "-i", "modify", "qos", "low", "set", "PreemptMode=cluster")
+
+
 def test_exempt_time_and_qos_order_protect_jobs(cluster: Cluster) -> None:
     c = cluster
     c.run("sacctmgr", "-i", "modify", "qos", "low", "set", "PreemptExemptTime=1:00:00")

@@ -312,13 +312,12 @@ def jwt_key(value: str) -> str:
 
 
 def preempt_mode(value: str) -> str:
-    """PreemptMode: OFF, CANCEL or REQUEUE (SUSPEND is refused until suspension gives CPUs back),
-    with GANG and WITHIN accepted as Slurm's qualifiers."""
+    """PreemptMode: OFF, CANCEL, REQUEUE or SUSPEND, with GANG and WITHIN accepted as Slurm's
+    qualifiers."""
     modes = [m.strip().upper() for m in value.split(",") if m.strip()]
     main = [m for m in modes if m not in ("GANG", "WITHIN")]
-    if len(main) != 1 or main[0] not in ("OFF", "CANCEL", "REQUEUE"):
-        raise ValueError(f"'{value}' is not one of OFF, CANCEL, REQUEUE (optionally with GANG or WITHIN); "
-                         "SUSPEND is not supported yet")
+    if len(main) != 1 or main[0] not in ("OFF", "CANCEL", "REQUEUE", "SUSPEND"):
+        raise ValueError(f"'{value}' is not one of OFF, CANCEL, REQUEUE, SUSPEND (optionally with GANG or WITHIN)")
     return ",".join(modes)
 
 

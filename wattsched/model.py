@@ -118,6 +118,8 @@ class Job:
     timed_out: bool = False
     preempted: str = ""  # preempted this run: CANCEL or REQUEUE (wattsched.preemption)
     preempt_deadline: float = 0.0  # its GraceTime ends then: killed, or requeued
+    preempt_suspended: bool = False  # suspended by a preemptor: its CPUs went to it, its memory stays
+    preempted_by: int = 0  # that preemptor: the job resumes once it is no longer waiting for them
     # what the power cap's shedding took (wattsched.capshed), to give back when there is room
     cap_slowed: bool = False  # its frequency was lowered; cap_freq_before is what it had
     cap_freq_before: int | None = None

@@ -79,7 +79,7 @@ def preemptees(snapshot: Snapshot, decisions: Decisions, select: SelectPlugin, s
     ending = {r.job_id for r in snapshot.running if r.ending}
     for job in wanting:
         preemptor = table[job.qos]
-        pool = [r for r in snapshot.running if r.job_id not in taken and
+        pool = [r for r in snapshot.running if r.job_id not in taken and not r.suspended and
                 (r.ending or may_preempt(preemptor, r, table, settings, snapshot.now))]
         for victim in _victims(job, pool, table, snapshot, candidates, select) or ():
             taken[victim] = job.job_id
