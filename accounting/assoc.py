@@ -8,6 +8,7 @@ request (unknown parent, negative shares, a duplicate) leaves the database as it
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import and_, delete, insert, select, update
@@ -433,18 +434,12 @@ def _limit_updates(keys: tuple[limits.LimitKey, ...], values: dict[str, str]) ->
 
 
 def _integer(text: str, what: str, low: int, high: int) -> int:
-    try:
-        value = int(text)
-    except ValueError as exc:
-        raise LimitError(f"Invalid {what}: {text}") from exc
-    if not low <= value <= high:
-        raise LimitError(f"Invalid {what}: {text} (from {low} to {high})")
-    return value
+    return int(_number(text, what, low, high, int))
 
 
-def _number(text: str, what: str, low: float, high: float) -> float:
+def _number(text: str, what: str, low: float, high: float, cast: Callable[[str], float] = float) -> float:
     try:
-        value = float(text)
+        value = cast(text)
     except ValueError as exc:
         raise LimitError(f"Invalid {what}: {text}") from exc
     if not low <= value <= high:  # (NaN fails too)

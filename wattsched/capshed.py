@@ -72,35 +72,30 @@ class Model:
             return node.busy_at(None)
         return max(node.busy_at(f) for f in freqs)
 
-    def change(self, job: RunningJob, khz: int | None, gone: bool = False) -> float:
-        """The watts saved by the job going to ``khz`` (or away), applied to the model."""
-        saved = 0.0
+    def _after(self, job: RunningJob, khz: int | None, gone: bool) -> list[tuple[str, dict[int, int | None], float]]:
+        """Each of the job's nodes with its jobs and watts once the job goes to ``khz`` (or away)."""
+        result = []
         for name in job.cpus:
-            if name not in self.watts:
-                continue
-            jobs = dict(self.jobs.get(name, {}))
-            if gone:
-                jobs.pop(job.job_id, None)
-            else:
-                jobs[job.job_id] = khz
-            after = self.node_watts(name, jobs)
+            if name in self.watts:
+                jobs = dict(self.jobs.get(name, {}))
+                if gone:
+                    jobs.pop(job.job_id, None)
+                else:
+                    jobs[job.job_id] = khz
+                result.append((name, jobs, self.node_watts(name, jobs)))
+        return result
+
+    def saving(self, job: RunningJob, khz: int | None, gone: bool = False) -> float:
+        """The watts saved by the job going to ``khz`` (or away)."""
+        return sum(self.watts[name] - after for name, _jobs, after in self._after(job, khz, gone))
+
+    def change(self, job: RunningJob, khz: int | None, gone: bool = False) -> float:
+        """What :meth:`saving` says, applied to the model."""
+        saved = 0.0
+        for name, jobs, after in self._after(job, khz, gone):
             saved += self.watts[name] - after
             self.jobs[name], self.watts[name] = jobs, after
         self.total -= saved
-        return saved
-
-    def saving(self, job: RunningJob, khz: int | None, gone: bool = False) -> float:
-        """What :meth:`change` would save, without applying it."""
-        saved = 0.0
-        for name in job.cpus:
-            if name not in self.watts:
-                continue
-            jobs = dict(self.jobs.get(name, {}))
-            if gone:
-                jobs.pop(job.job_id, None)
-            else:
-                jobs[job.job_id] = khz
-            saved += self.watts[name] - self.node_watts(name, jobs)
         return saved
 
 
