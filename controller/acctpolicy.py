@@ -168,5 +168,6 @@ def manager_view(state: ClusterState, now: float) -> dict[str, Any]:
                          "usage": usage(ledger.qos.get(name), shares.qos_use.get(name, limits.NO_USE),
                                         queued_qos[name])})
     users = sorted({(a.user, shares.default_account.get(a.user, "")) for a in shares.assoc_limits.values() if a.user})
-    return {"time": now, "cluster": state.config.cluster_name, "tres": list(limits.TRES), "users": [{"name": u, "default_account": d} for u, d in users],
+    return {"time": now, "cluster": state.config.cluster_name, "tres": list(limits.TRES),
+            "users": [{"name": u, "default_account": d} for u, d in users],
             "associations": assocs, "qos": qos_rows}

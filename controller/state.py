@@ -52,8 +52,8 @@ from wattsched.controller import (
     steps,
     timers,
 )
-from wattsched.controller.capcontrol import CapControl
 from wattsched.controller.actions import Action, AdminProgram
+from wattsched.controller.capcontrol import CapControl
 from wattsched.controller.powersaving import PowerSaving
 from wattsched.controller.priority import Shares
 from wattsched.controller.reservations import ReservationBook

@@ -336,9 +336,11 @@ class Simulation:
             UsageRecord(r.job.user, r.job.account or DEFAULT_ACCOUNT, sum(r.alloc_cpus.values()), r.start, None,
                         self._job_power(r) * (now - r.start))
             for r in self.running.values() if r.start >= 0]) if self.shares is not None and self.pending else {}
-        accounts = self.accounts.current(now, lambda: [self._use(r, now) for r in self.running.values() if r.start >= 0],
-                                         lambda: [self._active(r) for r in self.running.values()]) \
-            if self.accounts is not None else None
+        accounts = None
+        if self.accounts is not None:
+            running = [r for r in self.running.values() if r.start >= 0]
+            accounts = self.accounts.current(now, lambda: [self._use(r, now) for r in running],
+                                             lambda: [self._active(r) for r in self.running.values()])
         return snapbuild.snapshot(self.config, now, self.nodes_tuple, self.partitions, self.pending, self.holding,
                                   backfill_due, self._power_snap(), fairshare=fair, changes=changes, accounts=accounts)
 

@@ -53,6 +53,8 @@ def test_dashboard_shows_power_against_the_cap_nodes_and_queue(capped: Cluster, 
     joules = capped.accounted(quick)[0]["consumed_energy_j"]
     first = capped.sbatch("-N", "2", "--exclusive", "-w", "n0[1-2]", "--wrap", "sleep 120")
     capped.wait_state(first, "RUNNING")
+    capped.run("sacctmgr", "-i", "modify", "account", "root", "set", "GrpTRES=power=1500",
+               "GrpTRESMins=energy=50000000")
     page = browser.new_page(viewport={"width": 1280, "height": 1100})
     page.goto(f"http://127.0.0.1:{capped.port}/dashboard/#token={capped.token()}")
     # the power series is drawn and current, under the cap line, with the reservation's planned cap ahead
@@ -73,6 +75,12 @@ def test_dashboard_shows_power_against_the_cap_nodes_and_queue(capped: Cluster, 
     second = capped.sbatch("-w", "n05", "--exclusive", "--wrap", "sleep 120")
     page.wait_for_selector("#node-map .node[data-name=n05][data-state=busy]", timeout=30_000)
     page.wait_for_selector(f"#queue-rows tr[data-job='{second}']")
+    # the budgets: root's power share held by its running jobs, its energy budget and what is left
+    page.wait_for_selector("#budget-rows tr[data-owner=root][data-limit=GrpTRES][data-tres=power]", timeout=30_000)
+    held = float(page.get_attribute("#budget-rows tr[data-owner=root][data-limit=GrpTRES][data-tres=power]",
+                                    "data-used"))
+    assert held > 0  # the two-node job's share of its nodes' MaxWatts
+    assert page.query_selector("#budget-rows tr[data-owner=root][data-limit=GrpTRESMins][data-tres=energy]")
     page.screenshot(path=str(ARTIFACTS / "dashboard.png"), full_page=True)
     # a job's page: its nodes' power over its run
     page.goto(f"http://127.0.0.1:{capped.port}/dashboard/#job={first}")

@@ -1,5 +1,6 @@
 // The wattsched dashboard: polls the controller's API with the user's token and draws power
-// against the cap, the node map, the queue, energy by user and account, and a job's power.
+// against the cap (and what its shedding did), the node map, the queue, budgets and limits with
+// their use, energy by user and account, and a job's power.
 // Plain JavaScript and SVG: the controller serves these files as they are, with no build step.
 "use strict";
 
@@ -163,6 +164,48 @@ async function refreshEnergy() {
   }
 }
 
+const BUDGET_POLL_MS = 10000;  // the limits' use changes every PriorityCalcPeriod: no need to ask more often
+let budgetsAt = 0;
+
+function fmtTres(tres, value) {
+  if (tres === "energy") return fmtJoules(value);
+  if (tres === "power") return Math.round(value) + " W";
+  if (tres === "mem") return Math.round(value) + " MB";
+  return String(Math.round(value));
+}
+
+async function refreshBudgets() {
+  if (Date.now() - budgetsAt < BUDGET_POLL_MS) return;
+  budgetsAt = Date.now();
+  let data;
+  try {
+    data = await api("/v1/assoc_mgr");
+  } catch (error) {  // no accounting: no budgets to show
+    document.getElementById("budgets").hidden = true;
+    return;
+  }
+  const rows = [];
+  const add = (owner, record) => {
+    for (const [field, name, use] of [["grp_tres", "GrpTRES", "tres"], ["grp_tres_mins", "GrpTRESMins", "tres_mins"],
+                                      ["grp_tres_run_mins", "GrpTRESRunMins", "tres_run_mins"]]) {
+      for (const [tres, limit] of Object.entries(record.limits[field] || {})) {
+        const used = record.usage[use][tres] || 0, share = limit > 0 ? Math.min(1, used / limit) : 1;
+        const row = el("tr", {"data-owner": owner, "data-limit": name, "data-tres": tres, "data-used": used});
+        const bar = el("td");
+        bar.append(el("span", {class: "bar" + (share >= 1 ? " full" : ""), style: `width:${Math.round(share * 100)}px`}));
+        row.append(el("td", {}, owner), el("td", {}, name), el("td", {}, tres),
+                   el("td", {}, fmtTres(tres, used)), el("td", {}, fmtTres(tres, limit)),
+                   el("td", {}, fmtTres(tres, Math.max(0, limit - used))), bar);
+        rows.push(row);
+      }
+    }
+  };
+  for (const a of data.associations) add(a.user ? `${a.account} / ${a.user}` : a.account, a);
+  for (const q of data.qos) add("QOS " + q.name, q);
+  document.getElementById("budget-rows").replaceChildren(...rows);
+  document.getElementById("budgets").hidden = rows.length === 0;
+}
+
 // --- a job's page --------------------------------------------------------------------------------------
 
 async function refreshJob(jobId) {
@@ -198,7 +241,7 @@ async function refresh() {
   const status = document.getElementById("status");
   try {
     const at = route ? await refreshJob(route[1]) :
-      (await Promise.all([refreshPower(), refreshNodes(), refreshQueue(), refreshEnergy()]))[0];
+      (await Promise.all([refreshPower(), refreshNodes(), refreshQueue(), refreshEnergy(), refreshBudgets()]))[0];
     status.dataset.updated = at;
     status.className = "";
     status.textContent = "updated " + new Date(at * 1000).toLocaleTimeString();

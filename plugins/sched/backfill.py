@@ -65,7 +65,6 @@ from wattsched.plugins.sched.builtin import BuiltinScheduler
 from wattsched.plugins.sched.powerplan import PowerPlan
 from wattsched.scheduling import (
     Allocation,
-    Throttle,
     Candidates,
     Changes,
     Decisions,
@@ -76,6 +75,7 @@ from wattsched.scheduling import (
     Seen,
     SelectPlugin,
     Snapshot,
+    Throttle,
     fit_power,
     gpu_ledger,
     job_changes,

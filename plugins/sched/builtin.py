@@ -22,7 +22,6 @@ from collections.abc import Mapping, Sequence
 from wattsched import states
 from wattsched.confvalues import SchedulerParams
 from wattsched.scheduling import (
-    Throttle,
     Candidates,
     Decisions,
     JobRequest,
@@ -30,6 +29,7 @@ from wattsched.scheduling import (
     PowerMeter,
     SelectPlugin,
     Snapshot,
+    Throttle,
     fit_power,
     gpu_ledger,
     job_end,
