@@ -69,6 +69,8 @@ def settle(state: ClusterState, req: JobSubmit, who: Identity) -> JobSubmit:
         raise Refused(limits.INVALID_QOS)
     if "qos" in enforce and qos not in snap.allowed_qos(req.account, who.user):
         raise Refused(limits.INVALID_QOS)
+    if qos and "RequiresReservation" in shares.qos[qos].flags and not req.reservation:
+        raise Refused(limits.INVALID_QOS)  # Slurm's: "qos %s can only be used in a reservation"
     partition = next((p for p in state.config.partitions if p.name == req.partition), None) if req.partition \
         else state.config.default_partition()
     if partition is not None and qos and (("ALL" not in partition.allow_qos and qos not in partition.allow_qos)

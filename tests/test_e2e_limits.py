@@ -22,7 +22,7 @@ PriorityWeightAge=1
 PriorityCalcPeriod=0:01
 AccountingStorageEnforce=associations,limits,qos
 MetricsType=metrics/openmetrics"""
-ALICE, BOB, CAROL = (3001, "alice"), (3002, "bob"), (3003, "carol")
+ALICE, BOB, CAROL, DAVE, ERIN = (3001, "alice"), (3002, "bob"), (3003, "carol"), (3004, "dave"), (3005, "erin")
 RUN = ("-o", "/dev/null", "-D", "/tmp")  # the users' jobs write nowhere of the test's
 
 
@@ -229,3 +229,33 @@ def test_a_partition_qos_holds_every_job_of_the_partition(cluster: Cluster) -> N
         assert "AllowQos=normal,capped" in shown and "QoS=capped" in shown
     finally:
         c.run("scancel", *map(str, ids))
+
+
+def test_a_power_share_keeps_an_account_under_its_watts_while_another_fills_the_rest(cluster: Cluster) -> None:
+    c = cluster
+    # 400 W nodes of 4 CPUs: a CPU draws 100 W at most; the account may hold 800 W at a time
+    c.run("sacctmgr", "-i", "add", "account", "watt", "GrpTRES=power=800")
+    c.run("sacctmgr", "-i", "add", "account", "fill")
+    c.run("sacctmgr", "-i", "add", "user", "dave", "Account=watt")
+    c.run("sacctmgr", "-i", "add", "user", "erin", "Account=fill")
+    mine = [c.sbatch(*RUN, "-n", "2", "-t", "5", "--wrap", "sleep 300", env=_as(DAVE, c)) for _ in range(6)]
+    try:
+        def held():
+            rows = _reasons(c, mine)
+            running = [i for i, r in rows.items() if r[0] == "RUNNING"]
+            waiting = [i for i, r in rows.items() if r[2] == "AssocGrpPower"]
+            return (running, waiting) if len(running) == 4 and len(waiting) == 2 else None
+
+        wait_for(held, 30, 0.2, what="4 jobs (800 W) running, 2 held by the account's power share")
+        others = [c.sbatch(*RUN, "-n", "2", "-t", "5", "--wrap", "sleep 300", env=_as(ERIN, c)) for _ in range(4)]
+        try:
+            for job in others:  # the rest of the machine goes to the other account
+                c.wait_state(job, "RUNNING")
+            assert held() is not None
+            manager = c.run("scontrol", "show", "assoc_mgr", "accounts=watt", "flags=assoc").stdout
+            line = next(x for x in manager.splitlines() if x.strip().startswith("GrpTRES=") and "Account" not in x)
+            assert "power=800(800)" in line
+        finally:
+            c.run("scancel", *map(str, others))
+    finally:
+        c.run("scancel", *map(str, mine))

@@ -4,12 +4,13 @@ pass, recorded use, and the submit limits."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
 from wattsched import limits, scheduling
 from wattsched.limits import AccountsSnap, Ask, AssocLimits, Limits, Qos, UseRecord
-from wattsched.scheduling import JobRequest, Throttle
+from wattsched.scheduling import JobRequest, RunningJob, Throttle
 
 ON = frozenset({"associations", "limits", "qos"})
 
@@ -161,3 +162,32 @@ def test_submit_limits_and_default_qos() -> None:
 def test_worst_case_of_an_unlimited_job_is_infinite() -> None:
     ask = scheduling.limits_ask(_job(1, minutes=None), 100.0)
     assert ask.tres["power"] == 100 and math.isinf(limits._worst_minutes("energy", ask))
+
+
+def test_qos_flags_partition_time_limit_no_reserve() -> None:
+    from wattsched.plugins.priority.basic import BasicPriority
+    from wattsched.plugins.sched.backfill import BackfillScheduler
+    from wattsched.plugins.select.cons_tres import ConsTresSelect
+    from wattsched.scheduling import NodeSnap, PartitionSnap, Snapshot, schedule
+
+    qos = {"normal": Qos("normal"), "long": Qos("long", flags=frozenset({"PartitionTimeLimit"})),
+           "filler": Qos("filler", flags=frozenset({"NoReserve"}))}
+    accounts = AccountsSnap(qos, _tree(), enforce=ON)
+    nodes = (NodeSnap("n1", 4, 0, 1000, 1000), NodeSnap("n2", 4, 4, 1000, 1000))
+    running = (RunningJob(99, {"n1": 4}, {"n1": 0}, 600.0),)
+    part = {"debug": PartitionSnap("debug", ("n1", "n2"), max_time_min=60)}
+
+    def decide(*jobs: JobRequest):
+        snap = Snapshot(now=0.0, nodes=nodes, partitions=part, pending=jobs, running=running, accounts=accounts)
+        return schedule(snap, BasicPriority(), BackfillScheduler(), ConsTresSelect())
+
+    # over the partition's MaxTime: held, unless its QOS may go over it
+    assert decide(_job(1, minutes=120)).reasons[1] == "PartitionTimeLimit"
+    assert [s[0] for s in decide(_job(1, qos="long", minutes=120)).starts] == [1]
+    # a job that needs both nodes waits for n1 (free at 600 s); with NoReserve nothing is kept for it,
+    # so a long job behind it takes n2 now and it gets no expected start
+    big, long_small = _job(1, ntasks=8, minutes=10), _job(2, ntasks=4, minutes=50)
+    kept = decide(big, long_small)
+    assert 1 in kept.expected_start and not kept.starts
+    free = decide(replace(big, qos="filler"), long_small)
+    assert 1 not in free.expected_start and [s[0] for s in free.starts] == [2]

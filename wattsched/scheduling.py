@@ -484,11 +484,19 @@ def ineligibility(job: JobRequest, snapshot: Snapshot) -> str | None:
     part = snapshot.partitions.get(job.partition)
     if part is None or part.state != "UP":
         return states.R_PART_DOWN
-    if part.max_time_min is not None and (job.time_limit_min is None or job.time_limit_min > part.max_time_min):
+    if part.max_time_min is not None and (job.time_limit_min is None or job.time_limit_min > part.max_time_min) \
+            and not qos_flag(snapshot, job, "PartitionTimeLimit"):  # a QOS that may go over MaxTime
         return states.R_PART_TIME
     if part.max_nodes is not None and job.nodes_min > part.max_nodes:
         return states.R_PART_NODES
     return None
+
+
+def qos_flag(snapshot: Snapshot, job: JobRequest, flag: str) -> bool:
+    """Whether the job's QOS has this flag (wattsched.limits.QOS_FLAGS)."""
+    accounts = snapshot.accounts
+    qos = accounts.qos.get(job.qos) if accounts is not None and job.qos else None
+    return qos is not None and flag in qos.flags
 
 
 _DEP_ITEM = re.compile(r"^(after|afterany|afterok|afternotok|aftercorr|singleton)((?::\d+(?:_\d+)?(?:\+\d+)?)*)$")

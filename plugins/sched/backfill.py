@@ -80,6 +80,7 @@ from wattsched.scheduling import (
     gpu_ledger,
     job_changes,
     job_end,
+    qos_flag,
     unplaced_reason,
 )
 
@@ -642,6 +643,8 @@ class BackfillScheduler:
                 else:
                     decisions.reasons[job.job_id] = states.R_PRIORITY if key in blocked else \
                         unplaced_reason(job, snapshot, bf.candidates.by_name)
+                if qos_flag(snapshot, job, "NoReserve"):  # Slurm's NoReserve: no place is kept for it
+                    continue
                 blocked.add(key)
                 if found is not None:
                     start, alloc = found
