@@ -66,6 +66,7 @@ def start(state: ClusterState, job: Job, alloc: scheduling.Allocation, now: floa
     job.state = states.RUNNING
     job.reason = states.R_NONE
     job.start_time = now
+    job.preempted_by = 0
     job.expected_start = 0.0
     job.cpu_freq_khz = alloc.cpu_freq_khz
     job.alloc_cpus = dict(alloc.cpus)

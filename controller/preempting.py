@@ -12,7 +12,7 @@ import signal as signal_mod
 from typing import TYPE_CHECKING
 
 from wattsched import preemption, scheduling, snapbuild, states
-from wattsched.controller import jobs, launching
+from wattsched.controller import jobs, launching, snapshots
 from wattsched.controller.actions import Action, Freeze, Signal
 from wattsched.model import Job
 
@@ -38,10 +38,11 @@ def preempt(state: ClusterState, snap: scheduling.Snapshot, decisions: schedulin
             mode = preemption.CANCEL  # as Slurm: a job that may not be requeued is cancelled
         grace = qos.grace_time if qos is not None else 0
         log.info("preempting job", extra={"job": job_id, "preemptor": by, "mode": mode, "grace_s": grace})
+        job.preempted_by = by
         state.touch(job)
         if mode == preemption.SUSPEND:  # at once, as Slurm: its CPUs go to the preemptor now
             launching.hold_resources(state, job, -1, only_cpus=True)
-            job.preempt_suspended, job.preempted_by = True, by
+            job.preempt_suspended = True
             job.suspended_at = now
             actions.append(Freeze(job.job_id, job.node_list, True))
             continue
@@ -63,8 +64,7 @@ def resume(state: ClusterState, now: float) -> list[Action]:
                      key=lambda j: (-j.priority, j.start_time, j.job_id))
     actions: list[Action] = []
     for job in waiting:
-        preemptor = state.jobs.get(job.preempted_by)
-        if preemptor is not None and preemptor.state == states.PENDING:
+        if snapshots.preemptor_waits(state, job):
             continue
         nodes = [state.nodes.get(n) for n in job.alloc_cpus]
         if all(node is not None and node.cpus - node.alloc_cpus >= job.alloc_cpus[node.name] for node in nodes):

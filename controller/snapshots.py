@@ -72,7 +72,7 @@ def request(state: ClusterState, job: Job) -> scheduling.JobRequest:
 def snapshot(state: ClusterState, now: float, backfill_due: bool = True) -> scheduling.Snapshot:
     # a requeued job waits until its previous run is gone from every node (Slurm's COMPLETING flag)
     pending = tuple(request(state, j) for j in state.jobs.values()
-                    if j.state == states.PENDING and not j.completing_nodes)
+                    if j.state == states.PENDING and not j.completing_nodes and not preemptor_waits(state, j))
     needs_briefs = any(r.dependency or r.array_throttle for r in pending)
     briefs = {j.job_id: scheduling.JobBrief(j.job_id, j.state, j.user, j.name, j.exit_code, j.term_signal,
                                             j.array_job_id, j.array_task_id, j.start_time)
@@ -88,6 +88,14 @@ def snapshot(state: ClusterState, now: float, backfill_due: bool = True) -> sche
     return snapbuild.snapshot(state.config, now, tuple(node_snaps(state).values()), partition_snaps(state), pending,
                               running, backfill_due, power_snap(state), briefs, state.resv.snapshots(),
                               state.shares.factors, accounts=acctpolicy.snapshot(state))
+
+
+def preemptor_waits(state: ClusterState, job: Job) -> bool:
+    """A requeued victim of preemption waits until its preemptor has started."""
+    if not job.preempted_by:
+        return False
+    preemptor = state.jobs.get(job.preempted_by)
+    return preemptor is not None and preemptor.state == states.PENDING
 
 
 def gpus_by_type(state: ClusterState, job: Job) -> dict[str, dict[str, int]]:

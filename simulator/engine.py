@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from wattsched import limits, plugins, power, powersave, scheduling, snapbuild
+from wattsched import limits, plugins, power, powersave, preemption, scheduling, snapbuild
 from wattsched.config import Config, NodeConf
 from wattsched.fairshare import UsageRecord
 from wattsched.simulator.accounts import SimAccounts
@@ -37,7 +37,7 @@ from wattsched.simulator.shares import DEFAULT_ACCOUNT, SimShares
 from wattsched.simulator.workload import SimJob, Workload
 from wattsched.states import NodeBase, PowerFlag, PowerState, power_state
 
-END, SWITCHED, SUBMIT, TICK, PERIOD, BACKFILL = 0, 1, 2, 3, 4, 5
+END, SWITCHED, SUBMIT, TICK, PERIOD, BACKFILL, PREEMPT = 0, 1, 2, 3, 4, 5, 6
 COMPUTING, IDLE, OFF, SWITCHING_ON, SWITCHING_OFF = "computing", "idle", "off", "switching_on", "switching_off"
 BOUNDED_SLOWDOWN_TAU_S = 10.0
 # what a job's accounted energy (the one EnergyFairShare charges) follows: its nodes' power model,
@@ -82,6 +82,10 @@ class JobRecord:
     waiting_for: int = 0  # nodes still switching on
     energy_j: float = 0.0
     freq_khz: int | None = None
+    end_due: float = -1.0  # when its run ends (an END event of an earlier, cut-short run is ignored)
+    preempted: str = ""  # CANCEL or REQUEUE while its GraceTime runs; "PREEMPTED" once cancelled
+    preempted_by: int = 0
+    requeues: int = 0
 
     @property
     def wait(self) -> float:
@@ -120,6 +124,8 @@ class Result:
             "jobs": len(done), "infeasible": self.infeasible, "nodes": self.node_count,
             # held to the end (a limit, such as a used-up energy budget, never let them start)
             "never_started": sum(1 for r in self.records if r.start < 0),
+            "preempted": sum(1 for r in self.records if r.preempted == "PREEMPTED"),
+            "requeued": sum(r.requeues for r in self.records),
             "makespan_s": makespan, "utilization": busy / (makespan * self.cpus) if makespan > 0 else 0.0,
             "energy_j": sum(self.energy_by_state.values()),
             **{f"energy_{k}_j": v for k, v in self.energy_by_state.items()},
@@ -174,6 +180,8 @@ class Simulation:
         self.shares = SimShares(config, ((r.job.account or DEFAULT_ACCOUNT, r.job.user) for r in self.records.values()),
                                 min((r.job.submit for r in self.records.values()), default=0.0)) if fair else None
         self.accounts = accounts  # the QOS and associations' limits, when the simulation applies them
+        self.preempt = snapbuild.preempt_settings(config)
+        self.requeued: dict[int, list[JobRecord]] = {}  # preemptor -> its requeued victims, queued once it starts
         self.qos: dict[tuple[str, str], str] = {}
         self.running: dict[int, JobRecord] = {}
         self.heap: list[tuple[float, int, int, int, str]] = []
@@ -237,9 +245,17 @@ class Simulation:
                 _when, kind, _seq, job_id, name = heapq.heappop(self.heap)
                 self.events += 1
                 if kind == END:
-                    self._end(self.records[job_id], now)
+                    record = self.records[job_id]
+                    if record.end_due != now or self.running.get(job_id) is not record:
+                        continue  # the end of a run that preemption cut short
+                    self._end(record, now)
                     done += 1
                     last_end = now
+                elif kind == PREEMPT:
+                    record = self.records[job_id]
+                    if self.running.get(job_id) is record and record.preempted and self._expire(record, now):
+                        done += 1
+                        last_end = now
                 elif kind == SWITCHED:
                     self._switched(self.nodes[name], now)
                 elif kind == SUBMIT:
@@ -308,6 +324,8 @@ class Simulation:
             self.expected = decisions.expected_start
         for job_id, alloc in decisions.starts:
             self._start(self.records[job_id], alloc, now)
+        if self.accounts is not None and self.preempt.on and snap.running:
+            self._preempt(snap, decisions, now)
         if self.policies:
             prio = decisions.priorities
             self.order = [j.job_id for j in sorted(self.pending, key=lambda j: (-prio.get(j.job_id, 0), j.submit_time,
@@ -328,7 +346,8 @@ class Simulation:
         self.dirty.clear()
         if changed or self.nodes_tuple is None:
             self.nodes_tuple = tuple(self.node_snaps.values())
-        carried = snapbuild.carries_running(backfill_due, self.config.power_cap is not None)
+        carried = snapbuild.carries_running(backfill_due, self.config.power_cap is not None,
+                                            self.preempt.on and self.accounts is not None)
         changes = self.series.changes(self.pending, self.holding if carried else None, changed)
         # running jobs count as used so far, CPU time and energy alike (EnergyFairShare must not
         # see a long job's energy only at its end while FairShare sees its CPU time all along)
@@ -394,6 +413,8 @@ class Simulation:
 
     def _start(self, record: JobRecord, alloc: scheduling.Allocation, now: float) -> None:
         self.pending.remove(record.job.job_id)
+        for victim in self.requeued.pop(record.job.job_id, []):  # what it preempted may wait again
+            self.pending.put(self._request(victim))
         self.running[record.job.job_id] = record
         record.alloc = list(alloc.cpus)
         record.nodes = len(record.alloc)
@@ -424,17 +445,54 @@ class Simulation:
             node.draws[record.job.job_id] = self._job_watts(node, record, cpus) - \
                 float(node.conf.idle_watts or 0) * cpus / node.conf.cpus
             self._set_category(node, COMPUTING, now)  # the watts of one more job
-        self._push(now + record.job.runtime, END, record.job.job_id)
+        record.end_due = now + record.job.runtime
+        self._push(record.end_due, END, record.job.job_id)
 
     def _hold(self, record: JobRecord) -> None:
+        account = record.job.account or DEFAULT_ACCOUNT
         self.holding.put(scheduling.RunningJob(record.job.job_id, record.alloc_cpus, record.alloc_mem_mb,
-                                               self._limit_end(record)))
+                                               self._limit_end(record), qos=self._qos(account, record.job.user),
+                                               start=max(record.start, 0.0), ending=bool(record.preempted)))
 
-    def _end(self, record: JobRecord, now: float) -> None:
+    # --- preemption: the controller's choice (wattsched.preemption), carried out in virtual time ----------
+
+    def _preempt(self, snap: scheduling.Snapshot, decisions: scheduling.Decisions, now: float) -> None:
+        """The victims the core chose hear of it now and go after their GraceTime. (A SUSPEND victim
+        is requeued here: the simulator does not model a frozen job lending its CPUs.)"""
+        assert self.accounts is not None
+        for job_id, by in preemption.preemptees(snap, decisions, self.select, self.preempt).items():
+            record = self.records[job_id]
+            if record.preempted or record.start < 0:
+                continue
+            qos = self.accounts.qos.get(self._qos(record.job.account or DEFAULT_ACCOUNT, record.job.user))
+            mode = preemption.mode_of(qos, self.preempt)
+            record.preempted = preemption.CANCEL if mode == preemption.CANCEL else preemption.REQUEUE
+            record.preempted_by = by
+            self._hold(record)  # on its way out: no one else preempts it
+            self._push(now + (qos.grace_time if qos is not None else 0), PREEMPT, job_id)
+
+    def _expire(self, record: JobRecord, now: float) -> bool:
+        """A preempted job's grace is over: it ends PREEMPTED (True), or goes back to the queue."""
+        if record.preempted == preemption.CANCEL:
+            self._end(record, now)
+            record.preempted = "PREEMPTED"
+            return True
+        self._end(record, now, final=False)
+        record.preempted, record.requeues = "", record.requeues + 1
+        record.start = record.end = record.end_due = -1.0
+        record.alloc, record.alloc_cpus, record.alloc_mem_mb = [], {}, {}
+        preemptor = self.records.get(record.preempted_by)
+        if preemptor is not None and preemptor.start < 0 and self.pending.get(preemptor.job.job_id) is not None:
+            self.requeued.setdefault(preemptor.job.job_id, []).append(record)  # queued when it starts
+        else:
+            self.pending.put(self._request(record))
+        return False
+
+    def _end(self, record: JobRecord, now: float, final: bool = True) -> None:
         record.end = now
         del self.running[record.job.job_id]
         self.holding.remove(record.job.job_id)
-        for follower in self.followers.pop(record.job.job_id, []):
+        for follower in self.followers.pop(record.job.job_id, []) if final else ():
             follower.submit = now + follower.job.think
             self._push(follower.submit, SUBMIT, follower.job.job_id)
         for name in record.alloc:

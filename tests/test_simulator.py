@@ -323,3 +323,37 @@ def test_the_simulation_holds_jobs_to_the_same_limits_as_the_controller(tmp_path
     assert starts[1] == 0.0 and starts[2] == 100.0 and starts[3] == 0.0
     # the energy budget is used up when carol's second job comes: it never runs
     assert starts[5] == -1.0 and held.records[-1].job.job_id == 5
+
+
+def test_the_simulation_preempts_as_the_controller(tmp_path) -> None:
+    from wattsched.accounting.store import AccountingStore
+    from wattsched.simulator.accounts import SimAccounts
+
+    url = f"sqlite:///{tmp_path / 'preempt.db'}"
+    store = AccountingStore(url)
+    store.setup("cluster", 0.0)
+    assocs = store.assocs("cluster")
+    assocs.add_qos("low", {})
+    assocs.add_qos("high", {"priority": "100", "preempt": "low"})
+    assocs.add_account("proj", settings={"qos": "low", "defaultqos": "low"})
+    assocs.add_account("vip", settings={"qos": "high", "defaultqos": "high"})
+    assocs.add_user("alice", "proj")
+    assocs.add_user("victor", "vip")
+    store.close()
+    for mode, expect_requeue in (("REQUEUE", True), ("CANCEL", False)):
+        conf = _platform(tmp_path, f"PreemptType=preempt/qos\nPreemptMode={mode}\nClusterName=cluster\n"
+                                   "AccountingStorageEnforce=associations,limits\nSchedulerParameters=bf_interval=1")
+        jobs = Workload([*(SimJob(i, 0, 1000, 1000, 1, "alice", "proj") for i in range(1, 5)),
+                         SimJob(9, 100, 100, 100, 1, "victor", "vip")])
+        result = engine.Simulation(conf, jobs, accounts=SimAccounts.load(conf, url, 0.0)).run()
+        by_id = {r.job.job_id: r for r in result.records}
+        assert by_id[9].start == 100.0 and by_id[9].end == 200.0  # it took a node at once
+        victim = by_id[4]  # the youngest low job (ties: the highest id)
+        summary = result.summary()
+        if expect_requeue:
+            assert victim.requeues == 1 and victim.start == 200.0 and victim.end == 1200.0
+            assert summary["requeued"] == 1 and summary["preempted"] == 0
+        else:
+            assert victim.preempted == "PREEMPTED" and victim.end == 100.0
+            assert summary["preempted"] == 1 and summary["requeued"] == 0
+        assert all(by_id[i].end == 1000.0 for i in (1, 2, 3))

@@ -119,7 +119,9 @@ class Job:
     preempted: str = ""  # preempted this run: CANCEL or REQUEUE (wattsched.preemption)
     preempt_deadline: float = 0.0  # its GraceTime ends then: killed, or requeued
     preempt_suspended: bool = False  # suspended by a preemptor: its CPUs went to it, its memory stays
-    preempted_by: int = 0  # that preemptor: the job resumes once it is no longer waiting for them
+    # the job that preempted it: a suspended victim resumes, a requeued one may start again, only
+    # once that job no longer waits for what it took
+    preempted_by: int = 0
     # what the power cap's shedding took (wattsched.capshed), to give back when there is room
     cap_slowed: bool = False  # its frequency was lowered; cap_freq_before is what it had
     cap_freq_before: int | None = None

@@ -7,9 +7,11 @@ preemptor starts once their nodes are free.
   Preempt list, it has run at least its PreemptExemptTime (its QOS's, else the cluster's) and
   its mode is not OFF.
 - Candidates are taken lowest QOS priority first, then the most recently started first (it
-  loses the least work), until the pending job fits; of those, only the ones on the nodes it
-  is given are preempted. Jobs already being preempted are counted first, at no cost, so a
-  preemptor waiting for its preemptees to end never takes more.
+  loses the least work; then the highest job id), until the pending job fits; of those, only
+  the ones on the nodes it is given are preempted. Jobs already being preempted are counted
+  first, at no cost, so a preemptor waiting for its preemptees to end never takes more.
+- A requeued victim waits until its preemptor has started (the shells keep it out of the queue
+  till then), or it would take its place back at once.
 - Pending jobs are looked at in priority order, each taking only jobs no earlier one took, up
   to a bounded number per pass (a pass costs the same however long the queue).
 """
@@ -91,7 +93,7 @@ def _victims(job: JobRequest, pool: list[RunningJob], table: Mapping[str, Qos], 
     """The fewest of ``pool`` (in preemption order) whose nodes, given back, let the job fit."""
     if not pool:
         return None
-    pool.sort(key=lambda r: (not r.ending, table[r.qos].priority if r.qos in table else 0, -r.start))
+    pool.sort(key=lambda r: (not r.ending, table[r.qos].priority if r.qos in table else 0, -r.start, -r.job_id))
     nodes = candidates.for_job(job, None)
     free = {n.name: (n.free_cpus, n.free_mem_mb) for n in nodes}
     gpus = {n.name: dict(n.free_gpus) for n in nodes if n.gpus} if job.gpus else None
