@@ -191,3 +191,29 @@ def test_qos_flags_partition_time_limit_no_reserve() -> None:
     assert 1 in kept.expected_start and not kept.starts
     free = decide(replace(big, qos="filler"), long_small)
     assert 1 not in free.expected_start and [s[0] for s in free.starts] == [2]
+
+
+def test_a_power_share_is_planned_in_the_backfill_timeline() -> None:
+    from wattsched.plugins.priority.basic import BasicPriority
+    from wattsched.plugins.sched.backfill import BackfillScheduler
+    from wattsched.plugins.select.cons_tres import ConsTresSelect
+    from wattsched.scheduling import NodeSnap, PartitionSnap, Snapshot, schedule
+
+    qos = {"normal": Qos("normal", limits=Limits(grp_tres={"power": 1000}))}
+    # a running job of the QOS draws 300 W until 600 s (it is elsewhere: these nodes are free)
+    active = (limits.ActiveJob(99, "bob", "proj", "normal", {"power": 300}, 600.0),)
+    accounts = AccountsSnap(qos, _tree(), active=active, enforce=ON, watts_per_cpu={"debug": 50.0})
+    nodes = tuple(NodeSnap(f"n{i}", 8, 8, 1000, 1000) for i in range(3))
+    part = {"debug": PartitionSnap("debug", tuple(n.name for n in nodes))}
+
+    def decide(*jobs: JobRequest):
+        snap = Snapshot(now=0.0, nodes=nodes, partitions=part, pending=jobs, accounts=accounts)
+        return schedule(snap, BasicPriority(), BackfillScheduler(), ConsTresSelect())
+
+    big = _job(1, ntasks=16, minutes=10)  # 800 W: over the share now, it fits once the 300 W are gone
+    later = _job(2, ntasks=5, minutes=60)  # 250 W for an hour: it would eat into the big job's share
+    short = _job(3, ntasks=5, minutes=5)  # 250 W, done before 600 s
+    decisions = decide(big, later, short)
+    assert decisions.reasons[1] == "QOSGrpPower" and decisions.expected_start[1] == 600.0
+    assert decisions.reasons[2] == "QOSGrpPower"  # it starts after the big job's reservation, not now
+    assert [s[0] for s in decisions.starts] == [3]

@@ -435,8 +435,12 @@ class Held:
     jobs: int = 0
     tres: dict[str, int] = field(default_factory=dict)
     run_mins: dict[str, float] = field(default_factory=dict)
+    # power over time, for the backfill plan: (until, watts) of the jobs that hold it (inf: no
+    # limit) and (from, until, watts) of the jobs the plan reserved it for
+    power_ends: list[tuple[float, int]] = field(default_factory=list)
+    power_plans: list[tuple[float, float, int]] = field(default_factory=list)
 
-    def add(self, tres: Tres, minutes: float | None) -> None:
+    def add(self, tres: Tres, minutes: float | None, now: float = 0.0) -> None:
         """One more job holding ``tres`` for ``minutes`` more (None: without end). (Run for every
         active job under each of its groups at every pass: kept to plain loops.)"""
         self.jobs += 1
@@ -447,6 +451,20 @@ class Held:
             run = self.run_mins
             for name, count in tres.items():
                 run[name] = run.get(name, 0.0) + count * minutes
+        watts = tres.get("power")
+        if watts:
+            self.power_ends.append((math.inf if minutes is None else now + minutes * 60.0, watts))
+
+    def power_at(self, t: float) -> float:
+        """The watts the group holds at ``t``: its running jobs not yet ended, and its reservations."""
+        return sum(w for end, w in self.power_ends if end > t) + \
+            sum(w for start, end, w in self.power_plans if start <= t < end)
+
+    def power_peak(self, start: float, end: float) -> float:
+        """The most the group holds over [start, end): held power only falls but where a
+        reservation begins, so the start and those moments are the only ones to look at."""
+        moments = [start, *(s for s, _e, _w in self.power_plans if start < s < end)]
+        return max(self.power_at(t) for t in moments)
 
 
 class Ledger:
@@ -472,12 +490,63 @@ class Ledger:
         return chain
 
     def _hold(self, user: str, account: str, qos_names: tuple[str, ...], tres: Tres, minutes: float | None) -> None:
+        now = self.now
         for assoc in self._chain(account, user):
-            self.assoc.setdefault(assoc.key, Held()).add(tres, minutes)
+            self.assoc.setdefault(assoc.key, Held()).add(tres, minutes, now)
         for qos in qos_names:
-            self.qos.setdefault(qos, Held()).add(tres, minutes)
-            self.qos_user.setdefault((qos, user), Held()).add(tres, minutes)
-            self.qos_account.setdefault((qos, account), Held()).add(tres, minutes)
+            self.qos.setdefault(qos, Held()).add(tres, minutes, now)
+            self.qos_user.setdefault((qos, user), Held()).add(tres, minutes, now)
+            self.qos_account.setdefault((qos, account), Held()).add(tres, minutes, now)
+
+    def _groups(self, ask: Ask) -> list[Held]:
+        """Every group the job counts in (its QOS's, per user and account; its associations)."""
+        groups = [self.assoc.setdefault(a.key, Held()) for a in self._chain(ask.account, ask.user)]
+        for qos in self.snap.qos_of(ask.qos, ask.partition):
+            groups += [self.qos.setdefault(qos, Held()), self.qos_user.setdefault((qos, ask.user), Held()),
+                       self.qos_account.setdefault((qos, ask.account), Held())]
+        return groups
+
+    # --- power in the backfill plan: a job a power limit holds gets a reservation like any other ---
+
+    def power_times(self, ask: Ask) -> list[float]:
+        """When power comes back to the job's groups: its holders' ends and reservations' ends."""
+        times = {end for g in self._groups(ask) for end, _w in g.power_ends if end != math.inf}
+        times.update(end for g in self._groups(ask) for _s, end, _w in g.power_plans)
+        return sorted(t for t in times if t > self.now)
+
+    def power_fits(self, ask: Ask, start: float) -> bool:
+        """Whether the job's power fits under each of its power limits over its whole run from ``start``."""
+        end = math.inf if ask.minutes is None else start + ask.minutes * 60.0
+        watts = ask.tres.get("power", 0)
+        return all(group.power_peak(start, end) + watts <= limit for group, limit in self._power_limits(ask))
+
+    def plan(self, ask: Ask, start: float) -> None:
+        """The job is reserved from ``start``: its power is kept for it in each of its groups."""
+        watts = ask.tres.get("power")
+        if watts:
+            end = math.inf if ask.minutes is None else start + ask.minutes * 60.0
+            for group in self._groups(ask):
+                group.power_plans.append((start, end, watts))
+            self._verdicts.clear()
+
+    def _power_limits(self, ask: Ask) -> list[tuple[Held, int]]:
+        result = []
+        for assoc in self._chain(ask.account, ask.user):
+            if "power" in assoc.limits.grp_tres:
+                result.append((self.assoc.setdefault(assoc.key, Held()), assoc.limits.grp_tres["power"]))
+        for name in self.snap.qos_of(ask.qos, ask.partition):
+            found = self.snap.qos.get(name)
+            if found is None:
+                continue
+            lim = found.limits
+            if "power" in lim.grp_tres:
+                result.append((self.qos.setdefault(name, Held()), lim.grp_tres["power"]))
+            if "power" in lim.max_tres_per_user:
+                result.append((self.qos_user.setdefault((name, ask.user), Held()), lim.max_tres_per_user["power"]))
+            if "power" in lim.max_tres_per_account:
+                result.append((self.qos_account.setdefault((name, ask.account), Held()),
+                               lim.max_tres_per_account["power"]))
+        return result
 
     def started(self, ask: Ask) -> None:
         self._hold(ask.user, ask.account, self.snap.qos_of(ask.qos, ask.partition), ask.tres, ask.minutes)
@@ -565,15 +634,15 @@ class Ledger:
             if over(account_held.jobs, 1, limits.max_jobs_per_account):
                 return _JOB_REASONS[(owner, "max_jobs_per_account")]
             for name, limit in limits.max_tres_per_user.items():
-                if over(user_held.tres.get(name, 0), ask.tres.get(name, 0), limit):
+                if over(self._holding(user_held, name, ask), ask.tres.get(name, 0), limit):
                     return reason(owner, "per_user", name)
             for name, limit in limits.max_tres_per_account.items():
-                if over(account_held.tres.get(name, 0), ask.tres.get(name, 0), limit):
+                if over(self._holding(account_held, name, ask), ask.tres.get(name, 0), limit):
                     return reason(owner, "per_account", name)
         if over(held.jobs, 1, limits.grp_jobs):
             return _JOB_REASONS[(owner, "grp_jobs")]
         for name, limit in limits.grp_tres.items():
-            if over(held.tres.get(name, 0), ask.tres.get(name, 0), limit):
+            if over(self._holding(held, name, ask), ask.tres.get(name, 0), limit):
                 return reason(owner, "grp", name)
         if limits.grp_wall is not None and use.wall_mins >= limits.grp_wall:
             return _JOB_REASONS[(owner, "grp_wall")]
@@ -588,6 +657,18 @@ class Ledger:
             if over(_run_minutes(name, held), _worst_minutes(name, ask), limit):
                 return reason(owner, "grp_run_mins", name)
         return None
+
+
+    def _holding(self, held: Held, name: str, ask: Ask) -> float:
+        """What a group holds of a TRES against a job starting now; for power, the most it holds
+        over the job's run, the backfill plan's reservations included."""
+        if name != "power" or not held.power_plans:
+            return held.tres.get(name, 0)
+        return held.power_peak(self.now, math.inf if ask.minutes is None else self.now + ask.minutes * 60.0)
+
+
+POWER_REASONS = frozenset({reason("QOS", "grp", "power"), reason("Assoc", "grp", "power"),
+                           reason("QOS", "per_user", "power"), reason("QOS", "per_account", "power")})
 
 
 def _run_minutes(name: str, held: Held) -> float:

@@ -261,6 +261,19 @@ class Throttle:
             return self.ledger.refusal(self._ask(job))
         return None
 
+    def power_times(self, job: JobRequest) -> list[float]:
+        """When power comes back to the groups whose power limits hold the job (none: [])."""
+        return self.ledger.power_times(self._ask(job)) if self.ledger is not None else []
+
+    def power_fits(self, job: JobRequest, start: float) -> bool:
+        """Whether the job's power fits its power limits over its run from ``start``."""
+        return self.ledger is None or self.ledger.power_fits(self._ask(job), start)
+
+    def planned(self, job: JobRequest, start: float) -> None:
+        """The backfill plan reserved the job from ``start``: its power is kept for it."""
+        if self.ledger is not None:
+            self.ledger.plan(self._ask(job), start)
+
     def started(self, job: JobRequest) -> None:
         if job.array_job_id:
             self.running[job.array_job_id] = self.running.get(job.array_job_id, 0) + 1

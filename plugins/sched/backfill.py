@@ -59,7 +59,7 @@ from typing import Any
 
 import numpy as np
 
-from wattsched import states
+from wattsched import limits, states
 from wattsched.confvalues import SchedulerParams
 from wattsched.plugins.sched.builtin import BuiltinScheduler
 from wattsched.plugins.sched.powerplan import PowerPlan
@@ -546,16 +546,19 @@ class _Pass:
         return self.select.select(job, self.candidates.for_job(job, window.with_cpus(), start), window,
                                   self.snapshot.def_mem_per_cpu_mb, gpus)
 
-    def earliest(self, job: JobRequest) -> tuple[float, Allocation] | None:
-        """The job's earliest start within bf_window (nodes, and power when it is planned), and where."""
+    def earliest(self, job: JobRequest, power_share: Throttle | None = None) -> tuple[float, Allocation] | None:
+        """The job's earliest start within bf_window (nodes, and power when it is planned), and where;
+        with ``power_share``, a job its power limits hold: also when they let it."""
         now, params = self.now, self.params
-        alloc = self.fits_now(job)
+        alloc = self.fits_now(job) if power_share is None else None
         if alloc is not None:
             alloc, reason = self._planned_power(job, alloc, now)
             if reason is None:
                 return now, alloc  # most jobs at the head of a queue start at once: no timeline needed
         window_end = now + params.bf_window_min * 60
         times = set(self.profile.release_times(now, window_end, params.bf_resolution_s))
+        if power_share is not None:
+            times.update(t for t in power_share.power_times(job) if t <= window_end)
         for resv in self.snapshot.reservations.values():
             times.update(t for t in (resv.start, resv.end) if now < t <= window_end)
         if self.power is not None:
@@ -564,6 +567,8 @@ class _Pass:
         need = job.ntasks * max(1, job.cpus_per_task)
         for start, total in zip(ordered, self.profile.total_free_at(ordered), strict=True):
             if total < need:  # not enough CPUs in the whole machine at that moment
+                continue
+            if power_share is not None and not power_share.power_fits(job, start):
                 continue
             alloc = self._place(job, start, job_end(job, start))
             if alloc is not None:
@@ -623,6 +628,13 @@ class BackfillScheduler:
             tested += 1
             if (refusal := throttle.refusal(job)) is not None:
                 decisions.reasons[job.job_id] = refusal
+                if refusal in limits.POWER_REASONS and (params.bf_reservations == 0 or
+                                                        reserved < params.bf_reservations):
+                    # held by a power share: planned like the cap, when both its nodes and its power are free
+                    found = bf.earliest(job, throttle)
+                    if found is not None:
+                        self._reserve(job, *found, bf, throttle, decisions)
+                        reserved += 1
                 continue
             if params.bf_reservations == 0 or reserved < params.bf_reservations:
                 found = bf.earliest(job)
@@ -647,9 +659,7 @@ class BackfillScheduler:
                     continue
                 blocked.add(key)
                 if found is not None:
-                    start, alloc = found
-                    bf.reserve(job, alloc, start)
-                    decisions.expected_start[job.job_id] = start
+                    self._reserve(job, *found, bf, throttle, decisions)
                     reserved += 1
             elif params.bf_candidate == "first":
                 self._first_fit(job, bf, throttle, decisions)
@@ -752,6 +762,13 @@ class BackfillScheduler:
             return _REFUSED
         self._start(job, alloc, bf, throttle, decisions, backfilled=True)
         return _STARTED
+
+    @staticmethod
+    def _reserve(job: JobRequest, start: float, alloc: Allocation, bf: _Pass, throttle: Throttle,
+                 decisions: Decisions) -> None:
+        bf.reserve(job, alloc, start)
+        throttle.planned(job, start)
+        decisions.expected_start[job.job_id] = start
 
     @staticmethod
     def _start(job: JobRequest, alloc: Allocation, bf: _Pass, throttle: Throttle, decisions: Decisions,
