@@ -172,16 +172,21 @@ def run_child(spec: dict[str, Any]) -> int:
     own (a process's peak RSS survives exec: were the task the agent's fork, it would carry the
     agent's), then report its status and usage on ``status_fd`` and end as it did."""
     status_fd = int(spec["status_fd"])
+    # signals for the task reach it through the group; we ignore them and stay to report. Held
+    # back across the fork: one that comes before either side has set its dispositions is then
+    # delivered to the task (default action) and dropped here, never the other way round
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, IGNORED)
     pid = os.fork()
     if pid == 0:
         try:
             os.close(status_fd)
-            _exec(spec)
+            _exec(spec, held)
         except BaseException as exc:  # the child must never return into the parent's code
             os.write(2, f"slurmstepd: error: {exc}\n".encode())
         os._exit(2)
-    for sig in IGNORED:  # signals for the task reach it through the group; we stay to report
+    for sig in IGNORED:
         signal.signal(sig, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_SETMASK, held)
     return _report(pid, status_fd, spec)
 
 
@@ -198,10 +203,14 @@ def _report(pid: int, status_fd: int, spec: dict[str, Any]) -> int:
     return code
 
 
-def _exec(spec: dict[str, Any]) -> None:
+def _exec(spec: dict[str, Any], mask: Any = None) -> None:
+    """Become the task. ``mask``: the signal mask to restore once the dispositions are the task's
+    (signals held back across a fork are then delivered to it)."""
     # the task gets every signal's default action: also SIGPIPE and SIGXFSZ, which Python ignores
     for sig in (*IGNORED, signal.SIGPIPE, signal.SIGXFSZ):
         signal.signal(sig, signal.SIG_DFL)
+    if mask is not None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     argv = [str(a) for a in spec["argv"]]
     try:
         os.execvpe(argv[0], argv, {str(k): str(v) for k, v in spec["env"].items()})
