@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from wattsched import limits, states
+from wattsched import ledger, limits, states
 from wattsched.api import JobSubmit
 from wattsched.auth import Identity
 from wattsched.config import Config
@@ -97,7 +97,7 @@ def check_submit(state: ClusterState, jobs: list[Job]) -> None:
         first.ntasks, first.cpus_per_task, first.nodes_min, first.mem_per_node_mb, first.mem_per_cpu_mb,
         first.gpu_request, 0.0), first.time_limit_min)
     qos = shares.qos.get(first.qos)
-    if qos is not None and "DenyOnLimit" in qos.flags and limits.per_job_refusal(snap, ask) is not None:
+    if qos is not None and "DenyOnLimit" in qos.flags and ledger.per_job_refusal(snap, ask) is not None:
         raise Refused(limits.SUBMIT_REFUSED)
     user_jobs = 0
     accounts: Counter[str] = Counter()
@@ -117,7 +117,7 @@ def check_submit(state: ClusterState, jobs: list[Job]) -> None:
         if job.qos == first.qos:
             qos_user += job.user == first.user
             qos_account += job.account == first.account
-    refusal = limits.submit_refusal(snap, ask, len(jobs), user_jobs, accounts, by_qos, qos_user, qos_account)
+    refusal = ledger.submit_refusal(snap, ask, len(jobs), user_jobs, accounts, by_qos, qos_user, qos_account)
     if refusal is not None:
         raise Refused(refusal)
 
@@ -132,7 +132,7 @@ def manager_view(state: ClusterState, now: float) -> dict[str, Any]:
         snapshot(state)  # fills the per-node watts
     running = tuple(active_job(j, memo.cpu_watts) for j in state.jobs.values() if j.state == states.RUNNING)
     snap = limits.AccountsSnap(shares.qos, shares.assoc_limits, shares.assoc_use, shares.qos_use, running)
-    ledger = limits.Ledger(snap, now, {})
+    book = ledger.Ledger(snap, now, {})
     queued: Counter[tuple[str, str]] = Counter()
     queued_qos: Counter[str] = Counter()
     for job in state.jobs.values():
@@ -141,8 +141,8 @@ def manager_view(state: ClusterState, now: float) -> dict[str, Any]:
                 queued[assoc.key] += 1
             queued_qos[job.qos] += 1
 
-    def usage(held: limits.Held | None, use: limits.Use, submitted: int) -> dict[str, Any]:
-        held = held or limits.Held()
+    def usage(held: ledger.Held | None, use: limits.Use, submitted: int) -> dict[str, Any]:
+        held = held or ledger.Held()
         return {"jobs": held.jobs, "submitted": submitted, "tres": dict(held.tres), "wall_mins": use.wall_mins,
                 "tres_mins": dict(use.tres_mins), "tres_run_mins": {
                     **{k: v for k, v in held.run_mins.items() if k != "power"},
@@ -158,16 +158,16 @@ def manager_view(state: ClusterState, now: float) -> dict[str, Any]:
                        "fairshare": row.fairshare if row else 0.0, "usage_raw": row.raw_usage if row else 0.0,
                        "usage_norm": row.norm_usage if row else 0.0,
                        "usage_effective": row.effective_usage if row else 0.0,
-                       "usage": usage(ledger.assoc.get(key), shares.assoc_use.get(key, limits.NO_USE), queued[key])})
+                       "usage": usage(book.assoc.get(key), shares.assoc_use.get(key, limits.NO_USE), queued[key])})
     qos_rows = []
     for name, qos in sorted(shares.qos.items(), key=lambda item: item[1].id):
         per_user = {user: {"jobs": held.jobs, "tres": dict(held.tres)}
-                    for (q, user), held in ledger.qos_user.items() if q == name}
+                    for (q, user), held in book.qos_user.items() if q == name}
         per_account = {account: {"jobs": held.jobs, "tres": dict(held.tres)}
-                       for (q, account), held in ledger.qos_account.items() if q == name}
+                       for (q, account), held in book.qos_account.items() if q == name}
         qos_rows.append({"name": name, "id": qos.id, "priority": qos.priority, "preempt_mode": qos.preempt_mode,
                          "limits": qos.limits.to_json(), "users": per_user, "accounts": per_account,
-                         "usage": usage(ledger.qos.get(name), shares.qos_use.get(name, limits.NO_USE),
+                         "usage": usage(book.qos.get(name), shares.qos_use.get(name, limits.NO_USE),
                                         queued_qos[name])})
     users = sorted({(a.user, shares.default_account.get(a.user, "")) for a in shares.assoc_limits.values() if a.user})
     return {"time": now, "cluster": state.config.cluster_name, "tres": list(limits.TRES),

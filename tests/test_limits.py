@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from wattsched import limits, scheduling
+from wattsched import ledger, limits, scheduling
 from wattsched.limits import AccountsSnap, Ask, AssocLimits, Limits, Qos, UseRecord
 from wattsched.scheduling import JobRequest, RunningJob, Throttle
 
@@ -149,10 +149,10 @@ def test_submit_limits_and_default_qos() -> None:
     tree = _tree(proj=Limits(grp_submit=10))
     snap = AccountsSnap(qos, tree)
     ask = Ask("alice", "proj", "few", {"cpu": 1}, {"cpu": 1}, 10)
-    assert limits.submit_refusal(snap, ask, 1, 0, {}, {"few": 0}, 1, 1) is None
-    assert limits.submit_refusal(snap, ask, 1, 0, {}, {"few": 0}, 2, 2) == limits.SUBMIT_REFUSED
-    assert limits.submit_refusal(snap, ask, 1, 0, {}, {"few": 3}, 0, 0) == limits.SUBMIT_REFUSED
-    assert limits.submit_refusal(snap, ask, 5, 0, {"proj": 6}, {}, 0, 0) is not None  # an array of 5
+    assert ledger.submit_refusal(snap, ask, 1, 0, {}, {"few": 0}, 1, 1) is None
+    assert ledger.submit_refusal(snap, ask, 1, 0, {}, {"few": 0}, 2, 2) == limits.SUBMIT_REFUSED
+    assert ledger.submit_refusal(snap, ask, 1, 0, {}, {"few": 3}, 0, 0) == limits.SUBMIT_REFUSED
+    assert ledger.submit_refusal(snap, ask, 5, 0, {"proj": 6}, {}, 0, 0) is not None  # an array of 5
     assert snap.default_qos("proj", "alice") == "normal"
     assert snap.allowed_qos("proj", "alice") == {"normal"}
     picky = {**tree, ("proj", "alice"): AssocLimits("proj", "alice", "proj", qos=frozenset({"few"}))}
@@ -161,7 +161,7 @@ def test_submit_limits_and_default_qos() -> None:
 
 def test_worst_case_of_an_unlimited_job_is_infinite() -> None:
     ask = scheduling.limits_ask(_job(1, minutes=None), 100.0)
-    assert ask.tres["power"] == 100 and math.isinf(limits._worst_minutes("energy", ask))
+    assert ask.tres["power"] == 100 and math.isinf(ledger._worst_minutes("energy", ask))
 
 
 def test_qos_flags_partition_time_limit_no_reserve() -> None:

@@ -26,7 +26,7 @@ from typing import Generic, NamedTuple, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
-from wattsched import gres, limits, states
+from wattsched import gres, ledger, limits, states
 from wattsched import power as power_mod
 from wattsched.power import PowerSnap
 from wattsched.states import PowerFlag, PowerState
@@ -237,14 +237,14 @@ class NodeIndex(Protocol):
 class Throttle:
     """What else than nodes decides whether a job may start in a pass, kept current while the
     pass starts jobs: the array throttle (running tasks per job array) and, when the snapshot
-    carries accounts with limits on, the QOS and association limits (:class:`limits.Ledger`)."""
+    carries accounts with limits on, the QOS and association limits (:class:`ledger.Ledger`)."""
 
     __slots__ = ("_asks", "ledger", "running", "watts_per_cpu")
 
     def __init__(self, running: dict[int, int], accounts: limits.AccountsSnap | None = None, now: float = 0.0,
                  fairshare: Mapping[tuple[str, str], tuple[float, float]] | None = None):
         self.running = running
-        self.ledger = limits.Ledger(accounts, now, fairshare or {}) \
+        self.ledger = ledger.Ledger(accounts, now, fairshare or {}) \
             if accounts is not None and accounts.limits_on else None
         self.watts_per_cpu = accounts.watts_per_cpu if accounts is not None else {}
         self._asks: dict[int, limits.Ask] = {}

@@ -59,7 +59,7 @@ from typing import Any
 
 import numpy as np
 
-from wattsched import limits, states
+from wattsched import ledger, states
 from wattsched.confvalues import SchedulerParams
 from wattsched.plugins.sched.builtin import BuiltinScheduler
 from wattsched.plugins.sched.powerplan import PowerPlan
@@ -628,7 +628,7 @@ class BackfillScheduler:
             tested += 1
             if (refusal := throttle.refusal(job)) is not None:
                 decisions.reasons[job.job_id] = refusal
-                if refusal in limits.POWER_REASONS and (params.bf_reservations == 0 or
+                if refusal in ledger.POWER_REASONS and (params.bf_reservations == 0 or
                                                         reserved < params.bf_reservations):
                     # held by a power share: planned like the cap, when both its nodes and its power are free
                     found = bf.earliest(job, throttle)
