@@ -14,6 +14,8 @@ submission is refused. The records, TRES and reasons are :mod:`wattsched.limits`
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -53,6 +55,9 @@ class Held:
     # limit) and (from, until, watts) of the jobs the plan reserved it for
     power_ends: list[tuple[float, int]] = field(default_factory=list)
     power_plans: list[tuple[float, float, int]] = field(default_factory=list)
+    # power_ends sorted by end, with the watts held from each on (built when first asked: a QOS
+    # holds thousands of jobs, asked about at every pending job of it)
+    _by_end: tuple[list[float], list[float]] | None = None
 
     def add(self, tres: Tres, minutes: float | None, now: float = 0.0) -> None:
         """One more job holding ``tres`` for ``minutes`` more (None: without end). (Run for every
@@ -68,11 +73,16 @@ class Held:
         watts = tres.get("power")
         if watts:
             self.power_ends.append((math.inf if minutes is None else now + minutes * 60.0, watts))
+            self._by_end = None
 
     def power_at(self, t: float) -> float:
         """The watts the group holds at ``t``: its running jobs not yet ended, and its reservations."""
-        return sum(w for end, w in self.power_ends if end > t) + \
-            sum(w for start, end, w in self.power_plans if start <= t < end)
+        if self._by_end is None:
+            ends = sorted(self.power_ends)
+            tail = list(itertools.accumulate((w for _e, w in reversed(ends)), initial=0.0))[::-1]
+            self._by_end = ([e for e, _w in ends], tail)
+        times, tail = self._by_end
+        return tail[bisect.bisect_right(times, t)] + sum(w for start, end, w in self.power_plans if start <= t < end)
 
     def power_peak(self, start: float, end: float) -> float:
         """The most the group holds over [start, end): held power only falls but where a
