@@ -132,8 +132,9 @@ def partition_lines(p: dict[str, Any]) -> list[str | None]:
         f"MaxNodes={p['max_nodes'] if p['max_nodes'] is not None else 'UNLIMITED'} MaxTime={max_time} "
         "MinNodes=0 LLN=NO MaxCPUsPerNode=UNLIMITED",
         f"Nodes={p['nodes']}",
-        "PriorityJobFactor=1 PriorityTier=1 RootOnly=NO ReqResv=NO OverSubscribe=NO",
-        "OverTimeLimit=NONE PreemptMode=OFF",
+        f"PriorityJobFactor={p.get('priority_job_factor', 1)} PriorityTier={p.get('priority_tier', 1)} RootOnly=NO "
+        "ReqResv=NO OverSubscribe=NO",
+        f"OverTimeLimit=NONE PreemptMode={p.get('preempt_mode') or 'OFF'}",
         f"State={p['state']} TotalCPUs={p['total_cpus']} TotalNodes={p['total_nodes']} SelectTypeParameters=NONE",
         "JobDefaults=(null)",
         "DefMemPerNode=UNLIMITED MaxMemPerNode=UNLIMITED",

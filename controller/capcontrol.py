@@ -52,7 +52,8 @@ class CapControl:
         if not running:
             return []
         settings = snapbuild.preempt_settings(state.config)
-        sheds = capshed.shed(snap, running, state.shares.qos, settings, state.config.power_cap_shed)
+        sheds = capshed.shed(snap, running, state.shares.qos, settings, state.config.power_cap_shed,
+                             snapshots.partition_snaps(state))
         if not sheds:
             slowed = {j.job_id: j.cap_freq_before for j in state.jobs.values() if j.cap_slowed and j.holds_nodes}
             suspended = [j.job_id for j in state.jobs.values() if j.cap_suspended and j.holds_nodes]
@@ -121,7 +122,8 @@ def _running(job: Job):
     return snapbuild.running_job(job.job_id, job.alloc_cpus, {n: job.alloc_mem_mb for n in job.alloc_cpus},
                                  job.start_time, job.time_limit_min, None, job.qos,
                                  job.cancelled_by is not None or bool(job.preempted) or job.state != states.RUNNING,
-                                 job.cpu_freq_khz, bool(job.cpu_freq), bool(job.suspended_at), job.reservation)
+                                 job.cpu_freq_khz, bool(job.cpu_freq), bool(job.suspended_at), job.reservation,
+                                 job.partition)
 
 
 def _resend(state: ClusterState) -> list[Action]:

@@ -33,7 +33,7 @@ def preempt(state: ClusterState, snap: scheduling.Snapshot, decisions: schedulin
         if job is None or job.state != states.RUNNING or job.preempted:
             continue
         qos = state.shares.qos.get(job.qos)
-        mode = preemption.mode_of(qos, settings)
+        mode = preemption.mode_of(qos, settings, snap.partitions.get(job.partition))
         if mode == preemption.REQUEUE and (job.interactive or not job.requeue or not state.config.job_requeue):
             mode = preemption.CANCEL  # as Slurm: a job that may not be requeued is cancelled
         grace = qos.grace_time if qos is not None else 0

@@ -81,7 +81,7 @@ def snapshot(state: ClusterState, now: float, backfill_due: bool = True) -> sche
                                           j.start_time, j.time_limit_min, gpus_by_type(state, j), j.qos,
                                           j.cancelled_by is not None or bool(j.preempted)
                                           or j.state != states.RUNNING, j.cpu_freq_khz, bool(j.cpu_freq),
-                                          bool(j.suspended_at))
+                                          bool(j.suspended_at), partition=j.partition)
                     for j in state.jobs.values() if j.holds_nodes and not j.preempt_suspended) \
         if snapbuild.carries_running(backfill_due, state.power_cap is not None,
                                      snapbuild.preempt_settings(state.config).on) else ()

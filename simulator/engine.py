@@ -452,7 +452,8 @@ class Simulation:
         account = record.job.account or DEFAULT_ACCOUNT
         self.holding.put(scheduling.RunningJob(record.job.job_id, record.alloc_cpus, record.alloc_mem_mb,
                                                self._limit_end(record), qos=self._qos(account, record.job.user),
-                                               start=max(record.start, 0.0), ending=bool(record.preempted)))
+                                               start=max(record.start, 0.0), ending=bool(record.preempted),
+                                               partition=self.partition))
 
     # --- preemption: the controller's choice (wattsched.preemption), carried out in virtual time ----------
 
@@ -465,7 +466,7 @@ class Simulation:
             if record.preempted or record.start < 0:
                 continue
             qos = self.accounts.qos.get(self._qos(record.job.account or DEFAULT_ACCOUNT, record.job.user))
-            mode = preemption.mode_of(qos, self.preempt)
+            mode = preemption.mode_of(qos, self.preempt, snap.partitions.get(self.partition))
             record.preempted = preemption.CANCEL if mode == preemption.CANCEL else preemption.REQUEUE
             record.preempted_by = by
             self._hold(record)  # on its way out: no one else preempts it

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from wattsched import preemption
 from wattsched.limits import Qos
 from wattsched.power import NodePower, PowerSnap
-from wattsched.scheduling import RunningJob
+from wattsched.scheduling import PartitionSnap, RunningJob
 from wattsched.states import PowerState
 
 STEPS = ("cpufreq", "suspend", "requeue", "cancel")
@@ -113,8 +113,9 @@ def _ladder(job: RunningJob, snap: PowerSnap) -> list[int]:
 
 
 def shed(snap: PowerSnap, running: Collection[RunningJob], qos: Mapping[str, Qos], settings: preemption.Settings,
-         steps: Iterable[str]) -> list[Shed]:
-    """What to do, step by step, to bring the current maximum power under the cap."""
+         steps: Iterable[str], partitions: Mapping[str, PartitionSnap] | None = None) -> list[Shed]:
+    """What to do, step by step, to bring the current maximum power under the cap (``partitions``:
+    their PreemptMode, under preempt/partition_prio)."""
     model = Model(snap, running)
     limit = snap.limit()
     if model.total <= limit:
@@ -133,7 +134,8 @@ def shed(snap: PowerSnap, running: Collection[RunningJob], qos: Mapping[str, Qos
                     khz, saved = found
                     model.change(job, khz)
                     actions.append(Shed(job.job_id, step, khz, saved))
-            elif preemption.mode_of(qos.get(job.qos), settings) != preemption.OFF:
+            elif preemption.mode_of(qos.get(job.qos), settings, (partitions or {}).get(job.partition)) != \
+                    preemption.OFF:
                 saved = model.change(job, None, gone=True)
                 taken.add(job.job_id)
                 actions.append(Shed(job.job_id, step, None, saved))

@@ -133,6 +133,8 @@ class PartitionConf:
     qos: str = setting("QOS", text, "")  # the partition's QOS: its limits hold the partition's jobs
     allow_qos: tuple[str, ...] = setting("AllowQos", names, ("ALL",))
     deny_qos: tuple[str, ...] = setting("DenyQos", names, ())
+    priority_tier: int = setting("PriorityTier", bounded(0, 65533), 1)
+    preempt_mode: str = setting("PreemptMode", preempt_mode, "")  # "": the cluster's
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,7 +194,8 @@ class Config:
     fairshare_dampening_factor: int = setting("FairShareDampeningFactor", positive, 1)
     priority_flags: tuple[str, ...] = setting("PriorityFlags", flags("FAIR_TREE", "NO_FAIR_TREE"), ())
     # preemption (wattsched.preemption): preempt/qos; the mode of a QOS that says "cluster"
-    preempt_type: str = setting("PreemptType", choice("preempt/none", "preempt/qos"), "preempt/none")
+    preempt_type: str = setting("PreemptType", choice("preempt/none", "preempt/qos", "preempt/partition_prio"),
+                                "preempt/none")
     preempt_mode: str = setting("PreemptMode", preempt_mode, "OFF")
     preempt_exempt_time_s: int = setting("PreemptExemptTime", duration_s, 0)
     accounting_storage_enforce: tuple[str, ...] = setting(

@@ -1,11 +1,13 @@
-"""Preemption (PreemptType=preempt/qos): which running jobs a pending job that finds no nodes
-may take them from, as Slurm's preempt/qos chooses them. Pure: the snapshot and ``now`` in, the
+"""Preemption (PreemptType=preempt/qos or preempt/partition_prio): which running jobs a pending
+job that finds no nodes may take them from, as Slurm's plugins choose them. Pure: the snapshot and ``now`` in, the
 preemptees out; the shell cancels, requeues or suspends them by their PreemptMode, and the
 preemptor starts once their nodes are free.
 
-- A running job may be preempted by a pending one when its QOS is in the pending job's QOS's
-  Preempt list, it has run at least its PreemptExemptTime (its QOS's, else the cluster's) and
-  its mode is not OFF.
+- A running job may be preempted by a pending one when (preempt/qos) its QOS is in the pending
+  job's QOS's Preempt list, or (preempt/partition_prio) its partition's PriorityTier is lower
+  than the pending job's; when it has run at least its PreemptExemptTime (its QOS's, else the
+  cluster's); and when its mode is not OFF: its QOS's PreemptMode (preempt/qos) or its
+  partition's (preempt/partition_prio), else the cluster's.
 - Candidates are taken lowest QOS priority first, then the most recently started first (it
   loses the least work; then the highest job id), until the pending job fits; of those, only
   the ones on the nodes it is given are preempted. Jobs already being preempted are counted
@@ -23,7 +25,17 @@ from dataclasses import dataclass
 
 from wattsched import states
 from wattsched.limits import Qos
-from wattsched.scheduling import Allocation, Candidates, Decisions, JobRequest, RunningJob, SelectPlugin, Snapshot
+from wattsched.scheduling import (
+    Allocation,
+    Candidates,
+    Decisions,
+    JobRequest,
+    PartitionSnap,
+    RunningJob,
+    SelectPlugin,
+    Snapshot,
+    tier,
+)
 
 # pending jobs looked at for preemption in one pass (Slurm looks at every job its schedulers reach)
 MAX_PREEMPTORS = 32
@@ -40,12 +52,20 @@ class Settings:
 
     @property
     def on(self) -> bool:
-        return self.kind == "preempt/qos" and self.mode != OFF
+        return self.kind in ("preempt/qos", "preempt/partition_prio") and self.mode != OFF
+
+    @property
+    def by_partition(self) -> bool:
+        return self.kind == "preempt/partition_prio"
 
 
-def mode_of(qos: Qos | None, settings: Settings) -> str:
-    """A job's PreemptMode: its QOS's, unless that says "cluster"; GANG and WITHIN are qualifiers."""
-    text = qos.preempt_mode if qos is not None and qos.preempt_mode.lower() != "cluster" else settings.mode
+def mode_of(qos: Qos | None, settings: Settings, partition: PartitionSnap | None = None) -> str:
+    """A running job's PreemptMode: with preempt/partition_prio its partition's, else its QOS's
+    (unless that says "cluster"), else the cluster's; GANG and WITHIN are qualifiers."""
+    if settings.by_partition:
+        text = partition.preempt_mode if partition is not None and partition.preempt_mode else settings.mode
+    else:
+        text = qos.preempt_mode if qos is not None and qos.preempt_mode.lower() != "cluster" else settings.mode
     modes = [m for m in text.upper().split(",") if m not in ("GANG", "WITHIN")]
     return modes[0] if modes else OFF
 
@@ -56,11 +76,26 @@ def exempt_until(job: RunningJob, qos: Qos | None, settings: Settings) -> float:
     return job.start + exempt
 
 
-def may_preempt(preemptor: Qos | None, job: RunningJob, table: Mapping[str, Qos], settings: Settings,
-                now: float) -> bool:
+def may_preempt(pending: JobRequest, job: RunningJob, table: Mapping[str, Qos],
+                partitions: Mapping[str, PartitionSnap], settings: Settings, now: float) -> bool:
     qos = table.get(job.qos)
-    return preemptor is not None and job.qos in preemptor.preempt and mode_of(qos, settings) != OFF \
+    if settings.by_partition:
+        mine, theirs = partitions.get(pending.partition), partitions.get(job.partition)
+        allowed = mine is not None and theirs is not None and theirs.priority_tier < mine.priority_tier
+    else:
+        preemptor = table.get(pending.qos)
+        allowed = preemptor is not None and job.qos in preemptor.preempt
+    return allowed and mode_of(qos, settings, partitions.get(job.partition)) != OFF \
         and now >= exempt_until(job, qos, settings)
+
+
+def _may_want(job: JobRequest, table: Mapping[str, Qos], partitions: Mapping[str, PartitionSnap],
+              settings: Settings, lowest_tier: int) -> bool:
+    """Whether the job may preempt anyone at all (its QOS preempts some, or its tier is above the lowest)."""
+    if settings.by_partition:
+        return tier(partitions, job) > lowest_tier
+    qos = table.get(job.qos)
+    return qos is not None and bool(qos.preempt)
 
 
 def preemptees(snapshot: Snapshot, decisions: Decisions, select: SelectPlugin, settings: Settings) -> dict[int, int]:
@@ -71,18 +106,19 @@ def preemptees(snapshot: Snapshot, decisions: Decisions, select: SelectPlugin, s
         return {}
     table = accounts.qos
     prio = decisions.priorities
+    parts = snapshot.partitions
+    lowest = min((p.priority_tier for p in parts.values()), default=1)
     wanting = sorted((job for job in snapshot.pending if decisions.reasons.get(job.job_id) == states.R_RESOURCES
-                      and (q := table.get(job.qos)) is not None and q.preempt),
-                     key=lambda j: (-prio.get(j.job_id, 0), j.submit_time, j.job_id))[:MAX_PREEMPTORS]
+                      and _may_want(job, table, parts, settings, lowest)),
+                     key=lambda j: (-tier(parts, j), -prio.get(j.job_id, 0), j.submit_time, j.job_id))[:MAX_PREEMPTORS]
     if not wanting:
         return {}
     taken: dict[int, int] = {}
     candidates = Candidates(snapshot)
     ending = {r.job_id for r in snapshot.running if r.ending}
     for job in wanting:
-        preemptor = table[job.qos]
         pool = [r for r in snapshot.running if r.job_id not in taken and not r.suspended and
-                (r.ending or may_preempt(preemptor, r, table, settings, snapshot.now))]
+                (r.ending or may_preempt(job, r, table, parts, settings, snapshot.now))]
         for victim in _victims(job, pool, table, snapshot, candidates, select) or ():
             taken[victim] = job.job_id
     return {victim: preemptor_id for victim, preemptor_id in taken.items() if victim not in ending}
@@ -93,7 +129,9 @@ def _victims(job: JobRequest, pool: list[RunningJob], table: Mapping[str, Qos], 
     """The fewest of ``pool`` (in preemption order) whose nodes, given back, let the job fit."""
     if not pool:
         return None
-    pool.sort(key=lambda r: (not r.ending, table[r.qos].priority if r.qos in table else 0, -r.start, -r.job_id))
+    parts = snapshot.partitions
+    pool.sort(key=lambda r: (not r.ending, parts[r.partition].priority_tier if r.partition in parts else 1,
+                             table[r.qos].priority if r.qos in table else 0, -r.start, -r.job_id))
     nodes = candidates.for_job(job, None)
     free = {n.name: (n.free_cpus, n.free_mem_mb) for n in nodes}
     gpus = {n.name: dict(n.free_gpus) for n in nodes if n.gpus} if job.gpus else None

@@ -69,6 +69,10 @@ class PartitionSnap:
     max_time_min: int | None = None
     max_nodes: int | None = None
     priority_job_factor: int = 1
+    # Slurm's PriorityTier: a higher tier's jobs are scheduled first and, with
+    # preempt/partition_prio, may preempt a lower tier's; PreemptMode ("": the cluster's)
+    priority_tier: int = 1
+    preempt_mode: str = ""
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -138,6 +142,7 @@ class RunningJob:
     start: float = 0.0
     ending: bool = False  # being cancelled or preempted: its nodes come back soon
     # for the power cap's shedding (wattsched.capshed)
+    partition: str = ""
     freq_khz: int | None = None  # the frequency the controller set it to (None: full speed)
     pinned: bool = False  # --cpu-freq given: its frequency is the user's
     suspended: bool = False  # frozen: it holds its nodes but draws nothing
@@ -316,7 +321,8 @@ def schedule(snapshot: Snapshot, priority: PriorityPlugin, scheduler: SchedulerP
         prio, order, ineligible = memo.update(snapshot, priority)
     else:
         prio = priority.priorities(snapshot)
-        order = sorted(snapshot.pending, key=lambda j: (-prio.get(j.job_id, 0), j.submit_time, j.job_id))
+        order = sorted(snapshot.pending, key=lambda j: (-tier(snapshot.partitions, j), -prio.get(j.job_id, 0),
+                                                        j.submit_time, j.job_id))
         ineligible = {job.job_id: reason for job in order if (reason := ineligibility(job, snapshot)) is not None}
     decisions = Decisions(priorities=prio)
     throttle = Throttle(_running_per_array(snapshot.jobs), snapshot.accounts, snapshot.now, snapshot.fairshare)
@@ -440,9 +446,9 @@ class QueueMemo:
             self._check(job, snapshot)
         return MappingProxyType(self.priorities), self.order, self.ineligible
 
-    def _key(self, job: JobRequest) -> tuple[int, float, int]:
-        """A job's rank in the order."""
-        return -self.priorities[job.job_id], job.submit_time, job.job_id
+    def _key(self, job: JobRequest) -> tuple[int, int, float, int]:
+        """A job's rank in the order: its partition's PriorityTier, then its priority."""
+        return -tier(self.partitions or {}, job), -self.priorities[job.job_id], job.submit_time, job.job_id
 
     def _check(self, job: JobRequest, snapshot: Snapshot) -> None:
         reason = ineligibility(job, snapshot)
@@ -465,6 +471,12 @@ class QueueMemo:
             self._check(job, snapshot)
             if job.begin_time or job.dependency or job.reservation:
                 self.varying.add(job)
+
+
+def tier(partitions: Mapping[str, PartitionSnap], job: JobRequest) -> int:
+    """The PriorityTier of the job's partition (jobs of a higher tier are scheduled first)."""
+    part = partitions.get(job.partition)
+    return part.priority_tier if part is not None else 1
 
 
 def _running_per_array(jobs: Mapping[int, JobBrief]) -> dict[int, int]:

@@ -69,7 +69,8 @@ class NodeShape(Protocol):
 def partitions(config: Config) -> dict[str, PartitionSnap]:
     """The partitions, from the configuration alone (a shell keeps the mapping from pass to pass:
     the queue memo keeps its eligibility verdicts while it is the same object)."""
-    return {p.name: PartitionSnap(p.name, p.nodes, p.state, p.max_time_min, p.max_nodes, p.priority_job_factor)
+    return {p.name: PartitionSnap(p.name, p.nodes, p.state, p.max_time_min, p.max_nodes, p.priority_job_factor,
+                                  p.priority_tier, p.preempt_mode)
             for p in config.partitions}
 
 
@@ -123,12 +124,13 @@ if _UNDERIVED := {f.name for f in fields(JobRequest)} - set(_SAME_AS_JOB) - set(
 def running_job(job_id: int, cpus: Mapping[str, int], mem_mb: Mapping[str, int], start: float,
                 time_limit_min: int | None, gpus: Mapping[str, Mapping[str, int]] | None = None, qos: str = "",
                 ending: bool = False, freq_khz: int | None = None, pinned: bool = False, suspended: bool = False,
-                reservation: str = "") -> RunningJob:
+                reservation: str = "", partition: str = "") -> RunningJob:
     """What a running job holds, and when its time limit gives it back (None: no limit); its QOS
     and whether it is already on its way out (for preemption); its frequency, and whether it is
     frozen (for the cap's shedding)."""
     return RunningJob(job_id, cpus, mem_mb, start + time_limit_min * 60 if time_limit_min is not None else None,
-                      gpus if gpus is not None else {}, qos, start, ending, freq_khz, pinned, suspended, reservation)
+                      gpus if gpus is not None else {}, qos, start, ending, partition, freq_khz, pinned, suspended,
+                      reservation)
 
 
 def preempt_settings(config: Config) -> preemption.Settings:

@@ -1,0 +1,61 @@
+"""Preemption's choice (wattsched.preemption), pure: who may preempt whom under preempt/qos and
+preempt/partition_prio, in which order, and partitions' PriorityTier in the scheduling order."""
+
+from __future__ import annotations
+
+from wattsched import preemption, states
+from wattsched.limits import AccountsSnap, AssocLimits, Qos
+from wattsched.plugins.priority.basic import BasicPriority
+from wattsched.plugins.sched.builtin import BuiltinScheduler
+from wattsched.plugins.select.cons_tres import ConsTresSelect
+from wattsched.scheduling import JobRequest, NodeSnap, PartitionSnap, RunningJob, Snapshot, schedule
+
+QOS = {"normal": Qos("normal"), "low": Qos("low"), "high": Qos("high", priority=10, preempt=frozenset({"low"}))}
+ASSOCS = {("root", ""): AssocLimits("root", "", "")}
+NODES = (NodeSnap("n1", 4, 0, 1000, 1000), NodeSnap("n2", 4, 0, 1000, 1000))
+PARTS = {"low": PartitionSnap("low", ("n1", "n2"), priority_tier=1, preempt_mode="REQUEUE"),
+         "high": PartitionSnap("high", ("n1", "n2"), priority_tier=2)}
+
+
+def _running(job_id: int, node: str, partition: str = "low", qos: str = "low", start: float = 0.0) -> RunningJob:
+    return RunningJob(job_id, {node: 4}, {node: 0}, None, qos=qos, start=start, partition=partition)
+
+
+def _victims(kind: str, pending: JobRequest, running: tuple[RunningJob, ...], now: float = 100.0,
+             exempt_s: float = 0.0) -> dict[int, int]:
+    snap = Snapshot(now=now, nodes=NODES, partitions=PARTS, pending=(pending,), running=running,
+                    accounts=AccountsSnap(QOS, ASSOCS))
+    decisions = schedule(snap, BasicPriority(), BuiltinScheduler(), ConsTresSelect())
+    assert decisions.reasons[pending.job_id] == states.R_RESOURCES
+    return preemption.preemptees(snap, decisions, ConsTresSelect(), preemption.Settings(kind, "CANCEL", exempt_s))
+
+
+def test_preempt_qos_takes_the_youngest_of_a_qos_it_may_preempt() -> None:
+    running = (_running(1, "n1", start=10.0), _running(2, "n2", start=20.0))
+    high = JobRequest(9, "u", "low", 50.0, ntasks=4, qos="high")
+    assert _victims("preempt/qos", high, running) == {2: 9}
+    normal = JobRequest(9, "u", "low", 50.0, ntasks=4, qos="normal")
+    assert _victims("preempt/qos", normal, running) == {}
+    assert _victims("preempt/qos", high, running, now=100.0, exempt_s=600.0) == {}  # PreemptExemptTime
+
+
+def test_partition_prio_takes_from_a_lower_tier_by_its_partitions_mode() -> None:
+    running = (_running(1, "n1", qos="normal", start=10.0), _running(2, "n2", "high", "normal", start=20.0))
+    pending = JobRequest(9, "u", "high", 50.0, ntasks=4, qos="normal")
+    # job 2 runs in the same tier: only job 1 (the low partition's) may go
+    assert _victims("preempt/partition_prio", pending, running) == {1: 9}
+    assert preemption.mode_of(QOS["normal"], preemption.Settings("preempt/partition_prio", "CANCEL"),
+                              PARTS["low"]) == "REQUEUE"
+    same_tier = JobRequest(9, "u", "low", 50.0, ntasks=4, qos="normal")
+    assert _victims("preempt/partition_prio", same_tier, running[:1]) == {}
+
+
+def test_a_higher_tier_is_scheduled_first() -> None:
+    nodes = (NodeSnap("n1", 4, 4, 1000, 1000),)
+    parts = {"low": PartitionSnap("low", ("n1",), priority_tier=1), "high": PartitionSnap("high", ("n1",),
+                                                                                           priority_tier=2)}
+    first = JobRequest(1, "u", "low", 0.0, ntasks=4)  # submitted first: ahead under priority/basic
+    second = JobRequest(2, "u", "high", 10.0, ntasks=4)
+    snap = Snapshot(now=20.0, nodes=nodes, partitions=parts, pending=(first, second))
+    decisions = schedule(snap, BasicPriority(), BuiltinScheduler(), ConsTresSelect())
+    assert [job_id for job_id, _a in decisions.starts] == [2]
