@@ -344,7 +344,9 @@ class AssocStore:
             raise AssocError(str(exc)) from exc
         if updates:
             changes["limits"] = json.dumps(Limits.from_json(json.loads(row.limits or "{}")).changed(updates).to_json())
-        qos = _edit_list(_names(row.qos), values, "qos")
+        # QOS+= and QOS-= edit the list the association has, its own or, as in Slurm, its parent's
+        qos = _edit_list(_names(row.qos) or self._inherited_qos(conn, row.parent if not user else account), values,
+                         "qos")
         known = {r.name for r in conn.execute(select(_QOS.c.name))}
         if qos is not None:
             missing = [q for q in qos if q not in known]
@@ -399,6 +401,20 @@ class AssocStore:
         cluster = cluster or self.cluster
         return conn.execute(select(_ASSOC.c.id).where(_ASSOC.c.cluster == cluster, _ASSOC.c.account == account,
                                                       _ASSOC.c.user == user)).first()
+
+    def _inherited_qos(self, conn: Connection, account: str) -> list[str]:
+        """The QOS list an association under ``account`` inherits: the nearest account's up the
+        tree that has one (root's default: normal)."""
+        seen: set[str] = set()
+        while account and account not in seen:
+            seen.add(account)
+            row = conn.execute(select(_ASSOC.c.parent, _ASSOC.c.qos).where(self._where(account, ""))).first()
+            if row is None:
+                break
+            if _names(row.qos):
+                return _names(row.qos)
+            account = row.parent
+        return ["normal"] if conn.execute(select(_QOS.c.id).where(_QOS.c.name == "normal")).first() else []
 
     def _ancestors(self, conn: Connection, account: str) -> set[str]:
         seen: set[str] = set()

@@ -217,3 +217,21 @@ def test_a_power_share_is_planned_in_the_backfill_timeline() -> None:
     assert decisions.reasons[1] == "QOSGrpPower" and decisions.expected_start[1] == 600.0
     assert decisions.reasons[2] == "QOSGrpPower"  # it starts after the big job's reservation, not now
     assert [s[0] for s in decisions.starts] == [3]
+
+
+def test_qos_plus_on_a_new_association_extends_what_it_inherits(tmp_path) -> None:
+    from wattsched.accounting.store import AccountingStore
+
+    store = AccountingStore(f"sqlite:///{tmp_path / 'acct.db'}")
+    store.setup("c", 0.0)
+    assocs = store.assocs("c")
+    assocs.add_qos("capped", {})
+    assocs.add_qos("high", {})
+    assocs.add_account("physics", settings={"qos": "normal,high", "defaultqos": "normal"})
+    assocs.add_user("alice", "physics", settings={"qos+": "capped"})
+    assocs.add_account("chem")
+    assocs.add_user("bob", "chem", settings={"qos+": "capped", "qos-": "normal"})
+    qos = {(r["account"], r["user"]): r["qos"] for r in assocs.associations()}
+    store.close()
+    assert qos[("physics", "alice")] == ["normal", "high", "capped"]  # the account's list, plus capped
+    assert qos[("chem", "bob")] == ["capped"]  # root's normal, plus capped, minus normal
