@@ -68,18 +68,17 @@ DEFAULTS = {"assoc": "Cluster,Account,User,Partition,Share,Priority,GrpJ,GrpTRES
                    "GrpTRESRunMins,GrpJ,GrpS,GrpW,MaxTRES,MaxTRESPerN,MaxTRESMins,MaxW,MaxTRESPerUser,"
                    "MaxJobsPerUser,MaxSubmitJobsPerUser,MaxTRESPerAcct,MaxJobsPerAcct,MaxSubmitJobsPerAcct,MinTRES"}
 ROWS = {"assoc": "associations", "account": "accounts", "user": "users", "cluster": "clusters", "qos": "qos"}
-# format= names as sacctmgr takes them: a field's full name or the start of one of its names (at
-# least 4 letters, or one of these shorter ones), first match in this order, as Slurm's
-_FIELD_NAMES: dict[str, list[tuple[str, str]]] = {
-    "assoc": [("defaultqos", "Def QOS"), ("def qos", "Def QOS"), ("qoslevel", "QOS"), ("fairshare", "Share"),
-              ("share", "Share"), ("priority", "Priority"),
-              *((name, k.header) for k in limits.ASSOC_KEYS for name in k.names)],
-    "qos": [("name", "Name"), ("priority", "Priority"), ("gracetime", "GraceTime"), ("preemptmode", "PreemptMode"),
-            ("preempt", "Preempt"), ("preemptexempttime", "PreemptExemptTime"), ("flags", "Flags"),
-            ("usagethreshold", "UsageThres"), ("usagefactor", "UsageFactor"), ("description", "Descr"),
-            *((name, k.header) for k in limits.QOS_KEYS for name in k.names)],
+# format= names as sacctmgr takes them: a field's full name, or the start of one of its names at
+# least as long as Slurm's minimum for it (4 letters unless given), first match in this order
+_FIELD_NAMES: dict[str, list[tuple[str, str, int]]] = {
+    "assoc": [("defaultqos", "Def QOS", 8), ("def qos", "Def QOS", 4), ("qoslevel", "QOS", 3),
+              ("fairshare", "Share", 2), ("share", "Share", 1), ("priority", "Priority", 3),
+              *((name, k.header, 4) for k in limits.ASSOC_KEYS for name in k.names)],
+    "qos": [("name", "Name", 2), ("priority", "Priority", 3), ("gracetime", "GraceTime", 3),
+            ("preemptmode", "PreemptMode", 8), ("preempt", "Preempt", 7), ("preemptexempttime", "PreemptExemptTime", 8),
+            ("flags", "Flags", 2), ("usagethreshold", "UsageThres", 6), ("usagefactor", "UsageFactor", 6),
+            ("description", "Descr", 3), *((name, k.header, 4) for k in limits.QOS_KEYS for name in k.names)],
 }
-_SHORTEST = {"prio": 3, "gracet": 3, "descr": 3, "flags": 2, "name": 2, "id": 2}
 
 
 def canonical_fields(entity: str, spec: str) -> str:
@@ -92,10 +91,8 @@ def canonical_fields(entity: str, spec: str) -> str:
     for item in spec.split(","):
         given, sep, width = item.partition("%")
         lowered = given.strip().lower()
-        header = next((h for name, h in names if name == lowered), None)
-        if header is None and (len(lowered) >= 4 or any(lowered.startswith(s[:n]) and len(lowered) >= n
-                                                       for s, n in _SHORTEST.items())):
-            header = next((h for name, h in names if name.startswith(lowered)), None)
+        header = next((h for name, h, _least in names if name == lowered), None) or \
+            next((h for name, h, least in names if name.startswith(lowered) and len(lowered) >= least), None)
         out.append(f"{header or given}{sep}{width}")
     return ",".join(out)
 

@@ -445,8 +445,8 @@ def recorded_use(records: Iterable[UseRecord], assocs: Mapping[tuple[str, str], 
     """Decayed use since ``since`` per association (each with all below it) and per QOS, each job's
     use multiplied by its QOS's UsageFactor (NoDecay QOS: not decayed)."""
     snap = AccountsSnap(qos, assocs)
-    by_assoc: dict[tuple[str, str], tuple[dict[str, float], float]] = {}
-    by_qos: dict[str, tuple[dict[str, float], float]] = {}
+    by_assoc: dict[tuple[str, str], _Accrued] = {}
+    by_qos: dict[str, _Accrued] = {}
     chains: dict[tuple[str, str], list[tuple[str, str]]] = {}
     for rec in records:
         end = now if rec.end is None else min(rec.end, now)
@@ -463,16 +463,29 @@ def recorded_use(records: Iterable[UseRecord], assocs: Mapping[tuple[str, str], 
         keys = chains.get((rec.account, rec.user))
         if keys is None:
             keys = chains[(rec.account, rec.user)] = [a.key for a in snap.chain(rec.account, rec.user)]
-        for bucket, key in [*((by_assoc, k) for k in keys), (by_qos, rec.qos)]:
-            tres, wall = bucket.setdefault(key, ({}, 0.0))  # type: ignore[attr-defined]
-            for name, count in rec.tres.items():
-                if name != "power":
-                    tres[name] = tres.get(name, 0.0) + count * minutes
-            if energy:
-                tres["energy"] = tres.get("energy", 0.0) + energy
-            bucket[key] = (tres, wall + minutes)  # type: ignore[index]
-    return ({k: Use(MappingProxyType(t), w) for k, (t, w) in by_assoc.items()},
-            {k: Use(MappingProxyType(t), w) for k, (t, w) in by_qos.items()})
+        for key in keys:
+            by_assoc.setdefault(key, _Accrued()).add(rec.tres, minutes, energy)
+        by_qos.setdefault(rec.qos, _Accrued()).add(rec.tres, minutes, energy)
+    return ({k: a.use() for k, a in by_assoc.items()}, {k: a.use() for k, a in by_qos.items()})
+
+
+@dataclass(slots=True)
+class _Accrued:
+    """One association's or QOS's use, as :func:`recorded_use` adds it up."""
+
+    tres_mins: dict[str, float] = field(default_factory=dict)
+    wall_mins: float = 0.0
+
+    def add(self, tres: Tres, minutes: float, energy: float) -> None:
+        for name, count in tres.items():
+            if name != "power":  # watts over time: that is energy, counted from the meters
+                self.tres_mins[name] = self.tres_mins.get(name, 0.0) + count * minutes
+        if energy:
+            self.tres_mins["energy"] = self.tres_mins.get("energy", 0.0) + energy
+        self.wall_mins += minutes
+
+    def use(self) -> Use:
+        return Use(MappingProxyType(self.tres_mins), self.wall_mins)
 
 
 # --- the settings sacctmgr takes ----------------------------------------------------------------
