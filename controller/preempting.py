@@ -11,7 +11,7 @@ import logging
 import signal as signal_mod
 from typing import TYPE_CHECKING
 
-from wattsched import preemption, scheduling, snapbuild, states
+from wattsched import preemption, scheduling, states
 from wattsched.controller import jobs, launching, snapshots
 from wattsched.controller.actions import Action, Freeze, Signal
 from wattsched.model import Job
@@ -26,9 +26,9 @@ SLURM_USER = 0  # who cancelled a preempted job, as sacct's CANCELLED by shows i
 def preempt(state: ClusterState, snap: scheduling.Snapshot, decisions: scheduling.Decisions,
             now: float) -> list[Action]:
     """Preempt what the pass's pending jobs need, as the core chooses."""
-    settings = snapbuild.preempt_settings(state.config)
+    settings = snap.preempt
     actions: list[Action] = []
-    for job_id, by in preemption.preemptees(snap, decisions, state.plugins.select, settings).items():
+    for job_id, by in preemption.preemptees(snap, decisions, state.plugins.select).items():
         job = state.jobs.get(job_id)
         if job is None or job.state != states.RUNNING or job.preempted:
             continue

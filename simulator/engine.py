@@ -461,7 +461,7 @@ class Simulation:
         """The victims the core chose hear of it now and go after their GraceTime. (A SUSPEND victim
         is requeued here: the simulator does not model a frozen job lending its CPUs.)"""
         assert self.accounts is not None
-        for job_id, by in preemption.preemptees(snap, decisions, self.select, self.preempt).items():
+        for job_id, by in preemption.preemptees(snap, decisions, self.select).items():
             record = self.records[job_id]
             if record.preempted or record.start < 0:
                 continue

@@ -3,14 +3,14 @@ counts as gone, and giving back."""
 
 from __future__ import annotations
 
-from wattsched import capshed, preemption
+from wattsched import capshed
 from wattsched.limits import Qos
 from wattsched.power import NodePower, PowerSnap
-from wattsched.scheduling import RunningJob
+from wattsched.scheduling import PreemptSettings, RunningJob
 from wattsched.states import PowerState
 
 TABLE = ((2_000_000, 300), (1_500_000, 220), (1_000_000, 160))
-REQUEUE = preemption.Settings("preempt/none", "REQUEUE")
+REQUEUE = PreemptSettings("preempt/none", "REQUEUE")
 
 
 def _snap(cap: float, nodes: int = 3) -> PowerSnap:
@@ -47,7 +47,7 @@ def test_then_preemptable_jobs_go_lowest_qos_first() -> None:
     model = capshed.Model(_snap(400), running)
     assert model.total == 900
     # a job that may not be preempted is never requeued
-    off = preemption.Settings("preempt/none", "OFF")
+    off = PreemptSettings("preempt/none", "OFF")
     assert all(s.step == "cpufreq" for s in capshed.shed(_snap(400), running, QOS, off, ("cpufreq", "requeue")))
 
 

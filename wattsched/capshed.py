@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from wattsched import preemption
 from wattsched.limits import Qos
 from wattsched.power import NodePower, PowerSnap
-from wattsched.scheduling import PartitionSnap, RunningJob
+from wattsched.scheduling import PartitionSnap, PreemptSettings, RunningJob
 from wattsched.states import PowerState
 
 STEPS = ("cpufreq", "suspend", "requeue", "cancel")
@@ -112,7 +112,7 @@ def _ladder(job: RunningJob, snap: PowerSnap) -> list[int]:
     return sorted(set.intersection(*(set(t) for t in tables)), reverse=True)
 
 
-def shed(snap: PowerSnap, running: Collection[RunningJob], qos: Mapping[str, Qos], settings: preemption.Settings,
+def shed(snap: PowerSnap, running: Collection[RunningJob], qos: Mapping[str, Qos], settings: PreemptSettings,
          steps: Iterable[str], partitions: Mapping[str, PartitionSnap] | None = None) -> list[Shed]:
     """What to do, step by step, to bring the current maximum power under the cap (``partitions``:
     their PreemptMode, under preempt/partition_prio)."""

@@ -16,12 +16,14 @@ preemptor starts once their nodes are free.
   till then), or it would take its place back at once.
 - Pending jobs are looked at in priority order, each taking only jobs no earlier one took, up
   to a bounded number per pass (a pass costs the same however long the queue).
+- The backfill planner asks the same question (:class:`Seizer`): a pending job that fits once
+  jobs it may preempt are gone is planned to start now on those nodes, as Slurm's will-run test
+  with preemptee candidates does, so nothing of lower priority is backfilled onto them meanwhile.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from wattsched import states
 from wattsched.limits import Qos
@@ -30,7 +32,9 @@ from wattsched.scheduling import (
     Candidates,
     Decisions,
     JobRequest,
+    NodeSnap,
     PartitionSnap,
+    PreemptSettings,
     RunningJob,
     SelectPlugin,
     Snapshot,
@@ -42,24 +46,7 @@ MAX_PREEMPTORS = 32
 OFF, CANCEL, REQUEUE, SUSPEND = "OFF", "CANCEL", "REQUEUE", "SUSPEND"
 
 
-@dataclass(frozen=True, slots=True)
-class Settings:
-    """The cluster's preemption settings (PreemptType, PreemptMode, PreemptExemptTime)."""
-
-    kind: str = "preempt/none"
-    mode: str = OFF
-    exempt_s: float = 0.0
-
-    @property
-    def on(self) -> bool:
-        return self.kind in ("preempt/qos", "preempt/partition_prio") and self.mode != OFF
-
-    @property
-    def by_partition(self) -> bool:
-        return self.kind == "preempt/partition_prio"
-
-
-def mode_of(qos: Qos | None, settings: Settings, partition: PartitionSnap | None = None) -> str:
+def mode_of(qos: Qos | None, settings: PreemptSettings, partition: PartitionSnap | None = None) -> str:
     """A running job's PreemptMode: with preempt/partition_prio its partition's, else its QOS's
     (unless that says "cluster"), else the cluster's; GANG and WITHIN are qualifiers."""
     if settings.by_partition:
@@ -70,14 +57,14 @@ def mode_of(qos: Qos | None, settings: Settings, partition: PartitionSnap | None
     return modes[0] if modes else OFF
 
 
-def exempt_until(job: RunningJob, qos: Qos | None, settings: Settings) -> float:
+def exempt_until(job: RunningJob, qos: Qos | None, settings: PreemptSettings) -> float:
     exempt = qos.preempt_exempt_time * 60.0 if qos is not None and qos.preempt_exempt_time is not None \
         else settings.exempt_s
     return job.start + exempt
 
 
 def may_preempt(pending: JobRequest, job: RunningJob, table: Mapping[str, Qos],
-                partitions: Mapping[str, PartitionSnap], settings: Settings, now: float) -> bool:
+                partitions: Mapping[str, PartitionSnap], settings: PreemptSettings, now: float) -> bool:
     qos = table.get(job.qos)
     if settings.by_partition:
         mine, theirs = partitions.get(pending.partition), partitions.get(job.partition)
@@ -89,52 +76,74 @@ def may_preempt(pending: JobRequest, job: RunningJob, table: Mapping[str, Qos],
         and now >= exempt_until(job, qos, settings)
 
 
-def _may_want(job: JobRequest, table: Mapping[str, Qos], partitions: Mapping[str, PartitionSnap],
-              settings: Settings, lowest_tier: int) -> bool:
-    """Whether the job may preempt anyone at all (its QOS preempts some, or its tier is above the lowest)."""
-    if settings.by_partition:
-        return tier(partitions, job) > lowest_tier
-    qos = table.get(job.qos)
-    return qos is not None and bool(qos.preempt)
+class Seizer:
+    """The preemptors of one pass: which running jobs each may take, none taken twice."""
+
+    def __init__(self, snapshot: Snapshot, select: SelectPlugin) -> None:
+        accounts = snapshot.accounts
+        self.snapshot, self.select, self.settings = snapshot, select, snapshot.preempt
+        self.table: Mapping[str, Qos] = accounts.qos if accounts is not None else {}
+        self.lowest = min((p.priority_tier for p in snapshot.partitions.values()), default=1)
+        self.taken: dict[int, int] = {}  # victim -> the pending job it makes room for
+
+    @property
+    def on(self) -> bool:
+        return self.settings.on and self.snapshot.accounts is not None and bool(self.snapshot.running)
+
+    def may_want(self, job: JobRequest) -> bool:
+        """Whether the job may preempt anyone at all (its QOS preempts some, or its tier is above the lowest)."""
+        if self.settings.by_partition:
+            return tier(self.snapshot.partitions, job) > self.lowest
+        qos = self.table.get(job.qos)
+        return qos is not None and bool(qos.preempt)
+
+    def seize(self, job: JobRequest, nodes: list[NodeSnap], free: Mapping[str, tuple[int, int]],
+              gpus: Mapping[str, Mapping[str, int]] | None) -> Allocation | None:
+        """Where the job fits on ``nodes`` (with ``free`` CPUs and memory, and ``gpus``) once the
+        fewest running jobs it may preempt (in preemption order) are gone; those are taken for it."""
+        snap = self.snapshot
+        pool = [r for r in snap.running if r.job_id not in self.taken and not r.suspended and
+                (r.ending or may_preempt(job, r, self.table, snap.partitions, self.settings, snap.now))]
+        found = _victims(job, pool, self.table, snap, nodes, free, gpus, self.select)
+        if found is None:
+            return None
+        victims, alloc = found
+        for victim in victims:
+            self.taken[victim] = job.job_id
+        return alloc
 
 
-def preemptees(snapshot: Snapshot, decisions: Decisions, select: SelectPlugin, settings: Settings) -> dict[int, int]:
+def preemptees(snapshot: Snapshot, decisions: Decisions, select: SelectPlugin) -> dict[int, int]:
     """The running jobs to preempt, each with the pending job it makes room for: the pass's
     ``decisions`` say which pending jobs found no nodes (Resources) and their priorities."""
-    accounts = snapshot.accounts
-    if not settings.on or accounts is None or not snapshot.running:
+    seizer = Seizer(snapshot, select)
+    if not seizer.on:
         return {}
-    table = accounts.qos
-    prio = decisions.priorities
-    parts = snapshot.partitions
-    lowest = min((p.priority_tier for p in parts.values()), default=1)
+    prio, parts = decisions.priorities, snapshot.partitions
     wanting = sorted((job for job in snapshot.pending if decisions.reasons.get(job.job_id) == states.R_RESOURCES
-                      and _may_want(job, table, parts, settings, lowest)),
+                      and seizer.may_want(job)),
                      key=lambda j: (-tier(parts, j), -prio.get(j.job_id, 0), j.submit_time, j.job_id))[:MAX_PREEMPTORS]
-    if not wanting:
-        return {}
-    taken: dict[int, int] = {}
     candidates = Candidates(snapshot)
-    ending = {r.job_id for r in snapshot.running if r.ending}
     for job in wanting:
-        pool = [r for r in snapshot.running if r.job_id not in taken and not r.suspended and
-                (r.ending or may_preempt(job, r, table, parts, settings, snapshot.now))]
-        for victim in _victims(job, pool, table, snapshot, candidates, select) or ():
-            taken[victim] = job.job_id
-    return {victim: preemptor_id for victim, preemptor_id in taken.items() if victim not in ending}
+        nodes = candidates.for_job(job, None)
+        seizer.seize(job, nodes, {n.name: (n.free_cpus, n.free_mem_mb) for n in nodes},
+                     {n.name: dict(n.free_gpus) for n in nodes if n.gpus} if job.gpus else None)
+    ending = {r.job_id for r in snapshot.running if r.ending}
+    return {victim: by for victim, by in seizer.taken.items() if victim not in ending}
 
 
 def _victims(job: JobRequest, pool: list[RunningJob], table: Mapping[str, Qos], snapshot: Snapshot,
-             candidates: Candidates, select: SelectPlugin) -> list[int] | None:
-    """The fewest of ``pool`` (in preemption order) whose nodes, given back, let the job fit."""
+             nodes: list[NodeSnap], free_now: Mapping[str, tuple[int, int]],
+             free_gpus: Mapping[str, Mapping[str, int]] | None,
+             select: SelectPlugin) -> tuple[list[int], Allocation] | None:
+    """The fewest of ``pool`` (in preemption order) whose nodes, given back, let the job fit, and where."""
     if not pool:
         return None
     parts = snapshot.partitions
     pool.sort(key=lambda r: (not r.ending, parts[r.partition].priority_tier if r.partition in parts else 1,
                              table[r.qos].priority if r.qos in table else 0, -r.start, -r.job_id))
-    nodes = candidates.for_job(job, None)
-    free = {n.name: (n.free_cpus, n.free_mem_mb) for n in nodes}
-    gpus = {n.name: dict(n.free_gpus) for n in nodes if n.gpus} if job.gpus else None
+    free = {n.name: free_now[n.name] for n in nodes}
+    gpus = {name: dict(kinds) for name, kinds in free_gpus.items()} if free_gpus is not None else None
     added: list[RunningJob] = []
     for victim in pool:
         if not any(name in free for name in victim.cpus):
@@ -152,5 +161,5 @@ def _victims(job: JobRequest, pool: list[RunningJob], table: Mapping[str, Qos], 
         usable = [n for n in nodes if free[n.name][0] > 0]
         alloc: Allocation | None = select.select(job, usable, free, snapshot.def_mem_per_cpu_mb, gpus)
         if alloc is not None:
-            return [v.job_id for v in added if not alloc.cpus.keys().isdisjoint(v.cpus)]
+            return [v.job_id for v in added if not alloc.cpus.keys().isdisjoint(v.cpus)], alloc
     return None

@@ -166,6 +166,24 @@ class ResvSnap:
 
 
 @dataclass(frozen=True, slots=True)
+class PreemptSettings:
+    """The cluster's preemption settings (PreemptType, PreemptMode, PreemptExemptTime); the policy
+    that reads them is :mod:`wattsched.preemption`."""
+
+    kind: str = "preempt/none"
+    mode: str = "OFF"
+    exempt_s: float = 0.0
+
+    @property
+    def on(self) -> bool:
+        return self.kind in ("preempt/qos", "preempt/partition_prio") and self.mode != "OFF"
+
+    @property
+    def by_partition(self) -> bool:
+        return self.kind == "preempt/partition_prio"
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     now: float
     nodes: tuple[NodeSnap, ...]
@@ -184,6 +202,7 @@ class Snapshot:
     changes: Changes | None = None
     # the QOS, the associations' limits, their use and the active jobs (None: no accounting)
     accounts: limits.AccountsSnap | None = None
+    preempt: PreemptSettings = PreemptSettings()
 
 
 @dataclass(frozen=True, slots=True)

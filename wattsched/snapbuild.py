@@ -18,7 +18,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import fields, replace
 from typing import Any, Generic, Protocol, TypeVar
 
-from wattsched import gres, limits, power, preemption, scheduling, states
+from wattsched import gres, limits, power, scheduling, states
 from wattsched.config import Config
 from wattsched.model import JOB_FIELD_NAMES, Job
 from wattsched.power import NodePower, PowerResv, PowerSnap
@@ -30,6 +30,7 @@ from wattsched.scheduling import (
     NodeDelta,
     NodeSnap,
     PartitionSnap,
+    PreemptSettings,
     ResvSnap,
     RunningJob,
     Snapshot,
@@ -133,8 +134,8 @@ def running_job(job_id: int, cpus: Mapping[str, int], mem_mb: Mapping[str, int],
                       reservation)
 
 
-def preempt_settings(config: Config) -> preemption.Settings:
-    return preemption.Settings(config.preempt_type, config.preempt_mode, config.preempt_exempt_time_s)
+def preempt_settings(config: Config) -> PreemptSettings:
+    return PreemptSettings(config.preempt_type, config.preempt_mode, config.preempt_exempt_time_s)
 
 
 def snapshot(config: Config, now: float, nodes: tuple[NodeSnap, ...], partition_snaps: Mapping[str, PartitionSnap],
@@ -145,12 +146,12 @@ def snapshot(config: Config, now: float, nodes: tuple[NodeSnap, ...], partition_
              changes: Changes | None = None, accounts: limits.AccountsSnap | None = None) -> Snapshot:
     """The snapshot of one pass. Running jobs are given only when a policy reads them: for a
     backfill plan (``backfill_due``) or under a power cap (see :func:`carries_running`)."""
+    preempt = preempt_settings(config)
     return Snapshot(now=now, nodes=nodes, partitions=partition_snaps, pending=pending, jobs=jobs or {},
                     def_mem_per_cpu_mb=config.def_mem_per_cpu_mb,
-                    running=running if carries_running(backfill_due, power_snap is not None,
-                                                       preempt_settings(config).on) else (),
+                    running=running if carries_running(backfill_due, power_snap is not None, preempt.on) else (),
                     backfill_due=backfill_due, reservations=reservations or {}, fairshare=fairshare or {},
-                    power=power_snap, changes=changes, accounts=accounts)
+                    power=power_snap, changes=changes, accounts=accounts, preempt=preempt)
 
 
 def carries_running(backfill_due: bool, capped: bool, preempting: bool = False) -> bool:

@@ -35,6 +35,10 @@ reservation when both its nodes and its power are free, and backfilled jobs may 
 neither. ``bf_power=admit`` is the prototype's plain admission (Hautreux 2013): power is checked only
 for jobs starting now, and a job it blocks gets no reservation; the next job is tried.
 
+Preemption. A job that may preempt (wattsched.preemption) and fits once the running jobs it
+may preempt are gone gets its reservation now, on their nodes, as Slurm's will-run test with
+preemptee candidates plans it: nothing of lower priority is backfilled there while they end.
+
 Constraints. A job without a time limit never ends in the profile: it can start now only on
 resources no reservation needs, and a reservation behind it waits forever (no shadow time,
 reason Resources, no expected start). Reservations are only planned within ``bf_window``.
@@ -59,7 +63,7 @@ from typing import Any
 
 import numpy as np
 
-from wattsched import ledger, states
+from wattsched import ledger, preemption, states
 from wattsched.confvalues import SchedulerParams
 from wattsched.plugins.sched.builtin import BuiltinScheduler
 from wattsched.plugins.sched.powerplan import PowerPlan
@@ -577,6 +581,13 @@ class _Pass:
                     return start, alloc
         return None
 
+    def seize(self, job: JobRequest, seizer: preemption.Seizer) -> Allocation | None:
+        """Where the job could run from now to its time limit, taking nothing reserved, were the
+        running jobs it may preempt gone (Slurm's will-run test with preemptee candidates)."""
+        end = job_end(job, self.now)
+        gpus = self.gpus.free(self.now, end) if self.gpus is not None and job.gpus else None
+        return seizer.seize(job, self.candidates.for_job(job, None), self.profile.window(self.now, end), gpus)
+
     def _planned_power(self, job: JobRequest, alloc: Allocation, start: float) -> tuple[Allocation, str | None]:
         """Power as the timeline plans it; plain admission only judges jobs starting now, elsewhere."""
         return self.power_fit(job, alloc, start) if self.power is not None else (alloc, None)
@@ -602,6 +613,7 @@ class BackfillScheduler:
         params = self.params
         bf = _Pass(snapshot, select, params, self.memo, self.nodes)
         self.memo = bf.memo
+        seizer = preemption.Seizer(snapshot, select)
         reserved, tested = 0, 0
         per_user: Counter[str] = Counter()
         blocked: set[tuple[str, str]] = set()
@@ -658,6 +670,11 @@ class BackfillScheduler:
                 if qos_flag(snapshot, job, "NoReserve"):  # Slurm's NoReserve: no place is kept for it
                     continue
                 blocked.add(key)
+                if power_reason is None and seizer.on and seizer.may_want(job) and \
+                        (seized := bf.seize(job, seizer)) is not None:
+                    # it starts once its preemptees are gone: planned from now, waiting for Resources
+                    found = (bf.now, seized)
+                    decisions.reasons[job.job_id] = states.R_RESOURCES
                 if found is not None:
                     self._reserve(job, *found, bf, throttle, decisions)
                     reserved += 1
