@@ -48,7 +48,7 @@ class CapControl:
             return self._release_all(state, now)
         snap = snapshots.power_snap(state)
         assert snap is not None
-        running = [_running(j) for j in state.jobs.values() if j.holds_nodes]
+        running = [snapshots.running_job(state, j) for j in state.jobs.values() if j.holds_nodes]
         if not running:
             return []
         settings = snapbuild.preempt_settings(state.config)
@@ -116,14 +116,6 @@ class CapControl:
     def recent(self, since: float = 0.0) -> list[dict]:
         return [{"time": a.time, "job_id": a.job_id, "action": a.action, "khz": a.khz, "watts": a.watts,
                  "cap": a.cap} for a in self.actions if a.time >= since]
-
-
-def _running(job: Job):
-    return snapbuild.running_job(job.job_id, job.alloc_cpus, {n: job.alloc_mem_mb for n in job.alloc_cpus},
-                                 job.start_time, job.time_limit_min, None, job.qos,
-                                 job.cancelled_by is not None or bool(job.preempted) or job.state != states.RUNNING,
-                                 job.cpu_freq_khz, bool(job.cpu_freq), bool(job.suspended_at), job.reservation,
-                                 job.partition)
 
 
 def _resend(state: ClusterState) -> list[Action]:

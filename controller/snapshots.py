@@ -77,17 +77,21 @@ def snapshot(state: ClusterState, now: float, backfill_due: bool = True) -> sche
     briefs = {j.job_id: scheduling.JobBrief(j.job_id, j.state, j.user, j.name, j.exit_code, j.term_signal,
                                             j.array_job_id, j.array_task_id, j.start_time)
               for j in state.jobs.values()} if needs_briefs else {}
-    running = tuple(snapbuild.running_job(j.job_id, j.alloc_cpus, {n: j.alloc_mem_mb for n in j.alloc_cpus},
-                                          j.start_time, j.time_limit_min, gpus_by_type(state, j), j.qos,
-                                          j.cancelled_by is not None or bool(j.preempted)
-                                          or j.state != states.RUNNING, j.cpu_freq_khz, bool(j.cpu_freq),
-                                          bool(j.suspended_at), partition=j.partition)
-                    for j in state.jobs.values() if j.holds_nodes and not j.preempt_suspended) \
+    running = tuple(running_job(state, j) for j in state.jobs.values() if j.holds_nodes and not j.preempt_suspended) \
         if snapbuild.carries_running(backfill_due, state.power_cap is not None,
                                      snapbuild.preempt_settings(state.config).on) else ()
     return snapbuild.snapshot(state.config, now, tuple(node_snaps(state).values()), partition_snaps(state), pending,
                               running, backfill_due, power_snap(state), briefs, state.resv.snapshots(),
                               state.shares.factors, accounts=acctpolicy.snapshot(state))
+
+
+def running_job(state: ClusterState, job: Job) -> scheduling.RunningJob:
+    """A job that holds nodes as the policies see it (snapbuild.running_job)."""
+    return snapbuild.running_job(job.job_id, job.alloc_cpus, {n: job.alloc_mem_mb for n in job.alloc_cpus},
+                                 job.start_time, job.time_limit_min, gpus_by_type(state, job), job.qos,
+                                 job.cancelled_by is not None or bool(job.preempted) or job.state != states.RUNNING,
+                                 job.cpu_freq_khz, bool(job.cpu_freq), bool(job.suspended_at), job.reservation,
+                                 job.partition)
 
 
 def preemptor_waits(state: ClusterState, job: Job) -> bool:
