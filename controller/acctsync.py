@@ -7,6 +7,10 @@ that its usage still counts (fair share, limits, sreport, sacct): written again 
 storable (NULs dropped, invalid Unicode replaced) and integers within 64 bits, then with every text cut
 short and integers within 32 bits; only a record refused even so is set aside in the state store
 (``sdiag`` shows them, with the original) and logged once. Every other record flows on.
+
+AccountingStorageEnforce's ``nosteps`` keeps steps out of the database and ``nojobs`` jobs too, as
+in Slurm (their records are dropped from the outbox unwritten). The use that fair share and the
+TRES-minutes limits count is read from those records: with ``nojobs`` they count nothing.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from wattsched.accounting.store import AccountingStore
@@ -49,8 +53,10 @@ def salvaged(value: Any, cut: int | None, top: int) -> Any:
 
 
 class AccountingSync:
-    def __init__(self, store: StateStore, accounting: AccountingStore, cluster: str):
+    def __init__(self, store: StateStore, accounting: AccountingStore, cluster: str,
+                 enforce: Collection[str] = ()):
         self.store, self.accounting, self.cluster = store, accounting, cluster
+        self.jobs, self.steps = "nojobs" not in enforce, not {"nojobs", "nosteps"} & set(enforce)
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._lock = threading.Lock()  # one writer at a time: this thread, or a reader's flush()
@@ -79,8 +85,9 @@ class AccountingSync:
     def sync_once(self) -> int:
         """Copy one batch; returns how many records were handled (written or set aside)."""
         rows = self.store.unsynced("jobs", BATCH)
-        self._write("job", [data for data, _ in rows], lambda b: self.accounting.upsert_jobs(self.cluster, b),
-                    lambda d: str(d.get("job_id")))
+        if self.jobs:
+            self._write("job", [data if self.steps else dict(data, steps=[]) for data, _ in rows],
+                        lambda b: self.accounting.upsert_jobs(self.cluster, b), lambda d: str(d.get("job_id")))
         self.store.mark_synced("jobs", [(data["job_id"], version) for data, version in rows])
         resvs = self.store.unsynced("reservations", BATCH)
         self._write("reservation", [data for data, _ in resvs],

@@ -48,7 +48,7 @@ def build(config: config_mod.Config) -> Controller:
             accounting.setup(config.cluster_name, time.time())
         except Exception as exc:  # start anyway; the outbox keeps records until the database is back
             log.error("accounting database unavailable at start-up: %s", exc)
-        sync = AccountingSync(store, accounting, config.cluster_name)
+        sync = AccountingSync(store, accounting, config.cluster_name, config.accounting_storage_enforce)
     authsocket.serve(config.auth_socket_path, key)
     return Controller(state, accounting, sync)
 

@@ -191,3 +191,18 @@ def test_writes_while_the_database_is_away_stay_in_the_outbox(tmp_path) -> None:
     with pytest.raises(Exception):  # noqa: B017 - whatever the driver raises for a refused connection
         AccountingSync(state, away, "c1").sync_once()
     assert state.backlog() == 2 and state.rejected_count() == 0
+
+
+def test_nosteps_and_nojobs_keep_records_out_of_the_database(store: AccountingStore, tmp_path) -> None:
+    """AccountingStorageEnforce=nosteps stores jobs without their steps; nojobs stores no job; either
+    way the outbox is drained, so nothing piles up waiting for a write that never comes."""
+    from wattsched.controller.acctsync import AccountingSync
+    from wattsched.controller.store import StateStore
+
+    for enforce, expected in ((("associations", "nosteps"), {1: []}), (("nojobs",), {})):
+        state = StateStore(str(tmp_path / enforce[-1]))
+        state.commit([_job(1)])
+        assert AccountingSync(state, store, enforce[-1], enforce).sync_once() == 1
+        rows = store.query_jobs(JobQuery(cluster=enforce[-1]))
+        assert {r["job_id"]: [s["step_id"] for s in r["steps"]] for r in rows} == expected
+        assert state.backlog() == 0
