@@ -119,12 +119,14 @@ def simulate(config: Annotated[str, typer.Argument(help="Cluster configuration (
     paths = report.write(result, out, f"Simulation of {workload_spec} on {config}")
     summary = result.summary()
     held = f", {summary['never_started']} held by a limit to the end" if summary["never_started"] else ""
+    preempted = ", ".join(f"{summary[k]} {k}" for k in ("preempted", "requeued", "suspended") if summary[k])
     sys.stdout.write(f"{summary['jobs']} jobs ({summary['infeasible']} too large for the platform{held}, "
                      f"{load.skipped} skipped, {load.clipped} clipped) in {summary['wall_s']:.1f} s "
                      f"({summary['events_per_s']:,.0f} events/s)\n"
                      f"energy {summary['energy_j'] / 3.6e9:.3f} MWh, mean wait {summary['mean_wait_s']:.0f} s, "
                      f"max wait {summary['max_wait_s']:.0f} s, utilization {summary['utilization']:.3f}, "
                      f"switches {summary['switches_off']} off / {summary['switches_on']} on\n"
+                     + (f"preemption: {preempted}\n" if preempted else "") +
                      f"written: {', '.join(str(p) for p in paths.values())}\n")
 
 

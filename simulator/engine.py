@@ -86,6 +86,9 @@ class JobRecord:
     preempted: str = ""  # CANCEL or REQUEUE while its GraceTime runs; "PREEMPTED" once cancelled
     preempted_by: int = 0
     requeues: int = 0
+    suspended_at: float = -1.0  # when a preemptor suspended it (-1: it is not suspended)
+    suspended_s: float = 0.0  # how long it has been suspended in all: its run and time limit last that much longer
+    suspensions: int = 0
 
     @property
     def wait(self) -> float:
@@ -93,7 +96,12 @@ class JobRecord:
 
     @property
     def runtime(self) -> float:
-        return self.end - self.start
+        """How long it ran: from its start to its end, but for the time it was suspended."""
+        return self.end - self.start - self.suspended_s
+
+    @property
+    def response(self) -> float:
+        return self.end - self.submit
 
 
 @dataclass(slots=True)
@@ -116,8 +124,8 @@ class Result:
     def summary(self) -> dict[str, float | int]:
         done = [r for r in self.records if r.end >= 0]
         waits = [r.wait for r in done]
-        stretch = [(r.wait + r.runtime) / r.runtime for r in done if r.runtime > 0]
-        bsld = [max(1.0, (r.wait + r.runtime) / max(r.runtime, BOUNDED_SLOWDOWN_TAU_S)) for r in done]
+        stretch = [r.response / r.runtime for r in done if r.runtime > 0]
+        bsld = [max(1.0, r.response / max(r.runtime, BOUNDED_SLOWDOWN_TAU_S)) for r in done]
         makespan = self.last_end - self.first_submit
         busy = sum(r.runtime * sum(r.alloc_cpus.values()) for r in done)
         return {
@@ -126,6 +134,7 @@ class Result:
             "never_started": sum(1 for r in self.records if r.start < 0),
             "preempted": sum(1 for r in self.records if r.preempted == "PREEMPTED"),
             "requeued": sum(r.requeues for r in self.records),
+            "suspended": sum(r.suspensions for r in self.records),
             "makespan_s": makespan, "utilization": busy / (makespan * self.cpus) if makespan > 0 else 0.0,
             "energy_j": sum(self.energy_by_state.values()),
             **{f"energy_{k}_j": v for k, v in self.energy_by_state.items()},
@@ -182,6 +191,7 @@ class Simulation:
         self.accounts = accounts  # the QOS and associations' limits, when the simulation applies them
         self.preempt = snapbuild.preempt_settings(config)
         self.requeued: dict[int, list[JobRecord]] = {}  # preemptor -> its requeued victims, queued once it starts
+        self.suspended: dict[int, JobRecord] = {}  # by job id: jobs a preemptor suspended, their CPUs lent
         self.qos: dict[tuple[str, str], str] = {}
         self.running: dict[int, JobRecord] = {}
         self.heap: list[tuple[float, int, int, int, str]] = []
@@ -317,6 +327,8 @@ class Simulation:
         elif interval is not None and self.backfill_wake <= now:  # the controller's timer: the next full pass
             self.backfill_wake = self.last_backfill + interval  # comes anyway
             self._push(self.backfill_wake, BACKFILL)
+        if self.suspended:
+            self._resume(now)
         snap = self.snapshot(now, due)
         decisions = scheduling.schedule(snap, self.priority, self.scheduler, self.select, self.queue_memo)
         self.reasons = decisions.reasons
@@ -390,7 +402,7 @@ class Simulation:
 
     def _limit_end(self, record: JobRecord) -> float:
         begin = record.start if record.start >= 0 else self._ready_at(record)
-        return begin + max(1, math.ceil(record.job.walltime / 60)) * 60
+        return begin + max(1, math.ceil(record.job.walltime / 60)) * 60 + record.suspended_s
 
     def _ready_at(self, record: JobRecord) -> float:
         return max((self.nodes[n].since + self.nodes[n].conf.switching.on_s for n in record.alloc
@@ -439,14 +451,18 @@ class Simulation:
     def _run(self, record: JobRecord, now: float) -> None:
         record.start = now
         self._hold(record)
+        self._draw(record, now)
+        record.end_due = now + record.job.runtime
+        self._push(record.end_due, END, record.job.job_id)
+
+    def _draw(self, record: JobRecord, now: float) -> None:
+        """The job's nodes draw its watts from now (it starts, or resumes)."""
         for name in record.alloc:
             node = self.nodes[name]
             cpus = node.jobs[record.job.job_id]
             node.draws[record.job.job_id] = self._job_watts(node, record, cpus) - \
                 float(node.conf.idle_watts or 0) * cpus / node.conf.cpus
             self._set_category(node, COMPUTING, now)  # the watts of one more job
-        record.end_due = now + record.job.runtime
-        self._push(record.end_due, END, record.job.job_id)
 
     def _hold(self, record: JobRecord) -> None:
         account = record.job.account or DEFAULT_ACCOUNT
@@ -458,8 +474,8 @@ class Simulation:
     # --- preemption: the controller's choice (wattsched.preemption), carried out in virtual time ----------
 
     def _preempt(self, snap: scheduling.Snapshot, decisions: scheduling.Decisions, now: float) -> None:
-        """The victims the core chose hear of it now and go after their GraceTime. (A SUSPEND victim
-        is requeued here: the simulator does not model a frozen job lending its CPUs.)"""
+        """The victims the core chose hear of it now and go after their GraceTime, or (SUSPEND) are
+        suspended at once, their CPUs lent to the preemptor, as the controller does."""
         assert self.accounts is not None
         for job_id, by in preemption.preemptees(snap, decisions, self.select).items():
             record = self.records[job_id]
@@ -467,10 +483,47 @@ class Simulation:
                 continue
             qos = self.accounts.qos.get(self._qos(record.job.account or DEFAULT_ACCOUNT, record.job.user))
             mode = preemption.mode_of(qos, self.preempt, snap.partitions.get(self.partition))
-            record.preempted = preemption.CANCEL if mode == preemption.CANCEL else preemption.REQUEUE
             record.preempted_by = by
+            if mode == preemption.SUSPEND:
+                self._suspend(record, now)
+                self._push(now, TICK)  # a pass at once for the preemptor, as the controller's next one
+                continue
+            record.preempted = preemption.CANCEL if mode == preemption.CANCEL else preemption.REQUEUE
             self._hold(record)  # on its way out: no one else preempts it
             self._push(now + (qos.grace_time if qos is not None else 0), PREEMPT, job_id)
+
+    def _suspend(self, record: JobRecord, now: float) -> None:
+        """Frozen: it draws nothing and lends its CPUs (its memory stays held); its end is put off."""
+        job_id = record.job.job_id
+        record.suspended_at, record.end_due = now, -1.0
+        record.suspensions += 1
+        self.suspended[job_id] = record
+        self.holding.remove(job_id)  # out of the plan, as the controller's snapshot leaves it
+        for name in record.alloc:
+            node = self.nodes[name]
+            node.alloc_cpus -= node.jobs[job_id]
+            del node.draws[job_id]
+            self._changed(node)
+            self._set_category(node, COMPUTING if node.draws else IDLE, now)
+
+    def _resume(self, now: float) -> None:
+        """Suspended jobs resume, the earliest suspended first, as soon as their preemptor has started
+        and their CPUs are free again (before anything new is started on them)."""
+        for job_id, record in sorted(self.suspended.items(), key=lambda item: (item[1].suspended_at, item[0])):
+            if self.pending.get(record.preempted_by) is not None:
+                continue
+            if any(self.nodes[n].conf.cpus - self.nodes[n].alloc_cpus < cpus for n, cpus in record.alloc_cpus.items()):
+                continue
+            del self.suspended[job_id]
+            record.suspended_s += now - record.suspended_at
+            record.suspended_at, record.preempted_by = -1.0, 0
+            for name, cpus in record.alloc_cpus.items():
+                self.nodes[name].alloc_cpus += cpus
+                self._changed(self.nodes[name])
+            self._draw(record, now)
+            record.end_due = now + record.job.runtime - (now - record.start - record.suspended_s)
+            self._push(record.end_due, END, job_id)
+            self._hold(record)
 
     def _expire(self, record: JobRecord, now: float) -> bool:
         """A preempted job's grace is over: it ends PREEMPTED (True), or goes back to the queue."""
@@ -500,7 +553,7 @@ class Simulation:
             node = self.nodes[name]
             cpus = node.jobs.pop(record.job.job_id)
             del node.draws[record.job.job_id]
-            record.energy_j += self._job_watts(node, record, cpus) * (now - record.start)
+            record.energy_j += self._job_watts(node, record, cpus) * (now - record.start - record.suspended_s)
             node.alloc_cpus -= cpus
             node.alloc_mem_mb -= record.alloc_mem_mb.get(name, 0)
             self._changed(node)

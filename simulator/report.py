@@ -20,8 +20,8 @@ def job_rows(result: Result) -> list[tuple]:
     for r in sorted(result.records, key=lambda r: r.job.job_id):
         if r.end < 0:
             continue
-        stretch = (r.wait + r.runtime) / r.runtime if r.runtime > 0 else 1.0
-        bsld = max(1.0, (r.wait + r.runtime) / max(r.runtime, BOUNDED_SLOWDOWN_TAU_S))
+        stretch = r.response / r.runtime if r.runtime > 0 else 1.0
+        bsld = max(1.0, r.response / max(r.runtime, BOUNDED_SLOWDOWN_TAU_S))
         rows.append((r.job.job_id, r.job.user, f"{r.submit:.0f}", f"{r.start:.1f}", f"{r.end:.1f}",
                      f"{r.wait:.1f}", f"{r.runtime:.1f}", r.nodes, f"{stretch:.4f}", f"{bsld:.4f}",
                      f"{r.energy_j:.0f}", r.freq_khz or ""))

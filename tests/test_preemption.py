@@ -86,3 +86,17 @@ def test_backfill_plans_a_preemptor_now_and_backfills_nothing_onto_its_nodes() -
         assert decisions.expected_start[8] == (3700.0 if backfilled else 100.0)
         assert decisions.reasons[8] == states.R_RESOURCES
         assert preemption.preemptees(snap, decisions, ConsTresSelect()) == ({} if backfilled else {1: 8})
+
+
+def test_a_job_to_be_suspended_lends_its_cpus_but_keeps_its_memory() -> None:
+    running = (RunningJob(1, {"n1": 4}, {"n1": 800}, None, qos="low", start=10.0, partition="low"),
+               RunningJob(2, {"n2": 4}, {"n2": 800}, None, qos="low", start=20.0, partition="low"))
+    small = JobRequest(9, "u", "low", 50.0, ntasks=4, qos="high", mem_per_node_mb=100)
+    large = JobRequest(9, "u", "low", 50.0, ntasks=4, qos="high", mem_per_node_mb=500)
+    for mode, fits in (("SUSPEND", {small: {2: 9}, large: {}}), ("CANCEL", {small: {2: 9}, large: {2: 9}})):
+        for job, victims in fits.items():
+            snap = Snapshot(now=100.0, nodes=(NodeSnap("n1", 4, 0, 1000, 200), NodeSnap("n2", 4, 0, 1000, 200)),
+                            partitions=PARTS, pending=(job,), running=running,
+                            accounts=AccountsSnap(QOS, ASSOCS), preempt=PreemptSettings("preempt/qos", mode))
+            decisions = schedule(snap, BasicPriority(), BuiltinScheduler(), ConsTresSelect())
+            assert preemption.preemptees(snap, decisions, ConsTresSelect()) == victims, (mode, job.mem_per_node_mb)

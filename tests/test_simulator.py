@@ -340,20 +340,28 @@ def test_the_simulation_preempts_as_the_controller(tmp_path) -> None:
     assocs.add_user("alice", "proj")
     assocs.add_user("victor", "vip")
     store.close()
-    for mode, expect_requeue in (("REQUEUE", True), ("CANCEL", False)):
+    for mode in ("REQUEUE", "CANCEL", "SUSPEND"):
+        # a suspended job keeps its memory: only jobs sharing nodes (a CPU each) may take its CPUs
         conf = _platform(tmp_path, f"PreemptType=preempt/qos\nPreemptMode={mode}\nClusterName=cluster\n"
-                                   "AccountingStorageEnforce=associations,limits\nSchedulerParameters=bf_interval=1")
+                                   "AccountingStorageEnforce=associations,limits\nSchedulerParameters=bf_interval=1"
+                                   + ("\nSelectType=select/cons_tres" if mode == "SUSPEND" else ""))
         jobs = Workload([*(SimJob(i, 0, 1000, 1000, 1, "alice", "proj") for i in range(1, 5)),
                          SimJob(9, 100, 100, 100, 1, "victor", "vip")])
-        result = engine.Simulation(conf, jobs, accounts=SimAccounts.load(conf, url, 0.0)).run()
+        result = engine.Simulation(conf, jobs, accounts=SimAccounts.load(conf, url, 0.0),
+                                   shared=mode == "SUSPEND").run()
         by_id = {r.job.job_id: r for r in result.records}
         assert by_id[9].start == 100.0 and by_id[9].end == 200.0  # it took a node at once
         victim = by_id[4]  # the youngest low job (ties: the highest id)
         summary = result.summary()
-        if expect_requeue:
+        if mode == "REQUEUE":
             assert victim.requeues == 1 and victim.start == 200.0 and victim.end == 1200.0
             assert summary["requeued"] == 1 and summary["preempted"] == 0
-        else:
+        elif mode == "CANCEL":
             assert victim.preempted == "PREEMPTED" and victim.end == 100.0
             assert summary["preempted"] == 1 and summary["requeued"] == 0
+        else:  # frozen from 100 to 200, while its CPUs ran the preemptor: it ends 100 s late, drawing
+            # nothing meanwhile
+            assert victim.start == 0.0 and victim.end == 1100.0 and victim.runtime == 1000.0
+            assert victim.energy_j == pytest.approx(by_id[1].energy_j)
+            assert summary["suspended"] == 1 and summary["requeued"] == summary["preempted"] == 0
         assert all(by_id[i].end == 1000.0 for i in (1, 2, 3))

@@ -11,7 +11,9 @@ preemptor starts once their nodes are free.
 - Candidates are taken lowest QOS priority first, then the most recently started first (it
   loses the least work; then the highest job id), until the pending job fits; of those, only
   the ones on the nodes it is given are preempted. Jobs already being preempted are counted
-  first, at no cost, so a preemptor waiting for its preemptees to end never takes more.
+  first, at no cost, so a preemptor waiting for its preemptees to end never takes more. A job
+  to be suspended gives back its CPUs and GPUs, never its memory (its processes keep it), so
+  it makes no room for a job that needs whole nodes.
 - A requeued victim waits until its preemptor has started (the shells keep it out of the queue
   till then), or it would take its place back at once.
 - Pending jobs are looked at in priority order, each taking only jobs no earlier one took, up
@@ -24,6 +26,7 @@ preemptor starts once their nodes are free.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 
 from wattsched import states
 from wattsched.limits import Qos
@@ -104,7 +107,9 @@ class Seizer:
         snap = self.snapshot
         pool = [r for r in snap.running if r.job_id not in self.taken and not r.suspended and
                 (r.ending or may_preempt(job, r, self.table, snap.partitions, self.settings, snap.now))]
-        found = _victims(job, pool, self.table, snap, nodes, free, gpus, self.select)
+        suspended = {r.job_id for r in pool if not r.ending and
+                     mode_of(self.table.get(r.qos), self.settings, snap.partitions.get(r.partition)) == SUSPEND}
+        found = _victims(job, pool, self.table, snap, nodes, free, gpus, self.select, suspended)
         if found is None:
             return None
         victims, alloc = found
@@ -134,9 +139,10 @@ def preemptees(snapshot: Snapshot, decisions: Decisions, select: SelectPlugin) -
 
 def _victims(job: JobRequest, pool: list[RunningJob], table: Mapping[str, Qos], snapshot: Snapshot,
              nodes: list[NodeSnap], free_now: Mapping[str, tuple[int, int]],
-             free_gpus: Mapping[str, Mapping[str, int]] | None,
-             select: SelectPlugin) -> tuple[list[int], Allocation] | None:
-    """The fewest of ``pool`` (in preemption order) whose nodes, given back, let the job fit, and where."""
+             free_gpus: Mapping[str, Mapping[str, int]] | None, select: SelectPlugin,
+             suspended: AbstractSet[int]) -> tuple[list[int], Allocation] | None:
+    """The fewest of ``pool`` (in preemption order) whose nodes, given back, let the job fit, and where.
+    A job to be ``suspended`` gives back its CPUs and GPUs only: its memory stays held."""
     if not pool:
         return None
     parts = snapshot.partitions
@@ -152,7 +158,8 @@ def _victims(job: JobRequest, pool: list[RunningJob], table: Mapping[str, Qos], 
         for name, cpus in victim.cpus.items():
             if name in free:
                 free_cpus, free_mem = free[name]
-                free[name] = (free_cpus + cpus, free_mem + victim.mem_mb.get(name, 0))
+                free[name] = (free_cpus + cpus,
+                              free_mem + (0 if victim.job_id in suspended else victim.mem_mb.get(name, 0)))
         if gpus is not None:
             for name, kinds in victim.gpus.items():
                 if name in gpus:
