@@ -116,7 +116,9 @@ async def run_tasks(req: TaskLaunch, layout: dict[str, list[int]], uid: int, gid
             else:
                 yield item
         for task_id, proc, future in running:
-            result = results[task_id] = await future
+            # shielded: were srun to go away now, the server cancels this generator, and an awaited
+            # future is cancelled with it; the reap must still resolve it for _finish's report
+            result = results[task_id] = await asyncio.shield(future)
             pgids.discard(proc.pid)
             yield _line({"task": task_id, "exit": result.exit_code, "signal": result.term_signal})
     finally:
