@@ -92,17 +92,17 @@ def check_submit(state: ClusterState, jobs: list[Job]) -> None:
     if not jobs or not shares.qos or not {"limits", "safe"} & set(state.config.accounting_storage_enforce):
         return
     first = jobs[0]
-    snap = limits.AccountsSnap(shares.qos, shares.assoc_limits)
+    snap = limits.AccountsSnap(shares.qos, shares.assoc_limits, partition_qos=partition_qos(state.config))
     ask = limits.Ask(first.user, first.account, first.qos, *limits.request_tres(
         first.ntasks, first.cpus_per_task, first.nodes_min, first.mem_per_node_mb, first.mem_per_cpu_mb,
-        first.gpu_request, 0.0), first.time_limit_min)
-    qos = shares.qos.get(first.qos)
-    if qos is not None and "DenyOnLimit" in qos.flags and ledger.per_job_refusal(snap, ask) is not None:
+        first.gpu_request, 0.0), first.time_limit_min, first.partition)
+    if ledger.per_job_refusal(snap, ask) is not None:  # (only under a QOS with DenyOnLimit)
         raise Refused(limits.SUBMIT_REFUSED)
     user_jobs = 0
     accounts: Counter[str] = Counter()
     by_qos: Counter[str] = Counter()
-    qos_user = qos_account = 0
+    qos_user: Counter[str] = Counter()
+    qos_account: Counter[str] = Counter()
     chains: dict[str, list[str]] = {}
     for job in state.jobs.values():
         if job.state in states.FINISHED:
@@ -113,10 +113,10 @@ def check_submit(state: ClusterState, jobs: list[Job]) -> None:
         if chain is None:
             chain = chains[job.account] = [a.account for a in snap.chain(job.account, "") if not a.user]
         accounts.update(chain)
-        by_qos[job.qos] += 1
-        if job.qos == first.qos:
-            qos_user += job.user == first.user
-            qos_account += job.account == first.account
+        for name in snap.qos_of(job.qos, job.partition):
+            by_qos[name] += 1
+            qos_user[name] += job.user == first.user
+            qos_account[name] += job.account == first.account
     refusal = ledger.submit_refusal(snap, ask, len(jobs), user_jobs, accounts, by_qos, qos_user, qos_account)
     if refusal is not None:
         raise Refused(refusal)

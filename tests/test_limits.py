@@ -149,10 +149,21 @@ def test_submit_limits_and_default_qos() -> None:
     tree = _tree(proj=Limits(grp_submit=10))
     snap = AccountsSnap(qos, tree)
     ask = Ask("alice", "proj", "few", {"cpu": 1}, {"cpu": 1}, 10)
-    assert ledger.submit_refusal(snap, ask, 1, 0, {}, {"few": 0}, 1, 1) is None
-    assert ledger.submit_refusal(snap, ask, 1, 0, {}, {"few": 0}, 2, 2) == limits.SUBMIT_REFUSED
-    assert ledger.submit_refusal(snap, ask, 1, 0, {}, {"few": 3}, 0, 0) == limits.SUBMIT_REFUSED
-    assert ledger.submit_refusal(snap, ask, 5, 0, {"proj": 6}, {}, 0, 0) is not None  # an array of 5
+    assert ledger.submit_refusal(snap, ask, 1, 0, {}, {"few": 0}, {"few": 1}, {"few": 1}) is None
+    assert ledger.submit_refusal(snap, ask, 1, 0, {}, {"few": 0}, {"few": 2}, {"few": 2}) == limits.SUBMIT_REFUSED
+    assert ledger.submit_refusal(snap, ask, 1, 0, {}, {"few": 3}, {}, {}) == limits.SUBMIT_REFUSED
+    assert ledger.submit_refusal(snap, ask, 5, 0, {"proj": 6}, {}, {}, {}) is not None  # an array of 5
+    # a partition's QOS holds the partition's jobs whatever their own QOS
+    in_part = Ask("alice", "proj", "normal", {"cpu": 1}, {"cpu": 1}, 10, partition="debug")
+    ruled = AccountsSnap(qos, tree, partition_qos={"debug": "few"})
+    assert ledger.submit_refusal(ruled, in_part, 1, 0, {}, {}, {"few": 1}, {}) is None
+    assert ledger.submit_refusal(ruled, in_part, 1, 0, {}, {}, {"few": 2}, {}) == limits.SUBMIT_REFUSED
+    assert ledger.submit_refusal(snap, in_part, 1, 0, {}, {}, {"few": 2}, {}) is None
+    deny = {"normal": Qos("normal"), "few": Qos("few", flags=frozenset({"DenyOnLimit"}),
+                                                limits=Limits(max_tres_per_job={"cpu": 1}))}
+    big = Ask("alice", "proj", "normal", {"cpu": 2}, {"cpu": 2}, 10, partition="debug")
+    assert ledger.per_job_refusal(AccountsSnap(deny, tree, partition_qos={"debug": "few"}), big) is not None
+    assert ledger.per_job_refusal(AccountsSnap(deny, tree), big) is None
     assert snap.default_qos("proj", "alice") == "normal"
     assert snap.allowed_qos("proj", "alice") == {"normal"}
     picky = {**tree, ("proj", "alice"): AssocLimits("proj", "alice", "proj", qos=frozenset({"few"}))}

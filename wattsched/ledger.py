@@ -332,25 +332,33 @@ def _per_job(owner: str, limits: Limits, ask: Ask) -> str | None:
 
 
 def per_job_refusal(snap: AccountsSnap, ask: Ask) -> str | None:
-    """The QOS's and the associations' per-job limits alone (what DenyOnLimit refuses at submission)."""
-    qos = snap.qos.get(ask.qos)
-    found = _per_job("QOS", qos.limits, ask) if qos is not None else None
-    return found or Ledger(AccountsSnap(snap.qos, snap.assocs), 0.0, {})._assoc_per_job(
-        snap.chain(ask.account, ask.user), ask)
+    """What DenyOnLimit refuses at submission: the per-job limits of each of the job's QOS (its
+    own, its partition's) that has the flag, and then the associations' per-job limits."""
+    for name in snap.qos_of(ask.qos, ask.partition):
+        qos = snap.qos.get(name)
+        if qos is not None and "DenyOnLimit" in qos.flags and (found := _per_job("QOS", qos.limits, ask)):
+            return found
+    if not any("DenyOnLimit" in snap.qos[q].flags for q in snap.qos_of(ask.qos, ask.partition) if q in snap.qos):
+        return None
+    return Ledger(AccountsSnap(snap.qos, snap.assocs), 0.0, {})._assoc_per_job(snap.chain(ask.account, ask.user), ask)
 
 
 def submit_refusal(snap: AccountsSnap, ask: Ask, adding: int, user_jobs: int, account_jobs: Mapping[str, int],
-                   qos_jobs: Mapping[str, int], qos_user_jobs: int, qos_account_jobs: int) -> str | None:
+                   qos_jobs: Mapping[str, int], qos_user_jobs: Mapping[str, int],
+                   qos_account_jobs: Mapping[str, int]) -> str | None:
     """Whether ``adding`` more jobs may be queued: MaxSubmitJobs(PerUser/PerAccount) and
-    GrpSubmitJobs of the QOS and of each association up the tree, counting pending and running
-    jobs (array tasks each). ``user_jobs``: the user's in this association; ``account_jobs``: by
-    account name (each counts its sub-accounts'); ``qos_*``: in the job's QOS."""
-    qos = snap.qos.get(ask.qos)
-    if qos is not None:
+    GrpSubmitJobs of the job's QOS and its partition's QOS, and of each association up the tree,
+    counting pending and running jobs (array tasks each). ``user_jobs``: the user's in this
+    association; ``account_jobs``: by account name (each counts its sub-accounts'); ``qos_*``: by
+    QOS, all jobs, the user's and the account's (a job counts in its own QOS and its partition's)."""
+    for name in snap.qos_of(ask.qos, ask.partition):
+        qos = snap.qos.get(name)
+        if qos is None:
+            continue
         limits = qos.limits
-        if over(qos_user_jobs, adding, limits.max_submit) or over(qos_account_jobs, adding,
-                                                                  limits.max_submit_per_account) \
-                or over(qos_jobs.get(ask.qos, 0), adding, limits.grp_submit):
+        if over(qos_user_jobs.get(name, 0), adding, limits.max_submit) or \
+                over(qos_account_jobs.get(name, 0), adding, limits.max_submit_per_account) or \
+                over(qos_jobs.get(name, 0), adding, limits.grp_submit):
             return SUBMIT_REFUSED
     chain = snap.chain(ask.account, ask.user)
     if over(user_jobs, adding, inherited(chain, "max_submit")):
