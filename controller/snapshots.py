@@ -30,6 +30,7 @@ class Memos:
     queue: scheduling.QueueMemo = field(default_factory=scheduling.QueueMemo)
     watts_per_cpu: dict[str, float] | None = None  # per partition (acctpolicy), from the configuration
     cpu_watts: dict[str, float] = field(default_factory=dict)  # per node: MaxWatts / CPUs
+    budgets_read: object = None  # the use (state.shares) the budgets were last checked against
 
     def job_changed(self, job_id: int, request_changed: bool = True) -> None:
         self.briefs.pop(job_id, None)

@@ -1,17 +1,21 @@
 """The controller's clock-driven transitions, once a second: time limits and --signal
-warnings, purging old jobs, reservations rolling, unresponsive nodes, then power saving.
+warnings, used-up budgets (once per new reading of the use, every PriorityCalcPeriod), purging
+old jobs, reservations rolling, unresponsive nodes, then power saving.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
-from wattsched import states
-from wattsched.controller import jobend, jobenergy, jobs, nodes, powercontrol, preempting
+from wattsched import ledger, states
+from wattsched.controller import acctpolicy, jobend, jobenergy, jobs, nodes, powercontrol, preempting
 from wattsched.controller.actions import Action, Signal
 
 if TYPE_CHECKING:
     from wattsched.controller.state import ClusterState
+
+log = logging.getLogger("wattsched.controller")
 
 
 def check_timers(state: ClusterState, now: float) -> list[Action]:
@@ -34,6 +38,9 @@ def check_timers(state: ClusterState, now: float) -> list[Action]:
                 actions.extend(jobs.terminate(state, job, now))
         elif job.state in states.FINISHED and job.end_time and now - job.end_time > state.config.min_job_age_s:
             jobend.purge(state, job)
+    if state.memo.budgets_read is not state.shares:
+        state.memo.budgets_read = state.shares
+        actions.extend(end_overruns(state, now))
     if state.energy_due:
         jobenergy.account_energy(state, now)  # the jobs whose nodes stopped reporting end without energy
     moved, ended = state.resv.roll(now)
@@ -46,3 +53,18 @@ def check_timers(state: ClusterState, now: float) -> list[Action]:
     actions.extend(state.cap.tick(state, now))
     return actions
 
+
+
+def end_overruns(state: ClusterState, now: float) -> list[Action]:
+    """Running jobs whose group has used up a budget end TIMEOUT (:func:`wattsched.ledger.overrun`)."""
+    snap = acctpolicy.snapshot(state)
+    actions: list[Action] = []
+    for job_id, why in (ledger.overrun(snap) if snap is not None else {}).items():
+        job = state.jobs[job_id]
+        if job.timed_out or job.cancelled_by is not None:
+            continue
+        log.info("job ended: its budget is used up", extra={"job": job_id, "limit": why})
+        job.timed_out = True
+        state.touch(job)
+        actions.extend(jobs.terminate(state, job, now))
+    return actions

@@ -23,6 +23,7 @@ PriorityCalcPeriod=0:01
 AccountingStorageEnforce=associations,limits,qos
 MetricsType=metrics/openmetrics"""
 ALICE, BOB, CAROL, DAVE, ERIN = (3001, "alice"), (3002, "bob"), (3003, "carol"), (3004, "dave"), (3005, "erin")
+FRANK = (3006, "frank")
 RUN = ("-o", "/dev/null", "-D", "/tmp")  # the users' jobs write nowhere of the test's
 
 
@@ -174,6 +175,22 @@ def test_an_energy_budget_used_up_pends_the_next_job_until_raised(cluster: Clust
         in metrics
     c.run("sacctmgr", "-i", "modify", "account", "green", "set", "GrpTRESMins=energy=100000000")
     c.wait_state(job, {"RUNNING", "COMPLETED"})
+
+
+def test_a_running_job_ends_timeout_when_its_account_uses_up_its_budget(cluster: Cluster) -> None:
+    """Slurm's limits end running jobs whose group has used up its TRES-minutes (without safe)."""
+    c = cluster
+    c.run("sacctmgr", "-i", "add", "account", "metered", "GrpTRESMins=cpu=1")
+    c.run("sacctmgr", "-i", "add", "user", "frank", "Account=metered")
+    job = c.sbatch(*RUN, "-n", "4", "-t", "10", "--wrap", "sleep 300", env=_as(FRANK, c))
+    c.wait_state(job, "RUNNING")
+    # 4 CPUs use the account's one CPU-minute in 15 s: its use so far is read every PriorityCalcPeriod
+    c.wait_state(job, "TIMEOUT", timeout=90)
+    assert c.run("sacct", "-j", str(job), "-X", "-n", "-P", "-o", "State").stdout.split() == ["TIMEOUT"]
+    following = c.sbatch(*RUN, "-t", "1", "--wrap", "true", env=_as(FRANK, c))
+    wait_for(lambda: _reasons(c, [following]).get(following, ("", "", ""))[2] == "AssocGrpCPUMinutesLimit", 30,
+             0.2, what="the next job pends on the used-up budget")
+    c.run("scancel", str(following))
 
 
 def test_qos_priority_weighs_in_the_multifactor_priority(cluster: Cluster) -> None:

@@ -246,3 +246,20 @@ def test_qos_plus_on_a_new_association_extends_what_it_inherits(tmp_path) -> Non
     store.close()
     assert qos[("physics", "alice")] == ["normal", "high", "capped"]  # the account's list, plus capped
     assert qos[("chem", "bob")] == ["capped"]  # root's normal, plus capped, minus normal
+
+
+def test_running_jobs_of_a_group_past_its_budget_are_ended() -> None:
+    qos = {"normal": Qos("normal"), "metered": Qos("metered", limits=Limits(grp_tres_mins={"energy": 1000}))}
+    tree = _tree(proj=Limits(grp_tres_mins={"cpu": 60}), alice=Limits(grp_wall=30))
+    active = (limits.ActiveJob(1, "alice", "proj", "normal", {"cpu": 4}, None),
+              limits.ActiveJob(2, "bob", "proj", "metered", {"cpu": 4}, None),
+              limits.ActiveJob(3, "bob", "other", "normal", {"cpu": 4}, None))
+    use = {("proj", ""): limits.Use({"cpu": 30.0}), ("proj", "alice"): limits.Use({"cpu": 30.0}, wall_mins=31.0)}
+    snap = AccountsSnap(qos, tree, use, {"metered": limits.Use({"energy": 1000.0})}, active, ON)
+    # alice's own wall budget, bob's QOS's energy budget; the job elsewhere is left alone
+    assert ledger.overrun(snap) == {1: "AssocGrpWallLimit", 2: "QOSGrpEnergyMinutes"}
+    spent = replace(snap, assoc_use={("proj", ""): limits.Use({"cpu": 60.0})}, qos_use={})
+    assert ledger.overrun(spent) == {1: "AssocGrpCPUMinutesLimit", 2: "AssocGrpCPUMinutesLimit"}
+    # under safe a job started only because its worst case fitted: it runs on
+    assert ledger.overrun(replace(spent, enforce=ON | {"safe"})) == {}
+    assert ledger.overrun(replace(spent, enforce=frozenset({"associations"}))) == {}

@@ -10,6 +10,9 @@ submission is refused. The records, TRES and reasons are :mod:`wattsched.limits`
   ``safe`` only if its worst case fits what the running jobs leave of it.
 - Power shares are planned over time for the backfill plan (:meth:`Ledger.plan`): a group holds
   its running jobs' watts until their time limits, and its reserved jobs' over their windows.
+- Running jobs whose group has used up a budget (GrpTRESMins, energy included, or GrpWall) end
+  TIMEOUT, as Slurm's acct_policy_job_time_out ends them (:func:`overrun`); not under ``safe``,
+  where they started only because their worst case fitted.
 """
 
 from __future__ import annotations
@@ -368,3 +371,42 @@ def submit_refusal(snap: AccountsSnap, ask: Ask, adding: int, user_jobs: int, ac
         if over(count, adding, assoc.limits.grp_submit):
             return SUBMIT_REFUSED
     return None
+
+
+def overrun(snap: AccountsSnap) -> dict[int, str]:
+    """The running jobs to end because a QOS of theirs (their own, their partition's) or their
+    association or one above it has used up a GrpTRESMins or GrpWall budget (the running jobs'
+    use so far counts), each with the budget's reason. Only with limits on and without safe."""
+    if not snap.limits_on or "safe" in snap.enforce:
+        return {}
+    verdicts: dict[tuple[str, str], str | None] = {}  # per (kind, name): the budget used up, if any
+
+    def used_up(limits: Limits, use: Use, owner: str) -> str | None:
+        for name, limit in limits.grp_tres_mins.items():
+            if use.tres_mins.get(name, 0.0) >= limit:
+                return reason(owner, "grp_mins", name)
+        if limits.grp_wall is not None and use.wall_mins >= limits.grp_wall:
+            return JOB_REASONS[(owner, "grp_wall")]
+        return None
+
+    def verdict(kind: str, name: str, limits: Limits, use: Use) -> str | None:
+        key = (kind, name)
+        if key not in verdicts:
+            verdicts[key] = used_up(limits, use, kind) if limits is not NO_LIMITS else None
+        return verdicts[key]
+
+    ended: dict[int, str] = {}
+    for job in snap.active:
+        for name in snap.qos_of(job.qos, job.partition):
+            qos = snap.qos.get(name)
+            if qos is not None and (why := verdict("QOS", name, qos.limits, snap.qos_use.get(name, NO_USE))):
+                ended[job.job_id] = why
+                break
+        else:
+            for assoc in snap.chain(job.account, job.user):
+                why = verdict("Assoc", f"{assoc.account}/{assoc.user}", assoc.limits,
+                              snap.assoc_use.get(assoc.key, NO_USE))
+                if why:
+                    ended[job.job_id] = why
+                    break
+    return ended
