@@ -6,6 +6,11 @@ ends a day later or now),
 ``users=``/``accounts=``, ``--tres=cpu,energy`` (default cpu), ``-t Seconds|Minutes|Hours``
 for CPU time, ``-P``/``-p``/``-n`` and ``--json``. A job is counted for the part of its run
 inside the period: CPUs x seconds, and its energy in proportion (energy in joules).
+
+Ours: ``cluster Budgets`` lists every GrpTRESMins budget (of an account, a user's association
+or a QOS) with what is used of it as the limits count it (decayed, running jobs' use so far
+included), what the running jobs may still use (their TRES-minutes to their time limits), what
+remains and the share used; ``accounts=``/``users=``/``qos=`` and ``--tres`` select.
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ from wattsched.cli import fmt
 from wattsched.cli.common import Client, CLIError, print_json
 from wattsched.cli.options import NO, OPT, REQ, Command, Opt, ignored, run, standard
 
-REPORTS = {("cluster", "accountutilizationbyuser"), ("cluster", "userutilizationbyaccount"), ("user", "topusage")}
+REPORTS = {("cluster", "accountutilizationbyuser"), ("cluster", "userutilizationbyaccount"), ("user", "topusage"),
+           ("cluster", "budgets")}
 TIME_UNITS = {"seconds": 1, "minutes": 60, "hours": 3600}
 
 
@@ -102,13 +108,16 @@ def sreport(argv: list[str]) -> None:
     options = {k.lower(): v for k, _, v in (w.partition("=") for w in words if "=" in w)}
     if len(plain) != 2 or (plain[0].lower(), plain[1].lower()) not in REPORTS:
         raise CLIError("Unknown report: use 'cluster AccountUtilizationByUser', "
-                       "'cluster UserUtilizationByAccount' or 'user TopUsage'")
+                       "'cluster UserUtilizationByAccount', 'cluster Budgets' or 'user TopUsage'")
     kind = plain[1].lower()
+    if time_unit.lower() not in TIME_UNITS:
+        raise CLIError(f"Invalid time unit: {time_unit} (Seconds, Minutes, Hours)")
+    if kind == "budgets":
+        budgets(options, opts.get("tres"), TIME_UNITS[time_unit.lower()], parsable, parsable2, noheader, json_)
+        return
     kinds = [t.strip().lower() for t in tres.split(",") if t.strip()]
     if not kinds or any(t not in ("cpu", "energy") for t in kinds):
         raise CLIError(f"Invalid TRES: {tres} (cpu, energy)")
-    if time_unit.lower() not in TIME_UNITS:
-        raise CLIError(f"Invalid time unit: {time_unit} (Seconds, Minutes, Hours)")
     now = time.time()
     start, end = report_period(options, now)
     rows = Client().request("GET", "/v1/accounting/jobs", params={"start": start, "end": end})["jobs"]
@@ -168,6 +177,50 @@ def sreport(argv: list[str]) -> None:
     fields = [(c, widths[c]) for c in columns]
     delimiter = "|" if parsable or parsable2 else None
     for line in fmt.format_table(records, fields, delimiter, trailing=parsable, header=not noheader):
+        print(line)
+
+
+BUDGET_COLUMNS = [("Cluster", 9), ("Account", 15), ("Login", 9), ("QOS", 10), ("TRES Name", 10), ("Budget", 12),
+                  ("Used", 12), ("Running", 12), ("Remaining", 12), ("Used%", 7)]
+
+
+def budgets(options: dict[str, str], tres: str | None, divisor: int, parsable: bool, parsable2: bool,
+            noheader: bool, json_: bool) -> None:
+    """Every GrpTRESMins budget, with its use, what running jobs may still use, and what remains."""
+    data = Client().request("GET", "/v1/assoc_mgr")
+    chosen = {name: {v for v in options.get(name, "").split(",") if v} for name in ("accounts", "users", "qos")}
+    kinds = {t.strip().lower() for t in tres.split(",") if t.strip()} if tres else set()
+    owners = [(a["account"], a["user"], "", a) for a in data["associations"]
+              if (not chosen["accounts"] or a["account"] in chosen["accounts"])
+              and (not chosen["users"] or a["user"] in chosen["users"]) and not chosen["qos"]]
+    owners += [("", "", q["name"], q) for q in data["qos"] if (not chosen["qos"] or q["name"] in chosen["qos"])
+               and not chosen["accounts"] and not chosen["users"]]
+    records: list[dict[str, Any]] = []
+    for account, user, qos, owner in owners:
+        usage = owner["usage"]
+        for name, budget in sorted(owner["limits"].get("grp_tres_mins", {}).items()):
+            if kinds and name not in kinds:
+                continue
+            used, running = usage["tres_mins"].get(name, 0.0), usage["tres_run_mins"].get(name, 0.0)
+            # TRES-minutes in the time unit asked for; energy in joules
+            scale = 1.0 if name == "energy" else 60.0 / divisor
+            records.append({"Cluster": data["cluster"], "Account": account, "Login": user, "QOS": qos,
+                            "TRES Name": name, "Budget": round(budget * scale), "Used": round(used * scale),
+                            "Running": round(running * scale), "Remaining": round(max(0.0, budget - used) * scale),
+                            "Used%": f"{100.0 * used / budget:.1f}%" if budget else "100.0%"})
+    if json_:
+        print_json({"report": "Budgets", "time": data["time"], "rows": records})
+        return
+    if not (parsable or parsable2 or noheader):
+        unit = {1: "Seconds", 60: "Minutes", 3600: "Hours"}[divisor]
+        print("-" * 80)
+        from wattsched import timefmt
+
+        print(f"Budgets (GrpTRESMins) at {timefmt.ts_str(data['time'])}")
+        print(f"Usage reported in TRES {unit} (energy in joules)")
+        print("-" * 80)
+    delimiter = "|" if parsable or parsable2 else None
+    for line in fmt.format_table(records, BUDGET_COLUMNS, delimiter, trailing=parsable, header=not noheader):
         print(line)
 
 

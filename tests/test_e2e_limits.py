@@ -168,6 +168,13 @@ def test_an_energy_budget_used_up_pends_the_next_job_until_raised(cluster: Clust
     rows = [line.split("|") for line in share.splitlines()]
     account_row = next(f for f in rows if [f[0].strip(), f[1]] == ["green", ""])
     assert account_row[2] == "energy=1000000" and int(account_row[3].split("energy=")[1].split(",")[0]) > 2_500_000
+    # sreport cluster Budgets (ours): the budget, its use, what remains
+    report = c.run("sreport", "cluster", "Budgets", "accounts=green", "-P", "-n").stdout.splitlines()
+    assert len(report) == 1
+    _cluster, account, login, qos, tres, budget_j, used_j, _running, left, share_used = report[0].split("|")
+    assert (account, login, qos, tres, budget_j, left) == ("green", "", "", "energy", "1000000", "0")
+    assert 2_500_000 < int(used_j) <= 3_000_000 and share_used.endswith("%") and float(share_used[:-1]) > 250
+    assert "Budget" in c.run("sreport", "cluster", "Budgets").stdout
     metrics = c.api("GET", "/metrics/limits").text
     assert 'wattsched_limit{account="green",limit="GrpTRESMins",owner="assoc",qos="",tres="energy",user=""} 1e+06' \
         in metrics
