@@ -3,10 +3,6 @@
 
 Start-up time matters here (squeue must answer in under 60 ms, sbatch run 20 times a second): the
 Slurm commands read their options with :mod:`wattsched.cli.options` and import only the standard
-library and what they need, when they need it. ``wattsched`` (daemons, emulation, reports) uses typer.
+library and what they need, when they need it. ``wattsched`` (daemons, emulation, reports) uses typer
+(:mod:`wattsched.cli.plaintyper`).
 """
-
-import os
-
-# ``wattsched``'s typer: plain click-style usage errors and no rich import on the start-up path.
-os.environ.setdefault("TYPER_USE_RICH", "0")

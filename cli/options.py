@@ -19,6 +19,8 @@ ignoring it would change a result the user relies on).
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 from collections.abc import Callable, Iterable
 
@@ -29,7 +31,6 @@ if TYPE_CHECKING:
 NO, REQ, OPT = 0, 1, 2  # argument: none, required, optional (as getopt_long's has_arg)
 
 IGNORED = "ignored"
-VERSION_TEXT = "slurm-compatible wattsched {version}"
 
 
 class Opt:
@@ -175,7 +176,9 @@ class Command:
             sys.stdout.write(self.usage_text())
             raise SystemExit(0)
         if kind == "version":
-            sys.stdout.write(VERSION_TEXT.format(version=version()) + "\n")
+            from wattsched import version_line
+
+            sys.stdout.write(version_line() + "\n")
             raise SystemExit(0)
         if opt.status == IGNORED:
             noted.append(opt)
@@ -255,21 +258,24 @@ def _integer(value: str, opt: Opt, command: Command, context: str) -> int:
     return number
 
 
-def version() -> str:
-    from wattsched import __version__
-
-    return __version__
-
-
 def run(prog: str, body: Callable[[], int | None], message: Callable[[Any], str] = str) -> None:
     """Run a command's body and exit with its code; a CLIError becomes Slurm's ``prog: error: ...``
     (worded by ``message``) and exit 1."""
     from wattsched.cli.common import CLIError, die
 
     try:
-        code = body()
+        try:
+            code = body()
+        finally:
+            sys.stdout.flush()  # here, where a reader gone away is handled below, not at exit
     except CLIError as exc:
         die(prog, message(exc))
     except KeyboardInterrupt:
         raise SystemExit(130) from None
+    except BrokenPipeError:
+        # the reader went away (squeue | head -1): end as Slurm's C commands do, quietly, by SIGPIPE
+        # (Python ignores the signal and would print a traceback, then fail again flushing at exit)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGPIPE)
     raise SystemExit(code or 0)

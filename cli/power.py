@@ -7,9 +7,8 @@ import json
 import sys
 from typing import Annotated
 
-import typer
-
 from wattsched.cli.common import CLIError
+from wattsched.cli.plaintyper import typer
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Switch nodes through their BMCs; report what power saving saved.")

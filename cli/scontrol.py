@@ -459,9 +459,9 @@ def execute(client: Client, args: list[str], opts: dict[str, Any]) -> int:
         print(f"Slurmctld(primary) at {client.host} is {reply['status']} "
               f"({(time.time() - started) * 1000:.0f} ms)")
     elif command == "version":
-        from wattsched import __version__
+        from wattsched import version_line
 
-        print(f"slurm-compatible wattsched {__version__}")
+        print(version_line())
     elif command == "listpids":
         return listpids(rest[0] if rest else None)
     elif command == "wait_job":

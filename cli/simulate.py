@@ -7,9 +7,8 @@ import tempfile
 from pathlib import Path
 from typing import Annotated
 
-import typer
-
 from wattsched.cli.common import CLIError
+from wattsched.cli.plaintyper import typer
 
 TRACES = Path(__file__).resolve().parent.parent.parent / "shared" / "traces"
 

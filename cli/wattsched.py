@@ -9,9 +9,8 @@ import sys
 import time
 from typing import Annotated
 
-import typer
-
 from wattsched.cli.common import CLIError, die
+from wattsched.cli.plaintyper import typer
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="wattsched daemons and tools.")
 

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import re
+import signal
 import subprocess
+import sys
 
 import pytest
 
@@ -114,7 +118,8 @@ def test_every_slurm_option_of_the_run_commands_is_known() -> None:
 @pytest.mark.parametrize("prog", SLURM_COMMANDS)
 def test_help_usage_and_version(prog: str) -> None:
     version = subprocess.run([str(BIN / prog), "--version"], capture_output=True, text=True, timeout=30)
-    assert version.returncode == 0 and version.stdout.startswith("slurm-compatible wattsched ")
+    # Slurm's "slurm X.Y.Z" first (tools take the second word for the version), then ours
+    assert version.returncode == 0 and re.fullmatch(r"slurm \d+\.\d+\.\d+ \(wattsched \S+\)\n", version.stdout)
     usage = subprocess.run([str(BIN / prog), "--usage"], capture_output=True, text=True, timeout=30)
     assert usage.returncode == 0 and usage.stdout.startswith(f"Usage: {prog} ")
     helped = subprocess.run([str(BIN / prog), "--help"], capture_output=True, text=True, timeout=30)
@@ -134,3 +139,24 @@ def test_readme_option_table_is_the_commands_own() -> None:
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     start, end = readme.index(optiontable.BEGIN), readme.index(optiontable.END) + len(optiontable.END)
     assert readme[start:end] == optiontable.table(), "README out of date: python -m wattsched.cli.optiontable"
+
+
+@pytest.mark.parametrize("prog", ["squeue", "sinfo", "sacct", "scontrol"])
+def test_a_reader_gone_away_ends_the_command_quietly_as_slurms(prog: str) -> None:
+    """`squeue | head -1`: the command ends by SIGPIPE, as Slurm's C commands do, without a traceback."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        done = subprocess.run([str(BIN / prog), "--help"], stdout=write_end, stderr=subprocess.PIPE, timeout=30)
+    finally:
+        os.close(write_end)
+    assert done.returncode == -signal.SIGPIPE and done.stderr == b""
+
+
+def test_the_commands_leave_the_environment_they_pass_on_alone() -> None:
+    """sbatch's default --export=ALL copies the environment into the job's: nothing of ours may be
+    added to it (TYPER_USE_RICH was, by the package's import)."""
+    code = "import os, wattsched.cli.sbatch, wattsched.cli.wattsched; print(sorted(os.environ))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30,
+                          env={"PATH": os.environ["PATH"]})
+    assert done.returncode == 0 and done.stdout.strip() in ("['PATH']", "['LC_CTYPE', 'PATH']"), done.stdout

@@ -7,3 +7,12 @@ from the repository's top-level folders.
 """
 
 __version__ = "0.1.0"
+# the Slurm release whose behaviour, layouts and data_parser this follows: what the commands' -V
+# and slurmrestd's meta tell the tools that read Slurm's version
+SLURM_RELEASE = ("23", "11", "4")
+
+
+def version_line() -> str:
+    """The commands' -V/--version (and scontrol version): Slurm's "slurm X.Y.Z", which tools parse
+    for the version they talk to, then wattsched's own."""
+    return f"slurm {'.'.join(SLURM_RELEASE)} (wattsched {__version__})"

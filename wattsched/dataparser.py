@@ -16,8 +16,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from wattsched import SLURM_RELEASE
+
 DATA_PARSER = "data_parser/v0.0.40"
-SLURM_RELEASE = ("23", "11", "4")  # the Slurm release whose data_parser layout this follows
 TRES_IDS = {"cpu": 1, "mem": 2, "energy": 3, "node": 4, "billing": 5, "fs/disk": 6, "vmem": 7, "pages": 8,
             "gres/gpu": 1001}
 INFINITE = object()
