@@ -327,6 +327,8 @@ def add_routes(app: FastAPI, controller: Any) -> None:
     app.include_router(slurmdb)
 
     @app.get("/openapi/v3", include_in_schema=False)
+    @app.get("/openapi", include_in_schema=False)
     async def openapi_v3() -> dict[str, Any]:
-        """slurmrestd's path for its OpenAPI document (the same as /openapi.json)."""
+        """slurmrestd's paths for its OpenAPI document (the same as /openapi.json): clients such as
+        pyslurmutils read it at /openapi."""
         return app.openapi()
