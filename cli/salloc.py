@@ -109,4 +109,7 @@ def _watch(client: Client, job_id: int, child: subprocess.Popen, revoked: thread
 
 
 def main() -> None:
+    # Ctrl-C ends the step and gives the allocation back even where a shell started us with SIGINT
+    # ignored (a background job of a script): Slurm's salloc sets its own handler too
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     run("salloc", lambda: salloc(sys.argv[1:]))

@@ -308,4 +308,7 @@ class StdinForwarder:
 
 
 def main() -> None:
+    # Ctrl-C ends the step and gives the allocation back even where a shell started us with SIGINT
+    # ignored (a background job of a script): Slurm's srun sets its own handler too
+    signal_mod.signal(signal_mod.SIGINT, signal_mod.default_int_handler)
     run("srun", lambda: srun(sys.argv[1:]))

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from wattsched import scheduling, states
 from wattsched.api import JobSubmit, JobUpdate, WillRun
 from wattsched.auth import Identity
-from wattsched.controller import acctpolicy, jobend, launching, permissions, snapshots
+from wattsched.controller import acctpolicy, jobend, jobsubmit, launching, permissions, snapshots
 from wattsched.controller import submit as submit_mod
 from wattsched.controller.actions import Action, Freeze, Refused, Signal
 from wattsched.model import Job
@@ -28,7 +28,7 @@ def submit(state: ClusterState, req: JobSubmit, who: Identity, now: float) -> li
     if req.nice < 0 and not permissions.is_admin(state, who):
         raise Refused("Access/permission denied: only an administrator may set a negative nice value", 403)
     gid, group = primary_group(who.uid)
-    req = acctpolicy.settle(state, with_account(state, req, who), who)
+    req = acctpolicy.settle(state, with_account(state, jobsubmit.on_submit(state, req, who, gid), who), who)
     try:
         jobs = submit_mod.build_jobs(req, who, gid, group, state.config, now, state.next_job_id,
                                      snapshots.node_snaps(state), state.plugins.select,
@@ -83,7 +83,7 @@ def will_run(state: ClusterState, req: JobSubmit, who: Identity, now: float) -> 
     it (now, or at its place in the backfill plan), from a pass of the pure core over the
     current snapshot with the job added. Nothing is kept."""
     gid, group = primary_group(who.uid)
-    req = acctpolicy.settle(state, with_account(state, req, who), who)
+    req = acctpolicy.settle(state, with_account(state, jobsubmit.on_submit(state, req, who, gid), who), who)
     try:
         job = submit_mod.build_jobs(req, who, gid, group, state.config, now, state.next_job_id,
                                     snapshots.node_snaps(state), state.plugins.select, snapshots.partition_snaps(state),
@@ -186,9 +186,11 @@ def update(state: ClusterState, jobs: Iterable[Job], upd: JobUpdate, who: Identi
     admin = permissions.is_admin(state, who)
     for job in jobs:
         permissions.check_owner(state, job, who)
-    if (upd.priority is not None or upd.hold == "admin") and not admin:
+    # the site's job_modify rules see each job's update first: any refusal changes nothing
+    updates = [(job, jobsubmit.on_modify(state, job, upd, who)) for job in jobs]
+    if any(u.priority is not None or u.hold == "admin" for _, u in updates) and not admin:
         raise Refused("Access/permission denied", 403)
-    for job in jobs:
+    for job, upd in updates:
         if job.state in states.FINISHED and (upd.hold or upd.release or upd.time_limit or upd.priority):
             raise Refused("Job has already finished", 409)
         if upd.hold is not None:

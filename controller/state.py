@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from wattsched import power, scheduling
 from wattsched.api import (
@@ -67,6 +68,7 @@ class Plugins:
     priority: scheduling.PriorityPlugin
     scheduler: scheduling.SchedulerPlugin
     select: scheduling.SelectPlugin
+    job_submit: tuple[Any, ...] = ()  # JobSubmitPlugins, in order (wattsched.plugins.job_submit)
 
 
 @dataclass(slots=True)

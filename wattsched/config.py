@@ -44,6 +44,7 @@ from wattsched.confvalues import (
     percent,
     period_s,
     plugin,
+    plugin_list,
     positive,
     positive_number,
     power_save_types,
@@ -157,6 +158,8 @@ class Config:
     scheduler_type: str = setting("SchedulerType", plugin("sched"), "sched/backfill")
     scheduler_parameters: SchedulerParams = setting("SchedulerParameters", parse_scheduler_params, SchedulerParams())
     priority_type: str = setting("PriorityType", plugin("priority"), "priority/basic")
+    # site rules run on every submission and update (wattsched.plugins.job_submit)
+    job_submit_plugins: tuple[str, ...] = setting("JobSubmitPlugins", plugin_list("job_submit"), ())
     select_type: str = setting("SelectType", plugin("select"), "select/cons_tres")
     auth_key_file: str = setting("AuthAltParameters", jwt_key, "", path=True, restart=True)
     # AuthInfo=socket=PATH; default: auth/auth.sock beside StateSaveLocation

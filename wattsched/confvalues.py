@@ -140,6 +140,16 @@ def plugin(kind: str) -> Callable[[str], str]:
     return parse
 
 
+def plugin_list(kind: str) -> Callable[[str], tuple[str, ...]]:
+    """Slurm's comma-separated plugin names, with or without their ``kind/`` (JobSubmitPlugins=lua)."""
+    def parse(value: str) -> tuple[str, ...]:
+        found = []
+        for name in filter(None, (v.strip() for v in value.split(","))):
+            found.append(plugin(kind)(name if name.startswith(kind + "/") else f"{kind}/{name}"))
+        return tuple(found)
+    return parse
+
+
 def text(value: str) -> str:
     return value
 
