@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: emulate test lint bench clean
+.PHONY: emulate test test-fast lint bench clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,6 +18,12 @@ test: $(BIN)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
+
+# the pure core and the unit tests alone: no daemon is started (the e2e mark, tests/conftest.py)
+test-fast: $(BIN)/.installed
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+	$(BIN)/python -m pytest -q -m "not e2e"
 
 bench: $(BIN)/.installed
 	$(BIN)/python bench/run_all.py

@@ -246,15 +246,6 @@ def _cpu_sum(key: str) -> Callable[[Row, Row | None], str]:
     return lambda job, step: _total_cpu(step[key] if step is not None else sum(x[key] for x in job["steps"]))
 
 
-def _node_task(node_key: str, task_key: str, names: tuple[str, ...]) -> Callable[[Row, Row | None], str]:
-    return _step(lambda s: _tres([(n, s[node_key] if node_key.endswith("node") else s[task_key]) for n in names]))
-
-
-def _usage_where(key: str, names: tuple[str, ...]) -> Callable[[Row, Row | None], str]:
-    """TRESUsage*{Node,Task}: where the extreme figure was seen (a node name or a task rank)."""
-    return _step(lambda s: _tres([(n, s[key]) for n in names]) if s[key] not in ("", None) else "")
-
-
 def _blank(_job: Row, _step: Row | None) -> str:
     return ""
 

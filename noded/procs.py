@@ -157,5 +157,3 @@ def same_process(pid: int, started: int) -> bool:
     """Whether ``pid`` is still the process that started at ``started`` (and has not ended)."""
     return pid > 1 and started > 0 and start_time(pid) == started and alive(pid)
 
-
-TERM_SIGNALS = (signal.SIGTERM, signal.SIGKILL)

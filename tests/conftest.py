@@ -1,4 +1,5 @@
-"""Shared fixtures: a running test cluster, per module or per test."""
+"""Shared fixtures: a running test cluster, per module or per test; the ``e2e`` mark on every test
+that starts the daemons (``make test-fast`` leaves them out)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,14 @@ from collections.abc import Iterator
 import pytest
 
 from tests.testcluster import Cluster
+
+DAEMON_FIXTURES = {"cluster", "fresh_cluster"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.name.startswith("test_e2e_") or DAEMON_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.e2e)
 
 
 @pytest.fixture(scope="module")

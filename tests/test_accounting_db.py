@@ -93,6 +93,7 @@ def test_node_events(store: AccountingStore) -> None:
                                         "time": 5.0}]
 
 
+@pytest.mark.e2e
 def test_controller_accounts_into_each_database(db_url: str, tmp_path) -> None:
     from tests.testcluster import Cluster
 

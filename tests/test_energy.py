@@ -128,6 +128,7 @@ def test_shared_node_idle_part_by_cpus_dynamic_part_by_cpu_time() -> None:
     assert job_energy({"a": idle_only}, 0.0, 10.0, {"a": 1}, 1) == pytest.approx(250)
 
 
+@pytest.mark.e2e
 def test_a_4_node_job_is_charged_the_sum_of_its_nodes_energy(tmp_path) -> None:
     c = Cluster(tmp_path, agents=2, extra="AcctGatherEnergyType=acct_gather_energy/emulated\nAcctGatherNodeFreq=1",
                 node_extra="IdleWatts=100 MaxWatts=300").start()
@@ -155,6 +156,7 @@ def test_a_4_node_job_is_charged_the_sum_of_its_nodes_energy(tmp_path) -> None:
         c.stop()
 
 
+@pytest.mark.e2e
 def test_the_record_that_first_says_completed_carries_the_energy(tmp_path) -> None:
     # Nodes are read once an hour here: only the reading each agent takes when a job ends can
     # settle the energy, and until it does the job stays COMPLETING, as in Slurm.

@@ -135,6 +135,7 @@ def test_a_bmc_that_never_answers_leaves_only_its_node_stale(bmcs, tmp_path) -> 
         silent.close()
 
 
+@pytest.mark.e2e
 def test_hung_bmc_delays_neither_job_launch_nor_heartbeats(tmp_path: Path) -> None:
     """n02's BMC never answers; its jobs still start at once and the node stays up."""
     base = _udp_port()

@@ -150,6 +150,7 @@ def test_swf_conventions_unknowns_clipping_and_errors(tmp_path) -> None:
     assert workload.load(as_json).jobs == HAND
 
 
+@pytest.mark.e2e
 def test_simulate_command_writes_its_outputs_and_refuses_bad_input(tmp_path) -> None:
     conf = tmp_path / "p.conf"
     _platform(tmp_path)  # writes p.conf
@@ -199,6 +200,7 @@ def test_light_esp_is_table_ii_scaled_to_the_machine() -> None:
     assert workload.most_active_users(four, 1)[0] in work
 
 
+@pytest.mark.e2e
 def test_energy_fairshare_favours_the_green_user_as_in_seed_000(tmp_path) -> None:
     """Experiment (b) in small: Light-ESP x4, users 0.7x / 1x / 1.3x. Under FS their mean stretches
     are about equal; under EFS the green user's is the lowest and the gluttonous user's the highest."""

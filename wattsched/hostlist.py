@@ -80,10 +80,3 @@ def compress(names: Iterable[str]) -> str:
     if not names:
         return ""
     return str(NodeSet.fromlist(names))
-
-
-def natural_key(name: str) -> tuple:
-    """Sort key that orders ``node2`` before ``node10``, as hostlists do."""
-    head = name.rstrip("0123456789")
-    tail = name[len(head):]
-    return (head, int(tail) if tail else -1, tail)
