@@ -197,6 +197,14 @@ def profile_plot(
 
 
 @app.command()
+def completion() -> None:
+    """Print bash completion for the Slurm commands: source <(wattsched completion)."""
+    from wattsched.cli.completion import bash
+
+    print(bash())
+
+
+@app.command()
 def version() -> None:
     """Print the version."""
     from wattsched import __version__

@@ -141,3 +141,30 @@ def test_stdin_goes_to_task_zero_or_where_input_says(cluster: Cluster) -> None:
     assert cluster.run("srun", "--input=none", "cat", input="ignored\n").stdout == ""
     (cluster.work / "in-1.txt").write_text("from file\n")
     assert cluster.run("srun", "-n", "2", "-l", "--input=in-%t.txt", "cat", check=False).stdout.count("from file") == 1
+
+
+def test_bash_completes_options_partitions_jobs_nodes_and_fields(cluster: Cluster, tmp_path) -> None:
+    """`wattsched completion` in a real interactive bash: Tab completes the commands' options, and
+    partitions, job ids, node names and sacct fields asked of the cluster."""
+    script = tmp_path / "completion.bash"
+    script.write_text(cluster.run("wattsched", "completion").stdout)
+    job = cluster.sbatch("--wrap", "sleep 300")
+    term = Terminal(["/bin/bash", "--norc", "--noprofile", "-i"],
+                    dict(cluster.env, TERM="dumb", PS1="$ ", INPUTRC="/dev/null"), str(cluster.work))
+    try:
+        term.type(f"source {script}; echo sourced\n")
+        term.expect("sourced\r?\n")
+        for typed, shown in (("sbatch --parti\t", r"sbatch --partition "),  # one match: completed in place
+                             ("squeue -p \t", r"squeue -p debug"),
+                             (f"scancel {str(job)[:-1]}\t", rf"scancel {job}"),
+                             ("sbatch -w n0\t\t", r"n01\s+n02\s+n03\s+n04"),  # several: listed
+                             ("sacct -o JobID\t\t", r"JobID\s+JobIDRaw"),
+                             ("sacct --format=JobID,Elapsed\t\t", r"JobID,Elapsed\s+JobID,ElapsedRaw")):
+            term.seen = b""
+            term.type(typed)
+            term.expect(shown)
+            term.type("\x15")  # Ctrl-U: a fresh line
+        term.type("exit\n")
+        assert term.wait() == 0
+    finally:
+        cluster.run("scancel", str(job))
