@@ -7,6 +7,8 @@ saying so.
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
 import subprocess
 import time
@@ -17,6 +19,8 @@ import httpx
 import pytest
 
 from tests.testcluster import Cluster, free_port, wait_for
+
+ROOT = Path(__file__).resolve().parent.parent
 
 PROMETHEUS, PROMTOOL = shutil.which("prometheus"), shutil.which("promtool")
 needs_prometheus = pytest.mark.skipif(not (PROMETHEUS and PROMTOOL),
@@ -148,6 +152,19 @@ scrape_configs:
         rising = wait_for(lambda: query('increase(wattsched_node_energy_joules_total{job="wattsched-noded"}[10s])'),
                           30, what="energy counters rising")
         assert all(float(r["value"][1]) > 0 for r in rising), (rising, time.time() - started)
+        # the Grafana dashboard in deploy/: every query is good PromQL over series Prometheus has
+        held = metered.sbatch("-H", "--wrap", "true")  # a pending job: the pending reasons exist
+        wait_for(lambda: query("wattsched_jobs_pending_by_reason"), 30, what="the pending reasons scraped")
+        names = {r["metric"]["__name__"] for r in query('count by (__name__) ({__name__=~"(slurm|wattsched)_.+"})')}
+        dashboard = json.loads((ROOT / "deploy" / "grafana" / "wattsched.json").read_text())
+        exprs = [(p["title"], t["expr"]) for p in dashboard["panels"] for t in p["targets"]]
+        assert len(exprs) >= 15
+        for title, expr in exprs:
+            response = httpx.get(f"http://127.0.0.1:{port}/api/v1/query",
+                                 params={"query": expr.replace("$__rate_interval", "1m")}, timeout=10)
+            assert response.status_code == 200 and response.json()["status"] == "success", (title, response.text)
+            assert set(re.findall(r"\b(?:slurm|wattsched)_[a-z_]+", expr)) <= names, (title, expr)
+        metered.run("scancel", str(held))
     finally:
         server.terminate()
         server.wait(timeout=30)
