@@ -33,7 +33,7 @@ from wattsched.api import (
     PowerCapUpdate,
     ReservationSpec,
 )
-from wattsched.controller import dashboard, energy, jobroutes, priorityapi, restd
+from wattsched.controller import acctdb, dashboard, energy, jobroutes, priorityapi, restd
 from wattsched.controller import reservations as reservations_mod
 from wattsched.controller.actions import Refused
 from wattsched.controller.dispatch import Dispatcher
@@ -241,44 +241,34 @@ def create_app(controller: Controller) -> FastAPI:
     dashboard.add_routes(app, controller)
 
     @app.get("/v1/accounting/jobs")
-    def accounting_jobs(who: Who, job: Annotated[list[Annotated[int, Field(ge=0, le=BIG)]] | None,
-                                                 Query(max_length=LIST_MAX)] = None,
-                        user: Annotated[list[str] | None, Query(max_length=LIST_MAX)] = None,
-                        state_: Annotated[list[str] | None, Query(alias="state", max_length=64)] = None,
-                        start: Annotated[float | None, Query(ge=0, le=BIG)] = None,
-                        end: Annotated[float | None, Query(ge=0, le=BIG)] = None) -> JSONResponse:
-        if controller.accounting is None:
-            raise Refused("Accounting storage is disabled (AccountingStorageType=accounting_storage/none)", 400)
+    async def accounting_jobs(who: Who, job: Annotated[list[Annotated[int, Field(ge=0, le=BIG)]] | None,
+                                                       Query(max_length=LIST_MAX)] = None,
+                              user: Annotated[list[str] | None, Query(max_length=LIST_MAX)] = None,
+                              state_: Annotated[list[str] | None, Query(alias="state", max_length=64)] = None,
+                              start: Annotated[float | None, Query(ge=0, le=BIG)] = None,
+                              end: Annotated[float | None, Query(ge=0, le=BIG)] = None) -> JSONResponse:
+        accounting = acctdb.store(controller.accounting)
         query = JobQuery(cluster=state.config.cluster_name, job_ids=tuple(job or ()), users=tuple(user or ()),
                          states=tuple(state_ or ()), start=start, end=end)
-        try:
-            if controller.sync is not None:
-                controller.sync.flush()  # the caller's own latest changes first
-            rows = controller.accounting.query_jobs(query)
-        except Exception as exc:  # the database may be away; say so rather than fail with a 500
-            raise Refused(f"Problem talking to the database: accounting database unavailable ({type(exc).__name__})",
-                          503) from exc
+        if controller.sync is not None:
+            await acctdb.call(controller.sync.flush)  # the caller's own latest changes first
+        rows = await acctdb.call(accounting.query_jobs, query)
         return JSONResponse({"time": time.time(), "jobs": rows})
 
     @app.get("/v1/power/report")
-    def power_report(who: Who, start: Annotated[float | None, Query(ge=0, le=BIG)] = None,
-                     end: Annotated[float | None, Query(ge=0, le=BIG)] = None) -> dict[str, Any]:
+    async def power_report(who: Who, start: Annotated[float | None, Query(ge=0, le=BIG)] = None,
+                           end: Annotated[float | None, Query(ge=0, le=BIG)] = None) -> dict[str, Any]:
         """Power saving over [start, end]: switches, time off, energy saved against always-on (from
         the node power events in accounting), and jobs' added waiting. By default the last day, or
         as much of it as the nodes' energy samples cover, so that the figures are all measured."""
-        if controller.accounting is None:
-            raise Refused("Accounting storage is disabled (AccountingStorageType=accounting_storage/none)", 400)
+        accounting = acctdb.store(controller.accounting)
         now = time.time()
         span = energy.metered_span(state.nodes.values())
         if end is None:
             end = min(now, span[1]) if span and span[1] > span[0] else now
         if start is None:
             start = max(end - 86400, span[0]) if span and span[0] < end else end - 86400
-        try:
-            rows = controller.accounting.node_events(state.config.cluster_name)
-        except Exception as exc:
-            raise Refused(f"Problem talking to the database: accounting database unavailable ({type(exc).__name__})",
-                          503) from exc
+        rows = await acctdb.call(accounting.node_events, state.config.cluster_name)
         events = [(r["time"], r["node"], r["state"], r["reason"]) for r in rows if r["time"] <= end]
         watts = {n.name: powerreport.NodeWatts(float(n.idle_watts or 0), float(
             n.power_save_watts if n.power_save_watts is not None else n.idle_watts or 0), n.switching)

@@ -11,7 +11,6 @@ PrivateData): the cluster's jobs, nodes and usage.
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import math
 import os
@@ -22,6 +21,7 @@ from fastapi import FastAPI, Path, Query
 from fastapi.staticfiles import StaticFiles
 
 from wattsched import power
+from wattsched.controller import acctdb
 from wattsched.controller.actions import Refused
 from wattsched.controller.powerlog import DAY_S, PowerLog
 from wattsched.controller.views import job_brief
@@ -68,16 +68,10 @@ def add_routes(app: FastAPI, controller: Any) -> None:
     @app.get("/v1/dashboard/energy")
     async def energy_by_owner(who: Who, period: Annotated[int, Query(ge=60, le=WEEK_S)] = DAY_S) \
             -> dict[str, Any]:
-        if controller.accounting is None:
-            raise Refused("Accounting storage is disabled (AccountingStorageType=accounting_storage/none)", 400)
+        store, cluster = acctdb.store(controller.accounting), state.config.cluster_name
         now = time.time()
-        store, cluster = controller.accounting, state.config.cluster_name
-        try:
-            found = {key: await asyncio.to_thread(store.energy_by, cluster, column, now - period, now)
-                     for key, column in (("users", "user"), ("accounts", "account"))}
-        except Exception as exc:  # the database may be away: say so
-            raise Refused("Problem talking to the database: accounting database unavailable "
-                          f"({type(exc).__name__})", 503) from exc
+        found = {key: await acctdb.call(store.energy_by, cluster, column, now - period, now)
+                 for key, column in (("users", "user"), ("accounts", "account"))}
         return {"time": now, "start": now - period,
                 **{key: [{"name": name, "joules": round(joules), "jobs": jobs} for name, joules, jobs in rows]
                    for key, rows in found.items()}}

@@ -15,7 +15,7 @@ from fastapi import FastAPI
 from wattsched import limits
 from wattsched.accounting.assoc import ASSOC_SETTINGS, AssocError, AssocStore
 from wattsched.api import AssocRequest
-from wattsched.controller import acctpolicy
+from wattsched.controller import acctdb, acctpolicy
 from wattsched.controller.actions import Refused
 from wattsched.httpauth import Who
 
@@ -73,9 +73,7 @@ def add_routes(app: FastAPI, controller: Any) -> None:
     state = controller.state
 
     def accounting():
-        if controller.accounting is None:
-            raise Refused("Accounting storage is disabled (AccountingStorageType=accounting_storage/none)", 400)
-        return controller.accounting.assocs(state.config.cluster_name)
+        return acctdb.store(controller.accounting).assocs(state.config.cluster_name)
 
     @app.post("/v1/associations")
     async def change_associations(req: AssocRequest, who: Who) -> dict[str, Any]:

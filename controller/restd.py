@@ -12,7 +12,6 @@ in wattsched.restapi declare the fields tools rely on; the rest of each object i
 
 from __future__ import annotations
 
-import asyncio
 import signal as signal_mod
 import time
 from typing import Annotated, Any, Literal
@@ -25,7 +24,7 @@ from pydantic import Field
 from wattsched import dataparser, states
 from wattsched.accounting.store import JobQuery
 from wattsched.api import BIG, ID_MAX, LIST_MAX, TEXT_MAX
-from wattsched.controller import listings
+from wattsched.controller import acctdb, listings
 from wattsched.controller import reservations as reservations_mod
 from wattsched.controller.actions import Refused
 from wattsched.controller.views import job_gpus, job_view, node_view, partition_views
@@ -241,24 +240,13 @@ def add_routes(app: FastAPI, controller: Any) -> None:
     # --- slurmdbd's side: the accounting database ------------------------------------------------------
 
     def accounting():
-        if controller.accounting is None:
-            raise Refused("Accounting storage is disabled (AccountingStorageType=accounting_storage/none)", 400)
-        return controller.accounting
-
-    async def db_call(call, *args):
-        try:
-            return await asyncio.to_thread(call, *args)
-        except Refused:
-            raise
-        except Exception as exc:  # the database may be away: say so, as sacct does
-            raise Refused("Problem talking to the database: accounting database unavailable "
-                          f"({type(exc).__name__})", 503) from exc
+        return acctdb.store(controller.accounting)
 
     async def db_jobs(request: Request, who: Any, query: JobQuery) -> dict[str, Any]:
         store = accounting()
         if controller.sync is not None:
-            await db_call(controller.sync.flush)
-        rows = await db_call(store.query_jobs, query)
+            await acctdb.call(controller.sync.flush)
+        rows = await acctdb.call(store.query_jobs, query)
         return doc(request, who, jobs=[dataparser.accounting_job(r) for r in rows])
 
     @slurmdb.get("/jobs", response_model=DbJobsDoc)
@@ -281,7 +269,7 @@ def add_routes(app: FastAPI, controller: Any) -> None:
 
     @slurmdb.get("/associations", response_model=AssociationsDoc)
     async def associations(request: Request, who: Who) -> dict[str, Any]:
-        rows = await db_call(accounting().assocs(cluster).associations)
+        rows = await acctdb.call(accounting().assocs(cluster).associations)
         return doc(request, who, associations=[{
             "account": a["account"], "cluster": a["cluster"], "user": a["user"], "partition": "",
             "parent_account": a["parent"] or "", "shares_raw": int(a["shares"]), "id": {"id": a["id"]},
@@ -303,13 +291,13 @@ def add_routes(app: FastAPI, controller: Any) -> None:
         return found
 
     async def _accounts(only: str | None) -> list[dict[str, Any]]:
-        rows = await db_call(accounting().assocs(cluster).accounts)
+        rows = await acctdb.call(accounting().assocs(cluster).accounts)
         return [{"name": a["name"], "description": a.get("description", "") or "",
                  "organization": a.get("organization", "") or "", "associations": [], "coordinators": [],
                  "flags": []} for a in rows if only is None or a["name"] == only]
 
     async def _users(only: str | None) -> list[dict[str, Any]]:
-        rows = await db_call(accounting().assocs(cluster).users)
+        rows = await acctdb.call(accounting().assocs(cluster).users)
         return [{"name": u["name"], "default": {"account": u.get("default_account", "") or "", "wckey": ""},
                  "administrator_level": [str(u.get("admin_level", "") or "None")], "associations": [],
                  "coordinators": [], "flags": [], "old_name": "", "wckeys": []}
