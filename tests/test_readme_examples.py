@@ -1,0 +1,136 @@
+"""The README's examples cannot lie: every ```console block marked ``<!-- runs -->`` is run, command
+by command, against a fresh emulated cluster made from etc/emulated.conf (as `make emulate` makes
+it), and what the block shows after a command is what the command must print.
+
+A command's shown output is compared line by line, word by word, times (``0:03``, ``00:00:56``)
+standing for any time. A command that only reads (squeue, sinfo, sacct, sstat, scontrol show...)
+is run again until it prints what is shown (the cluster moves on: a job ends, a state settles),
+for a bounded time; every other command runs once and must succeed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.testcluster import BIN, free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+READERS = ("squeue", "sinfo", "sacct", "sstat", "sreport", "sshare", "sprio", "scontrol show",
+           "sh5util", "wattsched profile")  # (these two write files, the same ones each time)
+TIME = re.compile(r"^(\d+-)?\d+:\d\d(:\d\d)?$")
+SETTLE_S = 120  # how long a read is retried: the walk-through's energy job runs a minute
+
+
+def blocks(text: str) -> list[list[tuple[str, list[str]]]]:
+    """The runnable blocks: each a list of (command, the output lines shown after it)."""
+    found = []
+    for match in re.finditer(r"<!-- runs -->\n```console\n(.*?)```", text, re.S):
+        steps: list[tuple[str, list[str]]] = []
+        lines = match.group(1).splitlines()
+        i = 0
+        while i < len(lines):
+            line = lines[i]
+            i += 1
+            if not line.startswith("$ "):
+                if steps and line.strip() and not line.startswith("#"):
+                    steps[-1][1].append(line)
+                continue
+            command = line[2:]
+            while command.endswith("\\") and i < len(lines):  # a continued line (bash joins it)
+                command += "\n" + lines[i]
+                i += 1
+            heredoc = re.search(r"<<'?(\w+)'?", command)
+            if heredoc:  # the document's lines, up to its end word
+                while i < len(lines):
+                    command += "\n" + lines[i]
+                    i += 1
+                    if lines[i - 1] == heredoc.group(1):
+                        break
+            steps.append((command, []))
+        found.append(steps)
+    return found
+
+
+def same(shown: list[str], printed: str) -> bool:
+    actual = [line.split() for line in printed.splitlines() if line.strip()]
+    expected = [line.split() for line in shown]
+    return len(actual) == len(expected) and all(
+        len(a) == len(e) and all(x == y or (TIME.match(x) and TIME.match(y)) for x, y in zip(a, e, strict=True))
+        for a, e in zip(actual, expected, strict=True))
+
+
+def _free_block(size: int) -> int:
+    """A first port of ``size`` free ports in a row (the emulated BMCs take one each)."""
+    for _ in range(50):
+        base = free_port()
+        try:
+            for port in range(base, base + size):
+                with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+                    probe.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+    raise RuntimeError("no block of free ports")
+
+
+@pytest.fixture(scope="module")
+def emulated(tmp_path_factory) -> Iterator[tuple[dict[str, str], Path]]:
+    """etc/emulated.conf on ports and in folders of its own, started as `make emulate` starts it."""
+    root = tmp_path_factory.mktemp("readme")
+    text = (ROOT / "etc" / "emulated.conf").read_text()
+    text = re.sub(r"(?m)^SlurmctldPort=.*$", f"SlurmctldPort={free_port()}", text)
+    text = re.sub(r"(?m)^EmulatedBMCPort=.*$", f"EmulatedBMCPort={_free_block(16)}", text)
+    text = re.sub(r"\.\./wattsched-state/emulated", str(root / "state"), text)
+    conf = root / "emulated.conf"
+    conf.write_text(text)
+    work = root / "work"
+    work.mkdir()
+    env = dict(os.environ, WATTSCHED_CONF=str(conf), SLURM_CONF=str(conf), PATH=f"{BIN}:{os.environ['PATH']}")
+    for var in ("SLURM_JOB_ID", "SLURM_JWT", "WATTSCHED_CONTROLLER"):
+        env.pop(var, None)
+    subprocess.run([str(BIN / "wattsched"), "emulate", "--daemon", str(conf)], env=env, check=True,
+                   capture_output=True, timeout=180)
+    try:
+        yield env, work
+    finally:
+        subprocess.run([str(BIN / "wattsched"), "emulate", "--stop", str(conf)], env=env, capture_output=True,
+                       timeout=120)
+
+
+@pytest.mark.e2e
+def test_the_walk_through_runs_as_shown(emulated: tuple[dict[str, str], Path]) -> None:
+    env, work = emulated
+    runnable = blocks(README.read_text())
+    assert len(runnable) >= 1 and sum(len(b) for b in runnable) >= 15
+    for steps in runnable:
+        for command, shown in steps:
+            reads = command.startswith(READERS)
+            deadline = time.monotonic() + (SETTLE_S if reads else 0)
+            while True:
+                done = subprocess.run(["bash", "-c", command], cwd=work, env=env, capture_output=True, text=True,
+                                      timeout=120)
+                good = done.returncode == 0 and (not shown or same(shown, done.stdout))
+                if good or time.monotonic() >= deadline:
+                    break
+                time.sleep(0.5)
+            assert good, f"$ {command}\nexit {done.returncode}\nshown:\n" + "\n".join(shown) + \
+                f"\nprinted:\n{done.stdout}{done.stderr}"
+
+
+def test_the_runner_notices_an_example_changed_by_hand() -> None:
+    """A block whose shown output is changed no longer matches what the command prints."""
+    steps = blocks("<!-- runs -->\n```console\n$ echo 'Submitted batch job 1'\nSubmitted batch job 2\n```\n")[0]
+    command, shown = steps[0]
+    printed = subprocess.run(["bash", "-c", command], capture_output=True, text=True, check=True).stdout
+    assert not same(shown, printed)
+    assert same(["Submitted batch job 1"], printed)
+    assert same(["1 debug R 0:03 node01"], "1 debug R 12:59 node01\n")  # times stand for any time
