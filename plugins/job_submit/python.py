@@ -138,11 +138,19 @@ def _slurm_module(said: list[str]) -> types.ModuleType:
 
 
 def _trusted(path: str) -> os.stat_result:
-    """The site file's status, if root may believe it (see the module's docstring), else OSError."""
+    """The site file's status, if root may believe it (see the module's docstring), else OSError.
+    Every folder above it too must be root's and closed to others (or sticky, as /tmp): else
+    someone could put another folder, with other rules, in its place."""
     ours = {0, os.geteuid()}
-    folder = os.stat(os.path.dirname(os.path.abspath(path)))
-    if folder.st_uid not in ours or folder.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise PermissionError(f"{os.path.dirname(path)} may be written by others than root")
+    folder = os.path.dirname(os.path.realpath(path))
+    while True:
+        info = os.stat(folder)
+        open_to_others = info.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not info.st_mode & stat.S_ISVTX
+        if info.st_uid not in ours or open_to_others:
+            raise PermissionError(f"{folder} may be written by others than root")
+        if folder == os.path.dirname(folder):
+            break
+        folder = os.path.dirname(folder)
     info = os.lstat(path)
     if not stat.S_ISREG(info.st_mode) or info.st_uid not in ours or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
         raise PermissionError(f"{path} is not a regular file of root's that only root may write")
