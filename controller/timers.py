@@ -54,7 +54,6 @@ def check_timers(state: ClusterState, now: float) -> list[Action]:
     return actions
 
 
-
 def end_overruns(state: ClusterState, now: float) -> list[Action]:
     """Running jobs whose group has used up a budget end TIMEOUT (:func:`wattsched.ledger.overrun`)."""
     snap = acctpolicy.snapshot(state)

@@ -521,7 +521,7 @@ class Simulation:
                 self.nodes[name].alloc_cpus += cpus
                 self._changed(self.nodes[name])
             self._draw(record, now)
-            record.end_due = now + record.job.runtime - (now - record.start - record.suspended_s)
+            record.end_due = record.start + record.suspended_s + record.job.runtime  # its run, put off
             self._push(record.end_due, END, job_id)
             self._hold(record)
 

@@ -20,6 +20,8 @@ def job_submit(job_desc, part_list, submit_uid):
     if (job_desc.name or "").startswith("bad"):
         slurm.log_user("jobs named %s are not welcome here", job_desc.name)
         return slurm.ERROR
+    if job_desc.wckey == "nope":
+        return slurm.ESLURM_INVALID_ACCOUNT             # Slurm's code, Slurm's words
     if job_desc.name == "crash":
         return 1 // 0                                   # a bug in the rules
     return slurm.SUCCESS
@@ -60,6 +62,9 @@ def test_the_site_rules_set_defaults_reroute_and_refuse(cluster: Cluster) -> Non
     refused = c.run("sbatch", "-J", "bad1", "--wrap", "true", check=False)
     assert refused.returncode == 1
     assert "Batch job submission failed: jobs named bad1 are not welcome here" in refused.stderr
+    coded = c.run("sbatch", "--wckey", "nope", "--wrap", "true", check=False)
+    assert coded.returncode == 1
+    assert "Batch job submission failed: Invalid account or account/partition combination specified" in coded.stderr
     crashed = c.run("sbatch", "-J", "crash", "--wrap", "true", check=False)  # contained, and logged
     assert crashed.returncode == 1 and "Unspecified error" in crashed.stderr
     assert "ZeroDivisionError" in (c.root / "logs" / "controller.log").read_text()

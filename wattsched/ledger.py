@@ -337,12 +337,13 @@ def _per_job(owner: str, limits: Limits, ask: Ask) -> str | None:
 def per_job_refusal(snap: AccountsSnap, ask: Ask) -> str | None:
     """What DenyOnLimit refuses at submission: the per-job limits of each of the job's QOS (its
     own, its partition's) that has the flag, and then the associations' per-job limits."""
-    for name in snap.qos_of(ask.qos, ask.partition):
-        qos = snap.qos.get(name)
-        if qos is not None and "DenyOnLimit" in qos.flags and (found := _per_job("QOS", qos.limits, ask)):
-            return found
-    if not any("DenyOnLimit" in snap.qos[q].flags for q in snap.qos_of(ask.qos, ask.partition) if q in snap.qos):
+    denying = [snap.qos[q] for q in snap.qos_of(ask.qos, ask.partition)
+               if q in snap.qos and "DenyOnLimit" in snap.qos[q].flags]
+    if not denying:
         return None
+    for qos in denying:
+        if (found := _per_job("QOS", qos.limits, ask)) is not None:
+            return found
     return Ledger(AccountsSnap(snap.qos, snap.assocs), 0.0, {})._assoc_per_job(snap.chain(ask.account, ask.user), ask)
 
 

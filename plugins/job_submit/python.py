@@ -62,6 +62,14 @@ RECORD = {"job_id": "job_id", "user_id": "uid", "user_name": "user", "group_id":
           "min_nodes": "nodes_min", "cpus_per_task": "cpus_per_task", "work_dir": "work_dir"}
 
 
+# Slurm's error codes a rule may return, with the words Slurm's commands print for them
+ERRORS = {2000: ("ESLURM_INVALID_PARTITION_NAME", "Invalid partition name specified"),
+          2002: ("ESLURM_ACCESS_DENIED", "Access/permission denied"),
+          2045: ("ESLURM_INVALID_ACCOUNT", "Invalid account or account/partition combination specified"),
+          2051: ("ESLURM_INVALID_TIME_LIMIT", "Requested time limit is invalid (missing or exceeds some limit)"),
+          2066: ("ESLURM_INVALID_QOS", "Invalid qos specification")}
+
+
 class Refusal(Exception):
     """The site's rules refused the request; the message is what the user sees."""
 
@@ -116,9 +124,8 @@ class JobRec:
 def _slurm_module(said: list[str]) -> types.ModuleType:
     """The ``slurm`` module a site file sees."""
     slurm = types.ModuleType("slurm")
-    names = {"SUCCESS": SUCCESS, "ERROR": ERROR, "FAILURE": ERROR, "ESLURM_INVALID_PARTITION_NAME": 2000,
-             "ESLURM_INVALID_TIME_LIMIT": 2051, "ESLURM_INVALID_ACCOUNT": 2045, "ESLURM_INVALID_QOS": 2066,
-             "ESLURM_ACCESS_DENIED": 2002, "NO_VAL": 0xFFFFFFFE, "INFINITE": 0xFFFFFFFF}
+    names = {"SUCCESS": SUCCESS, "ERROR": ERROR, "FAILURE": ERROR, "NO_VAL": 0xFFFFFFFE, "INFINITE": 0xFFFFFFFF,
+             **{name: code for code, (name, _text) in ERRORS.items()}}
     for name, value in names.items():
         setattr(slurm, name, value)
 
@@ -210,7 +217,8 @@ class PythonJobSubmit:
             log.error("job_submit/python: %s failed:\n%s", function, traceback.format_exc(limit=5))
             raise Refusal("Unspecified error") from None
         if code not in (None, SUCCESS):
-            raise Refusal("; ".join(self._said) or "Unspecified error")
+            known = ERRORS.get(code) if isinstance(code, int) else None
+            raise Refusal("; ".join(self._said) or (known[1] if known else "Unspecified error"))
 
 
 def partition_list(partitions: list[Any]) -> list[types.SimpleNamespace]:
