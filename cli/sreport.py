@@ -113,7 +113,7 @@ def sreport(argv: list[str]) -> None:
     if time_unit.lower() not in TIME_UNITS:
         raise CLIError(f"Invalid time unit: {time_unit} (Seconds, Minutes, Hours)")
     if kind == "budgets":
-        budgets(options, opts.get("tres"), TIME_UNITS[time_unit.lower()], parsable, parsable2, noheader, json_)
+        budgets(options, opts.get("tres"), time_unit, parsable, parsable2, noheader, json_)
         return
     kinds = [t.strip().lower() for t in tres.split(",") if t.strip()]
     if not kinds or any(t not in ("cpu", "energy") for t in kinds):
@@ -184,9 +184,10 @@ BUDGET_COLUMNS = [("Cluster", 9), ("Account", 15), ("Login", 9), ("QOS", 10), ("
                   ("Used", 12), ("Running", 12), ("Remaining", 12), ("Used%", 7)]
 
 
-def budgets(options: dict[str, str], tres: str | None, divisor: int, parsable: bool, parsable2: bool,
+def budgets(options: dict[str, str], tres: str | None, time_unit: str, parsable: bool, parsable2: bool,
             noheader: bool, json_: bool) -> None:
     """Every GrpTRESMins budget, with its use, what running jobs may still use, and what remains."""
+    divisor = TIME_UNITS[time_unit.lower()]
     data = Client().request("GET", "/v1/assoc_mgr")
     chosen = {name: {v for v in options.get(name, "").split(",") if v} for name in ("accounts", "users", "qos")}
     kinds = {t.strip().lower() for t in tres.split(",") if t.strip()} if tres else set()
@@ -212,12 +213,11 @@ def budgets(options: dict[str, str], tres: str | None, divisor: int, parsable: b
         print_json({"report": "Budgets", "time": data["time"], "rows": records})
         return
     if not (parsable or parsable2 or noheader):
-        unit = {1: "Seconds", 60: "Minutes", 3600: "Hours"}[divisor]
         print("-" * 80)
         from wattsched import timefmt
 
         print(f"Budgets (GrpTRESMins) at {timefmt.ts_str(data['time'])}")
-        print(f"Usage reported in TRES {unit} (energy in joules)")
+        print(f"Usage reported in TRES {time_unit.capitalize()} (energy in joules)")
         print("-" * 80)
     delimiter = "|" if parsable or parsable2 else None
     for line in fmt.format_table(records, BUDGET_COLUMNS, delimiter, trailing=parsable, header=not noheader):
