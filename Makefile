@@ -16,12 +16,14 @@ emulate: $(BIN)/.installed
 
 test: $(BIN)/.installed
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports --no-cache --no-logo
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
 
 # the pure core and the unit tests alone: no daemon is started (the e2e mark, tests/conftest.py)
 test-fast: $(BIN)/.installed
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports --no-cache --no-logo
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q -m "not e2e"
 

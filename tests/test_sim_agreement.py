@@ -15,7 +15,7 @@ import pytest
 from wattsched import auth, config, states
 from wattsched.api import AgentHeartbeat, JobEvent, JobSubmit, NodeReport
 from wattsched.auth import Identity
-from wattsched.controller.main import load_plugins
+from wattsched.controller.startup import load_plugins
 from wattsched.controller.state import ClusterState
 from wattsched.controller.store import StateStore
 from wattsched.simulator import engine, workload

@@ -57,6 +57,10 @@ R_MAINT = "ReqNodeNotAvail, Reserved for maintenance"
 R_POWER = "PowerNotAvail"
 R_POWER_RESERVED = "PowerReserved"
 
+# the reason a node is DOWN when its agent stopped answering (scontrol and sinfo -R show it)
+NODE_NOT_RESPONDING = "Not responding"
+
+
 class PowerFlag(StrEnum):
     """A node's power-saving flag (scontrol's +FLAG, sinfo's suffix); NONE: on, no switch asked.
     POWER_DOWN: to be switched off once idle (Slurm's "!")."""

@@ -21,7 +21,6 @@ if TYPE_CHECKING:
     from wattsched.controller.state import ClusterState, Plugins
 
 log = logging.getLogger("wattsched.controller")
-NOT_RESPONDING = "Not responding"
 
 
 def reconfigure(state: ClusterState, config: Config, plugins: Plugins, now: float) -> list[str]:
@@ -112,7 +111,7 @@ def heartbeat(state: ClusterState, hb: AgentHeartbeat, now: float) -> tuple[list
         woken |= node_up(state, node, report, now)
         if node.not_responding:
             node.not_responding = False
-            if node.base_state == NodeBase.DOWN and node.reason == NOT_RESPONDING and \
+            if node.base_state == NodeBase.DOWN and node.reason == states.NODE_NOT_RESPONDING and \
                     state.config.return_to_service >= 1:
                 node.base_state, node.reason = NodeBase.IDLE, ""
                 statesave.node_event(state, node, now, "IDLE")
@@ -167,20 +166,6 @@ def node_up(state: ClusterState, node: Node, report: NodeReport, now: float) -> 
     return True
 
 
-def node_down(state: ClusterState, node: Node, reason: str, now: float, not_responding: bool = False,
-              uid: int = 0) -> list[Action]:
-    node.not_responding = node.not_responding or not_responding
-    node.base_state, node.reason, node.reason_time, node.reason_uid = NodeBase.DOWN, reason, now, uid
-    statesave.node_event(state, node, now, "DOWN")
-    actions: list[Action] = []
-    for job in list(state.jobs.values()):
-        if job.state == states.RUNNING and node.name in job.alloc_cpus:
-            actions.extend(jobend.node_failed_job(state, job, now))
-        elif node.name in job.completing_nodes:
-            jobend.node_clean(state, job.job_id, node.name)
-    return actions
-
-
 def update_nodes(state: ClusterState, names: list[str], new_state: str, reason: str, who: Identity,
                  now: float) -> list[Action]:
     if not permissions.is_admin(state, who):
@@ -199,7 +184,7 @@ def update_nodes(state: ClusterState, names: list[str], new_state: str, reason: 
             node.drain, node.reason, node.reason_time, node.reason_uid = True, reason, now, who.uid
             statesave.node_event(state, node, now, "DRAIN")
         elif new_state == "down":
-            actions.extend(node_down(state, node, reason, now, uid=who.uid))
+            actions.extend(jobend.node_down(state, node, reason, now, uid=who.uid))
         else:  # resume / idle / undrain
             node.drain = False
             if node.base_state == NodeBase.DOWN and not node.not_responding:

@@ -33,16 +33,12 @@ from pyghmi.ipmi.private import session as ipmisession
 from wattsched import switching
 from wattsched.config import Config, NodeConf
 from wattsched.noded import chassis
-from wattsched.plugins.acct_gather_energy.emulated import Response, off_watts
+from wattsched.plugins.acct_gather_energy.ipmi import bmc_port
+from wattsched.powermodel import Response, switched_watts
 
 STATS_PERIOD_S = 60.0
 WAKE_S = 0.5
 _HMAC_SHA1 = 1
-
-
-def bmc_port(config: Config, node: NodeConf) -> int:
-    """The loopback port of a virtual node's emulated BMC: EmulatedBMCPort + its index."""
-    return config.emulated_bmc_port + [n.name for n in config.nodes].index(node.name)
 
 
 class EmulatedBmc(pyghmi_bmc.Bmc):
@@ -97,7 +93,7 @@ class EmulatedBmc(pyghmi_bmc.Bmc):
         """The node's power as this BMC shows it now: its agent's model while it is on, the
         switching or off watts otherwise (the agent may be gone with the node)."""
         state = chassis.read(self.spool, self.node.name).state(now, self.node.switching)
-        fixed = switching.state_watts(state, self.node.switching, off_watts(self.node))
+        fixed = switched_watts(self.node, state)
         if fixed is not None:
             return self.response.shown(self.node.name, fixed, now)
         try:

@@ -13,28 +13,12 @@ from wattsched.accounting.store import AccountingStore
 from wattsched.controller.acctsync import AccountingSync
 from wattsched.controller.app import create_app
 from wattsched.controller.loop import Controller
-from wattsched.controller.powersaving import PowerSaving
-from wattsched.controller.state import ClusterState, Plugins
+from wattsched.controller.startup import load_plugins
+from wattsched.controller.state import ClusterState
 from wattsched.controller.store import StateStore
-from wattsched.plugins import PluginError, load, scheduling
 from wattsched.private import private_dir
 
 log = logging.getLogger("wattsched.controller")
-
-
-class StartupError(RuntimeError):
-    """The controller cannot start with this configuration."""
-
-
-def load_plugins(config: config_mod.Config) -> Plugins:
-    try:
-        priority, scheduler, select = scheduling(config)
-        PowerSaving(config)  # a wrong PowerSaveType or PowerSaveParameters stops the start here
-        site = os.path.dirname(os.path.abspath(config.source))
-        job_submit = tuple(load(name, config_dir=site) for name in config.job_submit_plugins)
-        return Plugins(priority=priority, scheduler=scheduler, select=select, job_submit=job_submit)
-    except (PluginError, ValueError) as exc:
-        raise StartupError(f"{config.source}: {exc}") from exc
 
 
 def build(config: config_mod.Config) -> Controller:

@@ -23,6 +23,7 @@ from wattsched.controller.dispatch import Dispatcher
 from wattsched.controller.listings import ListingGate
 from wattsched.controller.powerlog import PowerLog
 from wattsched.controller.priority import FairShareCalc
+from wattsched.controller.startup import StartupError, load_plugins
 from wattsched.controller.state import ClusterState
 from wattsched.controller.store import StateWriteError
 from wattsched.model import Job
@@ -51,13 +52,10 @@ class Controller:
     def reconfigure(self) -> list[str]:
         """Re-read the configuration file (scontrol reconfigure, SIGHUP); Refused with the file's
         error, or with what cannot change without a restart, leaves everything as it was."""
-        from wattsched.config import ConfigError
-        from wattsched.controller.main import StartupError, load_plugins
-
         try:
             config = config_mod.load(self.state.config.source, switches_nodes=True)
             plugins = load_plugins(config)
-        except (ConfigError, StartupError) as exc:
+        except (config_mod.ConfigError, StartupError) as exc:
             raise Refused(str(exc), 400) from exc
         changes = self.state.reconfigure(config, plugins, time.time())
         log.warning("configuration re-read", extra={"source": config.source, "changes": "; ".join(changes)})

@@ -7,6 +7,8 @@ from __future__ import annotations
 import signal as signal_mod
 from dataclasses import dataclass
 
+from wattsched import prologs
+from wattsched.config import Config
 from wattsched.controller.powersaving import PowerProgram
 from wattsched.model import Job
 
@@ -59,6 +61,17 @@ class SetFreq:
     job_id: int
     nodes: list[str]
     khz: int | None
+
+
+def admin_program(config: Config, kind: str, job: Job) -> AdminProgram:
+    """PrologSlurmctld (``kind`` "prolog") or EpilogSlurmctld for a job, its environment as Slurm sets it."""
+    ended = kind == "epilog"
+    env = prologs.environment(
+        f"{kind}_slurmctld", job_id=job.job_id, uid=job.uid, gid=job.gid, user=job.user, account=job.account,
+        partition=job.partition, node_list=job.nodes_expr, job_name=job.name, cluster=config.cluster_name,
+        exit_code=job.exit_code if ended else None, term_signal=job.term_signal if ended else 0)
+    return AdminProgram(kind, job.job_id, config.prolog_slurmctld if kind == "prolog"
+                        else config.epilog_slurmctld, env)
 
 
 Action = Launch | Signal | PowerProgram | AdminProgram | Freeze | SetFreq

@@ -54,13 +54,16 @@ def _auth_capabilities_request() -> bytes:
 PROBE = _auth_capabilities_request()
 
 
+def bmc_port(config: Config, node: NodeConf) -> int:
+    """The loopback port of a virtual node's emulated BMC: EmulatedBMCPort + its index."""
+    return config.emulated_bmc_port + [n.name for n in config.nodes].index(node.name)
+
+
 def bmc_endpoint(config: Config, node: NodeConf) -> tuple[str, int]:
     if node.bmc_addr:
         host, _, port = node.bmc_addr.replace("%n", node.name).partition(":")
         return host, int(port or 623)
     if config.emulated_nodes:
-        from wattsched.noded.bmc import bmc_port
-
         return "127.0.0.1", bmc_port(config, node)
     raise ValueError(f"node {node.name} has no BmcAddr for acct_gather_energy/ipmi")
 

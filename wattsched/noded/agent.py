@@ -85,6 +85,8 @@ class Agent:
         plugin = plugins.load(config.acct_gather_energy_type, config=config, nodes=nodes)
         model = plugin if isinstance(plugin, EmulatedEnergy) else (
             EmulatedEnergy(config, nodes) if config.emulated_nodes else None)
+        if model is not None:  # a virtual node draws its chassis' watts while off or switching
+            model.chassis_state = self._chassis_state
         self.base_interval_s = float(config.energy_ipmi_frequency_s or config.acct_gather_node_freq_s) \
             if config.acct_gather_energy_type.endswith("/ipmi") else float(config.acct_gather_node_freq_s)
         self.energy = EnergyMeter(plugin, {n.name: n.cpus for n in nodes}, self.spool, self.base_interval_s,
@@ -522,6 +524,9 @@ class Agent:
         record = chassis.read(self.spool, node.name)
         return {"power": record.state(now, node.switching),
                 "up_since": max(0.0, record.settles_at(node.switching)) if record.target == switching.ON else 0.0}
+
+    def _chassis_state(self, node: str, now: float) -> str:
+        return chassis.read(self.spool, node).state(now, self.nodes[node].switching)
 
     def _running_on(self, node: str) -> list[int]:
         with self.lock:

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING
 
 from wattsched import states
 from wattsched.api import JobEvent
-from wattsched.controller import jobs, launching, steps
-from wattsched.controller.actions import Action, Signal
-from wattsched.model import Job
+from wattsched.controller import resources, statesave
+from wattsched.controller.actions import Action, Signal, admin_program
+from wattsched.model import Job, Node
 from wattsched.states import NodeBase
 from wattsched.usage import merge as merge_usage
 
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from wattsched.controller.state import ClusterState
 
 log = logging.getLogger("wattsched.controller")
+OOM_SIGNAL = 125  # the signal Slurm records for a job or step its memory limit ended (0:125)
 
 
 def end(state: ClusterState, job: Job, final: str, exit_code: int, term_signal: int, now: float,
@@ -38,7 +39,7 @@ def end(state: ClusterState, job: Job, final: str, exit_code: int, term_signal: 
     if job.start_time and any(state.nodes[n].energy_samples for n in job.alloc_cpus if n in state.nodes):
         state.energy_due.add(job.job_id)
         job.energy_pending = True
-    after: list[Action] = [launching.admin_program(state, "epilog", job)] if state.config.epilog_slurmctld else []
+    after: list[Action] = [admin_program(state.config, "epilog", job)] if state.config.epilog_slurmctld else []
     if completing_nodes:
         job.state = states.COMPLETING
         job.completing_nodes = list(completing_nodes)
@@ -53,7 +54,7 @@ def finish(state: ClusterState, job: Job) -> None:
     if job.profile and state.config.acct_gather_profile_type == "acct_gather_profile/hdf5":
         state.profiles_due.append((job.user, job.uid, job.job_id))
     state.job_usage.pop(job.job_id, None)
-    launching.hold_resources(state, job, -1)
+    resources.hold(state, job, -1)
     job.completing_nodes = []
     if job.energy_pending:
         job.state = states.COMPLETING
@@ -94,7 +95,7 @@ def batch_ended(state: ClusterState, event: JobEvent, now: float) -> list[Action
     if job is None or job.state not in (states.RUNNING,) or job.batch_host != event.node:
         return []
     if event.oom_killed:  # Slurm's record of a job its memory limit ended: OUT_OF_MEMORY, 0:125
-        event = event.model_copy(update={"exit_code": 0, "term_signal": steps.OOM_SIGNAL})
+        event = event.model_copy(update={"exit_code": 0, "term_signal": OOM_SIGNAL})
     batch = job.find_step("batch")
     if batch is not None:
         batch.state = states.COMPLETED if event.exit_code == 0 and not event.term_signal else states.FAILED
@@ -134,8 +135,50 @@ def node_failed_job(state: ClusterState, job: Job, now: float) -> list[Action]:
         final = states.TIMEOUT if job.timed_out else states.CANCELLED
         return end(state, job, final, job.exit_code, job.term_signal, now, live)
     if (job.configuring or (job.requeue and state.config.job_requeue)) and not job.interactive:
-        return jobs.requeue_running(state, job, now)
+        return requeue_running(state, job, now)
     return end(state, job, states.NODE_FAIL, 0, 0, now, live)
+
+
+def node_down(state: ClusterState, node: Node, reason: str, now: float, not_responding: bool = False,
+              uid: int = 0) -> list[Action]:
+    node.not_responding = node.not_responding or not_responding
+    node.base_state, node.reason, node.reason_time, node.reason_uid = NodeBase.DOWN, reason, now, uid
+    statesave.node_event(state, node, now, "DOWN")
+    actions: list[Action] = []
+    for job in list(state.jobs.values()):
+        if job.state == states.RUNNING and node.name in job.alloc_cpus:
+            actions.extend(node_failed_job(state, job, now))
+        elif node.name in job.completing_nodes:
+            node_clean(state, job.job_id, node.name)
+    return actions
+
+
+def requeue_running(state: ClusterState, job: Job, now: float) -> list[Action]:
+    nodes = job.node_list
+    # the run is cleaned up where it may have processes: a configuring job never ran, a down
+    # node will not answer
+    live = [] if job.configuring else [n for n in nodes if state.nodes[n].base_state != NodeBase.DOWN
+                                       and not state.nodes[n].not_responding]
+    resources.hold(state, job, -1)
+    reset_for_requeue(state, job)
+    job.completing_nodes = live
+    return [Signal(job.job_id, nodes, signal_mod.SIGKILL, terminate=True)]
+
+
+def reset_for_requeue(state: ClusterState, job: Job) -> None:
+    job.state = states.PENDING
+    job.reason = states.R_NONE
+    job.restart_count += 1
+    job.start_time = job.end_time = 0.0
+    job.alloc_cpus, job.tasks_per_node, job.alloc_mem_mb, job.nodes_expr = {}, {}, 0, ""
+    job.alloc_gpus = {}
+    job.batch_host, job.launched, job.final_state, job.configuring = "", False, "", False
+    job.cancelled_by, job.timed_out, job.warn_signal_sent = None, False, False
+    job.preempted, job.preempt_deadline = "", 0.0  # (preempt_suspended: cleared as its resources went back)
+    job.cap_slowed, job.cap_freq_before, job.cap_suspended = False, None, False
+    job.exit_code = job.term_signal = 0
+    job.steps, job.next_step_id, job.completing_nodes = [], 0, []
+    state.touch(job)
 
 
 def purge(state: ClusterState, job: Job) -> None:

@@ -19,7 +19,6 @@ if TYPE_CHECKING:
 
 MAX_TASKS_PER_NODE = 512  # Slurm's MaxTasksPerNode default: a step may not place more on a node
 # the signal number Slurm records for a step its memory limit ended (sacct's ExitCode 0:125)
-OOM_SIGNAL = 125
 
 
 def create_step(state: ClusterState, job: Job, req: StepCreate, who: Identity,
@@ -75,7 +74,7 @@ def step_ended(state: ClusterState, event: JobEvent, now: float) -> None:
     step.tasks = merge_usage(step.tasks, [t.model_dump() for t in event.tasks])
     if event.oom_killed:
         step.oom_killed = True
-        event = event.model_copy(update={"exit_code": 0, "term_signal": OOM_SIGNAL})
+        event = event.model_copy(update={"exit_code": 0, "term_signal": jobend.OOM_SIGNAL})
     if event.node not in step.ended_nodes:
         step.ended_nodes.append(event.node)
         step.exit_code, step.term_signal = max(step.exit_code, event.exit_code), \

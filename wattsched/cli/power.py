@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Annotated
 
-from wattsched.cli.common import CLIError
+from wattsched.cli.common import CLIError, config_file
 from wattsched.cli.plaintyper import typer
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -16,12 +16,11 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
 
 def _switch(nodes: str, config: str | None, target: str | None) -> None:
     from wattsched import hostlist
-    from wattsched.cli.wattsched import _config_arg
     from wattsched.config import ConfigError, load
     from wattsched.plugins.acct_gather_energy.ipmi import IpmiEnergy
 
     try:
-        conf = load(_config_arg(config))
+        conf = load(config_file(config))
         names = hostlist.expand(nodes)
     except (ConfigError, hostlist.HostlistError) as exc:
         raise CLIError(str(exc)) from exc

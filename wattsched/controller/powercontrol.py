@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from wattsched import powersave, states
 from wattsched.auth import Identity
 from wattsched.confvalues import parse_power_cap
-from wattsched.controller import nodes, permissions, snapshots, statesave
+from wattsched.controller import jobend, permissions, snapshots, statesave
 from wattsched.controller.actions import Action, Refused
 from wattsched.controller.powersaving import (
     RESUME_FAILED_REASON,
@@ -63,7 +63,7 @@ def power_tick(state: ClusterState, now: float) -> list[Action]:
         elif verdict == RESUME_TIMEOUT_REASON:
             log.warning("node did not resume in time", extra={"node": node.name})
             node.power = PowerFlag.NONE
-            actions.extend(nodes.node_down(state, node, RESUME_TIMEOUT_REASON, now))
+            actions.extend(jobend.node_down(state, node, RESUME_TIMEOUT_REASON, now))
     saver.accrue(now, saving_w)
     pending_down = [n for n in state.nodes.values() if n.power == PowerFlag.POWER_DOWN and not n.alloc_cpus]
     suspend = [n.name for n in pending_down]
@@ -121,7 +121,7 @@ def power_program_failed(state: ClusterState, kind: str, names: list[str], now: 
             statesave.node_event(state, node, now, "POWERED_UP", SUSPEND_FAILED_REASON)
         elif kind == "resume" and node.power == PowerFlag.POWERING_UP:
             node.power = PowerFlag.NONE
-            actions.extend(nodes.node_down(state, node, RESUME_FAILED_REASON, now))
+            actions.extend(jobend.node_down(state, node, RESUME_FAILED_REASON, now))
     state.journal.meta_dirty = True
     return actions
 

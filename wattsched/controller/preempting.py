@@ -12,7 +12,7 @@ import signal as signal_mod
 from typing import TYPE_CHECKING
 
 from wattsched import preemption, scheduling, states
-from wattsched.controller import jobs, launching, snapshots
+from wattsched.controller import jobend, jobs, resources, snapshots
 from wattsched.controller.actions import Action, Freeze, Signal
 from wattsched.model import Job
 
@@ -41,7 +41,7 @@ def preempt(state: ClusterState, snap: scheduling.Snapshot, decisions: schedulin
         job.preempted_by = by
         state.touch(job)
         if mode == preemption.SUSPEND:  # at once, as Slurm: its CPUs go to the preemptor now
-            launching.hold_resources(state, job, -1, only_cpus=True)
+            resources.hold(state, job, -1, only_cpus=True)
             job.preempt_suspended = True
             job.suspended_at = now
             actions.append(Freeze(job.job_id, job.node_list, True))
@@ -69,7 +69,7 @@ def resume(state: ClusterState, now: float) -> list[Action]:
         nodes = [state.nodes.get(n) for n in job.alloc_cpus]
         if all(node is not None and node.cpus - node.alloc_cpus >= job.alloc_cpus[node.name] for node in nodes):
             job.preempt_suspended, job.preempted_by = False, 0
-            launching.hold_resources(state, job, +1, only_cpus=True)
+            resources.hold(state, job, +1, only_cpus=True)
             log.info("resuming preempted job", extra={"job": job.job_id})
             actions.extend(jobs.thaw(state, job, now))
     return actions
@@ -84,7 +84,7 @@ def expire(state: ClusterState, job: Job, now: float) -> list[Action]:
     """The preempted job's grace is over: it ends (PREEMPTED) or goes back to the queue."""
     job.preempt_deadline = 0.0
     if job.preempted == preemption.REQUEUE:
-        return jobs.requeue_running(state, job, now)
+        return jobend.requeue_running(state, job, now)
     job.cancelled_by = SLURM_USER
     state.touch(job)
     return jobs.terminate(state, job, now)

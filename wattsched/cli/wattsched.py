@@ -9,22 +9,14 @@ import sys
 import time
 from typing import Annotated
 
-from wattsched.cli.common import CLIError, die
+from wattsched.cli.common import CLIError, config_file, die
 from wattsched.cli.plaintyper import typer
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="wattsched daemons and tools.")
 
-DEFAULT_EMULATED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "etc",
-                                "emulated.conf")
-
-
-def _config_arg(path: str | None) -> str:
-    from wattsched.cli.common import config_path
-
-    chosen = path or config_path()
-    if not os.path.exists(chosen):
-        raise CLIError(f"configuration file {chosen} not found")
-    return os.path.abspath(chosen)
+# a checkout's etc/ (wattsched/cli/wattsched.py is three levels below it)
+DEFAULT_EMULATED = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                                "etc", "emulated.conf")
 
 
 @app.command()
@@ -32,10 +24,11 @@ def controller(config: Annotated[str | None, typer.Argument(help="Configuration 
                port: Annotated[int | None, typer.Option(help="Override SlurmctldPort.")] = None) -> None:
     """Run the controller in the foreground."""
     from wattsched.config import ConfigError
-    from wattsched.controller.main import StartupError, run
+    from wattsched.controller.main import run
+    from wattsched.controller.startup import StartupError
 
     try:
-        run(_config_arg(config), port=port)
+        run(config_file(config), port=port)
     except (ConfigError, StartupError) as exc:
         raise CLIError(str(exc)) from exc
 
@@ -51,7 +44,7 @@ def noded(config: Annotated[str | None, typer.Argument(help="Configuration file.
     from wattsched.noded.main import AgentStartError, run
 
     try:
-        run(_config_arg(config), nodes, host, port, advertise)
+        run(config_file(config), nodes, host, port, advertise)
     except (ConfigError, AgentStartError, OSError) as exc:
         raise CLIError(str(exc)) from exc
 
@@ -68,7 +61,7 @@ def emulate(config: Annotated[str | None, typer.Argument(help="Cluster configura
     from wattsched.config import ConfigError, load
 
     path = os.path.abspath(config or os.environ.get("WATTSCHED_CONF") or DEFAULT_EMULATED) if stop_ else \
-        _config_arg(config or DEFAULT_EMULATED)
+        config_file(config or DEFAULT_EMULATED)
     try:
         if stop_:
             if not emu.stop(path):
@@ -114,7 +107,7 @@ def bmc(config: Annotated[str | None, typer.Argument(help="Configuration file.")
     from wattsched.noded.bmc import serve
 
     try:
-        path = _config_arg(config)
+        path = config_file(config)
         conf = load(path)
         names = hostlist.expand(nodes) if nodes else [n.name for n in conf.nodes]
         if len(names) == 1:

@@ -14,11 +14,10 @@ from typing import TYPE_CHECKING
 from wattsched import scheduling, states
 from wattsched.api import JobSubmit, JobUpdate, WillRun
 from wattsched.auth import Identity
-from wattsched.controller import acctpolicy, jobend, jobsubmit, launching, permissions, snapshots
+from wattsched.controller import acctpolicy, jobend, jobsubmit, permissions, snapshots
 from wattsched.controller import submit as submit_mod
 from wattsched.controller.actions import Action, Freeze, Refused, Signal
 from wattsched.model import Job
-from wattsched.states import NodeBase
 
 if TYPE_CHECKING:
     from wattsched.controller.state import ClusterState
@@ -253,40 +252,12 @@ def requeue(state: ClusterState, jobs: Iterable[Job], who: Identity, now: float)
         if job.interactive:
             raise Refused("Only batch jobs are accepted or processed", 400)
         if job.state in (states.RUNNING,):
-            actions.extend(requeue_running(state, job, now))
+            actions.extend(jobend.requeue_running(state, job, now))
         elif job.state in states.FINISHED:
-            reset_for_requeue(state, job)
+            jobend.reset_for_requeue(state, job)
         else:
             raise Refused("Job is pending execution", 409)
     return actions
-
-
-def requeue_running(state: ClusterState, job: Job, now: float) -> list[Action]:
-    nodes = job.node_list
-    # the run is cleaned up where it may have processes: a configuring job never ran, a down
-    # node will not answer
-    live = [] if job.configuring else [n for n in nodes if state.nodes[n].base_state != NodeBase.DOWN
-                                       and not state.nodes[n].not_responding]
-    launching.hold_resources(state, job, -1)
-    reset_for_requeue(state, job)
-    job.completing_nodes = live
-    return [Signal(job.job_id, nodes, signal_mod.SIGKILL, terminate=True)]
-
-
-def reset_for_requeue(state: ClusterState, job: Job) -> None:
-    job.state = states.PENDING
-    job.reason = states.R_NONE
-    job.restart_count += 1
-    job.start_time = job.end_time = 0.0
-    job.alloc_cpus, job.tasks_per_node, job.alloc_mem_mb, job.nodes_expr = {}, {}, 0, ""
-    job.alloc_gpus = {}
-    job.batch_host, job.launched, job.final_state, job.configuring = "", False, "", False
-    job.cancelled_by, job.timed_out, job.warn_signal_sent = None, False, False
-    job.preempted, job.preempt_deadline = "", 0.0  # (preempt_suspended: cleared as its resources went back)
-    job.cap_slowed, job.cap_freq_before, job.cap_suspended = False, None, False
-    job.exit_code = job.term_signal = 0
-    job.steps, job.next_step_id, job.completing_nodes = [], 0, []
-    state.touch(job)
 
 
 def launched(state: ClusterState, job_id: int) -> None:

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 
 from wattsched import gres, hostlist, prologs, scheduling, states
 from wattsched.api import JobEvent
-from wattsched.controller import jobend, jobs, preempting, snapshots, statesave
-from wattsched.controller.actions import Action, AdminProgram, Launch
+from wattsched.controller import jobend, preempting, resources, snapshots, statesave
+from wattsched.controller.actions import Action, AdminProgram, Launch, admin_program
 from wattsched.controller.powersaving import PowerProgram
 from wattsched.model import Job, Step
 from wattsched.states import PowerFlag
@@ -82,12 +82,12 @@ def start(state: ClusterState, job: Job, alloc: scheduling.Allocation, now: floa
         job.alloc_gpus[name] = sorted(chosen)
     job.batch_host = next(iter(alloc.cpus))
     job.launched = False
-    hold_resources(state, job, +1)
+    resources.hold(state, job, +1)
     state.touch(job)
     waking = [n for n in alloc.cpus if state.nodes[n].power in (PowerFlag.POWERED_DOWN, PowerFlag.POWERING_UP)]
     if state.config.prolog_slurmctld:  # CONFIGURING until it succeeds, as in Slurm
         job.prolog_slurmctld = True
-        return [*configure(state, job, waking, now), admin_program(state, "prolog", job)]
+        return [*configure(state, job, waking, now), admin_program(state.config, "prolog", job)]
     if waking:
         return configure(state, job, waking, now)
     if job.interactive:
@@ -112,16 +112,6 @@ def configure(state: ClusterState, job: Job, waking: list[str], now: float) -> l
     return [PowerProgram("resume", asleep)] if asleep else []
 
 
-def admin_program(state: ClusterState, kind: str, job: Job) -> AdminProgram:
-    ended = kind == "epilog"
-    env = prologs.environment(
-        f"{kind}_slurmctld", job_id=job.job_id, uid=job.uid, gid=job.gid, user=job.user, account=job.account,
-        partition=job.partition, node_list=job.nodes_expr, job_name=job.name, cluster=state.config.cluster_name,
-        exit_code=job.exit_code if ended else None, term_signal=job.term_signal if ended else 0)
-    return AdminProgram(kind, job.job_id, state.config.prolog_slurmctld if kind == "prolog"
-                        else state.config.epilog_slurmctld, env)
-
-
 def admin_program_done(state: ClusterState, program: AdminProgram, code: int, error: str, now: float) -> list[Action]:
     """PrologSlurmctld's end: the job launches once its nodes are up; on failure a batch job is
     requeued held and an interactive one ends (Slurm's rules). EpilogSlurmctld's failure is logged."""
@@ -142,7 +132,7 @@ def prolog_failed(state: ClusterState, job: Job, now: float) -> list[Action]:
     if job.interactive:
         job.reason = prologs.PROLOG_ERROR
         return jobend.end(state, job, states.FAILED, 1, 0, now, [] if job.configuring else job.node_list)
-    actions = jobs.requeue_running(state, job, now)
+    actions = jobend.requeue_running(state, job, now)
     job.hold, job.reason = "admin", states.R_HELD_ADMIN
     return actions
 
@@ -183,28 +173,3 @@ def configured(state: ClusterState, now: float) -> list[Action]:
                 job.launched = True
             actions.append(Launch(job))
     return actions
-
-
-def hold_resources(state: ClusterState, job: Job, sign: int, only_cpus: bool = False) -> None:
-    """Take (+1) or give back (-1) what the job holds on its nodes; ``only_cpus``: its CPUs alone
-    (a job suspended by preemption gives its CPUs to its preemptor and keeps its memory)."""
-    with_cpus = True
-    if sign < 0 and job.preempt_suspended and not only_cpus:  # its CPUs went back when it was suspended
-        job.preempt_suspended, with_cpus = False, False
-    for name, cpus in job.alloc_cpus.items():
-        node = state.nodes.get(name)
-        if node is None:
-            continue
-        if with_cpus:
-            node.alloc_cpus = max(0, node.alloc_cpus + sign * cpus)
-        if only_cpus:
-            node.refresh_base_state()
-            continue
-        node.alloc_mem_mb = max(0, node.alloc_mem_mb + sign * job.alloc_mem_mb)
-        for index in job.alloc_gpus.get(name, ()):
-            if sign > 0:
-                node.alloc_gpus[index] = job.job_id
-            elif node.alloc_gpus.get(index) == job.job_id:
-                del node.alloc_gpus[index]
-        node.refresh_base_state()
-

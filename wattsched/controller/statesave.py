@@ -9,7 +9,8 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from wattsched.controller import launching, nodes
+from wattsched import states
+from wattsched.controller import resources
 from wattsched.controller.reservations import ReservationBook
 from wattsched.model import Job, Node, Reservation
 from wattsched.states import NodeBase, PowerFlag
@@ -59,7 +60,7 @@ def restore(state: ClusterState) -> None:
         if job.energy_pending:
             state.energy_due.add(job.job_id)
         if job.holds_nodes:
-            launching.hold_resources(state, job, +1)
+            resources.hold(state, job, +1)
 
 
 def node_event(state: ClusterState, node: Node, now: float, label: str, reason: str | None = None) -> None:
@@ -81,7 +82,7 @@ def flush(state: ClusterState) -> None:
         meta["nodes"] = json.dumps({
             n.name: {"drain": n.drain, "reason": n.reason, "reason_time": n.reason_time,
                      "reason_uid": n.reason_uid,
-                     "down": n.base_state == NodeBase.DOWN and n.reason != nodes.NOT_RESPONDING,
+                     "down": n.base_state == NodeBase.DOWN and n.reason != states.NODE_NOT_RESPONDING,
                      "power": n.power, "power_since": n.power_since, "power_job": n.power_job}
             for n in state.nodes.values() if n.drain or n.reason or n.power})
     saved = [state.jobs[j].to_dict() for j in journal.dirty if j in state.jobs]

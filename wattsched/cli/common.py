@@ -27,6 +27,14 @@ def config_path() -> str:
     return os.environ.get("WATTSCHED_CONF") or os.environ.get("SLURM_CONF") or DEFAULT_CONF
 
 
+def config_file(path: str | None) -> str:
+    """The configuration a daemon or tool was given, else the usual one, as an absolute path."""
+    chosen = path or config_path()
+    if not os.path.exists(chosen):
+        raise CLIError(f"configuration file {chosen} not found")
+    return os.path.abspath(chosen)
+
+
 def load_config(full: bool = False):
     from wattsched import config as config_mod
 

@@ -10,7 +10,8 @@ from typing import Annotated
 from wattsched.cli.common import CLIError
 from wattsched.cli.plaintyper import typer
 
-TRACES = Path(__file__).resolve().parent.parent.parent / "shared" / "traces"
+# the project's traces beside a checkout: <checkout>/../shared/traces
+TRACES = Path(__file__).resolve().parents[3] / "shared" / "traces"
 
 
 def platform(config_path: str, settings: list[str]):

@@ -1,0 +1,36 @@
+"""What a job holds on its nodes' books (CPUs, memory, GPUs by number): taken when it starts or when
+a saved state is restored, given back when its nodes are clean or it is requeued; its CPUs alone
+lent while preemption keeps it suspended."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from wattsched.model import Job
+
+if TYPE_CHECKING:
+    from wattsched.controller.state import ClusterState
+
+
+def hold(state: ClusterState, job: Job, sign: int, only_cpus: bool = False) -> None:
+    """Take (+1) or give back (-1) what the job holds on its nodes; ``only_cpus``: its CPUs alone
+    (a job suspended by preemption gives its CPUs to its preemptor and keeps its memory)."""
+    with_cpus = True
+    if sign < 0 and job.preempt_suspended and not only_cpus:  # its CPUs went back when it was suspended
+        job.preempt_suspended, with_cpus = False, False
+    for name, cpus in job.alloc_cpus.items():
+        node = state.nodes.get(name)
+        if node is None:
+            continue
+        if with_cpus:
+            node.alloc_cpus = max(0, node.alloc_cpus + sign * cpus)
+        if only_cpus:
+            node.refresh_base_state()
+            continue
+        node.alloc_mem_mb = max(0, node.alloc_mem_mb + sign * job.alloc_mem_mb)
+        for index in job.alloc_gpus.get(name, ()):
+            if sign > 0:
+                node.alloc_gpus[index] = job.job_id
+            elif node.alloc_gpus.get(index) == job.job_id:
+                del node.alloc_gpus[index]
+        node.refresh_base_state()
