@@ -22,13 +22,14 @@ from wattsched.accounting.models import (
     JobRecord,
     QosRecord,
     UserRecord,
+    table,
 )
 from wattsched.fairshare import ROOT, Assoc, UsageRecord
 from wattsched.limits import AssocLimits, LimitError, Limits, Qos
 
 ADMIN_LEVELS = ("None", "Operator", "Administrator")
-_ASSOC, _ACCOUNTS, _USERS = AssociationRecord.__table__, AccountRecord.__table__, UserRecord.__table__
-_QOS = QosRecord.__table__
+_ASSOC, _ACCOUNTS, _USERS = table(AssociationRecord), table(AccountRecord), table(UserRecord)
+_QOS = table(QosRecord)
 # what an account or a user association may set besides its shares: its limits and its QOS
 ASSOC_SETTINGS = frozenset({*(n for k in limits.ASSOC_KEYS for n in k.names), "qos", "qos+", "qos-", "defaultqos"})
 QOS_SETTINGS = frozenset({*(n for k in limits.QOS_KEYS for n in k.names), "description", "priority", "flags",
@@ -104,11 +105,11 @@ class AssocStore:
 
     def clusters(self) -> list[dict[str, Any]]:
         with self.engine.connect() as conn:
-            return [dict(r._mapping) for r in conn.execute(select(ClusterRecord.__table__))]
+            return [dict(r._mapping) for r in conn.execute(select(table(ClusterRecord)))]
 
     def usage_records(self, since: float) -> list[UsageRecord]:
         """Finished jobs' use after ``since``: CPUs, run interval and energy, per user and account."""
-        jobs = JobRecord.__table__
+        jobs = table(JobRecord)
         with self.engine.connect() as conn:
             rows = conn.execute(select(jobs.c.user, jobs.c.account, jobs.c.alloc_cpus, jobs.c.time_start,
                                        jobs.c.time_end, jobs.c.consumed_energy_j)
@@ -119,7 +120,7 @@ class AssocStore:
 
     def use_records(self, since: float) -> list[limits.UseRecord]:
         """Finished jobs' use after ``since`` as the limits count it: TRES, QOS and energy."""
-        jobs = JobRecord.__table__
+        jobs = table(JobRecord)
         with self.engine.connect() as conn:
             rows = conn.execute(select(jobs.c.user, jobs.c.account, jobs.c.qos, jobs.c.alloc_cpus, jobs.c.nnodes,
                                        jobs.c.req_mem_mb, jobs.c.req_mem_per_cpu, jobs.c.alloc_gpus,
@@ -134,9 +135,9 @@ class AssocStore:
 
     def add_cluster(self, name: str, now: float) -> None:
         with self.engine.begin() as conn:
-            if conn.execute(select(ClusterRecord.__table__).where(ClusterRecord.__table__.c.name == name)).first():
+            if conn.execute(select(table(ClusterRecord)).where(table(ClusterRecord).c.name == name)).first():
                 raise AssocError(f"Cluster {name} already exists.  Nothing new added.")
-            conn.execute(insert(ClusterRecord.__table__).values(name=name, created=now))
+            conn.execute(insert(table(ClusterRecord)).values(name=name, created=now))
         self._ensure_root(name)
 
     def ensure_root(self) -> None:
@@ -217,7 +218,7 @@ class AssocStore:
                 changes["parent"] = parent
             if changes:
                 conn.execute(update(_ASSOC).where(self._where(name, "")).values(**changes))
-            info = {k: values[k] for k in ("description", "organization") if k in values}
+            info: dict[str, str] = {k: values[k] for k in ("description", "organization") if k in values}
             if "parent" in values:
                 info["parent"] = values["parent"]
             if info:

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, Boolean, Double, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import BigInteger, Boolean, Double, ForeignKey, Index, Integer, String, Table, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 
 class Base(DeclarativeBase):
     pass
+
+
+def table(record: type[Base]) -> Table:
+    """A record's Table, for Core statements: declarative typing calls it a FromClause, but every
+    record here maps one Table."""
+    mapped = record.__table__
+    assert isinstance(mapped, Table)
+    return mapped
 
 
 class ClusterRecord(Base):

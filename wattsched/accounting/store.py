@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import bindparam, create_engine, func, insert, select, text, update
+from sqlalchemy import ColumnDefault, bindparam, create_engine, func, insert, select, text, update
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.orm import Session, selectinload
 
@@ -24,6 +24,7 @@ from wattsched.accounting.models import (
     QosRecord,
     ReservationRecord,
     StepRecord,
+    table,
 )
 from wattsched.model import JOB_FIELD_NAMES
 from wattsched.private import private_sqlite
@@ -117,7 +118,7 @@ class AccountingStore:
         """Insert or update job rows and their steps in bulk (Core statements: the ORM costs ~10x more)."""
         if not jobs:
             return
-        jobs_t, steps_t = JobRecord.__table__, StepRecord.__table__
+        jobs_t, steps_t = table(JobRecord), table(StepRecord)
         with self.engine.begin() as conn:
             ids = sorted({j["job_id"] for j in jobs})
             known = {(r.job_id, r.time_submit): r.id for r in conn.execute(
@@ -153,23 +154,23 @@ class AccountingStore:
         """Insert or update reservation rows by (cluster, id, start): each occurrence is a row."""
         if not reservations:
             return
-        table = ReservationRecord.__table__
+        resv_t = table(ReservationRecord)
         with self.engine.begin() as conn:
             for resv in reservations:
                 values = _resv_values(cluster, resv)
-                row = conn.execute(select(table.c.id).where(
-                    table.c.cluster == cluster, table.c.resv_id == resv["resv_id"],
-                    table.c.time_start == resv["start_time"])).first()
+                row = conn.execute(select(resv_t.c.id).where(
+                    resv_t.c.cluster == cluster, resv_t.c.resv_id == resv["resv_id"],
+                    resv_t.c.time_start == resv["start_time"])).first()
                 if row is None:
-                    conn.execute(insert(table), values)
+                    conn.execute(insert(resv_t), values)
                 else:
-                    conn.execute(update(table).where(table.c.id == row.id), values)
+                    conn.execute(update(resv_t).where(resv_t.c.id == row.id), values)
 
     def reservations(self, cluster: str) -> list[dict[str, Any]]:
         with Session(self.engine) as session:
             rows = session.scalars(select(ReservationRecord).where(ReservationRecord.cluster == cluster)
                                    .order_by(ReservationRecord.resv_id, ReservationRecord.time_start))
-            return [{c.name: getattr(r, c.name) for c in ReservationRecord.__table__.columns if c.name != "id"}
+            return [{c.name: getattr(r, c.name) for c in table(ReservationRecord).columns if c.name != "id"}
                     for r in rows]
 
     def add_node_events(self, events: list[dict[str, Any]]) -> None:
@@ -207,7 +208,7 @@ class AccountingStore:
                        JobRecord.time_end > 0)
                 .group_by(owner).order_by(func.coalesce(func.sum(JobRecord.consumed_energy_j), 0).desc()))
         with Session(self.engine) as session:
-            return [(name, float(joules), int(count)) for name, joules, count in session.execute(stmt)]
+            return [(name, float(joules or 0), int(count)) for name, joules, count in session.execute(stmt)]
 
     def node_events(self, cluster: str) -> list[dict[str, Any]]:
         with Session(self.engine) as session:
@@ -274,8 +275,8 @@ _JOB_COLUMN_VALUES: dict[str, Callable[[dict[str, Any]], Any]] = {
     "alloc_gpus": lambda j: sum(len(v) for v in j.get("alloc_gpus", {}).values()),
 }
 # the columns that hold the job's field of the same name, each with the column's default
-_SAME_AS_JOB = tuple((c.name, c.default.arg if c.default is not None else None)
-                     for c in JobRecord.__table__.columns
+_SAME_AS_JOB = tuple((c.name, c.default.arg if isinstance(c.default, ColumnDefault) else None)
+                     for c in table(JobRecord).columns
                      if c.name in JOB_FIELD_NAMES and c.name not in _JOB_COLUMN_VALUES and c.name != "state")
 
 

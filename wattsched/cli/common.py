@@ -223,7 +223,8 @@ def _exchange(host: str, port: int, request: bytes, timeout: float) -> tuple[int
 
 
 def _dechunk(body: bytes) -> bytes:
-    out, pos = [], 0
+    out: list[bytes] = []
+    pos = 0
     while True:
         end = body.index(b"\r\n", pos)
         size = int(body[pos:end].split(b";")[0], 16)

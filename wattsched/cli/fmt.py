@@ -43,21 +43,21 @@ def compile_row(parts: list[str | Column], value_of: Callable[[str], Callable[[A
     """A function that renders one record; columns are looked up once, not per row (squeue: 10,000 rows)."""
     pieces: list[Callable[[Any], str]] = []
     for part in parts:
-        if isinstance(part, str):
-            pieces.append(lambda _rec, text=part: text)
-            continue
-        raw = value_of(part.code)
-
-        def get(rec: Any, raw: Callable[[Any], str] = raw) -> str:
-            return printable(raw(rec))
-
-        if part.width is None:
-            pieces.append(get)
-        elif part.right:
-            pieces.append(lambda rec, get=get, w=part.width: get(rec)[:w].rjust(w))
-        else:
-            pieces.append(lambda rec, get=get, w=part.width: get(rec)[:w].ljust(w))
+        pieces.append(_literal(part) if isinstance(part, str) else _cell(value_of(part.code), part.width, part.right))
     return lambda rec: "".join([piece(rec) for piece in pieces])
+
+
+def _literal(text: str) -> Callable[[Any], str]:
+    return lambda _rec: text
+
+
+def _cell(raw: Callable[[Any], str], width: int | None, right: bool) -> Callable[[Any], str]:
+    """One column of a row: its printable value, cut and padded to ``width`` when it has one."""
+    if width is None:
+        return lambda rec: printable(raw(rec))
+    if right:
+        return lambda rec: printable(raw(rec))[:width].rjust(width)
+    return lambda rec: printable(raw(rec))[:width].ljust(width)
 
 
 def bound(value: Callable[[Any, Any], str] | None, code: str, context: Any) -> Callable[[Any], str]:

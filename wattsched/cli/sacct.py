@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 import os
 import sys
 import time
@@ -230,7 +231,7 @@ def _aggregate(job: Row) -> Row:
         for value, where in (("max_rss_kb", ("max_rss_node", "max_rss_task")), ("max_pages", ()),
                              ("max_disk_read_b", ("max_disk_read_node", "max_disk_read_task")),
                              ("max_disk_write_b", ("max_disk_write_node", "max_disk_write_task"))):
-            top = max(steps, key=lambda s, v=value: s[v], default=None)
+            top = max(steps, key=operator.itemgetter(value), default=None)
             row[value] = top[value] if top else 0
             row.update({w: top[w] if top else ("" if w.endswith("node") else 0) for w in where})
         least = min(steps, key=lambda s: s["min_cpu_s"], default=None)

@@ -201,7 +201,7 @@ def _show(client: Client, entity: str, names: list[str], where: dict[str, str], 
     if as_json:
         print_json({ROWS[entity]: rows})
         return
-    spec = canonical_fields(entity, where.pop("format", None) or DEFAULTS[entity])
+    spec = canonical_fields(entity, where.pop("format", "") or DEFAULTS[entity])
     try:
         lines = fmt.field_table(rows, spec, FIELDS[entity], parsable, parsable2, header=not noheader)
     except ValueError as exc:

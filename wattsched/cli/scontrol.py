@@ -7,7 +7,7 @@ import os
 import shlex
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from wattsched.cli.common import Client, CLIError, print_json, wants_json
@@ -141,7 +141,7 @@ def partition_lines(p: dict[str, Any]) -> list[str | None]:
     ]
 
 
-def _emit(records: list[list[str | None]], oneliner: bool) -> None:
+def _emit(records: Sequence[Sequence[str | None]], oneliner: bool) -> None:
     blocks = []
     for lines in records:
         kept = [printable(line) for line in lines if line]
@@ -290,7 +290,7 @@ def _show_hosts(what: str, rest: list[str]) -> None:
 
 
 def _show_named(client: Client, kind: str, title: str, rest: list[str],
-                lines: Callable[[dict[str, Any]], list[str]], oneliner: bool, as_json: bool,
+                lines: Callable[[dict[str, Any]], Sequence[str | None]], oneliner: bool, as_json: bool,
                 none_message: str = "") -> None:
     """``show partition [NAME]`` and ``show reservation [NAME]``: all records, or the named one."""
     found = client.request("GET", f"/v1/{kind}")[kind]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
 from collections.abc import Callable
@@ -32,7 +33,7 @@ def _user(uid: int) -> str:
 
 
 # code -> (title, value of a group of nodes in a partition: (nodes, partition))
-FIELDS: dict[str, tuple[str, Callable[[dict[str, Any], list[dict[str, Any]]], str]]] = {
+FIELDS: dict[str, tuple[str, Callable[[list[dict[str, Any]], dict[str, Any]], str]]] = {
     "P": ("PARTITION", lambda ns, p: p["name"] + ("*" if p["default"] else "")),
     "R": ("PARTITION", lambda ns, p: p["name"]),
     "a": ("AVAIL", lambda ns, p: {"UP": "up", "DOWN": "down", "DRAIN": "drain", "INACTIVE": "inact"}[p["state"]]),
@@ -237,12 +238,24 @@ def render(client: Client, opts: dict[str, Any]) -> str:
     if opts.get("sort"):
         rows = _sorted(rows, opts["sort"])
     for part, group in rows:
-        row = fmt.compile_row(parts, lambda code, p=part: fmt.bound(FIELDS[code][1] if code in FIELDS else None,
-                                                                    code, p))
+        row = fmt.compile_row(parts, functools.partial(_field_of, part))
         lines.append(row(group))
     if reasons:  # one line per reason, not per partition
         lines = list(dict.fromkeys(lines))
     return "\n".join(lines)
+
+
+def _field_of(part: dict[str, Any], code: str) -> Callable[[Any], str]:
+    """A %-code's value for the rows of ``part`` (an unknown code prints as itself)."""
+    return fmt.bound(FIELDS[code][1] if code in FIELDS else None, code, part)
+
+
+def _sort_key(value: Callable[[list[dict[str, Any]], dict[str, Any]], str]) -> Callable[[tuple], tuple]:
+    """Numbers in numeric order, before words in text order."""
+    def key(row: tuple[dict[str, Any], list[dict[str, Any]]]) -> tuple:
+        shown = value(row[1], row[0])
+        return (not shown.isdigit(), int(shown) if shown.isdigit() else shown)
+    return key
 
 
 def _sorted(rows: list[tuple[dict[str, Any], list[dict[str, Any]]]], spec: str) -> list:
@@ -252,9 +265,7 @@ def _sorted(rows: list[tuple[dict[str, Any], list[dict[str, Any]]]], spec: str) 
         code = item.lstrip("+-#")
         if code not in FIELDS:
             raise CLIError(f"Invalid sort specification: {item}")
-        value = FIELDS[code][1]
-        rows = sorted(rows, key=lambda r, f=value: (lambda v: (not v.isdigit(), int(v) if v.isdigit() else v))(
-            f(r[1], r[0])), reverse=descending)
+        rows = sorted(rows, key=_sort_key(FIELDS[code][1]), reverse=descending)
     return rows
 
 

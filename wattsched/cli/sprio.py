@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from wattsched.cli import fmt
@@ -71,7 +72,7 @@ def sprio(argv: list[str]) -> None:
     """Show the priority factors of pending jobs."""
     opts, operands = COMMAND.parse(argv)
     jobs = [*opts.get("jobs", []), *operands[:1]] if "jobs" in opts else None
-    users, long, normalized = opts.get("user"), opts.get("long"), opts.get("norm")
+    users, long, normalized = opts.get("user"), opts.get("long"), bool(opts.get("norm"))
     weights_only, fmt_, parsable = opts.get("weights"), opts.get("format"), opts.get("parsable")
     noheader, json_ = opts.get("noheader"), "json" in opts
     reply = Client().request("GET", "/v1/priority")
@@ -88,17 +89,22 @@ def sprio(argv: list[str]) -> None:
         return
     spec = fmt_ or (LONG if long else DEFAULT)
     parts = fmt.parse_format(spec)
-    if parsable:
-        parts = [p for p in parts if isinstance(p, fmt.Column)]
-        parts = [fmt.Column(p.code, None, False) for p in parts]
-        parts = [x for p in parts for x in (p, "|")][:-1]
+    if parsable:  # every column unpadded, between bars
+        columns = [fmt.Column(p.code, None, False) for p in parts if isinstance(p, fmt.Column)]
+        parts = [x for p in columns for x in (p, "|")][:-1]
     lines = [] if noheader else [fmt.render_header(parts, TITLES)]
     if weights_only:
         weight_row = {"job_id": "Weights", "partition": "", "user": "", "priority": "", "site": "", "nice": "",
                       **{f: 1.0 for _t, f, _w in CODES.values()}}
         value = _values(weights, False)
-        row = fmt.compile_row(parts, lambda code: (lambda _j, w=CODES[code][2]: str(weights[w])) if code in CODES
-                              else value(code))
+
+        def weight_of(code: str) -> Callable[[Any], str]:
+            if code not in CODES:
+                return value(code)
+            weight = str(weights[CODES[code][2]])
+            return lambda _j: weight
+
+        row = fmt.compile_row(parts, weight_of)
         lines.append(row(weight_row))
     else:
         row = fmt.compile_row(parts, _values(weights, normalized))

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
+from typing import Any
 
 from wattsched.cli import fmt
 from wattsched.cli.common import Client, CLIError, every, json_text, split_list, wants_json
@@ -169,13 +171,17 @@ def sort_rows(rows: list[dict], spec: str, now: float) -> list[dict]:
         code = item.lstrip("+-")
         if len(code) != 1 or code not in FIELDS:
             raise CLIError(f"Invalid sort specification: {item}")
-        key = SORT_KEYS.get(code)
-        if key is not None:
-            rows = sorted(rows, key=lambda j, k=key: (j[k] is None, j[k] or 0), reverse=descending)
-        else:
-            value = FIELDS[code][2]
-            rows = sorted(rows, key=lambda j, f=value: f(j, now), reverse=descending)
+        rows = sorted(rows, key=_sort_key(code, now), reverse=descending)
     return rows
+
+
+def _sort_key(code: str, now: float) -> Callable[[dict], Any]:
+    """A field's raw value where it has one (unset ones last), else its printed value."""
+    key = SORT_KEYS.get(code)
+    if key is not None:
+        return lambda j: (j[key] is None, j[key] or 0)
+    value = FIELDS[code][2]
+    return lambda j: value(j, now)
 
 
 def collapse_pending_arrays(rows: list[dict]) -> list[dict]:
@@ -200,11 +206,12 @@ def collapse_pending_arrays(rows: list[dict]) -> list[dict]:
 
 
 def _ranges(ids: list[int]) -> str:
+    """Sorted task ids as squeue folds them: 1-3,7,9-10."""
     parts, start = [], ids[0]
     for prev, cur in zip(ids, [*ids[1:], None], strict=True):
-        if cur != prev + 1 if cur is not None else True:
+        if cur is None or cur != prev + 1:
             parts.append(str(start) if start == prev else f"{start}-{prev}")
-            start = cur
+            start = cur if cur is not None else start
     return ",".join(parts)
 
 

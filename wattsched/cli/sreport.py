@@ -100,8 +100,8 @@ def sreport(argv: list[str]) -> None:
     """Usage reports of CPU time and energy per account and user."""
     opts, words = COMMAND.parse(argv)
     tres, time_unit = opts.get("tres", "cpu"), opts.get("time_unit", "Minutes")
-    parsable, parsable2, noheader, json_ = opts.get("parsable"), opts.get("parsable2"), opts.get("noheader"), \
-        "json" in opts
+    parsable, parsable2, noheader = bool(opts.get("parsable")), bool(opts.get("parsable2")), bool(opts.get("noheader"))
+    json_ = "json" in opts
     from wattsched import timefmt
 
     plain = [w for w in words if "=" not in w]
@@ -136,11 +136,11 @@ def sreport(argv: list[str]) -> None:
             entry["cpu"] += used["cpu"]
             entry["energy"] += used["energy"]
         ranked = sorted(per_user.items(), key=lambda kv: -kv[1][kinds[0]])[:int(options.get("topcount", 10))]
-        for user, used in ranked:
+        for user, top in ranked:
             for t in kinds:
                 records.append({"Cluster": cluster, "Login": user, "Proper Name": _proper_name(user),
-                                "Account": ",".join(sorted(set(used["accounts"]))), "TRES Name": t,
-                                "Used": _amount(used[t], t, divisor)})
+                                "Account": ",".join(sorted(set(top["accounts"]))), "TRES Name": t,
+                                "Used": _amount(top[t], t, divisor)})
         title = f"Top {int(options.get('topcount', 10))} Users"
         columns = ["Cluster", "Login", "Proper Name", "Account", "TRES Name", "Used"]
     else:

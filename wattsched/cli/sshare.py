@@ -86,7 +86,7 @@ def sshare(argv: list[str]) -> None:
     fields, parsable, parsable2 = opts.get("format"), bool(opts.get("parsable")), bool(opts.get("parsable2"))
     noheader, json_ = opts.get("noheader"), "json" in opts
     reply = Client().request("GET", "/v1/shares")
-    rows = select_rows(reply["rows"], split_list(users), split_list(accounts), all_users)
+    rows = select_rows(reply["rows"], split_list(users), split_list(accounts), bool(all_users))
     if json_:
         print_json({"shares": rows, "computed_at": reply["computed_at"]})
         return

@@ -67,7 +67,7 @@ def sstat(argv: list[str]) -> None:
     """Status of running jobs: energy so far, CPU time, memory and frequency."""
     opts, job_args = COMMAND.parse(argv)
     jobs, fields, json_ = opts.get("jobs"), opts.get("format"), "json" in opts
-    parsable, parsable2, noheader = opts.get("parsable"), opts.get("parsable2"), opts.get("noheader")
+    parsable, parsable2, noheader = bool(opts.get("parsable")), bool(opts.get("parsable2")), bool(opts.get("noheader"))
     helpformat = opts.get("helpformat")
     if helpformat:
         print(" ".join(sorted(FIELDS)))

@@ -119,11 +119,11 @@ class Agent:
         """Per node, each job's process groups and the (current, highest) kHz of its CPUs."""
         loads: dict[str, dict[int, tuple[set[int], int, int]]] = {name: {} for name in self.nodes}
         with self.lock:
-            for (node, job_id), job in self.allocations.jobs.items():
-                loads[node][job_id] = (self.job_pgids(node, job_id), *self.allocations.freq_of(job))
-        for job in list(self.batch.jobs.values()):  # jobs launched before their allocation arrived
-            if pgid := self.batch.script_pgid(job):
-                loads.setdefault(job.node, {}).setdefault(job.job_id, ({pgid}, 0, 0))
+            for (node, job_id), held in self.allocations.jobs.items():
+                loads[node][job_id] = (self.job_pgids(node, job_id), *self.allocations.freq_of(held))
+        for batch in list(self.batch.jobs.values()):  # jobs launched before their allocation arrived
+            if pgid := self.batch.script_pgid(batch):
+                loads.setdefault(batch.node, {}).setdefault(batch.job_id, ({pgid}, 0, 0))
         for (node, job_id), pgids in list(self.step_pgids.items()):
             loads.setdefault(node, {}).setdefault(job_id, (set(pgids), 0, 0))
         return loads
@@ -570,10 +570,10 @@ class Agent:
                     if (node, job_id) not in known:
                         self._end_cgroups(node, job_id)
         with self.lock:
-            for job in self.allocations.jobs.values():
-                khz, f_max = self.allocations.freq_of(job)
+            for held in self.allocations.jobs.values():
+                khz, f_max = self.allocations.freq_of(held)
                 if self.config.emulated_nodes and khz and f_max:
-                    self.throttle.set((job.node, job.job_id), khz / f_max)
+                    self.throttle.set((held.node, held.job_id), khz / f_max)
             self._sampling_interval()
         loop = asyncio.get_running_loop()
         self.energy.on_poll = lambda: loop.call_soon_threadsafe(self._energy_read)

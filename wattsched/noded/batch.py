@@ -257,7 +257,7 @@ class BatchRunner:
                 if not entry.startswith("job"):
                     continue  # the node's other state: scratch, cpufreq tree, allocations, BMC files
                 spool = os.path.join(node_dir, entry)
-                info = _read_json(os.path.join(spool, "job.json"))
+                info = _read_json(os.path.join(spool, "job.json")) or {}
                 try:
                     job = BatchJob(int(info["job_id"]), node, int(info.get("run", 0)), spool,
                                    int(info["supervisor"]), int(info.get("supervisor_start", 0)),

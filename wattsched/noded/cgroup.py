@@ -31,6 +31,7 @@ of the mount point); the agent refuses to start otherwise, as slurmd does.
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import errno
 import logging
@@ -103,8 +104,9 @@ def cpu_list(cpus: tuple[int, ...]) -> str:
     return ",".join(str(c) for c in sorted(cpus))
 
 
-class Hierarchy:
-    """What v1 and v2 share: the job and step paths under each controller's root."""
+class Hierarchy(abc.ABC):
+    """What v1 and v2 share: the job and step paths under each controller's root; what each does
+    its own way (creating a step's groups, reading them, freezing and killing a job) is abstract."""
 
     controllers: tuple[str, ...] = ()
 
@@ -113,8 +115,26 @@ class Hierarchy:
         self.constrain_cores, self.constrain_ram = constrain_cores, constrain_ram
         self.constrain_devices = constrain_devices
 
-    def _roots(self) -> Iterator[str]:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def _roots(self) -> Iterator[str]: ...
+
+    @abc.abstractmethod
+    def create(self, node: str, job_id: int, step: str, limits: Limits) -> list[str]:
+        """Make the step's groups with the job's limits; returns the files its process joins by."""
+
+    @abc.abstractmethod
+    def freeze(self, node: str, job_id: int, frozen: bool) -> None: ...
+
+    @abc.abstractmethod
+    def kill(self, node: str, job_id: int) -> set[int]:
+        """SIGKILL every process of the job on the node; returns those still there."""
+
+    @abc.abstractmethod
+    def job_usage(self, node: str, job_id: int) -> tuple[float, int]:
+        """The job's CPU seconds and memory bytes on the node, all its steps together."""
+
+    @abc.abstractmethod
+    def usage(self, node: str, job_id: int, step: str) -> StepUsage: ...
 
     def job_paths(self, node: str, job_id: int) -> list[str]:
         return [os.path.join(root, ROOT, f"node_{_safe(node)}", f"job_{int(job_id)}") for root in self._roots()]

@@ -93,6 +93,7 @@ class CpuFreqSysfs:
 
     def _set_range(self, cpu: int, low: int | None, high: int | None) -> None:
         """Write min and max in the order that never has min above max."""
+        order: tuple[tuple[str, int | None], ...]
         if low is not None and high is not None and low > int(self._read(cpu, "scaling_max_freq")):
             order = (("scaling_max_freq", high), ("scaling_min_freq", low))
         else:

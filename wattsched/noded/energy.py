@@ -78,7 +78,7 @@ class EnergyMeter:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._wake = threading.Event()  # a job ended: read the nodes now, not at the next interval
-        self.on_poll: Callable[[], None] | None = None  # told when a poll asked for by wake() is done
+        self.on_poll: Callable[[], object] | None = None  # told when a poll asked for by wake() is done
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="energy-read")
         self._pending: dict[str, concurrent.futures.Future] = {}
         self._cpu_prev: dict[tuple[str, int], tuple[float, float]] = {}

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
 from wattsched.config import NodeConf
@@ -63,7 +63,8 @@ class GpuMeter:
         """The node's GPUs' watts now (what a node's meter adds for them)."""
         return sum(g.watts for (n, _i), g in self.gpus.items() if n == node)
 
-    def poll(self, now: float, running: dict[str, dict[int, object]], held: dict[str, dict[int, list[int]]]) -> None:
+    def poll(self, now: float, running: Mapping[str, Mapping[int, object]],
+             held: dict[str, dict[int, list[int]]]) -> None:
         """Read (or, emulated, integrate) every GPU and add each job's share of the rise; ``running``
         names, per node, the jobs running there, ``held`` each job's GPUs (from
         :attr:`job_gpus`, asked before the meter's lock is taken: it takes the agent's)."""

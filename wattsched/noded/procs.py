@@ -95,10 +95,15 @@ def reap(proc: subprocess.Popen, loop: asyncio.AbstractEventLoop, status_fd: int
         result = Exit(code, sig, usage_record(usage))
         if status_fd is not None:
             result = _reported(status_fd) or Exit(code, sig)  # killed daemon: the task's usage is unknown
-        loop.call_soon_threadsafe(lambda: future.done() or future.set_result(result))
+        loop.call_soon_threadsafe(_settle, future, result)
 
     threading.Thread(target=wait, name=f"reap-{proc.pid}", daemon=True).start()
     return future
+
+
+def _settle(future: asyncio.Future[Exit], result: Exit) -> None:
+    if not future.done():  # a cancelled wait has no one to tell
+        future.set_result(result)
 
 
 def _reported(fd: int) -> Exit | None:

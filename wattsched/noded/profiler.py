@@ -65,8 +65,8 @@ class Profiler:
                     percent = max(0.0, cpu_s - cpu_before) / max(1e-9, now - then) * 100
                     profile.append("Task", now, CPUFrequency=khz, CPUTime=cpu_s, CPUUtilization=percent, RSS=rss_kb)
             live = set(self.allocations.profiles)
-            for key in [k for k in self._due if (k[0], k[1]) not in live]:
-                del self._due[key]
+            for due in [k for k in self._due if (k[0], k[1]) not in live]:
+                del self._due[due]
             for key in [k for k in self._last_task if k not in live]:
                 del self._last_task[key]
 

@@ -184,8 +184,8 @@ def run_child(spec: dict[str, Any]) -> int:
         except BaseException as exc:  # the child must never return into the parent's code
             os.write(2, f"slurmstepd: error: {exc}\n".encode())
         os._exit(2)
-    for sig in IGNORED:
-        signal.signal(sig, signal.SIG_IGN)
+    for ignored in IGNORED:
+        signal.signal(ignored, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_SETMASK, held)
     return _report(pid, status_fd, spec)
 
@@ -311,8 +311,8 @@ def usage_record(usage: Any) -> dict[str, Any]:
 def supervise(spec: dict[str, Any]) -> int:
     """Run one batch script as its user; record its pid, then its end, in the root-owned spool."""
     spool = spec["spool"]
-    for sig in IGNORED:
-        signal.signal(sig, signal.SIG_IGN)
+    for ignored in IGNORED:
+        signal.signal(ignored, signal.SIG_IGN)
     err_r, err_w = os.pipe2(os.O_CLOEXEC)
     go_r, go_w = os.pipe2(os.O_CLOEXEC)
     pid = os.fork()

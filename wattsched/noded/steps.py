@@ -18,6 +18,7 @@ import subprocess
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 from wattsched import hostlist, patterns
 from wattsched.api import JobEvent, TaskLaunch, TaskUsage
@@ -67,7 +68,8 @@ async def run_tasks(req: TaskLaunch, layout: dict[str, list[int]], uid: int, gid
             env = task_environment(req, layout, task_id, local_id, node_index)
             cpus = binding.cpus[local_id] if binding else []
             env.update(binding.env if binding else {})
-            spec = {"uid": uid, "gid": gid, "groups": groups, "umask": procs.umask_of(env), "work_dir": req.work_dir,
+            spec: dict[str, Any] = {
+                    "uid": uid, "gid": gid, "groups": groups, "umask": procs.umask_of(env), "work_dir": req.work_dir,
                     "stdout": _task_path(req, req.output, task_id, node_index, user) if req.output else "",
                     "stderr": _task_path(req, req.error, task_id, node_index, user) if req.error else "",
                     "open_mode": req.open_mode, "argv": req.argv, "env": env, "cgroup_procs": cgroup_procs or [],

@@ -12,6 +12,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 
 from wattsched.noded import procs
 
@@ -53,7 +54,7 @@ class Throttle:
             self._signal(self.pgids_of(key), signal.SIGCONT)
 
     @staticmethod
-    def _signal(pgids: set[int], sig: int) -> None:
+    def _signal(pgids: AbstractSet[int], sig: int) -> None:
         for pgid in pgids:
             procs.killpg(pgid, sig)
 

@@ -10,6 +10,8 @@ from wattsched.accounting.models import Base
 connection = context.config.attributes.get("connection")
 if connection is None:
     url = context.get_x_argument(as_dictionary=True).get("url") or context.config.get_main_option("sqlalchemy.url")
+    if url is None:
+        raise SystemExit("alembic: give the database as -x url=... (or sqlalchemy.url in the ini)")
     engine = create_engine(url)
     with engine.begin() as conn:
         context.configure(connection=conn, target_metadata=Base.metadata)
