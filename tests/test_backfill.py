@@ -12,13 +12,11 @@ from wattsched import states
 from wattsched.config import ConfigError
 from wattsched.confvalues import SchedulerParams, parse_scheduler_params
 from wattsched.plugins.priority.basic import BasicPriority
-from wattsched.plugins.sched.backfill import BackfillScheduler, Profile, ReleaseMemo
+from wattsched.plugins.sched.backfill import BackfillScheduler
 from wattsched.plugins.sched.builtin import BuiltinScheduler
 from wattsched.plugins.select.cons_tres import ConsTresSelect
 from wattsched.scheduling import (
-    Allocation,
     JobRequest,
-    NodeMemo,
     NodeSnap,
     PartitionSnap,
     ResvSnap,
@@ -364,77 +362,6 @@ def test_power_fit_picks_the_highest_frequency_under_the_cap(kind) -> None:
     busy = replace(snap, nodes={**watts, "n01": replace(watts["n01"], busy=220)},
                    states={"n01": PowerState.BUSY, "n02": PowerState.IDLE})
     assert power.summary(busy.nodes, busy.states)["current_watts"] == 320
-
-
-@st.composite
-def profiles(draw):
-    """A profile from running jobs (some past their limit, some without one) and holds added in a
-    random order: reservations later on, jobs started now, some never given back."""
-    count = draw(st.integers(1, 5))
-    names = [f"n{i:02d}" for i in range(1, count + 1)]
-    busy = []
-    for job_id in range(100, 100 + draw(st.integers(0, 8))):
-        nodes = draw(st.lists(st.sampled_from(names), min_size=1, max_size=count, unique=True))
-        end = draw(st.one_of(st.none(), st.integers(-2, 20).map(lambda k: NOW + k * 60.0)))
-        busy.append(RunningJob(job_id, {n: draw(st.integers(1, 4)) for n in nodes},
-                               {n: draw(st.integers(0, 300)) for n in nodes}, end))
-    snapshot = Snapshot(now=NOW, nodes=tuple(NodeSnap(n, 64, draw(st.integers(0, 8)), 4000, draw(st.integers(0, 900)))
-                                             for n in names),
-                        partitions={"p": PartitionSnap("p", tuple(names))}, pending=(), running=tuple(busy))
-    holds = []
-    for _ in range(draw(st.integers(0, 8))):
-        nodes = draw(st.lists(st.sampled_from(names), min_size=1, max_size=count, unique=True))
-        start = NOW + draw(st.sampled_from([0, 0, 1, 5, 7, 12])) * 60.0
-        length = draw(st.one_of(st.just(math.inf), st.integers(1, 15).map(lambda k: k * 60.0)))
-        end = start + length
-        holds.append((Allocation(cpus={n: draw(st.integers(1, 4)) for n in nodes},
-                                 tasks=dict.fromkeys(nodes, 1), mem_mb={n: draw(st.integers(0, 200)) for n in nodes}),
-                      start, end))
-    windows = draw(st.lists(st.tuples(st.sampled_from([0, 0, 1, 3, 5, 7, 12]), st.integers(1, 20)), min_size=1,
-                            max_size=6))
-    return snapshot, holds, [(NOW + a * 60.0, NOW + (a + b) * 60.0) for a, b in windows]
-
-
-@settings(max_examples=300, deadline=None)
-@given(profiles(), st.sampled_from([1, 60]))
-def test_windows_are_the_least_free_resources_over_their_time(case, resolution) -> None:
-    """Against a walk through every node's steps in time order (releases before holds at one time,
-    holds in the order added): what is free at the window's start, lowered by every level reached
-    strictly inside it, never below zero, and the CPUs free so in all; asked after every hold, as a
-    pass asks."""
-    snapshot, holds, windows = case
-    nodes = NodeMemo()
-    nodes.refresh(snapshot)
-    profile = Profile(NOW, nodes)
-    profile.releases(snapshot.running, resolution, ReleaseMemo())
-    steps = {n.name: [] for n in snapshot.nodes}
-    for job in snapshot.running:
-        if job.end_time is not None:
-            for node, cpus in job.cpus.items():
-                steps[node].append((max(job.end_time, NOW + resolution), 0, cpus, job.mem_mb[node]))
-    free = {n.name: (n.free_cpus, n.free_mem_mb) for n in snapshot.nodes}
-    for k, (alloc, start, end) in enumerate([(None, 0, 0), *holds]):
-        if alloc is not None:
-            profile.hold(alloc, start, end)
-            for node, cpus in alloc.cpus.items():
-                steps[node].append((start, k, -cpus, -alloc.mem_mb[node]))
-                if end != math.inf:
-                    steps[node].append((end, k, cpus, alloc.mem_mb[node]))
-        for start, end in windows:
-            window = profile.window(start, end)
-            total = 0
-            for node, (cpus, mem) in free.items():
-                ordered = sorted(steps[node], key=lambda s: (s[0], s[1]))
-                cpus += sum(s[2] for s in ordered if s[0] <= start)
-                mem += sum(s[3] for s in ordered if s[0] <= start)
-                low = [cpus, mem]
-                for _when, _k, step_cpus, step_mem in (s for s in ordered if start < s[0] < end):
-                    cpus, mem = cpus + step_cpus, mem + step_mem
-                    low = [min(low[0], cpus), min(low[1], mem)]
-                assert window[node] == (max(low[0], 0), max(low[1], 0)), (node, start, end)
-                assert (node in window.with_cpus()) == (low[0] > 0)
-                total += max(low[0], 0)
-            assert window.total == total, (start, end)
 
 
 @st.composite

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from wattsched.confvalues import SchedulerParams
+from wattsched.memos import QueueMemo
 from wattsched.plugins.priority.basic import BasicPriority
 from wattsched.plugins.sched.backfill import BackfillScheduler
 from wattsched.plugins.sched.builtin import BuiltinScheduler
@@ -20,7 +21,6 @@ from wattsched.scheduling import (
     JobRequest,
     NodeSnap,
     PartitionSnap,
-    QueueMemo,
     RunningJob,
     Snapshot,
     schedule,

@@ -80,25 +80,27 @@ def require_role(role: str):
     return Depends(check)
 
 
-def metrics_access(current: Callable[[], Config]):
+def metrics_access():
     """A dependency that admits a scrape of ``/metrics`` as slurm.conf's Metrics* keys say:
     off unless MetricsType=metrics/openmetrics; with MetricsAuthUsers, only those users, root,
     AdminUsers and the daemons; else with MetricsParameters=ignore_private_data, anyone without
-    a token; else any valid token (Slurm would be open here; we ask for a token by default)."""
+    a token; else any valid token (Slurm would be open here; we ask for a token by default).
+    The daemon's configuration of now (scontrol reconfigure may have changed it) is
+    ``app.state.config()``."""
+    return Depends(_check_scrape)
 
-    def check(request: Request) -> auth.Identity | None:
-        config = current()  # the configuration of now (scontrol reconfigure may have changed it)
-        if config.metrics_type != "metrics/openmetrics":
-            raise HTTPException(404, "Metrics are off: set MetricsType=metrics/openmetrics")
-        if not config.metrics_auth_users and "ignore_private_data" in config.metrics_parameters:
-            return None
-        who = identity(request)
-        if config.metrics_auth_users and not (who.uid == 0 or who.is_daemon or who.user in config.admin_users
-                                              or who.user in config.metrics_auth_users):
-            raise HTTPException(403, "Access/permission denied: not in MetricsAuthUsers")
-        return who
 
-    return Depends(check)
+def _check_scrape(request: Request) -> auth.Identity | None:
+    config: Config = request.app.state.config()
+    if config.metrics_type != "metrics/openmetrics":
+        raise HTTPException(404, "Metrics are off: set MetricsType=metrics/openmetrics")
+    if not config.metrics_auth_users and "ignore_private_data" in config.metrics_parameters:
+        return None
+    who = identity(request)
+    if config.metrics_auth_users and not (who.uid == 0 or who.is_daemon or who.user in config.admin_users
+                                          or who.user in config.metrics_auth_users):
+        raise HTTPException(403, "Access/permission denied: not in MetricsAuthUsers")
+    return who
 
 
 def loop_lifespan(run: Callable[[], Coroutine[Any, Any, None]], start: Callable[[], None] = lambda: None,

@@ -30,6 +30,7 @@ from collections.abc import Set as AbstractSet
 
 from wattsched import states
 from wattsched.limits import Qos
+from wattsched.memos import NodeMemo
 from wattsched.scheduling import (
     Allocation,
     Candidates,
@@ -128,7 +129,7 @@ def preemptees(snapshot: Snapshot, decisions: Decisions, select: SelectPlugin) -
     wanting = sorted((job for job in snapshot.pending if decisions.reasons.get(job.job_id) == states.R_RESOURCES
                       and seizer.may_want(job)),
                      key=lambda j: (-tier(parts, j), -prio.get(j.job_id, 0), j.submit_time, j.job_id))[:MAX_PREEMPTORS]
-    candidates = Candidates(snapshot)
+    candidates = Candidates(snapshot, NodeMemo())
     for job in wanting:
         nodes = candidates.for_job(job, None)
         seizer.seize(job, nodes, {n.name: (n.free_cpus, n.free_mem_mb) for n in nodes},

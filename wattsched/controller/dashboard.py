@@ -17,27 +17,19 @@ import os
 import time
 from typing import Annotated, Any
 
-from fastapi import FastAPI, Path, Query
+from fastapi import APIRouter, FastAPI, Path, Query
 from fastapi.staticfiles import StaticFiles
 
 from wattsched import power
 from wattsched.controller import acctdb
 from wattsched.controller.actions import Refused
-from wattsched.controller.powerlog import DAY_S, PowerLog
+from wattsched.controller.powerlog import DAY_S
+from wattsched.controller.routedeps import Ctl
 from wattsched.controller.views import job_brief
 from wattsched.httpauth import Who
 
 PAGE_DIR = os.path.join(os.path.dirname(__file__), "dashboard")
 WEEK_S = 7 * DAY_S
-
-
-def record_power(log: PowerLog, state: Any, now: float) -> None:
-    """One sample of the cluster's power for the chart (the controller calls it each timer tick)."""
-    if not log.due(now):
-        return
-    measured = sum(n.current_watts for n in state.nodes.values() if n.energy_samples)
-    modelled = power.summary(state.node_power(), state.power_states())["current_watts"]
-    log.record(now, measured, modelled, state.power_cap)
 
 
 def node_power_series(samples: list[tuple[float, float]], start: float, end: float) -> list[tuple[float, float]]:
@@ -47,42 +39,52 @@ def node_power_series(samples: list[tuple[float, float]], start: float, end: flo
             if t1 > t0 and start <= t1 and t0 <= end]
 
 
-def add_routes(app: FastAPI, controller: Any) -> None:
-    state = controller.state
+router = APIRouter()
+
+
+def mount_page(app: FastAPI) -> None:
+    """The page itself, served as the files are."""
     app.mount("/dashboard", StaticFiles(directory=PAGE_DIR, html=True), name="dashboard")
 
-    @app.get("/v1/dashboard/power")
-    async def power_history(who: Who, period: Annotated[int, Query(ge=60, le=WEEK_S)] = 3600) -> dict[str, Any]:
-        now = time.time()
-        figures = power.summary(state.node_power(), state.power_states())
-        cap = state.power_cap
-        return {"time": now, "power_cap": None if cap is None else figures["max_watts"] if math.isinf(cap) else cap,
-                "measured_watts": sum(n.current_watts for n in state.nodes.values() if n.energy_samples),
-                "modelled_watts": figures["current_watts"], "adjusted_max_watts": figures["adjusted_max_watts"],
-                "max_watts": figures["max_watts"],
-                "series": controller.power_log.series(now - period),
-                "cap_actions": state.cap.recent(now - period),
-                "power_reservations": [{"name": r.name, "start": r.start, "end": r.end, "watts": r.watts}
-                                       for r in state.resv.power_snapshots()]}
 
-    @app.get("/v1/dashboard/energy")
-    async def energy_by_owner(who: Who, period: Annotated[int, Query(ge=60, le=WEEK_S)] = DAY_S) \
-            -> dict[str, Any]:
-        store, cluster = acctdb.store(controller.accounting), state.config.cluster_name
-        now = time.time()
-        found = {key: await acctdb.call(store.energy_by, cluster, column, now - period, now)
-                 for key, column in (("users", "user"), ("accounts", "account"))}
-        return {"time": now, "start": now - period,
-                **{key: [{"name": name, "joules": round(joules), "jobs": jobs} for name, joules, jobs in rows]
-                   for key, rows in found.items()}}
+@router.get("/v1/dashboard/power")
+async def power_history(controller: Ctl, who: Who,
+                        period: Annotated[int, Query(ge=60, le=WEEK_S)] = 3600) -> dict[str, Any]:
+    state = controller.state
+    now = time.time()
+    figures = power.summary(state.node_power(), state.power_states())
+    cap = state.power_cap
+    return {"time": now, "power_cap": None if cap is None else figures["max_watts"] if math.isinf(cap) else cap,
+            "measured_watts": sum(n.current_watts for n in state.nodes.values() if n.energy_samples),
+            "modelled_watts": figures["current_watts"], "adjusted_max_watts": figures["adjusted_max_watts"],
+            "max_watts": figures["max_watts"],
+            "series": controller.power_log.series(now - period),
+            "cap_actions": state.cap.recent(now - period),
+            "power_reservations": [{"name": r.name, "start": r.start, "end": r.end, "watts": r.watts}
+                                   for r in state.resv.power_snapshots()]}
 
-    @app.get("/v1/dashboard/job/{job_id}")
-    async def job_power(job_id: Annotated[int, Path(ge=1, le=2**53)], who: Who) -> dict[str, Any]:
-        job = state.jobs.get(job_id)
-        if job is None:
-            raise Refused(f"Invalid job id specified: {job_id}", 404)
-        now = time.time()
-        end = job.end_time or now
-        return {"time": now, "job": job_brief(job, now),
-                "power": {name: node_power_series(state.nodes[name].energy_samples, job.start_time, end)
-                          for name in job.alloc_cpus if name in state.nodes and job.start_time}}
+
+@router.get("/v1/dashboard/energy")
+async def energy_by_owner(controller: Ctl, who: Who, period: Annotated[int, Query(ge=60, le=WEEK_S)] = DAY_S) \
+        -> dict[str, Any]:
+    state = controller.state
+    store, cluster = acctdb.store(controller.accounting), state.config.cluster_name
+    now = time.time()
+    found = {key: await acctdb.call(store.energy_by, cluster, column, now - period, now)
+             for key, column in (("users", "user"), ("accounts", "account"))}
+    return {"time": now, "start": now - period,
+            **{key: [{"name": name, "joules": round(joules), "jobs": jobs} for name, joules, jobs in rows]
+               for key, rows in found.items()}}
+
+
+@router.get("/v1/dashboard/job/{job_id}")
+async def job_power(controller: Ctl, job_id: Annotated[int, Path(ge=1, le=2**53)], who: Who) -> dict[str, Any]:
+    state = controller.state
+    job = state.jobs.get(job_id)
+    if job is None:
+        raise Refused(f"Invalid job id specified: {job_id}", 404)
+    now = time.time()
+    end = job.end_time or now
+    return {"time": now, "job": job_brief(job, now),
+            "power": {name: node_power_series(state.nodes[name].energy_samples, job.start_time, end)
+                      for name in job.alloc_cpus if name in state.nodes and job.start_time}}

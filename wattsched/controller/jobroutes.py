@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Annotated, Any
 
-from fastapi import FastAPI, Query
+from fastapi import APIRouter, Query
 from fastapi.responses import Response
 
 from wattsched import states
@@ -26,11 +26,13 @@ from wattsched.api import (
 from wattsched.controller import listings
 from wattsched.controller.actions import Refused
 from wattsched.controller.dispatch import batch_environment
+from wattsched.controller.routedeps import Ctl
 from wattsched.controller.views import job_gpus, job_view
 from wattsched.httpauth import Who
+from wattsched.model import Job
 
 if TYPE_CHECKING:
-    from wattsched.controller.loop import Controller
+    from wattsched.controller.state import ClusterState
 
 
 # --immediate refusals by pending reason (the power-capping prototype's wording, Hautreux 2013)
@@ -38,146 +40,168 @@ IMMEDIATE_REFUSAL = {states.R_POWER: "Required power not available now",
                      states.R_POWER_RESERVED: "Required power at least partially reserved"}
 
 
-def add_routes(app: FastAPI, controller: Controller) -> None:
+router = APIRouter()
+
+
+@router.post("/v1/jobs", response_model=SubmitReply)
+async def submit(controller: Ctl, req: JobSubmit, who: Who) -> SubmitReply:
     state = controller.state
-
-    @app.post("/v1/jobs", response_model=SubmitReply)
-    async def submit(req: JobSubmit, who: Who) -> SubmitReply:
-        now = time.time()
-        if req.test_only:
-            job, plan = state.will_run(req, who, now)
-            return SubmitReply(job_id=job.job_id, will_run=plan)
-        jobs = controller.submit(req, who, now)
-        if req.immediate:
-            actions = state.schedule(now)
-            job = jobs[0]
-            if job.state != states.RUNNING:
-                why = IMMEDIATE_REFUSAL.get(job.reason, "Requested nodes are busy")
-                state.cancel([job], who, None, False, now)
-                controller.act(actions)
-                raise Refused(f"Unable to allocate resources: {why}", 503)
+    now = time.time()
+    if req.test_only:
+        job, plan = state.will_run(req, who, now)
+        return SubmitReply(job_id=job.job_id, will_run=plan)
+    jobs = controller.submit(req, who, now)
+    if req.immediate:
+        actions = state.schedule(now)
+        job = jobs[0]
+        if job.state != states.RUNNING:
+            why = IMMEDIATE_REFUSAL.get(job.reason, "Requested nodes are busy")
+            state.cancel([job], who, None, False, now)
             controller.act(actions)
-        elif req.interactive:  # srun and salloc wait on this answer: try to place the job at once
-            controller.act(state.schedule(now))
-        else:
-            controller.changed()
-        arrays = [j.job_id for j in jobs] if jobs[0].array_task_id is not None else []
-        return SubmitReply(job_id=jobs[0].job_id, array_task_ids=arrays)
-
-    @app.get("/v1/jobs")
-    async def list_jobs(who: Who, user: Annotated[list[str] | None, Query()] = None,
-                        state_: Annotated[list[str] | None, Query(alias="state")] = None,
-                        partition: Annotated[list[str] | None, Query()] = None,
-                        job: Annotated[list[str] | None, Query()] = None, detail: bool = False,
-                        columns: bool = False) -> Response:
-        async with controller.listings.turn(who.uid):
-            return await _listing(user, state_, partition, job, detail, columns)
-
-    async def _listing(user: list[str] | None, state_: list[str] | None, partition: list[str] | None,
-                       job: list[str] | None, detail: bool, columns: bool) -> Response:
-        now = time.time()
-        selected: Iterable[Any] = state.jobs.values()
-        job = [ref for ref in job or () if ref]
-        if job:
-            wanted: dict[int, Any] = {}
-            for ref in job:
-                try:
-                    for j in state.resolve(ref):
-                        wanted[j.job_id] = j
-                except Refused:
-                    continue
-            selected = wanted.values()
-        users, states_, parts = set(user or ()), set(state_ or ()), set(partition or ())
-        def detailed(j: Any, at: float) -> dict[str, Any]:
-            return {**job_view(j, at), **job_gpus(j, state.nodes)}
-
-        view = detailed if detail else state.brief
-        chosen = [j for j in selected if (not users or j.user in users) and (not parts or j.partition in parts)
-                  and (not states_ or j.state in states_ or j.shown_state in states_)]
-        if columns and chosen:  # one header and rows of values: a third of the bytes for 10,000 jobs
-            names = list(view(chosen[0], now))
-            def row(j: Any) -> list[Any]:
-                record = view(j, now)
-                return [record[n] for n in names]
-
-            rows = await listings.sliced(chosen, row)
-            body = listings.document({"time": now, "columns": names}, "rows", rows)
-        else:
-            body = listings.document({"time": now}, "jobs", await listings.sliced(chosen, lambda j: view(j, now)))
-        return Response(body, media_type="application/json")
-
-    @app.post("/v1/jobs/cancel")
-    async def cancel(req: CancelRequest, who: Who) -> dict[str, Any]:
-        now = time.time()
-        jobs = [j for ref in req.job_ids for j in state.resolve(ref)]
-        controller.act(state.cancel(jobs, who, req.signal, req.batch_only, now))
-        return {"cancelled": [j.job_id for j in jobs]}
-
-    @app.patch("/v1/jobs/{job_ref}")
-    async def update_job(job_ref: str, upd: JobUpdate, who: Who) -> dict[str, Any]:
-        jobs = state.resolve(job_ref)
-        state.update(jobs, upd, who, time.time())
+            raise Refused(f"Unable to allocate resources: {why}", 503)
+        controller.act(actions)
+    elif req.interactive:  # srun and salloc wait on this answer: try to place the job at once
+        controller.act(state.schedule(now))
+    else:
         controller.changed()
-        return {"updated": [j.job_id for j in jobs]}
+    arrays = [j.job_id for j in jobs] if jobs[0].array_task_id is not None else []
+    return SubmitReply(job_id=jobs[0].job_id, array_task_ids=arrays)
 
-    @app.post("/v1/jobs/{job_ref}/suspend")
-    async def suspend(job_ref: str, who: Who, resume: bool = False) -> dict[str, Any]:
-        jobs = state.resolve(job_ref)
-        controller.act(state.suspend(jobs, resume, who, time.time()))
-        return {"jobs": [j.job_id for j in jobs], "suspended": not resume}
 
-    @app.post("/v1/jobs/{job_ref}/requeue")
-    async def requeue(job_ref: str, who: Who) -> dict[str, Any]:
-        jobs = state.resolve(job_ref)
-        controller.act(state.requeue(jobs, who, time.time()))
-        return {"requeued": [j.job_id for j in jobs]}
+@router.get("/v1/jobs")
+async def list_jobs(controller: Ctl, who: Who, user: Annotated[list[str] | None, Query()] = None,
+                    state_: Annotated[list[str] | None, Query(alias="state")] = None,
+                    partition: Annotated[list[str] | None, Query()] = None,
+                    job: Annotated[list[str] | None, Query()] = None, detail: bool = False,
+                    columns: bool = False) -> Response:
+    async with controller.listings.turn(who.uid):
+        return await _listing(controller.state, user, state_, partition, job, detail, columns)
 
-    def one_job(job_id: int):
-        job = state.jobs.get(job_id)
-        if job is None:
-            raise Refused("Invalid job id specified", 404)
-        return job
 
-    @app.post("/v1/jobs/{job_id}/steps", response_model=StepReply)
-    async def create_step(job_id: int, req: StepCreate, who: Who) -> StepReply:
-        job = one_job(job_id)
-        step, layout = state.create_step(job, req, who, time.time())
-        controller.changed()
-        placements = [StepPlacement(node=n, agent_url=state.nodes[n].agent_url, node_index=i, task_ids=t)
-                      for i, (n, t) in enumerate(layout.items())]
-        slurm_env = {k: v for k, v in batch_environment(state, job).items() if k.startswith("SLURM")}
-        return StepReply(job_id=job_id, step_id=int(step.step_id), ntasks=step.ntasks, nodes=list(layout),
-                         placements=placements, credential=state.step_credential(job, step, layout),
-                         job_environment=slurm_env)
+async def _listing(state: ClusterState, user: list[str] | None, state_: list[str] | None, partition: list[str] | None,
+                   job: list[str] | None, detail: bool, columns: bool) -> Response:
+    now = time.time()
+    selected: Iterable[Any] = state.jobs.values()
+    job = [ref for ref in job or () if ref]
+    if job:
+        wanted: dict[int, Any] = {}
+        for ref in job:
+            try:
+                for j in state.resolve(ref):
+                    wanted[j.job_id] = j
+            except Refused:
+                continue
+        selected = wanted.values()
+    users, states_, parts = set(user or ()), set(state_ or ()), set(partition or ())
+    def detailed(j: Any, at: float) -> dict[str, Any]:
+        return {**job_view(j, at), **job_gpus(j, state.nodes)}
 
-    @app.get("/v1/jobs/{job_id}/environment")
-    async def job_environment(job_id: int, who: Who) -> dict[str, Any]:
-        """The SLURM_* variables of a running job (salloc sets them for its command)."""
-        job = one_job(job_id)
+    view = detailed if detail else state.brief
+    chosen = [j for j in selected if (not users or j.user in users) and (not parts or j.partition in parts)
+              and (not states_ or j.state in states_ or j.shown_state in states_)]
+    if columns and chosen:  # one header and rows of values: a third of the bytes for 10,000 jobs
+        names = list(view(chosen[0], now))
+        def row(j: Any) -> list[Any]:
+            record = view(j, now)
+            return [record[n] for n in names]
+
+        rows = await listings.sliced(chosen, row)
+        body = listings.document({"time": now, "columns": names}, "rows", rows)
+    else:
+        body = listings.document({"time": now}, "jobs", await listings.sliced(chosen, lambda j: view(j, now)))
+    return Response(body, media_type="application/json")
+
+
+@router.post("/v1/jobs/cancel")
+async def cancel(controller: Ctl, req: CancelRequest, who: Who) -> dict[str, Any]:
+    state = controller.state
+    now = time.time()
+    jobs = [j for ref in req.job_ids for j in state.resolve(ref)]
+    controller.act(state.cancel(jobs, who, req.signal, req.batch_only, now))
+    return {"cancelled": [j.job_id for j in jobs]}
+
+
+@router.patch("/v1/jobs/{job_ref}")
+async def update_job(controller: Ctl, job_ref: str, upd: JobUpdate, who: Who) -> dict[str, Any]:
+    state = controller.state
+    jobs = state.resolve(job_ref)
+    state.update(jobs, upd, who, time.time())
+    controller.changed()
+    return {"updated": [j.job_id for j in jobs]}
+
+
+@router.post("/v1/jobs/{job_ref}/suspend")
+async def suspend(controller: Ctl, job_ref: str, who: Who, resume: bool = False) -> dict[str, Any]:
+    state = controller.state
+    jobs = state.resolve(job_ref)
+    controller.act(state.suspend(jobs, resume, who, time.time()))
+    return {"jobs": [j.job_id for j in jobs], "suspended": not resume}
+
+
+@router.post("/v1/jobs/{job_ref}/requeue")
+async def requeue(controller: Ctl, job_ref: str, who: Who) -> dict[str, Any]:
+    state = controller.state
+    jobs = state.resolve(job_ref)
+    controller.act(state.requeue(jobs, who, time.time()))
+    return {"requeued": [j.job_id for j in jobs]}
+
+
+def one_job(state: ClusterState, job_id: int) -> Job:
+    job = state.jobs.get(job_id)
+    if job is None:
+        raise Refused("Invalid job id specified", 404)
+    return job
+
+
+@router.post("/v1/jobs/{job_id}/steps", response_model=StepReply)
+async def create_step(controller: Ctl, job_id: int, req: StepCreate, who: Who) -> StepReply:
+    state = controller.state
+    job = one_job(state, job_id)
+    step, layout = state.create_step(job, req, who, time.time())
+    controller.changed()
+    placements = [StepPlacement(node=n, agent_url=state.nodes[n].agent_url, node_index=i, task_ids=t)
+                  for i, (n, t) in enumerate(layout.items())]
+    slurm_env = {k: v for k, v in batch_environment(state, job).items() if k.startswith("SLURM")}
+    return StepReply(job_id=job_id, step_id=int(step.step_id), ntasks=step.ntasks, nodes=list(layout),
+                     placements=placements, credential=state.step_credential(job, step, layout),
+                     job_environment=slurm_env)
+
+
+@router.get("/v1/jobs/{job_id}/environment")
+async def job_environment(controller: Ctl, job_id: int, who: Who) -> dict[str, Any]:
+    """The SLURM_* variables of a running job (salloc sets them for its command)."""
+    state = controller.state
+    job = one_job(state, job_id)
+    if job.uid != who.uid and not state.is_admin(who):
+        raise Refused("Access/permission denied", 403)
+    if job.state != states.RUNNING:
+        raise Refused("Job is not running", 409)
+    return {"environment": {k: v for k, v in batch_environment(state, job).items() if k.startswith("SLURM")}}
+
+
+@router.post("/v1/jobs/{job_id}/steps/{step_id}/complete")
+async def complete_step(controller: Ctl, job_id: int, step_id: str, done: StepComplete, who: Who) -> dict[str, str]:
+    state = controller.state
+    state.complete_step(one_job(state, job_id), step_id, done, who, time.time())
+    controller.changed()
+    return {"status": "ok"}
+
+
+@router.post("/v1/jobs/{job_id}/allocation/complete")
+async def complete_allocation(controller: Ctl, job_id: int, done: AllocationComplete, who: Who) -> dict[str, str]:
+    state = controller.state
+    controller.act(state.complete_allocation(one_job(state, job_id), done.exit_code, done.term_signal, who,
+                                             time.time()))
+    return {"status": "ok"}
+
+
+@router.get("/v1/jobs/{job_ref}/stat")
+async def job_stat(controller: Ctl, job_ref: str, who: Who) -> dict[str, Any]:
+    state = controller.state
+    jobs = [j for j in state.resolve(job_ref) if j.state == states.RUNNING]
+    for job in jobs:
         if job.uid != who.uid and not state.is_admin(who):
             raise Refused("Access/permission denied", 403)
-        if job.state != states.RUNNING:
-            raise Refused("Job is not running", 409)
-        return {"environment": {k: v for k, v in batch_environment(state, job).items() if k.startswith("SLURM")}}
-
-    @app.post("/v1/jobs/{job_id}/steps/{step_id}/complete")
-    async def complete_step(job_id: int, step_id: str, done: StepComplete, who: Who) -> dict[str, str]:
-        state.complete_step(one_job(job_id), step_id, done, who, time.time())
-        controller.changed()
-        return {"status": "ok"}
-
-    @app.post("/v1/jobs/{job_id}/allocation/complete")
-    async def complete_allocation(job_id: int, done: AllocationComplete, who: Who) -> dict[str, str]:
-        controller.act(state.complete_allocation(one_job(job_id), done.exit_code, done.term_signal, who,
-                                                 time.time()))
-        return {"status": "ok"}
-
-    @app.get("/v1/jobs/{job_ref}/stat")
-    async def job_stat(job_ref: str, who: Who) -> dict[str, Any]:
-        jobs = [j for j in state.resolve(job_ref) if j.state == states.RUNNING]
-        for job in jobs:
-            if job.uid != who.uid and not state.is_admin(who):
-                raise Refused("Access/permission denied", 403)
-        now = time.time()
-        return {"jobs": [state.job_stat(job, now) for job in jobs]}
+    now = time.time()
+    return {"jobs": [state.job_stat(job, now) for job in jobs]}
 

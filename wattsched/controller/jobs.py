@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from wattsched import scheduling, states
+from wattsched import memos, scheduling, states
 from wattsched.api import JobSubmit, JobUpdate, WillRun
 from wattsched.auth import Identity
 from wattsched.controller import acctpolicy, jobend, jobsubmit, permissions, snapshots
@@ -93,7 +93,7 @@ def will_run(state: ClusterState, req: JobSubmit, who: Identity, now: float) -> 
         snap = snapshots.snapshot(state, now, backfill_due=True)
         snap = replace(snap, pending=(*snap.pending, snapshots.request(state, job)))
         decisions = scheduling.schedule(snap, state.plugins.priority, state.plugins.scheduler,
-                                        state.plugins.select, scheduling.QueueMemo())
+                                        state.plugins.select, memos.QueueMemo())
     finally:
         state.memo.requests.pop(job.job_id, None)
     started = dict(decisions.starts).get(job.job_id)

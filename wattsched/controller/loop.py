@@ -16,12 +16,11 @@ from wattsched import h5profile
 from wattsched.accounting.store import AccountingStore
 from wattsched.api import JobSubmit
 from wattsched.auth import Identity
-from wattsched.controller import dashboard
 from wattsched.controller.acctsync import AccountingSync
 from wattsched.controller.actions import Refused
 from wattsched.controller.dispatch import Dispatcher
 from wattsched.controller.listings import ListingGate
-from wattsched.controller.powerlog import PowerLog
+from wattsched.controller.powerlog import PowerLog, record_power
 from wattsched.controller.priority import FairShareCalc
 from wattsched.controller.startup import StartupError, load_plugins
 from wattsched.controller.state import ClusterState
@@ -127,7 +126,7 @@ class Controller:
             timers_due = now - last_timers >= TIMER_INTERVAL_S
             if timers_due:  # limits, warnings, node timeouts: a second's resolution is Slurm's too
                 actions += self.state.check_timers(now)
-                dashboard.record_power(self.power_log, self.state, now)
+                record_power(self.power_log, self.state, now)
                 last_timers = now
             actions += self.state.schedule(now)
             elapsed_ms = (time.perf_counter() - started) * 1000

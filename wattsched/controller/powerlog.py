@@ -11,6 +11,12 @@ from __future__ import annotations
 import collections
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from wattsched import power
+
+if TYPE_CHECKING:
+    from wattsched.controller.state import ClusterState
 
 POWER_LOG_STEP_S = 5.0
 DAY_S = 86400
@@ -39,3 +45,12 @@ class PowerLog:
             result.append((bucket[-1][0], sum(b[1] for b in bucket) / len(bucket),
                            sum(b[2] for b in bucket) / len(bucket), min(caps) if caps else None))
         return result
+
+
+def record_power(log: PowerLog, state: ClusterState, now: float) -> None:
+    """One sample of the cluster's power for the chart (the controller calls it each timer tick)."""
+    if not log.due(now):
+        return
+    measured = sum(n.current_watts for n in state.nodes.values() if n.energy_samples)
+    modelled = power.summary(state.node_power(), state.power_states())["current_watts"]
+    log.record(now, measured, modelled, state.power_cap)

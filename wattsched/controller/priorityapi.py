@@ -10,14 +10,17 @@ import math
 import time
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import APIRouter
 
 from wattsched import limits
 from wattsched.accounting.assoc import ASSOC_SETTINGS, AssocError, AssocStore
 from wattsched.api import AssocRequest
 from wattsched.controller import acctdb, acctpolicy
 from wattsched.controller.actions import Refused
+from wattsched.controller.loop import Controller
+from wattsched.controller.routedeps import Ctl
 from wattsched.httpauth import Who
+from wattsched.plugins.priority.multifactor import MultifactorPriority
 
 
 def _apply(store: AssocStore, req: AssocRequest, now: float) -> None:
@@ -69,63 +72,73 @@ def _row(row: Any) -> dict[str, Any]:
     return {k: ("inf" if isinstance(v, float) and math.isinf(v) else v) for k, v in data.items()}
 
 
-def add_routes(app: FastAPI, controller: Any) -> None:
+router = APIRouter()
+
+
+def accounting(controller: Controller) -> AssocStore:
+    """The associations in the accounting database (503 without one)."""
+    return acctdb.store(controller.accounting).assocs(controller.state.config.cluster_name)
+
+
+@router.post("/v1/associations")
+async def change_associations(controller: Ctl, req: AssocRequest, who: Who) -> dict[str, Any]:
     state = controller.state
+    if not state.is_admin(who):
+        raise Refused("Access/permission denied", 403)
+    store = accounting(controller)
+    try:
+        await acctdb.call(_apply, store, req, time.time())
+    except AssocError as exc:
+        raise Refused(str(exc), 409) from exc
+    if controller.fairshare is not None:
+        await controller.fairshare.refresh()
+    return {"done": req.names}
 
-    def accounting():
-        return acctdb.store(controller.accounting).assocs(state.config.cluster_name)
 
-    @app.post("/v1/associations")
-    async def change_associations(req: AssocRequest, who: Who) -> dict[str, Any]:
-        if not state.is_admin(who):
-            raise Refused("Access/permission denied", 403)
-        store = accounting()
-        try:
-            await asyncio.to_thread(_apply, store, req, time.time())
-        except AssocError as exc:
-            raise Refused(str(exc), 409) from exc
-        if controller.fairshare is not None:
-            await controller.fairshare.refresh()
-        return {"done": req.names}
+@router.get("/v1/associations")
+async def associations(controller: Ctl, who: Who) -> dict[str, Any]:
+    store = accounting(controller)
+    assocs, accounts, users, clusters, qos = await asyncio.gather(
+        acctdb.call(store.associations), acctdb.call(store.accounts), acctdb.call(store.users),
+        acctdb.call(store.clusters), acctdb.call(store.qos))
+    return {"time": time.time(), "associations": assocs, "accounts": accounts, "users": users,
+            "clusters": clusters, "qos": qos}
 
-    @app.get("/v1/associations")
-    async def associations(who: Who) -> dict[str, Any]:
-        store = accounting()
-        assocs, accounts, users, clusters, qos = await asyncio.gather(
-            asyncio.to_thread(store.associations), asyncio.to_thread(store.accounts),
-            asyncio.to_thread(store.users), asyncio.to_thread(store.clusters), asyncio.to_thread(store.qos))
-        return {"time": time.time(), "associations": assocs, "accounts": accounts, "users": users,
-                "clusters": clusters, "qos": qos}
 
-    @app.get("/v1/assoc_mgr")
-    async def assoc_mgr(who: Who) -> dict[str, Any]:
-        """The limits and what is held and used against them (scontrol show assoc_mgr)."""
-        accounting()
-        return acctpolicy.manager_view(state, time.time())
+@router.get("/v1/assoc_mgr")
+async def assoc_mgr(controller: Ctl, who: Who) -> dict[str, Any]:
+    """The limits and what is held and used against them (scontrol show assoc_mgr)."""
+    state = controller.state
+    accounting(controller)
+    return acctpolicy.manager_view(state, time.time())
 
-    @app.get("/v1/shares")
-    async def shares(who: Who) -> dict[str, Any]:
-        accounting()
-        found = state.shares
-        rows = [_row(r) for r in found.rows]
-        if found.qos:  # sshare's budget columns: GrpTRESMins, GrpTRESRaw and TRESRunMins
-            by_key = {(a["account"], a["user"]): a for a in acctpolicy.manager_view(state, time.time())["associations"]}
-            for row in rows:
-                assoc = by_key.get((row["account"], row["user"]))
-                if assoc is not None:
-                    use = assoc["usage"]
-                    row["grp_tres_mins"] = limits.format_tres(assoc["limits"].get("grp_tres_mins", {}))
-                    row["grp_tres_raw"] = _raw(use["tres_mins"])
-                    row["tres_run_mins"] = _raw(use["tres_run_mins"])
-        return {"time": time.time(), "computed_at": found.computed_at, "rows": rows}
 
-    @app.get("/v1/priority")
-    async def priority(who: Who) -> dict[str, Any]:
-        plugin = state.plugins.priority
-        if not hasattr(plugin, "breakdown"):
-            raise Refused(f"You are not running a supported priority plugin ({state.config.priority_type}). "
-                          "Only 'priority/multifactor' is supported.", 400)
-        now = time.time()
-        factors = plugin.breakdown(state.snapshot(now, backfill_due=False))
-        return {"time": now, "weights": dataclasses.asdict(plugin.weights),
-                "jobs": [dataclasses.asdict(f) for f in factors.values()]}
+@router.get("/v1/shares")
+async def shares(controller: Ctl, who: Who) -> dict[str, Any]:
+    state = controller.state
+    accounting(controller)
+    found = state.shares
+    rows = [_row(r) for r in found.rows]
+    if found.qos:  # sshare's budget columns: GrpTRESMins, GrpTRESRaw and TRESRunMins
+        by_key = {(a["account"], a["user"]): a for a in acctpolicy.manager_view(state, time.time())["associations"]}
+        for row in rows:
+            assoc = by_key.get((row["account"], row["user"]))
+            if assoc is not None:
+                use = assoc["usage"]
+                row["grp_tres_mins"] = limits.format_tres(assoc["limits"].get("grp_tres_mins", {}))
+                row["grp_tres_raw"] = _raw(use["tres_mins"])
+                row["tres_run_mins"] = _raw(use["tres_run_mins"])
+    return {"time": time.time(), "computed_at": found.computed_at, "rows": rows}
+
+
+@router.get("/v1/priority")
+async def priority(controller: Ctl, who: Who) -> dict[str, Any]:
+    state = controller.state
+    plugin = state.plugins.priority
+    if not isinstance(plugin, MultifactorPriority):
+        raise Refused(f"You are not running a supported priority plugin ({state.config.priority_type}). "
+                      "Only 'priority/multifactor' is supported.", 400)
+    now = time.time()
+    factors = plugin.breakdown(state.snapshot(now, backfill_due=False))
+    return {"time": now, "weights": dataclasses.asdict(plugin.weights),
+            "jobs": [dataclasses.asdict(f) for f in factors.values()]}

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from wattsched import power, scheduling, snapbuild, states
+from wattsched import memos, power, scheduling, snapbuild, states
 from wattsched.controller import acctpolicy, views
 from wattsched.model import Job
 from wattsched.states import PowerState
@@ -27,7 +27,7 @@ class Memos:
     requests: dict[int, scheduling.JobRequest] = field(default_factory=dict)
     briefs: dict[int, dict] = field(default_factory=dict)
     partitions: dict[str, scheduling.PartitionSnap] | None = None
-    queue: scheduling.QueueMemo = field(default_factory=scheduling.QueueMemo)
+    queue: memos.QueueMemo = field(default_factory=memos.QueueMemo)
     watts_per_cpu: dict[str, float] | None = None  # per partition (acctpolicy), from the configuration
     cpu_watts: dict[str, float] = field(default_factory=dict)  # per node: MaxWatts / CPUs
     budgets_read: object = None  # the use (state.shares) the budgets were last checked against

@@ -27,6 +27,7 @@ def create_app(agent: Agent) -> FastAPI:
     # the controller's launch messages carry whole batches of scripts; users reach only step launches
     httplimits.guard(app, 256 * 1024 * 1024)
     app.state.key = agent.key
+    app.state.config = lambda: agent.config  # as the metrics routes read it
 
     @app.post("/v1/launch")
     async def launch(req: LaunchBatch, who: Ctl) -> dict[str, Any]:
@@ -104,7 +105,7 @@ def create_app(agent: Agent) -> FastAPI:
 
     collector = AgentCollector(agent.energy)
 
-    @app.get("/metrics", dependencies=[metrics_access(lambda: agent.config)])
+    @app.get("/metrics", dependencies=[metrics_access()])
     async def metrics(request: Request) -> Response:
         return exposition.render(request, [collector])
 

@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from wattsched import limits, plugins, power, powersave, preemption, scheduling, snapbuild
+from wattsched import limits, memos, plugins, power, powersave, preemption, scheduling, snapbuild
 from wattsched.config import Config, NodeConf
 from wattsched.fairshare import UsageRecord
 from wattsched.simulator.accounts import SimAccounts
@@ -158,7 +158,7 @@ class Simulation:
         self.shared = shared
         self.energy_model = energy_model
         self.priority, self.scheduler, self.select = plugins.scheduling(config)
-        self.queue_memo = scheduling.QueueMemo()
+        self.queue_memo = memos.QueueMemo()
         self.policies = plugins.power_save_policies(config)
         self.memories: dict[str, dict] = {}
         self.progress = progress

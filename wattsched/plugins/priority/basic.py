@@ -17,7 +17,7 @@ BASE_PRIORITY = 4294901760
 class BasicPriority:
     """Priority by submit order; administrators' settings win."""
 
-    static = True  # a job's priority depends on nothing but the job (wattsched.scheduling.QueueMemo)
+    static = True  # a job's priority depends on nothing but the job (wattsched.memos.QueueMemo)
 
     def __init__(self, config: Config | None = None):
         del config  # nothing to configure: taken for a uniform plugin interface

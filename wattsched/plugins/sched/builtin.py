@@ -21,11 +21,11 @@ from collections.abc import Mapping, Sequence
 
 from wattsched import states
 from wattsched.confvalues import SchedulerParams
+from wattsched.memos import NodeMemo
 from wattsched.scheduling import (
     Candidates,
     Decisions,
     JobRequest,
-    NodeMemo,
     PowerMeter,
     SelectPlugin,
     Snapshot,

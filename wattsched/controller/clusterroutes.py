@@ -1,0 +1,111 @@
+"""The cluster-wide routes of the controller's API (v1): the configuration (scontrol show config),
+the power cap, sdiag's statistics, scontrol reconfigure, ping and token, and the Prometheus metrics
+as MetricsType says."""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import Response
+
+from wattsched import auth, exposition, power, states
+from wattsched.api import PowerCapUpdate
+from wattsched.controller.actions import Refused
+from wattsched.controller.metrics import CATEGORIES, ControllerCollector
+from wattsched.controller.routedeps import Ctl
+from wattsched.httpauth import Who, metrics_access
+
+router = APIRouter()
+
+
+@router.get("/v1/config")
+async def config(controller: Ctl, who: Who) -> dict[str, Any]:
+    state = controller.state
+    return {"time": time.time(), "source": state.config.source,
+            "settings": [[k, v] for k, v in state.config.as_pairs()],
+            "accounting_healthy": controller.sync.healthy if controller.sync else None}
+
+
+@router.get("/v1/powercap")
+async def show_powercap(controller: Ctl, who: Who) -> dict[str, Any]:
+    state = controller.state
+    figures = power.summary(state.node_power(), state.power_states())
+    return {"time": time.time(), "enabled": state.power_cap is not None,
+            "shed": {"steps": list(state.config.power_cap_shed), "time_s": state.config.power_cap_shed_time_s,
+                     "actions": state.cap.recent()},
+            "power_cap": None if state.power_cap is None else
+            ("INFINITE" if math.isinf(state.power_cap) else int(state.power_cap)), **figures}
+
+
+@router.patch("/v1/powercap")
+async def update_powercap(controller: Ctl, upd: PowerCapUpdate, who: Who) -> dict[str, Any]:
+    state = controller.state
+    state.set_power_cap(upd.power_cap, who)
+    controller.changed()
+    return {"power_cap": upd.power_cap}
+
+
+@router.get("/v1/diag")
+async def diag(controller: Ctl, who: Who) -> dict[str, Any]:
+    state = controller.state
+    stats = state.stats
+    return {"time": time.time(), "started": controller.started, "cycles": stats.cycles,
+            "last_cycle_ms": stats.last_ms, "max_cycle_ms": stats.max_ms,
+            "mean_cycle_ms": stats.total_ms / max(1, stats.cycles),
+            "mean_depth": stats.depth_total / max(1, stats.cycles),
+            "jobs_started": stats.started, "queue_depth": stats.depth, "jobs": len(state.jobs),
+            "jobs_pending": sum(j.state == states.PENDING for j in state.jobs.values()),
+            "jobs_running": sum(j.state == states.RUNNING for j in state.jobs.values()),
+            "bf_cycles": stats.bf_cycles, "bf_backfilled": stats.bf_backfilled,
+            "bf_last_backfilled": stats.bf_last_backfilled, "bf_last_time": stats.bf_last_time,
+            "bf_last_ms": stats.bf_last_ms, "bf_max_ms": stats.bf_max_ms,
+            "bf_mean_ms": stats.bf_total_ms / max(1, stats.bf_cycles), "bf_last_depth": stats.bf_last_depth,
+            "bf_mean_depth": stats.bf_depth_total / max(1, stats.bf_cycles), "bf_queue_len": stats.bf_queue_len,
+            "scheduler_type": state.config.scheduler_type, "accounting_backlog": state.store.backlog(),
+            "accounting_rejected": state.store.rejected_count(),
+            "accounting_rejected_recent": state.store.rejected(10) if state.is_admin(who) else []}
+
+
+@router.post("/v1/reconfigure")
+async def reconfigure(controller: Ctl, who: Who) -> dict[str, Any]:
+    state = controller.state
+    if not state.is_admin(who):
+        raise Refused("Access/permission denied", 403)
+    return {"changes": controller.reconfigure()}
+
+
+@router.get("/v1/ping")
+async def ping(controller: Ctl, who: Who) -> dict[str, Any]:
+    state = controller.state
+    return {"status": "UP", "cluster": state.config.cluster_name, "user": who.user, "uid": who.uid,
+            "admin": state.is_admin(who)}
+
+
+@router.post("/v1/token")
+async def token(controller: Ctl, who: Who, username: str = "", lifespan: int = Query(1800, ge=1, le=86400 * 365)) \
+        -> dict[str, str]:
+    state = controller.state
+    target = username or who.user
+    if target != who.user and not state.is_admin(who):
+        raise Refused("Access/permission denied", 403)
+    uid = who.uid if target == who.user else auth.lookup_uid(target)
+    if uid is None:
+        raise Refused(f"Invalid user: {target}", 404)
+    return {"token": auth.user_token(state.key, uid, target, lifespan_s=lifespan)}
+
+
+@router.get("/metrics", dependencies=[metrics_access()])
+async def metrics(controller: Ctl, request: Request) -> Response:
+    state = controller.state
+    return exposition.render(request, [ControllerCollector(state)])
+
+
+@router.get("/metrics/{category}", dependencies=[metrics_access()])
+async def metrics_category(controller: Ctl, category: str, request: Request) -> Response:
+    state = controller.state
+    if category not in CATEGORIES:
+        raise Refused(f"No metrics {category[:64]!r}: one of {', '.join(CATEGORIES)}", 404)
+    return exposition.render(request, [ControllerCollector(state, [category])])

@@ -1,0 +1,65 @@
+"""The nodes' routes of the controller's API (v1): the node and partition listings (sinfo, scontrol
+show node), a node's energy readings, scontrol update nodename, and the agents' heartbeats."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse
+
+from wattsched import auth, hostlist
+from wattsched.api import AgentHeartbeat, HeartbeatReply, NodeUpdate
+from wattsched.controller.actions import Refused
+from wattsched.controller.routedeps import Ctl
+from wattsched.controller.views import node_view, partition_views
+from wattsched.httpauth import Who, require_role
+
+NodeAgent = Annotated[auth.Identity, require_role("node")]
+router = APIRouter()
+
+
+@router.get("/v1/nodes")
+async def nodes(controller: Ctl, who: Who) -> JSONResponse:
+    state = controller.state
+    now = time.time()
+    held = {name: "MAINT" if "MAINT" in r.flags else "RESERVED" for name, r in state.resv.active_on(now).items()}
+    return JSONResponse({"time": now, "nodes": [node_view(n, now, held.get(n.name, ""))
+                                                for n in state.nodes.values()]})
+
+
+@router.get("/v1/nodes/{name}/energy")
+async def node_energy(controller: Ctl, name: str, who: Who) -> dict[str, Any]:
+    state = controller.state
+    node = state.nodes.get(name)
+    if node is None:
+        raise Refused(f"Invalid node name specified: {name}", 404)
+    return {"node": name, "samples": node.energy_samples, "current_watts": node.current_watts}
+
+
+@router.patch("/v1/nodes/{node_expr}")
+async def update_nodes(controller: Ctl, node_expr: str, upd: NodeUpdate, who: Who) -> dict[str, Any]:
+    state = controller.state
+    if not state.is_admin(who):  # before the expression is even read
+        raise Refused("Access/permission denied", 403)
+    try:
+        names = hostlist.expand(node_expr, len(state.nodes))
+    except hostlist.HostlistError as exc:
+        raise Refused(str(exc)) from exc
+    controller.act(state.update_nodes(names, upd.state, upd.reason, who, time.time()))
+    return {"updated": names}
+
+
+@router.get("/v1/partitions")
+async def partitions(controller: Ctl, who: Who) -> JSONResponse:
+    state = controller.state
+    return JSONResponse({"time": time.time(), "partitions": partition_views(state.config, state.nodes)})
+
+
+@router.post("/v1/agents/heartbeat", response_model=HeartbeatReply)
+async def heartbeat(controller: Ctl, hb: AgentHeartbeat, who: NodeAgent) -> HeartbeatReply:
+    state = controller.state
+    acked, to_kill, actions = state.heartbeat(hb, time.time())
+    controller.act(actions)
+    return HeartbeatReply(acknowledged=acked, cancel=to_kill)
