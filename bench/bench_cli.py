@@ -6,8 +6,8 @@ issue 2 - squeue with 10,000 pending jobs under 0.5 s. When Slurm's own commands
 answer (Debian's slurm-wlm with a running slurmctld), the same commands are timed against it too.
 
 Every figure is the median of several runs of the real console scripts, as a user types them, from
-two installations: the development one (``pip install -e``, whose import hook setuptools runs at every
-Python start-up, ~15 ms here) and a plain ``pip install .`` into a fresh virtual environment, as a
+two installations: the development one (``pip install -e``: since the package tree is plain, one path
+in a .pth file, no import hook) and a plain ``pip install .`` into a fresh virtual environment, as a
 cluster installs it. Python's byte-code cache is written first (the environment may set
 PYTHONDONTWRITEBYTECODE, which would make every run compile the sources: an installed package always
 has its .pyc files).

@@ -6,7 +6,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 TYPE_CHECKING = False  # not typing's: importing typing costs a command ~5 ms (annotations are strings)
 if TYPE_CHECKING:
@@ -47,6 +47,18 @@ def load_config(full: bool = False):
 def die(prog: str, message: str, code: int = 1) -> NoReturn:
     sys.stderr.write(f"{prog}: error: {message}\n")
     raise SystemExit(code)
+
+
+# The part of the installation (pyproject's extras) a command needs beyond the commands' own.
+EXTRA_FOR = {"controller": "controller", "noded": "node", "bmc": "node", "emulate": "controller,node",
+             "power": "node", "simulate": "simulator", "profile": "plots", "sh5util": "node"}
+
+
+def missing_part(command: str, exc: ModuleNotFoundError, shown: str = "") -> CLIError:
+    """What to say when ``command`` meets a package this installation was made without."""
+    extra = EXTRA_FOR.get(command, "all")
+    return CLIError(f"{shown or command} needs the Python package {exc.name}, which this installation lacks: "
+                    f"pip install 'wattsched[{extra}]'")
 
 
 # What a command needs of the configuration. Parsing the file costs a command more than the rest of
@@ -110,11 +122,13 @@ RATE_LIMITED_WAIT_S = 60.0  # how long a rate-limited command keeps retrying bef
 
 
 class Client:
-    """A small JSON-over-HTTP client for the controller.
+    """A small JSON-over-HTTP client for the controller, and the one HTTP client of the commands
+    (srun's streams to the node agents use the same exchange: :func:`exchange`, :func:`stream`).
 
-    Plain sockets rather than http.client: importing http.client (and the email parser it
-    brings) costs a command ~20 ms, more than the request itself on loopback. Each request is
-    one HTTP/1.1 exchange with ``Connection: close``, so the answer is read to EOF.
+    Plain sockets rather than http.client or httpx: importing http.client (and the email parser it
+    brings) costs a command ~20 ms and httpx ~60 ms (measured with -X importtime), more than the
+    request itself on loopback. Each request is one HTTP/1.1 exchange with ``Connection: close``,
+    so the answer is read to EOF.
     """
 
     def __init__(self, config=None):
@@ -144,15 +158,11 @@ class Client:
             query = urllib.parse.urlencode([(k, v) for k, vs in params.items() if vs is not None
                                             for v in (vs if isinstance(vs, list | tuple) else [vs])])
             path = f"{path}?{query}"
-        payload = b"" if body is None else json.dumps(body).encode()
-        head = (f"{method} {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\nConnection: close\r\n"
-                f"Authorization: Bearer {self.token()}\r\nAccept: application/json\r\n"
-                f"Content-Length: {len(payload)}\r\n"
-                + ("Content-Type: application/json\r\n" if body is not None else "") + "\r\n")
+        message = http_request(method, self.host, self.port, path, self.token(), body)
         wait = 0.0
         while True:
             try:
-                status, data = _exchange(self.host, self.port, head.encode() + payload, timeout)
+                status, data = exchange(self.host, self.port, message, timeout)
             except (OSError, ValueError) as exc:
                 raise CLIError("Unable to contact slurm controller (connect failure)") from exc
             if status != 429 or wait >= RATE_LIMITED_WAIT_S:
@@ -181,11 +191,19 @@ def host_port(url: str, default_port: int = 6817) -> tuple[str, int]:
     return host or "127.0.0.1", int(port) if port.isdigit() else default_port
 
 
-def _exchange(host: str, port: int, request: bytes, timeout: float) -> tuple[int, bytes]:
-    """Send one request, read the answer to EOF; (status, body), chunked transfer decoded.
+def http_request(method: str, host: str, port: int, path: str, token: str, body: Any = None) -> bytes:
+    """One HTTP/1.1 request with a bearer token and a JSON body (if any), closing the connection."""
+    payload = b"" if body is None else json.dumps(body).encode()
+    head = (f"{method} {path} HTTP/1.1\r\nHost: {host}:{port}\r\nConnection: close\r\n"
+            f"Authorization: Bearer {token}\r\nAccept: application/json\r\n"
+            f"Content-Length: {len(payload)}\r\n"
+            + ("Content-Type: application/json\r\n" if body is not None else "") + "\r\n")
+    return head.encode() + payload
 
-    With _socket, the C module: the socket module's wrappers (selectors, enums) cost a command
-    ~3 ms to import, for nothing it needs."""
+
+def _connect(host: str, port: int, timeout: float | None):
+    """A connected socket of _socket, the C module: the socket module's wrappers (selectors,
+    enums) cost a command ~3 ms to import, for nothing it needs."""
     import _socket
 
     error: OSError = OSError(f"cannot resolve {host}")
@@ -200,38 +218,98 @@ def _exchange(host: str, port: int, request: bytes, timeout: float) -> tuple[int
             sock.close()
             error = exc
             continue
-        try:
-            sock.sendall(request)
-            chunks = []
-            while chunk := sock.recv(262144):
-                chunks.append(chunk)
-        finally:
-            sock.close()
-        break
-    else:
-        raise error
-    raw = b"".join(chunks)
-    head, sep, body = raw.partition(b"\r\n\r\n")
+        return sock
+    raise error
+
+
+def _head(raw: bytes) -> tuple[int, dict[bytes, bytes]]:
+    lines = raw.split(b"\r\n")
+    status = int(lines[0].split(None, 2)[1])
+    return status, {k.strip().lower(): v.strip() for k, _, v in (line.partition(b":") for line in lines[1:])}
+
+
+def _chunked(headers: dict[bytes, bytes]) -> bool:
+    return headers.get(b"transfer-encoding", b"").lower() == b"chunked"
+
+
+def exchange(host: str, port: int, request: bytes, timeout: float) -> tuple[int, bytes]:
+    """Send one request, read the answer to EOF; (status, body), chunked transfer decoded."""
+    sock = _connect(host, port, timeout)
+    try:
+        sock.sendall(request)
+        chunks = []
+        while chunk := sock.recv(262144):
+            chunks.append(chunk)
+    finally:
+        sock.close()
+    head, sep, body = b"".join(chunks).partition(b"\r\n\r\n")
     if not sep:
         raise ValueError("truncated HTTP answer")
-    lines = head.split(b"\r\n")
-    status = int(lines[0].split(None, 2)[1])
-    headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(b":") for line in lines[1:])}
-    if headers.get(b"transfer-encoding", b"").lower() == b"chunked":
-        body = _dechunk(body)
-    return status, body
+    status, headers = _head(head)
+    return status, _dechunk(body) if _chunked(headers) else body
+
+
+def stream(host: str, port: int, request: bytes) -> Iterator[bytes]:
+    """Send one request and yield its answer's lines as they arrive (a step's output, newline-
+    delimited JSON, for as long as the step runs: no timeout). A refusal (an HTTP error) raises
+    CLIError with its detail."""
+    sock = _connect(host, port, None)
+    try:
+        sock.sendall(request)
+        buffer = b""
+        while b"\r\n\r\n" not in buffer:
+            chunk = sock.recv(65536)
+            if not chunk:
+                raise ValueError("truncated HTTP answer")
+            buffer += chunk
+        head, _, buffer = buffer.partition(b"\r\n\r\n")
+        status, headers = _head(head)
+        received = _received(sock, buffer)
+        body = _dechunked(received) if _chunked(headers) else received
+        if status >= 400:
+            raw = b"".join(body)
+            try:
+                raise CLIError(_detail(json.loads(raw)), status)
+            except ValueError:
+                raise CLIError(raw.decode(errors="replace") or f"HTTP {status}", status) from None
+        pending = b""
+        for piece in body:
+            pending += piece
+            *lines, pending = pending.split(b"\n")
+            yield from lines
+        if pending:
+            yield pending
+    finally:
+        sock.close()
+
+
+def _received(sock, first: bytes) -> Iterator[bytes]:
+    if first:
+        yield first
+    while chunk := sock.recv(65536):
+        yield chunk
+
+
+def _dechunked(pieces: Iterator[bytes]) -> Iterator[bytes]:
+    """The data of a chunked transfer as it arrives."""
+    buffer = b""
+    for piece in pieces:
+        buffer += piece
+        while True:
+            end = buffer.find(b"\r\n")
+            if end < 0:
+                break
+            size = int(buffer[:end].split(b";")[0], 16)
+            if size == 0:
+                return
+            if len(buffer) < end + 2 + size + 2:
+                break
+            yield buffer[end + 2:end + 2 + size]
+            buffer = buffer[end + 2 + size + 2:]
 
 
 def _dechunk(body: bytes) -> bytes:
-    out: list[bytes] = []
-    pos = 0
-    while True:
-        end = body.index(b"\r\n", pos)
-        size = int(body[pos:end].split(b";")[0], 16)
-        if size == 0:
-            return b"".join(out)
-        out.append(body[end + 2:end + 2 + size])
-        pos = end + 2 + size + 2
+    return b"".join(_dechunked(iter((body,))))
 
 
 def _loads(data: bytes) -> Any:

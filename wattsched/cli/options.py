@@ -261,7 +261,7 @@ def _integer(value: str, opt: Opt, command: Command, context: str) -> int:
 def run(prog: str, body: Callable[[], int | None], message: Callable[[Any], str] = str) -> None:
     """Run a command's body and exit with its code; a CLIError becomes Slurm's ``prog: error: ...``
     (worded by ``message``) and exit 1."""
-    from wattsched.cli.common import CLIError, die
+    from wattsched.cli.common import CLIError, die, missing_part
 
     try:
         try:
@@ -270,6 +270,10 @@ def run(prog: str, body: Callable[[], int | None], message: Callable[[Any], str]
             sys.stdout.flush()  # here, where a reader gone away is handled below, not at exit
     except CLIError as exc:
         die(prog, message(exc))
+    except ModuleNotFoundError as exc:
+        if (exc.name or "wattsched").startswith("wattsched"):
+            raise
+        die(prog, str(missing_part(prog, exc)))
     except KeyboardInterrupt:
         raise SystemExit(130) from None
     except BrokenPipeError:

@@ -9,19 +9,17 @@ it, runs step 0 in it and releases it with the step's exit code.
 from __future__ import annotations
 
 import contextlib
-import http.client
 import json
 import os
 import signal as signal_mod
 import sys
 import threading
 import time
-import urllib.parse
 from collections.abc import Iterator
 from typing import Any
 
 from wattsched.cli import jobopts as o
-from wattsched.cli.common import Client, CLIError
+from wattsched.cli.common import Client, CLIError, exchange, host_port, http_request, stream
 from wattsched.cli.options import Command, run
 
 
@@ -45,26 +43,17 @@ class TaskStreams:
             stream.flush()
 
     def pump(self, client: Client, placement: dict[str, Any], body: dict[str, Any]) -> None:
-        url = urllib.parse.urlsplit(placement["agent_url"])
-        conn = http.client.HTTPConnection(url.hostname, url.port, timeout=None)
+        host, port = host_port(placement["agent_url"])
+        request = http_request("POST", host, port, "/v1/steps/launch", client.token(), body)
         try:
-            conn.request("POST", "/v1/steps/launch", json.dumps(body).encode(),
-                         {"Authorization": f"Bearer {client.token()}", "Content-Type": "application/json"})
-            reply = conn.getresponse()
-            if reply.status != 200:
-                detail = json.loads(reply.read() or b"{}").get("detail", reply.reason)
-                self.errors.append(f"{placement['node']}: {detail}")
-                return
-            while line := reply.readline():
+            for line in stream(host, port, request):
                 msg = json.loads(line)
                 if "exit" in msg:
                     self.exits[msg["task"]] = (msg["exit"], msg["signal"])
                 else:
                     self.write(msg["task"], msg["fd"], msg["data"])
-        except (OSError, http.client.HTTPException) as exc:
+        except (CLIError, OSError, ValueError) as exc:
             self.errors.append(f"{placement['node']}: {exc}")
-        finally:
-            conn.close()
 
 
 COMMAND = Command("srun", "[OPTIONS(0)... [executable(0) [args(0)...]]] [ : [OPTIONS(N)...]] executable(N) "
@@ -268,7 +257,6 @@ class StdinForwarder:
                  placements: list[dict[str, Any]], pumps: list[threading.Thread]):
         self.client, self.job_id, self.step_id, self.credential = client, job_id, step_id, credential
         self.placements, self.pumps = placements, pumps
-        self.conns: dict[str, http.client.HTTPConnection] = {}
 
     def run(self) -> None:
         import base64
@@ -287,20 +275,13 @@ class StdinForwarder:
 
     def _post(self, placement: dict[str, Any], body: dict[str, Any]) -> None:
         """Deliver one piece; until the agent has started the tasks it answers "not yet"."""
-        payload = json.dumps(body).encode()
-        headers = {"Authorization": f"Bearer {self.client.token()}", "Content-Type": "application/json"}
+        host, port = host_port(placement["agent_url"])
+        request = http_request("POST", host, port, "/v1/steps/stdin", self.client.token(), body)
         while any(p.is_alive() for p in self.pumps):
-            conn = self.conns.get(placement["node"])
-            if conn is None:
-                url = urllib.parse.urlsplit(placement["agent_url"])
-                conn = self.conns[placement["node"]] = http.client.HTTPConnection(url.hostname, url.port, timeout=60)
             try:
-                conn.request("POST", "/v1/steps/stdin", payload, headers)
-                reply = conn.getresponse()
-                accepted = reply.status == 200 and json.loads(reply.read() or b"{}").get("accepted")
-            except (OSError, http.client.HTTPException):
-                conn.close()
-                self.conns.pop(placement["node"], None)
+                status, answer = exchange(host, port, request, 60)
+                accepted = status == 200 and json.loads(answer or b"{}").get("accepted")
+            except (OSError, ValueError):
                 accepted = False
             if accepted:
                 return

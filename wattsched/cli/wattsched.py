@@ -9,7 +9,7 @@ import sys
 import time
 from typing import Annotated
 
-from wattsched.cli.common import CLIError, config_file, die
+from wattsched.cli.common import CLIError, config_file, die, missing_part
 from wattsched.cli.plaintyper import typer
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="wattsched daemons and tools.")
@@ -210,6 +210,11 @@ def main() -> None:
         app(prog_name="wattsched")
     except CLIError as exc:
         die("wattsched", str(exc))
+    except ModuleNotFoundError as exc:
+        if (exc.name or "wattsched").startswith("wattsched"):
+            raise
+        command = next((a for a in sys.argv[1:] if not a.startswith("-")), "")
+        die("wattsched", str(missing_part(command, exc, f"wattsched {command}")))
 
 
 if __name__ == "__main__":
