@@ -126,8 +126,8 @@ class Client:
     (srun's streams to the node agents use the same exchange: :func:`exchange`, :func:`stream`).
 
     Plain sockets rather than http.client or httpx: importing http.client (and the email parser it
-    brings) costs a command ~20 ms and httpx ~60 ms (measured with -X importtime), more than the
-    request itself on loopback. Each request is one HTTP/1.1 exchange with ``Connection: close``,
+    brings) costs a command ~20 ms and httpx ~90 ms (measured with -X importtime on a 2-core VM),
+    more than the request itself on loopback. Each request is one HTTP/1.1 exchange with ``Connection: close``,
     so the answer is read to EOF.
     """
 
