@@ -31,11 +31,9 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the test harness, tests/testcluster.py
 from machine import describe
 
-from tests.adversary import SILENT_CONNECTIONS
-from tests.testcluster import Cluster
+from wattsched.testing import SILENT_CONNECTIONS, Cluster
 
 SAMPLES = 40
 ATTACKER, VICTIM = (1000, "mallory"), (1001, "victim")

@@ -18,12 +18,11 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the test harness, tests/testcluster.py
 from machine import report
 
-from tests.testcluster import Cluster, wait_for
 from wattsched import config as config_mod
 from wattsched.noded.cgroup import JobCgroups
+from wattsched.testing import Cluster, wait_for
 
 CONFINED = "ProctrackType=proctrack/cgroup\nTaskPlugin=task/cgroup"
 

@@ -25,10 +25,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the test harness, tests/testcluster.py
 from machine import report, rss_mib
 
-from tests.testcluster import BIN, Cluster
+from wattsched.testing import BIN, Cluster
 
 ROOT = Path(__file__).resolve().parent.parent
 

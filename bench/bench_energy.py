@@ -34,7 +34,6 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the test harness, tests/testcluster.py
 from machine import cpu_seconds, report
 
 from wattsched.config import Config, NodeConf
@@ -122,7 +121,7 @@ def _status_kb(pid: int, key: str) -> int:
 
 
 def overhead(minutes: float) -> None:
-    from tests.testcluster import Cluster, wait_for
+    from wattsched.testing import Cluster, wait_for
 
     root = Path(tempfile.mkdtemp(prefix="bench-energy-"))
     profile = "AcctGatherProfileType=acct_gather_profile/hdf5\nProfileHDF5Dir={}\n"
@@ -200,8 +199,8 @@ def ipmi_latency() -> None:
 
 
 def freqcurve() -> None:
-    from tests.testcluster import Cluster, wait_for
     from wattsched.cpufreq import DEFAULT_LADDER, busy_watts
+    from wattsched.testing import Cluster, wait_for
 
     root = Path(tempfile.mkdtemp(prefix="bench-freq-"))
     cluster = Cluster(root, nodes=1, cpus=1, extra="EmulatedNodes=YES\nAcctGatherEnergyType=acct_gather_energy/"

@@ -19,10 +19,9 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the test harness, tests/testcluster.py
 from machine import describe
 
-from tests.testcluster import Cluster
+from wattsched.testing import Cluster
 
 PINGS = 2000
 BIG = "x" * (20 * 1024 * 1024)

@@ -18,10 +18,9 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the test harness, tests/testcluster.py
 from machine import report
 
-from tests.testcluster import BIN, Cluster, wait_for
+from wattsched.testing import BIN, Cluster, wait_for
 
 
 def _concurrent_submissions(cluster: Cluster, body: dict, total: int, clients: int) -> float:

@@ -102,23 +102,3 @@ class SymlinkAdversary:
         return problems
 
 
-# A program that opens as many connections to 127.0.0.1:PORT as it is asked (argv: PORT COUNT), sends
-# nothing on any, prints how many it holds, and keeps them until killed: run as the attacker by the
-# hostile suite and by bench/bench_abuse.py.
-SILENT_CONNECTIONS = """import socket, sys, time
-count = int(sys.argv[2])
-held = []
-for _ in range(count):
-    sock = socket.socket()
-    sock.setblocking(False)
-    try:
-        sock.connect(("127.0.0.1", int(sys.argv[1])))
-    except BlockingIOError:
-        pass
-    except OSError:
-        sock.close()
-        continue
-    held.append(sock)
-print(len(held), flush=True)
-time.sleep(600)
-"""

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.testcluster import Cluster
+from wattsched.testing import Cluster
 
 DAEMON_FIXTURES = {"cluster", "fresh_cluster"}
 

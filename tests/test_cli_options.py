@@ -10,11 +10,11 @@ import sys
 
 import pytest
 
-from tests.testcluster import BIN
 from wattsched.cli import jobopts, options
 from wattsched.cli.sacct import COMMAND as SACCT
 from wattsched.cli.sbatch import COMMAND as SBATCH
 from wattsched.cli.squeue import COMMAND as SQUEUE
+from wattsched.testing import BIN
 
 SLURM_COMMANDS = ("sbatch", "srun", "salloc", "squeue", "scancel", "sinfo", "scontrol", "sacct", "sstat", "sprio",
                   "sshare", "sacctmgr", "sreport", "sdiag", "sh5util")

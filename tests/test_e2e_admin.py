@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 
-from tests.testcluster import Cluster, wait_for
+from wattsched.testing import Cluster, wait_for
 
 
 def test_drain_resume_and_reasons(cluster: Cluster) -> None:
@@ -92,7 +92,7 @@ def test_emulate_starts_and_stops_a_cluster(tmp_path) -> None:
     import os
     import subprocess
 
-    from tests.testcluster import BIN, free_port
+    from wattsched.testing import BIN, free_port
 
     conf = tmp_path / "emu.conf"
     conf.write_text(f"ClusterName=emu\nSlurmctldPort={free_port()}\nStateSaveLocation=state/ctld\n"
@@ -124,8 +124,8 @@ def test_emulate_stop_signals_only_the_processes_it_started(tmp_path) -> None:
     import os
     import subprocess
 
-    from tests.testcluster import BIN, free_port
     from wattsched.noded.procs import alive, start_time
+    from wattsched.testing import BIN, free_port
 
     conf = tmp_path / "emu.conf"
     conf.write_text(f"ClusterName=emu\nSlurmctldPort={free_port()}\nStateSaveLocation={tmp_path}/ctld\n"

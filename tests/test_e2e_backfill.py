@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.testcluster import Cluster, wait_for
 from wattsched.accounting.store import AccountingStore
+from wattsched.testing import Cluster, wait_for
 
 BACKFILL = "SchedulerType=sched/backfill\nSchedulerParameters=bf_interval=1,bf_resolution=1"
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.testcluster import BIN, Cluster, wait_for
+from wattsched.testing import BIN, Cluster, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / ".venv-clients"

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.testcluster import Cluster
 from wattsched import cpubind
+from wattsched.testing import Cluster
 
 pytestmark = pytest.mark.skipif(sorted(os.sched_getaffinity(0))[:2] != [0, 1], reason="needs CPUs 0 and 1")
 ALLOWED = "grep Cpus_allowed_list /proc/self/status | cut -f2"

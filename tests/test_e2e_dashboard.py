@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.testcluster import Cluster
+from wattsched.testing import Cluster
 
 CHROMIUM = shutil.which("chromium")
 pytestmark = pytest.mark.skipif(not CHROMIUM, reason="needs Debian's chromium package (.ci/run installs it)")

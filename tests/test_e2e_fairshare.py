@@ -7,9 +7,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.testcluster import Cluster, wait_for
 from wattsched.accounting.store import AccountingStore
 from wattsched.model import Job
+from wattsched.testing import Cluster, wait_for
 
 SETTINGS = """PriorityType=priority/multifactor
 PriorityWeightFairshare=1000

@@ -25,9 +25,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.adversary import SILENT_CONNECTIONS, SymlinkAdversary
-from tests.testcluster import BIN, Cluster, reachable_by_all, restore_modes, wait_for
+from tests.adversary import SymlinkAdversary
 from wattsched import auth
+from wattsched.testing import BIN, SILENT_CONNECTIONS, Cluster, reachable_by_all, restore_modes, wait_for
 
 USERS = ("wsmallory", "wsvictim")
 GROUP = "wsproject"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.testcluster import Cluster, wait_for
+from wattsched.testing import Cluster, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 # what only the daemons, the simulator or the plots need (pydantic is not among them: typer needs it too)

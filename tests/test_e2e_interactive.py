@@ -17,7 +17,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.testcluster import BIN, Cluster, wait_for
+from wattsched.testing import BIN, Cluster, wait_for
 
 
 class Terminal:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from tests.testcluster import Cluster, wait_for
+from wattsched.testing import Cluster, wait_for
 
 TIMED: dict[str, int] = {}
 

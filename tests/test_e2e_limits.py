@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.testcluster import Cluster, wait_for
 from wattsched.accounting.store import AccountingStore
 from wattsched.model import Job
+from wattsched.testing import Cluster, wait_for
 
 SETTINGS = """PriorityType=priority/multifactor
 PriorityWeightQOS=10000

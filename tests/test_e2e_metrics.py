@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.testcluster import Cluster, free_port, wait_for
+from wattsched.testing import Cluster, free_port, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 

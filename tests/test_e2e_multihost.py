@@ -24,8 +24,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.testcluster import BIN, reachable_by_all, restore_modes, wait_for
 from wattsched import auth
+from wattsched.testing import BIN, reachable_by_all, restore_modes, wait_for
 
 
 def _netns_usable() -> str:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.testcluster import BIN, free_port, wait_for
+from wattsched.testing import BIN, free_port, wait_for
 
 ETC = Path(__file__).resolve().parent.parent / "etc"
 
@@ -203,7 +203,7 @@ def test_example_3_power_reservation(leaf: Leaf) -> None:
 
 
 def test_power_fit_runs_a_job_at_a_lower_frequency(tmp_path) -> None:
-    from tests.testcluster import Cluster
+    from wattsched.testing import Cluster
 
     c = Cluster(tmp_path, extra="PowerCap=550",
                 node_extra="IdleWatts=100 MaxWatts=300 CpuFreqWatts=2000000:300,1500000:220,1000000:160").start()

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.testcluster import BIN, Cluster, free_port, wait_for
+from wattsched.testing import BIN, Cluster, free_port, wait_for
 
 pytestmark = pytest.mark.slow
 

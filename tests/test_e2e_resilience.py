@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal
 import time
 
-from tests.testcluster import Cluster, wait_for
+from wattsched.testing import Cluster, wait_for
 
 FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"}
 

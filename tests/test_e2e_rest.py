@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.testcluster import Cluster, wait_for
+from wattsched.testing import Cluster, wait_for
 
 schemathesis = pytest.importorskip("schemathesis")
 V = "v0.0.40"

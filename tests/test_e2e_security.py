@@ -6,8 +6,8 @@ import os
 
 import httpx
 
-from tests.testcluster import Cluster
 from wattsched import auth
+from wattsched.testing import Cluster
 
 
 def test_unauthenticated_and_forged_requests_get_401(cluster: Cluster) -> None:

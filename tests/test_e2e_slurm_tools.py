@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from tests.testcluster import Cluster, wait_for
+from wattsched.testing import Cluster, wait_for
 
 BURN = "i=0; while [ $i -lt 400000 ]; do i=$((i+1)); done"
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.testcluster import Cluster, wait_for
+from wattsched.testing import Cluster, wait_for
 
 
 def proc_state(pid: int) -> str:

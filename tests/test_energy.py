@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.testcluster import Cluster, wait_for
 from wattsched.config import Config, NodeConf
 from wattsched.controller.energy import NodeHistory, Occupant, counter_at, job_energy
 from wattsched.noded.energy import EnergyMeter
 from wattsched.plugins.acct_gather_energy.emulated import EmulatedEnergy
 from wattsched.plugins.acct_gather_energy.rapl import RaplEnergy
+from wattsched.testing import Cluster, wait_for
 
 
 def _zone(root: Path, name: str, label: str, uj: int, wrap: int) -> Path:

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.testcluster import Cluster, wait_for
 from wattsched import config as config_mod
 from wattsched.noded.energy import EnergyMeter
 from wattsched.plugins.acct_gather_energy.ipmi import IpmiEnergy
+from wattsched.testing import Cluster, wait_for
 
 
 def _udp_port() -> int:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.testcluster import BIN, free_port
+from wattsched.testing import BIN, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"

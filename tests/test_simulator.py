@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.testcluster import BIN
 from wattsched import config
 from wattsched.simulator import engine, workload
 from wattsched.simulator.workload import SimJob, Workload
+from wattsched.testing import BIN
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
 KTH = TRACES / "KTH-SP2-1996-2.1-cln.swf.gz"

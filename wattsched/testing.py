@@ -1,4 +1,5 @@
-"""A real cluster on loopback for tests and benchmarks: controller and agents as processes.
+"""A real cluster on loopback for tests and benchmarks (tests/, bench/): controller and agents as
+processes, started from this interpreter's environment, as a site may use it to try a configuration.
 
 Commands are the installed console scripts (sbatch, squeue, ...) run as subprocesses with
 WATTSCHED_CONF pointing at the test cluster's configuration.
@@ -21,6 +22,28 @@ from typing import Any
 import httpx
 
 BIN = Path(sys.executable).parent
+
+
+# A program that opens as many connections to 127.0.0.1:PORT as it is asked (argv: PORT COUNT), sends
+# nothing on any, prints how many it holds, and keeps them until killed: run as the attacker by the
+# hostile suite and by bench/bench_abuse.py.
+SILENT_CONNECTIONS = """import socket, sys, time
+count = int(sys.argv[2])
+held = []
+for _ in range(count):
+    sock = socket.socket()
+    sock.setblocking(False)
+    try:
+        sock.connect(("127.0.0.1", int(sys.argv[1])))
+    except BlockingIOError:
+        pass
+    except OSError:
+        sock.close()
+        continue
+    held.append(sock)
+print(len(held), flush=True)
+time.sleep(600)
+"""
 
 
 def reachable_by_all(paths: list[str]) -> list[tuple[str, int]]:
