@@ -5,6 +5,7 @@ the extra it needs. The cluster itself runs from the development environment, as
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,12 @@ import pytest
 from wattsched.testing import Cluster, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def alone(env: dict[str, str]) -> dict[str, str]:
+    """``env`` without a PYTHONPATH: the login node sees its own installation, not this checkout."""
+    return {k: v for k, v in env.items() if k != "PYTHONPATH"}
+
 # what only the daemons, the simulator or the plots need (pydantic is not among them: typer needs it too)
 DAEMON_PACKAGES = ("fastapi", "uvicorn", "sqlalchemy", "alembic", "httpx", "numpy", "h5py", "pyghmi", "matplotlib",
                    "prometheus_client", "psycopg", "pymysql", "pynvml")
@@ -23,14 +30,18 @@ DAEMON_PACKAGES = ("fastapi", "uvicorn", "sqlalchemy", "alembic", "httpx", "nump
 def login_node(tmp_path_factory) -> Path:
     """A fresh virtual environment holding wattsched's wheel with its plain dependencies: its bin/."""
     where = tmp_path_factory.mktemp("login")
+    source = where / "source"  # a copy, so that the build leaves nothing in the checkout
+    shutil.copytree(ROOT / "wattsched", source / "wattsched", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
     built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(where / "dist"),
-                            str(ROOT)], capture_output=True, text=True)
+                            str(source)], capture_output=True, text=True, env=alone(dict(os.environ)))
     if built.returncode != 0:
         pytest.skip(f"the wheel could not be built here: {built.stderr.strip()[-300:]}")
     subprocess.run([sys.executable, "-m", "venv", str(where / "venv")], check=True)
     wheel = next((where / "dist").glob("wattsched-*.whl"))
     done = subprocess.run([str(where / "venv" / "bin" / "pip"), "install", "-q", str(wheel)],
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, env=alone(dict(os.environ)))
     if done.returncode != 0:
         pytest.skip(f"the plain dependencies are not installable here (no package index): {done.stderr[-300:]}")
     return where / "venv" / "bin"
@@ -40,14 +51,14 @@ def test_a_plain_install_holds_the_commands_and_none_of_the_daemons(login_node) 
     found = subprocess.run([str(login_node / "python"), "-c",
                             "import importlib.util, sys; print(' '.join(n for n in sys.argv[1:] "
                             "if importlib.util.find_spec(n)))", *DAEMON_PACKAGES],
-                           capture_output=True, text=True, check=True)
+                           capture_output=True, text=True, check=True, env=alone(dict(os.environ)))
     assert found.stdout.split() == []
     for command in ("sbatch", "squeue", "scancel", "scontrol", "sinfo", "sacct", "wattsched"):
         assert (login_node / command).exists(), command
 
 
 def test_the_commands_of_a_plain_install_drive_the_cluster(login_node, cluster: Cluster) -> None:
-    env = dict(cluster.env, PATH=f"{login_node}{os.pathsep}{os.environ.get('PATH', '')}")
+    env = alone(dict(cluster.env, PATH=f"{login_node}{os.pathsep}{os.environ.get('PATH', '')}"))
 
     def run(*args: str) -> subprocess.CompletedProcess:
         done = subprocess.run([str(login_node / args[0]), *args[1:]], env=env, cwd=cluster.work,
@@ -73,8 +84,8 @@ def test_the_commands_of_a_plain_install_drive_the_cluster(login_node, cluster: 
 ])
 def test_what_a_plain_install_lacks_is_named_with_its_extra(login_node, cluster: Cluster, argv, extra) -> None:
     argv = [str(cluster.conf) if a == "CONF" else a for a in argv]
-    done = subprocess.run([str(login_node / argv[0]), *argv[1:]], env=cluster.env, capture_output=True, text=True,
-                          timeout=60)
+    done = subprocess.run([str(login_node / argv[0]), *argv[1:]], env=alone(cluster.env), capture_output=True,
+                          text=True, timeout=60)
     if extra is None:  # the help of a command is there without its extra
         assert done.returncode == 0, done.stderr
         return
