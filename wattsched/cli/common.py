@@ -55,7 +55,10 @@ EXTRA_FOR = {"controller": "controller", "noded": "node", "bmc": "node", "emulat
 
 
 def missing_part(command: str, exc: ModuleNotFoundError, shown: str = "") -> CLIError:
-    """What to say when ``command`` meets a package this installation was made without."""
+    """What to say when ``command`` meets a package this installation was made without (a module
+    of wattsched's own missing is no such thing: it is raised again, a bug)."""
+    if (exc.name or "wattsched").split(".")[0] == "wattsched":
+        raise exc
     extra = EXTRA_FOR.get(command, "all")
     return CLIError(f"{shown or command} needs the Python package {exc.name}, which this installation lacks: "
                     f"pip install 'wattsched[{extra}]'")
@@ -119,6 +122,7 @@ def client_settings() -> Settings:
 
 
 RATE_LIMITED_WAIT_S = 60.0  # how long a rate-limited command keeps retrying before it gives up
+MAX_HEAD_BYTES = 65536  # an answer's status line and headers: more is no agent of ours
 
 
 class Client:
@@ -127,8 +131,8 @@ class Client:
 
     Plain sockets rather than http.client or httpx: importing http.client (and the email parser it
     brings) costs a command ~20 ms and httpx ~90 ms (measured with -X importtime on a 2-core VM),
-    more than the request itself on loopback. Each request is one HTTP/1.1 exchange with ``Connection: close``,
-    so the answer is read to EOF.
+    more than the request itself on loopback. Each request is one HTTP/1.1 exchange with
+    ``Connection: close``, so the answer is read to EOF.
     """
 
     def __init__(self, config=None):
@@ -259,8 +263,8 @@ def stream(host: str, port: int, request: bytes) -> Iterator[bytes]:
         buffer = b""
         while b"\r\n\r\n" not in buffer:
             chunk = sock.recv(65536)
-            if not chunk:
-                raise ValueError("truncated HTTP answer")
+            if not chunk or len(buffer) > MAX_HEAD_BYTES:
+                raise ValueError("truncated or oversized HTTP answer")
             buffer += chunk
         head, _, buffer = buffer.partition(b"\r\n\r\n")
         status, headers = _head(head)
@@ -291,21 +295,19 @@ def _received(sock, first: bytes) -> Iterator[bytes]:
 
 
 def _dechunked(pieces: Iterator[bytes]) -> Iterator[bytes]:
-    """The data of a chunked transfer as it arrives."""
-    buffer = b""
+    """The data of a chunked transfer as it arrives (read by offset: a whole body in one piece is
+    gone through once, not copied at every chunk)."""
+    buffer, pos = b"", 0
     for piece in pieces:
-        buffer += piece
-        while True:
-            end = buffer.find(b"\r\n")
-            if end < 0:
-                break
-            size = int(buffer[:end].split(b";")[0], 16)
+        buffer, pos = buffer[pos:] + piece, 0
+        while (end := buffer.find(b"\r\n", pos)) >= 0:
+            size = int(buffer[pos:end].split(b";")[0], 16)
             if size == 0:
                 return
             if len(buffer) < end + 2 + size + 2:
                 break
             yield buffer[end + 2:end + 2 + size]
-            buffer = buffer[end + 2 + size + 2:]
+            pos = end + 2 + size + 2
 
 
 def _dechunk(body: bytes) -> bytes:

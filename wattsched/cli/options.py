@@ -271,8 +271,6 @@ def run(prog: str, body: Callable[[], int | None], message: Callable[[Any], str]
     except CLIError as exc:
         die(prog, message(exc))
     except ModuleNotFoundError as exc:
-        if (exc.name or "wattsched").startswith("wattsched"):
-            raise
         die(prog, str(missing_part(prog, exc)))
     except KeyboardInterrupt:
         raise SystemExit(130) from None

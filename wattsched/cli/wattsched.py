@@ -11,6 +11,8 @@ from typing import Annotated
 
 from wattsched.cli.common import CLIError, config_file, die, missing_part
 from wattsched.cli.plaintyper import typer
+from wattsched.cli.power import app as power_app
+from wattsched.cli.simulate import simulate
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="wattsched daemons and tools.")
 
@@ -149,22 +151,8 @@ def _die_with(parent: int) -> None:
         raise SystemExit(0)
 
 
-def _power_app() -> typer.Typer:
-    from wattsched.cli.power import app as power
-
-    return power
-
-
-app.add_typer(_power_app(), name="power")
-
-
-def _simulate_command() -> None:
-    from wattsched.cli.simulate import simulate
-
-    app.command(name="simulate")(simulate)
-
-
-_simulate_command()
+app.add_typer(power_app, name="power")
+app.command(name="simulate")(simulate)
 
 
 profile_app = typer.Typer(add_completion=False, no_args_is_help=True, help="Job power profiles (HDF5).")
@@ -211,8 +199,6 @@ def main() -> None:
     except CLIError as exc:
         die("wattsched", str(exc))
     except ModuleNotFoundError as exc:
-        if (exc.name or "wattsched").startswith("wattsched"):
-            raise
         command = next((a for a in sys.argv[1:] if not a.startswith("-")), "")
         die("wattsched", str(missing_part(command, exc, f"wattsched {command}")))
 

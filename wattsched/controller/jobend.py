@@ -1,5 +1,6 @@
-"""How a job ends: its steps closed, its nodes cleaned (COMPLETING until every node and Epilog
-says so), its energy awaited, its final state settled; and what a node failure does to it.
+"""How a job's run ends: its steps closed, its nodes cleaned (COMPLETING until every node and
+Epilog says so), its energy awaited, its final state settled; or the run requeued (the job pending
+again); and a node going DOWN with what that does to the jobs on it.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from wattsched import auth, hostlist
 from wattsched.api import AgentHeartbeat, HeartbeatReply, NodeUpdate
 from wattsched.controller.actions import Refused
 from wattsched.controller.routedeps import Ctl
-from wattsched.controller.views import node_view, partition_views
+from wattsched.controller.views import node_views, partition_views
 from wattsched.httpauth import Who, require_role
 
 NodeAgent = Annotated[auth.Identity, require_role("node")]
@@ -24,9 +24,7 @@ router = APIRouter()
 async def nodes(controller: Ctl, who: Who) -> JSONResponse:
     state = controller.state
     now = time.time()
-    held = {name: "MAINT" if "MAINT" in r.flags else "RESERVED" for name, r in state.resv.active_on(now).items()}
-    return JSONResponse({"time": now, "nodes": [node_view(n, now, held.get(n.name, ""))
-                                                for n in state.nodes.values()]})
+    return JSONResponse({"time": now, "nodes": node_views(state.nodes, state.resv, now)})
 
 
 @router.get("/v1/nodes/{name}/energy")

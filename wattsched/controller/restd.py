@@ -30,7 +30,7 @@ from wattsched.controller.actions import Refused
 from wattsched.controller.loop import Controller
 from wattsched.controller.routedeps import Ctl
 from wattsched.controller.state import ClusterState
-from wattsched.controller.views import job_gpus, job_view, node_view, partition_views
+from wattsched.controller.views import job_gpus, job_view, node_views, partition_views
 from wattsched.httpauth import Who
 from wattsched.restapi import (
     AccountsDoc,
@@ -196,10 +196,10 @@ async def cancel(controller: Ctl, request: Request, job_id: Annotated[str, Field
 
 def nodes_doc(state: ClusterState, request: Request, who: Any, names: list[str]) -> dict[str, Any]:
     now = time.time()
-    held = {name: "MAINT" if "MAINT" in r.flags else "RESERVED" for name, r in state.resv.active_on(now).items()}
     cluster = state.config.cluster_name
-    return doc(request, who, nodes=[dataparser.node(node_view(state.nodes[n], now, held.get(n, "")), cluster)
-                                    for n in names], last_update=dataparser.number(int(now)))
+    views = node_views(state.nodes, state.resv, now, names)
+    return doc(request, who, nodes=[dataparser.node(view, cluster) for view in views],
+               last_update=dataparser.number(int(now)))
 
 
 @slurm.get("/nodes", response_model=NodesDoc)

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from wattsched import gres, hostlist, patterns, states
 from wattsched.config import Config
 from wattsched.model import Job, Node
+
+if TYPE_CHECKING:
+    from wattsched.controller.reservations import ReservationBook
 
 _HIDDEN = {"environment", "script", "completing_nodes", "steps"}
 _BRIEF = ("job_id", "array_job_id", "array_task_id", "array_throttle", "name", "user", "uid", "group", "account", "qos",
@@ -98,6 +102,14 @@ def node_view(node: Node, now: float, reserved: str = "") -> dict[str, Any]:
         "consumed_joules": round(node.consumed_joules), "metered": bool(node.energy_samples),
         "lowest_joules": round(node.energy_first[1]) if node.energy_first else 0,
     }
+
+
+def node_views(nodes: dict[str, Node], book: ReservationBook, now: float,
+               names: Iterable[str] | None = None) -> list[dict[str, Any]]:
+    """:func:`node_view` of the named nodes (all by default), each marked RESERVED or MAINT while an
+    active reservation holds it (sinfo and scontrol, and the REST API's nodes)."""
+    held = {name: "MAINT" if "MAINT" in r.flags else "RESERVED" for name, r in book.active_on(now).items()}
+    return [node_view(nodes[name], now, held.get(name, "")) for name in (nodes if names is None else names)]
 
 
 def partition_views(config: Config, nodes: dict[str, Node]) -> list[dict[str, Any]]:
