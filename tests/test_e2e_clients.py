@@ -1,6 +1,8 @@
-"""Public tools written for Slurm, unchanged, driving the emulated cluster through its commands:
+"""Public tools written for Slurm, unchanged, driving the emulated cluster: through its commands,
 parsl's SlurmProvider, snakemake with snakemake-executor-plugin-slurm, reportseff, submitit and
-dask-jobqueue.
+dask-jobqueue; through Slurm's REST API with their default settings, pyslurmutils (data_parser
+v0.0.45) and slurpy (a client generated from Slurm's OpenAPI document, whose models check every
+answer's types and enums).
 
 They are installed from PyPI into a virtual environment of their own (``.venv-clients``, the
 ``clients`` extra of pyproject.toml): they pin packages below what wattsched uses. Without network
@@ -188,3 +190,72 @@ def test_snakemake_workflow_runs_through_the_slurm_executor(clients: Path, meter
     lines = (flow / "c.txt").read_text().split()
     assert lines[:3] == ["a", "b", "c"] and lines[3].isdigit()
     assert os.path.exists(flow / ".snakemake")
+
+
+def _rest_env(cluster: Cluster, clients: Path) -> dict[str, str]:
+    """What a REST client's user sets: the URL, the user and a token from ``scontrol token``."""
+    env = _env(cluster, clients)
+    env.update(SLURM_URL=f"http://127.0.0.1:{cluster.port}", SLURM_USER="root", SLURM_TOKEN=cluster.token())
+    env.pop("SLURM_API_VERSION", None)
+    return env
+
+
+def test_pyslurmutils_checks_submits_and_follows_a_job_with_its_defaults(clients: Path, metered: Cluster) -> None:
+    env = _rest_env(metered, clients)
+    check = subprocess.run([str(clients / "pyslurmutils"), "check"], env=env, capture_output=True, text=True,
+                           timeout=120)
+    assert check.returncode == 0, check.stderr
+    assert "Selected SLURM API v0.0.45" in check.stdout and "OK!" in check.stdout
+    assert "Server supports v0.0.45, v0.0.44, v0.0.43, v0.0.42, v0.0.41, v0.0.40" in check.stdout
+    logs = metered.work / "pyslurmutils"
+    logs.mkdir(exist_ok=True)
+    run = subprocess.run([str(clients / "python"), "-c", textwrap.dedent(f"""
+        from pyslurmutils.client import SlurmScriptRestClient
+        client = SlurmScriptRestClient(log_directory={str(logs)!r})
+        job_id = client.submit_script("echo hello from $SLURM_JOB_ID")
+        print("state", client.wait_finished(job_id, timeout=120))
+        print("job", job_id)
+        client.print_stdout_stderr(job_id)
+        print("listed", job_id in [job.job_id for job in client.get_all_job_properties(all_users=True)])
+    """)], env=env, cwd=metered.work, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, f"stdout: {run.stdout}\nstderr: {run.stderr}"
+    job_id = int(run.stdout.split("job ", 1)[1].split()[0])
+    assert "state COMPLETED" in run.stdout and f"hello from {job_id}" in run.stdout
+    assert "listed True" in run.stdout
+    assert metered.job(job_id)["state"] == "COMPLETED"
+
+
+def test_slurpy_generated_client_reads_every_answer_into_its_models(clients: Path, metered: Cluster) -> None:
+    run = subprocess.run([str(clients / "python"), "-c", textwrap.dedent(f"""
+        import os
+        import slurpy.v0042 as slurpy
+        configuration = slurpy.Configuration(host=os.environ["SLURM_URL"])
+        configuration.api_key["user"] = os.environ["SLURM_USER"]
+        configuration.api_key["token"] = os.environ["SLURM_TOKEN"]
+        with slurpy.ApiClient(configuration) as api_client:
+            api = slurpy.SlurmApi(api_client)
+            db = slurpy.SlurmdbApi(api_client)
+            print("ping", api.get_ping().pings[0].responding)
+            job = slurpy.JobDescMsg(name="slurpy", current_working_directory={str(metered.work)!r},
+                                    environment=["PATH=/bin:/usr/bin"], script="#!/bin/sh\\necho slurpy\\n")
+            job_id = api.post_job_submit(slurpy.JobSubmitReq(job=job)).job_id
+            print("job", job_id)
+            import time
+            for _ in range(600):
+                state = api.get_job(str(job_id)).jobs[0].job_state
+                if "COMPLETED" in state:
+                    break
+                time.sleep(0.2)
+            print("state", state)
+            print("listed", job_id in [j.job_id for j in api.get_jobs().jobs])
+            print("nodes", len(api.get_nodes().nodes), "partitions", len(api.get_partitions().partitions))
+            print("diag", api.get_diag().statistics.jobs_submitted > 0)
+            print("reservations", len(api.get_reservations().reservations))
+            print("accounted", [j.job_id for j in db.get_jobs().jobs if j.job_id == job_id])
+            print("users", sorted(u.name for u in db.get_users().users))
+    """)], env=_rest_env(metered, clients), cwd=metered.work, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, f"stdout: {run.stdout}\nstderr: {run.stderr}"
+    job_id = int(run.stdout.split("job ", 1)[1].split()[0])
+    assert "ping True" in run.stdout and "state ['COMPLETED']" in run.stdout and "listed True" in run.stdout
+    assert "nodes 4 partitions 1" in run.stdout and "diag True" in run.stdout
+    assert f"accounted [{job_id}]" in run.stdout and "'root'" in run.stdout

@@ -89,6 +89,18 @@ def _limit(minutes: int | None) -> dict[str, Any]:
     return number(INFINITE if minutes is None else minutes)
 
 
+def _job_resources(j: dict[str, Any]) -> dict[str, Any]:
+    """What a job holds, per node (empty while it holds nothing)."""
+    alloc = j.get("alloc_cpus")
+    if not isinstance(alloc, dict) or not alloc:
+        return {}
+    mem = int(j.get("alloc_mem_mb") or 0)
+    return {"nodes": j.get("node_list", ""), "allocated_cores": sum(alloc.values()),
+            "allocated_cpus": sum(alloc.values()), "allocated_hosts": len(alloc),
+            "allocated_nodes": [{"nodename": name, "cpus_used": cpus, "memory_used": mem, "memory_allocated": mem}
+                                for name, cpus in alloc.items()]}
+
+
 def queue_job(j: dict[str, Any], cluster: str) -> dict[str, Any]:
     """squeue --json / scontrol show job --json: one job (v0.0.40 job_info)."""
     state = j["state"]
@@ -116,7 +128,8 @@ def queue_job(j: dict[str, Any], cluster: str) -> dict[str, Any]:
         "gres_detail": list(j.get("gres_detail", [])),
         "group_id": j.get("gid", 0), "group_name": j.get("group", ""), "het_job_id": number(0),
         "het_job_id_set": "", "het_job_offset": number(0), "job_id": j["job_id"],
-        "job_resources": {}, "job_size_str": [], "job_state": [state], "last_sched_evaluation": number(0),
+        "job_resources": _job_resources(j), "job_size_str": [], "job_state": [state],
+        "last_sched_evaluation": number(0),
         "licenses": "", "mail_type": [], "mail_user": j.get("user", ""), "max_cpus": number(0),
         "max_nodes": number(0), "mcs_label": "", "memory_per_tres": "", "name": j["name"], "network": "",
         "nodes": j.get("node_list", ""), "nice": j.get("nice", 0), "tasks_per_core": number(INFINITE),
@@ -208,22 +221,20 @@ def accounting_job(j: dict[str, Any]) -> dict[str, Any]:
         "derived_exit_code": exit_code(max([j["exit_code"]] + [s["exit_code"] for s in j["steps"]]),
                                        max([j["term_signal"]] + [s["term_signal"] for s in j["steps"]]), state),
         "time": {"elapsed": elapsed, "eligible": int(j["time_eligible"]), "end": int(j["time_end"]),
-                 "planned": number(max(0, int((j["time_start"] or 0) - j["time_eligible"])) if j["time_start"]
-                                   else None),
                  "start": int(j["time_start"]), "submission": int(j["time_submit"]),
                  "suspended": int(j.get("time_suspended") or 0),
                  "system": _time(sum(s["system_cpu_s"] for s in j["steps"])), "limit": _limit(j["timelimit_min"]),
                  "total": _time(sum(s["total_cpu_s"] for s in j["steps"])),
                  "user": _time(sum(s["user_cpu_s"] for s in j["steps"]))},
         "exit_code": exit_code(j["exit_code"], j["term_signal"], state), "extra": "", "failed_node": "",
-        "flags": ["SCHEDULED_BY_MAIN"] if j["time_start"] else [], "group": j["group"],
+        "flags": ["STARTED_ON_SCHEDULE"] if j["time_start"] else [], "group": j["group"],
         "het": {"job_id": 0, "job_offset": number(None)}, "job_id": j["job_id"], "name": j["name"],
         "licenses": "", "mcs": {"label": ""}, "nodes": j["node_list"], "partition": j["partition"],
         "hold": False, "priority": number(j["priority"]), "qos": j.get("qos", ""),
         "required": {"CPUs": j["req_cpus"], "memory_per_cpu": number(j["req_mem_per_cpu"] or None),
                      "memory_per_node": number(j["req_mem_mb"] or None)},
         "kill_request_user": str(j["cancelled_by"]) if j.get("cancelled_by") is not None else "",
-        "restart_cnt": j["restart_count"], "reservation": {"id": 0, "name": j["reservation"]}, "script": "",
+        "reservation": {"id": 0, "name": j["reservation"]}, "script": "",
         "state": {"current": [state], "reason": j.get("reason", "None")}, "steps": steps,
         "submit_line": j["submit_line"],
         "tres": {"allocated": tres({"cpu": j["alloc_cpus"] or None, "mem": mem or None,
@@ -253,7 +264,7 @@ def node(n: dict[str, Any], cluster: str) -> dict[str, Any]:
                                            "current_watts": number(round(watts) if watts is not None else None),
                                            "previous_consumed_energy": 0, "last_collected": 0},
         "external_sensors": {}, "extra": "", "power": {}, "features": list(n.get("features", [])),
-        "active_features": list(n.get("features", [])), "gpu_spec": "",
+        "active_features": list(n.get("features", [])),
         "gres": n["gres"] if n.get("gpus") else "", "gres_drained": "N/A",
         "gres_used": n["gres_used"] if n.get("gpus") else "", "instance_id": "", "instance_type": "",
         "last_busy": number(None),

@@ -1,5 +1,5 @@
-"""slurmrestd's documents and requests for data_parser v0.0.40: the models the REST API's OpenAPI
-document publishes, and the conversions of slurmrestd's job and node descriptions into wattsched's
+"""slurmrestd's documents and requests (data_parser v0.0.40 to v0.0.45): the models the REST API's
+OpenAPI document publishes, and the conversions of slurmrestd's job and node descriptions into wattsched's
 own messages (what sbatch and scontrol would send for the same options).
 
 Response models declare the fields tools rely on and let Slurm's others through (``Open``); the
@@ -48,7 +48,7 @@ class NoVal(BaseModel):
 
     set: bool = True
     infinite: bool = False
-    number: float = Field(0, ge=-BIG, le=BIG)
+    number: int = Field(0, ge=-BIG, le=BIG)
 
 
 class SlurmError(Open):
@@ -133,9 +133,10 @@ class ReservationsDoc(Document):
 
 class Ping(Open):
     hostname: str
-    pinged: str
     latency: int
-    mode: str
+    pinged: str | None = None  # up to v0.0.44; v0.0.45 says "status"
+    mode: str | None = None  # up to v0.0.44; v0.0.42 and later say "primary"
+    responding: bool | None = None  # from v0.0.42
 
 
 class PingDoc(Document):
@@ -158,7 +159,7 @@ class SubmitDoc(Document):
     job_id: int
     step_id: str
     job_submit_user_msg: str
-    result: SubmitResult
+    result: SubmitResult | None = None  # up to v0.0.41
 
 
 class DbJob(Open):

@@ -97,8 +97,6 @@ def create_app(controller: Controller) -> FastAPI:
 
     for module in (jobroutes, noderoutes, resvroutes, clusterroutes, acctroutes, priorityapi, dashboard):
         app.include_router(module.router)
-    app.include_router(restd.slurm)
-    app.include_router(restd.slurmdb)
-    app.include_router(restd.openapi)
+    restd.serve(app)
     dashboard.mount_page(app)
     return app
