@@ -179,6 +179,14 @@ def test_refusals_come_as_slurm_errors(rest: Cluster, tmp_path: Path) -> None:
     assert httpx.get(f"{alice.base}/slurm/{V}/jobs", timeout=10).status_code == 401
     forged = {"X-SLURM-USER-NAME": "root", "X-SLURM-USER-TOKEN": "e30.e30.AAAA"}
     assert httpx.get(f"{alice.base}/slurm/{V}/jobs", headers=forged, timeout=10).status_code == 401
+    # the same rules in every version, with the trailing slash too
+    for version in dataversions.VERSIONS:
+        for path in (f"/slurm/{version}/jobs/", f"/slurmdb/{version}/jobs"):
+            assert httpx.get(f"{alice.base}{path}", headers=forged, timeout=10).status_code == 401
+        refused = httpx.delete(f"{alice.base}/slurm/{version}/job/{root_job}/", headers=alice.headers, timeout=10)
+        assert refused.status_code == 403 and refused.json()["errors"][0]["error"] == "Access/permission denied"
+        assert refused.json()["meta"]["plugin"]["data_parser"] == f"data_parser/{version}"
+    assert rest.job(root_job)["state"] == "PENDING"
     rest.run("scancel", str(root_job))
 
 
