@@ -131,14 +131,14 @@ def test_help_usage_and_version(prog: str) -> None:
     assert bad.returncode == 1 and f"{prog}: unrecognized option '--no-such-option'" in bad.stderr
 
 
-def test_readme_option_table_is_the_commands_own() -> None:
+def test_the_documented_option_table_is_the_commands_own() -> None:
     from pathlib import Path
 
     from wattsched.cli import optiontable
 
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    start, end = readme.index(optiontable.BEGIN), readme.index(optiontable.END) + len(optiontable.END)
-    assert readme[start:end] == optiontable.table(), "README out of date: python -m wattsched.cli.optiontable"
+    page = (Path(__file__).resolve().parent.parent / "docs" / "user" / "commands.md").read_text()
+    start, end = page.index(optiontable.BEGIN), page.index(optiontable.END) + len(optiontable.END)
+    assert page[start:end] == optiontable.table(), "out of date: python -m wattsched.cli.optiontable"
 
 
 @pytest.mark.parametrize("prog", ["squeue", "sinfo", "sacct", "scontrol"])
@@ -160,3 +160,25 @@ def test_the_commands_leave_the_environment_they_pass_on_alone() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30,
                           env={"PATH": os.environ["PATH"]})
     assert done.returncode == 0 and done.stdout.strip() in ("['PATH']", "['LC_CTYPE', 'PATH']"), done.stdout
+
+
+def test_the_reference_pages_list_every_option_and_every_key() -> None:
+    """The site's reference is made from the code's own tables: every option of every command and
+    every configuration key (with its aliases) is on its page."""
+    import dataclasses
+    import importlib
+
+    from wattsched import config
+    from wattsched.cli import optiontable, reference
+
+    made = reference.pages()
+    for prog in optiontable.COMMANDS:
+        page = made[f"reference/commands/{prog}.md"]
+        for opt in importlib.import_module(f"wattsched.cli.{prog}").COMMAND.options:
+            assert (f"`--{opt.long}" if opt.long else f"`-{opt.short}") in page, (prog, opt.long, opt.short)
+    keys = made["reference/keys.md"]
+    for cls in (config.Config, config.NodeConf, config.PartitionConf):
+        for f in dataclasses.fields(cls):
+            if "key" in f.metadata:
+                assert f"| `{f.metadata['key']}` | {', '.join(f.metadata['aliases'])} |" in keys, f.metadata["key"]
+    assert made["index.md"].startswith("# wattsched") and "](docs/" not in made["index.md"]

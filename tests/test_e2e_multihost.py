@@ -1,6 +1,6 @@
 """A real multi-host cluster on one machine: a controller and three agents, each in its own network
 namespace (its own address on a bridge) and UTS namespace (its own hostname), with its own spool
-(a private mount), started as README's "Running it on real nodes" says: one configuration file for
+(a private mount), started as docs/admin/deployment.md says: one configuration file for
 all hosts, the key at the same path, ``wattsched controller`` on the controller host and
 ``wattsched noded CONFIG --host 0.0.0.0 --advertise $(hostname)`` on each node, which serves the
 node named like its host. Hosts find each other by name (each namespace's /etc/hosts, as

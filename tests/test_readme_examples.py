@@ -1,6 +1,7 @@
-"""The README's examples cannot lie: every ```console block marked ``<!-- runs -->`` is run, command
-by command, against a fresh emulated cluster made from etc/emulated.conf (as `make emulate` makes
-it), and what the block shows after a command is what the command must print.
+"""The examples cannot lie: every ```console block marked ``<!-- runs -->`` in the README and in the
+documentation's pages (docs/, in the site's order) is run, command by command, against a fresh
+emulated cluster made from etc/emulated.conf (as `make emulate` makes it), and what the block shows
+after a command is what the command must print.
 
 A command's shown output is compared line by line, word by word, times (``0:03``, ``00:00:56``)
 standing for any time. A command that only reads (squeue, sinfo, sacct, sstat, scontrol show...)
@@ -24,6 +25,22 @@ from wattsched.testing import BIN, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
+
+
+def pages() -> list[Path]:
+    """The README first (its walk-through starts the cluster's job ids), then the site's pages."""
+    import yaml  # (the site's order is mkdocs.yml's nav)
+
+    nav = yaml.load((ROOT / "mkdocs.yml").read_text(), Loader=yaml.BaseLoader)["nav"]
+
+    def walk(items) -> list[str]:
+        found: list[str] = []
+        for item in items:
+            for value in (item.values() if isinstance(item, dict) else [item]):
+                found += walk(value) if isinstance(value, list) else [value]
+        return found
+
+    return [README, *(ROOT / "docs" / page for page in walk(nav) if (ROOT / "docs" / page).exists())]
 READERS = ("squeue", "sinfo", "sacct", "sstat", "sreport", "sshare", "sprio", "scontrol show",
            "sh5util", "wattsched profile")  # (these two write files, the same ones each time)
 TIME = re.compile(r"^(\d+-)?\d+:\d\d(:\d\d)?$")
@@ -109,8 +126,8 @@ def emulated(tmp_path_factory) -> Iterator[tuple[dict[str, str], Path]]:
 @pytest.mark.e2e
 def test_the_walk_through_runs_as_shown(emulated: tuple[dict[str, str], Path]) -> None:
     env, work = emulated
-    runnable = blocks(README.read_text())
-    assert len(runnable) >= 1 and sum(len(b) for b in runnable) >= 15
+    runnable = [block for page in pages() for block in blocks(page.read_text())]
+    assert len(runnable) >= 2 and sum(len(b) for b in runnable) >= 19
     for steps in runnable:
         for command, shown in steps:
             reads = command.startswith(READERS)

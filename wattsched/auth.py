@@ -1,6 +1,6 @@
 """Authentication: HS256 JSON Web Tokens signed with the cluster key.
 
-The mechanism (documented in README, "Security"):
+The mechanism (documented in docs/admin/security.md):
 
 * The cluster key (``AuthAltParameters=jwt_key=PATH``, default ``StateSaveLocation/jwt_hs256.key``)
   is readable only by root / the cluster's service user, like MUNGE's key.

@@ -1,5 +1,6 @@
-"""The README's table of Slurm options per command, made from the commands' own option tables:
-``python -m wattsched.cli.optiontable`` prints it (the test suite checks the README shows it as is)."""
+"""The table of Slurm options per command in docs/user/commands.md, made from the commands' own
+option tables: ``python -m wattsched.cli.optiontable`` prints it (the test suite checks the page
+shows it as is)."""
 
 from __future__ import annotations
 
