@@ -116,9 +116,10 @@ def _db_job_43(obj: Object, source: Object) -> None:
 
 
 def _step_43(obj: Object, source: Object) -> None:
+    """Steps' paths (wattsched's steps write where their job does: none of their own). Their
+    ``time.limit``, which v0.0.43 documents, is in the v0.0.40 object already."""
     for stream in ("stdin", "stdout", "stderr"):
         obj["step"][stream] = obj["step"][f"{stream}_expanded"] = ""
-    obj["time"]["limit"] = obj["time"].get("limit") or number(None)
 
 
 # --- v0.0.44 (Slurm 25.11) ------------------------------------------------------------------------
@@ -149,7 +150,11 @@ def _select_type_45(obj: Object, source: Object) -> None:
 def _partition_45(obj: Object, source: Object) -> None:
     obj["cpus"]["task_binding"] = []
     obj["partition"].update(exclusive="NO", oversubscribe="NO")
-    obj.update(flags=["DEFAULT"] if source.get("default") else [], preempt_mode=["DISABLED"])
+    # PreemptMode's words as v0.0.45 names them (OFF is DISABLED; GANG and WITHIN have no flag)
+    words = str(source.get("preempt_mode") or "OFF").upper().split(",")
+    modes = [{"OFF": "DISABLED"}.get(word, word) for word in words]
+    obj.update(flags=["DEFAULT"] if source.get("default") else [],
+               preempt_mode=[m for m in modes if m in ("DISABLED", "SUSPEND", "REQUEUE", "CANCEL")] or ["DISABLED"])
     obj["select_type"] = ["CR_CPU"]
 
 
