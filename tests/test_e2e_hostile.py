@@ -507,35 +507,58 @@ def test_the_agents_steps_run_as_the_user(shared: Cluster, mallory: Account) -> 
 
 
 def test_a_task_runs_whatever_the_interpreters_folder(tmp_path: Path, mallory: Account) -> None:
-    """The step daemon imports, as root, all it needs after it becomes the user: run from a Python whose
-    compiled modules sit in a folder only root may enter (as pyenv's in root's home), a task still
-    runs and its usage is reported."""
+    """The fork server imports, as root, all the step daemons need after they become the user: run
+    from a Python whose compiled modules sit in a folder only root may enter (as pyenv's in root's
+    home), a task still runs, its usage is reported, and its daemon's end is told and then released."""
+    import array
     import resource
+    import socket
 
     from wattsched.noded import stepd
 
     private = Path(tempfile.mkdtemp(prefix="wattsched-private-python-"))
     os.chmod(private, 0o700)
+    control, control_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    events, events_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
         dynload = Path(resource.__file__).parent  # the interpreter's compiled modules
         shutil.copytree(dynload, private / "lib-dynload")
         spec = {"uid": mallory.uid, "gid": mallory.gid, "groups": mallory.groups, "umask": 0o022,
                 "work_dir": "/tmp", "argv": ["true"], "env": {"PATH": "/usr/bin:/bin"}}
-        status_r, status_w = os.pipe()
-        spec["status_fd"] = status_w
-        fd = os.memfd_create("spec", 0)
-        os.write(fd, json.dumps(spec).encode())
         main = (f"import sys; sys.path = [p for p in sys.path if not p.endswith('lib-dynload')] + "
                 f"[{str(private / 'lib-dynload')!r}]; sys.path.insert(0, {os.path.dirname(stepd.__file__)!r}); "
-                "import stepd; sys.exit(stepd.main(sys.argv))")
-        done = subprocess.run([sys.executable, "-I", "-S", "-c", main, "exec", str(fd)], pass_fds=(fd, status_w),
-                              capture_output=True, timeout=60, cwd="/tmp")
-        os.close(status_w)
+                "import forkserver; sys.exit(forkserver.main(sys.argv))")
+        server = subprocess.Popen([sys.executable, "-I", "-S", "-c", main, str(control_theirs.fileno()),
+                                   str(events_theirs.fileno())], pass_fds=(control_theirs.fileno(),
+                                                                           events_theirs.fileno()), cwd="/tmp")
+        control_theirs.close()
+        events_theirs.close()
+        status_r, status_w = os.pipe()
+        spec_fd = os.memfd_create("spec", 0)
+        os.write(spec_fd, json.dumps(spec).encode())
+        null = os.open(os.devnull, os.O_RDWR)
+        err_r, err_w = os.pipe()
+        fds = array.array("i", [spec_fd, null, null, err_w, status_w])
+        control.sendmsg([b'{"mode": "exec", "cwd": "/tmp"}'], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
+        for fd in (spec_fd, null, err_w, status_w):
+            os.close(fd)
+        pid = json.loads(control.recv(4096))["pid"]
         report = os.read(status_r, 65536)
         os.close(status_r)
-        assert done.returncode == 0 and b"No module" not in done.stderr, done.stderr
+        events.settimeout(60)
+        ended = json.loads(events.recv(4096))
+        assert ended == {"pid": pid, "code": 0, "signal": 0}, ended
+        assert Path(f"/proc/{pid}").exists()  # a zombie until released: its number is not yet free
+        events.send(json.dumps({"release": pid}).encode())
+        wait_for(lambda: not Path(f"/proc/{pid}").exists(), 30, what="the released daemon reaped")
+        with os.fdopen(err_r, "rb") as errors:
+            control.close()  # the agent gone: the server ends
+            assert server.wait(timeout=60) == 0
+            assert b"No module" not in errors.read()
         assert json.loads(report)["exit_code"] == 0
     finally:
+        control.close()
+        events.close()
         shutil.rmtree(private, ignore_errors=True)
 
 

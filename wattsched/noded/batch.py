@@ -166,7 +166,7 @@ class BatchRunner:
             self.on_end(JobEvent(job_id=req.job_id, node=req.node, run=req.run, exit_code=1, end_time=time.time(),
                                  error=f"launch failed: {exc}"[:ERROR_MAX]))
             return
-        job = BatchJob(req.job_id, req.node, req.run, spool, proc.pid, procs.start_time(proc.pid), time.time())
+        job = BatchJob(req.job_id, req.node, req.run, spool, proc.pid, proc.start, time.time())
         with open(os.path.join(spool, "job.json"), "w") as handle:
             json.dump({"job_id": req.job_id, "node": req.node, "run": req.run, "supervisor": proc.pid,
                        "supervisor_start": job.supervisor_start, "start": job.start}, handle)

@@ -1,16 +1,16 @@
 """The step daemon: the only code that turns the root agent's launch request into a user's process.
 
 The agent runs as root and never opens, creates or enters a path a user named (Slurm's slurmstepd
-rule). It starts this module with a clean environment and the launch request on an inherited file
-descriptor (a memfd the agent wrote), in one of two modes:
+rule). Its fork server (:mod:`wattsched.noded.forkserver`) forks this code with a clean environment
+and the launch request on a file descriptor (a memfd the agent wrote), in one of two modes:
 
-* ``batch FD``: a root supervisor for one batch script. It forks the script's process, which becomes
+* ``batch``: a root supervisor for one batch script. It forks the script's process, which becomes
   the user (supplementary groups, gid, uid) and only then applies the user's umask, enters the
   working directory, opens stdin/stdout/stderr and executes the script. The root parent records the
   child's pid and start time, waits for it, and writes the exit status into the job's root-owned spool
   folder. The agent trusts only those two files, also after its own restart, because no process of
   the user can write there.
-* ``exec FD``: the same change of identity in-process, then exec (a step task: the agent itself is the
+* ``exec``: the same change of identity in-process, then exec (a step task: the agent itself is the
   parent and reaps it).
 
 Until the exec the child's signal dispositions are reset to their defaults, since the supervisor
@@ -23,9 +23,8 @@ import contextlib
 import json
 import os
 import signal
-import sys
 
-TYPE_CHECKING = False  # not typing's: one step daemon starts for every job and task (~5 ms to import)
+TYPE_CHECKING = False  # not typing's: the fork server imports only what the daemons need
 if TYPE_CHECKING:
     from typing import Any
 
@@ -381,20 +380,17 @@ def preload(spec: dict[str, Any]) -> None:
         import subprocess  # noqa: F401
 
 
-def main(argv: list[str]) -> int:
-    if len(argv) != 3 or argv[1] not in ("batch", "exec"):
-        sys.stderr.write("usage: stepd batch|exec FD (started by the node agent)\n")
-        return 2
-    spec = read_spec(int(argv[2]))
+def run(mode: str, spec_fd: int, status_fd: int | None = None) -> int:
+    """One step daemon, as :mod:`wattsched.noded.forkserver` forks it: ``batch`` supervises a
+    script, ``exec`` becomes a task; ``status_fd``, an exec-mode task's report pipe."""
+    spec = read_spec(spec_fd)
+    if status_fd is not None:
+        spec["status_fd"] = status_fd
     preload(spec)
-    if argv[1] == "batch":
+    if mode == "batch":
         return supervise(spec)
     try:
         exec_as_user(spec)
     except (LaunchError, OSError) as exc:
         os.write(2, f"slurmstepd: error: {exc}\n".encode())
     return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv))

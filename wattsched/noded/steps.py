@@ -60,7 +60,7 @@ async def run_tasks(req: TaskLaunch, layout: dict[str, list[int]], uid: int, gid
     fed = set(req.stdin_tasks) | ({0} if req.pty else set())
     queue: asyncio.Queue[bytes | None] = asyncio.Queue()
     node_index = list(layout).index(req.node)
-    running: list[tuple[int, subprocess.Popen, asyncio.Future]] = []
+    running: list[tuple[int, procs.StepDaemon, asyncio.Future]] = []
     readers: list[threading.Thread] = []
     groups = procs.user_groups(user, gid)
     try:
