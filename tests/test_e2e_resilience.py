@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import time
+from pathlib import Path
 
 from wattsched.testing import Cluster, wait_for
 
@@ -40,6 +42,51 @@ def test_agent_kill9_keeps_running_jobs(fresh_cluster: Cluster) -> None:
     rows = cluster.accounted(*jobs, timeout=60)
     assert sorted(r["job_id"] for r in rows) == sorted(jobs)
     assert all(r["state"] == "COMPLETED" for r in rows), [r["state"] for r in rows]
+
+
+def _fork_server(agent: int) -> int | None:
+    """The pid of the agent's fork server (its child running wattsched.noded.forkserver)."""
+    for entry in Path("/proc").iterdir():
+        try:
+            stat = (entry / "stat").read_bytes()
+            if int(stat.rsplit(b")", 1)[1].split()[1]) == agent and b"forkserver" in (entry / "cmdline").read_bytes():
+                return int(entry.name)
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def _task_of(text: str) -> bool:
+    """Whether a ``sh -c`` naming ``text`` runs (the step's task, not srun, whose argv holds it too)."""
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if cmdline.startswith(b"sh\0-c\0") and text.encode() in cmdline:
+            return True
+    return False
+
+
+def test_a_killed_fork_server_loses_no_job_and_is_started_again(fresh_cluster: Cluster) -> None:
+    """kill -9 of the step daemons' fork server while a job and its srun step run: both end as they
+    should (their daemons report through the spool and the status pipe), and the next job launches."""
+    cluster = fresh_cluster.start()
+    go = cluster.work / "go"
+    job_id = cluster.sbatch("-o", "/dev/null", "--wrap",
+                            f"srun sh -c 'while [ ! -e {go} ]; do sleep 0.1; done; exit 3'")
+    wait_for(lambda: _task_of(str(go)), 60, what="the srun step's task running")
+    server = _fork_server(cluster.agent_procs[0].pid)
+    assert server is not None
+    os.kill(server, signal.SIGKILL)
+    go.touch()
+    job = cluster.wait_state(job_id, "FAILED", timeout=60)
+    assert job["exit_code"] == 3
+    rows = cluster.accounted(job_id, timeout=60)
+    assert [r["job_id"] for r in rows] == [job_id]
+    after = cluster.sbatch("-o", "/dev/null", "--wrap", "true")
+    cluster.wait_state(after, "COMPLETED", timeout=60)
+    assert _fork_server(cluster.agent_procs[0].pid) not in (None, server)
 
 
 def test_jobs_ending_while_agent_is_down_are_reported(fresh_cluster: Cluster) -> None:
