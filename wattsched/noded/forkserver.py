@@ -144,7 +144,7 @@ def main(argv: list[str]) -> int:
     if len(argv) != 3:
         sys.stderr.write("usage: forkserver CONTROL_FD EVENTS_FD (started by the node agent)\n")
         return 2
-    stepd.preload({"pty": True, "task_prolog": True})  # every module any daemon may need, once
+    stepd.preload()
     control = socket.socket(fileno=int(argv[1]))
     events = socket.socket(fileno=int(argv[2]))
     return serve(control, events)

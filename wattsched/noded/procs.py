@@ -59,7 +59,7 @@ def umask_of(environment: dict[str, str]) -> int:
 
 _SERVER_MAIN = (f"import sys; sys.path.insert(0, {os.path.dirname(stepd.__file__)!r}); import forkserver; "
                 "sys.exit(forkserver.main(sys.argv))")
-MESSAGE_MAX = 4096
+MESSAGE_MAX = 4096  # forkserver.MESSAGE_MAX (the server runs apart from the package: not importable here)
 ORPHAN_POLL_S = 0.2  # how often the daemons of a fork server that died are looked for in /proc
 
 
@@ -74,7 +74,6 @@ class StepDaemon:
     stdout: BinaryIO | None = None
     stderr: BinaryIO | None = None
     on_end: Callable[[int, int], None] | None = None  # (exit code, signal), called in the server's reader
-    ended: tuple[int, int] | None = None
 
 
 class ForkServer:
@@ -90,7 +89,8 @@ class ForkServer:
         self._control: socket.socket | None = None
         self._events: socket.socket | None = None
 
-    def _start(self) -> tuple[socket.socket, socket.socket]:
+    def _start(self) -> socket.socket:
+        self._stop()  # a server found dead leaves its sockets behind
         control, control_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         events, events_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
@@ -107,7 +107,7 @@ class ForkServer:
         self._control, self._events = control, events
         threading.Thread(target=self._read_events, args=(self._proc, events), name="forkserver-events",
                          daemon=True).start()
-        return control, events
+        return control
 
     def spawn(self, mode: str, spec: dict, cwd: str, streams: list[int], status_fd: int | None
               ) -> tuple[int, int, int]:
@@ -123,8 +123,8 @@ class ForkServer:
             request = json.dumps({"mode": mode, "cwd": cwd}).encode()
             with self._asking:
                 for attempt in (1, 2):  # a server found dead is started again, once
-                    alive = self._control is not None and self._proc is not None and self._proc.poll() is None
-                    control = self._control if alive and self._control else self._start()[0]
+                    alive = self._proc is not None and self._proc.poll() is None
+                    control = self._control if alive and self._control else self._start()
                     server = self._proc.pid  # type: ignore[union-attr]
                     try:
                         control.sendmsg([request], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
@@ -165,8 +165,8 @@ class ForkServer:
             self._proc.kill()
         self._proc = self._control = self._events = None
 
-    def _ended(self, daemon: StepDaemon, code: int, sig: int) -> None:
-        daemon.ended = (code, sig)
+    @staticmethod
+    def _ended(daemon: StepDaemon, code: int, sig: int) -> None:
         if daemon.on_end is not None:
             daemon.on_end(code, sig)
 
@@ -209,8 +209,8 @@ class ForkServer:
 _SERVER = ForkServer()
 
 
-def spawn_stepd(mode: str, spec: dict, *, cwd: str, stdin: int | None, stdout: int | None,
-                stderr: int | None, status_fd: int | None = None) -> StepDaemon:
+def spawn_stepd(mode: str, spec: dict, *, cwd: str, stdin: int, stdout: int, stderr: int,
+                status_fd: int | None = None) -> StepDaemon:
     """Start the step daemon (:mod:`wattsched.noded.stepd`) in a session of its own, with ``spec``
     on a memfd; the daemon changes to the user before touching any path of theirs. Each stream is a
     descriptor, ``subprocess.DEVNULL`` or ``subprocess.PIPE`` (whose other end the result holds).
@@ -223,7 +223,7 @@ def spawn_stepd(mode: str, spec: dict, *, cwd: str, stdin: int | None, stdout: i
                 theirs.append(read if index == 0 else write)
                 ours.append(write if index == 0 else read)
                 opened.append(theirs[-1])
-            elif stream == subprocess.DEVNULL or stream is None:
+            elif stream == subprocess.DEVNULL:
                 theirs.append(os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC))
                 opened.append(theirs[-1])
                 ours.append(-1)

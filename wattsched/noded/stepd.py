@@ -366,18 +366,16 @@ def _batch_task_epilog(spec: dict[str, Any]) -> None:
     os.waitpid(pid, 0)
 
 
-def preload(spec: dict[str, Any]) -> None:
-    """Import now, as root, every module the code after the change of identity needs: as the user the
-    interpreter's own files may be out of reach (a Python under a private folder, as pyenv's in
-    root's home). Only what this launch uses, since every job and task pays for each import."""
+def preload() -> None:
+    """Import now, as root, every module the code after the change of identity may need: as the user
+    the interpreter's own files may be out of reach (a Python under a private folder, as pyenv's in
+    root's home). Called once, by the fork server, so every daemon it forks has them all."""
+    import fcntl  # noqa: F401  srun --pty
     import resource  # noqa: F401  os.wait4 builds the task's usage with it
-    if spec.get("pty"):
-        import fcntl  # noqa: F401
-        import select  # noqa: F401
-        import struct  # noqa: F401
-        import termios  # noqa: F401
-    if spec.get("task_prolog") or spec.get("task_epilog"):
-        import subprocess  # noqa: F401
+    import select  # noqa: F401
+    import struct  # noqa: F401
+    import subprocess  # noqa: F401  TaskProlog, TaskEpilog
+    import termios  # noqa: F401
 
 
 def run(mode: str, spec_fd: int, status_fd: int | None = None) -> int:
@@ -386,7 +384,6 @@ def run(mode: str, spec_fd: int, status_fd: int | None = None) -> int:
     spec = read_spec(spec_fd)
     if status_fd is not None:
         spec["status_fd"] = status_fd
-    preload(spec)
     if mode == "batch":
         return supervise(spec)
     try:
