@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from wattsched import states
 from wattsched.config import ConfigError
 from wattsched.confvalues import SchedulerParams, parse_scheduler_params
+from wattsched.nodestates import PowerState
 from wattsched.plugins.priority.basic import BasicPriority
 from wattsched.plugins.sched.backfill import BackfillScheduler
 from wattsched.plugins.sched.builtin import BuiltinScheduler
@@ -24,7 +25,6 @@ from wattsched.scheduling import (
     Snapshot,
     schedule,
 )
-from wattsched.states import PowerState
 
 NOW = 1_000_000.0
 HOUR = 3600.0

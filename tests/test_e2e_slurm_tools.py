@@ -150,3 +150,20 @@ def test_sbatch_test_only_plans_without_submitting(cluster: Cluster) -> None:
     assert bad.returncode == 1 and "error" in bad.stderr
     cluster.run("scancel", str(busy))
     assert len(cluster.jobs()) == before + 1
+
+
+def test_the_listing_commands_import_nothing_heavy_on_a_whole_call(cluster: Cluster) -> None:
+    """squeue, sinfo, scontrol show, sbatch and scancel, as root (who signs with the key) and as a user
+    (with a token), each a whole call answered by the controller: none imports a module the commands
+    were freed from (tests/test_cli_lean.py), as ``-X importtime`` lists what a process imports."""
+    from tests.test_cli_lean import HEAVY
+
+    job = cluster.sbatch("-H", "--wrap", "true")
+    calls = [("squeue",), ("squeue", "-j", str(job)), ("sinfo",), ("scontrol", "show", "job", str(job)),
+             ("sbatch", "-H", "--wrap", "true"), ("scancel", str(job))]
+    for env in (cluster.env, cluster.user_env(0, "root")):
+        for call in calls:
+            done = cluster.run(*call, env=dict(env, PYTHONPROFILEIMPORTTIME="1"))
+            loaded = {line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines()
+                      if line.startswith("import time:") and "|" in line}
+            assert "wattsched.cli.common" in loaded and not loaded & HEAVY, (call, sorted(loaded & HEAVY))

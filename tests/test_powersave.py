@@ -9,12 +9,12 @@ import pytest
 
 from wattsched import power, powerreport, powersave, states, switching
 from wattsched.config import ConfigError, load
+from wattsched.nodestates import PowerFlag, PowerState
 from wattsched.plugins.power_save.energy_aware import EnergyAware
 from wattsched.plugins.power_save.idle import IdleTimeout
 from wattsched.plugins.power_save.inertial import AWAKENING, SEDATING, Inertial
 from wattsched.plugins.power_save.reclaim import Reclaim
 from wattsched.powersave import PendingBrief, PowerSaveSnap, PsNode
-from wattsched.states import PowerFlag, PowerState
 
 
 def _nodes(spec: str, now: float = 1000.0) -> tuple[PsNode, ...]:

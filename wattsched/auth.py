@@ -13,20 +13,29 @@ The mechanism (documented in docs/admin/security.md):
   credentials that node agents check before launching tasks.
 
 Tokens are made and checked with the standard library rather than PyJWT because every
-CLI call pays the import time (PyJWT pulls in ``cryptography``: ~0.15 s), and squeue must
-answer in under 0.25 s. The tests check that PyJWT decodes our tokens.
+CLI call pays the import time (PyJWT pulls in ``cryptography``: ~0.15 s). For the same reason a
+command signs with the interpreter's built-in SHA-256 rather than through hashlib and hmac, whose
+OpenSSL start-up costs every command ~3 ms (``python -X importtime``; HMAC is RFC 2104's few lines,
+checked against hmac in tests/test_auth.py), and base64 is binascii's (the base64 module imports
+re). The tests check that PyJWT decodes our tokens.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
-import json
+import binascii
 import os
 import pwd
 import time
-from collections import namedtuple
+
+from wattsched import jsonwire
+
+try:
+    from _sha2 import sha256  # Python 3.12 and later
+except ImportError:
+    try:
+        from _sha256 import sha256  # Python 3.11
+    except ImportError:  # an interpreter built with OpenSSL's hashes only
+        from hashlib import sha256
 
 TYPE_CHECKING = False  # not typing's: every command that signs a token imports this module
 if TYPE_CHECKING:
@@ -41,47 +50,88 @@ class AuthError(Exception):
     """A missing, malformed, forged or expired credential."""
 
 
-class Identity(namedtuple("Identity", ["uid", "user", "role"], defaults=["user"])):
-    """Who is calling: a user (by uid and name), a node agent or the controller. (A plain namedtuple:
-    every command that signs its own token imports this module, and a dataclass or a typing.NamedTuple
-    costs it 5-8 ms of imports.)"""
+class Identity(tuple[int, str, str]):
+    """Who is calling: a user (by uid and name), a node agent or the controller: an immutable
+    (uid, user, role). (A tuple by hand: every command that signs its own token imports this module,
+    and a namedtuple's collections, a dataclass or a typing.NamedTuple costs it 2-8 ms of imports.)"""
 
     __slots__ = ()
+
+    def __new__(cls, uid: int, user: str, role: str = "user") -> Identity:
+        return tuple.__new__(cls, (uid, user, role))
+
+    @property
+    def uid(self) -> int:
+        return self[0]
+
+    @property
+    def user(self) -> str:
+        return self[1]
+
+    @property
+    def role(self) -> str:
+        return self[2]
 
     @property
     def is_daemon(self) -> bool:
         return self.role in ("node", "controller")
 
+    def __repr__(self) -> str:
+        return f"Identity(uid={self.uid!r}, user={self.user!r}, role={self.role!r})"
+
+    def __getnewargs__(self) -> tuple[int, str, str]:  # (copy and pickle make it again through __new__)
+        return self.uid, self.user, self.role
+
+
+_TO_URLSAFE = bytes.maketrans(b"+/", b"-_")
+_FROM_URLSAFE = bytes.maketrans(b"-_", b"+/")
+_BLOCK = 64  # SHA-256's block size in bytes (RFC 2104's B)
+_INNER = bytes(x ^ 0x36 for x in range(256))
+_OUTER = bytes(x ^ 0x5C for x in range(256))
+
 
 def _b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+    """base64url without padding (RFC 7515)."""
+    return binascii.b2a_base64(data, newline=False).translate(_TO_URLSAFE).rstrip(b"=").decode()
 
 
 def _unb64(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    """base64url, padded or not, as base64.urlsafe_b64decode reads it; binascii.Error is a ValueError."""
+    return binascii.a2b_base64((text + "=" * (-len(text) % 4)).encode().translate(_FROM_URLSAFE))
 
 
-_HEADER = _b64(json.dumps({"alg": "HS256", "typ": "JWT"}, separators=(",", ":")).encode())
+def hmac_sha256(key: bytes, message: bytes) -> bytes:
+    """HMAC-SHA256 (RFC 2104): ``hmac.new(key, message, hashlib.sha256).digest()``."""
+    if len(key) > _BLOCK:
+        key = sha256(key).digest()
+    key = key.ljust(_BLOCK, b"\0")
+    inner = sha256(key.translate(_INNER) + message).digest()
+    return sha256(key.translate(_OUTER) + inner).digest()
+
+
+_HEADER = _b64(jsonwire.dumps({"alg": "HS256", "typ": "JWT"}).encode())
 
 
 def sign(key: bytes, claims: dict[str, Any]) -> str:
-    body = _b64(json.dumps(claims, separators=(",", ":"), sort_keys=True).encode())
+    body = _b64(jsonwire.dumps(claims, sort_keys=True).encode())
     signing_input = f"{_HEADER}.{body}".encode()
-    return f"{_HEADER}.{body}.{_b64(hmac.new(key, signing_input, hashlib.sha256).digest())}"
+    return f"{_HEADER}.{body}.{_b64(hmac_sha256(key, signing_input))}"
 
 
 def verify(key: bytes, token: str, now: float | None = None) -> dict[str, Any]:
     """Return the claims of a valid token, or raise :class:`AuthError`."""
+    import hmac  # (the daemons check tokens; a command only signs them)
+
     try:
         header_s, body_s, sig_s = token.split(".")
-        header = json.loads(_unb64(header_s))
-        claims = json.loads(_unb64(body_s))
+        header = jsonwire.loads(_unb64(header_s))
+        claims = jsonwire.loads(_unb64(body_s))
         signature = _unb64(sig_s)
-    except (ValueError, json.JSONDecodeError) as exc:
+    except ValueError as exc:
         raise AuthError("malformed credential") from exc
-    if header.get("alg") != "HS256":
+    if not isinstance(header, dict) or header.get("alg") != "HS256":
         raise AuthError("unsupported credential algorithm")
-    expected = hmac.new(key, f"{header_s}.{body_s}".encode(), hashlib.sha256).digest()
+    expected = hmac.new(key, f"{header_s}.{body_s}".encode(), "sha256").digest()
     if not hmac.compare_digest(expected, signature):
         raise AuthError("invalid credential signature")
     if not isinstance(claims, dict) or claims.get("exp", 0) < (now if now is not None else time.time()):

@@ -7,10 +7,8 @@ cluster key still gets a credential for exactly their own identity and no other.
 from __future__ import annotations
 
 import os
-import socket
-import struct
-from typing import TYPE_CHECKING
 
+TYPE_CHECKING = False  # not typing's: every command that has no key imports this module for fetch()
 if TYPE_CHECKING:
     import threading
 
@@ -19,7 +17,10 @@ TOKEN_LIFESPAN_S = 300
 
 def serve(path: str, key: bytes) -> threading.Thread:
     """Start serving tokens on ``path`` in a daemon thread."""
-    import threading  # here, not at the top: every command imports this module for fetch()
+    # here, not at the top: every command without the key imports this module for fetch()
+    import socket
+    import struct
+    import threading
 
     from wattsched import auth
 
@@ -50,11 +51,17 @@ def serve(path: str, key: bytes) -> threading.Thread:
 
 
 def fetch(path: str, timeout_s: float = 2.0) -> str:
-    """Ask the local token service for a token for the calling user."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+    """Ask the local token service for a token for the calling user. (Through _socket: the socket
+    module's enums and selectors cost a command ~3 ms to import, for nothing it needs here.)"""
+    import _socket
+
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    try:
         sock.settimeout(timeout_s)
         sock.connect(path)
         chunks = []
         while chunk := sock.recv(4096):
             chunks.append(chunk)
+    finally:
+        sock.close()
     return b"".join(chunks).decode()

@@ -28,9 +28,9 @@ from dataclasses import dataclass
 
 from wattsched import preemption
 from wattsched.limits import Qos
+from wattsched.nodestates import PowerState
 from wattsched.power import NodePower, PowerSnap
 from wattsched.scheduling import PartitionSnap, PreemptSettings, RunningJob
-from wattsched.states import PowerState
 
 STEPS = ("cpufreq", "suspend", "requeue", "cancel")
 _BUSY, _IDLE = PowerState.BUSY, PowerState.IDLE

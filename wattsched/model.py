@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from wattsched import gres, states
+from wattsched import gres, nodestates, states
 from wattsched.gres import Device, Inventory
-from wattsched.states import NodeBase, PowerFlag, PowerState
+from wattsched.nodestates import NodeBase, PowerFlag, PowerState
 
 
 @dataclass(slots=True)
@@ -290,7 +290,7 @@ class Node:
 
     @property
     def power_state(self) -> PowerState:
-        return states.power_state(self.power, self.base_state, self.not_responding, self.alloc_cpus > 0)
+        return nodestates.power_state(self.power, self.base_state, self.not_responding, self.alloc_cpus > 0)
 
     def refresh_base_state(self) -> None:
         """Derive IDLE / MIXED / ALLOCATED from the allocation of a node that is up."""
@@ -315,7 +315,7 @@ class Node:
 
     @property
     def schedulable(self) -> bool:
-        return states.schedulable(self.power, self.base_state, self.drain, self.not_responding)
+        return nodestates.schedulable(self.power, self.base_state, self.drain, self.not_responding)
 
 
 @dataclass(slots=True)

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from wattsched import states
-from wattsched.states import PowerState
+from wattsched.nodestates import PowerState
 
 INFINITE = math.inf
 # the states the cap counts, looked up once: the cap sums every node's watts at every pass, and an
@@ -92,7 +92,7 @@ class PowerSnap:
 
 
 def cap_state(state: PowerState, held: bool) -> PowerState:
-    """What the cap counts a node as, from its power state (wattsched.states.power_state): a node
+    """What the cap counts a node as, from its power state (wattsched.nodestates.power_state): a node
     switching counts by what it holds, busy if a job holds it (it will run) and idle otherwise,
     until it is off: the cap is never broken by a switch under way."""
     if state in (PowerState.SWITCHING_ON, PowerState.SWITCHING_OFF):

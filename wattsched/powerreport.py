@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from wattsched.states import PowerFlag
+from wattsched.nodestates import PowerFlag
 from wattsched.switching import Switching
 
 POWERED_UP = "POWERED_UP"

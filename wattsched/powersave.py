@@ -23,12 +23,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from wattsched.nodestates import PowerState
 from wattsched.power import PowerSnap
-from wattsched.states import PowerState
 
 
 def seen_state(state: PowerState, drained: bool) -> PowerState:
-    """A node as power saving sees it, from its power state (wattsched.states.power_state): a
+    """A node as power saving sees it, from its power state (wattsched.nodestates.power_state): a
     drained node takes no new job, so it is neither idle (to switch off) nor busy (to come free):
     down, unless a switch is under way or done."""
     return PowerState.DOWN if drained and state in (PowerState.BUSY, PowerState.IDLE) else state

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Generic, NamedTuple, Protocol, TypeVar, runtim
 
 from wattsched import gres, ledger, limits, states
 from wattsched import power as power_mod
+from wattsched.nodestates import PowerFlag, PowerState
 from wattsched.power import PowerSnap
-from wattsched.states import PowerFlag, PowerState
 
 if TYPE_CHECKING:
     from wattsched.memos import NodeMemo, QueueMemo

@@ -18,9 +18,10 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import fields, replace
 from typing import Any, Generic, Protocol, TypeVar
 
-from wattsched import gres, limits, power, scheduling, states
+from wattsched import gres, limits, nodestates, power, scheduling
 from wattsched.config import Config
 from wattsched.model import JOB_FIELD_NAMES, Job
+from wattsched.nodestates import NodeBase, PowerFlag, PowerState
 from wattsched.power import NodePower, PowerResv, PowerSnap
 from wattsched.scheduling import (
     Changes,
@@ -35,7 +36,6 @@ from wattsched.scheduling import (
     RunningJob,
     Snapshot,
 )
-from wattsched.states import NodeBase, PowerFlag, PowerState
 
 
 class NodeShape(Protocol):
@@ -81,7 +81,7 @@ def node_snap(node: NodeShape, alloc_cpus: int, alloc_mem_mb: int, flag: PowerFl
     """A node as a policy sees it. ``free_gpus``: None when no job holds any of its GPUs."""
     return NodeSnap(node.name, node.cpus, node.cpus - alloc_cpus, node.real_memory_mb,
                     node.real_memory_mb - alloc_mem_mb, node.weight, frozenset(node.features),
-                    states.schedulable(flag, base, drain, not_responding), scheduling.wake(flag), node.gres,
+                    nodestates.schedulable(flag, base, drain, not_responding), scheduling.wake(flag), node.gres,
                     node.gres if free_gpus is None else free_gpus)
 
 
@@ -99,9 +99,9 @@ def node_power(node: NodeShape, job_freqs: Collection[int | None] = ()) -> NodeP
 
 
 def cap_state(flag: PowerFlag, held: bool, base: NodeBase = NodeBase.IDLE, not_responding: bool = False) -> PowerState:
-    """A node as the cap counts it: its power state (states.power_state), a switch under way
+    """A node as the cap counts it: its power state (nodestates.power_state), a switch under way
     counted by what it holds (power.cap_state)."""
-    return power.cap_state(states.power_state(flag, base, not_responding, held), held)
+    return power.cap_state(nodestates.power_state(flag, base, not_responding, held), held)
 
 
 def request(job: Job) -> JobRequest:

@@ -14,14 +14,17 @@ was sent (``excerpt``).
 
 from __future__ import annotations
 
-import re
-
 TYPE_CHECKING = False  # not typing's: the commands import this module to print (typing costs ~5 ms)
 if TYPE_CHECKING:
+    from re import Match
     from typing import Any
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+_SURROGATE = "[\ud800-\udfff]"
+_CONTROL = "[\x00-\x1f\x7f-\x9f]"
+# each control character as Python writes it (its unicode_escape): what ``printable`` puts in its
+# place (a table for str.translate rather than a pattern: the commands print without importing re)
+_ESCAPES = {code: {9: "\\t", 10: "\\n", 13: "\\r"}.get(code, f"\\x{code:02x}")
+            for code in (*range(0x20), *range(0x7f, 0xa0))}
 EXCERPT_MAX = 120  # characters of a refused value echoed in an error
 
 
@@ -29,7 +32,7 @@ def check_text(value: str) -> str:
     """``value``, or ValueError when it holds a NUL or a lone surrogate."""
     if "\0" in value:
         raise ValueError("text contains a NULL character")
-    if not value.isascii() and _SURROGATE.search(value):
+    if not value.isascii() and _search(_SURROGATE, value):
         raise ValueError("text is not valid Unicode (a lone surrogate)")
     return value
 
@@ -49,7 +52,7 @@ def check_all_text(value: Any) -> None:
 
 def check_label(value: str) -> str:
     """A name or comment: no control characters (tabs and newlines included)."""
-    found = _CONTROL.search(value)
+    found = _search(_CONTROL, value)
     if found:
         raise ValueError(f"control character {found.group()!r} not allowed")
     return value
@@ -58,9 +61,13 @@ def check_label(value: str) -> str:
 def printable(value: str) -> str:
     """``value`` with every control character escaped as Python writes it (``\\n``, ``\\x1b``), so it
     stays one field of one line in a listing."""
-    if not _CONTROL.search(value):
-        return value
-    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), value)
+    return value if value.isprintable() else value.translate(_ESCAPES)
+
+
+def _search(pattern: str, value: str) -> Match[str] | None:
+    import re  # (the daemons' checks, not the commands' printing: re caches the compiled pattern)
+
+    return re.search(pattern, value)
 
 
 def excerpt(value: Any) -> str:

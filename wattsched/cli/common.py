@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
+
+from wattsched import jsonwire
 
 TYPE_CHECKING = False  # not typing's: importing typing costs a command ~5 ms (annotations are strings)
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
     from typing import Any, NoReturn
 
 DEFAULT_CONF = "/etc/wattsched/wattsched.conf"
@@ -101,7 +102,7 @@ def client_settings() -> Settings:
     cache = _cache_path(conf)
     try:
         with open(cache, "rb") as handle:
-            data = json.loads(handle.read(65536))
+            data = jsonwire.loads(handle.read(65536))
         if data["source"] == os.path.abspath(conf) and all(_stamp(path) == stamp for path, stamp in data["files"]):
             return Settings(data["settings"])
     except (OSError, ValueError, KeyError, TypeError):
@@ -113,8 +114,8 @@ def client_settings() -> Settings:
         tmp = f"{cache}.{os.getpid()}"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "w") as handle:
-            json.dump({"source": os.path.abspath(conf), "files": [[path, _stamp(path)] for path in config.files],
-                       "settings": values}, handle)
+            handle.write(jsonwire.dumps({"source": os.path.abspath(conf), "settings": values,
+                                         "files": [[path, _stamp(path)] for path in config.files]}))
         os.replace(tmp, cache)
     except OSError:  # no writable home: parse every time
         pass
@@ -157,11 +158,7 @@ class Client:
     def request(self, method: str, path: str, body: Any = None, params: dict[str, Any] | None = None,
                 timeout: float = 30.0) -> Any:
         if params:
-            import urllib.parse
-
-            query = urllib.parse.urlencode([(k, v) for k, vs in params.items() if vs is not None
-                                            for v in (vs if isinstance(vs, list | tuple) else [vs])])
-            path = f"{path}?{query}"
+            path = f"{path}?{query_string(params)}"
         message = http_request(method, self.host, self.port, path, self.token(), body)
         wait = 0.0
         while True:
@@ -184,6 +181,25 @@ class Client:
         return decoded
 
 
+# what a query string keeps as it is (RFC 3986's unreserved characters), as urllib.parse.quote_plus
+_UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-~")
+
+
+def _quoted(value: object) -> str:
+    text = str(value)
+    if all(char in _UNRESERVED for char in text):
+        return text
+    return "".join(chr(byte) if chr(byte) in _UNRESERVED else "+" if byte == 0x20 else f"%{byte:02X}"
+                   for byte in text.encode())
+
+
+def query_string(params: dict[str, Any]) -> str:
+    """``urllib.parse.urlencode`` of ``params`` (a list or tuple value repeats its key; None is left
+    out), without importing urllib.parse (~3 ms, with the ipaddress module it brings)."""
+    return "&".join(f"{_quoted(key)}={_quoted(item)}" for key, value in params.items() if value is not None
+                    for item in (value if isinstance(value, list | tuple) else [value]))
+
+
 def host_port(url: str, default_port: int = 6817) -> tuple[str, int]:
     """``http://host:port/...`` (or ``[v6]:port``) as (host, port), without urllib (~3 ms to import)."""
     rest = url.split("://", 1)[-1].split("/", 1)[0]
@@ -197,7 +213,7 @@ def host_port(url: str, default_port: int = 6817) -> tuple[str, int]:
 
 def http_request(method: str, host: str, port: int, path: str, token: str, body: Any = None) -> bytes:
     """One HTTP/1.1 request with a bearer token and a JSON body (if any), closing the connection."""
-    payload = b"" if body is None else json.dumps(body).encode()
+    payload = b"" if body is None else jsonwire.dumps(body).encode()
     head = (f"{method} {path} HTTP/1.1\r\nHost: {host}:{port}\r\nConnection: close\r\n"
             f"Authorization: Bearer {token}\r\nAccept: application/json\r\n"
             f"Content-Length: {len(payload)}\r\n"
@@ -273,7 +289,7 @@ def stream(host: str, port: int, request: bytes) -> Iterator[bytes]:
         if status >= 400:
             raw = b"".join(body)
             try:
-                raise CLIError(_detail(json.loads(raw)), status)
+                raise CLIError(_detail(jsonwire.loads(raw)), status)
             except ValueError:
                 raise CLIError(raw.decode(errors="replace") or f"HTTP {status}", status) from None
         pending = b""
@@ -316,13 +332,14 @@ def _dechunk(body: bytes) -> bytes:
 
 def _loads(data: bytes) -> Any:
     """JSON of an answer. orjson parses big answers (squeue of 10,000 jobs) several times faster,
-    but importing it costs a command ~15 ms (measured with -X importtime): small answers use json."""
+    but importing it costs a command ~15 ms (measured with -X importtime): small answers use the
+    standard library's parser (wattsched.jsonwire)."""
     if len(data) < 1 << 20:
-        return json.loads(data)
+        return jsonwire.loads(data)
     try:
         import orjson
-    except ImportError:  # orjson is a dependency; plain json keeps the CLI working without it
-        return json.loads(data)
+    except ImportError:  # orjson is a dependency; the standard parser keeps the CLI working without it
+        return jsonwire.loads(data)
     return orjson.loads(data)
 
 
@@ -398,6 +415,8 @@ def wants_json(opts: dict[str, Any]) -> bool:
 
 
 def json_text(obj: Any) -> str:
+    import json  # (only --json output is indented)
+
     return json.dumps(obj, indent=2, sort_keys=True)
 
 

@@ -4,38 +4,69 @@ path can neither forge a line nor drive the terminal of whoever lists it."""
 
 from __future__ import annotations
 
-import re
-from collections import namedtuple
-from collections.abc import Callable, Mapping
-
 from wattsched.usertext import printable
 
 TYPE_CHECKING = False  # not typing's: importing typing costs a command ~5 ms (annotations are strings)
 if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
     from typing import Any
 
-# a %-code is one letter; a -O field that has no %-code of its own (sinfo's GresUsed) is written
-# %{name} by format_from_fields and nowhere else
-_SPEC = re.compile(r"%(\.)?(\d+)?([A-Za-z]|\{[a-z_]+\})")
+_LETTERS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
+_NAME = frozenset("abcdefghijklmnopqrstuvwxyz_")
 
 
-# a %-code with its width and side; a plain namedtuple, since importing dataclasses (or typing for a
-# NamedTuple) costs every command 5-8 ms
-Column = namedtuple("Column", ["code", "width", "right"])
+class Column:
+    """A %-code with its width (None: as wide as its value) and side (right: ``%.``). A plain class,
+    since importing dataclasses or collections (a NamedTuple) costs every command milliseconds."""
+
+    __slots__ = ("code", "right", "width")
+
+    def __init__(self, code: str, width: int | None, right: bool) -> None:
+        self.code, self.width, self.right = code, width, right
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Column) and (self.code, self.width, self.right) == (other.code, other.width,
+                                                                                     other.right)
+
+    def __repr__(self) -> str:
+        return f"Column({self.code!r}, {self.width!r}, {self.right!r})"
+
+
+def _column_at(fmt: str, pos: int) -> tuple[Column, int] | None:
+    """The column ``%[.][width]X`` starting at ``fmt[pos]`` and the index after it, or None when none
+    starts there. A code is one letter; a -O field with no %-code of its own (sinfo's GresUsed) is
+    written ``%{name}`` by format_from_fields and nowhere else."""
+    end = len(fmt)
+    pos += 1
+    right = pos < end and fmt[pos] == "."
+    pos += right
+    digits = pos
+    while pos < end and fmt[pos].isascii() and fmt[pos].isdigit():
+        pos += 1
+    width = int(fmt[digits:pos]) if pos > digits else None
+    if pos < end and fmt[pos] in _LETTERS:
+        return Column(fmt[pos], width, right), pos + 1
+    close = fmt.find("}", pos)
+    if pos < end and fmt[pos] == "{" and close > pos + 1 and all(c in _NAME for c in fmt[pos + 1:close]):
+        return Column(fmt[pos + 1:close], width, right), close + 1
+    return None
 
 
 def parse_format(fmt: str) -> list[str | Column]:
     """Split a format string into literal text and columns (``%.18i`` -> right-justified, width 18)."""
     parts: list[str | Column] = []
-    pos = 0
-    for match in _SPEC.finditer(fmt):
-        if match.start() > pos:
-            parts.append(fmt[pos:match.start()])
-        parts.append(Column(match.group(3).strip("{}"), int(match.group(2)) if match.group(2) else None,
-                            bool(match.group(1))))
-        pos = match.end()
-    if pos < len(fmt):
-        parts.append(fmt[pos:])
+    literal = pos = 0
+    while (pos := fmt.find("%", pos)) >= 0:
+        found = _column_at(fmt, pos)
+        if found is None:
+            pos += 1
+            continue
+        if pos > literal:
+            parts.append(fmt[literal:pos])
+        parts.append(found[0])
+        literal = pos = found[1]
+    if literal < len(fmt):
+        parts.append(fmt[literal:])
     return parts
 
 

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from wattsched import states, timefmt
 
 TYPE_CHECKING = False  # not typing's: importing typing costs a command ~5 ms (annotations are strings)
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
 SHORT = states.JOB_SHORT

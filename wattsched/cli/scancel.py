@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal as signal_mod
 import sys
 
 from wattsched.cli.common import Client, CLIError, split_list
@@ -15,8 +14,10 @@ def parse_signal(name: str) -> int:
     if text.isdigit():
         number = int(text)
     else:
+        import signal  # here: the enum module it brings costs every scancel ~3 ms
+
         try:
-            number = int(getattr(signal_mod, "SIG" + text))
+            number = int(getattr(signal, "SIG" + text))
         except AttributeError as exc:
             raise CLIError(f"Invalid job signal: {name}") from exc
     if not 1 <= number <= 64:

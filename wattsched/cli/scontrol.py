@@ -4,15 +4,17 @@ layout."""
 from __future__ import annotations
 
 import os
-import shlex
 import sys
 import time
-from collections.abc import Callable, Sequence
-from typing import Any
 
 from wattsched.cli.common import Client, CLIError, print_json, wants_json
 from wattsched.cli.options import NO, OPT, REQ, Command, Opt, ignored, refused, run, standard
 from wattsched.usertext import printable
+
+TYPE_CHECKING = False  # not typing's: importing typing costs a command ~5 ms (annotations are strings)
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from typing import Any
 
 
 def _ts(epoch: float | None, none: str = "Unknown") -> str:
@@ -406,6 +408,8 @@ def scontrol(argv: list[str]) -> int:
     if args:
         return execute(client, args, opts)
     # no command: scontrol's interactive mode, one command a line (a prompt only on a terminal)
+    import shlex  # here: shlex (with re) costs every other scontrol call ~8 ms to import
+
     code = 0
     while True:
         if sys.stdin.isatty():

@@ -14,7 +14,7 @@ from wattsched.api import JobEvent
 from wattsched.controller import resources, statesave
 from wattsched.controller.actions import Action, Signal, admin_program
 from wattsched.model import Job, Node
-from wattsched.states import NodeBase
+from wattsched.nodestates import NodeBase
 from wattsched.usage import merge as merge_usage
 
 if TYPE_CHECKING:

@@ -15,7 +15,7 @@ from wattsched.controller import jobend, preempting, resources, snapshots, state
 from wattsched.controller.actions import Action, AdminProgram, Launch, admin_program
 from wattsched.controller.powersaving import PowerProgram
 from wattsched.model import Job, Step
-from wattsched.states import PowerFlag
+from wattsched.nodestates import PowerFlag
 
 if TYPE_CHECKING:
     from wattsched.controller.state import ClusterState

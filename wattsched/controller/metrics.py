@@ -32,7 +32,7 @@ from prometheus_client.registry import Collector
 from wattsched import limits, power, states
 from wattsched.controller import acctpolicy
 from wattsched.model import Job
-from wattsched.states import NodeBase
+from wattsched.nodestates import NodeBase
 
 CATEGORIES = ("jobs", "nodes", "partitions", "scheduler", "jobs-users-accts", "energy", "limits")
 # the limits exported with what is held or used against them (wattsched_limit, wattsched_limit_used)

@@ -8,14 +8,14 @@ import functools
 import logging
 from typing import TYPE_CHECKING
 
-from wattsched import states
+from wattsched import nodestates, states
 from wattsched.api import AgentHeartbeat, NodeReport
 from wattsched.auth import Identity
 from wattsched.config import RESTART_ONLY, Config
 from wattsched.controller import jobend, jobenergy, launching, permissions, powercontrol, snapshots, statesave, steps
 from wattsched.controller.actions import Action, Refused
 from wattsched.model import Job, Node
-from wattsched.states import NodeBase, PowerFlag
+from wattsched.nodestates import NodeBase, PowerFlag
 
 if TYPE_CHECKING:
     from wattsched.controller.state import ClusterState, Plugins
@@ -111,7 +111,7 @@ def heartbeat(state: ClusterState, hb: AgentHeartbeat, now: float) -> tuple[list
         woken |= node_up(state, node, report, now)
         if node.not_responding:
             node.not_responding = False
-            if node.base_state == NodeBase.DOWN and node.reason == states.NODE_NOT_RESPONDING and \
+            if node.base_state == NodeBase.DOWN and node.reason == nodestates.NODE_NOT_RESPONDING and \
                     state.config.return_to_service >= 1:
                 node.base_state, node.reason = NodeBase.IDLE, ""
                 statesave.node_event(state, node, now, "IDLE")

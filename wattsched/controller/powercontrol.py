@@ -19,7 +19,7 @@ from wattsched.controller.powersaving import (
     SUSPEND_FAILED_REASON,
     PowerProgram,
 )
-from wattsched.states import PowerFlag, PowerState
+from wattsched.nodestates import PowerFlag, PowerState
 
 if TYPE_CHECKING:
     from wattsched.controller.state import ClusterState

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from wattsched import hostlist, plugins, powersave
 from wattsched.config import Config
 from wattsched.model import Node
-from wattsched.states import PowerFlag, PowerState
+from wattsched.nodestates import PowerFlag, PowerState
 
 log = logging.getLogger("wattsched.controller.power")
 

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from wattsched import hostlist, power, scheduling, states, timefmt
 from wattsched.api import ReservationSpec
 from wattsched.model import Job, Node, Reservation
-from wattsched.states import NodeBase
+from wattsched.nodestates import NodeBase
 
 FLAGS = ("MAINT", "IGNORE_JOBS", "DAILY", "WEEKLY", "FLEX", "OVERLAP", "SPEC_NODES", "LICENSE_ONLY")
 _ROLL_S = {"DAILY": 86400, "WEEKLY": 7 * 86400}

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from wattsched import memos, power, scheduling, snapbuild, states
 from wattsched.controller import acctpolicy, views
 from wattsched.model import Job
-from wattsched.states import PowerState
+from wattsched.nodestates import PowerState
 
 if TYPE_CHECKING:
     from wattsched.controller.state import ClusterState

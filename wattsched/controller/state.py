@@ -60,7 +60,7 @@ from wattsched.controller.priority import Shares
 from wattsched.controller.reservations import ReservationBook
 from wattsched.controller.store import StateStore
 from wattsched.model import Job, Node, Reservation, Step
-from wattsched.states import PowerState
+from wattsched.nodestates import PowerState
 
 
 @dataclass(slots=True)

@@ -9,11 +9,11 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from wattsched import states
+from wattsched import nodestates
 from wattsched.controller import resources
 from wattsched.controller.reservations import ReservationBook
 from wattsched.model import Job, Node, Reservation
-from wattsched.states import NodeBase, PowerFlag
+from wattsched.nodestates import NodeBase, PowerFlag
 
 if TYPE_CHECKING:
     from wattsched.controller.state import ClusterState
@@ -82,7 +82,7 @@ def flush(state: ClusterState) -> None:
         meta["nodes"] = json.dumps({
             n.name: {"drain": n.drain, "reason": n.reason, "reason_time": n.reason_time,
                      "reason_uid": n.reason_uid,
-                     "down": n.base_state == NodeBase.DOWN and n.reason != states.NODE_NOT_RESPONDING,
+                     "down": n.base_state == NodeBase.DOWN and n.reason != nodestates.NODE_NOT_RESPONDING,
                      "power": n.power, "power_since": n.power_since, "power_job": n.power_job}
             for n in state.nodes.values() if n.drain or n.reason or n.power})
     saved = [state.jobs[j].to_dict() for j in journal.dirty if j in state.jobs]

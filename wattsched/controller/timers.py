@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from wattsched import ledger, states
+from wattsched import ledger, nodestates, states
 from wattsched.controller import acctpolicy, jobend, jobenergy, jobs, powercontrol, preempting
 from wattsched.controller.actions import Action, Signal
 
@@ -48,7 +48,7 @@ def check_timers(state: ClusterState, now: float) -> list[Action]:
     for node in state.nodes.values():
         # a node switched off (or switching) has no agent to hear from: its switch has its own timeouts
         if not node.not_responding and not node.power and now - node.last_seen > state.config.slurmd_timeout_s:
-            actions.extend(jobend.node_down(state, node, states.NODE_NOT_RESPONDING, now, not_responding=True))
+            actions.extend(jobend.node_down(state, node, nodestates.NODE_NOT_RESPONDING, now, not_responding=True))
     actions.extend(powercontrol.power_tick(state, now))
     actions.extend(state.cap.tick(state, now))
     return actions

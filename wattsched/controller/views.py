@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from wattsched import gres, hostlist, patterns, states
+from wattsched import gres, hostlist, nodestates, patterns, states
 from wattsched.config import Config
 from wattsched.model import Job, Node
 
@@ -86,11 +86,11 @@ def node_view(node: Node, now: float, reserved: str = "") -> dict[str, Any]:
         "sockets": node.sockets, "cores_per_socket": node.cores_per_socket,
         "threads_per_core": node.threads_per_core, "weight": node.weight, "features": list(node.features),
         "partitions": list(node.partitions),
-        "state": states.node_state_long(node.base_state, node.drain, node.not_responding, reserved=reserved,
+        "state": nodestates.node_state_long(node.base_state, node.drain, node.not_responding, reserved=reserved,
                                         power=node.power),
-        "state_short": states.node_state_short(node.base_state, node.drain, node.not_responding, reserved=reserved,
+        "state_short": nodestates.node_state_short(node.base_state, node.drain, node.not_responding, reserved=reserved,
                                                power=node.power),
-        "state_sinfo": states.node_state_sinfo_long(node.base_state, node.drain, node.not_responding,
+        "state_sinfo": nodestates.node_state_sinfo_long(node.base_state, node.drain, node.not_responding,
                                                     reserved=reserved, power=node.power),
         "power": node.power, "power_since": node.power_since,
         "base_state": node.base_state, "drain": node.drain, "not_responding": node.not_responding,

@@ -32,10 +32,10 @@ from dataclasses import dataclass, field
 from wattsched import limits, memos, plugins, power, powersave, preemption, scheduling, snapbuild
 from wattsched.config import Config, NodeConf
 from wattsched.fairshare import UsageRecord
+from wattsched.nodestates import NodeBase, PowerFlag, PowerState, power_state
 from wattsched.simulator.accounts import SimAccounts
 from wattsched.simulator.shares import DEFAULT_ACCOUNT, SimShares
 from wattsched.simulator.workload import SimJob, Workload
-from wattsched.states import NodeBase, PowerFlag, PowerState, power_state
 
 END, SWITCHED, SUBMIT, TICK, PERIOD, BACKFILL, PREEMPT = 0, 1, 2, 3, 4, 5, 6
 COMPUTING, IDLE, OFF, SWITCHING_ON, SWITCHING_OFF = "computing", "idle", "off", "switching_on", "switching_off"

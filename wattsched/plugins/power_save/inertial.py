@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from wattsched.nodestates import PowerState
 from wattsched.powersave import Decision, PowerSaveSnap, PsNode, queue_load, switchable_idle
-from wattsched.states import PowerState
 
 AWAKENING, SEDATING = "awakening", "sedating"
 INERTIA = {"double": lambda x: 2 * x, "plus1": lambda x: x + 1}

@@ -11,8 +11,8 @@ import math
 from collections.abc import Mapping
 
 from wattsched import states
+from wattsched.nodestates import PowerState
 from wattsched.powersave import Decision, PowerSaveSnap
-from wattsched.states import PowerState
 
 
 class Reclaim:

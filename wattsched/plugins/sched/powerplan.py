@@ -19,9 +19,9 @@ from collections.abc import Collection
 
 import numpy as np
 
+from wattsched.nodestates import PowerState
 from wattsched.power import PowerSnap, verdict
 from wattsched.scheduling import Allocation, JobRequest, PowerMeter, RunningJob, job_end
-from wattsched.states import PowerState
 
 
 class PowerPlan:

@@ -1,0 +1,86 @@
+"""The commands' lean start-up: what replaces a standard module on their path reads and writes exactly
+what that module does, and the listing commands import none of the modules they were freed from."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import math
+import subprocess
+import sys
+import urllib.parse
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from wattsched import auth, jsonwire
+from wattsched.cli.common import query_string
+from wattsched.usertext import printable
+
+# what the listing commands were freed from (each costs a command 1-8 ms to import on a 2-core VM)
+HEAVY = frozenset({"typing", "re", "json", "enum", "collections", "functools", "socket", "hashlib", "hmac",
+                   "urllib.parse", "signal", "dataclasses", "contextlib", "shlex", "base64", "ipaddress", "orjson"})
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+                    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+                    max_leaves=20)
+
+
+@given(JSON)
+def test_jsonwire_writes_and_reads_what_json_does(value: object) -> None:
+    text = json.dumps(value, separators=(",", ":"))
+    assert jsonwire.dumps(value) == text
+    assert jsonwire.dumps(value, sort_keys=True) == json.dumps(value, separators=(",", ":"), sort_keys=True)
+    assert jsonwire.loads(text) == json.loads(text)
+    assert jsonwire.loads(f" \n{json.dumps(value, indent=2)}\t".encode()) == json.loads(text)
+
+
+def test_jsonwire_refuses_what_json_refuses() -> None:
+    for bad in ("", " ", "[1] x", "{", "nul", "[1,]", '{"a" 1}', "\ufeff[]", b"\xff"):
+        with pytest.raises(ValueError):
+            json.loads(bad)
+        with pytest.raises(ValueError):
+            jsonwire.loads(bad)
+    assert math.isinf(jsonwire.loads("-Infinity")) and math.isnan(jsonwire.loads("NaN"))
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        jsonwire.dumps({"a": object()})
+    looped: list[object] = []
+    looped.append(looped)
+    with pytest.raises(ValueError, match="Circular"):
+        jsonwire.dumps(looped)
+    assert jsonwire.dumps([[1], [1]]) == "[[1],[1]]"  # a refusal leaves nothing behind for the next call
+
+
+@given(st.binary(max_size=200), st.binary(max_size=300))
+def test_hmac_sha256_is_rfc_2104(key: bytes, message: bytes) -> None:
+    assert auth.hmac_sha256(key, message) == hmac.new(key, message, hashlib.sha256).digest()
+
+
+@given(st.dictionaries(st.text(min_size=1), st.none() | st.text() | st.integers()
+                       | st.lists(st.text() | st.integers(), max_size=3), max_size=4))
+def test_query_strings_are_urlencodes(params: dict) -> None:
+    pairs = [(key, item) for key, value in params.items() if value is not None
+             for item in (value if isinstance(value, list) else [value])]
+    assert query_string(params) == urllib.parse.urlencode(pairs)
+
+
+def test_printable_escapes_control_characters_as_python_writes_them() -> None:
+    for code in range(0x110000):
+        char = chr(code)
+        if 0xD800 <= code < 0xE000:
+            continue
+        control = code < 0x20 or 0x7F <= code < 0xA0
+        assert printable(f"a{char}b") == (f"a{char.encode('unicode_escape').decode()}b" if control else f"a{char}b")
+
+
+@pytest.mark.parametrize("module", ["wattsched.cli.squeue", "wattsched.cli.sinfo", "wattsched.cli.scontrol",
+                                    "wattsched.cli.scancel", "wattsched.cli.sbatch", "wattsched.auth",
+                                    "wattsched.authsocket"])
+def test_the_commands_import_none_of_the_heavy_modules(module: str) -> None:
+    """At import; tests/test_e2e_slurm_tools.py checks the same of whole calls against a cluster."""
+    code = f"import sys; import {module}; print(' '.join(sys.modules))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    loaded = set(done.stdout.split())
+    assert not loaded & HEAVY, f"{module} imports {sorted(loaded & HEAVY)}"
