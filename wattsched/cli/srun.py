@@ -8,19 +8,20 @@ it, runs step 0 in it and releases it with the step's exit code.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import signal as signal_mod
 import sys
 import threading
 import time
-from collections.abc import Iterator
-from typing import Any
 
+from wattsched import jsonwire
 from wattsched.cli import jobopts as o
 from wattsched.cli.common import Client, CLIError, exchange, host_port, http_request, stream
 from wattsched.cli.options import Command, run
+
+TYPE_CHECKING = False  # not typing's: importing typing costs a command ~5 ms (annotations are strings)
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class TaskStreams:
@@ -47,7 +48,7 @@ class TaskStreams:
         request = http_request("POST", host, port, "/v1/steps/launch", client.token(), body)
         try:
             for line in stream(host, port, request):
-                msg = json.loads(line)
+                msg = jsonwire.loads(line)
                 if "exit" in msg:
                     self.exits[msg["task"]] = (msg["exit"], msg["signal"])
                 else:
@@ -163,12 +164,13 @@ def run_step(client: Client, job_id: int, opts: dict[str, Any], command: list[st
     fed, pattern = stdin_targets(opts.get("input"), step["ntasks"], pty)
     rows, cols = terminal_size() if pty else (24, 80)
     cpu_bind = opts.get("cpu_bind") or os.environ.get("SLURM_CPU_BIND", "")
-    try:
+    if cpu_bind:  # (checked here, where the user can mend it; cpubind's dataclasses cost ~5 ms to import)
         from wattsched import cpubind
 
-        cpubind.parse(cpu_bind)
-    except ValueError as exc:
-        raise CLIError(str(exc)) from exc
+        try:
+            cpubind.parse(cpu_bind)
+        except ValueError as exc:
+            raise CLIError(str(exc)) from exc
     threads = []
     targets = []
     for placement in step["placements"]:
@@ -186,7 +188,7 @@ def run_step(client: Client, job_id: int, opts: dict[str, Any], command: list[st
     if targets:
         forwarder = StdinForwarder(client, job_id, step["step_id"], step["credential"], targets, threads)
         threading.Thread(target=forwarder.run, name="stdin", daemon=True).start()
-    with raw_terminal(pty):
+    with RawTerminal(pty):
         for thread in threads:
             while thread.is_alive():
                 thread.join(0.2)
@@ -231,22 +233,28 @@ def terminal_size() -> tuple[int, int]:
     return max(1, size.lines), max(1, size.columns)
 
 
-@contextlib.contextmanager
-def raw_terminal(pty: bool) -> Iterator[None]:
+class RawTerminal:
     """srun --pty on a terminal: ours passes every key through untouched (the task's terminal does
-    the editing and echoing) until the step ends."""
-    if not pty or not os.isatty(0):
-        yield
-        return
-    import termios
-    import tty
+    the editing and echoing) until the step ends. (A class rather than contextlib's decorator, whose
+    import costs every srun ~3 ms.)"""
 
-    saved = termios.tcgetattr(0)
-    tty.setraw(0, termios.TCSANOW)  # not TCSAFLUSH: keys typed ahead belong to the task
-    try:
-        yield
-    finally:
-        termios.tcsetattr(0, termios.TCSADRAIN, saved)
+    def __init__(self, pty: bool) -> None:
+        self.active = pty and os.isatty(0)
+        self.saved: list[Any] = []
+
+    def __enter__(self) -> None:
+        if self.active:
+            import termios
+            import tty
+
+            self.saved = termios.tcgetattr(0)
+            tty.setraw(0, termios.TCSANOW)  # not TCSAFLUSH: keys typed ahead belong to the task
+
+    def __exit__(self, *_exc: object) -> None:
+        if self.active:
+            import termios
+
+            termios.tcsetattr(0, termios.TCSADRAIN, self.saved)
 
 
 class StdinForwarder:
@@ -259,14 +267,14 @@ class StdinForwarder:
         self.placements, self.pumps = placements, pumps
 
     def run(self) -> None:
-        import base64
+        import binascii  # (base64's module imports re)
 
         while True:
             try:
                 data = os.read(0, 65536)
             except OSError:
                 data = b""
-            text = base64.b64encode(data).decode()
+            text = binascii.b2a_base64(data, newline=False).decode()
             for placement in self.placements:
                 self._post(placement, {"job_id": self.job_id, "step_id": self.step_id, "node": placement["node"],
                                        "credential": self.credential, "data": text, "eof": not data})
@@ -280,7 +288,7 @@ class StdinForwarder:
         while any(p.is_alive() for p in self.pumps):
             try:
                 status, answer = exchange(host, port, request, 60)
-                accepted = status == 200 and json.loads(answer or b"{}").get("accepted")
+                accepted = status == 200 and jsonwire.loads(answer or b"{}").get("accepted")
             except (OSError, ValueError):
                 accepted = False
             if accepted:
