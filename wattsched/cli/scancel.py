@@ -83,24 +83,38 @@ def scancel(argv: list[str]) -> int:
         ids = [str(j["job_id"]) for j in jobs if j["state"] in wanted and _matches(j, opts)]
         if not ids:
             return 0
+    if opts.get("interactive"):
+        ids = [job_ref for job_ref in ids if _confirm(job_ref)]
     failed = False
-    for job_ref in ids:
-        if opts.get("interactive") and not _confirm(job_ref):
-            continue
-        body = {"job_ids": [job_ref], "batch_only": bool(opts.get("batch"))}
-        if sig is not None:
-            body["signal"] = sig
-        try:
-            client.request("POST", "/v1/jobs/cancel", body)
-            if opts.get("verbose"):
-                print(f"scancel: {'Signal ' + str(sig) + ' sent to' if sig else 'Terminating'} job {job_ref}")
-        except CLIError as exc:
-            if exc.status == 0:
-                raise
-            failed = True
-            if not opts.get("quiet"):
-                sys.stderr.write(f"scancel: error: Kill job error on job id {job_ref}: {exc}\n")
+    for start in range(0, len(ids), BATCH):
+        failed |= _cancel(client, ids[start:start + BATCH], sig, opts)
     return 1 if failed else 0
+
+
+BATCH = 4096  # job references in one request (the API's LIST_MAX)
+
+
+def _cancel(client: Client, refs: list[str], sig: int | None, opts: dict) -> bool:
+    """Cancel or signal ``refs`` in one request; when the controller refuses it (one of them is
+    unknown or not the caller's), one request each, so that each refusal is said as Slurm says it
+    and the others still go. True if any failed."""
+    body: dict[str, object] = {"job_ids": refs, "batch_only": bool(opts.get("batch"))}
+    if sig is not None:
+        body["signal"] = sig
+    try:
+        client.request("POST", "/v1/jobs/cancel", body)
+    except CLIError as exc:
+        if exc.status == 0:
+            raise
+        if len(refs) > 1:
+            return any([_cancel(client, [ref], sig, opts) for ref in refs])
+        if not opts.get("quiet"):
+            sys.stderr.write(f"scancel: error: Kill job error on job id {refs[0]}: {exc}\n")
+        return True
+    if opts.get("verbose"):
+        for job_ref in refs:
+            print(f"scancel: {'Signal ' + str(sig) + ' sent to' if sig else 'Terminating'} job {job_ref}")
+    return False
 
 
 def _matches(job: dict, opts: dict) -> bool:
