@@ -55,6 +55,8 @@ def test_an_expression_is_bounded_before_it_is_expanded() -> None:
         hostlist.expand("node[1-3000000]")
     with pytest.raises(hostlist.HostlistError):
         hostlist.expand("node[3-1]")
+    with pytest.raises(hostlist.HostlistError):  # a number int() will not read
+        hostlist.expand("node" + "1" * 5000)
 
 
 @settings(max_examples=2000)

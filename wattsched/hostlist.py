@@ -79,8 +79,8 @@ def expand(expression: str, limit: int = MAX_NAMES) -> list[str]:
 
     try:
         return list(NodeSet(expression))
-    except (NodeSetParseError, RangeSetParseError) as exc:
-        raise HostlistError(f"invalid hostlist expression '{expression}': {exc}") from exc
+    except (NodeSetParseError, RangeSetParseError, ValueError) as exc:  # ValueError: a number past int's digits
+        raise HostlistError(f"invalid hostlist expression '{expression[:80]}': {exc}") from exc
 
 
 def compress(names: Iterable[str]) -> str:
@@ -102,6 +102,7 @@ def compress(names: Iterable[str]) -> str:
 # pattern's indexes by length, then value; it folds a run of consecutive values into a-b.
 
 _DIGITS = frozenset("0123456789")
+MAX_INDEX_DIGITS = 18  # a longer number is no node's: left to NodeSet, which refuses what int() cannot read
 
 
 def _split(name: str) -> tuple[str, str] | None:
@@ -113,7 +114,7 @@ def _split(name: str) -> tuple[str, str] | None:
     while end < len(name) and name[end] in _DIGITS:
         end += 1
     rest = name[end:]
-    if any(char in _DIGITS for char in rest) or "%" in name:
+    if any(char in _DIGITS for char in rest) or "%" in name or end - first > MAX_INDEX_DIGITS:
         return None
     return f"{name[:first]}%s{rest}", name[first:end]
 

@@ -105,37 +105,38 @@ def node_state_short(base: str, drain: bool, not_responding: bool, completing: b
     """sinfo's %t value: idle, alloc, mix, down, drain, drng, comp, maint, resv, with '*' when not
     responding, or a power-saving suffix: '~' powered down, '#' powering up, '%' powering down,
     '!' to be powered down (which Slurm shows before '*')."""
-    if drain:
-        short = "drng" if base in (NodeBase.ALLOCATED, NodeBase.MIXED) else "drain"
-    elif completing and base != NodeBase.DOWN:
-        short = "comp"
-    elif reserved == "MAINT" and base != NodeBase.DOWN:
-        short = "maint"
-    elif reserved and base == NodeBase.IDLE:
-        short = "resv"
-    else:
-        short = NODE_SHORT.get(base, base.lower())
-    return short + _suffix(not_responding, power)
-
-
-def _suffix(not_responding: bool, power: str) -> str:
-    if power:
-        return POWER_SUFFIX[power]
-    return "*" if not_responding else ""
+    shown = _condition(base, drain, completing, reserved)
+    return (_CONDITION_SHORT[shown] if shown else NODE_SHORT.get(base, base.lower())) + _suffix(not_responding, power)
 
 
 def node_state_sinfo_long(base: str, drain: bool, not_responding: bool, completing: bool = False,
                           reserved: str = "", power: str = "") -> str:
     """sinfo's %T value: idle, allocated, mixed, down, drained, draining, completing, maint,
     reserved (+ '*')."""
+    shown = _condition(base, drain, completing, reserved)
+    return (shown or NODE_LONG.get(base, base.lower())) + _suffix(not_responding, power)
+
+
+# sinfo's %t for what _condition names (its %T)
+_CONDITION_SHORT = {"draining": "drng", "drained": "drain", "completing": "comp", "maint": "maint",
+                    "reserved": "resv"}
+
+
+def _condition(base: str, drain: bool, completing: bool, reserved: str) -> str:
+    """What sinfo shows in place of a node's base state, in %T's words ("" for the base state
+    itself): drained or draining, completing, maint, reserved, in that precedence."""
     if drain:
-        word = "draining" if base in (NodeBase.ALLOCATED, NodeBase.MIXED) else "drained"
-    elif completing and base != NodeBase.DOWN:
-        word = "completing"
-    elif reserved == "MAINT" and base != NodeBase.DOWN:
-        word = "maint"
-    elif reserved and base == NodeBase.IDLE:
-        word = "reserved"
-    else:
-        word = NODE_LONG.get(base, base.lower())
-    return word + _suffix(not_responding, power)
+        return "draining" if base in (NodeBase.ALLOCATED, NodeBase.MIXED) else "drained"
+    if completing and base != NodeBase.DOWN:
+        return "completing"
+    if reserved == "MAINT" and base != NodeBase.DOWN:
+        return "maint"
+    if reserved and base == NodeBase.IDLE:
+        return "reserved"
+    return ""
+
+
+def _suffix(not_responding: bool, power: str) -> str:
+    if power:
+        return POWER_SUFFIX[power]
+    return "*" if not_responding else ""

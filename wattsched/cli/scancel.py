@@ -96,8 +96,8 @@ BATCH = 4096  # job references in one request (the API's LIST_MAX)
 
 def _cancel(client: Client, refs: list[str], sig: int | None, opts: dict) -> bool:
     """Cancel or signal ``refs`` in one request; when the controller refuses it (one of them is
-    unknown or not the caller's), one request each, so that each refusal is said as Slurm says it
-    and the others still go. True if any failed."""
+    unknown or not the caller's: it then acts on none), one request each, so that each refusal is
+    said as Slurm says it and the others still go. True if any failed."""
     body: dict[str, object] = {"job_ids": refs, "batch_only": bool(opts.get("batch"))}
     if sig is not None:
         body["signal"] = sig
@@ -107,7 +107,7 @@ def _cancel(client: Client, refs: list[str], sig: int | None, opts: dict) -> boo
         if exc.status == 0:
             raise
         if len(refs) > 1:
-            return any([_cancel(client, [ref], sig, opts) for ref in refs])
+            return any([_cancel(client, [ref], sig, opts) for ref in refs])  # a list: every one is sent
         if not opts.get("quiet"):
             sys.stderr.write(f"scancel: error: Kill job error on job id {refs[0]}: {exc}\n")
         return True
