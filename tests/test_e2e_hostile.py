@@ -727,9 +727,12 @@ def test_rate_limiting_refuses_a_flood_and_the_commands_wait_their_turn(accounts
         base = f"http://127.0.0.1:{cluster.port}"
         headers = {"Authorization": f"Bearer {attacker.token()}"}
         flood_started = time.monotonic()
-        codes = [httpx.get(f"{base}/v1/jobs", headers=headers, timeout=10).status_code for _ in range(30)]
-        assert codes.count(429) >= 20 and codes[:5] == [200] * 5, codes
-        refused = httpx.get(f"{base}/v1/jobs", headers=headers, timeout=10)
+        answers = [httpx.get(f"{base}/v1/jobs", headers=headers, timeout=10) for _ in range(30)]
+        flood_seconds = time.monotonic() - flood_started
+        codes = [answer.status_code for answer in answers]
+        # the bucket's five tokens, then one more per second of the flood at most (a loaded machine is slow)
+        assert codes[:5] == [200] * 5 and codes.count(200) <= 5 + int(flood_seconds) + 1, (flood_seconds, codes)
+        refused = [answer for answer in answers if answer.status_code == 429][0]
         assert refused.headers.get("retry-after") == "1" and "Rate limit exceeded" in refused.text
         assert other.run("squeue").returncode == 0
         started = time.monotonic()
