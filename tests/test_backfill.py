@@ -13,6 +13,7 @@ from wattsched.config import ConfigError
 from wattsched.confvalues import SchedulerParams, parse_scheduler_params
 from wattsched.nodestates import PowerState
 from wattsched.plugins.priority.basic import BasicPriority
+from wattsched.plugins.sched import backfill
 from wattsched.plugins.sched.backfill import BackfillScheduler
 from wattsched.plugins.sched.builtin import BuiltinScheduler
 from wattsched.plugins.select.cons_tres import ConsTresSelect
@@ -392,3 +393,37 @@ def test_the_bulk_first_fit_tail_decides_as_the_job_by_job_loop(work, max_job_te
     assert bulk.reasons == one_by_one.reasons
     assert bulk.expected_start == one_by_one.expected_start
     assert (bulk.backfilled, bulk.backfill_depth) == (one_by_one.backfilled, one_by_one.backfill_depth)
+
+
+@st.composite
+def node_count_queues(draw):
+    """Queues whose jobs ask for node counts, whole nodes or several CPUs per task: requests that
+    the failure frontier compares across node counts."""
+    count, cpus, busy, _queue = draw(workloads())
+    queue = []
+    for i in range(1, draw(st.integers(1, 30)) + 1):
+        nodes = draw(st.integers(1, count))
+        extra = draw(st.sampled_from([{}, {"exclusive": True}, {"cpus_per_task": 2}, {"ntasks_per_node": 1}]))
+        queue.append(job(i, nodes * draw(st.integers(1, cpus)), draw(st.integers(1, 240)), nodes_min=nodes,
+                         **extra))
+    return count, cpus, busy, queue
+
+
+@settings(max_examples=200, deadline=None)
+@given(node_count_queues(), st.sampled_from([1, 2]))
+def test_the_failure_frontier_rules_out_only_requests_that_do_not_fit(work, reservations) -> None:
+    """A request is rejected unsearched when one of its shape with no more nodes, no more tasks and
+    no later end failed in the pass: a pass where every request is a shape of its own (so nothing
+    is ruled out) must decide the same."""
+    count, cpus, busy, queue = work
+    snapshot = cluster(count, cpus, busy, pending=queue)
+    pruned = plan(snapshot, BackfillScheduler(SchedulerParams(bf_reservations=reservations)))
+    shape = backfill._shape
+    backfill._shape = lambda request: (request.job_id,)
+    try:
+        searched = plan(snapshot, BackfillScheduler(SchedulerParams(bf_reservations=reservations)))
+    finally:
+        backfill._shape = shape
+    assert pruned.starts == searched.starts
+    assert pruned.reasons == searched.reasons
+    assert pruned.expected_start == searched.expected_start

@@ -116,6 +116,7 @@ def simulate(config: Annotated[str, typer.Argument(help="Cluster configuration (
             result = sim.run()
         except ValueError as exc:
             raise CLIError(str(exc)) from exc
+        sim = None  # the engine's memos go before the plots' libraries come: a lower peak
     paths = report.write(result, out, f"Simulation of {workload_spec} on {config}")
     summary = result.summary()
     held = f", {summary['never_started']} held by a limit to the end" if summary["never_started"] else ""

@@ -20,9 +20,10 @@ reservation it is not a member of that overlaps the window, and a reservation's 
 are among the start times tried.
 
 Speed. Within a pass free resources only shrink, so a request that failed to fit now fails
-again with a longer time limit or more tasks (of the same shape otherwise): such candidates are
-rejected without a search. This holds for any selection plugin with which more tasks never fit
-where fewer did not.
+again with a longer time limit, more tasks or a higher minimum node count (of the same shape
+otherwise): such candidates are rejected without a search. This holds for any selection plugin
+with which more tasks or more nodes never fit where fewer did not; GPUs a job asks for in all
+are spread over its nodes, so for those jobs the node count stays part of the shape.
 A candidate needing more CPUs than are free in the whole machine, or over its window, is
 rejected at once. Both rejections only grow within a pass, so once every reservation is made
 (first fit) they are computed for the rest of the queue at once, and only the candidates left
@@ -98,8 +99,10 @@ _BEST = {
 
 
 def _shape(job: JobRequest) -> tuple:
-    """Everything about a request that decides where it fits, but its time limit and task count."""
-    return (job.partition, job.reservation, job.nodes_min, job.nodes_max, job.ntasks_per_node,
+    """Everything about a request that decides where it fits, but its time limit, task count and
+    (unless its GPUs are spread over its nodes) its minimum node count."""
+    spread = job.nodes_min if job.gpus and job.gpus.per_job else None
+    return (job.partition, job.reservation, spread, job.nodes_max, job.ntasks_per_node,
             job.cpus_per_task, job.mem_per_node_mb, job.mem_per_cpu_mb, job.exclusive, job.req_nodes,
             job.exc_nodes, job.features, job.gpus)
 
@@ -107,16 +110,16 @@ def _shape(job: JobRequest) -> tuple:
 class _Requests:
     """Per pending request, what the first-fit tail of a pass compares in bulk, kept from pass to
     pass while the request is the same object: its shape (a number standing for :func:`_shape`),
-    task count, CPUs needed at least, time limit in seconds (inf: none), whether an array
-    throttle applies, and its job id. A memo: the rows say what the requests say."""
+    minimum node count, task count, CPUs needed at least, time limit in seconds (inf: none),
+    whether an array throttle applies, and its job id. A memo: the rows say what the requests say."""
 
-    SHAPE, TASKS, NEED, LIMIT, THROTTLED, JOB_ID = range(6)
+    SHAPE, NODES, TASKS, NEED, LIMIT, THROTTLED, JOB_ID = range(7)
 
     def __init__(self) -> None:
         self.row: dict[int, int] = {}  # id(request) -> its row
         self.requests: list[JobRequest] = []  # by row, kept alive so that their ids stay theirs
         self.shapes: dict[tuple, int] = {}
-        self.table = np.zeros((0, 6))
+        self.table = np.zeros((0, 7))
 
     def shape_id(self, shape: tuple) -> int:
         return self.shapes.setdefault(shape, len(self.shapes))
@@ -124,13 +127,14 @@ class _Requests:
     def rows(self, jobs: Sequence[JobRequest]) -> np.ndarray:
         """The table's rows for ``jobs``, added for those it does not hold yet."""
         rows = np.fromiter(map(self.row.get, map(id, jobs), itertools.repeat(-1)), dtype=np.int64, count=len(jobs))
-        missing = np.flatnonzero(rows < 0)
+        missing = (rows < 0).nonzero()[0]
         if len(missing):
             new = [jobs[k] for k in missing.tolist()]
             rows[missing] = np.arange(len(self.requests), len(self.requests) + len(new))
             self.row.update((id(job), len(self.requests) + k) for k, job in enumerate(new))
             self.requests.extend(new)
-            added = np.array([(self.shape_id(_shape(job)), job.ntasks, job.ntasks * max(1, job.cpus_per_task),
+            added = np.array([(self.shape_id(_shape(job)), job.nodes_min, job.ntasks,
+                               job.ntasks * max(1, job.cpus_per_task),
                                job.time_limit_min * 60 if job.time_limit_min is not None else _FOREVER,
                                bool(job.array_throttle), job.job_id) for job in new], dtype=np.float64)
             self.table = np.concatenate((self.table, added))
@@ -155,9 +159,9 @@ class _Pass:
         self.candidates = Candidates(snapshot, nodes)
         self.profile = Profile(snapshot.now, nodes)
         self.memo = self.profile.releases(snapshot.running, params.bf_resolution_s, memo, snapshot.changes)
-        # per request shape, the (tasks, end) of the requests that did not fit now: a frontier
-        # where no entry asks for fewer tasks and ends sooner than another
-        self.failed: dict[tuple, list[tuple[int, float]]] = {}
+        # per request shape, the (nodes, tasks, end) of the requests that did not fit now: a
+        # frontier where no entry asks for no more nodes, no more tasks and ends no later than another
+        self.failed: dict[tuple, list[tuple[int, int, float]]] = {}
         self.gpus = gpu_ledger(snapshot, nodes)
         self.meter = PowerMeter(snapshot.power, snapshot.running) if snapshot.power is not None else None
         self.power = PowerPlan(self.meter, snapshot.running, self.now, params.bf_resolution_s) \
@@ -198,12 +202,13 @@ class _Pass:
             return None
         end = job_end(job, self.now)
         failed = self.failed.setdefault(_shape(job), [])
-        if any(tasks <= job.ntasks and until <= end for tasks, until in failed):
+        nodes, ntasks = job.nodes_min, job.ntasks
+        if any(at_least <= nodes and tasks <= ntasks and until <= end for at_least, tasks, until in failed):
             return None
         alloc = self._place(job, self.now, end)
         if alloc is None:
-            failed[:] = [(tasks, until) for tasks, until in failed if tasks < job.ntasks or until < end]
-            failed.append((job.ntasks, end))
+            failed[:] = [entry for entry in failed if entry[0] < nodes or entry[1] < ntasks or entry[2] < end]
+            failed.append((nodes, ntasks, end))
         return alloc
 
     def _place(self, job: JobRequest, start: float, end: float) -> Allocation | None:
@@ -360,8 +365,8 @@ class BackfillScheduler:
         so they are computed for all jobs at once, and only the others are tried, one by one, in
         order: they get the very reasons and starts the loop would give. Returns the jobs tested."""
         limit, now, columns = self.params.bf_max_job_test, bf.now, _Requests
-        failures = [(self.requests.shape_id(shape), tasks, until)
-                    for shape, frontier in bf.failed.items() for tasks, until in frontier]
+        failures = [(self.requests.shape_id(shape), *entry) for shape, frontier in bf.failed.items()
+                    for entry in frontier]
         unlooked = np.fromiter(ineligible, dtype=np.int64, count=len(ineligible))
         position = begin
         while position < len(order) and tested < limit:
@@ -375,13 +380,13 @@ class BackfillScheduler:
                 chunk = chunk[:int(np.searchsorted(counted, limit - tested)) + 1]
                 rows, ids, eligible = rows[:len(chunk)], ids[:len(chunk)], eligible[:len(chunk)]
             tested += int(eligible.sum())
-            shape, tasks, need = rows[:, columns.SHAPE], rows[:, columns.TASKS], rows[:, columns.NEED]
-            end = now + rows[:, columns.LIMIT]
+            shape, nodes, tasks = rows[:, columns.SHAPE], rows[:, columns.NODES], rows[:, columns.TASKS]
+            need, end = rows[:, columns.NEED], now + rows[:, columns.LIMIT]
             rejected = need > bf.profile.total_now
             for failure in failures:
-                rejected |= (shape == failure[0]) & (tasks >= failure[1]) & (end >= failure[2])
+                rejected |= (shape == failure[0]) & (nodes >= failure[1]) & (tasks >= failure[2]) & (end >= failure[3])
             if throttle.limits_on:  # a job a limit holds keeps the limit's reason, whatever its fit
-                for i in np.flatnonzero(eligible).tolist():
+                for i in eligible.nonzero()[0].tolist():
                     refusal = throttle.refusal(chunk[i])
                     if refusal is not None:
                         decisions.reasons[chunk[i].job_id] = refusal
@@ -389,9 +394,9 @@ class BackfillScheduler:
             attended = rows[:, columns.THROTTLED] > 0  # a throttled job is looked at one by one
             at = 0
             while True:
-                tried = np.flatnonzero((~rejected[at:] | attended[at:]) & eligible[at:])
+                tried = ((~rejected[at:] | attended[at:]) & eligible[at:]).nonzero()[0]
                 upto = at + int(tried[0]) if len(tried) else len(chunk)
-                passed = np.flatnonzero(eligible[at:upto]) + at
+                passed = eligible[at:upto].nonzero()[0] + at
                 decisions.reasons.update(dict.fromkeys(ids[passed].tolist(), states.R_PRIORITY))
                 if upto == len(chunk):
                     break
@@ -403,8 +408,9 @@ class BackfillScheduler:
                     if outcome == _STARTED:
                         rejected |= need > bf.profile.total_now
                     elif outcome == _UNFIT:  # a failure: the requests it rules out now
-                        failures.append((shape[upto], tasks[upto], end[upto]))
-                        rejected |= (shape == shape[upto]) & (tasks >= tasks[upto]) & (end >= end[upto])
+                        failures.append((shape[upto], nodes[upto], tasks[upto], end[upto]))
+                        rejected |= (shape == shape[upto]) & (nodes >= nodes[upto]) & (tasks >= tasks[upto]) & \
+                            (end >= end[upto])
                 at = upto + 1
         decisions.reasons.update(ineligible)
         return tested

@@ -230,7 +230,7 @@ class Profile:
                                  zip(self._base, held, strict=True))
         order = np.lexsort((when, node))
         when, node, values = when[order], node[order], np.column_stack((cpus, mem))[order]
-        first = np.flatnonzero(np.concatenate(([True], node[1:] != node[:-1])))
+        first = np.concatenate(([True], node[1:] != node[:-1])).nonzero()[0]
         sums = np.cumsum(values, axis=0)  # a running sum per node gives each level reached
         return when, node, first, sums - np.repeat(sums[first] - values[first], np.diff(np.append(first, len(node))),
                                                    axis=0)
@@ -319,7 +319,7 @@ def _with_cpus(names: list[str], cpus: np.ndarray,
                mem: np.ndarray) -> tuple[Iterator[tuple[str, tuple[int, int]]], int]:
     """The nodes with a free CPU, as (name, (free CPUs, free memory never below 0)) pairs, and
     their free CPUs in all."""
-    with_cpus = np.flatnonzero(cpus > 0)
+    with_cpus = (cpus > 0).nonzero()[0]
     free = cpus[with_cpus]
     return zip([names[i] for i in with_cpus.tolist()],
                zip(free.tolist(), np.maximum(mem[with_cpus], 0).tolist(), strict=True), strict=True), int(free.sum())

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import operator
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
@@ -27,6 +28,7 @@ from wattsched import gres
 from wattsched.scheduling import Allocation, Candidates, JobRequest, NodeSnap
 
 _MANY = 1 << 30
+_second = operator.itemgetter(1)
 _NUMBERED = re.compile(r"^(.*?)(\d+)$")
 
 
@@ -54,7 +56,7 @@ class ConsTresSelect:
         exclusive = job.exclusive or self.whole_nodes
         cpt = max(1, job.cpus_per_task)
         per_cpu_mem = job.mem_per_cpu_mb or (0 if job.mem_per_node_mb else def_mem_per_cpu_mb)
-        wants = job.gpus
+        wants = job.gpus if job.gpus else None  # (GpuRequest's truth is a call: tested once, not per node)
         gpus = gpus or {}
         need = gres.per_node_need(wants, job.nodes_min) if wants else 0
 
@@ -81,11 +83,16 @@ class ConsTresSelect:
         if job.req_nodes:
             chosen = self._with_required(job, candidates, cap)
         else:
-            if exclusive or job.ntasks_per_node or job.mem_per_node_mb or per_cpu_mem or wants:
+            # what cap() comes to without a call per node, where only CPUs (and, for whole nodes,
+            # memory) count: the common requests, whose selection is most of a backfill pass
+            if job.ntasks_per_node or job.mem_per_node_mb or per_cpu_mem or wants:
                 usable = [(n, c) for n in candidates if (c := cap(n)) >= 1]
-            else:  # CPUs alone: what cap() comes to, without a call per node
+            elif exclusive:
+                usable = [(n, c) for n in candidates if (f := free[n.name])[0] >= n.cpus
+                          and f[1] >= n.real_memory_mb and (c := n.cpus // cpt) >= 1]
+            else:
                 usable = [(n, c) for n in candidates if (c := free[n.name][0] // cpt) >= 1]
-            if len(usable) < job.nodes_min or sum(c for _n, c in usable) < job.ntasks:
+            if len(usable) < job.nodes_min or sum(map(_second, usable)) < job.ntasks:
                 return None  # not even all of them together
             chosen = self._best_run(job, usable)
         if chosen is None:
