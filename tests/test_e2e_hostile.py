@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import shutil
+import socket
 import stat
 import subprocess
 import sys
@@ -472,6 +473,15 @@ def test_text_no_store_keeps_is_refused_before_anything_is_queued(shared: Cluste
                       timeout=60)
     assert huge.status_code == 422 and len(huge.content) < 4096, len(huge.content)
     assert httpx.get(f"{base}/v1/jobs?user=%00", headers=headers, timeout=30).status_code == 400
+    # squeue's key list: thousands of unknown keys are ignored, a request line past the server's bound refused
+    many = httpx.get(f"{base}/v1/jobs", params={"columns": "true", "key": ["no_such_key"] * 3000}, headers=headers,
+                     timeout=30)
+    assert many.status_code == 200 and many.json().get("columns", []) == [], many.text[:300]
+    with socket.create_connection(("127.0.0.1", shared.port), timeout=30) as raw:
+        keys = "&".join(["key=no_such_key"] * 100_000)
+        raw.sendall(f"GET /v1/jobs?columns=true&{keys} HTTP/1.1\r\nHost: x\r\n"
+                    f"Authorization: {headers['Authorization']}\r\n\r\n".encode())
+        assert raw.recv(64).startswith(b"HTTP/1.1 400"), "a 1.6 MB request line must be refused"
     for name in ("a\nb", "\x1b]0;owned\x07", "tab\there"):
         result = mallory.run("sbatch", "-J", name, "--wrap", "true")
         assert result.returncode != 0 and b"control character" in result.stderr, result.stderr

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import time
 
+import httpx
+
+from wattsched.cli.jobfields import FIELDS
 from wattsched.testing import Cluster, wait_for
 
 TIMED: dict[str, int] = {}
@@ -147,6 +150,13 @@ def test_squeue_formats(cluster: Cluster) -> None:
     assert fields[0] == "JOBID     NAME         STATE"
     data = cluster.run("squeue", "--json", "-j", str(job_id)).stdout
     assert f'"job_id": {job_id}' in data
+    # squeue asks for the keys its format reads: every code at once, then the listing's key filter
+    every = cluster.run("squeue", "-h", "-j", str(job_id), "-o", "|".join(f"%{code}" for code in FIELDS))
+    assert every.returncode == 0 and every.stdout.strip().count("|") == len(FIELDS) - 1, every.stderr
+    reply = httpx.get(f"http://127.0.0.1:{cluster.port}/v1/jobs", timeout=30,
+                      params={"job": job_id, "columns": "true", "key": ["state", "job_id", "no_such_key"]},
+                      headers={"Authorization": f"Bearer {cluster.token()}"}).json()
+    assert reply["columns"] == ["job_id", "state"] and reply["rows"] == [[job_id, "RUNNING"]]
     cluster.run("scancel", str(job_id))
 
 

@@ -114,6 +114,20 @@ FIELDS: dict[str, tuple[str, str, Callable[[dict[str, Any], float], str]]] = {
     "Y": ("SCHEDNODES", "SchedNodes", lambda j, n: "(null)"),
     "z": ("S:C:T", "SCT", lambda j, n: "*:*:*"),
 }
+# code -> the listing record's keys its value reads (squeue asks the controller for those alone)
+KEYS: dict[str, tuple[str, ...]] = {
+    "i": ("display_id",), "A": ("job_id",), "F": ("array_job_id", "job_id"), "K": ("array_task_id",),
+    "j": ("name",), "u": ("user",), "U": ("uid",), "g": ("group",), "a": ("account",), "T": ("state",),
+    "t": ("state",), "M": ("run_time_s",), "l": ("time_limit_min",), "L": ("time_limit_min", "run_time_s"),
+    "D": ("num_nodes",), "C": ("num_cpus",), "N": ("node_list",), "R": ("state", "reason", "node_list"),
+    "r": ("reason",), "P": ("partition",), "S": ("state", "expected_start", "start_time"),
+    "e": ("end_time", "start_time", "time_limit_min"), "V": ("submit_time",), "Q": ("priority",),
+    "Z": ("work_dir",), "o": ("command",), "E": ("dependency",), "k": ("comment",), "y": ("nice",),
+    "B": ("batch_host",), "q": ("qos",), "x": ("exc_nodes",), "n": ("req_nodes",), "w": ("wckey",),
+    "v": ("reservation",), "b": ("tres_per_node",), "c": ("ntasks_per_node", "cpus_per_task"),
+    "f": ("features",), "G": ("gid",), "h": ("exclusive",), "m": ("mem_per_node_mb", "mem_per_cpu_mb"),
+    "p": ("priority",),
+}
 # -O names with no %-code of their own (Slurm's squeue -O table), mapped to one that shows the same
 ALIASES = {"arrayjobid": "F", "arraytaskid": "K", "jobarrayid": "i", "username": "u", "userid": "U",
            "groupname": "g", "statecompact": "t", "timeused": "M", "numnodes": "D", "numcpus": "C",
