@@ -479,9 +479,14 @@ def test_text_no_store_keeps_is_refused_before_anything_is_queued(shared: Cluste
     assert many.status_code == 200 and many.json().get("columns", []) == [], many.text[:300]
     with socket.create_connection(("127.0.0.1", shared.port), timeout=30) as raw:
         keys = "&".join(["key=no_such_key"] * 100_000)
-        raw.sendall(f"GET /v1/jobs?columns=true&{keys} HTTP/1.1\r\nHost: x\r\n"
-                    f"Authorization: {headers['Authorization']}\r\n\r\n".encode())
-        assert raw.recv(64).startswith(b"HTTP/1.1 400"), "a 1.6 MB request line must be refused"
+        try:
+            raw.sendall(f"GET /v1/jobs?columns=true&{keys} HTTP/1.1\r\nHost: x\r\n"
+                        f"Authorization: {headers['Authorization']}\r\n\r\n".encode())
+            answer = raw.recv(64)
+        except (BrokenPipeError, ConnectionResetError):  # refused and closed before it was all sent
+            answer = b""
+        assert answer.startswith(b"HTTP/1.1 400") or answer == b"", answer
+    assert httpx.get(f"{base}/v1/jobs", headers=headers, timeout=30).status_code == 200
     for name in ("a\nb", "\x1b]0;owned\x07", "tab\there"):
         result = mallory.run("sbatch", "-J", name, "--wrap", "true")
         assert result.returncode != 0 and b"control character" in result.stderr, result.stderr
