@@ -85,6 +85,8 @@ def test_windows_are_the_least_free_resources_over_their_time(case, resolution) 
                 assert (node in window.with_cpus()) == (low[0] > 0)
                 total += max(low[0], 0)
             assert window.total == total, (start, end)
+            if start == NOW:  # what a first-fit candidate is refused on before any window is built
+                assert profile.total_from_now(end) == total, end
 
 
 def walked_steps(snapshot: Snapshot, holds: list, resolution: float) -> dict[str, list[tuple[float, int, int, int]]]:

@@ -213,8 +213,11 @@ class _Pass:
 
     def _place(self, job: JobRequest, start: float, end: float) -> Allocation | None:
         """Where the job fits over [start, end) in the profile (None: nowhere)."""
+        need = job.ntasks * max(1, job.cpus_per_task)  # a task takes a CPU at least
+        if start == self.now and need > self.profile.total_from_now(end):
+            return None  # (most first-fit candidates that fail do so here: no window is built for them)
         window = self.profile.window(start, end)
-        if job.ntasks * max(1, job.cpus_per_task) > window.total:  # a task takes a CPU at least
+        if need > window.total:
             return None
         gpus = self.gpus.free(start, end) if self.gpus is not None and job.gpus else None
         return self.select.select(job, self.candidates.for_job(job, window.with_cpus(), start), window,

@@ -138,6 +138,16 @@ class Profile:
         if end != _FOREVER:
             self._step(end, nodes, cpus, mem)
 
+    def total_from_now(self, end: float) -> int:
+        """The total of :meth:`window` (now, ``end``) without building the window: the CPUs free now,
+        less what the holds taking before ``end`` take from the nodes they dip."""
+        total = self.free_now()[1]
+        if self._first_take >= end:
+            return total
+        nodes, dip_cpus, _dip_mem = self._dips_from_now(end)
+        now = self.cpus_now[nodes]
+        return total + int((np.maximum(now + dip_cpus, 0) - np.maximum(now, 0)).sum())
+
     def free_now(self) -> tuple[dict[str, tuple[int, int]], int]:
         """The nodes with a free CPU now, with their free CPUs and memory (never below 0), and the
         CPUs free on them in all. Read-only."""
