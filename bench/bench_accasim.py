@@ -63,14 +63,17 @@ def accasim_python() -> Path:
 
 def timed(argv: list[str], cwd: Path) -> tuple[float, float]:
     """Wall seconds and peak RSS (MiB) of one run of ``argv``, which must succeed."""
-    started = time.perf_counter()
-    process = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _pid, status, usage = os.wait4(process.pid, 0)
-    wall = time.perf_counter() - started
-    process.returncode = os.waitstatus_to_exitcode(status)
-    errors = process.stderr.read().decode(errors="replace") if process.stderr else ""
-    if process.returncode != 0:
-        sys.exit(f"bench_accasim: {argv[0]} failed ({process.returncode}): {errors[-2000:]}")
+    # stderr to a file, not a pipe: wait4 reaps the child itself, and a full pipe would stall it
+    with tempfile.TemporaryFile() as errors:
+        started = time.perf_counter()
+        process = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=errors)
+        _pid, status, usage = os.wait4(process.pid, 0)
+        wall = time.perf_counter() - started
+        code = os.waitstatus_to_exitcode(status)
+        process.returncode = code  # reaped here: Popen must not wait for it again
+        if code != 0:
+            errors.seek(0)
+            sys.exit(f"bench_accasim: {argv[0]} failed ({code}): {errors.read().decode(errors='replace')[-2000:]}")
     return wall, usage.ru_maxrss / 1024
 
 
