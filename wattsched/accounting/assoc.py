@@ -8,7 +8,7 @@ request (unknown parent, negative shares, a duplicate) leaves the database as it
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from sqlalchemy import and_, delete, insert, select, update
@@ -26,6 +26,9 @@ from wattsched.accounting.models import (
 )
 from wattsched.fairshare import ROOT, Assoc, UsageRecord
 from wattsched.limits import AssocLimits, LimitError, Limits, Qos
+
+# a job's record in accounting, as Slurm's database keys it: (job id, submit time)
+JobKey = tuple[int, float]
 
 ADMIN_LEVELS = ("None", "Operator", "Administrator")
 _ASSOC, _ACCOUNTS, _USERS = table(AssociationRecord), table(AccountRecord), table(UserRecord)
@@ -107,29 +110,33 @@ class AssocStore:
         with self.engine.connect() as conn:
             return [dict(r._mapping) for r in conn.execute(select(table(ClusterRecord)))]
 
-    def usage_records(self, since: float) -> list[UsageRecord]:
-        """Finished jobs' use after ``since``: CPUs, run interval and energy, per user and account."""
+    def usage_records(self, since: float, skip: Collection[JobKey] = ()) -> list[UsageRecord]:
+        """Finished jobs' use after ``since``: CPUs, run interval and energy, per user and account;
+        none of the jobs ``skip`` names by (job id, submit time)."""
         jobs = table(JobRecord)
-        with self.engine.connect() as conn:
-            rows = conn.execute(select(jobs.c.user, jobs.c.account, jobs.c.alloc_cpus, jobs.c.time_start,
-                                       jobs.c.time_end, jobs.c.consumed_energy_j)
-                                .where(jobs.c.cluster == self.cluster, jobs.c.time_start > 0,
-                                       jobs.c.time_end > since))
-            return [UsageRecord(r.user, r.account, r.alloc_cpus, r.time_start, r.time_end,
-                                float(r.consumed_energy_j or 0)) for r in rows]
+        return [UsageRecord(r.user, r.account, r.alloc_cpus, r.time_start, r.time_end,
+                            float(r.consumed_energy_j or 0))
+                for r in self._finished(since, skip, jobs.c.alloc_cpus, jobs.c.consumed_energy_j)]
 
-    def use_records(self, since: float) -> list[limits.UseRecord]:
-        """Finished jobs' use after ``since`` as the limits count it: TRES, QOS and energy."""
+    def use_records(self, since: float, skip: Collection[JobKey] = ()) -> list[limits.UseRecord]:
+        """Finished jobs' use after ``since`` as the limits count it: TRES, QOS and energy; none of
+        the jobs ``skip`` names."""
+        jobs = table(JobRecord)
+        return [limits.UseRecord(r.user, r.account, r.qos, limits.job_tres(
+            r.alloc_cpus, r.nnodes, r.req_mem_mb * r.nnodes or r.req_mem_per_cpu * r.alloc_cpus, r.alloc_gpus, 0),
+            r.time_start, r.time_end, float(r.consumed_energy_j or 0))
+            for r in self._finished(since, skip, jobs.c.qos, jobs.c.alloc_cpus, jobs.c.nnodes, jobs.c.req_mem_mb,
+                                    jobs.c.req_mem_per_cpu, jobs.c.alloc_gpus, jobs.c.consumed_energy_j)]
+
+    def _finished(self, since: float, skip: Collection[JobKey], *columns: Any) -> Sequence[Any]:
+        """The rows of the jobs that ran and ended after ``since``, but those in ``skip``."""
         jobs = table(JobRecord)
         with self.engine.connect() as conn:
-            rows = conn.execute(select(jobs.c.user, jobs.c.account, jobs.c.qos, jobs.c.alloc_cpus, jobs.c.nnodes,
-                                       jobs.c.req_mem_mb, jobs.c.req_mem_per_cpu, jobs.c.alloc_gpus,
-                                       jobs.c.time_start, jobs.c.time_end, jobs.c.consumed_energy_j)
+            rows = conn.execute(select(jobs.c.job_id, jobs.c.time_submit, jobs.c.user, jobs.c.account,
+                                       jobs.c.time_start, jobs.c.time_end, *columns)
                                 .where(jobs.c.cluster == self.cluster, jobs.c.time_start > 0,
-                                       jobs.c.time_end > since))
-            return [limits.UseRecord(r.user, r.account, r.qos, limits.job_tres(
-                r.alloc_cpus, r.nnodes, r.req_mem_mb * r.nnodes or r.req_mem_per_cpu * r.alloc_cpus, r.alloc_gpus, 0),
-                r.time_start, r.time_end, float(r.consumed_energy_j or 0)) for r in rows]
+                                       jobs.c.time_end > since)).all()
+        return [r for r in rows if (r.job_id, r.time_submit) not in skip] if skip else rows
 
     # --- changes ------------------------------------------------------------------------------------
 

@@ -39,7 +39,8 @@ class Controller:
     def __init__(self, state: ClusterState, accounting: AccountingStore | None, sync: AccountingSync | None):
         self.state, self.accounting, self.sync = state, accounting, sync
         self.dispatcher: Dispatcher | None = None
-        self.fairshare = FairShareCalc(state, accounting) if accounting is not None else None
+        self.fairshare = (FairShareCalc(state, accounting, sync.flush if sync else None)
+                          if accounting is not None else None)
         self._kick = asyncio.Event()
         self.started = time.time()
         self.power_log = PowerLog()

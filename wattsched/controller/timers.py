@@ -36,7 +36,8 @@ def check_timers(state: ClusterState, now: float) -> list[Action]:
                 job.timed_out = True
                 state.touch(job)
                 actions.extend(jobs.terminate(state, job, now))
-        elif job.state in states.FINISHED and job.end_time and now - job.end_time > state.config.min_job_age_s:
+        elif (job.state in states.FINISHED and job.end_time and now - job.end_time > state.config.min_job_age_s
+              and job.job_id not in state.journal.dirty):  # while the state cannot be saved, its end is only here
             jobend.purge(state, job)
     if state.memo.budgets_read is not state.shares:
         state.memo.budgets_read = state.shares
