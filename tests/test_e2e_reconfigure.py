@@ -60,6 +60,7 @@ def test_what_needs_a_restart_a_broken_file_or_a_user_is_refused(cluster: Cluste
         busy = cluster.run("scontrol", "reconfigure", check=False)
         assert busy.returncode == 1 and "n04 cannot be removed while it runs jobs" in busy.stderr
         cluster.run("scancel", str(holder))
+        cluster.wait_state(holder, "CANCELLED")  # n04 idle again: its cleanup is done
         cluster.conf.write_text(original)
         user = cluster.run("scontrol", "reconfigure", env=cluster.user_env(), check=False)
         assert user.returncode == 1 and "Access/permission denied" in user.stderr

@@ -63,6 +63,24 @@ def test_emulated_model_lag_and_trapezoid_integration(tmp_path) -> None:
     assert again.samples()["v1"].joules == pytest.approx(1000 + 200)  # the count goes on after a restart
 
 
+def test_a_nodes_count_follows_it_to_another_agent(tmp_path) -> None:
+    """Agents sharing a spool save one file each; a node re-hosted keeps its latest count."""
+    nodes = [NodeConf(name=n, cpus=1, idle_watts=100, max_watts=200) for n in ("v1", "v2")]
+    model = EmulatedEnergy(Config(), nodes)
+    both = EnergyMeter(model, {"v1": 1, "v2": 1}, str(tmp_path), 1.0, lambda: {})
+    for t in range(3):
+        both.poll_once(1000.0 + t)
+    both._save()
+    alone = EnergyMeter(model, {"v2": 1}, str(tmp_path), 1.0, lambda: {})  # v2 in an agent of its own
+    assert alone.nodes["v2"].joules == pytest.approx(200)
+    alone.poll_once(2000.0)
+    alone.poll_once(2001.0)
+    alone._save()
+    again = EnergyMeter(model, {"v1": 1, "v2": 1}, str(tmp_path), 1.0, lambda: {})  # together again
+    assert (again.nodes["v1"].joules, again.nodes["v2"].joules) == (pytest.approx(200), pytest.approx(300))
+    assert len(list((tmp_path / "energy").iterdir())) == 2
+
+
 def test_hung_sensor_is_flagged_stale_and_does_not_block_others(tmp_path) -> None:
     class Sticky(EmulatedEnergy):
         def read(self, node, now, load):

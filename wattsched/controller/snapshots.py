@@ -20,12 +20,14 @@ if TYPE_CHECKING:
 @dataclass
 class Memos:
     """What a pass would otherwise rebuild for every job each time: each pending job's request and
-    listing record (dropped when the job changes), the partitions (from the configuration alone),
+    listing record (dropped when the job changes), each node's snapshot (kept while the node is the
+    same), the partitions (from the configuration alone),
     and the queue memo that keeps the core's eligibility verdicts from pass to pass. A
     reconfiguration drops them all."""
 
     requests: dict[int, scheduling.JobRequest] = field(default_factory=dict)
     briefs: dict[int, dict] = field(default_factory=dict)
+    nodes: dict[str, tuple[tuple, scheduling.NodeSnap]] = field(default_factory=dict)  # what each was built from
     partitions: dict[str, scheduling.PartitionSnap] | None = None
     queue: memos.QueueMemo = field(default_factory=memos.QueueMemo)
     watts_per_cpu: dict[str, float] | None = None  # per partition (acctpolicy), from the configuration
@@ -57,9 +59,18 @@ def partition_snaps(state: ClusterState) -> dict[str, scheduling.PartitionSnap]:
 
 
 def node_snaps(state: ClusterState) -> dict[str, scheduling.NodeSnap]:
-    return {n.name: snapbuild.node_snap(n, n.alloc_cpus, n.alloc_mem_mb, n.power, n.base_state, n.drain,
-                                        n.not_responding, n.free_gpus())
-            for n in state.nodes.values()}
+    """Each node as the policies see it. A node's NodeSnap is kept while what it is built from is
+    the same (its configured fields change only with a reconfiguration, which drops the memos), so
+    a pass builds only the changed nodes' and the core's node memo looks again only at those."""
+    kept = state.memo.nodes
+    snaps = {}
+    for n in state.nodes.values():
+        key = (n.alloc_cpus, n.alloc_mem_mb, n.power, n.base_state, n.drain, n.not_responding, n.free_gpus())
+        have = kept.get(n.name)
+        if have is None or have[0] != key:
+            have = kept[n.name] = (key, snapbuild.node_snap(n, *key))
+        snaps[n.name] = have[1]
+    return snaps
 
 
 def request(state: ClusterState, job: Job) -> scheduling.JobRequest:

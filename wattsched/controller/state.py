@@ -133,8 +133,9 @@ class ClusterState:
     @classmethod
     def open(cls, config: Config, store: StateStore, plugins: Plugins, key: bytes, now: float) -> ClusterState:
         state = cls(config=config, store=store, plugins=plugins, key=key, power_saving=PowerSaving(config))
+        member = nodes.partitions_of(config)
         for conf in config.nodes:
-            state.nodes[conf.name] = nodes.new_node(config, conf, now)
+            state.nodes[conf.name] = nodes.new_node(conf, member.get(conf.name, ()), now)
         statesave.restore(state)
         return state
 

@@ -85,7 +85,8 @@ class Agent:
         plugin = plugins.load(config.acct_gather_energy_type, config=config, nodes=nodes)
         model = plugin if isinstance(plugin, EmulatedEnergy) else (
             EmulatedEnergy(config, nodes) if config.emulated_nodes else None)
-        if model is not None:  # a virtual node draws its chassis' watts while off or switching
+        if model is not None and config.emulated_nodes:
+            # a virtual node draws its chassis' watts while off or switching (only emulated BMCs switch them)
             model.chassis_state = self._chassis_state
         self.base_interval_s = float(config.energy_ipmi_frequency_s or config.acct_gather_node_freq_s) \
             if config.acct_gather_energy_type.endswith("/ipmi") else float(config.acct_gather_node_freq_s)
