@@ -51,3 +51,29 @@ def test_each_code_reads_only_the_keys_it_declares(code: str) -> None:
     value = FIELDS[code][2]
     for record in records():
         assert value(Declared(record, KEYS.get(code, ())), NOW) == value(record, NOW), (code, record)
+
+
+def test_rows_rendered_a_column_at_a_time_are_the_rows_rendered_one_by_one() -> None:
+    from wattsched.cli import fmt, squeue
+
+    parts = fmt.parse_format(squeue.LONG + " %Z %.3j|%-4u %k")
+    records = [dict.fromkeys(itertools.chain(*KEYS.values(), EXTRA, squeue._ALWAYS), 0) | {
+        "job_id": i, "state": "PENDING", "name": f"j\x1b{i}" if i % 2 else "plain", "user": "alice",
+        "partition": "p", "reason": "Resources", "node_list": "", "display_id": str(i), "array_task_id": None,
+        "time_limit_min": 30, "comment": "", "work_dir": "/w", "nodes_expr": "", "features": ""}
+        for i in range(5)]
+    value_of = lambda code: FIELDS[code][2] if code in FIELDS else None  # noqa: E731
+    row = fmt.compile_row(parts, lambda code: fmt.bound(value_of(code), code, NOW))
+    assert fmt.render_rows(parts, value_of, records, NOW) == [row(r) for r in records]
+    assert "\\x1b" in fmt.render_rows(parts, value_of, records, NOW)[1]  # control characters escaped
+
+
+def test_the_listing_filters_squeue_applies_itself() -> None:
+    from wattsched.cli import squeue
+
+    job = {"name": "a", "account": "phys", "qos": "normal", "reservation": "", "node_list": "n[1-3]"}
+    assert squeue._selector({}) is None
+    assert squeue._selector({"name": ["a,b"]})(job) and not squeue._selector({"name": ["b"]})(job)
+    assert squeue._selector({"account": ["phys"]})(job) and not squeue._selector({"qos": ["high"]})(job)
+    assert squeue._selector({"nodelist": ["n[3-4]"]})(job) and not squeue._selector({"nodelist": ["n4"]})(job)
+    assert not squeue._selector({"reservation": "r1"})(job) and not squeue._selector({"licenses": "x"})(job)

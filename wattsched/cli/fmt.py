@@ -78,6 +78,25 @@ def compile_row(parts: list[str | Column], value_of: Callable[[str], Callable[[A
     return lambda rec: "".join([piece(rec) for piece in pieces])
 
 
+def render_rows(parts: list[str | Column], value_of: Callable[[str], Callable[[Any, Any], str] | None],
+                records: list[Any], context: Any) -> list[str]:
+    """Every record's line, as :func:`compile_row` renders it with :func:`bound` values, built a
+    column at a time: a comprehension per column calls ``value(record, context)`` alone, where a row
+    at a time adds three calls per cell (squeue -r: 100,000 rows of 8 cells)."""
+    columns: list[list[str]] = []
+    for part in parts:
+        if isinstance(part, str):
+            columns.append([part] * len(records))
+            continue
+        value = value_of(part.code) or _echo(part.code)
+        cells = [v if v.isprintable() else printable(v) for v in [value(rec, context) for rec in records]]
+        width = part.width
+        if width is not None:
+            cells = [v[:width].rjust(width) for v in cells] if part.right else [v[:width].ljust(width) for v in cells]
+        columns.append(cells)
+    return ["".join(cells) for cells in zip(*columns, strict=True)] if columns else [""] * len(records)
+
+
 def _literal(text: str) -> Callable[[Any], str]:
     return lambda _rec: text
 
@@ -93,9 +112,13 @@ def _cell(raw: Callable[[Any], str], width: int | None, right: bool) -> Callable
 
 def bound(value: Callable[[Any, Any], str] | None, code: str, context: Any) -> Callable[[Any], str]:
     """A column's value function with its context (the time, the partition) bound; unknown codes echo."""
-    if value is None:
-        return lambda _rec: f"%{code}"
+    value = value or _echo(code)
     return lambda rec: value(rec, context)
+
+
+def _echo(code: str) -> Callable[[Any, Any], str]:
+    """An unknown code's value: the code itself, as Slurm prints it."""
+    return lambda _rec, _context: f"%{code}"
 
 
 def render_header(parts: list[str | Column], titles: Mapping[str, str]) -> str:

@@ -121,7 +121,8 @@ def render(client: Client, opts: dict) -> str:
     if "columns" in reply:
         names = reply["columns"]
         reply["jobs"] = [dict(zip(names, row, strict=True)) for row in reply["rows"]]
-    rows = [j for j in reply["jobs"] if j["state"] in active and _selected(j, opts)]
+    selected = _selector(opts)
+    rows = [j for j in reply["jobs"] if j["state"] in active and (selected is None or selected(j))]
     rows.sort(key=lambda j: (j["state"] == "PENDING", -j["priority"]
                              if j["state"] == "PENDING" else 0, j["job_id"]))
     if opts.get("sort"):
@@ -141,8 +142,7 @@ def render(client: Client, opts: dict) -> str:
         lines.append(time.strftime("%a %b %d %H:%M:%S %Y", time.localtime(now)))
     if not opts.get("noheader"):
         lines.append(fmt.render_header(parts, {code: f[0] for code, f in FIELDS.items()}))
-    row = fmt.compile_row(parts, lambda code: fmt.bound(FIELDS[code][2] if code in FIELDS else None, code, now))
-    lines.extend(row(job) for job in rows)
+    lines.extend(fmt.render_rows(parts, lambda code: FIELDS[code][2] if code in FIELDS else None, rows, now))
     return "\n".join(lines)
 
 
@@ -166,29 +166,29 @@ def _keys(parts: list, opts: dict) -> set[str]:
     return keys
 
 
-def _selected(job: dict, opts: dict) -> bool:
-    """The filters the controller does not apply: names, accounts, QOS, reservation, nodes, licenses."""
-    names = split_list(opts.get("name"))
-    if names and job["name"] not in names:
-        return False
-    accounts = split_list(opts.get("account"))
-    if accounts and job["account"] not in accounts:
-        return False
-    qos = split_list(opts.get("qos"))
-    if qos and job.get("qos", "") not in qos:
-        return False
-    if opts.get("reservation") and job["reservation"] != opts["reservation"]:
-        return False
-    if opts.get("licenses"):  # no licenses are configured, so no job holds any
-        return False
+def _selector(opts: dict) -> Callable[[dict], bool] | None:
+    """The filters the controller does not apply (names, accounts, QOS, reservation, nodes,
+    licenses) as one test, read from the options once; None when there are none."""
+    names, accounts, qos = split_list(opts.get("name")), split_list(opts.get("account")), split_list(opts.get("qos"))
+    reservation, licenses = opts.get("reservation"), opts.get("licenses")
     wanted_nodes = split_list(opts.get("nodelist"))
-    if wanted_nodes:
-        from wattsched import hostlist
+    if not (names or accounts or qos or reservation or licenses or wanted_nodes):
+        return None
+    from wattsched import hostlist
 
-        nodes = set(hostlist.expand(job["node_list"])) if job["node_list"] else set()
-        if not nodes & {n for expr in wanted_nodes for n in hostlist.expand(expr)}:
+    nodes_wanted = {n for expr in wanted_nodes for n in hostlist.expand(expr)}
+
+    def selected(job: dict) -> bool:
+        if (names and job["name"] not in names) or (accounts and job["account"] not in accounts) \
+                or (qos and job.get("qos", "") not in qos) or (reservation and job["reservation"] != reservation):
             return False
-    return True
+        if licenses:  # no licenses are configured, so no job holds any
+            return False
+        if nodes_wanted:
+            return bool(nodes_wanted.intersection(hostlist.expand(job["node_list"]) if job["node_list"] else ()))
+        return True
+
+    return selected
 
 
 def sort_rows(rows: list[dict], spec: str, now: float) -> list[dict]:

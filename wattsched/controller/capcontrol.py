@@ -103,7 +103,7 @@ class CapControl:
     def _release_all(self, state: ClusterState, now: float) -> list[Action]:
         """Capping is off: everything the cap took is given back."""
         actions: list[Action] = []
-        for job in state.jobs.values():
+        for job in [j for j in state.jobs.values() if j.cap_suspended or j.cap_slowed]:
             if job.cap_suspended and job.holds_nodes:
                 job.cap_suspended = False
                 actions.extend(jobs.thaw(state, job, now))

@@ -20,14 +20,15 @@ if TYPE_CHECKING:
 @dataclass
 class Memos:
     """What a pass would otherwise rebuild for every job each time: each pending job's request and
-    listing record (dropped when the job changes), each node's snapshot (kept while the node is the
-    same), the partitions (from the configuration alone),
+    listing record (dropped when the job changes), each node's snapshot and watts (kept while the
+    node is the same), the partitions (from the configuration alone),
     and the queue memo that keeps the core's eligibility verdicts from pass to pass. A
     reconfiguration drops them all."""
 
     requests: dict[int, scheduling.JobRequest] = field(default_factory=dict)
     briefs: dict[int, dict] = field(default_factory=dict)
     nodes: dict[str, tuple[tuple, scheduling.NodeSnap]] = field(default_factory=dict)  # what each was built from
+    node_power: dict[str, tuple[tuple, power.NodePower]] = field(default_factory=dict)  # by its jobs' frequencies
     partitions: dict[str, scheduling.PartitionSnap] | None = None
     queue: memos.QueueMemo = field(default_factory=memos.QueueMemo)
     watts_per_cpu: dict[str, float] | None = None  # per partition (acctpolicy), from the configuration
@@ -83,13 +84,17 @@ def request(state: ClusterState, job: Job) -> scheduling.JobRequest:
 
 def snapshot(state: ClusterState, now: float, backfill_due: bool = True) -> scheduling.Snapshot:
     # a requeued job waits until its previous run is gone from every node (Slurm's COMPLETING flag)
-    pending = tuple(request(state, j) for j in state.jobs.values()
-                    if j.state == states.PENDING and not j.completing_nodes and not preemptor_waits(state, j))
+    # (one pass over every job, 100,000 on the largest queues: the memo is read inline)
+    kept = state.memo.requests
+    pending = tuple(kept.get(j.job_id) or request(state, j) for j in state.jobs.values()
+                    if j.state == states.PENDING and not j.completing_nodes
+                    and not (j.preempted_by and preemptor_waits(state, j)))
     needs_briefs = any(r.dependency or r.array_throttle for r in pending)
     briefs = {j.job_id: scheduling.JobBrief(j.job_id, j.state, j.user, j.name, j.exit_code, j.term_signal,
                                             j.array_job_id, j.array_task_id, j.start_time)
               for j in state.jobs.values()} if needs_briefs else {}
-    running = tuple(running_job(state, j) for j in state.jobs.values() if j.holds_nodes and not j.preempt_suspended) \
+    running = tuple(running_job(state, j) for j in state.jobs.values()
+                    if j.state != states.PENDING and j.holds_nodes and not j.preempt_suspended) \
         if snapbuild.carries_running(backfill_due, state.power_cap is not None,
                                      snapbuild.preempt_settings(state.config).on) else ()
     return snapbuild.snapshot(state.config, now, tuple(node_snaps(state).values()), partition_snaps(state), pending,
@@ -132,10 +137,18 @@ def node_power(state: ClusterState) -> dict[str, power.NodePower]:
     """Each node's watts; a busy node whose jobs all run at a capped frequency counts their watts."""
     freqs: dict[str, list[int | None]] = {}
     for job in state.jobs.values():
-        if job.holds_nodes:
+        if job.state != states.PENDING and job.holds_nodes:
             for name in job.alloc_cpus:
                 freqs.setdefault(name, []).append(job.cpu_freq_khz)
-    return {n.name: snapbuild.node_power(n, freqs.get(n.name, ())) for n in state.nodes.values()}
+    kept = state.memo.node_power  # a node's watts change with its jobs' frequencies alone (and the configuration)
+    watts = {}
+    for n in state.nodes.values():
+        key = tuple(freqs.get(n.name, ()))
+        have = kept.get(n.name)
+        if have is None or have[0] != key:
+            have = kept[n.name] = (key, snapbuild.node_power(n, key))
+        watts[n.name] = have[1]
+    return watts
 
 
 def power_states(state: ClusterState) -> dict[str, PowerState]:

@@ -28,7 +28,12 @@ CREATE TABLE IF NOT EXISTS jobs (
     synced INTEGER NOT NULL DEFAULT 0,
     purged INTEGER NOT NULL DEFAULT 0
 );
-CREATE INDEX IF NOT EXISTS jobs_unsynced ON jobs (synced, version);
+-- the outbox and the purged rows, indexed by themselves: the accounting thread finds its next
+-- batch and drops what it copied without scanning every job (a scan per batch of 500 made
+-- copying 100,000 changed jobs quadratic); (synced, version) served neither query
+DROP INDEX IF EXISTS jobs_unsynced;
+CREATE INDEX IF NOT EXISTS jobs_outbox ON jobs (job_id) WHERE synced < version;
+CREATE INDEX IF NOT EXISTS jobs_purged ON jobs (job_id) WHERE purged = 1;
 CREATE TABLE IF NOT EXISTS reservations (
     resv_id INTEGER PRIMARY KEY,
     data TEXT NOT NULL,

@@ -21,7 +21,8 @@ log = logging.getLogger("wattsched.controller")
 def check_timers(state: ClusterState, now: float) -> list[Action]:
     """Time limits, --signal warnings, unresponsive nodes and purging of old jobs."""
     actions: list[Action] = []
-    for job in list(state.jobs.values()):
+    # a pending job has no timer here: they are most of a long queue, left out in one cheap pass
+    for job in [j for j in state.jobs.values() if j.state != states.PENDING]:
         if job.preempt_deadline and now >= job.preempt_deadline and job.state == states.RUNNING \
                 and job.cancelled_by is None:  # a preempted job's GraceTime is over
             actions.extend(preempting.expire(state, job, now))
