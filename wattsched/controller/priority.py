@@ -13,6 +13,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from wattsched import fairshare, limits, states
 from wattsched.accounting.assoc import JobKey
@@ -20,6 +21,9 @@ from wattsched.accounting.store import AccountingStore
 from wattsched.config import Config
 from wattsched.controller import acctpolicy
 from wattsched.fairshare import ShareRow, UsageRecord
+
+if TYPE_CHECKING:
+    from wattsched.controller.state import ClusterState
 
 log = logging.getLogger("wattsched.controller")
 
@@ -81,7 +85,7 @@ class Live:
     use: list[limits.UseRecord]
 
 
-def live_use(state, now: float) -> Live:
+def live_use(state: ClusterState, now: float) -> Live:
     """Every held job that has run: running ones up to ``now``, ended ones to their end, their
     energy so far while their nodes' readings do not reach their end. Accounting may not have an
     ended job's final record yet (it is written a moment later, off the loop): counting it here
