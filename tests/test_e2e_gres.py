@@ -52,7 +52,9 @@ def test_gpus_are_held_by_one_job_at_a_time_and_shown_like_slurm(cluster: Cluste
     cluster.wait_state(first, "RUNNING")
     second, release_second = _held(cluster, tmp_path, "second", "-w", "n01", "--gres=gpu:a100:1")
     other_type, release_other = _held(cluster, tmp_path, "other", "-w", "n01", "--gpus-per-node=v100:1")
-    cluster.wait_state(other_type, "RUNNING")  # the node's v100 is free, and so are CPUs
+    # the node's v100 is free, and so are CPUs: the next backfill pass (every bf_interval=30 s) starts
+    # it past the a100 job at the head, which strict passes stop at
+    cluster.wait_state(other_type, "RUNNING", timeout=60)
     wait_for(lambda: cluster.job(second)["reason"] == "Resources", 20, what="the a100 job waits on GPUs")
     assert cluster.job(second)["state"] == "PENDING"
     wait_for(lambda: (tmp_path / "first.out").exists() and (tmp_path / "other.out").exists(), 20,

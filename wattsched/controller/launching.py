@@ -32,7 +32,11 @@ def schedule(state: ClusterState, now: float) -> list[Action]:
     resumed = preempting.resume(state, now)  # before anything new may take their CPUs
     if not any(j.state == states.PENDING for j in state.jobs.values()):
         # nothing waits, nothing to decide: no snapshot of every node (20,000 on the largest machines,
-        # a third of a second), as Slurm's backfill skips a cycle with no job to consider
+        # a third of a second). A due backfill cycle still counts, empty, so that backfill keeps its
+        # bf_interval cadence: aligned to the next submission instead, it would leave a job stuck
+        # behind a blocked head for a whole interval every time
+        if due:
+            state.stats.backfill_done(now, (time.perf_counter() - started) * 1000, 0, 0, 0)
         state.stats.depth = 0
         return resumed
     snap = snapshots.snapshot(state, now, due)
