@@ -5,13 +5,16 @@ power views the cap is computed from, and the memos that spare rebuilding unchan
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from wattsched import memos, power, scheduling, snapbuild, states
 from wattsched.controller import acctpolicy, views
-from wattsched.model import Job
+from wattsched.model import Job, Node
 from wattsched.nodestates import PowerState
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     from wattsched.controller.state import ClusterState
@@ -64,14 +67,21 @@ def node_snaps(state: ClusterState) -> dict[str, scheduling.NodeSnap]:
     the same (its configured fields change only with a reconfiguration, which drops the memos), so
     a pass builds only the changed nodes' and the core's node memo looks again only at those."""
     kept = state.memo.nodes
-    snaps = {}
-    for n in state.nodes.values():
-        key = (n.alloc_cpus, n.alloc_mem_mb, n.power, n.base_state, n.drain, n.not_responding, n.free_gpus())
-        have = kept.get(n.name)
-        if have is None or have[0] != key:
-            have = kept[n.name] = (key, snapbuild.node_snap(n, *key))
-        snaps[n.name] = have[1]
-    return snaps
+    return {n.name: _kept(kept, n, (n.alloc_cpus, n.alloc_mem_mb, n.power, n.base_state, n.drain,
+                                    n.not_responding, n.free_gpus()), _node_snap)
+            for n in state.nodes.values()}
+
+
+def _kept(memo: dict[str, tuple[tuple, T]], node: Node, key: tuple, build: Callable[[Node, tuple], T]) -> T:
+    """``memo``'s value for ``node`` while it was built from the same ``key``, else ``build(node, key)``, kept."""
+    have = memo.get(node.name)
+    if have is None or have[0] != key:
+        have = memo[node.name] = (key, build(node, key))
+    return have[1]
+
+
+def _node_snap(node: Node, key: tuple) -> scheduling.NodeSnap:
+    return snapbuild.node_snap(node, *key)
 
 
 def request(state: ClusterState, job: Job) -> scheduling.JobRequest:
@@ -141,14 +151,7 @@ def node_power(state: ClusterState) -> dict[str, power.NodePower]:
             for name in job.alloc_cpus:
                 freqs.setdefault(name, []).append(job.cpu_freq_khz)
     kept = state.memo.node_power  # a node's watts change with its jobs' frequencies alone (and the configuration)
-    watts = {}
-    for n in state.nodes.values():
-        key = tuple(freqs.get(n.name, ()))
-        have = kept.get(n.name)
-        if have is None or have[0] != key:
-            have = kept[n.name] = (key, snapbuild.node_power(n, key))
-        watts[n.name] = have[1]
-    return watts
+    return {n.name: _kept(kept, n, tuple(freqs.get(n.name, ())), snapbuild.node_power) for n in state.nodes.values()}
 
 
 def power_states(state: ClusterState) -> dict[str, PowerState]:

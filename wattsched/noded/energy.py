@@ -75,6 +75,11 @@ class EnergyMeter:
         self.job_rss: dict[tuple[str, int], int] = {}
         self.read_timeout_s = read_timeout_s
         self.nodes = {name: NodeEnergy() for name in nodes}
+        # one file for all the nodes this agent hosts, named for them: agents that share a spool folder
+        # (an emulated cluster's) never write the same file, and a poll costs one write, not one per
+        # node (20,000 renames every poll on the largest emulated machines)
+        key = hashlib.sha256("\n".join(sorted(self.nodes)).encode()).hexdigest()[:16]
+        self._saved_path = os.path.join(spool, "energy", f"{key}.json")
         self._load()
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -86,12 +91,6 @@ class EnergyMeter:
         self._thread = threading.Thread(target=self._run, name="energy", daemon=True)
         self._last_save = 0.0
 
-    def _saved_path(self) -> str:
-        # one file for all the nodes this agent hosts, named for them: agents that share a spool folder
-        # (an emulated cluster's) never write the same file, and a poll costs one write, not one per
-        # node (20,000 renames every poll on the largest emulated machines)
-        key = hashlib.sha256("\n".join(sorted(self.nodes)).encode()).hexdigest()[:16]
-        return os.path.join(self.spool, "energy", f"{key}.json")
 
     def _load(self) -> None:
         """Each node's latest saved count, whichever agent saved it: a node keeps its count
@@ -119,7 +118,7 @@ class EnergyMeter:
                     continue
 
     def _save(self) -> None:
-        path = self._saved_path()
+        path = self._saved_path
         os.makedirs(os.path.dirname(path), exist_ok=True)
         text = json.dumps({name: {"joules": e.joules, "watts": e.watts, "time": e.time}
                            for name, e in self.nodes.items()})
