@@ -114,6 +114,7 @@ class JobSubmit(Strict):
     reservation: Annotated[str, Field(max_length=256), AfterValidator(check_label)] = ""
     cpu_freq: str = Field("", max_length=64)
     power_fit: bool = False
+    energy_policy: str = Field("", max_length=32)
     profile: str = Field("", max_length=32)
     acctg_freq: str = Field("", max_length=128)
     # GPUs (wattsched.gres): at most one of them
@@ -278,6 +279,13 @@ class JobUsage(Strict):
     cpu_freq_khz: int = 0
     rss_kb: int = 0
     gpu_j: float = 0.0  # the energy of its GPUs on the node while it held them
+    # its signature over the last interval and its energy policy's choice (wattsched.energypolicy)
+    cpi: float = Field(0.0, ge=0.0, le=1e4)
+    gbs: float = Field(0.0, ge=0.0, le=1e6)
+    memory_bound: float = Field(0.0, ge=0.0, le=1.0)
+    policy_khz: int = Field(0, ge=0, le=INT32)
+    time_factor: float = Field(0.0, ge=0.0, le=1e3)
+    energy_factor: float = Field(0.0, ge=0.0, le=1e3)
 
 
 class NodeReport(Strict):
@@ -386,6 +394,11 @@ class JobAllocation(Strict):
     profile_energy_s: int = Field(0, ge=0)
     profile_task_s: int = Field(0, ge=0)
     gpus: dict[str, list[Annotated[int, Field(ge=0, le=1 << 16)]]] = {}  # node -> the job's GPU numbers there
+    # its energy policy (wattsched.energypolicy): name, setting, min_time's starting kHz
+    energy_policy: str = "monitoring"
+    energy_setting: float = Field(0.0, ge=0.0, le=1.0)
+    energy_start_khz: int = Field(0, ge=0)
+    app_memory_bound: float = Field(0.0, ge=0.0, le=1.0)  # an emulated node's application model
 
 
 class LaunchBatch(Strict):

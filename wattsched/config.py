@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from wattsched import cpufreq, gres, hostlist, switching
+from wattsched import cpufreq, energypolicy, gres, hostlist, switching
 from wattsched.confvalues import (
     SchedulerParams,
     auth_socket,
@@ -26,7 +26,9 @@ from wattsched.confvalues import (
     cpu_freq_spec,
     duration,
     duration_s,
+    energy_policy,
     flags,
+    fraction,
     governors,
     hosts,
     integer,
@@ -136,6 +138,7 @@ class PartitionConf:
     deny_qos: tuple[str, ...] = setting("DenyQos", names, ())
     priority_tier: int = setting("PriorityTier", bounded(0, 65533), 1)
     preempt_mode: str = setting("PreemptMode", preempt_mode, "")  # "": the cluster's
+    energy_policy: str = setting("EnergyPolicy", energy_policy, "")  # "": the cluster's
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,6 +229,11 @@ class Config:
     cpu_freq_def: str = setting("CpuFreqDef", cpu_freq_spec, "")
     cpu_freq_governors: tuple[str, ...] = setting("CpuFreqGovernors", governors, cpufreq.DEFAULT_GOVERNORS)
     cpu_freq_sysfs_root: str = setting("CpuFreqSysfsRoot", text, "", path=True)
+    # energy policies (wattsched.energypolicy; EAR's names): the default, its settings
+    energy_policy: str = setting("EnergyPolicy", energy_policy, "monitoring")
+    energy_policy_penalty: float = setting("EnergyPolicyPenalty", fraction, energypolicy.DEFAULT_PENALTY)
+    energy_policy_min_gain: float = setting("EnergyPolicyMinGain", fraction, energypolicy.DEFAULT_MIN_GAIN)
+    energy_policy_min_time_freq: int = setting("EnergyPolicyMinTimeFreq", integer, 0)  # kHz; 0: medium
     acct_gather_profile_type: str = setting(
         "AcctGatherProfileType", choice("acct_gather_profile/none", "acct_gather_profile/hdf5"),
         "acct_gather_profile/none")

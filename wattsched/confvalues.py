@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from wattsched import cpufreq, hostlist, timefmt
+from wattsched import cpufreq, energypolicy, hostlist, timefmt
 
 CANDIDATE_ORDERS = ("first", "shortest", "longest", "most_cpus", "fewest_cpus")
 
@@ -204,6 +204,21 @@ def parse_power_cap(value: str) -> float:
 
 def non_negative_number(value: str) -> float:
     return _non_negative(value, float, "a number")
+
+
+def fraction(value: str) -> float:
+    """A share from 0 to 1 (EnergyPolicyPenalty=0.1)."""
+    number = _non_negative(value, float, "a number")
+    if number > 1:
+        raise ValueError(f"'{value}' must be from 0 to 1")
+    return number
+
+
+def energy_policy(value: str) -> str:
+    try:
+        return energypolicy.check(value)
+    except energypolicy.PolicyError as exc:
+        raise ValueError(str(exc)) from exc
 
 
 def percent(value: str) -> float:

@@ -87,6 +87,8 @@ class Job:
     reservation: str = ""
     cpu_freq: str = ""  # --cpu-freq as given (the user pinned the frequency)
     power_fit: bool = False  # --power-fit: may run at a lower frequency to fit under the power cap
+    # --energy-policy as asked; from its launch, the policy it runs under (wattsched.energypolicy)
+    energy_policy: str = ""
     profile: tuple[str, ...] = ()  # --profile series: energy, task
     acctg_freq: tuple[tuple[str, int], ...] = ()  # --acctg-freq: (type, seconds)
     # GPUs asked for (wattsched.gres): at most one of per node, per task, per job; "" for any type
@@ -146,6 +148,14 @@ class Job:
     cpu_freq_khz: int | None = None  # the frequency the controller chose to fit the power cap
     ave_cpu_freq_khz: int = 0  # mean frequency of the job's CPUs, as its nodes reported it
     freq_reports: int = 0
+    # its energy policy's choice and the signature it chose from, as its nodes reported them
+    policy_freq_khz: int = 0
+    pred_time_factor: float = 0.0  # the model's T(chosen) / T(ceiling)
+    pred_energy_factor: float = 0.0  # the model's E(chosen) / E(ceiling)
+    sig_cpi: float = 0.0
+    sig_gbs: float = 0.0
+    sig_memory_bound: float = 0.0  # the share of its time waiting for memory at the highest frequency
+    sig_reports: int = 0
     steps: list[Step] = field(default_factory=list)
     next_step_id: int = 0
 

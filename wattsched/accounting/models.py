@@ -80,6 +80,14 @@ class JobRecord(Base):
     alloc_gpus: Mapped[int] = mapped_column(Integer, default=0)
     gpu_type: Mapped[str] = mapped_column(String(64), default="")  # the type asked for ("" any)
     qos: Mapped[str] = mapped_column(String(64), default="")
+    # its energy policy, the frequency it chose with the model's projections, and the signature (means)
+    energy_policy: Mapped[str] = mapped_column(String(16), default="")
+    policy_freq_khz: Mapped[int] = mapped_column(Integer, default=0)
+    pred_time_factor: Mapped[float] = mapped_column(Double, default=0.0)
+    pred_energy_factor: Mapped[float] = mapped_column(Double, default=0.0)
+    sig_cpi: Mapped[float] = mapped_column(Double, default=0.0)
+    sig_gbs: Mapped[float] = mapped_column(Double, default=0.0)
+    sig_memory_bound: Mapped[float] = mapped_column(Double, default=0.0)
 
     steps: Mapped[list[StepRecord]] = relationship(back_populates="job", cascade="all, delete-orphan",
                                                    order_by="StepRecord.id")

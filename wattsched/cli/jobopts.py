@@ -31,6 +31,8 @@ def job_options(prog: str) -> list[Opt | str]:
         Opt("c", "cpus-per-task", REQ, "number of cpus required per task", metavar="ncpus", kind="int"),
         Opt("d", "dependency", REQ, "defer job until condition on jobid is satisfied", metavar="type:jobid[:time]"),
         Opt("D", "chdir", REQ, "change working directory", metavar="path"),
+        Opt(None, "energy-policy", REQ, "energy policy: monitoring, min_energy or min_time (wattsched)",
+            metavar="policy"),
         Opt("e", "error", REQ, "file for batch script's standard error" if batch else "location of stderr "
             "redirection", metavar="err"),
         Opt(None, "export", REQ, "specify environment variables to export", metavar="names"),
@@ -276,6 +278,7 @@ def submission(opts: dict[str, Any], **extra: Any) -> dict[str, Any]:
         "reservation": opts.get("reservation") or "",
         "cpu_freq": opts.get("cpu_freq") or "",
         "power_fit": bool(opts.get("power_fit")),
+        "energy_policy": opts.get("energy_policy") or "",
         "profile": opts.get("profile") or "",
         "acctg_freq": opts.get("acctg_freq") or "",
         "gres": opts.get("gres") or "", "gpus": opts.get("gpus") or "",

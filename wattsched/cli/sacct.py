@@ -378,6 +378,29 @@ FIELDS: dict[str, tuple[int, Callable[[Row, Row | None], str]]] = {
 }
 
 
+def _signature(key: str) -> Callable[[Row, Row | None], str]:
+    """A figure of the job's signature; blank on steps and where none was measured."""
+    return lambda j, s: "" if s or not j.get("sig_cpi") else f"{j.get(key) or 0:.2f}"
+
+
+def _change(factor: float | None) -> str:
+    """A projected factor as the change it is: 1.062 -> +6.2%."""
+    return f"{(factor - 1) * 100:+.1f}%" if factor else ""
+
+
+# ours, beyond Slurm's: the job's energy policy (wattsched.energypolicy), what it chose and projected,
+# and the signature it chose from (means over the run); job lines only
+FIELDS.update({
+    "EnergyPolicy": (12, lambda j, s: "" if s else j.get("energy_policy", "")),
+    "PolicyFreq": (10, lambda j, s: "" if s or not j.get("policy_freq_khz") else freq_text(j["policy_freq_khz"])),
+    "PredTime": (9, lambda j, s: "" if s else _change(j.get("pred_time_factor"))),
+    "PredEnergy": (10, lambda j, s: "" if s else _change(j.get("pred_energy_factor"))),
+    "CPI": (6, _signature("sig_cpi")),
+    "MemBW": (8, _signature("sig_gbs")),
+    "MemBound": (8, _signature("sig_memory_bound")),
+})
+
+
 def _planned(job: Row) -> int:
     """Planned (formerly Reserved): how long the job waited once eligible."""
     begin = job["time_start"] or time.time()

@@ -13,12 +13,12 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from typing import cast
+from typing import Any, cast
 
 import httpx
 from pydantic import BaseModel
 
-from wattsched import auth, gres, prologs, states
+from wattsched import auth, energypolicy, gres, prologs, states
 from wattsched.api import BatchLaunch, FreezeJob, JobAllocation, JobFreq, LaunchBatch, ProfileSeries, SignalJob
 from wattsched.config import Config
 from wattsched.controller.actions import Action, AdminProgram, Freeze, Launch, SetFreq, Signal
@@ -195,7 +195,21 @@ def job_allocation(config: Config, job: Job, nodes: dict[str, int]) -> JobAlloca
                          cpu_freq=cpu_freq, profile=cast(list[ProfileSeries], list(job.profile)),
                          profile_energy_s=energy_s,
                          profile_task_s=freq.get("task") or defaults.get("task") or 30,
-                         gpus={n: job.alloc_gpus[n] for n in nodes if job.alloc_gpus.get(n)})
+                         gpus={n: job.alloc_gpus[n] for n in nodes if job.alloc_gpus.get(n)},
+                         **energy_settings(config, job))
+
+
+def energy_settings(config: Config, job: Job) -> dict[str, Any]:
+    """The job's energy policy with its setting, and the application model it declared (checked
+    at submission; a value that is not one counts as compute-bound)."""
+    policy = job.energy_policy or "monitoring"
+    setting = {"min_energy": config.energy_policy_penalty, "min_time": config.energy_policy_min_gain}.get(policy, 0.0)
+    try:
+        bound = energypolicy.app_memory_bound(job.environment)
+    except energypolicy.PolicyError:
+        bound = 0.0
+    return {"energy_policy": policy, "energy_setting": setting,
+            "energy_start_khz": config.energy_policy_min_time_freq, "app_memory_bound": bound}
 
 
 def batch_environment(state: ClusterState, job: Job) -> dict[str, str]:

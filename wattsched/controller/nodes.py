@@ -146,6 +146,15 @@ def job_usage_report(state: ClusterState, report: NodeReport) -> None:
         if usage.cpu_freq_khz:
             job.freq_reports += 1
             job.ave_cpu_freq_khz += round((usage.cpu_freq_khz - job.ave_cpu_freq_khz) / job.freq_reports)
+        if usage.cpi:  # a signature: its means, and the policy's latest choice
+            job.sig_reports += 1
+            n = job.sig_reports
+            job.sig_cpi += (usage.cpi - job.sig_cpi) / n
+            job.sig_gbs += (usage.gbs - job.sig_gbs) / n
+            job.sig_memory_bound += (usage.memory_bound - job.sig_memory_bound) / n
+        if usage.policy_khz:
+            job.policy_freq_khz = usage.policy_khz
+            job.pred_time_factor, job.pred_energy_factor = usage.time_factor, usage.energy_factor
 
 
 def first_idle(state: ClusterState, node: Node, now: float) -> float:

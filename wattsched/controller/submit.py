@@ -11,7 +11,7 @@ import signal as signal_mod
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from wattsched import auth, cpufreq, gres, hostlist, patterns, scheduling, snapbuild, states, timefmt
+from wattsched import auth, cpufreq, energypolicy, gres, hostlist, patterns, scheduling, snapbuild, states, timefmt
 from wattsched.api import JobSubmit
 from wattsched.auth import Identity
 from wattsched.config import Config
@@ -189,6 +189,11 @@ def build_jobs(req: JobSubmit, who: Identity, gid: int, group: str, config: Conf
                                config.def_mem_per_cpu_mb):
         raise SubmitError("Requested node configuration is not available")
     template.cpu_freq = check_cpu_freq(req.cpu_freq, config)
+    try:
+        template.energy_policy = energypolicy.check(req.energy_policy) if req.energy_policy else ""
+        energypolicy.app_memory_bound(template.environment)
+    except energypolicy.PolicyError as exc:
+        raise SubmitError(str(exc)) from exc
     template.profile = check_profile(req.profile, config)
     template.acctg_freq = check_acctg_freq(req.acctg_freq)
     array = parse_array(req.array, config.max_array_size) if req.array else None

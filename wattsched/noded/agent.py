@@ -22,14 +22,15 @@ import time
 import httpx
 
 from wattsched import auth, cpubind, gres, plugins, prologs, switching
-from wattsched.api import AgentHeartbeat, BatchLaunch, JobAllocation, JobEvent, NodeReport
+from wattsched.api import AgentHeartbeat, BatchLaunch, JobAllocation, JobEvent, JobUsage, NodeReport
 from wattsched.config import Config, NodeConf
-from wattsched.noded import chassis, gpus, procs, steps
-from wattsched.noded.allocations import Allocations
+from wattsched.noded import chassis, gpus, policies, procs, steps
+from wattsched.noded.allocations import Allocations, NodeJob
 from wattsched.noded.batch import BatchRunner
 from wattsched.noded.cgroup import JobCgroups
-from wattsched.noded.energy import EnergyMeter
+from wattsched.noded.energy import EnergyMeter, JobLoad
 from wattsched.noded.gpus import GpuMeter
+from wattsched.noded.policies import Policies, Sample
 from wattsched.noded.profiler import Profiler
 from wattsched.noded.throttle import Throttle
 from wattsched.plugins.acct_gather_energy.emulated import EmulatedEnergy
@@ -97,6 +98,7 @@ class Agent:
                                   cgroup_usage=self.cgroups.job_usage if self.cgroups else None,
                                   gpus=GpuMeter(self.nodes, config.emulated_nodes, self._job_gpus))
         self.throttle = Throttle(lambda key: self.job_pgids(*key))
+        self.policies = Policies(self.nodes, config.emulated_nodes)
         self.profiler = Profiler(self.allocations, self.energy, self.lock)
 
     def job_pgids(self, node: str, job_id: int) -> set[int]:
@@ -116,18 +118,55 @@ class Agent:
                     result.setdefault(node, {})[job_id] = list(job.gpu_ids)
         return result
 
-    def _job_loads(self) -> dict[str, dict[int, tuple[set[int], int, int]]]:
-        """Per node, each job's process groups and the (current, highest) kHz of its CPUs."""
-        loads: dict[str, dict[int, tuple[set[int], int, int]]] = {name: {} for name in self.nodes}
+    def _job_loads(self) -> dict[str, dict[int, JobLoad]]:
+        """Per node, each job's process groups, the (current, highest) kHz of its CPUs and its share
+        of them (noded.policies.speed)."""
+        loads: dict[str, dict[int, JobLoad]] = {name: {} for name in self.nodes}
         with self.lock:
             for (node, job_id), held in self.allocations.jobs.items():
-                loads[node][job_id] = (self.job_pgids(node, job_id), *self.allocations.freq_of(held))
+                khz, f_max = self.allocations.freq_of(held)
+                loads[node][job_id] = (self.job_pgids(node, job_id), khz, f_max, policies.speed(held, khz, f_max))
         for batch in list(self.batch.jobs.values()):  # jobs launched before their allocation arrived
             if pgid := self.batch.script_pgid(batch):
-                loads.setdefault(batch.node, {}).setdefault(batch.job_id, ({pgid}, 0, 0))
+                loads.setdefault(batch.node, {}).setdefault(batch.job_id, ({pgid}, 0, 0, 1.0))
         for (node, job_id), pgids in list(self.step_pgids.items()):
-            loads.setdefault(node, {}).setdefault(job_id, (set(pgids), 0, 0))
+            loads.setdefault(node, {}).setdefault(job_id, (set(pgids), 0, 0, 1.0))
         return loads
+
+    def _throttle(self, held: NodeJob) -> None:
+        """A virtual node's job gets the share of the CPU its frequency and application model give it."""
+        if self.config.emulated_nodes:
+            khz, f_max = self.allocations.freq_of(held)
+            if khz and f_max:
+                self.throttle.set((held.node, held.job_id), policies.speed(held, khz, f_max))
+
+    def _apply_policies(self) -> None:
+        """After a poll of the meter: each job's signature, and the frequency its policy chooses."""
+        busy, watts = self.energy.busy_and_watts()
+        node_busy: dict[str, float] = {}
+        for (node, _job_id), share in busy.items():
+            node_busy[node] = node_busy.get(node, 0.0) + share
+        with self.lock:
+            for key, held in list(self.allocations.jobs.items()):
+                if key not in busy:
+                    continue
+                khz, f_max = self.allocations.freq_of(held)
+                decision = self.policies.decide(held, Sample(khz, f_max, busy[key], node_busy[held.node],
+                                                             watts.get(held.node, 0.0)))
+                if decision is not None and decision.khz != khz:
+                    log.info("energy policy sets the frequency", extra={
+                        "job": held.job_id, "node": held.node, "policy": held.energy_policy, "khz": decision.khz,
+                        "time_factor": round(decision.time_factor, 3),
+                        "energy_factor": round(decision.energy_factor, 3)})
+                    self.allocations.set_freq(held, decision.khz)
+                    self._throttle(held)
+
+    def _usage(self, node: str) -> list[JobUsage]:
+        """The node's jobs' usage, with their signatures and policies' choices."""
+        with self.lock:
+            extra = {j: self.policies.usage_fields(held) for (n, j), held in self.allocations.jobs.items()
+                     if n == node}
+        return [u.model_copy(update=extra[u.job_id]) if extra.get(u.job_id) else u for u in self.energy.usage(node)]
 
     def allocate(self, alloc: JobAllocation) -> None:
         """A job starts on some of our nodes: its CPUs, frequency and profile there."""
@@ -141,10 +180,10 @@ class Agent:
                     self._save_epilog(job.node, alloc)
                 if self.config.prolog:
                     self._start_prolog(job.node, alloc)
-                if self.config.emulated_nodes:
-                    khz, f_max = self.allocations.freq_of(job)
-                    if khz and f_max:
-                        self.throttle.set((job.node, job.job_id), khz / f_max)
+                first = self.policies.first_khz(job, job.top_khz) if job.top_khz else 0
+                if first and first != job.top_khz:  # min_time starts lower
+                    self.allocations.set_freq(job, first)
+                self._throttle(job)
             self._sampling_interval()
 
     # --- Prolog and Epilog ------------------------------------------------------------------------
@@ -331,6 +370,7 @@ class Agent:
         with self.lock:
             self.throttle.release((node, job_id))
             self.allocations.remove(node, job_id)
+            self.policies.forget(node, job_id)
             self._sampling_interval()
         self.prologs.pop((node, job_id), None)
         alloc = self.job_info.pop((node, job_id), None)
@@ -458,12 +498,10 @@ class Agent:
             if not self._freeze_cgroup(node, job_id, frozen):
                 for pgid in self.job_pgids(node, job_id):
                     procs.killpg(pgid, signal.SIGSTOP if frozen else signal.SIGCONT)
-            if not frozen and self.config.emulated_nodes:
+            if not frozen:
                 with self.lock:
-                    job = self.allocations.jobs.get((node, job_id))
-                    khz, f_max = self.allocations.freq_of(job) if job else (0, 0)
-                if khz and f_max:
-                    self.throttle.set((node, job_id), khz / f_max)
+                    if (job := self.allocations.jobs.get((node, job_id))) is not None:
+                        self._throttle(job)
             done.append(node)
         return done
 
@@ -477,9 +515,9 @@ class Agent:
                 if job is None:
                     continue
                 self.allocations.set_freq(job, khz)
-                now_khz, f_max = self.allocations.freq_of(job)
-            if self.config.emulated_nodes and now_khz and f_max:
-                self.throttle.set((node, job_id), now_khz / f_max)
+                # the power cap moved its ceiling: its policy decides again below it
+                job.top_khz, job.policy_khz = self.allocations.freq_of(job)[0], 0
+                self._throttle(job)
             done.append(node)
         return done
 
@@ -512,7 +550,7 @@ class Agent:
         now = time.time()
         nodes = [NodeReport(name=n.name, cpus=n.cpus, real_memory_mb=n.real_memory_mb,
                             running_jobs=self._running_on(n.name), energy=energy.get(n.name),
-                            jobs=self.energy.usage(n.name), **self._power(n, now))
+                            jobs=self._usage(n.name), **self._power(n, now))
                  for n in self.nodes.values()] if with_nodes else []
         return AgentHeartbeat(agent_url=self.url, boot_time=self.boot_time, nodes=nodes,
                               events=self.pending_events() if with_events else [])
@@ -572,12 +610,11 @@ class Agent:
                         self._end_cgroups(node, job_id)
         with self.lock:
             for held in self.allocations.jobs.values():
-                khz, f_max = self.allocations.freq_of(held)
-                if self.config.emulated_nodes and khz and f_max:
-                    self.throttle.set((held.node, held.job_id), khz / f_max)
+                self._throttle(held)
             self._sampling_interval()
         loop = asyncio.get_running_loop()
         self.energy.on_poll = lambda: loop.call_soon_threadsafe(self._energy_read)
+        self.energy.after_poll = self._apply_policies
         self.energy.start()
         self.profiler.start()
         last_beat = 0.0

@@ -42,6 +42,16 @@ class NodeJob:
     task_s: int = 0
     joules_at_start: float | None = None
     gpu_ids: list[int] = field(default_factory=list)  # its GPUs' numbers on the node
+    # its energy policy (noded.policies): as the controller sent it, the ceiling, the latest choice
+    energy_policy: str = "monitoring"
+    energy_setting: float = 0.0
+    energy_start_khz: int = 0
+    memory_bound: float = 0.0  # its application model on a virtual node
+    top_khz: int = 0  # the highest frequency it may run at (its CPUs' top, CpuFreqDef, the power cap)
+    policy_khz: int = 0
+    decided_bound: float = 0.0  # the memory-bound share of the signature its policy decided on
+    time_factor: float = 0.0
+    energy_factor: float = 0.0
 
 
 class Allocations:
@@ -88,9 +98,12 @@ class Allocations:
             job = NodeJob(alloc.job_id, node, alloc.uid, alloc.user, alloc.start_time, cpus,
                           self._free_cpus(node, cpus), alloc.cpu_freq or self.config.cpu_freq_def, alloc.mem_mb,
                           profile=list(alloc.profile), energy_s=alloc.profile_energy_s, task_s=alloc.profile_task_s,
-                          gpu_ids=list(alloc.gpus.get(node, [])))
+                          gpu_ids=list(alloc.gpus.get(node, [])), energy_policy=alloc.energy_policy,
+                          energy_setting=alloc.energy_setting, energy_start_khz=alloc.energy_start_khz,
+                          memory_bound=alloc.app_memory_bound)
             self.jobs[(node, job.job_id)] = job
             self._apply_freq(job)
+            job.top_khz = self.freq_of(job)[0]
             self._open_profile(job)
             added.append(job)
         return added
@@ -179,6 +192,7 @@ class Allocations:
                 except (OSError, ValueError, TypeError):
                     continue
                 self.jobs[(node, job.job_id)] = job
+                job.top_khz = job.top_khz or self.freq_of(job)[0]  # saved before it was known: as it runs now
                 self._open_profile(job)
 
     # --- what the meter, the profiler and the throttle need ----------------------------------

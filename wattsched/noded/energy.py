@@ -13,8 +13,9 @@ agent restart (Slurm's reset on restart is why it stopped printing ConsumedJoule
 Every poll also reads from /proc the CPU time and RSS of each job's processes on each node
 (batch script and step tasks and what they started): the controller splits a shared node's dynamic
 energy by it, sstat shows it, and the emulated power model turns it into load. A job whose
-CPUs run at f < f_max gets only f / f_max of the CPU (noded.throttle), so its load is its CPU
-use over that share, drawn at the watts of f. On virtual nodes read through an emulated BMC,
+CPUs run at f < f_max gets only its share of the CPU (f / f_max when compute-bound, more when it
+waits for memory: noded.throttle, noded.policies.speed), so its load is its CPU use over that
+share, drawn at the watts of f. On virtual nodes read through an emulated BMC,
 the model's watts are published in ``<spool>/<node>/model_watts`` for the BMC to serve.
 Nodes with GPUs have them metered at each poll too (noded.gpus), and each job's GPU energy
 reported with its CPU time.
@@ -40,8 +41,9 @@ log = logging.getLogger("wattsched.noded")
 
 WAKE_GAP_S = 0.25  # the shortest time between two reads asked for by job ends
 SLOW_READ_S = 0.1
-# per node: for each job, (process groups, current kHz, highest kHz)
-JobLoads = Callable[[], dict[str, dict[int, tuple[set[int], int, int]]]]
+# per node: for each job, (process groups, current kHz, highest kHz, its share of the CPU)
+JobLoad = tuple[set[int], int, int, float]
+JobLoads = Callable[[], dict[str, dict[int, JobLoad]]]
 
 
 @dataclass(slots=True)
@@ -73,6 +75,7 @@ class EnergyMeter:
         self.job_cpu: dict[tuple[str, int], float] = {}  # CPU seconds of each job's processes on a node
         self.job_freq: dict[tuple[str, int], int] = {}
         self.job_rss: dict[tuple[str, int], int] = {}
+        self.job_busy: dict[tuple[str, int], float] = {}  # its busy share of the node over the last poll
         self.read_timeout_s = read_timeout_s
         self.nodes = {name: NodeEnergy() for name in nodes}
         # one file for all the nodes this agent hosts, named for them: agents that share a spool folder
@@ -85,6 +88,7 @@ class EnergyMeter:
         self._stop = threading.Event()
         self._wake = threading.Event()  # a job ended: read the nodes now, not at the next interval
         self.on_poll: Callable[[], object] | None = None  # told when a poll asked for by wake() is done
+        self.after_poll: Callable[[], object] | None = None  # told after every poll (energy policies)
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="energy-read")
         self._pending: dict[str, concurrent.futures.Future] = {}
         self._cpu_prev: dict[tuple[str, int], tuple[float, float]] = {}
@@ -167,8 +171,12 @@ class EnergyMeter:
                              rss_kb=self.job_rss.get((n, j), 0), gpu_j=round(gpu_j.get((n, j), 0.0), 3))
                     for (n, j), cpu in self.job_cpu.items() if n == node]
 
-    def _loads(self, now: float, running: dict[str, dict[int, tuple[set[int], int, int]]]
-               ) -> dict[str, list[tuple[float, int, int]]]:
+    def busy_and_watts(self) -> tuple[dict[tuple[str, int], float], dict[str, float]]:
+        """Each job's busy share of its node over the last poll, and each node's last watts."""
+        with self._lock:
+            return dict(self.job_busy), {n: e.watts for n, e in self.nodes.items()}
+
+    def _loads(self, now: float, running: dict[str, dict[int, JobLoad]]) -> dict[str, list[tuple[float, int, int]]]:
         """Per node, each ``running`` job's load as (busy share of the node, kHz, highest kHz),
         and the jobs' CPU seconds brought up to date (a process that ended takes its time along:
         only rises count)."""
@@ -176,7 +184,7 @@ class EnergyMeter:
         loads: dict[str, list[tuple[float, int, int]]] = {}
         seen = set()
         for node, jobs in running.items():
-            for job_id, (pgids, khz, f_max) in jobs.items():
+            for job_id, (pgids, khz, f_max, share) in jobs.items():
                 key = (node, job_id)
                 seen.add(key)
                 from_cgroup = self.cgroup_usage(node, job_id) if self.cgroup_usage else None
@@ -194,14 +202,15 @@ class EnergyMeter:
                 rise = max(0.0, used - previous[0])
                 self.job_cpu[key] = self.job_cpu.get(key, 0.0) + rise
                 if now > previous[1]:
-                    share = khz / f_max if khz and f_max else 1.0
-                    busy = rise / (now - previous[1]) / max(1, self.cpus.get(node, 1)) / share
+                    busy = rise / (now - previous[1]) / max(1, self.cpus.get(node, 1)) / max(share, 0.01)
+                    self.job_busy[key] = busy
                     loads.setdefault(node, []).append((busy, khz, f_max))
         for key in [k for k in self._cpu_prev if k not in seen]:
             del self._cpu_prev[key]
             self.job_cpu.pop(key, None)
             self.job_freq.pop(key, None)
             self.job_rss.pop(key, None)
+            self.job_busy.pop(key, None)
         return loads
 
     def _publish(self, loads: dict[str, list[tuple[float, int, int]]]) -> None:
@@ -285,6 +294,11 @@ class EnergyMeter:
                     self._last_save = started
             except Exception as exc:  # a broken sensor must not stop the meter
                 log.error("energy polling failed", extra={"error": str(exc)})
+            if self.after_poll is not None:
+                try:
+                    self.after_poll()
+                except Exception as exc:  # a policy's failure must not stop the meter
+                    log.error("energy policies failed", extra={"error": str(exc)})
             if asked and self.on_poll is not None:
                 self.on_poll()
             self._wake.wait(max(0.0, self.interval_s - (time.time() - started)))

@@ -1,0 +1,81 @@
+"""The energy policies' choices (wattsched.energypolicy) on the emulated node of etc/emulated.conf."""
+
+from __future__ import annotations
+
+import pytest
+
+from wattsched import energypolicy
+from wattsched.energypolicy import NodePower, Settings, Signature
+
+# etc/emulated.conf's node: 95 W idle, 190 W busy at 2.4 GHz, 116 W at 1.2 GHz
+NODE = NodePower(95.0, 190.0, ((2400000, 190), (2000000, 158), (1600000, 134), (1200000, 116)))
+LADDER = [2400000, 2000000, 1600000, 1200000]
+TOP = 2400000
+
+
+def signature(memory_bound: float, khz: int = TOP) -> Signature:
+    """A job alone on a busy node, with the memory-bound share ``memory_bound`` at the top frequency."""
+    compute = (1 - memory_bound) * TOP / khz
+    share = memory_bound / (memory_bound + compute)
+    return Signature(khz=khz, memory_share=share, watts=NODE.busy(khz, TOP), busy=1.0)
+
+
+def test_a_compute_bound_job_keeps_its_frequency_under_min_energy() -> None:
+    decision = energypolicy.decide(Settings("min_energy", 0.10), signature(0.0), LADDER, TOP, NODE, TOP)
+    # 2.0 GHz would save energy (158 W for 1.2x the time: 0.998) but costs 20 % time: over the bound
+    assert decision.khz == TOP and decision.time_factor == 1.0 and decision.energy_factor == 1.0
+
+
+def test_a_memory_bound_job_runs_at_the_lowest_energy_within_the_penalty() -> None:
+    decision = energypolicy.decide(Settings("min_energy", 0.10), signature(0.85), LADDER, TOP, NODE, TOP)
+    # 1.6 GHz: 0.15 * 1.5 + 0.85 = 1.075 the time at 134 W; 1.2 GHz would be 1.15 the time
+    assert decision.khz == 1600000
+    assert decision.time_factor == pytest.approx(1.075)
+    assert decision.energy_factor == pytest.approx(1.075 * 134 / 190)
+    looser = energypolicy.decide(Settings("min_energy", 0.20), signature(0.85), LADDER, TOP, NODE, TOP)
+    assert looser.khz == 1200000 and looser.time_factor == pytest.approx(1.15)
+
+
+def test_the_penalty_is_against_the_ceiling_whatever_frequency_the_signature_was_taken_at() -> None:
+    """EAR's issue #5: a signature taken below the top must not make its own time the reference."""
+    at_top = energypolicy.decide(Settings("min_energy", 0.10), signature(0.85), LADDER, TOP, NODE, TOP)
+    lowered = energypolicy.decide(Settings("min_energy", 0.10), signature(0.85, 1600000), LADDER, TOP, NODE, TOP)
+    assert lowered.khz == at_top.khz and lowered.time_factor == pytest.approx(at_top.time_factor)
+    assert signature(0.85, 1600000).bound_at(TOP) == pytest.approx(0.85)
+
+
+def test_a_lower_ceiling_bounds_the_policy() -> None:
+    capped = energypolicy.decide(Settings("min_energy", 0.10), signature(0.0, 2000000), LADDER, 2000000, NODE, TOP)
+    assert capped.khz == 2000000 and capped.time_factor == 1.0
+
+
+def test_min_time_raises_the_frequency_only_where_it_pays() -> None:
+    settings = Settings("min_time", 0.7)  # starts at the medium frequency: 1.6 GHz
+    assert energypolicy.start_khz(settings, LADDER, TOP) == 1600000
+    compute = energypolicy.decide(settings, signature(0.0, 1600000), LADDER, TOP, NODE, TOP)
+    assert compute.khz == TOP  # each step gains time in proportion to the clock
+    memory = energypolicy.decide(settings, signature(0.9, 1600000), LADDER, TOP, NODE, TOP)
+    assert memory.khz == 1600000  # a 25 % faster clock would gain under 3 % of time
+    assert memory.time_factor > 1 and memory.energy_factor < 1
+
+
+def test_monitoring_only_projects() -> None:
+    decision = energypolicy.decide(Settings("monitoring"), signature(0.5, 2000000), LADDER, TOP, NODE, TOP)
+    assert decision.khz == 2000000 and decision.time_factor > 1
+
+
+def test_a_phase_change_is_a_move_of_the_memory_bound_share_at_the_top() -> None:
+    assert not energypolicy.phase_changed(signature(0.5), signature(0.5, 1200000), TOP)
+    assert energypolicy.phase_changed(signature(0.1), signature(0.5), TOP)
+
+
+def test_names_and_the_application_model_are_checked() -> None:
+    assert energypolicy.check("MIN_Energy") == "min_energy"
+    with pytest.raises(energypolicy.PolicyError):
+        energypolicy.check("fastest")
+    assert energypolicy.app_memory_bound({energypolicy.APP_ENV: "0.25"}) == 0.25
+    assert energypolicy.app_memory_bound({}) == 0.0
+    for bad in ("1.5", "-0.1", "nan", "half", "1e999"):
+        with pytest.raises(energypolicy.PolicyError):
+            energypolicy.app_memory_bound({energypolicy.APP_ENV: bad})
+    assert energypolicy.app_memory_bound({energypolicy.APP_ENV: " 1 "}) == 1.0

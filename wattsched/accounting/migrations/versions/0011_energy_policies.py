@@ -1,0 +1,35 @@
+"""Jobs' energy policies and signatures (sacct EnergyPolicy, PolicyFreq, PredTime, PredEnergy, CPI,
+MemBW, MemBound).
+
+Revision ID: 0011
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0011"
+down_revision = "0010"
+branch_labels = None
+depends_on = None
+
+_COLUMNS = (
+    ("energy_policy", sa.String(16), ""),
+    ("policy_freq_khz", sa.Integer, "0"),
+    ("pred_time_factor", sa.Double, "0"),
+    ("pred_energy_factor", sa.Double, "0"),
+    ("sig_cpi", sa.Double, "0"),
+    ("sig_gbs", sa.Double, "0"),
+    ("sig_memory_bound", sa.Double, "0"),
+)
+
+
+def upgrade() -> None:
+    for name, kind, default in _COLUMNS:
+        op.add_column("jobs", sa.Column(name, kind, nullable=False, server_default=default))
+
+
+def downgrade() -> None:
+    for name, _kind, _default in reversed(_COLUMNS):
+        op.drop_column("jobs", name)
