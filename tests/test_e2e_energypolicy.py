@@ -99,3 +99,23 @@ def test_bad_policies_and_models_are_refused_at_submission(cluster: Cluster) -> 
     env = dict(c.env, WATTSCHED_APP_MEMORY_BOUND="2")
     bad = c.run("sbatch", "--wrap", "true", check=False, env=env)
     assert bad.returncode != 0 and "Invalid WATTSCHED_APP_MEMORY_BOUND: 2" in bad.stderr
+
+
+def _cur_freq(c: Cluster, node: str) -> str:
+    path = c.root / "spool" / node / "sysfs" / "sys" / "devices" / "system" / "cpu" / "cpu0" / "cpufreq" / \
+        "scaling_cur_freq"
+    return path.read_text().strip() if path.exists() else ""
+
+
+def test_a_job_that_changes_phase_has_its_frequency_decided_again(cluster: Cluster) -> None:
+    c = cluster
+    env = dict(c.env, WATTSCHED_APP_MEMORY_BOUND="0.85@5,0")  # memory-bound for 5 s, then compute-bound
+    job_id = c.sbatch("-p", "save", "-w", "n02", "--wrap", WORK, env=env)
+    wait_for(lambda: _cur_freq(c, "n02") == "1600000", 30, what="min_energy lowering the memory-bound phase")
+    wait_for(lambda: _cur_freq(c, "n02") == "2400000", 30, what="min_energy raising the compute-bound phase")
+    assert c.job(job_id)["state"] == "RUNNING"
+    c.wait_state(job_id, "COMPLETED", timeout=120)
+    row = wait_for(lambda: (out := c.run("sacct", "-X", "-P", "-n", "-o", "PolicyFreq,PredTime,MemBound", "-j",
+                                          str(job_id)).stdout.strip()) and out, 30, what="the job accounted")
+    freq, predicted, bound = row.split("|")
+    assert freq == "2.40G" and predicted == "+0.0%" and 0 < float(bound) < 0.85  # the mean over both phases

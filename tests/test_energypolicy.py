@@ -73,9 +73,13 @@ def test_names_and_the_application_model_are_checked() -> None:
     assert energypolicy.check("MIN_Energy") == "min_energy"
     with pytest.raises(energypolicy.PolicyError):
         energypolicy.check("fastest")
-    assert energypolicy.app_memory_bound({energypolicy.APP_ENV: "0.25"}) == 0.25
-    assert energypolicy.app_memory_bound({}) == 0.0
-    for bad in ("1.5", "-0.1", "nan", "half", "1e999"):
+    env = energypolicy.APP_ENV
+    assert energypolicy.app_model({env: "0.25"}) == ((0.25, 0.0),)
+    assert energypolicy.app_model({}) == ((0.0, 0.0),)
+    phases = energypolicy.app_model({env: "0.9@20, 0.1@5,0.5"})
+    assert phases == ((0.9, 20.0), (0.1, 5.0), (0.5, 0.0))
+    assert [energypolicy.share_at(phases, t) for t in (0, 19.9, 20, 24.9, 25, 1e6)] == [0.9, 0.9, 0.1, 0.1, 0.5, 0.5]
+    for bad in ("1.5", "-0.1", "nan", "half", "1e999", "0.5@10", "0.5,0.1", "0.5@0,0.1", "0.5@nan,0.1",
+                ",".join(["0.1@1"] * 16 + ["0.2"]), "0.1@inf,0.2"):
         with pytest.raises(energypolicy.PolicyError):
-            energypolicy.app_memory_bound({energypolicy.APP_ENV: bad})
-    assert energypolicy.app_memory_bound({energypolicy.APP_ENV: " 1 "}) == 1.0
+            energypolicy.app_model({env: bad})

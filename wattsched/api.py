@@ -398,7 +398,9 @@ class JobAllocation(Strict):
     energy_policy: str = "monitoring"
     energy_setting: float = Field(0.0, ge=0.0, le=1.0)
     energy_start_khz: int = Field(0, ge=0)
-    app_memory_bound: float = Field(0.0, ge=0.0, le=1.0)  # an emulated node's application model
+    # an emulated node's application model (energypolicy.app_model): (memory-bound share, seconds) phases
+    app_model: list[tuple[Annotated[float, Field(ge=0.0, le=1.0)], Annotated[float, Field(ge=0.0, le=1e9)]]] = \
+        Field([], max_length=16)
 
 
 class LaunchBatch(Strict):

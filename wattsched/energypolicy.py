@@ -43,27 +43,49 @@ DEFAULT_MIN_GAIN = 0.7
 PHASE_CHANGE = 0.10
 
 
-# an emulated node's application model: the share of a job's time at the highest frequency spent
-# waiting for memory (0: compute-bound, the default; 1: memory-bound), from the job's environment
+# an emulated node's application model, from the job's environment: the share of its time at the
+# highest frequency spent waiting for memory (0: compute-bound, the default; 1: memory-bound), in
+# phases: "0.9@20,0.1" is 0.9 for the first 20 s of its run, then 0.1 to its end
 APP_ENV = "WATTSCHED_APP_MEMORY_BOUND"
+APP_PHASES_MAX = 16
+Phases = tuple[tuple[float, float], ...]  # (memory-bound share, seconds; 0 for the last: to the end)
 
 
 class PolicyError(ValueError):
     """An energy policy name or setting that is not one."""
 
 
-def app_memory_bound(environment: Mapping[str, str]) -> float:
-    """The memory-bound share a job declares for emulated nodes (APP_ENV), checked."""
+def app_model(environment: Mapping[str, str]) -> Phases:
+    """The application model a job declares for emulated nodes (APP_ENV), checked."""
     text = environment.get(APP_ENV, "").strip()
     if not text:
-        return 0.0
-    try:
-        share = float(text[:32])
-    except ValueError:
-        share = -1.0
-    if not 0.0 <= share <= 1.0:  # also refuses nan
-        raise PolicyError(f"Invalid {APP_ENV}: {text[:32]} (a share from 0 to 1)")
-    return share
+        return ((0.0, 0.0),)
+    parts = text[:256].split(",")
+    if len(text) > 256 or len(parts) > APP_PHASES_MAX:
+        raise PolicyError(f"Invalid {APP_ENV}: at most {APP_PHASES_MAX} phases")
+    phases = []
+    for index, part in enumerate(parts):
+        share_text, at, seconds_text = part.strip().partition("@")
+        try:
+            share, seconds = float(share_text), float(seconds_text) if at else 0.0
+        except ValueError:
+            share, seconds = -1.0, 0.0
+        last = index == len(parts) - 1
+        # the comparisons also refuse nan and infinities
+        if not 0.0 <= share <= 1.0 or not 0.0 <= seconds < 1e9 or (not last and not seconds > 0) or (last and at):
+            raise PolicyError(f"Invalid {APP_ENV}: {text[:32]} (shares from 0 to 1, each but the last "
+                              "@seconds: 0.9@20,0.1)")
+        phases.append((share, seconds))
+    return tuple(phases)
+
+
+def share_at(phases: Sequence[Sequence[float]], elapsed: float) -> float:
+    """The memory-bound share of an application model ``elapsed`` seconds into the run."""
+    for share, seconds in phases:
+        if not seconds or elapsed < seconds:
+            return share
+        elapsed -= seconds
+    return phases[-1][0] if phases else 0.0
 
 
 def check(name: str) -> str:

@@ -205,11 +205,11 @@ def energy_settings(config: Config, job: Job) -> dict[str, Any]:
     policy = job.energy_policy or "monitoring"
     setting = {"min_energy": config.energy_policy_penalty, "min_time": config.energy_policy_min_gain}.get(policy, 0.0)
     try:
-        bound = energypolicy.app_memory_bound(job.environment)
+        model = energypolicy.app_model(job.environment)
     except energypolicy.PolicyError:
-        bound = 0.0
+        model = ((0.0, 0.0),)
     return {"energy_policy": policy, "energy_setting": setting,
-            "energy_start_khz": config.energy_policy_min_time_freq, "app_memory_bound": bound}
+            "energy_start_khz": config.energy_policy_min_time_freq, "app_model": list(model)}
 
 
 def batch_environment(state: ClusterState, job: Job) -> dict[str, str]:

@@ -191,7 +191,7 @@ def build_jobs(req: JobSubmit, who: Identity, gid: int, group: str, config: Conf
     template.cpu_freq = check_cpu_freq(req.cpu_freq, config)
     try:
         template.energy_policy = energypolicy.check(req.energy_policy) if req.energy_policy else ""
-        energypolicy.app_memory_bound(template.environment)
+        energypolicy.app_model(template.environment)
     except energypolicy.PolicyError as exc:
         raise SubmitError(str(exc)) from exc
     template.profile = check_profile(req.profile, config)

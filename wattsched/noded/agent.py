@@ -21,7 +21,7 @@ import time
 
 import httpx
 
-from wattsched import auth, cpubind, gres, plugins, prologs, switching
+from wattsched import auth, cpubind, energypolicy, gres, plugins, prologs, switching
 from wattsched.api import AgentHeartbeat, BatchLaunch, JobAllocation, JobEvent, JobUsage, NodeReport
 from wattsched.config import Config, NodeConf
 from wattsched.noded import chassis, gpus, policies, procs, steps
@@ -146,8 +146,14 @@ class Agent:
         node_busy: dict[str, float] = {}
         for (node, _job_id), share in busy.items():
             node_busy[node] = node_busy.get(node, 0.0) + share
+        now = time.time()
         with self.lock:
             for key, held in list(self.allocations.jobs.items()):
+                if self.config.emulated_nodes and held.app_model:  # a virtual job's model moves to its next phase
+                    bound = energypolicy.share_at(held.app_model, now - held.start)
+                    if bound != held.memory_bound:
+                        held.memory_bound = bound
+                        self._throttle(held)
                 if key not in busy:
                     continue
                 khz, f_max = self.allocations.freq_of(held)

@@ -17,7 +17,7 @@ import logging
 import os
 from dataclasses import asdict, dataclass, field
 
-from wattsched import cpufreq, h5profile
+from wattsched import cpufreq, energypolicy, h5profile
 from wattsched.api import JobAllocation
 from wattsched.config import Config, NodeConf
 from wattsched.noded.cpufreq import CpuFreqSysfs, layout_tree
@@ -46,7 +46,8 @@ class NodeJob:
     energy_policy: str = "monitoring"
     energy_setting: float = 0.0
     energy_start_khz: int = 0
-    memory_bound: float = 0.0  # its application model on a virtual node
+    app_model: list[list[float]] = field(default_factory=list)  # its application model on a virtual node
+    memory_bound: float = 0.0  # the model's share now
     top_khz: int = 0  # the highest frequency it may run at (its CPUs' top, CpuFreqDef, the power cap)
     policy_khz: int = 0
     decided_bound: float = 0.0  # the memory-bound share of the signature its policy decided on
@@ -100,7 +101,8 @@ class Allocations:
                           profile=list(alloc.profile), energy_s=alloc.profile_energy_s, task_s=alloc.profile_task_s,
                           gpu_ids=list(alloc.gpus.get(node, [])), energy_policy=alloc.energy_policy,
                           energy_setting=alloc.energy_setting, energy_start_khz=alloc.energy_start_khz,
-                          memory_bound=alloc.app_memory_bound)
+                          app_model=[list(p) for p in alloc.app_model],
+                          memory_bound=energypolicy.share_at(alloc.app_model, 0.0))
             self.jobs[(node, job.job_id)] = job
             self._apply_freq(job)
             job.top_khz = self.freq_of(job)[0]
