@@ -6,8 +6,12 @@ projections and the signature."""
 
 from __future__ import annotations
 
+import getpass
+from pathlib import Path
+
 import pytest
 
+from wattsched import h5profile
 from wattsched.testing import Cluster, wait_for
 
 FREQS = "CpuFreqWatts=2400000:190,2000000:158,1600000:134,1200000:116"
@@ -23,7 +27,8 @@ def cluster(tmp_path_factory):
     root = tmp_path_factory.mktemp("energypolicy")
     c = Cluster(root, nodes=2, cpus=1, extra="\n".join([
         "EmulatedNodes=YES", "AcctGatherEnergyType=acct_gather_energy/emulated", "AcctGatherNodeFreq=1",
-        f"EnergyPolicyPenalty={PENALTY}"]),
+        f"EnergyPolicyPenalty={PENALTY}", "AcctGatherProfileType=acct_gather_profile/hdf5",
+        f"ProfileHDF5Dir={root / 'profile'}"]),
         node_extra=f"IdleWatts=95 MaxWatts=190 {FREQS}",
         partitions="\n".join([
             "PartitionName=watch Nodes=n[01-02] Default=YES MaxTime=INFINITE",
@@ -110,7 +115,8 @@ def _cur_freq(c: Cluster, node: str) -> str:
 def test_a_job_that_changes_phase_has_its_frequency_decided_again(cluster: Cluster) -> None:
     c = cluster
     env = dict(c.env, WATTSCHED_APP_MEMORY_BOUND="0.85@5,0")  # memory-bound for 5 s, then compute-bound
-    job_id = c.sbatch("-p", "save", "-w", "n02", "--wrap", WORK, env=env)
+    job_id = c.sbatch("-p", "save", "-w", "n02", "--profile=energy", "--acctg-freq=energy=1", "--wrap", WORK,
+                      env=env)
     wait_for(lambda: _cur_freq(c, "n02") == "1600000", 30, what="min_energy lowering the memory-bound phase")
     wait_for(lambda: _cur_freq(c, "n02") == "2400000", 30, what="min_energy raising the compute-bound phase")
     assert c.job(job_id)["state"] == "RUNNING"
@@ -119,3 +125,10 @@ def test_a_job_that_changes_phase_has_its_frequency_decided_again(cluster: Clust
                                           str(job_id)).stdout.strip()) and out, 30, what="the job accounted")
     freq, predicted, bound = row.split("|")
     assert freq == "2.40G" and predicted == "+0.0%" and 0 < float(bound) < 0.85  # the mean over both phases
+    # the profile's Signature series holds both phases and both choices
+    merged = h5profile.merged_path(str(c.root / "profile"), getpass.getuser(), job_id)
+    wait_for(lambda: Path(merged).exists(), 30, what="the merged profile")
+    signature = h5profile.series_of(merged, "n02", "Signature")
+    assert {round(float(b), 2) for b in signature["MemBound"]} == {0.85, 0.0}
+    assert {1600000, 2400000} <= {int(f) for f in signature["PolicyFrequency"]}
+    assert (signature["CPI"] > 0).all() and (signature["Power"] > 0).all()

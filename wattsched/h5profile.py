@@ -4,9 +4,12 @@ During a job each node agent appends samples to its own file
 ``<ProfileHDF5Dir>/<user>/<jobid>_<node>.h5``: an ``Energy`` series (ElapsedTime, EpochTime,
 Power W, Energy J since the job started, CPUFrequency kHz) and a ``Task`` series
 (ElapsedTime, EpochTime, CPUFrequency, CPUTime s, CPUUtilization %, RSS KB of the job's
-processes on the node). Every append is flushed, so a job killed mid-run leaves a readable
-file. When the job ends the node files are merged into ``job_<jobid>.h5`` beside them, one
-group ``/Nodes/<node>`` per node holding its series, as Georgiou et al. 2014 describes and as sh5util does.
+processes on the node). With the energy series comes a ``Signature`` series (ours: ElapsedTime,
+EpochTime, CPUFrequency, CPI, MemBW GB/s, MemBound, Power W of the job's share of the node, and
+PolicyFrequency, the kHz its energy policy chose: wattsched.energypolicy). Every append is
+flushed, so a job killed mid-run leaves a readable file. When the job ends the node files are
+merged into ``job_<jobid>.h5`` beside them, one group ``/Nodes/<node>`` per node holding its
+series, as Georgiou et al. 2014 describes and as sh5util does.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ SERIES = {
                         ("CPUFrequency", "u4")]),
     "Task": np.dtype([("ElapsedTime", "f8"), ("EpochTime", "f8"), ("CPUFrequency", "u4"), ("CPUTime", "f8"),
                       ("CPUUtilization", "f8"), ("RSS", "u8")]),
+    "Signature": np.dtype([("ElapsedTime", "f8"), ("EpochTime", "f8"), ("CPUFrequency", "u4"), ("CPI", "f8"),
+                           ("MemBW", "f8"), ("MemBound", "f8"), ("Power", "f8"), ("PolicyFrequency", "u4")]),
 }
 
 

@@ -99,7 +99,7 @@ class Agent:
                                   gpus=GpuMeter(self.nodes, config.emulated_nodes, self._job_gpus))
         self.throttle = Throttle(lambda key: self.job_pgids(*key))
         self.policies = Policies(self.nodes, config.emulated_nodes)
-        self.profiler = Profiler(self.allocations, self.energy, self.lock)
+        self.profiler = Profiler(self.allocations, self.energy, self.lock, self.policies)
 
     def job_pgids(self, node: str, job_id: int) -> set[int]:
         """The process groups of a job on a node: its batch script's and its step tasks'."""

@@ -160,7 +160,7 @@ class Allocations:
     def _open_profile(self, job: NodeJob) -> None:
         if not job.profile or self.config.acct_gather_profile_type != "acct_gather_profile/hdf5":
             return
-        series = [s.capitalize() for s in job.profile]
+        series = [s.capitalize() for s in job.profile] + (["Signature"] if "energy" in job.profile else [])
         try:
             self.profiles[(job.node, job.job_id)] = h5profile.NodeProfile(
                 self.config.profile_dir, job.job_id, job.node, job.user, job.start, series,

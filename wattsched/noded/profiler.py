@@ -14,6 +14,7 @@ import time
 
 from wattsched.noded.allocations import Allocations
 from wattsched.noded.energy import EnergyMeter
+from wattsched.noded.policies import Policies
 
 log = logging.getLogger("wattsched.noded")
 
@@ -21,8 +22,8 @@ TICK_S = 0.25
 
 
 class Profiler:
-    def __init__(self, allocations: Allocations, meter: EnergyMeter, lock: threading.Lock):
-        self.allocations, self.meter = allocations, meter
+    def __init__(self, allocations: Allocations, meter: EnergyMeter, lock: threading.Lock, policies: Policies):
+        self.allocations, self.meter, self.policies = allocations, meter, policies
         self.lock = lock  # the agent's lock over its allocations
         self._due: dict[tuple[str, int, str], float] = {}
         self._last_task: dict[tuple[str, int], tuple[float, float]] = {}
@@ -50,7 +51,7 @@ class Profiler:
                 job = self.allocations.jobs.get(key)
                 if job is None:
                     continue
-                khz, _f_max = self.allocations.freq_of(job)
+                khz, f_max = self.allocations.freq_of(job)
                 if "energy" in job.profile and self._is_due(key, "energy", job.energy_s, now):
                     state = self.meter.nodes.get(job.node)
                     if state is not None and state.time:
@@ -58,6 +59,11 @@ class Profiler:
                             job.joules_at_start = state.joules
                         profile.append("Energy", now, Power=state.watts, Energy=state.joules - job.joules_at_start,
                                        CPUFrequency=khz)
+                    sig = self.policies.latest.get(key)
+                    if sig is not None:
+                        profile.append("Signature", now, CPUFrequency=sig.khz, CPI=sig.cpi, MemBW=sig.gbs,
+                                       MemBound=sig.bound_at(f_max or sig.khz), Power=sig.watts,
+                                       PolicyFrequency=job.policy_khz)
                 if "task" in job.profile and self._is_due(key, "task", job.task_s, now):
                     cpu_s, rss_kb = self.meter.job_usage(*key)
                     then, cpu_before = self._last_task.get(key, (job.start, 0.0))
