@@ -129,6 +129,7 @@ def test_throttle_never_leaves_a_job_stopped() -> None:
     import time
 
     from wattsched.noded.throttle import PERIOD_S, Throttle
+    from wattsched.testing import wait_for
 
     procs = [subprocess.Popen(["sh", "-c", "while :; do :; done"], start_new_session=True) for _ in range(2)]
     try:
@@ -144,6 +145,11 @@ def test_throttle_never_leaves_a_job_stopped() -> None:
         throttle.release(("n", 0))
         time.sleep(2 * PERIOD_S)
         assert _state(procs[0].pid) != "T"
+        # back to full speed (an energy policy raising the frequency) while stopped: it goes on
+        wait_for(lambda: _state(procs[1].pid) == "T", 3 * PERIOD_S, interval=0.005, what="job 1 stopped")
+        throttle.set(("n", 1), 1.0)
+        assert ("n", 1) not in throttle.ratios
+        wait_for(lambda: _state(procs[1].pid) != "T", 1.0, interval=0.005, what="job 1 running again")
         throttle.stop()
         time.sleep(PERIOD_S)
         assert _state(procs[1].pid) != "T"

@@ -114,9 +114,9 @@ def _cur_freq(c: Cluster, node: str) -> str:
 
 def test_a_job_that_changes_phase_has_its_frequency_decided_again(cluster: Cluster) -> None:
     c = cluster
-    env = dict(c.env, WATTSCHED_APP_MEMORY_BOUND="0.85@5,0")  # memory-bound for 5 s, then compute-bound
-    job_id = c.sbatch("-p", "save", "-w", "n02", "--profile=energy", "--acctg-freq=energy=1", "--wrap", WORK,
-                      env=env)
+    env = dict(c.env, WATTSCHED_APP_MEMORY_BOUND="0.85@4,0")  # memory-bound for 4 s, then compute-bound
+    job_id = c.sbatch("-p", "save", "-w", "n02", "--profile=energy", "--acctg-freq=energy=1", "--wrap",
+                      WORK.replace("150000000", "300000000"), env=env)
     wait_for(lambda: _cur_freq(c, "n02") == "1600000", 30, what="min_energy lowering the memory-bound phase")
     wait_for(lambda: _cur_freq(c, "n02") == "2400000", 30, what="min_energy raising the compute-bound phase")
     assert c.job(job_id)["state"] == "RUNNING"
@@ -132,3 +132,15 @@ def test_a_job_that_changes_phase_has_its_frequency_decided_again(cluster: Clust
     assert {round(float(b), 2) for b in signature["MemBound"]} == {0.85, 0.0}
     assert {1600000, 2400000} <= {int(f) for f in signature["PolicyFrequency"]}
     assert (signature["CPI"] > 0).all() and (signature["Power"] > 0).all()
+
+
+def test_min_time_starts_low_and_raises_a_compute_bound_job(cluster: Cluster) -> None:
+    """(A job raised back to full speed while its throttle had it stopped once stayed stopped.)"""
+    c = cluster
+    job_id = c.sbatch("--energy-policy=min_time", "-w", "n01", "--wrap", WORK)
+    wait_for(lambda: _cur_freq(c, "n01") == "1600000", 30, what="min_time starting at the medium frequency")
+    wait_for(lambda: _cur_freq(c, "n01") == "2400000", 30, what="min_time raising a compute-bound job")
+    c.wait_state(job_id, "COMPLETED", timeout=120)
+    row = wait_for(lambda: (out := c.run("sacct", "-X", "-P", "-n", "-o", "EnergyPolicy,PolicyFreq,PredTime", "-j",
+                                          str(job_id)).stdout.strip()) and out, 30, what="the job accounted")
+    assert row == "min_time|2.40G|+0.0%"

@@ -30,11 +30,11 @@ class Throttle:
         self._thread = threading.Thread(target=self._run, name="throttle", daemon=True)
 
     def set(self, key: tuple[str, int], ratio: float) -> None:
+        if ratio >= 0.999:  # full speed: a job caught in the stopped part of a period must go on
+            self.release(key)
+            return
         with self._lock:
-            if ratio >= 0.999:
-                self.ratios.pop(key, None)
-            else:
-                self.ratios[key] = max(0.05, ratio)
+            self.ratios[key] = max(0.05, ratio)
         if self.ratios and not self._thread.is_alive():
             self._thread.start()
 
