@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from wattsched import energypolicy
+from wattsched import energypolicy, prediction
 from wattsched.energypolicy import NodePower, Settings, Signature
 
 # etc/emulated.conf's node: 95 W idle, 190 W busy at 2.4 GHz, 116 W at 1.2 GHz
@@ -83,3 +83,17 @@ def test_names_and_the_application_model_are_checked() -> None:
                 ",".join(["0.1@1"] * 16 + ["0.2"]), "0.1@inf,0.2"):
         with pytest.raises(energypolicy.PolicyError):
             energypolicy.app_model({env: bad})
+
+
+def test_a_prediction_is_the_mean_of_the_last_runs_of_the_same_job() -> None:
+    key = prediction.job_key("alice", "sim", "#!/bin/sh\nrun\n", 2, 16)
+    assert key != prediction.job_key("alice", "sim", "#!/bin/sh\nrun\n", 2, 32)  # another size
+    assert key != prediction.job_key("bob", "sim", "#!/bin/sh\nrun\n", 2, 16)
+    assert len(key) == 16 and key == prediction.job_key("alice", "sim", "#!/bin/sh\nrun\n", 2, 16)
+    # newest first: only the last RUNS_KEPT count, and a run that did not last is no evidence
+    rows = [(key, 100.0, 20000.0)] * prediction.RUNS_KEPT + [(key, 1000.0, 1.0), ("other", 0.0, 5.0)]
+    found = prediction.from_history(rows)
+    assert set(found) == {key}
+    assert found[key] == prediction.Prediction(100.0, 20000.0, 200.0, prediction.RUNS_KEPT)
+    mixed = prediction.from_history([(key, 100.0, 10000.0), (key, 300.0, 50000.0)])[key]
+    assert mixed.elapsed_s == 200.0 and mixed.joules == 30000.0 and mixed.watts == 150.0  # the ratio of sums

@@ -132,6 +132,11 @@ class WillRun(BaseModel):
     cpus: int = 0
     partition: str = ""
     reason: str = ""
+    # what the same job's earlier runs let expect (wattsched.prediction; 0: no earlier run)
+    expected_elapsed_s: float = 0.0
+    expected_energy_j: float = 0.0
+    expected_watts: float = 0.0
+    expected_runs: int = 0
 
 
 class SubmitReply(BaseModel):

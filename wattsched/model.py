@@ -89,6 +89,11 @@ class Job:
     power_fit: bool = False  # --power-fit: may run at a lower frequency to fit under the power cap
     # --energy-policy as asked; from its launch, the policy it runs under (wattsched.energypolicy)
     energy_policy: str = ""
+    # the same job's earlier runs (wattsched.prediction): its key, and what they let expect of it
+    history_key: str = ""
+    exp_elapsed_s: float = 0.0
+    exp_energy_j: float = 0.0
+    exp_watts: float = 0.0
     profile: tuple[str, ...] = ()  # --profile series: energy, task
     acctg_freq: tuple[tuple[str, int], ...] = ()  # --acctg-freq: (type, seconds)
     # GPUs asked for (wattsched.gres): at most one of per node, per task, per job; "" for any type

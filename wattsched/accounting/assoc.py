@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import and_, delete, insert, select, update
 from sqlalchemy.engine import Connection, Engine
 
-from wattsched import confvalues, limits
+from wattsched import confvalues, limits, prediction, states
 from wattsched.accounting.models import (
     AccountRecord,
     AssociationRecord,
@@ -127,6 +127,20 @@ class AssocStore:
             r.time_start, r.time_end, float(r.consumed_energy_j or 0))
             for r in self._finished(since, skip, jobs.c.qos, jobs.c.alloc_cpus, jobs.c.nnodes, jobs.c.req_mem_mb,
                                     jobs.c.req_mem_per_cpu, jobs.c.alloc_gpus, jobs.c.consumed_energy_j)]
+
+    def run_history(self, limit: int = 50000) -> dict[str, prediction.Prediction]:
+        """The predictions of the jobs that ran before (wattsched.prediction): from the latest
+        ``limit`` completed runs with a key and an energy."""
+        jobs = table(JobRecord)
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(jobs.c.history_key, jobs.c.time_start, jobs.c.time_end, jobs.c.time_suspended,
+                                       jobs.c.consumed_energy_j)
+                                .where(jobs.c.cluster == self.cluster, jobs.c.history_key != "",
+                                       jobs.c.state == states.COMPLETED, jobs.c.time_start > 0,
+                                       jobs.c.consumed_energy_j.is_not(None))
+                                .order_by(jobs.c.time_end.desc()).limit(limit)).all()
+        return prediction.from_history((r.history_key, r.time_end - r.time_start - (r.time_suspended or 0.0),
+                                        float(r.consumed_energy_j)) for r in rows)
 
     def _finished(self, since: float, skip: Collection[JobKey], *columns: Any) -> Sequence[Any]:
         """The rows of the jobs that ran and ended after ``since``, but those in ``skip``."""

@@ -28,7 +28,8 @@ class ClusterRecord(Base):
 class JobRecord(Base):
     __tablename__ = "jobs"
     __table_args__ = (UniqueConstraint("cluster", "job_id", "time_submit", name="uq_job"),
-                      Index("ix_jobs_cluster_time_end", "cluster", "time_end"))
+                      Index("ix_jobs_cluster_time_end", "cluster", "time_end"),
+                      Index("ix_jobs_history", "cluster", "history_key", "time_end"))
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     cluster: Mapped[str] = mapped_column(String(64), index=True)
@@ -88,6 +89,11 @@ class JobRecord(Base):
     sig_cpi: Mapped[float] = mapped_column(Double, default=0.0)
     sig_gbs: Mapped[float] = mapped_column(Double, default=0.0)
     sig_memory_bound: Mapped[float] = mapped_column(Double, default=0.0)
+    # the same job's earlier runs (wattsched.prediction): its key and their expectation at submission
+    history_key: Mapped[str] = mapped_column(String(16), default="")
+    exp_elapsed_s: Mapped[float] = mapped_column(Double, default=0.0)
+    exp_energy_j: Mapped[float] = mapped_column(Double, default=0.0)
+    exp_watts: Mapped[float] = mapped_column(Double, default=0.0)
 
     steps: Mapped[list[StepRecord]] = relationship(back_populates="job", cascade="all, delete-orphan",
                                                    order_by="StepRecord.id")

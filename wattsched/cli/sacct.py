@@ -398,6 +398,10 @@ FIELDS.update({
     "CPI": (6, _signature("sig_cpi")),
     "MemBW": (8, _signature("sig_gbs")),
     "MemBound": (8, _signature("sig_memory_bound")),
+    # what the same job's earlier runs let expect at its submission (wattsched.prediction)
+    "ExpElapsed": (10, lambda j, s: "" if s or not j.get("exp_elapsed_s") else _elapsed_str(round(j["exp_elapsed_s"]))),
+    "ExpEnergy": (10, lambda j, s: "" if s or not j.get("exp_elapsed_s") else _energy(round(j["exp_energy_j"]))),
+    "ExpWatts": (8, lambda j, s: "" if s or not j.get("exp_elapsed_s") else f"{j['exp_watts']:.0f}"),
 })
 
 

@@ -117,6 +117,12 @@ def test_only(client: Client, body: dict) -> int:
     where = f" on nodes {_compress(plan['nodes'])}" if plan["nodes"] else ""
     sys.stderr.write(f"sbatch: Job {reply['job_id']} to start at {timefmt.ts_str(plan['start_time'])} using "
                      f"{plan['cpus']} processors{where} in partition {plan['partition']}\n")
+    if plan.get("expected_runs"):  # ours: what the same job's earlier runs let expect
+        run_time = timefmt.elapsed_str(round(plan["expected_elapsed_s"]))
+        sys.stderr.write(f"sbatch: Job {reply['job_id']} expected to run {run_time} and use "
+                         f"{plan['expected_energy_j'] / 1000:.1f} kJ at {plan['expected_watts']:.0f} W "
+                         + ("(as its last run)\n" if plan["expected_runs"] == 1 else
+                            f"(the mean of its last {plan['expected_runs']} runs)\n"))
     return 0
 
 

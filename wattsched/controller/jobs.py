@@ -44,9 +44,17 @@ def submit(state: ClusterState, req: JobSubmit, who: Identity, now: float) -> li
     state.next_job_id = jobs[-1].job_id + 1
     state.journal.meta_dirty = True
     for job in jobs:
+        expect(state, job)
         state.jobs[job.job_id] = job
         state.touch(job)
     return jobs
+
+
+def expect(state: ClusterState, job: Job) -> None:
+    """What the same job's earlier runs let expect of it (wattsched.prediction), as of submission."""
+    known = state.shares.predictions.get(job.history_key)
+    if known is not None:
+        job.exp_elapsed_s, job.exp_energy_j, job.exp_watts = known.elapsed_s, known.joules, known.watts
 
 
 def withdraw(state: ClusterState, submitted: list[Job]) -> None:
@@ -96,12 +104,16 @@ def will_run(state: ClusterState, req: JobSubmit, who: Identity, now: float) -> 
                                         state.plugins.select, memos.QueueMemo())
     finally:
         state.memo.requests.pop(job.job_id, None)
+    expect(state, job)
+    known = state.shares.predictions.get(job.history_key)
+    expected = {"expected_elapsed_s": job.exp_elapsed_s, "expected_energy_j": job.exp_energy_j,
+                "expected_watts": job.exp_watts, "expected_runs": known.runs if known else 0}
     started = dict(decisions.starts).get(job.job_id)
     if started is not None:
         return job, WillRun(start_time=now, nodes=list(started.cpus), cpus=sum(started.cpus.values()),
-                            partition=job.partition)
+                            partition=job.partition, **expected)
     return job, WillRun(start_time=decisions.expected_start.get(job.job_id), cpus=job.ntasks * job.cpus_per_task,
-                        partition=job.partition, reason=decisions.reasons.get(job.job_id, job.reason))
+                        partition=job.partition, reason=decisions.reasons.get(job.job_id, job.reason), **expected)
 
 
 def with_account(state: ClusterState, req: JobSubmit, who: Identity) -> JobSubmit:

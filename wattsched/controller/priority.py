@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from wattsched import fairshare, limits, states
+from wattsched import fairshare, limits, prediction, states
 from wattsched.accounting.assoc import JobKey
 from wattsched.accounting.store import AccountingStore
 from wattsched.config import Config
@@ -42,6 +42,8 @@ class Shares:
     assoc_limits: dict[tuple[str, str], limits.AssocLimits] = field(default_factory=dict)
     assoc_use: dict[tuple[str, str], limits.Use] = field(default_factory=dict)
     qos_use: dict[str, limits.Use] = field(default_factory=dict)
+    # what the jobs that ran before let expect of the same jobs (wattsched.prediction), by key
+    predictions: dict[str, prediction.Prediction] = field(default_factory=dict)
 
 
 def compute(accounting: AccountingStore, config: Config, live: Live, now: float, origin: float,
@@ -72,7 +74,7 @@ def compute(accounting: AccountingStore, config: Config, live: Live, now: float,
     assoc_use, qos_use = limits.recorded_use([*assocs.use_records(since, live.keys), *live.use], assoc_limits, qos, now,
                                              since, half_life)
     return Shares(rows, fairshare.factors(rows), user_accounts, default_account, admins, now, qos, assoc_limits,
-                  assoc_use, qos_use)
+                  assoc_use, qos_use, assocs.run_history())
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,11 +7,24 @@ allocates the ids and stores the result.
 from __future__ import annotations
 
 import re
+import shlex
 import signal as signal_mod
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from wattsched import auth, cpufreq, energypolicy, gres, hostlist, patterns, scheduling, snapbuild, states, timefmt
+from wattsched import (
+    auth,
+    cpufreq,
+    energypolicy,
+    gres,
+    hostlist,
+    patterns,
+    prediction,
+    scheduling,
+    snapbuild,
+    states,
+    timefmt,
+)
 from wattsched.api import JobSubmit
 from wattsched.auth import Identity
 from wattsched.config import Config
@@ -195,6 +208,8 @@ def build_jobs(req: JobSubmit, who: Identity, gid: int, group: str, config: Conf
     except energypolicy.PolicyError as exc:
         raise SubmitError(str(exc)) from exc
     template.profile = check_profile(req.profile, config)
+    template.history_key = prediction.job_key(who.user, template.name, req.script or shlex.join(
+        [req.command, *req.argv]), nodes_min, ntasks * req.cpus_per_task)
     template.acctg_freq = check_acctg_freq(req.acctg_freq)
     array = parse_array(req.array, config.max_array_size) if req.array else None
     template.std_out = req.output or patterns.default_output(array is not None)

@@ -189,6 +189,7 @@ class Agent:
                 first = self.policies.first_khz(job, job.top_khz) if job.top_khz else 0
                 if first and first != job.top_khz:  # min_time starts lower
                     self.allocations.set_freq(job, first)
+                self.policies.started(job, self.allocations.freq_of(job)[0])
                 self._throttle(job)
             self._sampling_interval()
 

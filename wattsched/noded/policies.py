@@ -78,6 +78,10 @@ class Policies:
         """The frequency a job starts at under its policy, below a ceiling of ``top``."""
         return energypolicy.start_khz(self.settings(job), self.ladder(job.node), top)
 
+    def started(self, job: NodeJob, khz: int) -> None:
+        """The job runs at ``khz`` from its start: its first interval is steady if it is still there."""
+        self._khz_seen[(job.node, job.job_id)] = khz
+
     def signature(self, job: NodeJob, sample: Sample) -> Signature | None:
         """The job's signature over the last interval, if it ran at one frequency and we can tell."""
         key = (job.node, job.job_id)

@@ -1,5 +1,5 @@
 """Jobs' energy policies and signatures (sacct EnergyPolicy, PolicyFreq, PredTime, PredEnergy, CPI,
-MemBW, MemBound).
+MemBW, MemBound), and their predictions from earlier runs (ExpElapsed, ExpEnergy, ExpWatts).
 
 Revision ID: 0011
 """
@@ -22,14 +22,20 @@ _COLUMNS = (
     ("sig_cpi", sa.Double, "0"),
     ("sig_gbs", sa.Double, "0"),
     ("sig_memory_bound", sa.Double, "0"),
+    ("history_key", sa.String(16), ""),
+    ("exp_elapsed_s", sa.Double, "0"),
+    ("exp_energy_j", sa.Double, "0"),
+    ("exp_watts", sa.Double, "0"),
 )
 
 
 def upgrade() -> None:
     for name, kind, default in _COLUMNS:
         op.add_column("jobs", sa.Column(name, kind, nullable=False, server_default=default))
+    op.create_index("ix_jobs_history", "jobs", ["cluster", "history_key", "time_end"])
 
 
 def downgrade() -> None:
+    op.drop_index("ix_jobs_history", "jobs")
     for name, _kind, _default in reversed(_COLUMNS):
         op.drop_column("jobs", name)
