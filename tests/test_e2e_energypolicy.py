@@ -191,3 +191,24 @@ def test_earlier_runs_of_the_same_job_predict_its_time_and_energy(cluster: Clust
                 str(job_id)).stdout.strip().split("|")
     assert 95 <= float(row[2]) <= 190  # the node's mean watts over the runs: between idle and busy
     assert row[0] and row[1]  # predicted beside the actual Elapsed and ConsumedEnergy
+
+
+def test_a_qos_may_carry_an_energy_policy(cluster: Cluster) -> None:
+    c = cluster
+    c.run("sacctmgr", "-i", "add", "qos", "green", "EnergyPolicy=min_energy")
+    shown = c.run("sacctmgr", "-n", "-P", "show", "qos", "green", "format=Name,EnergyPolicy").stdout.strip()
+    assert shown == "green|min_energy"
+    bad = c.run("sacctmgr", "-i", "modify", "qos", "green", "set", "EnergyPolicy=turbo", check=False)
+    assert bad.returncode != 0 and "Invalid energy policy: turbo" in bad.stderr
+
+    def policy_of_a_green_job() -> str | None:  # the QOS reach the controller every PriorityCalcPeriod
+        job_id = c.sbatch("--qos=green", "-w", "n01", "--wrap", "true")
+        c.wait_state(job_id, "COMPLETED", timeout=60)
+        out = c.run("sacct", "-X", "-P", "-n", "-o", "QOS,EnergyPolicy", "-j", str(job_id)).stdout.strip()
+        return out if out == "green|min_energy" else None
+
+    wait_for(policy_of_a_green_job, 30, interval=1.0, what="the QOS's energy policy applied")
+    # the job's own choice wins over its QOS's
+    job_id = c.sbatch("--qos=green", "--energy-policy=monitoring", "-w", "n01", "--wrap", "true")
+    c.wait_state(job_id, "COMPLETED", timeout=60)
+    assert c.run("sacct", "-X", "-P", "-n", "-o", "EnergyPolicy", "-j", str(job_id)).stdout.strip() == "monitoring"

@@ -440,7 +440,13 @@ def test_bad_scripts_and_values_get_clean_errors(shared: Cluster, mallory: Accou
     os.chmod(binary, 0o644)
     for args, message in (((str(binary),), b"NULL character"),
                           (("-t", "99999999999999999999", "--wrap", "true"), b"Invalid time limit"),
-                          (("--wckey", "w" * 5000, "--wrap", "true"), b"wckey")):
+                          (("--wckey", "w" * 5000, "--wrap", "true"), b"wckey"),
+                          # energy policies: a policy that is not one, application models root would parse
+                          (("--energy-policy=turbo", "--wrap", "true"), b"Invalid energy policy"),
+                          (("--export=ALL,WATTSCHED_APP_MEMORY_BOUND=nan", "--wrap", "true"),
+                           b"Invalid WATTSCHED_APP_MEMORY_BOUND"),
+                          (("--export=ALL,WATTSCHED_APP_MEMORY_BOUND=" + "0.1@1," * 300 + "0.2", "--wrap", "true"),
+                           b"Invalid WATTSCHED_APP_MEMORY_BOUND")):
         result = mallory.run("sbatch", *args)
         assert result.returncode != 0 and message in result.stderr, result.stderr
         assert b"Traceback" not in result.stderr

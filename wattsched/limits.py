@@ -207,6 +207,7 @@ class Qos:
     preempt_exempt_time: int | None = None  # minutes
     grace_time: int = 0  # seconds
     limits: Limits = NO_LIMITS
+    energy_policy: str = ""  # ours: the energy policy of its jobs ("": the partition's, the cluster's)
 
 
 @dataclass(frozen=True, slots=True)

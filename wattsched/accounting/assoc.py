@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import and_, delete, insert, select, update
 from sqlalchemy.engine import Connection, Engine
 
-from wattsched import confvalues, limits, prediction, states
+from wattsched import confvalues, energypolicy, limits, prediction, states
 from wattsched.accounting.models import (
     AccountRecord,
     AssociationRecord,
@@ -37,7 +37,7 @@ _QOS = table(QosRecord)
 ASSOC_SETTINGS = frozenset({*(n for k in limits.ASSOC_KEYS for n in k.names), "qos", "qos+", "qos-", "defaultqos"})
 QOS_SETTINGS = frozenset({*(n for k in limits.QOS_KEYS for n in k.names), "description", "priority", "flags",
                           "flags+", "flags-", "preempt", "preempt+", "preempt-", "preemptmode", "preemptexempttime",
-                          "gracetime", "usagefactor", "usagethreshold"})
+                          "gracetime", "usagefactor", "usagethreshold", "energypolicy"})
 
 
 class AssocError(ValueError):
@@ -334,7 +334,10 @@ class AssocStore:
                 changes["preempt_exempt_time"] = None if exempt == limits.UNLIMITED else exempt
             if "preemptmode" in values:
                 changes["preempt_mode"] = _preempt_mode(values["preemptmode"])
-        except LimitError as exc:
+            if "energypolicy" in values:  # ours; "" or -1 clears it
+                policy = values["energypolicy"].strip()
+                changes["energy_policy"] = "" if policy in ("", "-1") else energypolicy.check(policy)
+        except (LimitError, energypolicy.PolicyError) as exc:
             raise AssocError(str(exc)) from exc
         flags = _edit_list(_names(row.flags), values, "flags")
         if flags is not None:
@@ -500,11 +503,12 @@ def _qos_row(row: Any) -> dict[str, Any]:
             "flags": _names(row.flags), "usage_factor": row.usage_factor, "usage_threshold": row.usage_threshold,
             "preempt": _names(row.preempt), "preempt_mode": row.preempt_mode,
             "preempt_exempt_time": row.preempt_exempt_time, "grace_time": row.grace_time,
-            "limits": json.loads(row.limits or "{}")}
+            "limits": json.loads(row.limits or "{}"), "energy_policy": row.energy_policy or ""}
 
 
 def qos_from_row(row: dict[str, Any]) -> Qos:
     """A QOS record (as :meth:`AssocStore.qos` gives it) as the limits read it."""
     return Qos(row["name"], row["id"], row["description"], row["priority"], frozenset(row["flags"]),
                row["usage_factor"], row["usage_threshold"], frozenset(row["preempt"]), row["preempt_mode"],
-               row["preempt_exempt_time"], row["grace_time"], Limits.from_json(row["limits"]))
+               row["preempt_exempt_time"], row["grace_time"], Limits.from_json(row["limits"]),
+               row.get("energy_policy", ""))

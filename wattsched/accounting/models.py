@@ -226,3 +226,4 @@ class QosRecord(Base):
     preempt_exempt_time: Mapped[int | None] = mapped_column(Integer, nullable=True)
     grace_time: Mapped[int] = mapped_column(Integer, default=0)
     limits: Mapped[str] = mapped_column(Text, default="{}")  # JSON of wattsched.limits.Limits
+    energy_policy: Mapped[str] = mapped_column(String(16), default="")  # ours (wattsched.energypolicy)

@@ -53,7 +53,7 @@ FIELDS: dict[str, dict[str, tuple[int, Any]]] = {
             "PreemptMode": (11, lambda r: r["preempt_mode"]), "Flags": (20, lambda r: ",".join(r["flags"])),
             "UsageThres": (10, lambda r: "" if r["usage_threshold"] is None else f"{r['usage_threshold']:.6f}"),
             "UsageFactor": (11, lambda r: f"{r['usage_factor']:.6f}"), "Descr": (20, lambda r: r["description"]),
-            "ID": (6, lambda r: str(r["id"])),
+            "ID": (6, lambda r: str(r["id"])), "EnergyPolicy": (12, lambda r: r.get("energy_policy", "")),
             **{k.header: (k.width, _limit(k)) for k in limits.QOS_KEYS}},
     "account": {"Account": (10, lambda r: r["name"]), "Descr": (20, lambda r: r["description"]),
                 "Org": (20, lambda r: r["organization"]), "ParentName": (10, lambda r: r["parent"])},
@@ -77,7 +77,8 @@ _FIELD_NAMES: dict[str, list[tuple[str, str, int]]] = {
     "qos": [("name", "Name", 2), ("priority", "Priority", 3), ("gracetime", "GraceTime", 3),
             ("preemptmode", "PreemptMode", 8), ("preempt", "Preempt", 7), ("preemptexempttime", "PreemptExemptTime", 8),
             ("flags", "Flags", 2), ("usagethreshold", "UsageThres", 6), ("usagefactor", "UsageFactor", 6),
-            ("description", "Descr", 3), *((name, k.header, 4) for k in limits.QOS_KEYS for name in k.names)],
+            ("description", "Descr", 3), ("energypolicy", "EnergyPolicy", 6),
+            *((name, k.header, 4) for k in limits.QOS_KEYS for name in k.names)],
 }
 
 

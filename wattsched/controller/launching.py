@@ -18,7 +18,6 @@ from wattsched.model import Job, Step
 from wattsched.nodestates import PowerFlag
 
 if TYPE_CHECKING:
-    from wattsched.config import Config
     from wattsched.controller.state import ClusterState
 
 log = logging.getLogger("wattsched.controller")
@@ -72,13 +71,16 @@ def schedule(state: ClusterState, now: float) -> list[Action]:
     return actions
 
 
-def energy_policy(config: Config, job: Job) -> str:
-    """The energy policy a job runs under: --energy-policy, else its partition's EnergyPolicy, else
-    the cluster's; monitoring whatever they say when the user pinned --cpu-freq (the user wins)."""
+def energy_policy(state: ClusterState, job: Job) -> str:
+    """The energy policy a job runs under: --energy-policy, else its QOS's EnergyPolicy, its
+    partition's, the cluster's; monitoring whatever they say when the user pinned --cpu-freq (the
+    user wins)."""
     if job.cpu_freq:
         return "monitoring"
-    part = next((p for p in config.partitions if p.name == job.partition), None)
-    return job.energy_policy or (part.energy_policy if part else "") or config.energy_policy
+    qos = state.shares.qos.get(job.qos)
+    part = next((p for p in state.config.partitions if p.name == job.partition), None)
+    return (job.energy_policy or (qos.energy_policy if qos else "") or (part.energy_policy if part else "")
+            or state.config.energy_policy)
 
 
 def start(state: ClusterState, job: Job, alloc: scheduling.Allocation, now: float) -> list[Action]:
@@ -88,7 +90,7 @@ def start(state: ClusterState, job: Job, alloc: scheduling.Allocation, now: floa
     job.preempted_by = 0
     job.expected_start = 0.0
     job.cpu_freq_khz = alloc.cpu_freq_khz
-    job.energy_policy = energy_policy(state.config, job)
+    job.energy_policy = energy_policy(state, job)
     job.policy_freq_khz, job.sig_reports, job.pred_time_factor, job.pred_energy_factor = 0, 0, 0.0, 0.0
     job.alloc_cpus = dict(alloc.cpus)
     job.nodes_expr = hostlist.compress(alloc.cpus)

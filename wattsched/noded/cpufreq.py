@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from collections.abc import Iterable, Sequence
 
 from wattsched import cpufreq
@@ -34,8 +35,17 @@ class CpuFreqSysfs:
             return handle.read().strip()
 
     def _write(self, cpu: int, name: str, value: str) -> None:
-        with open(self._path(cpu, name), "w") as handle:
+        path = self._path(cpu, name)
+        if not self.emulated:  # sysfs: written in place, the kernel makes it atomic
+            with open(path, "w") as handle:
+                handle.write(f"{value}\n")
+            return
+        # a virtual node's tree is a plain folder: written aside and renamed, a reader never sees a
+        # value half written (as sysfs shows none)
+        aside = f"{path}.{threading.get_ident()}.tmp"
+        with open(aside, "w") as handle:
             handle.write(f"{value}\n")
+        os.replace(aside, path)
 
     def present(self) -> bool:
         return os.path.isdir(os.path.join(self.base, "cpu0", "cpufreq"))

@@ -1,5 +1,6 @@
 """Jobs' energy policies and signatures (sacct EnergyPolicy, PolicyFreq, PredTime, PredEnergy, CPI,
-MemBW, MemBound), and their predictions from earlier runs (ExpElapsed, ExpEnergy, ExpWatts).
+MemBW, MemBound), their predictions from earlier runs (ExpElapsed, ExpEnergy, ExpWatts), and the
+QOS's energy policy.
 
 Revision ID: 0011
 """
@@ -33,9 +34,11 @@ def upgrade() -> None:
     for name, kind, default in _COLUMNS:
         op.add_column("jobs", sa.Column(name, kind, nullable=False, server_default=default))
     op.create_index("ix_jobs_history", "jobs", ["cluster", "history_key", "time_end"])
+    op.add_column("qos", sa.Column("energy_policy", sa.String(16), nullable=False, server_default=""))
 
 
 def downgrade() -> None:
+    op.drop_column("qos", "energy_policy")
     op.drop_index("ix_jobs_history", "jobs")
     for name, _kind, _default in reversed(_COLUMNS):
         op.drop_column("jobs", name)
