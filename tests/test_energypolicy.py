@@ -65,8 +65,8 @@ def test_monitoring_only_projects() -> None:
 
 
 def test_a_phase_change_is_a_move_of_the_memory_bound_share_at_the_top() -> None:
-    assert not energypolicy.phase_changed(signature(0.5), signature(0.5, 1200000), TOP)
-    assert energypolicy.phase_changed(signature(0.1), signature(0.5), TOP)
+    assert not energypolicy.phase_changed(0.5, signature(0.5, 1200000), TOP)
+    assert energypolicy.phase_changed(0.1, signature(0.5), TOP)
 
 
 def test_names_and_the_application_model_are_checked() -> None:

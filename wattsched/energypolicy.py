@@ -202,6 +202,7 @@ def decide(settings: Settings, sig: Signature, ladder: Sequence[int], top: int, 
     return _project(sig, sig.khz, top, node, f_max)
 
 
-def phase_changed(decided_on: Signature, now: Signature, f_max: int) -> bool:
-    """The job's memory-bound share moved enough since its frequency was decided to decide again."""
-    return abs(decided_on.bound_at(f_max) - now.bound_at(f_max)) > PHASE_CHANGE
+def phase_changed(decided_bound: float, now: Signature, f_max: int) -> bool:
+    """The job's memory-bound share (at ``f_max``) moved enough since its frequency was decided on a
+    signature whose share was ``decided_bound`` to decide again."""
+    return abs(decided_bound - now.bound_at(f_max)) > PHASE_CHANGE

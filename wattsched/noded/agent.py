@@ -167,12 +167,10 @@ class Agent:
                     self.allocations.set_freq(held, decision.khz)
                     self._throttle(held)
 
-    def _usage(self, node: str) -> list[JobUsage]:
-        """The node's jobs' usage, with their signatures and policies' choices."""
-        with self.lock:
-            extra = {j: self.policies.usage_fields(held) for (n, j), held in self.allocations.jobs.items()
-                     if n == node}
-        return [u.model_copy(update=extra[u.job_id]) if extra.get(u.job_id) else u for u in self.energy.usage(node)]
+    def _usage(self, node: str, signed: dict[tuple[str, int], dict[str, float | int]]) -> list[JobUsage]:
+        """The node's jobs' usage, with the signatures and policies' choices of those ``signed``."""
+        return [u.model_copy(update=fields) if (fields := signed.get((node, u.job_id))) else u
+                for u in self.energy.usage(node)]
 
     def allocate(self, alloc: JobAllocation) -> None:
         """A job starts on some of our nodes: its CPUs, frequency and profile there."""
@@ -555,9 +553,14 @@ class Agent:
     def report(self, with_events: bool = True, with_nodes: bool = True) -> AgentHeartbeat:
         energy = self.energy.samples() if with_nodes else {}
         now = time.time()
+        signed = {}  # once for all the nodes: an agent may host a thousand
+        if with_nodes:
+            with self.lock:
+                signed = {key: fields for key, held in self.allocations.jobs.items()
+                          if (fields := self.policies.usage_fields(held))}
         nodes = [NodeReport(name=n.name, cpus=n.cpus, real_memory_mb=n.real_memory_mb,
                             running_jobs=self._running_on(n.name), energy=energy.get(n.name),
-                            jobs=self._usage(n.name), **self._power(n, now))
+                            jobs=self._usage(n.name, signed), **self._power(n, now))
                  for n in self.nodes.values()] if with_nodes else []
         return AgentHeartbeat(agent_url=self.url, boot_time=self.boot_time, nodes=nodes,
                               events=self.pending_events() if with_events else [])

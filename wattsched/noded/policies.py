@@ -102,7 +102,7 @@ class Policies:
         sig = self.signature(job, sample)
         if sig is None or job.energy_policy == "monitoring":
             return None
-        if job.policy_khz and abs(job.decided_bound - sig.bound_at(sample.f_max)) <= energypolicy.PHASE_CHANGE:
+        if job.policy_khz and not energypolicy.phase_changed(job.decided_bound, sig, sample.f_max):
             return None  # decided, and the job has not changed phase since
         decision = energypolicy.decide(self.settings(job), sig, self.ladder(job.node), job.top_khz or sample.f_max,
                                        self.power(job.node), sample.f_max)
