@@ -167,10 +167,11 @@ class Agent:
                     self.allocations.set_freq(held, decision.khz)
                     self._throttle(held)
 
-    def _usage(self, node: str, signed: dict[tuple[str, int], dict[str, float | int]]) -> list[JobUsage]:
+    @staticmethod
+    def _usage(node: str, usage: list[JobUsage], signed: dict[tuple[str, int], dict[str, float | int]]
+               ) -> list[JobUsage]:
         """The node's jobs' usage, with the signatures and policies' choices of those ``signed``."""
-        return [u.model_copy(update=fields) if (fields := signed.get((node, u.job_id))) else u
-                for u in self.energy.usage(node)]
+        return [u.model_copy(update=fields) if (fields := signed.get((node, u.job_id))) else u for u in usage]
 
     def allocate(self, alloc: JobAllocation) -> None:
         """A job starts on some of our nodes: its CPUs, frequency and profile there."""
@@ -553,14 +554,18 @@ class Agent:
     def report(self, with_events: bool = True, with_nodes: bool = True) -> AgentHeartbeat:
         energy = self.energy.samples() if with_nodes else {}
         now = time.time()
-        signed = {}  # once for all the nodes: an agent may host a thousand
+        # each walk over the jobs once for all the nodes, not once per node: an agent may host a
+        # thousand nodes and their jobs
+        signed, running = {}, {}
+        usage = self.energy.usage() if with_nodes else {}
         if with_nodes:
             with self.lock:
                 signed = {key: fields for key, held in self.allocations.jobs.items()
                           if (fields := self.policies.usage_fields(held))}
+                running = self._running()
         nodes = [NodeReport(name=n.name, cpus=n.cpus, real_memory_mb=n.real_memory_mb,
-                            running_jobs=self._running_on(n.name), energy=energy.get(n.name),
-                            jobs=self._usage(n.name, signed), **self._power(n, now))
+                            running_jobs=sorted(running.get(n.name, ())), energy=energy.get(n.name),
+                            jobs=self._usage(n.name, usage.get(n.name, []), signed), **self._power(n, now))
                  for n in self.nodes.values()] if with_nodes else []
         return AgentHeartbeat(agent_url=self.url, boot_time=self.boot_time, nodes=nodes,
                               events=self.pending_events() if with_events else [])
@@ -577,10 +582,14 @@ class Agent:
     def _chassis_state(self, node: str, now: float) -> str:
         return chassis.read(self.spool, node).state(now, self.nodes[node].switching)
 
-    def _running_on(self, node: str) -> list[int]:
-        with self.lock:
-            allocated = {j for (n, j) in self.allocations.jobs if n == node}
-        return sorted(allocated.union(self.batch.running_on(node)))
+    def _running(self) -> dict[str, set[int]]:
+        """Per node, the jobs allocated or running there (the caller holds the lock)."""
+        running: dict[str, set[int]] = {}
+        for node, job_id in self.allocations.jobs:
+            running.setdefault(node, set()).add(job_id)
+        for batch in list(self.batch.jobs.values()):
+            running.setdefault(batch.node, set()).add(batch.job_id)
+        return running
 
     async def send(self, hb: AgentHeartbeat) -> None:
         try:

@@ -281,7 +281,3 @@ class BatchRunner:
         """The controller has the run's end: drop its folders (rmtree never follows the user's links)."""
         shutil.rmtree(self.job_dir(event.node, event.job_id, event.run), ignore_errors=True)
         shutil.rmtree(self.scratch_dir(event.node, event.job_id, event.run), ignore_errors=True)
-
-    def running_on(self, node: str) -> list[int]:
-        return [j.job_id for j in self.jobs.values() if j.node == node]
-

@@ -164,12 +164,17 @@ class EnergyMeter:
         with self._lock:
             return self.job_cpu.get((node, job_id), 0.0), self.job_rss.get((node, job_id), 0)
 
-    def usage(self, node: str) -> list[JobUsage]:
+    def usage(self) -> dict[str, list[JobUsage]]:
+        """Per node, its jobs' usage as of the last poll: one walk over the jobs for all the nodes
+        (an agent may host a thousand nodes; a walk per node cost nodes x jobs every heartbeat)."""
+        by_node: dict[str, list[JobUsage]] = {}
         with self._lock:
             gpu_j = self.gpus.job_joules if self.gpus is not None else {}
-            return [JobUsage(job_id=j, cpu_s=round(cpu, 3), cpu_freq_khz=self.job_freq.get((n, j), 0),
-                             rss_kb=self.job_rss.get((n, j), 0), gpu_j=round(gpu_j.get((n, j), 0.0), 3))
-                    for (n, j), cpu in self.job_cpu.items() if n == node]
+            for (n, j), cpu in self.job_cpu.items():
+                by_node.setdefault(n, []).append(JobUsage(
+                    job_id=j, cpu_s=round(cpu, 3), cpu_freq_khz=self.job_freq.get((n, j), 0),
+                    rss_kb=self.job_rss.get((n, j), 0), gpu_j=round(gpu_j.get((n, j), 0.0), 3)))
+        return by_node
 
     def busy_and_watts(self) -> tuple[dict[tuple[str, int], float], dict[str, float]]:
         """Each job's busy share of its node over the last poll, and each node's last watts."""
