@@ -129,6 +129,11 @@ def resolve(request: FreqRequest, available: Sequence[int]) -> FreqSetting:
     return FreqSetting(governor=request.governor, min_khz=low, max_khz=high)
 
 
+def ladder(freq_watts: Sequence[tuple[int, int]]) -> list[int]:
+    """A node's frequencies: its CpuFreqWatts entries, else the default ladder."""
+    return [khz for khz, _w in freq_watts] or list(DEFAULT_LADDER)
+
+
 def effective_khz(governor: str, setspeed: int | None, min_khz: int, max_khz: int) -> int:
     """The frequency a busy CPU runs at under these settings (what the kernel would choose)."""
     if governor == "userspace" and setspeed:

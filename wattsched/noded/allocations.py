@@ -69,7 +69,7 @@ class Allocations:
         return CpuFreqSysfs(self.config.cpu_freq_sysfs_root or "/")
 
     def _ladder(self, node: str) -> list[int]:
-        return [khz for khz, _w in self.nodes[node].cpu_freq_watts] or list(cpufreq.DEFAULT_LADDER)
+        return cpufreq.ladder(self.nodes[node].cpu_freq_watts)
 
     def tree(self, node: str) -> CpuFreqSysfs:
         """The node's cpufreq tree; a virtual node's is laid out the first time it is needed."""

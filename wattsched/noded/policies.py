@@ -69,7 +69,7 @@ class Policies:
         return NodePower(idle, float(conf.max_watts or idle), conf.cpu_freq_watts)
 
     def ladder(self, node: str) -> list[int]:
-        return [khz for khz, _w in self.nodes[node].cpu_freq_watts] or list(cpufreq.DEFAULT_LADDER)
+        return cpufreq.ladder(self.nodes[node].cpu_freq_watts)
 
     def settings(self, job: NodeJob) -> Settings:
         return Settings(job.energy_policy, job.energy_setting, job.energy_start_khz)
