@@ -353,9 +353,13 @@ class AgentHeartbeat(Strict):
     events: list[JobEvent] = []
 
 
+EPOCH_HEADER = "X-Wattsched-Epoch"  # the lease's epoch on a controller's orders: agents obey the newest
+
+
 class HeartbeatReply(BaseModel):
     acknowledged: list[int] = []
     cancel: list[int] = []
+    epoch: int = 0  # the controller's lease (its fencing token): agents take orders from the newest only
 
 
 class BatchLaunch(Strict):

@@ -148,11 +148,21 @@ class Config:
     source: str = "(defaults)"
     files: tuple[str, ...] = ()  # every file read: the source and what it includes
     cluster_name: str = setting("ClusterName", text, "cluster", restart=True)
+    # SlurmctldHost may be given several times, primary first (as in Slurm): slurmctld_host and
+    # slurmctld_addr are the primary's, slurmctld_hosts every controller's (name, address)
     slurmctld_host: str = setting("SlurmctldHost", text, "localhost", restart=True)
     slurmctld_addr: str = "127.0.0.1"
+    slurmctld_hosts: tuple[tuple[str, str], ...] = (("localhost", "127.0.0.1"),)
+    # how long the active controller may be silent before a backup takes over (its lease's length)
+    slurmctld_timeout_s: int = setting("SlurmctldTimeout", bounded(3, 65533), 120)
+    slurmctld_primary_on_prog: str = setting("SlurmctldPrimaryOnProg", text, "", path=True)
+    slurmctld_primary_off_prog: str = setting("SlurmctldPrimaryOffProg", text, "", path=True)
     slurmctld_port: int = setting("SlurmctldPort", integer, 6817, restart=True)
     slurmd_port: int = setting("SlurmdPort", integer, 6818)
     state_save_location: str = setting("StateSaveLocation", text, "/var/spool/wattsched/ctld", path=True, restart=True)
+    # wattsched's own: where the controller's state lives when it must outlive one host (a
+    # postgresql:// URL); empty: state.db, SQLite in StateSaveLocation
+    state_storage_loc: str = setting("StateStorageLoc", text, "", restart=True)
     slurmd_spool_dir: str = setting("SlurmdSpoolDir", text, "/var/spool/wattsched/d", path=True)
     accounting_storage_type: str = setting(
         "AccountingStorageType", choice("accounting_storage/sqlalchemy", "accounting_storage/none"),
@@ -351,6 +361,11 @@ class Config:
     def controller_url(self) -> str:
         return f"http://{self.slurmctld_addr}:{self.slurmctld_port}"
 
+    @property
+    def controller_urls(self) -> tuple[str, ...]:
+        """Every controller's URL, primary first: the order clients try them in."""
+        return tuple(f"http://{addr}:{self.slurmctld_port}" for _name, addr in self.slurmctld_hosts)
+
     def default_partition(self) -> PartitionConf | None:
         for part in self.partitions:
             if part.default:
@@ -400,7 +415,7 @@ _PATH_ATTRS = frozenset(f.name for f in fields(Config) if f.metadata.get("path")
 # settings the running controller cannot take without a restart (scontrol reconfigure refuses them);
 # of SlurmctldHost, what matters is the address the controller listens on
 RESTART_ONLY = {f.metadata["key"]: f.name for f in fields(Config) if f.metadata.get("restart")} | \
-    {"SlurmctldHost": "slurmctld_addr"}
+    {"SlurmctldHost": "slurmctld_hosts"}
 
 _LOWER_GLOBAL = {k.lower(): k for k in _GLOBAL_KEYS}
 _LOWER_CGROUP = {k.lower(): k for k in _CGROUP_KEYS}
@@ -465,11 +480,12 @@ def load(path: str | os.PathLike[str], globals_only: bool = False, switches_node
     for attr in _PATH_ATTRS:
         if attr in globals_ and not os.path.isabs(globals_[attr]):
             globals_[attr] = os.path.normpath(os.path.join(base, globals_[attr]))
-    host = globals_.get("slurmctld_host", "localhost")
-    if "(" in host and host.endswith(")"):
-        globals_["slurmctld_host"], globals_["slurmctld_addr"] = host[:-1].split("(", 1)
-    elif host not in ("localhost",):
-        globals_["slurmctld_addr"] = host
+    hosts = tuple(_controller_host(h) for h in globals_.pop("_ctld_hosts", None) or ["localhost"])
+    if len({name for name, _ in hosts}) < len(hosts):
+        where_host: tuple[str, int] = globals_["_where"]["SlurmctldHost"]
+        raise ConfigError(*where_host, "SlurmctldHost", "a controller is listed twice")
+    globals_["slurmctld_hosts"] = hosts
+    globals_["slurmctld_host"], globals_["slurmctld_addr"] = hosts[0]
 
     part_objs: list[PartitionConf] = []
     seen_parts: set[str] = set()
@@ -637,6 +653,16 @@ def _read(path: str, globals_: dict, nodes: dict, node_lines: dict, partitions: 
             for key, value in pairs:
                 _set(globals_, _GLOBAL_KEYS, _LOWER_GLOBAL, key, value, path, lineno, "configuration")
                 globals_.setdefault("_where", {})[_LOWER_GLOBAL.get(key.lower(), key)] = (path, lineno)
+                if key.lower() == "slurmctldhost":  # repeated: the primary, then the backups
+                    globals_.setdefault("_ctld_hosts", []).append(globals_["slurmctld_host"])
+
+
+def _controller_host(entry: str) -> tuple[str, str]:
+    """``name(address)`` or ``name`` (its own address; localhost is 127.0.0.1) as (name, address)."""
+    if "(" in entry and entry.endswith(")"):
+        name, addr = entry[:-1].split("(", 1)
+        return name, addr
+    return entry, "127.0.0.1" if entry == "localhost" else entry
 
 
 def _add_nodes(expr: str, values: dict, nodes: dict, node_lines: dict, path: str, lineno: int,

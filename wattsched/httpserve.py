@@ -112,9 +112,15 @@ def guarded_protocol(message_timeout_s: float, max_connections: int) -> type[Htt
     return Guarded
 
 
-def serve(app: Any, host: str, port: int, message_timeout_s: float) -> None:
-    """Run ``app`` until stopped, with the limits above."""
+def server(app: Any, host: str, port: int, message_timeout_s: float) -> uvicorn.Server:
+    """A server of ``app`` with the limits above; ``run()`` serves until a signal or ``should_exit``
+    (after which open connections get a second to finish)."""
     limit = raise_fd_limit()
     protocol = guarded_protocol(message_timeout_s, max(64, limit - HEADROOM))
-    uvicorn.run(app, host=host, port=port, http=protocol, log_level="warning", access_log=False,
-                backlog=2048)
+    return uvicorn.Server(uvicorn.Config(app, host=host, port=port, http=protocol, log_level="warning",
+                                         access_log=False, backlog=2048, timeout_graceful_shutdown=1))
+
+
+def serve(app: Any, host: str, port: int, message_timeout_s: float) -> None:
+    """Run ``app`` until stopped, with the limits above."""
+    server(app, host, port, message_timeout_s).run()

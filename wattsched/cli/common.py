@@ -68,14 +68,18 @@ def missing_part(command: str, exc: ModuleNotFoundError, shown: str = "") -> CLI
 # What a command needs of the configuration. Parsing the file costs a command more than the rest of
 # its start-up (the Config class alone takes ~9 ms to build: measured with -X importtime), so these
 # few values are kept in the user's cache, checked against every file read (path, size, mtime).
-CLIENT_SETTINGS = ("controller_url", "cluster_name", "key_file", "auth_socket_path")
+CLIENT_SETTINGS = ("controller_url", "controller_urls", "slurmctld_hosts", "slurmctld_timeout_s", "cluster_name",
+                   "key_file", "auth_socket_path")
 
 
 class Settings:
     """The configuration values a command uses (see CLIENT_SETTINGS)."""
 
-    def __init__(self, values: dict[str, str]):
+    def __init__(self, values: dict[str, Any]):
         self.controller_url = values["controller_url"]
+        self.controller_urls: list[str] = list(values["controller_urls"])
+        self.controller_names: list[str] = [name for name, _addr in values["slurmctld_hosts"]]
+        self.slurmctld_timeout_s = float(values["slurmctld_timeout_s"])
         self.cluster_name = values["cluster_name"]
         self.key_file = values["key_file"]
         self.auth_socket_path = values["auth_socket_path"]
@@ -138,8 +142,9 @@ class Client:
 
     def __init__(self, config=None):
         self.config = config or client_settings()
-        url = os.environ.get("WATTSCHED_CONTROLLER") or self.config.controller_url
-        self.host, self.port = host_port(url)
+        override = os.environ.get("WATTSCHED_CONTROLLER")
+        self.controllers = [host_port(url) for url in ([override] if override else self.config.controller_urls)]
+        self.host, self.port = self.controllers[0]  # the one that answered last
         self._token: str | None = None
 
     @classmethod
@@ -155,17 +160,35 @@ class Client:
             self._token = obtain_token(self.config)
         return self._token
 
+    def _exchange(self, method: str, path: str, body: Any, timeout: float) -> tuple[int, bytes]:
+        """The answer of the controller in charge: the one that answered last, else each listed in
+        turn (a standby refuses, naming itself). With backups, while none is in charge (a failover)
+        all are tried again for one and a half SlurmctldTimeout, as Slurm's commands do."""
+        deadline = 0.0
+        while True:
+            for host, port in sorted(self.controllers, key=lambda c: c != (self.host, self.port)):
+                try:
+                    status, data = exchange(host, port, http_request(method, host, port, path, self.token(), body),
+                                            timeout)
+                except (OSError, ValueError):
+                    continue
+                if status == 503 and b'"standby":true' in data:
+                    continue
+                self.host, self.port = host, port
+                return status, data
+            now = time.monotonic()
+            deadline = deadline or now + 1.5 * self.config.slurmctld_timeout_s
+            if len(self.controllers) == 1 or now >= deadline:
+                raise CLIError("Unable to contact slurm controller (connect failure)")
+            time.sleep(1.0)
+
     def request(self, method: str, path: str, body: Any = None, params: dict[str, Any] | None = None,
                 timeout: float = 30.0) -> Any:
         if params:
             path = f"{path}?{query_string(params)}"
-        message = http_request(method, self.host, self.port, path, self.token(), body)
         wait = 0.0
         while True:
-            try:
-                status, data = exchange(self.host, self.port, message, timeout)
-            except (OSError, ValueError) as exc:
-                raise CLIError("Unable to contact slurm controller (connect failure)") from exc
+            status, data = self._exchange(method, path, body, timeout)
             if status != 429 or wait >= RATE_LIMITED_WAIT_S:
                 break
             # rate limited (SlurmctldParameters=rl_enable): back off and retry, as Slurm's commands do

@@ -458,10 +458,9 @@ def execute(client: Client, args: list[str], opts: dict[str, Any]) -> int:
         params = {"username": pairs.get("username"), "lifespan": pairs.get("lifespan")}
         print(f"SLURM_JWT={client.request('POST', '/v1/token', params=params)['token']}")
     elif command == "ping":
-        started = time.time()
-        reply = client.request("GET", "/v1/ping")
-        print(f"Slurmctld(primary) at {client.host} is {reply['status']} "
-              f"({(time.time() - started) * 1000:.0f} ms)")
+        return ping(client, as_json)
+    elif command == "takeover":
+        return takeover(client, rest)
     elif command == "version":
         from wattsched import version_line
 
@@ -472,7 +471,7 @@ def execute(client: Client, args: list[str], opts: dict[str, Any]) -> int:
         return wait_job(client, rest)
     elif command in ("reconfigure", "reconfig"):
         client.request("POST", "/v1/reconfigure")
-    elif command in ("shutdown", "takeover", "reboot", "reboot_nodes"):
+    elif command in ("shutdown", "reboot", "reboot_nodes"):
         raise CLIError(f"{command} is not supported here: restart the controller (systemctl restart "
                        "wattsched-controller) to apply a new configuration")
     else:
@@ -524,6 +523,56 @@ def wait_job(client: Client, rest: list[str]) -> int:
         if state not in ("PENDING", "CONFIGURING"):
             return 0 if state in ("RUNNING", "COMPLETING", "COMPLETED") else 1
         time.sleep(0.5)
+
+
+def ping(client: Client, as_json: bool) -> int:
+    """Each controller UP or DOWN, by its place in SlurmctldHost, as Slurm prints them; 0 if any is UP."""
+    names = client.config.controller_names if len(client.controllers) == len(client.config.controller_names) \
+        else [host for host, _port in client.controllers]
+    pings = []
+    for index, ((host, port), name) in enumerate(zip(client.controllers, names, strict=True)):
+        started = time.monotonic()
+        single = Client(client.config)
+        single.controllers, single.host, single.port = [(host, port)], host, port
+        try:
+            single.request("GET", "/v1/ping", timeout=5.0)
+            up = True
+        except CLIError:
+            up = False
+        mode = "primary" if index == 0 else "backup" if len(names) == 2 else f"backup{index}"
+        pings.append({"hostname": name, "pinged": "UP" if up else "DOWN", "responding": up,
+                      "latency": int((time.monotonic() - started) * 1e6), "mode": mode, "primary": index == 0})
+    if as_json:
+        print_json({"pings": pings})
+    else:
+        for entry in pings:
+            print(f"Slurmctld({entry['mode']}) at {entry['hostname']} is {entry['pinged']}")
+        if not all(entry["responding"] for entry in pings) and os.getuid() == 0:
+            print("*****************************************\n** RESTORE SLURMCTLD DAEMON TO SERVICE **\n"
+                  "*****************************************")
+    return 0 if any(entry["responding"] for entry in pings) else 1
+
+
+def takeover(client: Client, rest: list[str]) -> int:
+    """scontrol takeover [INDEX]: the backup at INDEX (default 1) takes control."""
+    count = len(client.controllers)
+    if len(rest) > 1:
+        raise CLIError("takeover: too many arguments")
+    index = int(rest[0]) if rest and rest[0].isdigit() else (1 if not rest else -1)
+    if count < 2:
+        raise CLIError("takeover: no backup controller defined")
+    if not 1 <= index < count:
+        raise CLIError(f"takeover: invalid backup controller index ({rest[0] if rest else index})")
+    host, port = client.controllers[index]
+    single = Client(client.config)
+    single.controllers, single.host, single.port = [(host, port)], host, port
+    try:
+        reply = single.request("POST", "/v1/takeover")
+    except CLIError as exc:
+        raise CLIError(f"slurm_takeover error: {exc}") from exc
+    if not reply.get("result", "").endswith("handed over"):  # silent when done, as Slurm's
+        print(f"takeover: {reply.get('result', '')}", file=sys.stderr)
+    return 0
 
 
 def main() -> None:

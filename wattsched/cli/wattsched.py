@@ -23,14 +23,16 @@ DEFAULT_EMULATED = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
 
 @app.command()
 def controller(config: Annotated[str | None, typer.Argument(help="Configuration file.")] = None,
-               port: Annotated[int | None, typer.Option(help="Override SlurmctldPort.")] = None) -> None:
-    """Run the controller in the foreground."""
+               port: Annotated[int | None, typer.Option(help="Override SlurmctldPort.")] = None,
+               name: Annotated[str | None, typer.Option(
+                   help="Which SlurmctldHost this is (default: the one named like this host).")] = None) -> None:
+    """Run the controller in the foreground (a standby while another one is active)."""
     from wattsched.config import ConfigError
     from wattsched.controller.main import run
     from wattsched.controller.startup import StartupError
 
     try:
-        run(config_file(config), port=port)
+        run(config_file(config), port=port, name=name)
     except (ConfigError, StartupError) as exc:
         raise CLIError(str(exc)) from exc
 

@@ -83,7 +83,10 @@ class AccountingSync:
                 pass
 
     def sync_once(self) -> int:
-        """Copy one batch; returns how many records were handled (written or set aside)."""
+        """Copy one batch; returns how many records were handled (written or set aside). Nothing while
+        this controller's lease may have ended: another controller may be copying the same rows."""
+        if not self.store.fresh():
+            return 0
         rows = self.store.unsynced("jobs", BATCH)
         if self.jobs:
             self._write("job", [data if self.steps else dict(data, steps=[]) for data, _ in rows],

@@ -35,6 +35,7 @@ from wattsched.controller import (
 from wattsched.controller.actions import Refused
 from wattsched.controller.dispatch import Dispatcher
 from wattsched.controller.loop import Controller
+from wattsched.controller.store import Fenced
 from wattsched.httpauth import loop_lifespan
 from wattsched.ratelimit import RateLimiter
 
@@ -63,7 +64,8 @@ def create_app(controller: Controller) -> FastAPI:
             log.error("configuration not re-read", extra={"error": str(exc)})
 
     async def stop() -> None:
-        state.flush()
+        with contextlib.suppress(Fenced):  # another controller is in charge: nothing of ours to save
+            state.flush()
         assert controller.dispatcher is not None
         await controller.dispatcher.close()
         if controller.sync:

@@ -4,6 +4,7 @@ as MetricsType says."""
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from typing import Any
@@ -13,6 +14,7 @@ from fastapi.responses import Response
 
 from wattsched import auth, exposition, power, states
 from wattsched.api import PowerCapUpdate
+from wattsched.controller import failover
 from wattsched.controller.actions import Refused
 from wattsched.controller.metrics import CATEGORIES, ControllerCollector
 from wattsched.controller.routedeps import Ctl
@@ -81,7 +83,31 @@ async def reconfigure(controller: Ctl, who: Who) -> dict[str, Any]:
 async def ping(controller: Ctl, who: Who) -> dict[str, Any]:
     state = controller.state
     return {"status": "UP", "cluster": state.config.cluster_name, "user": who.user, "uid": who.uid,
-            "admin": state.is_admin(who)}
+            "admin": state.is_admin(who), "host": controller.me.name, "index": controller.me.index,
+            "active": True}
+
+
+@router.post("/v1/takeover")
+async def takeover(controller: Ctl, who: Who) -> dict[str, str]:
+    """scontrol takeover sent to the controller in charge: there is nothing to take over."""
+    if not controller.state.is_admin(who):
+        raise Refused("Access/permission denied", 403)
+    raise Refused(f"{controller.me.name} is already in control", 409)
+
+
+@router.post("/v1/relinquish")
+async def relinquish(controller: Ctl, who: Who, heir: str = Query("", max_length=255)) -> dict[str, str]:
+    """Hand control to ``heir`` (a standby asked for it: scontrol takeover, or the primary back):
+    the state is saved, the lease given up, and this process starts again as a standby."""
+    state = controller.state
+    if not (who.role == "controller" or state.is_admin(who)):
+        raise Refused("Access/permission denied", 403)
+    if heir and heir not in dict(state.config.slurmctld_hosts):
+        raise Refused(f"{heir} is not a configured controller (SlurmctldHost)", 400)
+    controller.changed()  # everything saved first: the heir loads it
+    state.store.release(heir)
+    asyncio.get_running_loop().call_later(0.2, failover.give_up, state.config, f"handed over to {heir or 'a backup'}")
+    return {"result": "relinquished"}
 
 
 @router.post("/v1/token")

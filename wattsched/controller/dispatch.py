@@ -19,7 +19,16 @@ import httpx
 from pydantic import BaseModel
 
 from wattsched import auth, energypolicy, gres, prologs, states
-from wattsched.api import BatchLaunch, FreezeJob, JobAllocation, JobFreq, LaunchBatch, ProfileSeries, SignalJob
+from wattsched.api import (
+    EPOCH_HEADER,
+    BatchLaunch,
+    FreezeJob,
+    JobAllocation,
+    JobFreq,
+    LaunchBatch,
+    ProfileSeries,
+    SignalJob,
+)
 from wattsched.config import Config
 from wattsched.controller.actions import Action, AdminProgram, Freeze, Launch, SetFreq, Signal
 from wattsched.controller.powersaving import PowerProgram, run_program
@@ -43,15 +52,24 @@ class Dispatcher:
         self._last_try: dict[tuple[str, int], float] = {}
         self._tasks: set[asyncio.Task] = set()
         self._loop: asyncio.AbstractEventLoop | None = None  # the loop power programs report back to
+        self._stale: list[Action] = []  # actions held while this controller's lease may have ended
 
     def _headers(self) -> dict[str, str]:
         now = time.time()
         if now - self._token_time > 600:
             self._token = auth.user_token(self.state.key, 0, "slurm", role="controller")
             self._token_time = now
-        return {"Authorization": f"Bearer {self._token}"}
+        return {"Authorization": f"Bearer {self._token}", EPOCH_HEADER: str(self.state.store.epoch)}
 
     def run(self, actions: list[Action]) -> None:
+        """Carry ``actions`` out; while this controller's lease may have ended (not renewed for most
+        of its length: the state store is away, or this process was paused), they wait: another
+        controller may be in charge, and agents must not take orders from two."""
+        if not self.state.store.fresh():
+            self._stale.extend(actions)
+            return
+        if self._stale:
+            actions, self._stale = self._stale + actions, []
         launches: dict[str, list[Job]] = defaultdict(list)
         allocations: dict[str, list[JobAllocation]] = defaultdict(list)
         now = time.monotonic()
@@ -159,9 +177,11 @@ class Dispatcher:
             self.on_change()
 
     def retry(self) -> None:
-        """Send again what no agent has confirmed yet."""
+        """Send again what no agent has confirmed yet (and what waited for the lease)."""
         now = time.monotonic()
         actions: list[Action] = []
+        if self._stale and self.state.store.fresh():
+            actions, self._stale = self._stale, []
         for job in self.state.jobs.values():
             if job.state == states.RUNNING and not job.launched and not job.configuring:
                 key = ("launch", job.job_id)

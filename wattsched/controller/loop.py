@@ -16,6 +16,7 @@ from wattsched import h5profile
 from wattsched.accounting.store import AccountingStore
 from wattsched.api import JobSubmit
 from wattsched.auth import Identity
+from wattsched.controller import failover
 from wattsched.controller.acctsync import AccountingSync
 from wattsched.controller.actions import Refused
 from wattsched.controller.dispatch import Dispatcher
@@ -24,7 +25,7 @@ from wattsched.controller.powerlog import PowerLog, record_power
 from wattsched.controller.priority import FairShareCalc
 from wattsched.controller.startup import StartupError, load_plugins
 from wattsched.controller.state import ClusterState
-from wattsched.controller.store import StateWriteError
+from wattsched.controller.store import Fenced, StateWriteError
 from wattsched.model import Job
 
 log = logging.getLogger("wattsched.controller")
@@ -36,8 +37,10 @@ TIMER_INTERVAL_S = 1.0
 class Controller:
     """The imperative shell: owns the state, the loop, the dispatcher and the accounting thread."""
 
-    def __init__(self, state: ClusterState, accounting: AccountingStore | None, sync: AccountingSync | None):
+    def __init__(self, state: ClusterState, accounting: AccountingStore | None, sync: AccountingSync | None,
+                 me: failover.Me | None = None):
         self.state, self.accounting, self.sync = state, accounting, sync
+        self.me = me or failover.Me(0, state.config.slurmctld_host, state.config.slurmctld_addr)
         self.dispatcher: Dispatcher | None = None
         self.fairshare = (FairShareCalc(state, accounting, sync.flush if sync else None)
                           if accounting is not None else None)
@@ -91,9 +94,14 @@ class Controller:
         return jobs
 
     def _persist(self) -> bool:
-        """Flush the journal; True when saved, and then the actions that waited for it go out."""
+        """Flush the journal; True when saved, and then the actions that waited for it go out. A
+        controller whose lease another took saves nothing and sends nothing: it starts again as a
+        standby, and the request that found it out is never answered (its client tries the next)."""
         try:
             self.state.flush()
+        except Fenced as exc:
+            failover.give_up(self.state.config, str(exc))
+            raise
         except StateWriteError as exc:
             if not self._save_error:
                 log.error("state save failed; requests are refused until it succeeds",

@@ -6,10 +6,12 @@ import gc
 import logging
 import os
 import time
+from dataclasses import replace
 
 from wattsched import auth, authsocket, httpserve, logs
 from wattsched import config as config_mod
 from wattsched.accounting.store import AccountingStore
+from wattsched.controller import failover
 from wattsched.controller.acctsync import AccountingSync
 from wattsched.controller.app import create_app
 from wattsched.controller.loop import Controller
@@ -21,11 +23,17 @@ from wattsched.private import private_dir
 log = logging.getLogger("wattsched.controller")
 
 
-def build(config: config_mod.Config) -> Controller:
+def build(config: config_mod.Config, this: failover.Me) -> Controller:
+    """The active controller, once this one holds the lease (a standby until then)."""
     plugins = load_plugins(config)
     private_dir(config.state_save_location)
     key = auth.ensure_key(config.key_file)
-    store = StateStore(config.state_save_location)
+    store = StateStore(config.state_storage_loc or config.state_save_location)
+    if len(config.slurmctld_hosts) > 1 and not (config.state_storage_loc and config.accounting_storage_loc):
+        log.warning("several controllers share no state: StateStorageLoc and AccountingStorageLoc should name "
+                    "a database every controller reaches (a replicated PostgreSQL)")
+    failover.wait_for_lease(config, key, this, store)
+    failover.run_program(config.slurmctld_primary_on_prog, "SlurmctldPrimaryOnProg")
     state = ClusterState.open(config, store, plugins, key, time.time())
     accounting = sync = None
     if config.accounting_storage_type != "accounting_storage/none":
@@ -36,7 +44,7 @@ def build(config: config_mod.Config) -> Controller:
             log.error("accounting database unavailable at start-up: %s", exc)
         sync = AccountingSync(store, accounting, config.cluster_name, config.accounting_storage_enforce)
     authsocket.serve(config.auth_socket_path, key)
-    return Controller(state, accounting, sync)
+    return Controller(state, accounting, sync, this)
 
 
 def tune_collector() -> None:
@@ -50,11 +58,14 @@ def tune_collector() -> None:
     gc.freeze()
 
 
-def run(config_path: str, host: str | None = None, port: int | None = None) -> None:
+def run(config_path: str, port: int | None = None, name: str | None = None) -> None:
+    """Run the controller named ``name`` in SlurmctldHost (by default, the one named like this host)."""
     os.umask(0o077)  # state, databases, WAL files, logs and keys are created private
     config = config_mod.load(config_path, switches_nodes=True)
+    if port:
+        config = replace(config, slurmctld_port=port)
+    this = failover.me(config, name)
     logs.setup(config.log_level)
-    controller = build(config)
+    controller = build(config, this)
     tune_collector()
-    httpserve.serve(create_app(controller), host or config.slurmctld_addr, port or config.slurmctld_port,
-                    config.message_timeout_s)
+    httpserve.serve(create_app(controller), this.addr, config.slurmctld_port, config.message_timeout_s)

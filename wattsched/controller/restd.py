@@ -27,7 +27,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from wattsched import dataparser, dataversions, states
 from wattsched.accounting.store import AccountingStore, JobQuery
 from wattsched.api import BIG, ID_MAX, LIST_MAX, TEXT_MAX
-from wattsched.controller import acctdb, listings
+from wattsched.controller import acctdb, failover, listings
 from wattsched.controller import reservations as reservations_mod
 from wattsched.controller.actions import Refused
 from wattsched.controller.loop import Controller
@@ -154,8 +154,8 @@ def jobs_head(state: ClusterState, request: Request, who: Any, version: str, now
 @slurm.get("/ping", response_model=PingDoc)
 async def ping(controller: Ctl, request: Request, who: Who, version: Version) -> Response:
     state = controller.state
-    pong = {"hostname": state.config.slurmctld_host or "localhost", "pinged": "UP", "latency": 0, "mode": "primary"}
-    return answer(request, who, version, pings=[dataversions.upgrade("ping", pong, {}, version)])
+    pongs = await failover.ping_all(state.config, state.key, controller.me)
+    return answer(request, who, version, pings=[dataversions.upgrade("ping", pong, {}, version) for pong in pongs])
 
 
 @slurm.get("/diag", response_model=DiagDoc)

@@ -79,6 +79,8 @@ class Agent:
             self.heartbeat_s = max(0.5, min(self.heartbeat_s, config.acct_gather_node_freq_s))
         self._token, self._token_time = "", 0.0
         self.connected = False
+        self.controller = 0  # which of the controllers (SlurmctldHost, in order) heartbeats go to
+        self.epoch = 0  # the newest controller lease heard of
         # over the allocations, shared with the meter and profiler threads; taken before the meter's
         # own lock, never while a thread holds that one
         self.lock = threading.Lock()
@@ -591,18 +593,33 @@ class Agent:
             running.setdefault(batch.node, set()).add(batch.job_id)
         return running
 
+    def follow(self, epoch: int) -> bool:
+        """Whether orders of a controller at lease ``epoch`` are obeyed: not once a newer controller
+        has been heard from (the older one may not know yet that it lost its lease)."""
+        if epoch < self.epoch:
+            return False
+        self.epoch = epoch
+        return True
+
     async def send(self, hb: AgentHeartbeat) -> None:
+        """The heartbeat to the active controller: the one that answered last, else the next one
+        listed (a standby refuses it; so does a controller that lost its lease)."""
+        urls = self.config.controller_urls
+        url = urls[self.controller % len(urls)]
         try:
-            reply = await self.client.post(f"{self.config.controller_url}/v1/agents/heartbeat",
-                                           content=hb.model_dump_json(), headers=self._headers())
+            reply = await self.client.post(f"{url}/v1/agents/heartbeat", content=hb.model_dump_json(),
+                                           headers=self._headers())
             reply.raise_for_status()
+            body = reply.json()
+            if not self.follow(int(body.get("epoch", 0))):
+                raise httpx.HTTPError(f"controller at lease {body.get('epoch')} replaced by one at {self.epoch}")
         except httpx.HTTPError as exc:
             if self.connected:
-                log.warning("controller unreachable", extra={"error": str(exc)})
+                log.warning("controller unreachable", extra={"url": url, "error": str(exc)})
             self.connected = False
+            self.controller += 1  # the next controller, on the next heartbeat (at most a second away)
             return
         self.connected = True
-        body = reply.json()
         acked = body.get("acknowledged", [])
         self._acknowledged(hb.events, acked)
         if acked:

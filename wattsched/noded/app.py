@@ -7,17 +7,30 @@ import base64
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-from fastapi import FastAPI, HTTPException, Request
+from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import Response, StreamingResponse
 
 from wattsched import auth, exposition, httplimits
-from wattsched.api import FreezeJob, JobFreq, LaunchBatch, SignalJob, TaskInput, TaskLaunch
+from wattsched.api import EPOCH_HEADER, FreezeJob, JobFreq, LaunchBatch, SignalJob, TaskInput, TaskLaunch
 from wattsched.httpauth import Who, loop_lifespan, metrics_access, require_role
 from wattsched.noded import steps
 from wattsched.noded.agent import Agent
 from wattsched.noded.metrics import AgentCollector
 
-Ctl = Annotated[auth.Identity, require_role("controller")]
+Controller = Annotated[auth.Identity, require_role("controller")]
+
+
+def _current_controller(request: Request, who: Controller) -> auth.Identity:
+    """A controller's order, obeyed unless a newer controller has taken over (409)."""
+    agent: Agent = request.app.state.agent
+    epoch = request.headers.get(EPOCH_HEADER, "0")
+    if not (epoch.isdigit() and len(epoch) < 19 and agent.follow(int(epoch))):
+        raise HTTPException(409, f"Orders from a controller that lost its lease (epoch {epoch[:20]}, "
+                                 f"the newest is {agent.epoch})")
+    return who
+
+
+Ctl = Annotated[auth.Identity, Depends(_current_controller)]
 
 
 def create_app(agent: Agent) -> FastAPI:
@@ -27,6 +40,7 @@ def create_app(agent: Agent) -> FastAPI:
     # the controller's launch messages carry whole batches of scripts; users reach only step launches
     httplimits.guard(app, 256 * 1024 * 1024)
     app.state.key = agent.key
+    app.state.agent = agent  # the controllers' epochs (_current_controller)
     app.state.config = lambda: agent.config  # as the metrics routes read it
 
     @app.post("/v1/launch")
