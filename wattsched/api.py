@@ -72,6 +72,9 @@ class Strict(BaseModel):
 class JobSubmit(Strict):
     """A batch job (``script`` set) or an interactive allocation (``interactive``)."""
 
+    # a submission's key, made by the command once: sent again (the controller failed over before
+    # it answered), it gets the jobs the first one made rather than new ones
+    submit_key: str = Field("", max_length=64, pattern=r"^[0-9a-f]*$")
     name: Name = ""
     script: str | None = Field(None, max_length=SCRIPT_MAX)
     argv: Argv = []

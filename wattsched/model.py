@@ -91,6 +91,7 @@ class Job:
     energy_policy: str = ""
     # the same job's earlier runs (wattsched.prediction): its key, and what they let expect of it
     history_key: str = ""
+    submit_key: str = ""  # the submission's own key (JobSubmit.submit_key): a retry finds the job by it
     exp_elapsed_s: float = 0.0
     exp_energy_j: float = 0.0
     exp_watts: float = 0.0

@@ -86,7 +86,10 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 20.0, interval: floa
 
 class Cluster:
     def __init__(self, root: Path, nodes: int = 4, cpus: int = 4, agents: int = 1, extra: str = "",
-                 node_extra: str = "", partitions: str | None = None, accounting_url: str = "", bmc: bool = False):
+                 node_extra: str = "", partitions: str | None = None, accounting_url: str = "", bmc: bool = False,
+                 controllers: int = 1, state_url: str = ""):
+        """``controllers``: more than one are ctl1 (127.0.0.1), ctl2 (127.0.0.2), ... on the same port,
+        with their state at ``state_url`` (a PostgreSQL database)."""
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
@@ -94,7 +97,8 @@ class Cluster:
         self.node_names = [f"n{i:02d}" for i in range(1, nodes + 1)]
         lines = [
             "ClusterName=testcluster",
-            "SlurmctldHost=localhost(127.0.0.1)",
+            *(["SlurmctldHost=localhost(127.0.0.1)"] if controllers == 1 else
+              [f"SlurmctldHost=ctl{i}(127.0.0.{i})" for i in range(1, controllers + 1)]),
             f"SlurmctldPort={self.port}",
             f"StateSaveLocation={root / 'ctld'}",
             f"SlurmdSpoolDir={root / 'spool'}",
@@ -105,6 +109,10 @@ class Cluster:
         ]
         if accounting_url:
             lines.append(f"AccountingStorageLoc={accounting_url}")
+        if state_url:
+            lines.append(f"StateStorageLoc={state_url}")
+        self.controllers = controllers
+        self.api_host = "127.0.0.1"  # the controller the test talks to (active())
         lines += [extra,
                   f"NodeName=n[01-{nodes:02d}] CPUs={cpus} RealMemory=8000 {node_extra}",
                   partitions or f"PartitionName=debug Nodes=n[01-{nodes:02d}] Default=YES MaxTime=INFINITE"]
@@ -135,6 +143,27 @@ class Cluster:
     def start_controller(self) -> None:
         self.controller = self._spawn(["controller", str(self.conf)], "controller.log")
         wait_for(lambda: self._ping(), 30, what="controller up")
+
+    def spawn_controller(self, index: int) -> subprocess.Popen:
+        """Controller ``index`` (0: ctl1, the primary) of several; it may start as a standby."""
+        return self._spawn(["controller", str(self.conf), "--name", f"ctl{index + 1}"], f"ctl{index + 1}.log")
+
+    def active(self) -> str:
+        """The address of the controller in charge (a standby answers its ping with active false),
+        or "" when none is; the test's API calls go to it from then on."""
+        if not (self.root / "ctld" / "jwt_hs256.key").exists():  # no controller has started yet
+            return ""
+        for index in range(self.controllers):
+            host = f"127.0.0.{index + 1}"
+            try:
+                reply = httpx.get(f"http://{host}:{self.port}/v1/ping", timeout=5,
+                                  headers={"Authorization": f"Bearer {self.token()}"})
+            except httpx.HTTPError:
+                continue
+            if reply.status_code == 200 and reply.json().get("active", True):
+                self.api_host = host
+                return host
+        return ""
 
     def start_agent(self, index: int) -> None:
         names = self.node_names
@@ -205,7 +234,8 @@ class Cluster:
             token = self.token()
         if token:
             headers["Authorization"] = f"Bearer {token}"
-        return httpx.request(method, f"http://127.0.0.1:{self.port}{path}", headers=headers, timeout=30, **kwargs)
+        return httpx.request(method, f"http://{self.api_host}:{self.port}{path}", headers=headers, timeout=30,
+                             **kwargs)
 
     def _ping(self) -> bool:
         try:

@@ -174,12 +174,18 @@ class AccountingStore:
                     for r in rows]
 
     def add_node_events(self, events: list[dict[str, Any]]) -> None:
+        """Record node events; one already recorded (the same node, state and time: a batch written
+        again after a controller died before it could drop it) is not recorded twice."""
         if not events:
             return
         with Session(self.engine) as session, session.begin():
+            rec = NodeEventRecord
+            have = set(session.execute(select(rec.cluster, rec.node, rec.state, rec.time).where(
+                rec.time.in_(sorted({e["time"] for e in events})))).tuples())
+            fresh = {(e["cluster"], e["node"], e["state"], e["time"]): e for e in events}
             session.add_all(NodeEventRecord(cluster=e["cluster"], node=e["node"], state=e["state"],
                                             reason=e.get("reason", ""), uid=e.get("uid", 0), time=e["time"])
-                            for e in events)
+                            for key, e in fresh.items() if key not in have)
 
     def query_jobs(self, query: JobQuery) -> list[dict[str, Any]]:
         stmt = select(JobRecord).options(selectinload(JobRecord.steps)).where(JobRecord.cluster == query.cluster)

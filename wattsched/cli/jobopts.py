@@ -283,6 +283,8 @@ def submission(opts: dict[str, Any], **extra: Any) -> dict[str, Any]:
         "acctg_freq": opts.get("acctg_freq") or "",
         "gres": opts.get("gres") or "", "gpus": opts.get("gpus") or "",
         "gpus_per_node": opts.get("gpus_per_node") or "", "gpus_per_task": opts.get("gpus_per_task") or "",
+        # one per command: sent again to a backup controller, it finds the jobs already made
+        "submit_key": os.urandom(16).hex(),
     }
     body.update(extra)
     return body

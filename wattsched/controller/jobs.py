@@ -24,6 +24,10 @@ if TYPE_CHECKING:
 
 
 def submit(state: ClusterState, req: JobSubmit, who: Identity, now: float) -> list[Job]:
+    """The jobs of a submission, new; or, when the same user sent the same submission before (its
+    key: a command retrying on a backup controller), the jobs that one made."""
+    if req.submit_key and (made := state.submissions.get((who.uid, req.submit_key))):
+        return [state.jobs[j] for j in made if j in state.jobs]
     if req.nice < 0 and not permissions.is_admin(state, who):
         raise Refused("Access/permission denied: only an administrator may set a negative nice value", 403)
     gid, group = primary_group(who.uid)
@@ -47,6 +51,8 @@ def submit(state: ClusterState, req: JobSubmit, who: Identity, now: float) -> li
         expect(state, job)
         state.jobs[job.job_id] = job
         state.touch(job)
+    if req.submit_key:
+        state.submissions[(who.uid, req.submit_key)] = [job.job_id for job in jobs]
     return jobs
 
 
@@ -60,6 +66,7 @@ def expect(state: ClusterState, job: Job) -> None:
 def withdraw(state: ClusterState, submitted: list[Job]) -> None:
     """Undo a submission whose state could not be saved: its jobs never existed (their ids stay used)."""
     for job in submitted:
+        state.submissions.pop((job.uid, job.submit_key), None)
         state.jobs.pop(job.job_id, None)
         state.journal.dirty.discard(job.job_id)
         state.memo.job_changed(job.job_id)

@@ -124,6 +124,8 @@ class ClusterState:
     power_saving: PowerSaving | None = None
     energy_totals: energy.EnergyTotals = field(default_factory=energy.EnergyTotals)
     energy_due: set[int] = field(default_factory=set)  # the jobs whose energy_pending is set
+    # (uid, submit key) -> the jobs that submission made: a retried submission gets them again
+    submissions: dict[tuple[int, str], list[int]] = field(default_factory=dict)
     profiles_due: list[tuple[str, int, int]] = field(default_factory=list)  # (user, uid, job): profiles to merge
     job_usage: dict[int, dict[str, JobUsage]] = field(default_factory=dict)  # running jobs, per node (sstat)
     journal: statesave.Journal = field(default_factory=statesave.Journal)

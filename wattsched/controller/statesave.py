@@ -61,6 +61,8 @@ def restore(state: ClusterState) -> None:
             state.energy_due.add(job.job_id)
         if job.holds_nodes:
             resources.hold(state, job, +1)
+        if job.submit_key:
+            state.submissions.setdefault((job.uid, job.submit_key), []).append(job.job_id)
 
 
 def node_event(state: ClusterState, node: Node, now: float, label: str, reason: str | None = None) -> None:

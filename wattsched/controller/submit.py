@@ -211,6 +211,7 @@ def build_jobs(req: JobSubmit, who: Identity, gid: int, group: str, config: Conf
     template.history_key = prediction.job_key(who.user, template.name, req.script or shlex.join(
         [req.command, *req.argv]), nodes_min, ntasks * req.cpus_per_task)
     template.acctg_freq = check_acctg_freq(req.acctg_freq)
+    template.submit_key = req.submit_key
     array = parse_array(req.array, config.max_array_size) if req.array else None
     template.std_out = req.output or patterns.default_output(array is not None)
     if array is None:
