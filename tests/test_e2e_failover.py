@@ -59,7 +59,9 @@ def ha(tmp_path: Path) -> Iterator[Cluster]:
     state_db, acct_db = f"ws_ha_state_{tag}", f"ws_ha_acct_{tag}"
     _databases(state_db, acct_db)
     cluster = Cluster(tmp_path / "ha", nodes=4, cpus=4, agents=2, controllers=2, state_url=f"{PG}/{state_db}",
-                      accounting_url=f"{PG}/{acct_db}", extra=f"SlurmctldTimeout={TIMEOUT_S}")
+                      accounting_url=f"{PG}/{acct_db}",
+                      # a frozen controller holds a command up for MessageTimeout before it tries the next
+                      extra=f"SlurmctldTimeout={TIMEOUT_S} MessageTimeout=3")
     cluster.runs = cluster.work / "runs"  # type: ignore[attr-defined]
     procs: list[subprocess.Popen] = []
     cluster.procs = procs  # type: ignore[attr-defined]

@@ -1,7 +1,8 @@
 """The examples cannot lie: every ```console block marked ``<!-- runs -->`` in the README and in the
 documentation's pages (docs/, in the site's order) is run, command by command, against a fresh
 emulated cluster made from etc/emulated.conf (as `make emulate` makes it), and what the block shows
-after a command is what the command must print.
+after a command is what the command must print. Blocks marked ``<!-- runs on etc/ha.conf -->`` run
+the same way against the two-controller cluster of etc/ha.conf (skipped without PostgreSQL).
 
 A command's shown output is compared line by line, word by word, times (``0:03``, ``00:00:56``)
 standing for any time. A command that only reads (squeue, sinfo, sacct, sstat, scontrol show...)
@@ -47,10 +48,14 @@ TIME = re.compile(r"^(\d+-)?\d+:\d\d(:\d\d)?$")
 SETTLE_S = 120  # how long a read is retried: the walk-through's energy job runs a minute
 
 
-def blocks(text: str) -> list[list[tuple[str, list[str]]]]:
+RUNS = "<!-- runs -->"
+RUNS_HA = "<!-- runs on etc/ha.conf -->"
+
+
+def blocks(text: str, marker: str = RUNS) -> list[list[tuple[str, list[str]]]]:
     """The runnable blocks: each a list of (command, the output lines shown after it)."""
     found = []
-    for match in re.finditer(r"<!-- runs -->\n```console\n(.*?)```", text, re.S):
+    for match in re.finditer(re.escape(marker) + r"\n```console\n(.*?)```", text, re.S):
         steps: list[tuple[str, list[str]]] = []
         lines = match.group(1).splitlines()
         i = 0
@@ -104,10 +109,45 @@ def emulated(tmp_path_factory) -> Iterator[tuple[dict[str, str], Path]]:
     """etc/emulated.conf on ports and in folders of its own, started as `make emulate` starts it."""
     root = tmp_path_factory.mktemp("readme")
     text = (ROOT / "etc" / "emulated.conf").read_text()
-    text = re.sub(r"(?m)^SlurmctldPort=.*$", f"SlurmctldPort={free_port()}", text)
     text = re.sub(r"(?m)^EmulatedBMCPort=.*$", f"EmulatedBMCPort={_free_block(16)}", text)
-    text = re.sub(r"\.\./wattsched-state/emulated", str(root / "state"), text)
-    conf = root / "emulated.conf"
+    yield from _emulate(root, "emulated", text)
+
+
+def _postgres() -> str:
+    try:
+        import psycopg
+
+        psycopg.connect("postgresql://postgres@127.0.0.1:5432/postgres", connect_timeout=3).close()
+    except Exception as exc:  # no driver, no server: say which
+        return f"needs PostgreSQL on 127.0.0.1:5432 (user postgres): {str(exc).strip()[:120]}"
+    return ""
+
+
+@pytest.fixture(scope="module")
+def ha_emulated(tmp_path_factory) -> Iterator[tuple[dict[str, str], Path]]:
+    """etc/ha.conf on a port, in folders and in databases of its own."""
+    reason = _postgres()
+    if reason:
+        pytest.skip(reason)
+    import psycopg
+
+    root = tmp_path_factory.mktemp("ha")
+    tag = f"{os.getpid()}"
+    text = (ROOT / "etc" / "ha.conf").read_text().replace("/wattsched_ha_", f"/wattsched_ha{tag}_")
+    try:
+        yield from _emulate(root, "ha", text)
+    finally:
+        with psycopg.connect("postgresql://postgres@127.0.0.1:5432/postgres", autocommit=True) as conn:
+            for name in ("state", "acct"):
+                conn.execute(f"DROP DATABASE IF EXISTS wattsched_ha{tag}_{name} WITH (FORCE)")
+
+
+def _emulate(root: Path, name: str, text: str) -> Iterator[tuple[dict[str, str], Path]]:
+    """The configuration ``text`` (etc/NAME.conf) on a port and in folders of its own, started as
+    `wattsched emulate` starts it, stopped after."""
+    text = re.sub(r"(?m)^SlurmctldPort=.*$", f"SlurmctldPort={free_port()}", text)
+    text = re.sub(rf"\.\./wattsched-state/{name}", str(root / "state"), text)
+    conf = root / f"{name}.conf"
     conf.write_text(text)
     work = root / "work"
     work.mkdir()
@@ -128,6 +168,18 @@ def test_the_walk_through_runs_as_shown(emulated: tuple[dict[str, str], Path]) -
     env, work = emulated
     runnable = [block for page in pages() for block in blocks(page.read_text())]
     assert len(runnable) >= 2 and sum(len(b) for b in runnable) >= 19
+    _run(runnable, env, work)
+
+
+@pytest.mark.e2e
+def test_the_failover_walk_through_runs_as_shown(ha_emulated: tuple[dict[str, str], Path]) -> None:
+    env, work = ha_emulated
+    runnable = [block for page in pages() for block in blocks(page.read_text(), RUNS_HA)]
+    assert runnable and any("pkill -9" in command for block in runnable for command, _ in block)
+    _run(runnable, env, work)
+
+
+def _run(runnable: list[list[tuple[str, list[str]]]], env: dict[str, str], work: Path) -> None:
     for steps in runnable:
         for command, shown in steps:
             reads = command.startswith(READERS)

@@ -68,8 +68,8 @@ def missing_part(command: str, exc: ModuleNotFoundError, shown: str = "") -> CLI
 # What a command needs of the configuration. Parsing the file costs a command more than the rest of
 # its start-up (the Config class alone takes ~9 ms to build: measured with -X importtime), so these
 # few values are kept in the user's cache, checked against every file read (path, size, mtime).
-CLIENT_SETTINGS = ("controller_url", "controller_urls", "slurmctld_hosts", "slurmctld_timeout_s", "cluster_name",
-                   "key_file", "auth_socket_path")
+CLIENT_SETTINGS = ("controller_url", "controller_urls", "slurmctld_hosts", "slurmctld_timeout_s",
+                   "message_timeout_s", "cluster_name", "key_file", "auth_socket_path")
 
 
 class Settings:
@@ -80,6 +80,7 @@ class Settings:
         self.controller_urls: list[str] = list(values["controller_urls"])
         self.controller_names: list[str] = [name for name, _addr in values["slurmctld_hosts"]]
         self.slurmctld_timeout_s = float(values["slurmctld_timeout_s"])
+        self.message_timeout_s = float(values["message_timeout_s"])
         self.cluster_name = values["cluster_name"]
         self.key_file = values["key_file"]
         self.auth_socket_path = values["auth_socket_path"]
@@ -163,8 +164,11 @@ class Client:
     def _exchange(self, method: str, path: str, body: Any, timeout: float) -> tuple[int, bytes]:
         """The answer of the controller in charge: the one that answered last, else each listed in
         turn (a standby refuses, naming itself). With backups, while none is in charge (a failover)
-        all are tried again for one and a half SlurmctldTimeout, as Slurm's commands do."""
+        all are tried again for one and a half SlurmctldTimeout, as Slurm's commands do; and each
+        is given MessageTimeout to answer, as Slurm's are (one that is frozen holds none up longer)."""
         deadline = 0.0
+        if len(self.controllers) > 1:
+            timeout = min(timeout, self.config.message_timeout_s)
         while True:
             for host, port in sorted(self.controllers, key=lambda c: c != (self.host, self.port)):
                 try:

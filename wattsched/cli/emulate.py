@@ -54,8 +54,17 @@ def start(config_path: str, agents: int | None, log_dir: str | None, quiet: bool
     os.makedirs(logs, exist_ok=True)
     exe = [sys.executable, "-m", "wattsched.cli.wattsched"]
     env = dict(os.environ, WATTSCHED_CONF=config_path)
-    procs = [_daemon([*exe, "controller", config_path], env, os.path.join(logs, "controller.log"))]
+    for url in (config.state_storage_loc, config.accounting_storage_loc):
+        if url.startswith("postgresql"):
+            create_database(url)
+    hosts = config.slurmctld_hosts
+    procs = [_daemon([*exe, "controller", config_path, "--name", hosts[0][0]], env,
+                     os.path.join(logs, "controller.log"))]
     _wait_for_key(config, procs[0])
+    for name, _addr in hosts[1:]:  # the backups, once the primary made the key they share here
+        procs.append(_daemon([*exe, "controller", config_path, "--name", name], env,
+                             os.path.join(logs, f"controller-{name}.log")))
+    controllers = [p.pid for p in procs]
     bmcs = []
     if config.emulated_bmcs:
         # the virtual nodes' BMCs, read over RMCP+ by the agents as real BMCs would be
@@ -64,7 +73,8 @@ def start(config_path: str, agents: int | None, log_dir: str | None, quiet: bool
     for index, part in enumerate(slices(names, agents or config.emulated_agents)):
         args = ["noded", config_path, "--nodes", hostlist.compress(part), "--port", str(_free_port())]
         procs.append(_daemon([*exe, *args], env, os.path.join(logs, f"noded{index}.log")))
-    info = {"controller": procs[0].pid, "agents": [p.pid for p in procs[1:]], "bmc": [p.pid for p in bmcs],
+    info = {"controller": procs[0].pid, "controllers": controllers,
+            "agents": [p.pid for p in procs[len(controllers):]], "bmc": [p.pid for p in bmcs],
             "config": config_path,
             # each pid's start time: --stop signals a pid only while it is still the process started
             # here, never one that reused the number after a kill -9 or a reboot
@@ -73,6 +83,22 @@ def start(config_path: str, agents: int | None, log_dir: str | None, quiet: bool
         json.dump(info, handle)
     _wait_registered(config, len(names), procs + bmcs, quiet)
     return info
+
+
+def create_database(url: str) -> None:
+    """The PostgreSQL database ``url`` names, created if it is missing (an emulated cluster's own:
+    a site creates its databases itself)."""
+    import psycopg
+    from psycopg import sql
+
+    server, _, name = url.replace("postgresql+psycopg://", "postgresql://", 1).rpartition("/")
+    name = name.split("?")[0]
+    try:
+        with psycopg.connect(f"{server}/postgres", autocommit=True, connect_timeout=10) as conn:
+            if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
+                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    except psycopg.Error as exc:
+        raise CLIError(f"cannot create the database {name} at {server}: {str(exc).strip()}") from exc
 
 
 def _daemon(argv: list[str], env: dict[str, str], log_path: str) -> subprocess.Popen:
@@ -159,7 +185,7 @@ def stop(config_path: str) -> bool:
 def recorded(info: dict) -> list[int]:
     """The processes of an emulate.json that still run as the ones it recorded (pid and start time)."""
     started = info.get("started", {})
-    pids = [*info["agents"], *info.get("bmc", []), info["controller"]]
+    pids = [*info["agents"], *info.get("bmc", []), *info.get("controllers", [info["controller"]])]
     return [pid for pid in pids if same_process(pid, int(started.get(str(pid), 0)))]
 
 

@@ -77,8 +77,10 @@ def emulate(config: Annotated[str | None, typer.Argument(help="Cluster configura
         conf = load(path, globals_only=True)
     except ConfigError as exc:
         raise CLIError(str(exc)) from exc
+    controllers = " and ".join(f"{name} at {url}" for (name, _), url in zip(conf.slurmctld_hosts,
+                                                                          conf.controller_urls, strict=True))
     sys.stderr.write(f"wattsched: cluster '{conf.cluster_name}' up in {time.time() - started:.1f} s "
-                     f"(controller {conf.controller_url}, {len(info['agents'])} agent processes)\n")
+                     f"(controller {controllers}, {len(info['agents'])} agent processes)\n")
     sys.stderr.write(f"wattsched: dashboard at {conf.controller_url}/dashboard/ (paste the token `scontrol token` "
                      "prints)\n")
     print(emu.shell_line(path))
@@ -94,7 +96,8 @@ def emulate(config: Annotated[str | None, typer.Argument(help="Cluster configura
 
     signal.signal(signal.SIGINT, handle)
     signal.signal(signal.SIGTERM, handle)
-    while not stopping and emu.alive(info["controller"]):
+    # up while a controller is: with backups, killing the one in charge is what a newcomer tries
+    while not stopping and any(emu.alive(pid) for pid in info["controllers"]):
         time.sleep(0.5)
     emu.stop(path)
     sys.stderr.write("wattsched: emulated cluster stopped\n")
