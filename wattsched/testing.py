@@ -145,8 +145,10 @@ class Cluster:
         wait_for(lambda: self._ping(), 30, what="controller up")
 
     def spawn_controller(self, index: int) -> subprocess.Popen:
-        """Controller ``index`` (0: ctl1, the primary) of several; it may start as a standby."""
-        return self._spawn(["controller", str(self.conf), "--name", f"ctl{index + 1}"], f"ctl{index + 1}.log")
+        """Controller ``index`` (0: ctl1, the primary) of several (it may start as a standby), or the
+        only one."""
+        name = ["--name", f"ctl{index + 1}"] if self.controllers > 1 else []
+        return self._spawn(["controller", str(self.conf), *name], f"ctl{index + 1}.log")
 
     def active(self) -> str:
         """The address of the controller in charge (a standby answers its ping with active false),
