@@ -11,11 +11,9 @@ Skipped, saying why, without root or iproute2's network namespaces.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -24,65 +22,20 @@ from pathlib import Path
 import httpx
 import pytest
 
-from wattsched import auth
+from tests.hosts import Hosts, netns_usable
 from wattsched.testing import BIN, reachable_by_all, restore_modes, wait_for
 
-
-def _netns_usable() -> str:
-    if os.geteuid() != 0:
-        return "needs root to make network namespaces"
-    if not shutil.which("ip") or not shutil.which("unshare"):
-        return "needs iproute2 (ip) and util-linux (unshare)"
-    probe = f"wsprobe{os.getpid()}"
-    made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
-    if made.returncode:
-        return f"cannot make a network namespace: {made.stderr.strip()}"
-    subprocess.run(["ip", "netns", "del", probe], capture_output=True)
-    return ""
-
-
-REASON = _netns_usable()
+REASON = netns_usable()
 pytestmark = pytest.mark.skipif(bool(REASON), reason=REASON or "-")
 NODES = ("wsnode1", "wsnode2", "wsnode3")
 PORT = 6817
 
 
-def sh(*argv: str) -> None:
-    subprocess.run(argv, check=True, capture_output=True, text=True)
-
-
-class MultiHost:
-    """The bridge, the namespaces and the daemons; ``stop`` undoes all of it."""
+class MultiHost(Hosts):
+    """A controller host and three node hosts."""
 
     def __init__(self, root: Path):
-        tag = f"{os.getpid() % 10000}"
-        self.root, self.bridge = root, f"wsbr{tag}"
-        self.subnet = f"10.{77 + os.getpid() % 100}.0"
-        self.hosts = {"wsctl": f"{self.subnet}.10", **{n: f"{self.subnet}.{11 + i}" for i, n in enumerate(NODES)}}
-        self.ns = {host: f"ws{tag}{host[-1] if host != 'wsctl' else 'c'}" for host in self.hosts}
-        self.procs: list[subprocess.Popen] = []
-        self.conf = root / "wattsched.conf"
-        self.spool = root / "spool"  # the same path on every host; each host mounts its own there
-
-    def network(self) -> None:
-        sh("ip", "link", "add", self.bridge, "type", "bridge")
-        sh("ip", "addr", "add", f"{self.subnet}.1/24", "dev", self.bridge)
-        sh("ip", "link", "set", self.bridge, "up")
-        hosts_file = "127.0.0.1 localhost\n" + "".join(f"{ip} {name}\n" for name, ip in self.hosts.items())
-        for host, ip in self.hosts.items():
-            ns = self.ns[host]
-            sh("ip", "netns", "add", ns)
-            outside, inside = f"v{ns}", f"p{ns}"
-            sh("ip", "link", "add", outside, "type", "veth", "peer", "name", inside)
-            sh("ip", "link", "set", inside, "netns", ns)
-            sh("ip", "link", "set", outside, "master", self.bridge, "up")
-            sh("ip", "netns", "exec", ns, "ip", "addr", "add", f"{ip}/24", "dev", inside)
-            sh("ip", "netns", "exec", ns, "ip", "link", "set", inside, "up")
-            sh("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
-            etc = Path("/etc/netns") / ns  # ip netns exec mounts these over /etc inside the namespace
-            etc.mkdir(parents=True, exist_ok=True)
-            (etc / "hosts").write_text(hosts_file)
-            (etc / "hostname").write_text(host + "\n")
+        super().__init__(root, ["wsctl", *NODES])
 
     def configure(self) -> None:
         self.conf.write_text(f"""ClusterName=multihost
@@ -97,21 +50,6 @@ NodeName=wsnode[1-3] CPUs=2 RealMemory=2000
 PartitionName=all Nodes=wsnode[1-3] Default=YES MaxTime=INFINITE
 """)
         self.conf.chmod(0o644)
-        self.spool.mkdir(mode=0o755)
-
-    def start_on(self, host: str, daemon_args: str, log: str) -> None:
-        """A daemon on ``host``: in its network namespace, under its hostname, with its own spool."""
-        wattsched = f"{sys.executable} -m wattsched.cli.wattsched"
-        private = self.root / f"spool-{host}"
-        private.mkdir(exist_ok=True)
-        script = (f"hostname {host} && mount --bind {private} {self.spool} && "
-                  f"exec {wattsched} {daemon_args}")
-        with open(self.root / log, "ab") as out:
-            self.procs.append(subprocess.Popen(
-                ["ip", "netns", "exec", self.ns[host], "unshare", "--uts", "sh", "-c", script],
-                stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                env=dict(os.environ, WATTSCHED_CONF=str(self.conf), SLURM_CONF=str(self.conf),
-                         PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}")))
 
     def start(self) -> None:
         self.network()
@@ -125,40 +63,12 @@ PartitionName=all Nodes=wsnode[1-3] Default=YES MaxTime=INFINITE
         wait_for(lambda: sorted(n["name"] for n in self.api("GET", "/v1/nodes").json()["nodes"]
                                 if not n["not_responding"]) == list(NODES), 60, what="the three hosts registered")
 
-    def token(self, uid: int = 0, user: str = "root") -> str:
-        return auth.user_token((self.root / "ctld" / "jwt_hs256.key").read_bytes().strip(), uid, user)
-
     def api(self, method: str, path: str) -> httpx.Response:
         try:
             return httpx.request(method, f"http://{self.hosts['wsctl']}:{PORT}{path}", timeout=10,
                                  headers={"Authorization": f"Bearer {self.token()}"})
         except httpx.HTTPError:
             return httpx.Response(599)
-
-    def run(self, *argv: str, uid: int = 65534, user: str = "nobody", on: str | None = None) \
-            -> subprocess.CompletedProcess:
-        """A command as ``user``, from this machine or, with ``on``, from one of the hosts (srun
-        reaches the nodes by name, as from a login node)."""
-        env = dict(os.environ, WATTSCHED_CONF=str(self.conf), SLURM_CONF=str(self.conf),
-                   SLURM_JWT=self.token(uid, user), PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}")
-        where = ["ip", "netns", "exec", self.ns[on]] if on else []
-        return subprocess.run([*where, str(BIN / argv[0]), *argv[1:]], env=env, capture_output=True, text=True,
-                              timeout=60, check=True)
-
-    def stop(self) -> None:
-        for proc in self.procs:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-        for ns in self.ns.values():
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
-            shutil.rmtree(Path("/etc/netns") / ns, ignore_errors=True)
-        subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
 
 
 @pytest.fixture(scope="module")
@@ -205,7 +115,7 @@ def test_a_multi_node_job_and_its_steps_run_across_the_hosts(hosts: MultiHost) -
 
 
 def test_a_host_that_goes_away_is_noticed_and_comes_back(hosts: MultiHost) -> None:
-    agent = hosts.procs[3]  # wsnode3's agent
+    agent = hosts.procs["wsnode3"][0]
     os.killpg(agent.pid, signal.SIGKILL)
     agent.wait(timeout=15)
     wait_for(lambda: any(n["name"] == "wsnode3" and n["not_responding"]
