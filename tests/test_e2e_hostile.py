@@ -343,6 +343,37 @@ def test_tokens_and_roles_cannot_be_forged(shared: Cluster, mallory: Account) ->
     assert mallory.run("scontrol", "token", "username=root").returncode != 0
 
 
+def test_failover_controls_and_submission_keys_are_no_users(shared: Cluster, mallory: Account,
+                                                            victim: Account) -> None:
+    """A user can neither make the controller hand over nor take over; a submission key names the
+    submitter's own submission only; an agent obeys no controller older than the newest it heard."""
+    base = f"http://127.0.0.1:{shared.port}"
+    user = {"Authorization": f"Bearer {mallory.token()}"}
+    for path in ("/v1/relinquish?heir=", "/v1/takeover"):
+        reply = httpx.post(f"{base}{path}", headers=user)
+        assert reply.status_code == 403 and "permission denied" in reply.text, path
+    assert httpx.get(f"{base}/v1/ping", headers=user).json()["active"] is True
+    takeover = mallory.run("scontrol", "takeover")
+    assert takeover.returncode == 1 and b"no backup controller defined" in takeover.stderr
+    body = {"script": "#!/bin/sh\ntrue\n", "hold": True, "output": "/dev/null", "submit_key": "ab" * 16}
+    theirs = httpx.post(f"{base}/v1/jobs", json=dict(body, work_dir=str(victim.home)),
+                        headers={"Authorization": f"Bearer {victim.token()}"}).json()
+    mine = httpx.post(f"{base}/v1/jobs", json=dict(body, work_dir=str(mallory.home)), headers=user).json()
+    again = httpx.post(f"{base}/v1/jobs", json=dict(body, work_dir=str(mallory.home)), headers=user).json()
+    assert mine["job_id"] != theirs["job_id"] and again["job_id"] == mine["job_id"]
+    assert shared.job(mine["job_id"])["user"] == mallory.name
+    for key in ("ZZ", "a" * 65, "../x"):
+        reply = httpx.post(f"{base}/v1/jobs", json=dict(body, submit_key=key), headers=user)
+        assert reply.status_code == 422, key
+    agent = shared.nodes()[0]["agent_url"]
+    stale = {"Authorization": f"Bearer {shared.token(role='controller')}", "X-Wattsched-Epoch": "0"}
+    reply = httpx.post(f"{agent}/v1/signal", json={"job_id": mine["job_id"], "nodes": ["n01"], "signal": 0},
+                       headers=stale)
+    assert reply.status_code == 409 and "lost its lease" in reply.text
+    for job in (mine["job_id"], theirs["job_id"]):
+        shared.api("POST", "/v1/jobs/cancel", json={"job_ids": [str(job)]})
+
+
 def test_cross_user_actions_are_refused(shared: Cluster, mallory: Account, victim: Account) -> None:
     job = victim.sbatch("-H", "--wrap", "true")
     for args in (("scancel", str(job)), ("scontrol", "hold", str(job)), ("scontrol", "release", str(job)),
