@@ -134,3 +134,28 @@ def test_shipped_configs(name: str, nodes: int, cpus: int) -> None:
     conf = config.load(ETC / name)
     assert len(conf.nodes) == nodes
     assert all(n.cpus == cpus for n in conf.nodes)
+
+
+def test_several_controllers_primary_first(tmp_path: Path) -> None:
+    conf = tmp_path / "ha.conf"
+    conf.write_text("SlurmctldHost=ctl1(10.0.0.1)\nSlurmctldHost=ctl2\nSlurmctldPort=7000\nSlurmctldTimeout=30\n"
+                    "NodeName=n1\nPartitionName=p Nodes=ALL\n")
+    loaded = config.load(conf)
+    assert loaded.slurmctld_hosts == (("ctl1", "10.0.0.1"), ("ctl2", "ctl2"))
+    assert (loaded.slurmctld_host, loaded.slurmctld_addr) == ("ctl1", "10.0.0.1")
+    assert loaded.controller_urls == ("http://10.0.0.1:7000", "http://ctl2:7000")
+    assert loaded.slurmctld_timeout_s == 30
+    shown = dict(loaded.as_pairs())
+    assert (shown["SlurmctldHost[0]"], shown["SlurmctldHost[1]"]) == ("ctl1(10.0.0.1)", "ctl2(ctl2)")
+    conf.write_text("SlurmctldHost=ctl1(10.0.0.1)\nSlurmctldHost=ctl1(10.0.0.2)\n")
+    with pytest.raises(config.ConfigError, match=r"ha.conf:2: SlurmctldHost: a controller is listed twice"):
+        config.load(conf)
+
+
+def test_show_config_hides_passwords(tmp_path: Path) -> None:
+    conf = tmp_path / "secret.conf"
+    conf.write_text("EnergyIPMIPassword=hunter2\nAccountingStorageLoc=postgresql://ws:s3cret@db/acct\n"
+                    "StateStorageLoc=postgresql://ws:s3cret@db/state\nNodeName=n1\nPartitionName=p Nodes=ALL\n")
+    shown = dict(config.load(conf).as_pairs())
+    assert "hunter2" not in str(shown) and "s3cret" not in str(shown)
+    assert shown["StateStorageLoc"] == "postgresql://ws:*****@db/state"

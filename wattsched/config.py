@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
@@ -375,7 +376,26 @@ class Config:
     def as_pairs(self) -> list[tuple[str, str]]:
         """The global settings as (Slurm key, value) pairs, for ``scontrol show config``."""
         keys = {**_GLOBAL_KEYS, **_CGROUP_KEYS}
-        return [(key, _show(getattr(self, attr))) for key, (attr, _p) in sorted(keys.items(), key=lambda kv: kv[0])]
+        pairs = []
+        for key, (attr, _p) in sorted(keys.items(), key=lambda kv: kv[0]):
+            if key == "SlurmctldHost":  # one per controller, numbered, as Slurm shows them
+                pairs += [(f"SlurmctldHost[{i}]", f"{name}({addr})")
+                          for i, (name, addr) in enumerate(self.slurmctld_hosts)]
+            else:
+                pairs.append((key, _masked(key, _show(getattr(self, attr)))))
+        return pairs
+
+
+# what every user may read of the configuration (scontrol show config) leaves out secrets: the BMCs'
+# password, and the password a database URL may carry
+_SECRET_KEYS = frozenset({"EnergyIPMIPassword"})
+_URL_PASSWORD = re.compile(r"(://[^:/@]*:)[^@/]*@")
+
+
+def _masked(key: str, shown: str) -> str:
+    if key in _SECRET_KEYS and shown != "(null)":
+        return "*****"
+    return _URL_PASSWORD.sub(r"\1*****@", shown) if key.endswith("StorageLoc") else shown
 
 
 def _show(value: Any) -> str:

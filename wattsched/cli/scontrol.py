@@ -394,6 +394,7 @@ COMMAND = Command("scontrol", "[<OPTION>] [<COMMAND>]", [
                               ENTITY: job, step, node, partition, reservation, config, powercap, assoc_mgr,
                               hostnames, hostlist, hostlistsorted.
      suspend <job_list>       suspend specified job (see resume).
+     takeover [<INDEX>]       ask slurmctld's backup at INDEX (default 1) to take control.
      token [lifespan=<secs>] [username=<name>]  get a JWT for this user.
      uhold <job_list>         place user hold on specified job (see hold).
      update <SPECIFICATIONS>  update job, node, reservation or powercap configuration.
