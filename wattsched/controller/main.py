@@ -22,13 +22,15 @@ from wattsched.private import private_dir
 
 log = logging.getLogger("wattsched.controller")
 
+STORE_RETRY_S = 2
+
 
 def build(config: config_mod.Config, this: failover.Me) -> Controller:
     """The active controller, once this one holds the lease (a standby until then)."""
     plugins = load_plugins(config)
     private_dir(config.state_save_location)
     key = auth.ensure_key(config.key_file)
-    store = StateStore(config.state_storage_loc or config.state_save_location)
+    store = open_store(config.state_storage_loc or config.state_save_location)
     if len(config.slurmctld_hosts) > 1 and not (config.state_storage_loc and config.accounting_storage_loc):
         log.warning("several controllers share no state: StateStorageLoc and AccountingStorageLoc should name "
                     "a database every controller reaches (a replicated PostgreSQL)")
@@ -45,6 +47,23 @@ def build(config: config_mod.Config, this: failover.Me) -> Controller:
         sync = AccountingSync(store, accounting, config.cluster_name, config.accounting_storage_enforce)
     authsocket.serve(config.auth_socket_path, key)
     return Controller(state, accounting, sync, this)
+
+
+def open_store(location: str) -> StateStore:
+    """The state store, waited for while its database cannot be reached (it may be failing over
+    itself): a controller without its state can be neither in charge nor a standby."""
+    failing = ""
+    while True:
+        if not location.startswith("postgresql"):  # a local file: an error there is the site's to fix
+            return StateStore(location)
+        try:
+            return StateStore(location)
+        except Exception as exc:  # psycopg's errors: the server is away, or refuses us
+            if str(exc) != failing:
+                log.error("cannot reach the state store; trying again every %d s", STORE_RETRY_S,
+                          extra={"error": str(exc).strip()[:500]})
+                failing = str(exc)
+            time.sleep(STORE_RETRY_S)
 
 
 def tune_collector() -> None:
