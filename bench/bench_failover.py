@@ -23,13 +23,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
-import httpx
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_throughput import concurrent_submissions
 from machine import report
 
 from wattsched.testing import BIN, Cluster, wait_for
@@ -103,25 +101,6 @@ def takeovers(root: Path, rounds: int) -> tuple[list[float], list[float]]:
     return unplanned, planned
 
 
-def _api_rate(cluster: Cluster, total: int, clients: int) -> float:
-    body = {"script": "#!/bin/sh\ntrue\n", "work_dir": str(cluster.work), "hold": True, "output": "/dev/null"}
-    headers = {"Authorization": f"Bearer {cluster.token()}"}
-
-    def worker(count: int) -> None:
-        with httpx.Client(base_url=f"http://{cluster.api_host}:{cluster.port}", headers=headers,
-                          timeout=60) as client:
-            for _ in range(count):
-                client.post("/v1/jobs", json=body).raise_for_status()
-
-    threads = [threading.Thread(target=worker, args=(total // clients,)) for _ in range(clients)]
-    started = time.perf_counter()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return total // clients * clients / (time.perf_counter() - started)
-
-
 def throughput(root: Path, state: str, controllers: int, cli_jobs: int, api_jobs: int) -> dict[str, float]:
     cluster, procs, dbs = _cluster(root, f"{state}{controllers}", state, controllers)
     try:
@@ -129,7 +108,9 @@ def throughput(root: Path, state: str, controllers: int, cli_jobs: int, api_jobs
         for _ in range(cli_jobs):
             _sbatch(cluster)
         cli = cli_jobs / (time.perf_counter() - started)
-        return {"cli": cli, "api1": _api_rate(cluster, api_jobs, 1), "api4": _api_rate(cluster, api_jobs, 4)}
+        body = {"script": "#!/bin/sh\ntrue\n", "work_dir": str(cluster.work), "hold": True, "output": "/dev/null"}
+        return {"cli": cli, "api1": concurrent_submissions(cluster, body, api_jobs, 1),
+                "api4": concurrent_submissions(cluster, body, api_jobs, 4)}
     finally:
         _stop(cluster, procs, dbs)
 

@@ -23,12 +23,13 @@ from machine import report
 from wattsched.testing import BIN, Cluster, wait_for
 
 
-def _concurrent_submissions(cluster: Cluster, body: dict, total: int, clients: int) -> float:
+def concurrent_submissions(cluster: Cluster, body: dict, total: int, clients: int) -> float:
     """Submissions per second from several clients at once (the client shares this machine's 2 cores)."""
     headers = {"Authorization": f"Bearer {cluster.token()}"}
 
     def worker(count: int) -> None:
-        with httpx.Client(base_url=f"http://127.0.0.1:{cluster.port}", headers=headers, timeout=60) as client:
+        with httpx.Client(base_url=f"http://{cluster.api_host}:{cluster.port}", headers=headers,
+                          timeout=60) as client:
             for _ in range(count):
                 client.post("/v1/jobs", json=body).raise_for_status()
 
@@ -58,7 +59,7 @@ def main(cli_jobs: int = 100, api_jobs: int = 2000, e2e_jobs: int = 1000) -> Non
             for _ in range(api_jobs):
                 client.post("/v1/jobs", json=held).raise_for_status()
             api_rate = api_jobs / (time.perf_counter() - started)
-            api_rate_4 = _concurrent_submissions(cluster, held, api_jobs, clients=4)
+            api_rate_4 = concurrent_submissions(cluster, held, api_jobs, clients=4)
             ids = [j["job_id"] for j in client.get("/v1/jobs").json()["jobs"] if j["state"] == "PENDING"]
             client.post("/v1/jobs/cancel", json={"job_ids": [str(i) for i in ids]}).raise_for_status()
 

@@ -16,10 +16,15 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 from wattsched import auth
-from wattsched.testing import BIN, wait_for
+from wattsched.testing import BIN, reachable_by_all, restore_modes, wait_for
+
+H = TypeVar("H", bound="Hosts")
 
 
 def netns_usable() -> str:
@@ -42,6 +47,22 @@ def postgres_bin() -> str:
     return os.path.dirname(found[-1]) if found else ""
 
 
+def running(make: Callable[[Path], H], prefix: str) -> Iterator[H]:
+    """Hosts made by ``make`` in a fresh folder, started, then stopped with all they ran, the
+    folder removed (a pytest fixture's body)."""
+    root = Path(tempfile.mkdtemp(prefix=prefix))
+    os.chmod(root, 0o755)  # a job's user passes through to its scratch folder
+    restore = reachable_by_all([sys.executable, str(BIN / "srun")])  # nobody runs srun in jobs
+    hosts = make(root)
+    try:
+        hosts.start()
+        yield hosts
+    finally:
+        hosts.stop()
+        restore_modes(restore)
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def sh(*argv: str) -> None:
     subprocess.run(argv, check=True, capture_output=True, text=True)
 
@@ -60,6 +81,10 @@ class Hosts:
         self.conf = root / "wattsched.conf"
         self.spool = root / "spool"  # the same path on every host; each host mounts its own there
         self.spool.mkdir(mode=0o755)
+
+    def start(self) -> None:
+        """The network; a subclass starts its daemons after it."""
+        self.network()
 
     def network(self) -> None:
         sh("ip", "link", "add", self.bridge, "type", "bridge")

@@ -17,10 +17,7 @@ Skipped, saying why, without root, network namespaces or PostgreSQL's server pro
 from __future__ import annotations
 
 import os
-import shutil
 import signal
-import sys
-import tempfile
 import threading
 import time
 from collections import Counter
@@ -30,8 +27,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.hosts import Hosts, netns_usable, postgres_bin
-from wattsched.testing import BIN, reachable_by_all, restore_modes, wait_for
+from tests.hosts import Hosts, netns_usable, postgres_bin, running
+from wattsched.testing import wait_for
 
 REASON = netns_usable() or ("" if postgres_bin() else "needs PostgreSQL's server programs (postgresql)")
 pytestmark = pytest.mark.skipif(bool(REASON), reason=REASON or "-")
@@ -48,7 +45,7 @@ class HaHosts(Hosts):
         self.acked: set[int] = set()  # every job id sbatch acknowledged, all tests long
 
     def start(self) -> None:
-        self.network()
+        super().start()
         pg = self.start_postgres("wsdb")
         import psycopg
 
@@ -138,17 +135,7 @@ PartitionName=all Nodes=wsnode[1-3] Default=YES MaxTime=INFINITE
 
 @pytest.fixture(scope="module")
 def ha() -> Iterator[HaHosts]:
-    root = Path(tempfile.mkdtemp(prefix="wattsched-ha-"))
-    os.chmod(root, 0o755)  # the job's user passes through to its scratch folder
-    restore = reachable_by_all([sys.executable, str(BIN / "srun")])  # nobody runs srun in the job
-    cluster = HaHosts(root)
-    try:
-        cluster.start()
-        yield cluster
-    finally:
-        cluster.stop()
-        restore_modes(restore)
-        shutil.rmtree(root, ignore_errors=True)
+    yield from running(HaHosts, "wattsched-ha-")
 
 
 def test_1_the_backup_takes_over_a_killed_primary_mid_burst(ha: HaHosts) -> None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,8 +21,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.hosts import Hosts, netns_usable
-from wattsched.testing import BIN, reachable_by_all, restore_modes, wait_for
+from tests.hosts import Hosts, netns_usable, running
+from wattsched.testing import wait_for
 
 REASON = netns_usable()
 pytestmark = pytest.mark.skipif(bool(REASON), reason=REASON or "-")
@@ -52,7 +51,7 @@ PartitionName=all Nodes=wsnode[1-3] Default=YES MaxTime=INFINITE
         self.conf.chmod(0o644)
 
     def start(self) -> None:
-        self.network()
+        super().start()
         self.configure()
         self.start_on("wsctl", f"controller {self.conf}", "controller.log")
         key = self.root / "ctld" / "jwt_hs256.key"
@@ -73,17 +72,7 @@ PartitionName=all Nodes=wsnode[1-3] Default=YES MaxTime=INFINITE
 
 @pytest.fixture(scope="module")
 def hosts() -> Iterator[MultiHost]:
-    root = Path(tempfile.mkdtemp(prefix="wattsched-hosts-"))
-    os.chmod(root, 0o755)  # the job's user passes through to its scratch folder
-    restore = reachable_by_all([sys.executable, str(BIN / "srun")])  # nobody runs srun in the job
-    cluster = MultiHost(root)
-    try:
-        cluster.start()
-        yield cluster
-    finally:
-        cluster.stop()
-        restore_modes(restore)
-        shutil.rmtree(root, ignore_errors=True)
+    yield from running(MultiHost, "wattsched-hosts-")
 
 
 def job_state(hosts: MultiHost, job_id: int) -> str:

@@ -12,6 +12,7 @@ afresh, asks the controller in charge to hand over to it, as Slurm's primary doe
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import socket
@@ -195,19 +196,13 @@ def standby_app(config: Config, key: bytes, this: Me, store: StateStore) -> Fast
     async def takeover(who: Who) -> dict[str, Any]:
         if not _is_admin(config, who):
             raise HTTPException(403, "Access/permission denied")
-        return {"result": await _in_thread(ask_handover, config, key, store, this)}
+        return {"result": await asyncio.to_thread(ask_handover, config, key, store, this)}
 
     @app.api_route("/{path:path}", methods=["GET", "POST", "PATCH", "PUT", "DELETE"], include_in_schema=False)
     async def standby(request: Request) -> JSONResponse:
         return JSONResponse({"detail": STANDBY_DETAIL, "standby": True}, status_code=503)
 
     return app
-
-
-async def _in_thread(func: Any, *args: Any) -> Any:
-    import asyncio
-
-    return await asyncio.to_thread(func, *args)
 
 
 def wait_for_lease(config: Config, key: bytes, this: Me, store: StateStore) -> int:
@@ -227,12 +222,14 @@ def wait_for_lease(config: Config, key: bytes, this: Me, store: StateStore) -> i
     def poll() -> None:
         if this.index == 0 and not again:  # the primary, started afresh, asks for control (Slurm's REQUEST_CONTROL)
             log.warning("asking for control", extra={"result": ask_handover(config, key, store, this)})
+        failing = ""
         while not taken:
             try:
-                got = store.acquire(this.name, ttl)
-            except Exception as exc:  # the state store is away: keep waiting
-                log.warning("cannot read the controller lease", extra={"error": str(exc)})
-                got = None
+                got, failing = store.acquire(this.name, ttl), ""
+            except Exception as exc:  # the state store is away: keep waiting (and say so once)
+                if str(exc) != failing:
+                    log.warning("cannot read the controller lease", extra={"error": str(exc).strip()[:500]})
+                got, failing = None, str(exc)
             if got is not None:
                 Renewer(config, store).start()  # before the state is loaded, which may take seconds
                 taken.append(got)
