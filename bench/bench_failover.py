@@ -10,9 +10,12 @@
    controller, and in PostgreSQL with a backup standing by: sequential `sbatch -H --wrap true` through
    the command, and held jobs through the HTTP API from one client and from four at once.
 
-Needs PostgreSQL on 127.0.0.1:5432 (user postgres). No Slurm figure sits beside these: a Slurm
-with a backup slurmctld needs two hosts (slurmctld finds its place by its host name and binds every
-address), which this bench does not build.
+3. Beside Slurm (Debian's slurm-wlm, installed with apt-get when absent): the same takeover with two
+   slurmctld, each on a host of its own (a network and UTS namespace: slurmctld finds its place by
+   its host name), sharing StateSaveLocation as Slurm requires, SlurmctldTimeout=5; the same rounds,
+   timed the same way, and wattsched's figure over Slurm's.
+
+Needs PostgreSQL on 127.0.0.1:5432 (user postgres); the Slurm part needs root and network namespaces.
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_throughput import concurrent_submissions
 from machine import report
 
-from wattsched.testing import BIN, Cluster, wait_for
+from wattsched.netns import Hosts, netns_usable
+from wattsched.testing import BIN, Cluster, free_port, wait_for
 
 PG = "postgresql://postgres@127.0.0.1:5432"
 TIMEOUT_S = 5
@@ -115,9 +119,74 @@ def throughput(root: Path, state: str, controllers: int, cli_jobs: int, api_jobs
         _stop(cluster, procs, dbs)
 
 
+def slurm_takeovers(root: Path, rounds: int) -> tuple[list[float], list[float]] | str:
+    """Slurm's figures for the same rounds, or why there are none."""
+    import loopback_slurm
+
+    why = netns_usable() or loopback_slurm.ensure_installed()
+    if why:
+        return why
+    loopback_slurm.ensure_munge()
+    hosts = Hosts(root / "slurm", ["sctl1", "sctl2"], subnet_base=160)
+    private = hosts.spool  # each host's own: pid and log files
+    state = hosts.root / "state"
+    state.mkdir()
+    port = free_port()
+    hosts.conf = hosts.root / "slurm.conf"
+    hosts.conf.write_text("\n".join([
+        "ClusterName=bench", f"SlurmctldHost=sctl1({hosts.hosts['sctl1']})",
+        f"SlurmctldHost=sctl2({hosts.hosts['sctl2']})", f"SlurmctldPort={port}", f"SlurmctldTimeout={TIMEOUT_S}",
+        "SlurmUser=root", "SlurmdUser=root", "AuthType=auth/munge", "CredType=cred/munge",
+        f"StateSaveLocation={state}", f"SlurmdSpoolDir={private}/slurmd", f"SlurmctldPidFile={private}/ctld.pid",
+        f"SlurmctldLogFile={private}/ctld.log", "SlurmctldDebug=error", "ProctrackType=proctrack/pgid",
+        "TaskPlugin=task/none", "MpiDefault=none", "JobAcctGatherType=jobacct_gather/none",
+        "AccountingStorageType=accounting_storage/none", "SelectType=select/cons_tres",
+        "SelectTypeParameters=CR_CPU", "MaxJobCount=100000",
+        "NodeName=snode1 NodeAddr=127.0.0.1 CPUs=8 State=UNKNOWN",
+        "PartitionName=debug Nodes=snode1 Default=YES MaxTime=INFINITE State=UP"]) + "\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")} | {"SLURM_CONF": str(hosts.conf)}
+    slurmctld = f"{loopback_slurm.SBIN / 'slurmctld'} -D -i -f {hosts.conf}"
+
+    def start(host: str) -> subprocess.Popen:
+        return hosts.start_on(host, "", f"{host}.log", program=slurmctld)
+
+    def ping() -> list[str]:
+        done = subprocess.run(["/usr/bin/scontrol", "ping"], env=env, capture_output=True, text=True, timeout=60)
+        return [line.split()[-1] for line in done.stdout.splitlines()[:2]]
+
+    def sbatch() -> float:
+        started = time.monotonic()
+        subprocess.run(["/usr/bin/sbatch", "-H", "-o", "/dev/null", "--wrap", "true"], env=env, check=True,
+                       stdout=subprocess.DEVNULL, timeout=120)
+        return time.monotonic() - started
+
+    unplanned, planned = [], []
+    try:
+        hosts.start()
+        primary = start("sctl1")
+        wait_for(lambda: ping()[:1] == ["UP"], 60, 0.2, what="slurmctld on sctl1")
+        start("sctl2")
+        wait_for(lambda: ping() == ["UP", "UP"], 60, 0.2, what="slurmctld on sctl2, the backup")
+        sbatch()
+        for _ in range(rounds):
+            os.killpg(primary.pid, signal.SIGKILL)
+            primary.wait(10)
+            unplanned.append(sbatch())
+            started = time.monotonic()
+            primary = start("sctl1")  # the primary takes control back from the backup
+            wait_for(lambda: ping() == ["UP", "UP"], 120, 0.1, what="slurmctld on sctl1 back")
+            sbatch()
+            planned.append(time.monotonic() - started)
+    finally:
+        hosts.stop()
+    return unplanned, planned
+
+
 def main(rounds: int = 3, cli_jobs: int = 200, api_jobs: int = 2000) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
+        os.chmod(root, 0o755)
+        slurm = slurm_takeovers(root, rounds)
         unplanned, planned = takeovers(root, rounds)
         rates = {(state, n): throughput(root, state, n, cli_jobs, api_jobs)
                  for state, n in (("sqlite", 1), ("postgresql", 1), ("postgresql", 2))}
@@ -128,6 +197,16 @@ def main(rounds: int = 3, cli_jobs: int = 200, api_jobs: int = 2000) -> None:
         "primary restarted to its first sbatch acknowledged (planned switch back), s":
             " / ".join(f"{s:.1f}" for s in planned),
     }
+    if isinstance(slurm, str):
+        figures["Slurm"] = f"not measured: {slurm}"
+    else:
+        figures["Slurm: kill -9 to the first sbatch acknowledged by the backup, s"] = \
+            " / ".join(f"{s:.1f}" for s in slurm[0])
+        figures["Slurm: primary restarted to its first sbatch acknowledged, s"] = \
+            " / ".join(f"{s:.1f}" for s in slurm[1])
+        figures["wattsched over Slurm, takeover / switch back (medians)"] = (
+            f"{statistics.median(unplanned) / statistics.median(slurm[0]):.2f}x / "
+            f"{statistics.median(planned) / statistics.median(slurm[1]):.2f}x (below 1: faster)")
     base = rates[("sqlite", 1)]
     for (state, n), rate in rates.items():
         label = f"{state}, {'one controller' if n == 1 else 'a backup standing by'}"

@@ -58,10 +58,16 @@ def ha(tmp_path: Path) -> Iterator[Cluster]:
     tag = f"{os.getpid()}"
     state_db, acct_db = f"ws_ha_state_{tag}", f"ws_ha_acct_{tag}"
     _databases(state_db, acct_db)
+    for switch in ("on", "off"):  # SlurmctldPrimaryOnProg / OffProg: each run leaves a line
+        prog = tmp_path / f"{switch}.sh"
+        prog.write_text(f"#!/bin/sh\necho {switch} >> {tmp_path / 'switches'}\n")
+        prog.chmod(0o755)
     cluster = Cluster(tmp_path / "ha", nodes=4, cpus=4, agents=2, controllers=2, state_url=f"{PG}/{state_db}",
                       accounting_url=f"{PG}/{acct_db}",
                       # a frozen controller holds a command up for MessageTimeout before it tries the next
-                      extra=f"SlurmctldTimeout={TIMEOUT_S} MessageTimeout=3")
+                      extra=f"SlurmctldTimeout={TIMEOUT_S} MessageTimeout=3 "
+                            f"SlurmctldPrimaryOnProg={tmp_path / 'on.sh'} "
+                            f"SlurmctldPrimaryOffProg={tmp_path / 'off.sh'}")
     cluster.runs = cluster.work / "runs"  # type: ignore[attr-defined]
     procs: list[subprocess.Popen] = []
     cluster.procs = procs  # type: ignore[attr-defined]
@@ -204,6 +210,10 @@ def test_takeover_and_the_primary_taking_control_back(ha: Cluster) -> None:
     assert {ha.job(job)["state"] for job in running} <= {"RUNNING", "COMPLETING", "COMPLETED"}
     _all_ran_once(ha, running)
     assert "handed over to ctl1" in (ha.logs / "ctl2.log").read_text()
+    # in charge: ctl1, ctl2, ctl1 again; each switch ran the one's OffProg and the other's OnProg
+    switches = ha.root.parent / "switches"
+    wait_for(lambda: Counter(switches.read_text().split()) == {"on": 3, "off": 2}, 30, 0.2,
+             what=f"the switches' programs ({switches.read_text().split()})")
 
 
 def test_a_standby_refuses_work_and_names_itself(ha: Cluster) -> None:

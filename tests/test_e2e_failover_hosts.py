@@ -27,7 +27,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.hosts import Hosts, netns_usable, postgres_bin, running
+from wattsched.netns import Hosts, netns_usable, postgres_bin, running
 from wattsched.testing import wait_for
 
 REASON = netns_usable() or ("" if postgres_bin() else "needs PostgreSQL's server programs (postgresql)")

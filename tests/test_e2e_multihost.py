@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.hosts import Hosts, netns_usable, running
+from wattsched.netns import Hosts, netns_usable, running
 from wattsched.testing import wait_for
 
 REASON = netns_usable()

@@ -6,6 +6,7 @@ controller serves is generated from them and is the API's contract.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
@@ -356,13 +357,20 @@ class AgentHeartbeat(Strict):
     events: list[JobEvent] = []
 
 
-EPOCH_HEADER = "X-Wattsched-Epoch"  # the lease's epoch on a controller's orders: agents obey the newest
+EPOCH_HEADER = "X-Wattsched-Epoch"  # a controller's fencing token (StateStore.fencing_token) on its orders
+_FENCING = re.compile(r"^([0-9a-f]{0,32}):(\d{1,18})$")
+
+
+def fencing(token: str) -> tuple[str, int] | None:
+    """A fencing token ``STORE:EPOCH`` read, or None when it is not one."""
+    found = _FENCING.match(token)
+    return (found.group(1), int(found.group(2))) if found else None
 
 
 class HeartbeatReply(BaseModel):
     acknowledged: list[int] = []
     cancel: list[int] = []
-    epoch: int = 0  # the controller's lease (its fencing token): agents take orders from the newest only
+    lease: str = ""  # the controller's fencing token: agents take orders from the newest lease only
 
 
 class BatchLaunch(Strict):

@@ -180,8 +180,8 @@ class AccountingStore:
             return
         with Session(self.engine) as session, session.begin():
             rec = NodeEventRecord
-            have = set(session.execute(select(rec.cluster, rec.node, rec.state, rec.time).where(
-                rec.time.in_(sorted({e["time"] for e in events})))).tuples())
+            have = {tuple(row) for row in session.execute(select(rec.cluster, rec.node, rec.state, rec.time).where(
+                rec.time.in_(sorted({e["time"] for e in events}))))}
             fresh = {(e["cluster"], e["node"], e["state"], e["time"]): e for e in events}
             session.add_all(NodeEventRecord(cluster=e["cluster"], node=e["node"], state=e["state"],
                                             reason=e.get("reason", ""), uid=e.get("uid", 0), time=e["time"])

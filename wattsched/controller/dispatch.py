@@ -59,7 +59,7 @@ class Dispatcher:
         if now - self._token_time > 600:
             self._token = auth.user_token(self.state.key, 0, "slurm", role="controller")
             self._token_time = now
-        return {"Authorization": f"Bearer {self._token}", EPOCH_HEADER: str(self.state.store.epoch)}
+        return {"Authorization": f"Bearer {self._token}", EPOCH_HEADER: self.state.store.fencing_token}
 
     def run(self, actions: list[Action]) -> None:
         """Carry ``actions`` out; while this controller's lease may have ended (not renewed for most

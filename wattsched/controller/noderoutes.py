@@ -60,4 +60,4 @@ async def heartbeat(controller: Ctl, hb: AgentHeartbeat, who: NodeAgent) -> Hear
     state = controller.state
     acked, to_kill, actions = state.heartbeat(hb, time.time())
     controller.act(actions)
-    return HeartbeatReply(acknowledged=acked, cancel=to_kill, epoch=state.store.epoch)
+    return HeartbeatReply(acknowledged=acked, cancel=to_kill, lease=state.store.fencing_token)

@@ -71,9 +71,11 @@ CREATE TABLE IF NOT EXISTS lease (
     holder TEXT NOT NULL,
     epoch BIGINT NOT NULL,
     expires {real} NOT NULL,
-    heir TEXT NOT NULL
+    heir TEXT NOT NULL,
+    store TEXT NOT NULL  -- this store's own random name: epochs count within one store only
 );
-INSERT INTO lease (id, holder, epoch, expires, heir) VALUES (1, '', 0, 0, '') ON CONFLICT DO NOTHING;
+INSERT INTO lease (id, holder, epoch, expires, heir, store) VALUES (1, '', 0, 0, '', '{store}')
+    ON CONFLICT DO NOTHING;
 """
 
 
@@ -153,8 +155,9 @@ class StateStore:
         self.path = self.dialect.path
         self._local = threading.local()
         d = self.dialect
-        self.dialect.create(self._conn(), _SCHEMA.format(serial=d.serial, real=d.real))
+        self.dialect.create(self._conn(), _SCHEMA.format(serial=d.serial, real=d.real, store=os.urandom(8).hex()))
         self.epoch = 0  # the lease this controller holds; 0: none taken (tools and tests: no fencing)
+        self.store_name = ""
         self.ttl = 0.0
         self.renewed = 0.0  # time.monotonic() when the lease was last renewed, before the renewal began
 
@@ -219,7 +222,7 @@ class StateStore:
         conn.execute(self.dialect.begin)
         try:
             row = self._rows(f"UPDATE lease SET holder = ?, epoch = epoch + 1, expires = {now} + ?, heir = '' "
-                             f"WHERE id = 1{free} RETURNING epoch", args)
+                             f"WHERE id = 1{free} RETURNING epoch, store", args)
             conn.execute("COMMIT")
         except BaseException:
             with contextlib.suppress(Exception):
@@ -227,8 +230,14 @@ class StateStore:
             raise
         if not row:
             return None
-        self.epoch, self.ttl, self.renewed = int(row[0][0]), float(ttl), began
+        self.epoch, self.store_name, self.ttl, self.renewed = int(row[0][0]), row[0][1], float(ttl), began
         return self.epoch
+
+    @property
+    def fencing_token(self) -> str:
+        """What a controller's orders carry: ``STORE:EPOCH``. Agents obey the newest epoch of a
+        store; a token of another store (a state started afresh) starts the count again."""
+        return f"{self.store_name}:{self.epoch}"
 
     def renew(self) -> None:
         """Extend the lease by its length from now (the database's clock); Fenced if it was taken."""
@@ -236,10 +245,10 @@ class StateStore:
             pass
 
     def release(self, heir: str = "") -> None:
-        """Give the lease up at once, promised to ``heir`` ("" for any backup); this controller
-        can write nothing after it."""
+        """Give the lease up at once (expired a second ago: SQLite's clock ticks in milliseconds),
+        promised to ``heir`` ("" for any backup); this controller can write nothing after it."""
         with self._write():
-            self._rows(f"UPDATE lease SET expires = {self.dialect.now}, heir = ? WHERE id = 1 AND epoch = ?",
+            self._rows(f"UPDATE lease SET expires = {self.dialect.now} - 1, heir = ? WHERE id = 1 AND epoch = ?",
                        (heir, self.epoch))
         self.epoch = -1  # no epoch is ever -1: every later write is Fenced
 

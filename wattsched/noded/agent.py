@@ -22,7 +22,7 @@ import time
 import httpx
 
 from wattsched import auth, cpubind, energypolicy, gres, plugins, prologs, switching
-from wattsched.api import AgentHeartbeat, BatchLaunch, JobAllocation, JobEvent, JobUsage, NodeReport
+from wattsched.api import AgentHeartbeat, BatchLaunch, JobAllocation, JobEvent, JobUsage, NodeReport, fencing
 from wattsched.config import Config, NodeConf
 from wattsched.noded import chassis, gpus, policies, procs, steps
 from wattsched.noded.allocations import Allocations, NodeJob
@@ -80,7 +80,7 @@ class Agent:
         self._token, self._token_time = "", 0.0
         self.connected = False
         self.controller = 0  # which of the controllers (SlurmctldHost, in order) heartbeats go to
-        self.epoch = 0  # the newest controller lease heard of
+        self.lease: tuple[str, int] = ("", 0)  # the newest controller lease heard of: (store, epoch)
         # over the allocations, shared with the meter and profiler threads; taken before the meter's
         # own lock, never while a thread holds that one
         self.lock = threading.Lock()
@@ -593,12 +593,14 @@ class Agent:
             running.setdefault(batch.node, set()).add(batch.job_id)
         return running
 
-    def follow(self, epoch: int) -> bool:
-        """Whether orders of a controller at lease ``epoch`` are obeyed: not once a newer controller
-        has been heard from (the older one may not know yet that it lost its lease)."""
-        if epoch < self.epoch:
+    def follow(self, token: str) -> bool:
+        """Whether orders of a controller with this fencing token are obeyed: not once a controller
+        of a newer epoch of the same state store has been heard from (the older one may not know
+        yet that it lost its lease). A token of another store (the state started afresh) is followed."""
+        lease = fencing(token)
+        if lease is None or (lease[0] == self.lease[0] and lease[1] < self.lease[1]):
             return False
-        self.epoch = epoch
+        self.lease = lease
         return True
 
     async def send(self, hb: AgentHeartbeat) -> None:
@@ -611,8 +613,9 @@ class Agent:
                                            headers=self._headers())
             reply.raise_for_status()
             body = reply.json()
-            if not self.follow(int(body.get("epoch", 0))):
-                raise httpx.HTTPError(f"controller at lease {body.get('epoch')} replaced by one at {self.epoch}")
+            if not self.follow(str(body.get("lease", ""))):
+                raise httpx.HTTPError(f"controller at lease {str(body.get('lease'))[:60]} replaced by one at "
+                                      f"{self.lease}")
         except httpx.HTTPError as exc:
             if self.connected:
                 log.warning("controller unreachable", extra={"url": url, "error": str(exc)})

@@ -23,10 +23,10 @@ Controller = Annotated[auth.Identity, require_role("controller")]
 def _current_controller(request: Request, who: Controller) -> auth.Identity:
     """A controller's order, obeyed unless a newer controller has taken over (409)."""
     agent: Agent = request.app.state.agent
-    epoch = request.headers.get(EPOCH_HEADER, "0")
-    if not (epoch.isdigit() and len(epoch) < 19 and agent.follow(int(epoch))):
-        raise HTTPException(409, f"Orders from a controller that lost its lease (epoch {epoch[:20]}, "
-                                 f"the newest is {agent.epoch})")
+    token = request.headers.get(EPOCH_HEADER, "")
+    if not agent.follow(token):
+        raise HTTPException(409, f"Orders from a controller that lost its lease ({token[:60]}; the newest is "
+                                 f"{agent.lease[0]}:{agent.lease[1]})")
     return who
 
 

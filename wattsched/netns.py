@@ -1,4 +1,4 @@
-"""Hosts on one machine for the multi-host tests: each a network namespace (its own address on a
+"""Hosts on one machine, for the multi-host tests and benches: each a network namespace (its own address on a
 bridge) and UTS namespace (its own hostname), with its own spool (a private mount over the same
 path), finding the others by name (each namespace's /etc/hosts, as ``ip netns exec`` provides it).
 The rest of the file system is shared, as a site's shared home and configuration would be.
@@ -110,13 +110,14 @@ class Hosts:
         """Unplug (or plug back) ``host``'s network cable."""
         sh("ip", "netns", "exec", self.ns[host], "ip", "link", "set", f"p{self.ns[host]}", "down" if cut else "up")
 
-    def start_on(self, host: str, daemon_args: str, log: str) -> subprocess.Popen:
-        """A wattsched daemon on ``host``: in its network namespace, under its hostname, with its own spool."""
-        wattsched = f"{sys.executable} -m wattsched.cli.wattsched"
+    def start_on(self, host: str, daemon_args: str, log: str, program: str = "") -> subprocess.Popen:
+        """A wattsched daemon (or ``program``) on ``host``: in its network namespace, under its
+        hostname, with its own spool."""
+        program = program or f"{sys.executable} -m wattsched.cli.wattsched"
         private = self.root / f"spool-{host}"
         private.mkdir(exist_ok=True)
         script = (f"hostname {host} && mount --bind {private} {self.spool} && "
-                  f"exec {wattsched} {daemon_args}")
+                  f"exec {program} {daemon_args}")
         with open(self.root / log, "ab") as out:
             proc = subprocess.Popen(
                 ["ip", "netns", "exec", self.ns[host], "unshare", "--uts", "sh", "-c", script],
