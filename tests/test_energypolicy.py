@@ -97,3 +97,34 @@ def test_a_prediction_is_the_mean_of_the_last_runs_of_the_same_job() -> None:
     assert found[key] == prediction.Prediction(100.0, 20000.0, 200.0, prediction.RUNS_KEPT)
     mixed = prediction.from_history([(key, 100.0, 10000.0), (key, 300.0, 50000.0)])[key]
     assert mixed.elapsed_s == 200.0 and mixed.joules == 30000.0 and mixed.watts == 150.0  # the ratio of sums
+
+
+def test_the_choice_a_job_end_carries_is_recorded(tmp_path) -> None:
+    """A policy may decide just before its job ends, after the last heartbeat: the end carries the
+    choice, and the controller records it before it ends the job (in process, on a real state)."""
+    from wattsched import auth, config, states
+    from wattsched.api import AgentHeartbeat, JobEvent, JobSubmit, JobUsage, NodeReport
+    from wattsched.auth import Identity
+    from wattsched.controller.startup import load_plugins
+    from wattsched.controller.state import ClusterState
+    from wattsched.controller.store import StateStore
+
+    path = tmp_path / "c.conf"
+    path.write_text(f"StateSaveLocation={tmp_path / 'ctld'}\nSlurmdSpoolDir={tmp_path / 'spool'}\n"
+                    "NodeName=a1 CPUs=1 RealMemory=1000\nPartitionName=p Nodes=a1 Default=YES MaxTime=INFINITE\n")
+    conf = config.load(path)
+    now = 1_800_000_000.0
+    state = ClusterState.open(conf, StateStore(str(tmp_path / "ctld")), load_plugins(conf),
+                              auth.ensure_key(str(tmp_path / "key")), now)
+    state.heartbeat(AgentHeartbeat(agent_url="http://agent", boot_time=now, nodes=[
+        NodeReport(name="a1", cpus=1, real_memory_mb=1000)]), now)
+    job = state.submit(JobSubmit(work_dir="/tmp", script="#!/bin/sh\n", energy_policy="min_energy"),
+                       Identity(0, "root"), now)[0]
+    state.schedule(now)
+    state.launched(job.job_id)
+    assert job.state == states.RUNNING and job.policy_freq_khz == 0
+    chosen = JobUsage(job_id=job.job_id, policy_khz=1_600_000, time_factor=1.075, energy_factor=0.8)
+    state.heartbeat(AgentHeartbeat(agent_url="http://agent", boot_time=now, nodes=[], events=[
+        JobEvent(job_id=job.job_id, node="a1", end_time=now + 5, policy=chosen)]), now + 5)
+    assert job.state != states.RUNNING
+    assert (job.policy_freq_khz, job.pred_time_factor, job.pred_energy_factor) == (1_600_000, 1.075, 0.8)

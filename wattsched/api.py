@@ -348,6 +348,9 @@ class JobEvent(Strict):
     tasks: list[TaskUsage] = Field([], max_length=COUNT_MAX)
     error: str = Field("", max_length=1024)  # why the script could not be started (Slurm's wording)
     oom_killed: bool = False  # the kernel's OOM killer ended a process of it (its cgroup's memory limit)
+    # a batch end: its energy policy's latest choice on the node, which a heartbeat may not have
+    # carried yet (the policy may decide just before the job ends)
+    policy: JobUsage | None = None
 
 
 class AgentHeartbeat(Strict):

@@ -8,7 +8,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from wattsched import nodestates, states
-from wattsched.api import AgentHeartbeat, NodeReport
+from wattsched.api import AgentHeartbeat, JobUsage, NodeReport
 from wattsched.auth import Identity
 from wattsched.config import RESTART_ONLY, Config, NodeConf
 from wattsched.controller import jobend, jobenergy, launching, permissions, powercontrol, snapshots, statesave, steps
@@ -81,6 +81,9 @@ def heartbeat(state: ClusterState, hb: AgentHeartbeat, now: float) -> tuple[list
     acked = []
     for event in hb.events:
         if event.step_id == "batch":
+            ending = state.jobs.get(event.job_id)
+            if event.policy is not None and ending is not None and ending.state == states.RUNNING:
+                policy_report(ending, event.policy)
             actions.extend(jobend.batch_ended(state, event, now))
         elif event.step_id in ("prolog", "epilog"):
             actions.extend(launching.agent_script_ended(state, event, now))
@@ -152,9 +155,14 @@ def job_usage_report(state: ClusterState, report: NodeReport) -> None:
             job.sig_cpi += (usage.cpi - job.sig_cpi) / n
             job.sig_gbs += (usage.gbs - job.sig_gbs) / n
             job.sig_memory_bound += (usage.memory_bound - job.sig_memory_bound) / n
-        if usage.policy_khz:
-            job.policy_freq_khz = usage.policy_khz
-            job.pred_time_factor, job.pred_energy_factor = usage.time_factor, usage.energy_factor
+        policy_report(job, usage)
+
+
+def policy_report(job: Job, usage: JobUsage) -> None:
+    """The energy policy's latest choice for the job, as a node reports it."""
+    if usage.policy_khz:
+        job.policy_freq_khz = usage.policy_khz
+        job.pred_time_factor, job.pred_energy_factor = usage.time_factor, usage.energy_factor
 
 
 def first_idle(state: ClusterState, node: Node, now: float) -> float:

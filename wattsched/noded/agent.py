@@ -406,6 +406,11 @@ class Agent:
         # the batch host gets no terminate from the controller: its allocation ends here, before
         # the end is reported (so the profile is closed when the controller merges it)
         event = self._cgroup_usage(event)
+        with self.lock:
+            held = self.allocations.jobs.get((event.node, event.job_id))
+            chosen = self.policies.policy_fields(held) if held is not None else {}
+        if chosen:
+            event = event.model_copy(update={"policy": JobUsage(job_id=event.job_id, **chosen)})
         self._release(event.node, event.job_id)
         self._write_event(event)
         # steps still running die with their job: SIGTERM first (their step daemons outlive it to

@@ -121,7 +121,12 @@ class Policies:
         if sig is not None:
             f_max = max(self.ladder(job.node))
             fields = {"cpi": round(sig.cpi, 4), "gbs": round(sig.gbs, 4), "memory_bound": round(sig.bound_at(f_max), 4)}
-        if job.policy_khz:
-            fields.update(policy_khz=job.policy_khz, time_factor=round(job.time_factor, 4),
-                          energy_factor=round(job.energy_factor, 4))
-        return fields
+        return fields | self.policy_fields(job)
+
+    @staticmethod
+    def policy_fields(job: NodeJob) -> dict[str, float | int]:
+        """What JobUsage reports of the job's policy's latest choice (nothing before its first)."""
+        if not job.policy_khz:
+            return {}
+        return {"policy_khz": job.policy_khz, "time_factor": round(job.time_factor, 4),
+                "energy_factor": round(job.energy_factor, 4)}
