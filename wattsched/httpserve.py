@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import resource
+import socket
 import time
 from collections import OrderedDict
 from typing import Any
@@ -119,6 +120,23 @@ def server(app: Any, host: str, port: int, message_timeout_s: float) -> uvicorn.
     protocol = guarded_protocol(message_timeout_s, max(64, limit - HEADROOM))
     return uvicorn.Server(uvicorn.Config(app, host=host, port=port, http=protocol, log_level="warning",
                                          access_log=False, backlog=2048, timeout_graceful_shutdown=1))
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host:port``, to be served by one server after another
+    (:func:`serve_on`): the port never refuses a connection in between."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    sock.set_inheritable(False)
+    return sock
+
+
+def serve_on(server_: uvicorn.Server, sock: socket.socket) -> None:
+    """Run ``server_`` on a copy of ``sock``: the server closes its copy when it stops, the
+    socket stays open for the next one."""
+    server_.run(sockets=[sock.dup()])
 
 
 def serve(app: Any, host: str, port: int, message_timeout_s: float) -> None:

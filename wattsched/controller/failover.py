@@ -205,8 +205,32 @@ def standby_app(config: Config, key: bytes, this: Me, store: StateStore) -> Fast
     return app
 
 
-def wait_for_lease(config: Config, key: bytes, this: Me, store: StateStore) -> int:
-    """Take the lease, serving as a standby until it can, and keep it renewed: returns the epoch."""
+DEAD_AFTER_REFUSALS = 2  # a holder whose port refuses connections this many looks in a row is gone
+
+
+def _holder_gone(config: Config, store: StateStore, this: Me, refused: tuple[int, int]) -> tuple[int, int]:
+    """Whether the controller in charge is gone, not merely silent: its host refuses connections
+    on its port, which it never does while the process lives (a frozen or cut-off one lets them
+    wait instead, and keeps its lease until it runs out). Returns (its epoch, refusals in a row at
+    that epoch). Taking a lease at the epoch seen refused is safe: a process that no longer exists
+    writes nothing, and one that took the lease since has moved the epoch on."""
+    lease = store.lease()
+    addr = dict(config.slurmctld_hosts).get(lease["holder"])
+    if addr is None or lease["holder"] == this.name or lease["left_s"] <= 0:
+        return (0, 0)
+    try:
+        with socket.create_connection((addr, config.slurmctld_port), timeout=0.5):
+            return (0, 0)
+    except ConnectionRefusedError:
+        return (lease["epoch"], refused[1] + 1 if refused[0] == lease["epoch"] else 1)
+    except OSError:  # no answer, no route: the lease decides
+        return (0, 0)
+
+
+def wait_for_lease(config: Config, key: bytes, this: Me, store: StateStore, sock: socket.socket) -> int:
+    """Take the lease, serving as a standby on ``sock`` until it can, and keep it renewed: returns
+    the epoch. ``sock`` is this controller's, bound before it takes the lease and kept until it
+    gives it up: while this process lives its port never refuses a connection (see _holder_gone)."""
     ttl = float(config.slurmctld_timeout_s)
     again = os.environ.pop(STANDBY_ENV, "") == "1"  # this process follows one that gave the lease up
     # the only controller takes the lease at its start whatever its state (an older process of it
@@ -223,9 +247,12 @@ def wait_for_lease(config: Config, key: bytes, this: Me, store: StateStore) -> i
         if this.index == 0 and not again:  # the primary, started afresh, asks for control (Slurm's REQUEST_CONTROL)
             log.warning("asking for control", extra={"result": ask_handover(config, key, store, this)})
         failing = ""
+        refused: tuple[int, int] = (0, 0)  # (epoch, times its holder's port refused a connection in a row)
         while not taken:
             try:
-                got, failing = store.acquire(this.name, ttl), ""
+                refused = _holder_gone(config, store, this, refused)
+                dead = refused[0] if refused[1] >= DEAD_AFTER_REFUSALS else 0
+                got, failing = store.acquire(this.name, ttl, dead=dead), ""
             except Exception as exc:  # the state store is away: keep waiting (and say so once)
                 if str(exc) != failing:
                     log.warning("cannot read the controller lease", extra={"error": str(exc).strip()[:500]})
@@ -240,7 +267,7 @@ def wait_for_lease(config: Config, key: bytes, this: Me, store: StateStore) -> i
     log.warning("standby: another controller is active",
                 extra={"host": this.name, "mode": mode_of(this.index, len(config.slurmctld_hosts))})
     threading.Thread(target=poll, name="standby", daemon=True).start()
-    server.run()
+    httpserve.serve_on(server, sock)
     if not taken:  # stopped by a signal
         raise SystemExit(0)
     return taken[0]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import socket
 import time
 from dataclasses import replace
 
@@ -25,7 +26,7 @@ log = logging.getLogger("wattsched.controller")
 STORE_RETRY_S = 2
 
 
-def build(config: config_mod.Config, this: failover.Me) -> Controller:
+def build(config: config_mod.Config, this: failover.Me, sock: socket.socket) -> Controller:
     """The active controller, once this one holds the lease (a standby until then)."""
     plugins = load_plugins(config)
     private_dir(config.state_save_location)
@@ -34,7 +35,7 @@ def build(config: config_mod.Config, this: failover.Me) -> Controller:
     if len(config.slurmctld_hosts) > 1 and not (config.state_storage_loc and config.accounting_storage_loc):
         log.warning("several controllers share no state: StateStorageLoc and AccountingStorageLoc should name "
                     "a database every controller reaches (a replicated PostgreSQL)")
-    failover.wait_for_lease(config, key, this, store)
+    failover.wait_for_lease(config, key, this, store, sock)
     failover.run_program(config.slurmctld_primary_on_prog, "SlurmctldPrimaryOnProg")
     state = ClusterState.open(config, store, plugins, key, time.time())
     accounting = sync = None
@@ -85,6 +86,8 @@ def run(config_path: str, port: int | None = None, name: str | None = None) -> N
         config = replace(config, slurmctld_port=port)
     this = failover.me(config, name)
     logs.setup(config.log_level)
-    controller = build(config, this)
+    sock = httpserve.listen(this.addr, config.slurmctld_port)  # before the lease: see failover._holder_gone
+    controller = build(config, this, sock)
     tune_collector()
-    httpserve.serve(create_app(controller), this.addr, config.slurmctld_port, config.message_timeout_s)
+    httpserve.serve_on(httpserve.server(create_app(controller), this.addr, config.slurmctld_port,
+                                        config.message_timeout_s), sock)

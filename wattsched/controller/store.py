@@ -208,16 +208,17 @@ class StateStore:
 
     # --- the lease -------------------------------------------------------------------------
 
-    def acquire(self, name: str, ttl: float, force: bool = False) -> int | None:
+    def acquire(self, name: str, ttl: float, force: bool = False, dead: int = 0) -> int | None:
         """Take the lease for ``ttl`` seconds if it is free: never taken, given up, or expired (and
         then not promised to another controller, unless that one let a whole ``ttl`` go by).
         ``force`` takes it whatever its state (the only configured controller, at its start: any
-        older process of it is fenced). Returns the new epoch, or None."""
+        older process of it is fenced); ``dead``, if it is still at that epoch (its holder is known
+        to be gone). Returns the new epoch, or None."""
         now = self.dialect.now
         began = time.monotonic()
         free = "" if force else (f" AND (holder = '' OR expires < {now} AND (heir = '' OR heir = ? "
-                                 f"OR expires < {now} - ?))")
-        args: tuple = (name, ttl) if force else (name, ttl, name, ttl)
+                                 f"OR expires < {now} - ?) OR epoch = ? AND heir IN ('', ?))")
+        args: tuple = (name, ttl) if force else (name, ttl, name, ttl, dead or -1, name)
         conn = self._conn()
         conn.execute(self.dialect.begin)
         try:
