@@ -10,6 +10,7 @@ Skipped, saying why, without PostgreSQL on 127.0.0.1:5432.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -226,6 +227,13 @@ def test_a_standby_refuses_work_and_names_itself(ha: Cluster) -> None:
     refused = ha.run("scontrol", "takeover", check=False, env=ha.user_env())
     assert refused.returncode == 1 and "Access/permission denied" in refused.stderr
     assert ha.active() == "127.0.0.1"
+    # slurmrestd's ping lists both controllers, as Slurm's does
+    pings = ha.api("GET", "/slurm/v0.0.42/ping").json()["pings"]
+    assert [(p["hostname"], p["pinged"], p["mode"], p["primary"]) for p in pings] == [
+        ("ctl1", "UP", "primary", True), ("ctl2", "UP", "backup", False)]
+    ping = ha.run("scontrol", "ping", "--json")
+    assert [(p["hostname"], p["responding"]) for p in json.loads(ping.stdout)["pings"]] == [
+        ("ctl1", True), ("ctl2", True)]
 
 
 def _lease(cluster: Cluster) -> dict:
