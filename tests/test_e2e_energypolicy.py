@@ -185,7 +185,18 @@ def test_earlier_runs_of_the_same_job_predict_its_time_and_energy(cluster: Clust
     assert f"use {mean_j / 1000:.1f} kJ" in said
     other = c.run("sbatch", "--test-only", "-w", "n01", "-J", "another", "--wrap", short).stderr
     assert "expected" not in other  # another name: another job
-    job_id = c.sbatch("-w", "n01", "-J", "again", "--wrap", short)
+    job_id = c.sbatch("-H", "-w", "n01", "-J", "again", "--wrap", short)
+    # squeue shows it before it runs, and says N/A for a job with no history
+    other = c.sbatch("-H", "-w", "n01", "-J", "another", "--wrap", short)
+    listed = c.run("squeue", "-h", "-j", f"{job_id},{other}", "-O",
+                   "JobID:8,ExpElapsed:12,ExpEnergy:12,ExpWatts:10,EnergyPolicy:14").stdout.split("\n")
+    expected = {int(line.split()[0]): line.split()[1:] for line in listed if line.strip()}
+    assert expected[other] == ["N/A", "N/A", "N/A", "(null)"]
+    energy = expected[job_id][1]  # as sacct's ConsumedEnergy prints joules: 850, 12K, 1.25M
+    joules = float(energy.rstrip("KM")) * {"K": 1e3, "M": 1e6}.get(energy[-1], 1)
+    assert abs(joules - mean_j) <= 0.01 * mean_j and 95 <= float(expected[job_id][2]) <= 190
+    c.run("scancel", str(other))
+    c.run("scontrol", "release", str(job_id))
     c.wait_state(job_id, "COMPLETED", timeout=60)
     row = c.run("sacct", "-X", "-P", "-n", "-o", "ExpElapsed,ExpEnergy,ExpWatts,Elapsed,ConsumedEnergy", "-j",
                 str(job_id)).stdout.strip().split("|")

@@ -193,3 +193,14 @@ def format_from_fields(spec: str, by_name: Mapping[str, str], kind: str) -> str:
         code = code if len(code) == 1 else f"{{{code}}}"
         parts.append(f"%{'.' if size.startswith('.') else ''}{size.lstrip('.') or '20'}{code}")
     return "".join(parts)
+
+
+def num_unit(value: float | None, units: str = " KMGTP") -> str:
+    """A number as Slurm's convert_num_unit2 prints it (divisor 1000): 850, 12K, 1.25M; ``units``
+    starts at the value's own unit (kHz frequencies start at K: 2400000 -> 2.40G)."""
+    number = float(value or 0)
+    index = 0
+    while number >= 1000 and index < len(units) - 1:
+        number, index = number / 1000, index + 1
+    unit = units[index].strip()
+    return f"{number:.0f}{unit}" if number == int(number) else f"{number:.2f}{unit}"

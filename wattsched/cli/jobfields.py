@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from wattsched import states, timefmt
+from wattsched.cli import fmt
 
 TYPE_CHECKING = False  # not typing's: importing typing costs a command ~5 ms (annotations are strings)
 if TYPE_CHECKING:
@@ -51,6 +52,11 @@ def _min_memory(job: dict[str, Any]) -> str:
 def _priority_fraction(job: dict[str, Any]) -> str:
     """%p: the priority as a fraction of the largest 32-bit value, as Slurm prints it."""
     return f"{job['priority'] / 4294967295:.8f}"
+
+
+def _expected(job: dict[str, Any], value: Callable[[dict[str, Any]], str]) -> str:
+    """What the job's earlier runs let expect of it (wattsched.prediction), or N/A with none."""
+    return value(job) if job.get("exp_elapsed_s") else "N/A"
 
 
 def _min_cpus(job: dict[str, Any]) -> str:
@@ -113,6 +119,13 @@ FIELDS: dict[str, tuple[str, str, Callable[[dict[str, Any], float], str]]] = {
     "X": ("CORE_SPEC", "CoreSpec", lambda j, n: "N/A"),
     "Y": ("SCHEDNODES", "SchedNodes", lambda j, n: "(null)"),
     "z": ("S:C:T", "SCT", lambda j, n: "*:*:*"),
+    # ours, by -O name only (multi-letter codes: %{exp_energy} in a format): the energy policy, and
+    # what the job's earlier runs let expect of it
+    "energy_policy": ("ENERGY_POLICY", "EnergyPolicy", lambda j, n: j.get("energy_policy") or "(null)"),
+    "exp_elapsed": ("EXP_ELAPSED", "ExpElapsed",
+                   lambda j, n: _expected(j, lambda e: timefmt.secs_to_str(round(e["exp_elapsed_s"])))),
+    "exp_energy": ("EXP_ENERGY", "ExpEnergy", lambda j, n: _expected(j, lambda e: fmt.num_unit(e["exp_energy_j"]))),
+    "exp_watts": ("EXP_WATTS", "ExpWatts", lambda j, n: _expected(j, lambda e: f"{e['exp_watts']:.0f}")),
 }
 # code -> the listing record's keys its value reads (squeue asks the controller for those alone)
 KEYS: dict[str, tuple[str, ...]] = {
@@ -126,7 +139,8 @@ KEYS: dict[str, tuple[str, ...]] = {
     "B": ("batch_host",), "q": ("qos",), "x": ("exc_nodes",), "n": ("req_nodes",), "w": ("wckey",),
     "v": ("reservation",), "b": ("tres_per_node",), "c": ("ntasks_per_node", "cpus_per_task"),
     "f": ("features",), "G": ("gid",), "h": ("exclusive",), "m": ("mem_per_node_mb", "mem_per_cpu_mb"),
-    "p": ("priority",),
+    "p": ("priority",), "energy_policy": ("energy_policy",), "exp_elapsed": ("exp_elapsed_s",),
+    "exp_energy": ("exp_elapsed_s", "exp_energy_j"), "exp_watts": ("exp_elapsed_s", "exp_watts"),
 }
 # -O names with no %-code of their own (Slurm's squeue -O table), mapped to one that shows the same
 ALIASES = {"arrayjobid": "F", "arraytaskid": "K", "jobarrayid": "i", "username": "u", "userid": "U",

@@ -76,26 +76,15 @@ def _job_id(job: Row, step: Row | None, raw: bool) -> str:
     return f"{base}.{step['step_id']}" if step else base
 
 
-def num_unit(value: float | None, units: str = " KMGTP") -> str:
-    """A number as Slurm's convert_num_unit2 prints it (divisor 1000): 850, 12K, 1.25M; ``units``
-    starts at the value's own unit (kHz frequencies start at K: 2400000 -> 2.40G)."""
-    number = float(value or 0)
-    index = 0
-    while number >= 1000 and index < len(units) - 1:
-        number, index = number / 1000, index + 1
-    unit = units[index].strip()
-    return f"{number:.0f}{unit}" if number == int(number) else f"{number:.2f}{unit}"
-
-
 def _energy(joules: float | None) -> str:
-    return num_unit(joules)
+    return fmt.num_unit(joules)
 
 
 GOVERNOR_NAMES = {"userspace": "UserSpace", "ondemand": "OnDemand", "powersave": "PowerSave", "schedutil": "SchedUtil"}
 
 
 def freq_text(khz: int | None) -> str:
-    return num_unit(khz, "KMGT") if khz else "Unknown"
+    return fmt.num_unit(khz, "KMGT") if khz else "Unknown"
 
 
 def req_freq(spec: str, chosen_khz: int | None, part: str) -> str:

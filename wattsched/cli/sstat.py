@@ -11,7 +11,7 @@ from typing import Any
 from wattsched.cli import fmt
 from wattsched.cli.common import Client, CLIError, print_json, split_list
 from wattsched.cli.options import NO, OPT, REQ, Command, Opt, refused, run, standard
-from wattsched.cli.sacct import freq_text, num_unit, req_freq, tres_usage
+from wattsched.cli.sacct import freq_text, req_freq, tres_usage
 
 DEFAULT_FIELDS = ("JobID,MaxRSS,MaxRSSNode,AveCPU,NTasks,AveCPUFreq,ReqCPUFreqMin,ReqCPUFreqMax,ReqCPUFreqGov,"
                   "ConsumedEnergy")
@@ -36,7 +36,7 @@ FIELDS: dict[str, tuple[int, Callable[[Row], str]]] = {
     "ReqCPUFreqMin": (13, lambda r: req_freq(r["cpu_freq"], r["cpu_freq_khz"], "min")),
     "ReqCPUFreqMax": (13, lambda r: req_freq(r["cpu_freq"], r["cpu_freq_khz"], "max")),
     "ReqCPUFreqGov": (13, lambda r: req_freq(r["cpu_freq"], r["cpu_freq_khz"], "gov")),
-    "ConsumedEnergy": (14, lambda r: num_unit(r["consumed_energy_j"])),
+    "ConsumedEnergy": (14, lambda r: fmt.num_unit(r["consumed_energy_j"])),
     "ConsumedEnergyRaw": (17, lambda r: str(r["consumed_energy_j"] or 0)),
     "Nodelist": (15, lambda r: ",".join(r["nodes"])),
     "TRESUsageInTot": (14, lambda r: tres_usage(r["total_cpu_s"], r["consumed_energy_j"], r["max_rss_kb"])),

@@ -18,7 +18,8 @@ _BRIEF = ("job_id", "array_job_id", "array_task_id", "array_throttle", "name", "
           "submit_time", "work_dir", "dependency", "comment", "nice", "batch_host", "exc_nodes", "req_nodes",
           "wckey", "exit_code", "term_signal", "expected_start", "reservation", "gid", "features",
           "mem_per_node_mb", "mem_per_cpu_mb", "cpus_per_task", "ntasks", "ntasks_per_node", "exclusive",
-          "requeue", "restart_count", "eligible_time", "consumed_energy_j", "interactive")
+          "requeue", "restart_count", "eligible_time", "consumed_energy_j", "interactive", "energy_policy",
+          "exp_elapsed_s", "exp_energy_j", "exp_watts")
 
 
 def job_brief(job: Job, now: float) -> dict[str, Any]:
