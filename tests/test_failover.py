@@ -72,7 +72,7 @@ def test_a_handover_goes_to_the_heir_and_fences_the_giver(location: str) -> None
     a.acquire("a", 5.0)
     a.release("c")
     assert not a.fresh()
-    with pytest.raises(Fenced, match="handed its lease over"):
+    with pytest.raises(Fenced, match="handed over to c"):
         a.commit([{"job_id": 1}])
     assert b.acquire("b", 5.0) is None  # promised to c
     assert c.acquire("c", 5.0) == 2

@@ -106,7 +106,7 @@ async def relinquish(controller: Ctl, who: Who, heir: str = Query("", max_length
         raise Refused(f"{heir} is not a configured controller (SlurmctldHost)", 400)
     controller.changed()  # everything saved first: the heir loads it
     state.store.release(heir)
-    asyncio.get_running_loop().call_later(0.2, failover.give_up, state.config, f"handed over to {heir or 'a backup'}")
+    asyncio.get_running_loop().call_later(0.2, failover.give_up, state.config, state.store.handed_to)
     return {"result": "relinquished"}
 
 

@@ -158,6 +158,7 @@ class StateStore:
         self.dialect.create(self._conn(), _SCHEMA.format(serial=d.serial, real=d.real, store=os.urandom(8).hex()))
         self.epoch = 0  # the lease this controller holds; 0: none taken (tools and tests: no fencing)
         self.store_name = ""
+        self.handed_to = ""  # once this controller released its lease: to whom, in words
         self.ttl = 0.0
         self.renewed = 0.0  # time.monotonic() when the lease was last renewed, before the renewal began
 
@@ -203,7 +204,7 @@ class StateStore:
         held = self._rows(f"UPDATE lease SET expires = {self.dialect.now} + ? WHERE id = 1 AND epoch = ? "
                           "RETURNING epoch", (self.ttl, self.epoch))
         if not held:
-            raise Fenced("this controller handed its lease over" if self.epoch < 0 else
+            raise Fenced(self.handed_to if self.epoch < 0 else
                          f"the controller lease (epoch {self.epoch}) was taken by another controller")
 
     # --- the lease -------------------------------------------------------------------------
@@ -252,6 +253,7 @@ class StateStore:
             self._rows(f"UPDATE lease SET expires = {self.dialect.now} - 1, heir = ? WHERE id = 1 AND epoch = ?",
                        (heir, self.epoch))
         self.epoch = -1  # no epoch is ever -1: every later write is Fenced
+        self.handed_to = f"handed over to {heir or 'a backup'}"
 
     def lease(self) -> dict[str, Any]:
         """Who holds the lease, its epoch, the seconds left (by the database's clock) and its heir."""
