@@ -366,10 +366,16 @@ def test_failover_controls_and_submission_keys_are_no_users(shared: Cluster, mal
         reply = httpx.post(f"{base}/v1/jobs", json=dict(body, submit_key=key), headers=user)
         assert reply.status_code == 422, key
     agent = shared.nodes()[0]["agent_url"]
-    stale = {"Authorization": f"Bearer {shared.token(role='controller')}", "X-Wattsched-Epoch": "0"}
-    reply = httpx.post(f"{agent}/v1/signal", json={"job_id": mine["job_id"], "nodes": ["n01"], "signal": 0},
-                       headers=stale)
-    assert reply.status_code == 409 and "lost its lease" in reply.text
+    # the controller's fencing token, as its heartbeat replies give it: an older epoch of the same store
+    # (a controller that was replaced) and a malformed token are refused alike
+    hb = {"agent_url": "http://127.0.0.1:1", "boot_time": 0, "nodes": [], "events": []}
+    store, epoch = httpx.post(f"{base}/v1/agents/heartbeat", json=hb, headers={
+        "Authorization": f"Bearer {shared.token(role='node')}"}).json()["lease"].split(":")
+    for token in (f"{store}:{int(epoch) - 1}", "0"):
+        stale = {"Authorization": f"Bearer {shared.token(role='controller')}", "X-Wattsched-Epoch": token}
+        reply = httpx.post(f"{agent}/v1/signal", json={"job_id": mine["job_id"], "nodes": ["n01"], "signal": 0},
+                           headers=stale)
+        assert reply.status_code == 409 and "lost its lease" in reply.text, token
     for job in (mine["job_id"], theirs["job_id"]):
         shared.api("POST", "/v1/jobs/cancel", json={"job_ids": [str(job)]})
 

@@ -148,6 +148,14 @@ class Client:
         self.host, self.port = self.controllers[0]  # the one that answered last
         self._token: str | None = None
 
+    def only(self, index: int) -> Client:
+        """A client of the controller at ``index`` alone (scontrol ping and takeover ask each)."""
+        single = Client(self.config)
+        single.controllers = [self.controllers[index]]
+        single.host, single.port = self.controllers[index]
+        single._token = self._token
+        return single
+
     @classmethod
     def for_options(cls, opts: dict[str, Any]) -> Client:
         """A client for a command's options: -M/--clusters must name this cluster (or all)."""

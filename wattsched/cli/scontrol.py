@@ -531,12 +531,10 @@ def ping(client: Client, as_json: bool) -> int:
     names = client.config.controller_names if len(client.controllers) == len(client.config.controller_names) \
         else [host for host, _port in client.controllers]
     pings = []
-    for index, ((host, port), name) in enumerate(zip(client.controllers, names, strict=True)):
+    for index, name in enumerate(names):
         started = time.monotonic()
-        single = Client(client.config)
-        single.controllers, single.host, single.port = [(host, port)], host, port
         try:
-            single.request("GET", "/v1/ping", timeout=5.0)
+            client.only(index).request("GET", "/v1/ping", timeout=5.0)
             up = True
         except CLIError:
             up = False
@@ -555,25 +553,37 @@ def ping(client: Client, as_json: bool) -> int:
 
 
 def takeover(client: Client, rest: list[str]) -> int:
-    """scontrol takeover [INDEX]: the backup at INDEX (default 1) takes control."""
+    """scontrol takeover [INDEX]: the backup at INDEX (default 1) takes control. Errors are worded
+    and printed as Slurm's scontrol prints them (no "scontrol: error:" before them)."""
     count = len(client.controllers)
     if len(rest) > 1:
-        raise CLIError("takeover: too many arguments")
-    index = int(rest[0]) if rest and rest[0].isdigit() else (1 if not rest else -1)
+        return _said("takeover: too many arguments")
     if count < 2:
-        raise CLIError("takeover: no backup controller defined")
+        return _said("takeover: no backup controller defined")
+    index = _atoi(rest[0]) if rest else 1
     if not 1 <= index < count:
-        raise CLIError(f"takeover: invalid backup controller index ({rest[0] if rest else index})")
-    host, port = client.controllers[index]
-    single = Client(client.config)
-    single.controllers, single.host, single.port = [(host, port)], host, port
+        return _said(f"takeover: invalid backup controller index ({index})")
     try:
-        reply = single.request("POST", "/v1/takeover")
+        reply = client.only(index).request("POST", "/v1/takeover")
     except CLIError as exc:
-        raise CLIError(f"slurm_takeover error: {exc}") from exc
+        return _said(f"slurm_takeover error: {exc}")
     if not reply.get("result", "").endswith("handed over"):  # silent when done, as Slurm's
         print(f"takeover: {reply.get('result', '')}", file=sys.stderr)
     return 0
+
+
+def _said(message: str) -> int:
+    print(message, file=sys.stderr)
+    return 1
+
+
+def _atoi(text: str) -> int:
+    """C's atoi, as Slurm reads the index: the leading digits (with a sign), else 0."""
+    digits = text.strip()
+    sign = -1 if digits[:1] == "-" else 1
+    digits = digits.lstrip("+-")
+    end = next((i for i, char in enumerate(digits) if not char.isdigit()), len(digits))
+    return sign * int(digits[:end] or 0)
 
 
 def main() -> None:

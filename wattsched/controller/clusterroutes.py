@@ -100,7 +100,7 @@ async def relinquish(controller: Ctl, who: Who, heir: str = Query("", max_length
     """Hand control to ``heir`` (a standby asked for it: scontrol takeover, or the primary back):
     the state is saved, the lease given up, and this process starts again as a standby."""
     state = controller.state
-    if not (who.role == "controller" or state.is_admin(who)):
+    if not state.is_admin(who):  # an administrator, or the controller asking for control
         raise Refused("Access/permission denied", 403)
     if heir and heir not in dict(state.config.slurmctld_hosts):
         raise Refused(f"{heir} is not a configured controller (SlurmctldHost)", 400)

@@ -18,7 +18,7 @@ from typing import Any, cast
 import httpx
 from pydantic import BaseModel
 
-from wattsched import auth, energypolicy, gres, prologs, states
+from wattsched import energypolicy, gres, prologs, states
 from wattsched.api import (
     EPOCH_HEADER,
     BatchLaunch,
@@ -30,6 +30,7 @@ from wattsched.api import (
     SignalJob,
 )
 from wattsched.config import Config
+from wattsched.controller import failover
 from wattsched.controller.actions import Action, AdminProgram, Freeze, Launch, SetFreq, Signal
 from wattsched.controller.powersaving import PowerProgram, run_program
 from wattsched.controller.state import ClusterState
@@ -57,7 +58,7 @@ class Dispatcher:
     def _headers(self) -> dict[str, str]:
         now = time.time()
         if now - self._token_time > 600:
-            self._token = auth.user_token(self.state.key, 0, "slurm", role="controller")
+            self._token = failover.controller_token(self.state.key)
             self._token_time = now
         return {"Authorization": f"Bearer {self._token}", EPOCH_HEADER: self.state.store.fencing_token}
 
@@ -177,11 +178,12 @@ class Dispatcher:
             self.on_change()
 
     def retry(self) -> None:
-        """Send again what no agent has confirmed yet (and what waited for the lease)."""
+        """Send again what no agent has confirmed yet (and what waited for the lease); nothing while
+        the lease may have ended (the same orders would pile up, once a second, while they wait)."""
+        if not self.state.store.fresh():
+            return
         now = time.monotonic()
         actions: list[Action] = []
-        if self._stale and self.state.store.fresh():
-            actions, self._stale = self._stale, []
         for job in self.state.jobs.values():
             if job.state == states.RUNNING and not job.launched and not job.configuring:
                 key = ("launch", job.job_id)
@@ -196,7 +198,7 @@ class Dispatcher:
                                           terminate=True))
         for key in [k for k in self._last_try if k[1] not in self.state.jobs]:
             del self._last_try[key]
-        if actions:
+        if actions or self._stale:
             self.run(actions)
 
     async def close(self) -> None:

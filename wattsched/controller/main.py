@@ -53,10 +53,10 @@ def build(config: config_mod.Config, this: failover.Me, sock: socket.socket) -> 
 def open_store(location: str) -> StateStore:
     """The state store, waited for while its database cannot be reached (it may be failing over
     itself): a controller without its state can be neither in charge nor a standby."""
+    if not location.startswith("postgresql"):  # a local file: an error there is the site's to fix
+        return StateStore(location)
     failing = ""
     while True:
-        if not location.startswith("postgresql"):  # a local file: an error there is the site's to fix
-            return StateStore(location)
         try:
             return StateStore(location)
         except Exception as exc:  # psycopg's errors: the server is away, or refuses us

@@ -82,7 +82,6 @@ INSERT INTO lease (id, holder, epoch, expires, heir, store) VALUES (1, '', 0, 0,
 class _Dialect:
     """What differs between the engines: connecting, placeholders, types and the clock."""
 
-    placeholder = "?"
     serial = "INTEGER PRIMARY KEY AUTOINCREMENT"
     real = "REAL"
     now = "((julianday('now') - 2440587.5) * 86400.0)"
@@ -107,7 +106,6 @@ class _Dialect:
 
 
 class _Postgres(_Dialect):
-    placeholder = "%s"
     serial = "BIGSERIAL PRIMARY KEY"
     real = "DOUBLE PRECISION"
     now = "extract(epoch from clock_timestamp())::double precision"
@@ -152,7 +150,6 @@ class StateStore:
 
     def __init__(self, location: str):
         self.dialect = _Postgres(location) if location.startswith("postgresql") else _Dialect(location)
-        self.path = self.dialect.path
         self._local = threading.local()
         d = self.dialect
         self.dialect.create(self._conn(), _SCHEMA.format(serial=d.serial, real=d.real, store=os.urandom(8).hex()))
@@ -178,25 +175,29 @@ class StateStore:
             self._conn().cursor().executemany(self.dialect.sql(text), rows)
 
     @contextlib.contextmanager
-    def _write(self) -> Iterator[None]:
-        """One transaction that renews this controller's lease first, and is refused (Fenced) when
-        another controller has taken it; a failure of the engine is a StateWriteError."""
+    def _transaction(self) -> Iterator[None]:
+        """One transaction; a failure of the engine is a StateWriteError."""
         conn = self._conn()
-        began = time.monotonic()
         conn.execute(self.dialect.begin)
         try:
-            if self.epoch:
-                self._renew_in_transaction()
             yield
             conn.execute("COMMIT")
         except BaseException as exc:
             with contextlib.suppress(Exception):  # SQLite may have rolled back by itself (SQLITE_FULL)
                 conn.execute("ROLLBACK")
-            if isinstance(exc, Fenced | StateWriteError):
-                raise
             if isinstance(exc, sqlite3.Error) or type(exc).__module__.startswith("psycopg"):
                 raise StateWriteError(str(exc)) from exc
             raise
+
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[None]:
+        """A transaction of this controller's that renews its lease first, and is refused (Fenced)
+        when another controller has taken it."""
+        began = time.monotonic()
+        with self._transaction():
+            if self.epoch:
+                self._renew_in_transaction()
+            yield
         if self.epoch:
             self.renewed = began
 
@@ -220,16 +221,9 @@ class StateStore:
         free = "" if force else (f" AND (holder = '' OR expires < {now} AND (heir = '' OR heir = ? "
                                  f"OR expires < {now} - ?) OR epoch = ? AND heir IN ('', ?))")
         args: tuple = (name, ttl) if force else (name, ttl, name, ttl, dead or -1, name)
-        conn = self._conn()
-        conn.execute(self.dialect.begin)
-        try:
+        with self._transaction():
             row = self._rows(f"UPDATE lease SET holder = ?, epoch = epoch + 1, expires = {now} + ?, heir = '' "
                              f"WHERE id = 1{free} RETURNING epoch, store", args)
-            conn.execute("COMMIT")
-        except BaseException:
-            with contextlib.suppress(Exception):
-                conn.execute("ROLLBACK")
-            raise
         if not row:
             return None
         self.epoch, self.store_name, self.ttl, self.renewed = int(row[0][0]), row[0][1], float(ttl), began
