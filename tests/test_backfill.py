@@ -302,7 +302,11 @@ def capped(draw):
     resvs = tuple(power.PowerResv(f"r{i}", NOW + draw(st.integers(0, 120)) * 60,
                                   NOW + draw(st.integers(121, 400)) * 60, draw(st.integers(50, 400)))
                   for i in range(draw(st.integers(0, 2))))
-    return count, cpus, busy, queue, power.PowerSnap(watts, states_, cap, resvs)
+    # the schedule's changes of the cap ahead: dips and raises (wattsched.capschedule)
+    times = sorted(draw(st.sets(st.integers(1, 400), max_size=3)))
+    ahead = tuple((NOW + t * 60, draw(st.sampled_from([math.inf, float(draw(st.integers(100 * count, 300 * count)))])))
+                  for t in times)
+    return count, cpus, busy, queue, power.PowerSnap(watts, states_, cap, resvs, ahead)
 
 
 def _busy_power(snap, busy_nodes) -> float:
@@ -330,15 +334,14 @@ def test_power_never_exceeds_the_cap_or_a_planned_cap(work, kind) -> None:
                                                              for n in a.cpus)]
     if adders:
         assert _busy_power(snap, running_nodes | {n for _j, a, _e in starts for n in a.cpus}) <= limit
-    for resv in snap.reservations:
-        t = resv.start
+    for t in {*(r.start for r in snap.reservations), *(when for when, _cap in snap.ahead)}:
         overlapping = [j for j, _a, end in adders if end > t]
         if not overlapping:
             continue
         busy_at = {n for r in busy if r.end_time is None or r.end_time > t for n in r.cpus}
         busy_at |= {n for _j, a, end in starts if end > t for n in a.cpus}
         reserved = sum(r.watts for r in snap.reservations if r.start <= t < r.end)
-        assert _busy_power(snap, busy_at) <= limit - reserved, (kind, t - NOW)
+        assert _busy_power(snap, busy_at) <= snap.limit_at(t) - reserved, (kind, t - NOW)
 
 
 @pytest.mark.parametrize("kind", ["builtin", "plan", "admit"])

@@ -182,9 +182,19 @@ class ReservationSpec(Strict):
 
 
 class PowerCapUpdate(Strict):
-    """``scontrol update powercap=<watts>|INFINITE``."""
+    """``scontrol update powercap=<watts>|<share>%|INFINITE``."""
 
     power_cap: str = Field(min_length=1, max_length=32)
+
+
+class PowerCapStepSpec(Strict):
+    """A step of the cap's schedule (wattsched.capschedule): ``power_cap`` is VALUE@START, the
+    times Slurm's strings, parsed by the controller against its own clock."""
+
+    power_cap: str = Field(min_length=3, max_length=96)
+    end_time: str = Field("", max_length=64)
+    duration: str = Field("", max_length=64)
+    flags: str = Field("", max_length=16)
 
 
 class AssocRequest(Strict):

@@ -223,6 +223,8 @@ class Config:
     power_cap_shed_time_s: int = setting("PowerCapShedTime", bounded(1, 3600), 30)
     power_cap: float | None = setting("PowerCap", parse_power_cap,
                                       None)  # watts; math.inf for INFINITE; None: capping off
+    # ours: a file of the cap's scheduled steps (wattsched.capschedule), read at start and reconfigure
+    power_cap_schedule: str = setting("PowerCapSchedule", text, "", path=True)
     acct_gather_energy_type: str = setting("AcctGatherEnergyType", plugin("acct_gather_energy"),
                                            "acct_gather_energy/none")
     acct_gather_node_freq_s: int = setting("AcctGatherNodeFreq", positive, 30)

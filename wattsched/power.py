@@ -9,9 +9,10 @@ MinWatts has every node powered down; MaxWatts every node busy; AdjustedMaxWatts
 busy except the powered-down and down ones, which keep their own watts.
 
 A job may start on candidate nodes when the current maximum power with those nodes busy stays
-within the cap, and within the cap minus every power reservation that overlaps its run (the
-*planned* caps; with PowerCap=INFINITE the cap is the cluster's MaxWatts). A job of a power
-reservation may use that reservation's watts.
+within the cap, and within the cap minus every power reservation that overlaps its run, and
+under every lower cap the schedule sets during its run (the *planned* caps; with
+PowerCap=INFINITE the cap is the cluster's MaxWatts). A job of a power reservation may use that
+reservation's watts. The cap's changes ahead (wattsched.capschedule) come as (time, cap) pairs.
 """
 
 from __future__ import annotations
@@ -79,8 +80,9 @@ class PowerSnap:
 
     nodes: Mapping[str, NodePower]
     states: Mapping[str, PowerState]  # each node as the cap counts it (cap_state)
-    cap: float  # watts, or INFINITE
+    cap: float  # watts, or INFINITE: the cap in force now
     reservations: tuple[PowerResv, ...] = ()
+    ahead: tuple[tuple[float, float], ...] = ()  # the cap's scheduled changes: (from when, cap), by time
     max_watts: int = field(init=False)  # every node busy; summed once, admission asks for it often
 
     def __post_init__(self) -> None:
@@ -89,6 +91,19 @@ class PowerSnap:
     def limit(self) -> float:
         """The cap in watts: INFINITE means the cluster's MaxWatts."""
         return float(self.max_watts) if self.cap == INFINITE else self.cap
+
+    def limit_at(self, t: float) -> float:
+        """The cap in watts the schedule sets at ``t`` (from now on)."""
+        cap = self.cap
+        for when, value in self.ahead:
+            if when > t:
+                break
+            cap = value
+        return float(self.max_watts) if cap == INFINITE else cap
+
+    def lowest(self, start: float, end: float) -> float:
+        """The lowest cap in watts over [start, end)."""
+        return min([self.limit_at(start), *(self.limit_at(t) for t, _cap in self.ahead if start < t < end)])
 
 
 def cap_state(state: PowerState, held: bool) -> PowerState:
@@ -138,6 +153,9 @@ def verdict(total: float, added: float, limit: float, reserved: float) -> str | 
 
 def admission(snap: PowerSnap, current: float, added: float, start: float, end: float,
               own_reservation: str = "") -> str | None:
-    """The verdict for ``added`` watts on top of ``current`` under the cap and every power
-    reservation overlapping [start, end] (the prototype's plain admission)."""
-    return verdict(current + added, added, snap.limit(), reserved_watts(snap, start, end, own_reservation))
+    """The verdict for ``added`` watts on top of ``current`` under the cap, every power
+    reservation overlapping [start, end] and the lowest cap scheduled over it (the prototype's
+    plain admission, with the schedule's dips counted as power set aside)."""
+    limit = snap.limit()
+    dip = max(0.0, limit - snap.lowest(start, end)) if snap.ahead else 0.0
+    return verdict(current + added, added, limit, reserved_watts(snap, start, end, own_reservation) + dip)

@@ -14,15 +14,16 @@ trace records (Simulation._request), which are not jobs.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import fields, replace
 from typing import Any, Generic, Protocol, TypeVar
 
-from wattsched import gres, limits, nodestates, power, scheduling
+from wattsched import capschedule, gres, limits, nodestates, power, scheduling
+from wattsched.capschedule import CapStep
 from wattsched.config import Config
 from wattsched.model import JOB_FIELD_NAMES, Job
 from wattsched.nodestates import NodeBase, PowerFlag, PowerState
-from wattsched.power import NodePower, PowerResv, PowerSnap
+from wattsched.power import INFINITE, NodePower, PowerResv, PowerSnap
 from wattsched.scheduling import (
     Changes,
     Delta,
@@ -161,9 +162,15 @@ def carries_running(backfill_due: bool, capped: bool, preempting: bool = False) 
 
 
 def power_snap(cap: float | None, watts: Mapping[str, NodePower], node_states: Mapping[str, PowerState],
-               reservations: tuple[PowerResv, ...] = ()) -> PowerSnap | None:
-    """What the cap needs (None when capping is off)."""
-    return None if cap is None else PowerSnap(watts, node_states, cap, reservations)
+               reservations: tuple[PowerResv, ...] = (), steps: Sequence[CapStep] = (),
+               now: float = 0.0) -> PowerSnap | None:
+    """What the cap needs: the cap in force at ``now`` and the schedule's changes ahead (None when
+    capping is off and no step of the schedule is in force or to come)."""
+    if not steps:
+        return None if cap is None else PowerSnap(watts, node_states, cap, reservations)
+    max_watts = sum(n.max for n in watts.values())
+    cap_now, ahead = capschedule.timeline(cap, steps, now, max_watts)
+    return PowerSnap(watts, node_states, INFINITE if cap_now is None else cap_now, reservations, ahead)
 
 
 # --- for a shell that keeps its jobs and nodes from pass to pass (the simulator) -------------------

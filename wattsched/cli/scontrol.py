@@ -216,6 +216,10 @@ def show(client: Client, args: list[str], oneliner: bool, as_json: bool, details
             return None
         print(f"MinWatts={cap['min_watts']} CurrentWatts={cap['current_watts']} PowerCap={cap['power_cap']} "
               f"AdjustedMaxWatts={cap['adjusted_max_watts']} MaxWatts={cap['max_watts']}")
+        for step in cap.get("schedule", []):
+            flags = f" Flags={step['flags']}" if step["flags"] else ""
+            print(f"PowerCapStep={step['step_id']} PowerCap={step['power_cap']} Watts={step['cap_watts']} "
+                  f"StartTime={_ts(step['start'])} EndTime={_ts(step['end'], 'None')}{flags} Source={step['source']}")
         return None
     if what == "config":
         conf = client.request("GET", "/v1/config")
@@ -311,8 +315,13 @@ def _show_named(client: Client, kind: str, title: str, rest: list[str],
 def update(client: Client, args: list[str]) -> None:
     pairs = _pairs(args)
     if "powercap" in pairs:
-        if len(pairs) > 1:
-            raise CLIError(f"Update of this parameter is not supported: {next(k for k in pairs if k != 'powercap')}")
+        if "@" in pairs["powercap"] or len(pairs) > 1:  # a step of the schedule: the controller checks its keys
+            step = {"power_cap": pairs.pop("powercap"), "end_time": pairs.pop("endtime", ""),
+                    "duration": pairs.pop("duration", ""), "flags": pairs.pop("flags", "")}
+            if pairs:
+                raise CLIError(f"Update of this parameter is not supported: {next(iter(pairs))}")
+            client.request("POST", "/v1/powercap/schedule", step)
+            return None
         client.request("PATCH", "/v1/powercap", {"power_cap": pairs["powercap"]})
         return None
     if "reservationname" in pairs or "reservation" in pairs:
@@ -350,7 +359,8 @@ def update(client: Client, args: list[str]) -> None:
 
 
 def create_or_delete(client: Client, command: str, args: list[str]) -> None:
-    """``create reservation Key=Value...``; ``delete ReservationName=NAME`` or ``delete reservation NAME``."""
+    """``create reservation Key=Value...``; ``delete ReservationName=NAME`` or ``delete reservation NAME``;
+    ``delete PowerCapStep=ID`` (a step of the cap's schedule)."""
     from wattsched.cli import resv
 
     if args and args[0].lower() in ("reservation", "res", "reservations"):
@@ -359,6 +369,11 @@ def create_or_delete(client: Client, command: str, args: list[str]) -> None:
         resv.create(client, _pairs(args))
         return
     pairs = _pairs(args) if args and "=" in args[0] else {"reservationname": args[0]} if args else {}
+    if "powercapstep" in pairs:
+        from urllib.parse import quote
+
+        client.request("DELETE", f"/v1/powercap/schedule/{quote(pairs['powercapstep'], safe='')}")
+        return
     name = pairs.get("reservationname") or pairs.get("reservation")
     if not name:
         raise CLIError("too few arguments for keyword:delete")

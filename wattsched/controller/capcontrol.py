@@ -1,5 +1,6 @@
-"""The controller's side of meeting a lowered cap (wattsched.capshed): once a second, when the
-running jobs may draw more than the cap, the steps of PowerCapShed are carried out (a job's CPUs
+"""The controller's side of meeting a lowered cap (wattsched.capshed): once a second, the cap's
+schedule is carried forward (a step whose time came) and, when the running jobs may draw more
+than the cap in force, the steps of PowerCapShed are carried out (a job's CPUs
 slowed, a job suspended, requeued or cancelled), and what was taken is given back once it fits.
 A preempted job's GraceTime is cut to PowerCapShedTime, so the cluster is under its cap within
 that time however long the graces. Each action is logged and kept for the dashboard and
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from wattsched import capshed, preemption, snapbuild, states
-from wattsched.controller import jobs, preempting, snapshots
+from wattsched.controller import jobs, powercontrol, preempting, snapshots
 from wattsched.controller.actions import Action, Freeze, SetFreq
 from wattsched.model import Job
 
@@ -44,10 +45,10 @@ class CapControl:
         self.last_resend = 0.0
 
     def tick(self, state: ClusterState, now: float) -> list[Action]:
-        if state.power_cap is None:
+        powercontrol.roll_schedule(state, now)
+        snap = snapshots.power_snap(state, now)
+        if snap is None:
             return self._release_all(state, now)
-        snap = snapshots.power_snap(state)
-        assert snap is not None
         running = [snapshots.running_job(state, j) for j in state.jobs.values() if j.holds_nodes]
         if not running:
             return []

@@ -1,5 +1,5 @@
 """The cluster-wide routes of the controller's API (v1): the configuration (scontrol show config),
-the power cap, sdiag's statistics, scontrol reconfigure, ping and token, and the Prometheus metrics
+the power cap and its schedule, sdiag's statistics, scontrol reconfigure, ping and token, and the Prometheus metrics
 as MetricsType says."""
 
 from __future__ import annotations
@@ -7,14 +7,15 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import Response
 
 from wattsched import auth, exposition, power, states
-from wattsched.api import PowerCapUpdate
-from wattsched.controller import failover
+from wattsched.api import PowerCapStepSpec, PowerCapUpdate
+from wattsched.capschedule import CapStep
+from wattsched.controller import failover, powercontrol, snapshots
 from wattsched.controller.actions import Refused
 from wattsched.controller.metrics import CATEGORIES, ControllerCollector
 from wattsched.controller.routedeps import Ctl
@@ -33,13 +34,28 @@ async def config(controller: Ctl, who: Who) -> dict[str, Any]:
 
 @router.get("/v1/powercap")
 async def show_powercap(controller: Ctl, who: Who) -> dict[str, Any]:
-    state = controller.state
+    state, now = controller.state, time.time()
     figures = power.summary(state.node_power(), state.power_states())
-    return {"time": time.time(), "enabled": state.power_cap is not None,
+    snap = snapshots.power_snap(state, now)
+    steps = sorted([*state.cap_steps, *state.cap_file_steps], key=lambda s: (s.start, s.step_id))
+    return {"time": now, "enabled": snap is not None,
             "shed": {"steps": list(state.config.power_cap_shed), "time_s": state.config.power_cap_shed_time_s,
                      "actions": state.cap.recent()},
-            "power_cap": None if state.power_cap is None else
-            ("INFINITE" if math.isinf(state.power_cap) else int(state.power_cap)), **figures}
+            "power_cap": None if snap is None else _watts(snap.cap),
+            "schedule": [_step(s, figures["max_watts"]) for s in steps],
+            "ahead": [] if snap is None else [{"time": t, "cap_watts": _watts(cap)} for t, cap in snap.ahead],
+            **figures}
+
+
+def _step(step: CapStep, max_watts: float) -> dict[str, Any]:
+    """A step as ``/v1/powercap`` lists it: an open step's end is null, its cap resolved in watts."""
+    return {"step_id": step.step_id, "start": step.start, "end": None if step.open else step.end,
+            "power_cap": step.text, "cap_watts": _watts(step.cap(max_watts)), "flags": step.flags(),
+            "source": "PowerCapSchedule" if step.step_id.startswith("conf:") else "scontrol"}
+
+
+def _watts(cap: float) -> int | str:
+    return "INFINITE" if math.isinf(cap) else int(cap)
 
 
 @router.patch("/v1/powercap")
@@ -48,6 +64,23 @@ async def update_powercap(controller: Ctl, upd: PowerCapUpdate, who: Who) -> dic
     state.set_power_cap(upd.power_cap, who)
     controller.changed()
     return {"power_cap": upd.power_cap}
+
+
+@router.post("/v1/powercap/schedule")
+async def add_powercap_step(controller: Ctl, spec: PowerCapStepSpec, who: Who) -> dict[str, Any]:
+    state = controller.state
+    pairs = {"powercap": spec.power_cap, "endtime": spec.end_time, "duration": spec.duration, "flags": spec.flags}
+    step = powercontrol.add_cap_step(state, {k: v for k, v in pairs.items() if v}, who, time.time())
+    controller.changed()
+    return {"step": _step(step, sum(n.max for n in state.node_power().values()))}
+
+
+@router.delete("/v1/powercap/schedule/{step_id}")
+async def delete_powercap_step(controller: Ctl, step_id: Annotated[str, Path(max_length=32)],
+                               who: Who) -> dict[str, Any]:
+    powercontrol.delete_cap_step(controller.state, step_id, who)
+    controller.changed()
+    return {"deleted": step_id}
 
 
 @router.get("/v1/diag")

@@ -21,7 +21,7 @@ from fastapi import APIRouter, FastAPI, Path, Query
 from fastapi.staticfiles import StaticFiles
 
 from wattsched import power
-from wattsched.controller import acctdb
+from wattsched.controller import acctdb, snapshots
 from wattsched.controller.actions import Refused
 from wattsched.controller.powerlog import DAY_S
 from wattsched.controller.routedeps import Ctl
@@ -53,8 +53,11 @@ async def power_history(controller: Ctl, who: Who,
     state = controller.state
     now = time.time()
     figures = power.summary(state.node_power(), state.power_states())
-    cap = state.power_cap
+    snap = snapshots.power_snap(state, now)
+    cap = None if snap is None else snap.cap
     return {"time": now, "power_cap": None if cap is None else figures["max_watts"] if math.isinf(cap) else cap,
+            # the schedule's changes of the cap ahead, in watts
+            "cap_ahead": [] if snap is None else [{"time": t, "watts": snap.limit_at(t)} for t, _cap in snap.ahead],
             "measured_watts": sum(n.current_watts for n in state.nodes.values() if n.energy_samples),
             "modelled_watts": figures["current_watts"], "adjusted_max_watts": figures["adjusted_max_watts"],
             "max_watts": figures["max_watts"],

@@ -30,7 +30,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from wattsched import limits, power, states
-from wattsched.controller import acctpolicy
+from wattsched.controller import acctpolicy, powercontrol
 from wattsched.model import Job
 from wattsched.nodestates import NodeBase
 
@@ -221,8 +221,9 @@ class ControllerCollector(Collector):
                      figures["current_watts"])
         yield _gauge("wattsched_adjusted_max_watts", "AdjustedMaxWatts: the most the cluster may draw in its state",
                      figures["adjusted_max_watts"])
-        if state.power_cap is not None:
-            yield _gauge("wattsched_power_cap_watts", "PowerCap (+Inf: INFINITE)", state.power_cap)
+        cap = powercontrol.cap_in_force(state, time.time())
+        if cap is not None:
+            yield _gauge("wattsched_power_cap_watts", "The power cap in force (+Inf: INFINITE)", cap)
         watts = GaugeMetricFamily("wattsched_node_power_watts", "The node's last power reading", labels=["node"])
         joules = CounterMetricFamily("wattsched_node_energy_joules", "The node's energy counter", labels=["node"])
         age = GaugeMetricFamily("wattsched_node_energy_reading_age_seconds", "Seconds since the node's last reading",

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from wattsched import nodestates, states
 from wattsched.api import AgentHeartbeat, JobUsage, NodeReport
 from wattsched.auth import Identity
-from wattsched.config import RESTART_ONLY, Config, NodeConf
+from wattsched.config import RESTART_ONLY, Config, ConfigError, NodeConf
 from wattsched.controller import jobend, jobenergy, launching, permissions, powercontrol, snapshots, statesave, steps
 from wattsched.controller.actions import Action, Refused
 from wattsched.model import Job, Node
@@ -31,6 +31,10 @@ def reconfigure(state: ClusterState, config: Config, plugins: Plugins, now: floa
         if getattr(config, attr) != getattr(state.config, attr):
             raise Refused(f"{key} cannot change without restarting the controller "
                           f"({getattr(state.config, attr)!r} -> {getattr(config, attr)!r})", 409)
+    try:
+        file_steps = powercontrol.read_schedule_file(config, now)
+    except ConfigError as exc:
+        raise Refused(str(exc), 409) from exc
     wanted = {conf.name: conf for conf in config.nodes}
     for name, have in state.nodes.items():
         conf = wanted.get(name)
@@ -66,6 +70,7 @@ def reconfigure(state: ClusterState, config: Config, plugins: Plugins, now: floa
     if config.power_cap != state.config.power_cap:
         state.power_cap = config.power_cap
         state.journal.meta_dirty = True
+    state.cap_file_steps = file_steps
     state.config, state.plugins = config, plugins
     assert state.power_saving is not None
     state.power_saving.reconfigure(config)

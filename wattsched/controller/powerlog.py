@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from wattsched import power
+from wattsched.controller import powercontrol
 
 if TYPE_CHECKING:
     from wattsched.controller.state import ClusterState
@@ -53,4 +54,4 @@ def record_power(log: PowerLog, state: ClusterState, now: float) -> None:
         return
     measured = sum(n.current_watts for n in state.nodes.values() if n.energy_samples)
     modelled = power.summary(state.node_power(), state.power_states())["current_watts"]
-    log.record(now, measured, modelled, state.power_cap)
+    log.record(now, measured, modelled, powercontrol.cap_in_force(state, now))

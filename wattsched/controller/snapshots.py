@@ -105,10 +105,10 @@ def snapshot(state: ClusterState, now: float, backfill_due: bool = True) -> sche
               for j in state.jobs.values()} if needs_briefs else {}
     running = tuple(running_job(state, j) for j in state.jobs.values()
                     if j.state != states.PENDING and j.holds_nodes and not j.preempt_suspended) \
-        if snapbuild.carries_running(backfill_due, state.power_cap is not None,
+        if snapbuild.carries_running(backfill_due, state.capping,
                                      snapbuild.preempt_settings(state.config).on) else ()
     return snapbuild.snapshot(state.config, now, tuple(node_snaps(state).values()), partition_snaps(state), pending,
-                              running, backfill_due, power_snap(state), briefs, state.resv.snapshots(),
+                              running, backfill_due, power_snap(state, now), briefs, state.resv.snapshots(),
                               state.shares.factors, accounts=acctpolicy.snapshot(state))
 
 
@@ -161,8 +161,8 @@ def power_states(state: ClusterState) -> dict[str, PowerState]:
             for n in state.nodes.values()}
 
 
-def power_snap(state: ClusterState) -> power.PowerSnap | None:
-    if state.power_cap is None:
+def power_snap(state: ClusterState, now: float) -> power.PowerSnap | None:
+    if not state.capping:
         return None
     return snapbuild.power_snap(state.power_cap, node_power(state), power_states(state),
-                                state.resv.power_snapshots())
+                                state.resv.power_snapshots(), [*state.cap_steps, *state.cap_file_steps], now)

@@ -37,6 +37,7 @@ from wattsched.api import (
     WillRun,
 )
 from wattsched.auth import Identity
+from wattsched.capschedule import CapStep
 from wattsched.config import Config
 from wattsched.controller import (
     energy,
@@ -121,6 +122,10 @@ class ClusterState:
     resv: ReservationBook = field(default_factory=ReservationBook)
     shares: Shares = field(default_factory=Shares)
     power_cap: float | None = None  # watts, math.inf (INFINITE) or None (capping off)
+    # the cap's schedule (wattsched.capschedule): steps set at run time, and PowerCapSchedule's
+    cap_steps: list[CapStep] = field(default_factory=list)
+    cap_file_steps: list[CapStep] = field(default_factory=list)
+    next_cap_step: int = 1
     power_saving: PowerSaving | None = None
     energy_totals: energy.EnergyTotals = field(default_factory=energy.EnergyTotals)
     energy_due: set[int] = field(default_factory=set)  # the jobs whose energy_pending is set
@@ -139,6 +144,7 @@ class ClusterState:
         for conf in config.nodes:
             state.nodes[conf.name] = nodes.new_node(conf, member.get(conf.name, ()), now)
         statesave.restore(state)
+        state.cap_file_steps = powercontrol.read_schedule_file(config, now)
         return state
 
     def touch(self, job: Job, request_changed: bool = True) -> None:
@@ -227,6 +233,11 @@ class ClusterState:
 
     def set_power_cap(self, value: str, who: Identity) -> None:
         powercontrol.set_power_cap(self, value, who)
+
+    @property
+    def capping(self) -> bool:
+        """Whether the cap is on now or scheduled (the scheduler then counts power)."""
+        return self.power_cap is not None or bool(self.cap_steps or self.cap_file_steps)
 
     def power_program_failed(self, kind: str, names: list[str], now: float) -> list[Action]:
         return powercontrol.power_program_failed(self, kind, names, now)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from wattsched import nodestates
+from wattsched.capschedule import CapStep
 from wattsched.controller import resources
 from wattsched.controller.reservations import ReservationBook
 from wattsched.model import Job, Node, Reservation
@@ -52,6 +53,8 @@ def restore(state: ClusterState) -> None:
     state.next_job_id = int(store.get_meta("next_job_id", str(config.first_job_id)) or 1)
     saved_cap = store.get_meta("power_cap")
     state.power_cap = config.power_cap if saved_cap is None else json.loads(saved_cap)
+    state.cap_steps = [CapStep.from_dict(s) for s in json.loads(store.get_meta("cap_schedule", "[]") or "[]")]
+    state.next_cap_step = int(store.get_meta("next_cap_step", "1") or 1)
     state.resv = ReservationBook([Reservation.from_dict(r) for r in store.load_reservations()],
                                  int(store.get_meta("next_resv_id", "1") or 1))
     for data in store.load_jobs():
@@ -79,7 +82,8 @@ def flush(state: ClusterState) -> None:
     if not journal.pending():
         return
     meta = {"next_job_id": str(state.next_job_id), "next_resv_id": str(state.resv.next_id),
-            "power_cap": json.dumps(state.power_cap)}
+            "power_cap": json.dumps(state.power_cap), "next_cap_step": str(state.next_cap_step),
+            "cap_schedule": json.dumps([s.to_dict() for s in state.cap_steps])}
     if journal.meta_dirty:
         meta["nodes"] = json.dumps({
             n.name: {"drain": n.drain, "reason": n.reason, "reason_time": n.reason_time,

@@ -6,10 +6,12 @@ at the present moment and so "degraded into first fit").
 A node counts its extra watts (MaxWatts minus the watts of its idle, powered-down or down
 state) while it is busy: from now until its running jobs' time limits end, during the window
 of a reserved job that holds it, and, for a job being checked, during the job's own run. The
-planned cap at time t is the cap (INFINITE: the cluster's MaxWatts) minus the power
-reservations active at t, except the job's own. Over a job's window the power can only rise
-where another reservation starts (a held job or a power reservation), so those moments and
-the start are the only ones checked.
+planned cap at time t is the cap the schedule sets at t (INFINITE: the cluster's MaxWatts)
+minus the power reservations active at t, except the job's own. Over a job's window the power
+can only rise, or the cap fall, where another reservation starts (a held job or a power
+reservation) or the schedule changes the cap, so those moments and the start are the only ones
+checked. Being over a cap lower than the one at the start is PowerReserved: power is set aside
+ahead.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from collections.abc import Collection
 
 import numpy as np
 
+from wattsched import states
 from wattsched.nodestates import PowerState
 from wattsched.power import PowerSnap, verdict
 from wattsched.scheduling import Allocation, JobRequest, PowerMeter, RunningJob, job_end
@@ -86,23 +89,28 @@ class PowerPlan:
         """None if the job fits under the cap and the planned caps over its whole run."""
         end = job_end(job, start)
         nodes = frozenset(alloc.cpus)
-        limit = self.snap.limit()
+        snap = self.snap
+        first = snap.limit_at(start)
         times = {start, *(h[0] for h in self.holds if start < h[0] < end),
-                 *(r.start for r in self.snap.reservations if start < r.start < end)}
+                 *(r.start for r in snap.reservations if start < r.start < end),
+                 *(t for t, _cap in snap.ahead if start < t < end)}
         for t in sorted(times):
             level, mine = self.level(t, nodes, alloc.cpu_freq_khz)
             if mine <= 0:
                 continue  # nothing added: filling busy nodes always passes, as in the prototype
-            reserved = sum(r.watts for r in self.snap.reservations
+            reserved = sum(r.watts for r in snap.reservations
                            if r.name != job.reservation and r.start <= t < r.end)
+            limit = snap.limit_at(t)
             reason = verdict(level + mine, mine, limit, reserved)
             if reason is not None:
-                return reason
+                return states.R_POWER_RESERVED if reason == states.R_POWER and limit < first else reason
         return None
 
     def release_times(self) -> list[float]:
-        """When power comes back: node releases, held jobs' ends and power reservations' ends."""
+        """When power comes back: node releases, held jobs' ends, power reservations' ends and the
+        schedule's changes of the cap."""
         times = {t for t in self.release.values() if t != math.inf}
         times.update(h[1] for h in self.holds)
         times.update(r.end for r in self.snap.reservations)
+        times.update(t for t, _cap in self.snap.ahead)
         return sorted(t for t in times if t > self.now)
