@@ -430,3 +430,33 @@ def test_the_failure_frontier_rules_out_only_requests_that_do_not_fit(work, rese
     assert pruned.starts == searched.starts
     assert pruned.reasons == searched.reasons
     assert pruned.expected_start == searched.expected_start
+
+
+@pytest.mark.parametrize("kind", ["builtin", "plan", "admit"])
+def test_jobs_admitted_at_their_predicted_power_let_more_run_under_the_cap(kind) -> None:
+    from dataclasses import replace
+
+    from wattsched import capshed, power
+    from wattsched.scheduling import PreemptSettings
+
+    watts = {n: power.NodePower(100, 300, 100, 300) for n in ("n01", "n02", "n03", "n04")}
+    idle = dict.fromkeys(watts, PowerState.IDLE)
+    # earlier runs drew 150 W a node: with a 20 % margin each node counts 180 W, 80 over idle, not 200
+    queue = [job(i, 4, 30, exclusive=True, exp_watts=150.0) for i in range(1, 5)]
+    scheduler = BuiltinScheduler() if kind == "builtin" else BackfillScheduler(SchedulerParams(bf_power=kind))
+    at_max = plan(replace(cluster(4, 4, [], pending=queue), power=power.PowerSnap(watts, idle, 1000.0)), scheduler)
+    assert len(at_max.starts) == 3 and at_max.reasons[4] == states.R_POWER  # 400 + 3 x 200 W
+    predicted = power.PowerSnap(watts, idle, 1000.0, margin=0.2)
+    decisions = plan(replace(cluster(4, 4, [], pending=queue), power=predicted), scheduler)
+    assert len(decisions.starts) == 4 and all(a.node_watts == pytest.approx(180.0) for _j, a in decisions.starts)
+    # a job sharing its nodes, or with no earlier run, is counted at MaxWatts still
+    for other in (job(5, 1, 30, exp_watts=150.0), job(6, 4, 30, exclusive=True)):
+        (_, alloc), = plan(replace(cluster(4, 4, [], pending=[other]), power=predicted), scheduler).starts
+        assert alloc.node_watts is None
+    # the cap's shedding counts the running jobs as they were admitted: nothing to shed at 1000 W
+    running_jobs = [RunningJob(j, dict(a.cpus), {}, NOW + 1800, node_watts=a.node_watts) for j, a in decisions.starts]
+    busy = replace(predicted, states=dict.fromkeys(watts, PowerState.BUSY),
+                   nodes={n: replace(w, busy=180.0) for n, w in watts.items()})
+    assert power.summary(busy.nodes, busy.states)["current_watts"] == 720
+    assert capshed.shed(busy, running_jobs, {}, PreemptSettings(), ["cpufreq", "suspend"]) == []
+    assert capshed.Model(busy, running_jobs).total == 720

@@ -418,6 +418,27 @@ def test_qos_and_limits_are_the_administrators(shared: Cluster, mallory: Account
         == "normal|0||"
 
 
+def test_the_power_cap_and_its_schedule_are_the_administrators(shared: Cluster, mallory: Account) -> None:
+    """A user can neither set the cap, nor schedule a step of it, nor delete one; bad and oversized
+    steps from anyone are refused with nothing changed."""
+    shared.run("scontrol", "update", "powercap=60%@now+1hour", "Duration=30")
+    steps = shared.api("GET", "/v1/powercap").json()["schedule"]
+    assert [s["power_cap"] for s in steps] == ["60%"]
+    for args in (("scontrol", "update", "powercap=1"), ("scontrol", "update", "powercap=1@now+1hour"),
+                 ("scontrol", "delete", f"powercapstep={steps[0]['step_id']}")):
+        result = mallory.run(*args)
+        assert result.returncode != 0 and b"Access/permission denied" in result.stderr, args
+    for args in (("scontrol", "update", "powercap=50%@" + "9" * 90), ("scontrol", "update", "powercap=50%@now+1",
+                                                                     "Flags=" + "DAILY," * 20),
+                 ("scontrol", "update", "powercap=1e400@now+1hour"), ("scontrol", "update", "powercap=-5@now"),
+                 ("scontrol", "delete", "powercapstep=../../x"), ("scontrol", "delete", "powercapstep=" + "1" * 40)):
+        bad = shared.run(*args, check=False)
+        assert bad.returncode != 0 and bad.stderr.strip(), args
+    assert shared.api("GET", "/v1/powercap").json()["schedule"] == steps
+    shared.run("scontrol", "delete", f"powercapstep={steps[0]['step_id']}")
+    assert shared.api("GET", "/v1/powercap").json()["schedule"] == []
+
+
 # --- no request can stall the service --------------------------------------------------------------
 
 def test_unbounded_requests_are_refused_fast_while_others_are_served(shared: Cluster, mallory: Account) -> None:

@@ -238,3 +238,48 @@ def _blocked_by_power(leaf: Leaf) -> tuple[subprocess.Popen, str]:
     said = _read_until(job.stderr, r"queued and waiting")
     assert said[0] == "srun: Required power not available now"
     return job, re.search(r"srun: job (\d+) queued and waiting for resources", said[1]).group(1)
+
+
+def test_jobs_admitted_at_their_predicted_power_run_more_under_the_same_cap(tmp_path) -> None:
+    """PowerCapAdmission=predicted: a job whose earlier runs drew little is counted at that (plus
+    PowerCapMargin) instead of MaxWatts, so more such jobs run under the same cap, and the
+    metered draw stays under it; a job with no history is still counted at MaxWatts."""
+    from wattsched.testing import Cluster
+
+    c = Cluster(tmp_path, extra="\n".join(["AcctGatherEnergyType=acct_gather_energy/emulated",
+                                           "AcctGatherNodeFreq=1", "PowerCap=INFINITE", "PriorityCalcPeriod=0:01",
+                                           "PowerCapAdmission=predicted", "PowerCapMargin=0.2"]),
+                node_extra="IdleWatts=100 MaxWatts=300").start()
+    light = ("--exclusive", "-N", "1", "-J", "light", "-o", "/dev/null", "--wrap", "sleep 8")
+    try:
+        first = c.sbatch(*light)
+        c.wait_state(first, "COMPLETED", timeout=60)
+        c.accounted(first)
+
+        def expected() -> float | None:  # the history is read every PriorityCalcPeriod (1 s here)
+            said = c.run("sbatch", "--test-only", *light).stderr
+            found = re.search(r"use [\d.]+ kJ at (\d+) W \(as its last run\)", said)
+            return float(found.group(1)) if found else None
+
+        watts = wait_for(expected, 30, what="the light job's prediction")
+        assert 100 <= watts < 150  # a sleeping node draws about its idle watts
+        # four idle nodes, 400 W: at MaxWatts one job fits under 650 W (600), two would not (800)
+        c.run("scontrol", "update", "powercap=650")
+        jobs = [c.sbatch(*light) for _ in range(3)]
+        for job in jobs:
+            c.wait_state(job, "RUNNING", timeout=30)
+        modelled = int(re.search(r"CurrentWatts=(\d+)", c.run("scontrol", "show", "powercap").stdout).group(1))
+        assert modelled <= 400 + 3 * (watts * 1.2 - 100) + 3  # each node counted at its prediction and margin
+        heavy = c.sbatch("--exclusive", "-N", "1", "-J", "heavy", "-o", "/dev/null", "--wrap", "true")
+        wait_for(lambda: c.job(heavy)["reason"] == "PowerNotAvail", 15, 0.2, what="the unknown job held at MaxWatts")
+        draws = []
+
+        def all_done() -> bool:
+            draws.append(c.api("GET", "/v1/dashboard/power").json()["measured_watts"])
+            return all(c.job(j)["state"] == "COMPLETED" for j in jobs)
+
+        wait_for(all_done, 60, 0.5, what="the light jobs done")
+        assert max(draws) <= 650, draws
+        c.wait_state(heavy, "COMPLETED", timeout=30)
+    finally:
+        c.stop()

@@ -367,3 +367,39 @@ def test_the_simulation_preempts_as_the_controller(tmp_path) -> None:
             assert victim.energy_j == pytest.approx(by_id[1].energy_j)
             assert summary["suspended"] == 1 and summary["requeued"] == summary["preempted"] == 0
         assert all(by_id[i].end == 1000.0 for i in (1, 2, 3))
+
+
+def _busy_nodes(records, t: float) -> int:
+    return sum(r.nodes for r in records if r.start >= 0 and r.start <= t < r.end)
+
+
+@pytest.mark.skipif(not KTH.exists(), reason=f"the KTH SP2 trace is not at {KTH}")
+def test_a_daily_cap_dip_on_a_real_trace_is_planned_around(tmp_path) -> None:
+    """A demand-response dip every day, 18:00-20:00 at 60 % of MaxWatts, replayed on the KTH
+    trace: the draw is never over the cap in force, while without the schedule the same trace
+    goes over what the dip allows."""
+    schedule = tmp_path / "dip"
+    schedule.write_text("PowerCap=60%@18:00 Duration=2:00:00 Flags=DAILY\n")
+    trace = workload.parse_swf(KTH, max_jobs=800)
+    free = engine.Simulation(_platform(tmp_path, nodes=100), trace).run()
+    dipped = engine.Simulation(_platform(tmp_path, f"PowerCapSchedule={schedule}", nodes=100), trace).run()
+    allowed = 0.6 * 100 * 191
+
+    def dips(result):
+        return [(t, t + 7200) for t, cap in result.cap_changes if cap == allowed]
+
+    windows = dips(dipped)
+    assert len(windows) >= 3 and all(cap in (allowed, float("inf")) for _t, cap in dipped.cap_changes)
+
+    def worst(result) -> float:
+        """The most the nodes could draw in a dip (busy at MaxWatts), from the jobs' own records."""
+        moments = [t for a, b in windows for t in (a, *(r.start for r in result.records if a <= r.start < b))]
+        return max(busy * 191 + (100 - busy) * 95 for busy in (_busy_nodes(result.records, t) for t in moments))
+
+    assert worst(free) > allowed  # the dip binds: this trace would break it
+    assert worst(dipped) <= allowed
+    assert dipped.over_cap_s == 0 and dipped.over_cap_w == 0 and dipped.peak_w > allowed
+    # the jobs that never started are those no day lets run: too large for the dip, too long for the 22 h between
+    held = [r for r in dipped.records if r.start < 0]
+    assert all(r.nodes * 191 + (100 - r.nodes) * 95 > allowed and r.job.walltime > 22 * 3600 for r in held)
+    assert len(held) < len(dipped.records) / 100

@@ -147,6 +147,17 @@ def parse_file(text: str, now: float) -> list[CapStep]:
     return steps
 
 
+def read_file(path: str, now: float) -> list[CapStep]:
+    """The steps of a schedule file read at ``now``. An open step whose time has passed was carried
+    out when it came, and is not again."""
+    try:
+        with open(path, encoding="utf-8") as file:
+            text = file.read(1 << 20)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CapScheduleError(f"cannot read {path}: {exc}") from exc
+    return [s for s in parse_file(text, now) if not (s.open and s.start <= now)]
+
+
 def _windows(step: CapStep, since: float, until: float) -> Iterable[tuple[float, float]]:
     """The step's occurrences that overlap [since, until]."""
     if not step.every:

@@ -33,6 +33,7 @@ from wattsched.power import NodePower, PowerSnap
 from wattsched.scheduling import PartitionSnap, PreemptSettings, RunningJob
 
 STEPS = ("cpufreq", "suspend", "requeue", "cancel")
+Draw = tuple[int | None, float | None]  # a job on a node: its kHz, and the watts it was admitted at
 _BUSY, _IDLE = PowerState.BUSY, PowerState.IDLE
 
 
@@ -52,27 +53,26 @@ class Model:
 
     def __init__(self, snap: PowerSnap, running: Iterable[RunningJob]):
         self.snap = snap
-        self.jobs: dict[str, dict[int, int | None]] = {}  # node -> job -> its kHz (None: full speed)
+        # node -> job -> its kHz (None: full speed) and the watts a node it was admitted at (None: MaxWatts)
+        self.jobs: dict[str, dict[int, Draw]] = {}
         for job in running:
             if not job.ending and not job.suspended:
                 for name in job.cpus:
-                    self.jobs.setdefault(name, {})[job.job_id] = job.freq_khz
+                    self.jobs.setdefault(name, {})[job.job_id] = (job.freq_khz, job.node_watts)
         self.watts = {name: self.node_watts(name) for name in snap.nodes}
         self.total = sum(self.watts.values())
 
-    def node_watts(self, name: str, jobs: Mapping[int, int | None] | None = None) -> float:
+    def node_watts(self, name: str, jobs: Mapping[int, Draw] | None = None) -> float:
         node: NodePower = self.snap.nodes[name]
         state = self.snap.states.get(name, _IDLE)
         if state != _BUSY:
             return node.watts(state)
-        freqs = (self.jobs.get(name, {}) if jobs is None else jobs).values()
-        if not freqs:
+        draws = (self.jobs.get(name, {}) if jobs is None else jobs).values()
+        if not draws:
             return node.watts(_IDLE)  # what is left on it is going, or frozen
-        if None in freqs:
-            return node.busy_at(None)
-        return max(node.busy_at(f) for f in freqs)
+        return max(node.busy_for(khz, predicted) for khz, predicted in draws)
 
-    def _after(self, job: RunningJob, khz: int | None, gone: bool) -> list[tuple[str, dict[int, int | None], float]]:
+    def _after(self, job: RunningJob, khz: int | None, gone: bool) -> list[tuple[str, dict[int, Draw], float]]:
         """Each of the job's nodes with its jobs and watts once the job goes to ``khz`` (or away)."""
         result = []
         for name in job.cpus:
@@ -81,7 +81,7 @@ class Model:
                 if gone:
                     jobs.pop(job.job_id, None)
                 else:
-                    jobs[job.job_id] = khz
+                    jobs[job.job_id] = (khz, job.node_watts)
                 result.append((name, jobs, self.node_watts(name, jobs)))
         return result
 

@@ -223,6 +223,9 @@ class Config:
     power_cap_shed_time_s: int = setting("PowerCapShedTime", bounded(1, 3600), 30)
     power_cap: float | None = setting("PowerCap", parse_power_cap,
                                       None)  # watts; math.inf for INFINITE; None: capping off
+    # ours: jobs admitted under the cap at MaxWatts, or at what their earlier runs drew plus a margin
+    power_cap_admission: str = setting("PowerCapAdmission", choice("maxwatts", "predicted"), "maxwatts")
+    power_cap_margin: float = setting("PowerCapMargin", fraction, 0.2)
     # ours: a file of the cap's scheduled steps (wattsched.capschedule), read at start and reconfigure
     power_cap_schedule: str = setting("PowerCapSchedule", text, "", path=True)
     acct_gather_energy_type: str = setting("AcctGatherEnergyType", plugin("acct_gather_energy"),

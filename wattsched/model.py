@@ -95,6 +95,7 @@ class Job:
     exp_elapsed_s: float = 0.0
     exp_energy_j: float = 0.0
     exp_watts: float = 0.0
+    admit_watts: float = 0.0  # PowerCapAdmission=predicted: the watts a node it was started at (0: MaxWatts)
     profile: tuple[str, ...] = ()  # --profile series: energy, task
     acctg_freq: tuple[tuple[str, int], ...] = ()  # --acctg-freq: (type, seconds)
     # GPUs asked for (wattsched.gres): at most one of per node, per task, per job; "" for any type

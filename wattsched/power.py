@@ -3,7 +3,9 @@ the cap and the planned caps (Hautreux 2013, section 4), as pure functions.
 
 Each node declares IdleWatts, MaxWatts, PowerSaveWatts (default IdleWatts) and DownWatts (default
 MaxWatts). The cluster's *current* maximum power sums, per node, the watts of its state: busy
-(allocated or mixed) -> MaxWatts, idle -> IdleWatts, powered down -> PowerSaveWatts, down ->
+(allocated or mixed) -> MaxWatts (or less: at a capped frequency, CpuFreqWatts; under
+PowerCapAdmission=predicted, a job with nodes to itself at what its earlier runs drew, plus a
+margin), idle -> IdleWatts, powered down -> PowerSaveWatts, down ->
 DownWatts; a node with PowerCapPriority=0 always counts MaxWatts (and is always usable).
 MinWatts has every node powered down; MaxWatts every node busy; AdjustedMaxWatts every node
 busy except the powered-down and down ones, which keep their own watts.
@@ -40,10 +42,10 @@ class NodePower:
     save: int
     down: int
     always_max: bool = False
-    busy: int | None = None
+    busy: float | None = None
     freq_watts: tuple[tuple[int, int], ...] = ()
 
-    def watts(self, state: PowerState) -> int:
+    def watts(self, state: PowerState) -> float:
         """Its watts in a state the cap counts (see cap_state): busy, idle, off or down."""
         if self.always_max:
             return self.max
@@ -62,6 +64,14 @@ class NodePower:
         if khz is None or self.always_max:
             return self.max
         return next((w for f, w in self.freq_watts if f == khz), self.max)
+
+    def busy_for(self, khz: int | None, predicted: float | None) -> float:
+        """Watts while busy at ``khz`` with a job its earlier runs predict at ``predicted`` watts a
+        node (None: no prediction), never less than idle nor more than at that frequency."""
+        full = self.busy_at(khz)
+        if predicted is None or self.always_max:
+            return full
+        return min(full, max(self.idle, predicted))
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +93,7 @@ class PowerSnap:
     cap: float  # watts, or INFINITE: the cap in force now
     reservations: tuple[PowerResv, ...] = ()
     ahead: tuple[tuple[float, float], ...] = ()  # the cap's scheduled changes: (from when, cap), by time
+    margin: float | None = None  # PowerCapAdmission=predicted: the margin over a job's prediction
     max_watts: int = field(init=False)  # every node busy; summed once, admission asks for it often
 
     def __post_init__(self) -> None:
@@ -106,6 +117,16 @@ class PowerSnap:
         return min([self.limit_at(start), *(self.limit_at(t) for t, _cap in self.ahead if start < t < end)])
 
 
+def predicted_node_watts(snap: PowerSnap, exp_watts: float, nodes_min: int, exclusive: bool) -> float | None:
+    """What each node of a job is counted busy at, from its earlier runs' mean power (None: MaxWatts).
+    Only with PowerCapAdmission=predicted, and only for a job that has nodes to itself (another
+    job on its nodes could draw more): its mean watts spread over its fewest nodes (as many or
+    fewer than its earlier runs had: never less a node than they drew), plus the margin."""
+    if snap.margin is None or exp_watts <= 0 or not exclusive:
+        return None
+    return exp_watts / max(1, nodes_min) * (1 + snap.margin)
+
+
 def cap_state(state: PowerState, held: bool) -> PowerState:
     """What the cap counts a node as, from its power state (wattsched.nodestates.power_state): a node
     switching counts by what it holds, busy if a job holds it (it will run) and idle otherwise,
@@ -117,17 +138,18 @@ def cap_state(state: PowerState, held: bool) -> PowerState:
 
 def summary(nodes: Mapping[str, NodePower], node_states: Mapping[str, PowerState]) -> dict[str, int]:
     """scontrol show powercap's figures (without the cap)."""
-    current = adjusted = minimum = maximum = 0
+    current = adjusted = minimum = maximum = 0.0
     for name, node in nodes.items():
         state = node_states.get(name, PowerState.IDLE)
         current += node.watts(state)
         minimum += node.watts(PowerState.OFF)
         maximum += node.max
         adjusted += node.watts(state) if state in (PowerState.OFF, PowerState.DOWN) else node.max
-    return {"min_watts": minimum, "current_watts": current, "adjusted_max_watts": adjusted, "max_watts": maximum}
+    return {"min_watts": round(minimum), "current_watts": round(current), "adjusted_max_watts": round(adjusted),
+            "max_watts": round(maximum)}
 
 
-def extra_watts(snap: PowerSnap, busy_now: Iterable[str]) -> dict[str, int]:
+def extra_watts(snap: PowerSnap, busy_now: Iterable[str]) -> dict[str, float]:
     """Per node, the watts it adds when it goes from its state now to busy (0 if already busy)."""
     already = set(busy_now)
     return {name: 0 if name in already else node.max - node.watts(snap.states.get(name, PowerState.IDLE))

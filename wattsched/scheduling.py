@@ -108,6 +108,7 @@ class JobRequest:
     cpu_freq_pinned: bool = False  # --cpu-freq given: the frequency is the user's
     power_fit: bool = False  # --power-fit: may run at a lower frequency to fit under the cap
     gpus: gres.GpuRequest = gres.NO_GPUS
+    exp_watts: float = 0.0  # its earlier runs' mean watts (wattsched.prediction; 0: none)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +145,7 @@ class RunningJob:
     pinned: bool = False  # --cpu-freq given: its frequency is the user's
     suspended: bool = False  # frozen: it holds its nodes but draws nothing
     reservation: str = ""
+    node_watts: float | None = None  # admitted at these watts a node (its prediction), not MaxWatts
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,6 +213,8 @@ class Allocation:
     mem_mb: Mapping[str, int]
     cpu_freq_khz: int | None = None  # set when the job must run at a lower frequency to fit a power cap
     gpus: Mapping[str, Mapping[str, int]] = field(default_factory=dict)  # node -> GPUs by type
+    # under PowerCapAdmission=predicted: the watts each node is counted busy at (None: MaxWatts)
+    node_watts: float | None = None
 
 
 @dataclass(slots=True)
@@ -688,11 +692,12 @@ class PowerMeter:
     def added(self, alloc: Allocation) -> float:
         """The watts the allocation adds now: its nodes that are not busy yet go to their busy watts
         (MaxWatts, or the watts of the allocation's CPU frequency)."""
-        extra = 0
+        extra = 0.0
         for name in alloc.cpus:
             node = self.snap.nodes.get(name)
             if node is not None and name not in self.busy:
-                extra += node.busy_at(alloc.cpu_freq_khz) - node.watts(self.snap.states.get(name, PowerState.IDLE))
+                extra += node.busy_for(alloc.cpu_freq_khz, alloc.node_watts) - \
+                    node.watts(self.snap.states.get(name, PowerState.IDLE))
         return extra
 
     def check(self, job: JobRequest, alloc: Allocation, start: float) -> str | None:
@@ -711,9 +716,13 @@ class PowerMeter:
 
 def fit_power(job: JobRequest, alloc: Allocation, snap: PowerSnap,
               check: Callable[[Allocation], str | None]) -> tuple[Allocation, str | None]:
-    """The allocation and the power cap's verdict on it. A --power-fit job that does not fit at
-    full speed, on nodes that all declare CpuFreqWatts, gets the highest frequency that fits
-    (never when the user pinned --cpu-freq)."""
+    """The allocation and the power cap's verdict on it. A job its earlier runs predict is counted at
+    their watts (PowerCapAdmission=predicted). A --power-fit job that does not fit at full speed,
+    on nodes that all declare CpuFreqWatts, gets the highest frequency that fits (never when the
+    user pinned --cpu-freq)."""
+    predicted = power_mod.predicted_node_watts(snap, job.exp_watts, job.nodes_min, job.exclusive)
+    if predicted is not None:
+        alloc = replace(alloc, node_watts=predicted)
     reason = check(alloc)
     if reason is None or not job.power_fit or job.cpu_freq_pinned:
         return alloc, reason

@@ -86,16 +86,17 @@ def node_snap(node: NodeShape, alloc_cpus: int, alloc_mem_mb: int, flag: PowerFl
                     node.gres if free_gpus is None else free_gpus)
 
 
-def node_power(node: NodeShape, job_freqs: Collection[int | None] = ()) -> NodePower:
+def node_power(node: NodeShape, job_draws: Collection[tuple[int | None, float | None]] = ()) -> NodePower:
     """A node's watts by state (PowerSaveWatts defaults to IdleWatts, DownWatts to MaxWatts); a
-    busy node whose jobs (``job_freqs``, their CPU frequencies) all run at a capped frequency
-    counts the watts of the highest of them."""
+    busy node counts the most of its jobs' watts (``job_draws``: each job's CPU frequency, None at
+    full speed, and the watts a node it was admitted at, None for MaxWatts)."""
     idle, most = node.idle_watts or 0, node.max_watts or 0
     watts = NodePower(idle, most, idle if node.power_save_watts is None else node.power_save_watts,
                       most if node.down_watts is None else node.down_watts, node.power_cap_priority == 0,
                       freq_watts=node.cpu_freq_watts)
-    if job_freqs and None not in job_freqs:
-        return replace(watts, busy=max(watts.busy_at(f) for f in job_freqs))
+    if job_draws:
+        busy = max(watts.busy_for(khz, predicted) for khz, predicted in job_draws)
+        return watts if busy == most else replace(watts, busy=busy)
     return watts
 
 
@@ -126,13 +127,13 @@ if _UNDERIVED := {f.name for f in fields(JobRequest)} - set(_SAME_AS_JOB) - set(
 def running_job(job_id: int, cpus: Mapping[str, int], mem_mb: Mapping[str, int], start: float,
                 time_limit_min: int | None, gpus: Mapping[str, Mapping[str, int]] | None = None, qos: str = "",
                 ending: bool = False, freq_khz: int | None = None, pinned: bool = False, suspended: bool = False,
-                reservation: str = "", partition: str = "") -> RunningJob:
+                reservation: str = "", partition: str = "", node_watts: float | None = None) -> RunningJob:
     """What a running job holds, and when its time limit gives it back (None: no limit); its QOS
     and whether it is already on its way out (for preemption); its frequency, and whether it is
     frozen (for the cap's shedding)."""
     return RunningJob(job_id, cpus, mem_mb, start + time_limit_min * 60 if time_limit_min is not None else None,
                       gpus if gpus is not None else {}, qos, start, ending, partition, freq_khz, pinned, suspended,
-                      reservation)
+                      reservation, node_watts)
 
 
 def preempt_settings(config: Config) -> PreemptSettings:
@@ -163,14 +164,20 @@ def carries_running(backfill_due: bool, capped: bool, preempting: bool = False) 
 
 def power_snap(cap: float | None, watts: Mapping[str, NodePower], node_states: Mapping[str, PowerState],
                reservations: tuple[PowerResv, ...] = (), steps: Sequence[CapStep] = (),
-               now: float = 0.0) -> PowerSnap | None:
-    """What the cap needs: the cap in force at ``now`` and the schedule's changes ahead (None when
-    capping is off and no step of the schedule is in force or to come)."""
+               now: float = 0.0, margin: float | None = None) -> PowerSnap | None:
+    """What the cap needs: the cap in force at ``now``, the schedule's changes ahead, and the
+    margin over predictions when jobs are admitted at them (None when capping is off and no step
+    of the schedule is in force or to come)."""
     if not steps:
-        return None if cap is None else PowerSnap(watts, node_states, cap, reservations)
+        return None if cap is None else PowerSnap(watts, node_states, cap, reservations, margin=margin)
     max_watts = sum(n.max for n in watts.values())
     cap_now, ahead = capschedule.timeline(cap, steps, now, max_watts)
-    return PowerSnap(watts, node_states, INFINITE if cap_now is None else cap_now, reservations, ahead)
+    return PowerSnap(watts, node_states, INFINITE if cap_now is None else cap_now, reservations, ahead, margin)
+
+
+def admission_margin(config: Config) -> float | None:
+    """PowerCapMargin when jobs are admitted at their predictions (PowerCapAdmission=predicted)."""
+    return config.power_cap_margin if config.power_cap_admission == "predicted" else None
 
 
 # --- for a shell that keeps its jobs and nodes from pass to pass (the simulator) -------------------

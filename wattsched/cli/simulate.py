@@ -119,7 +119,10 @@ def simulate(config: Annotated[str, typer.Argument(help="Cluster configuration (
         sim = None  # the engine's memos go before the plots' libraries come: a lower peak
     paths = report.write(result, out, f"Simulation of {workload_spec} on {config}")
     summary = result.summary()
-    held = f", {summary['never_started']} held by a limit to the end" if summary["never_started"] else ""
+    held = f", {summary['never_started']} held to the end by a limit or the cap" if summary["never_started"] else ""
+    capped = f"power: peak {summary['peak_w']:,.0f} W, over the cap in force {summary['over_cap_s']:.0f} s " \
+             f"(by at most {summary['over_cap_w']:,.0f} W), {len(result.cap_changes)} changes of the cap\n" \
+        if result.cap_changes else ""
     preempted = ", ".join(f"{summary[k]} {k}" for k in ("preempted", "requeued", "suspended") if summary[k])
     sys.stdout.write(f"{summary['jobs']} jobs ({summary['infeasible']} too large for the platform{held}, "
                      f"{load.skipped} skipped, {load.clipped} clipped) in {summary['wall_s']:.1f} s "
@@ -127,7 +130,7 @@ def simulate(config: Annotated[str, typer.Argument(help="Cluster configuration (
                      f"energy {summary['energy_j'] / 3.6e9:.3f} MWh, mean wait {summary['mean_wait_s']:.0f} s, "
                      f"max wait {summary['max_wait_s']:.0f} s, utilization {summary['utilization']:.3f}, "
                      f"switches {summary['switches_off']} off / {summary['switches_on']} on\n"
-                     + (f"preemption: {preempted}\n" if preempted else "") +
+                     + (f"preemption: {preempted}\n" if preempted else "") + capped +
                      f"written: {', '.join(str(p) for p in paths.values())}\n")
 
 

@@ -90,6 +90,7 @@ def start(state: ClusterState, job: Job, alloc: scheduling.Allocation, now: floa
     job.preempted_by = 0
     job.expected_start = 0.0
     job.cpu_freq_khz = alloc.cpu_freq_khz
+    job.admit_watts = alloc.node_watts or 0.0
     job.energy_policy = energy_policy(state, job)
     job.policy_freq_khz, job.sig_reports, job.pred_time_factor, job.pred_energy_factor = 0, 0, 0.0, 0.0
     job.alloc_cpus = dict(alloc.cpus)

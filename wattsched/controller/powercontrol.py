@@ -75,17 +75,13 @@ def delete_cap_step(state: ClusterState, step_id: str, who: Identity) -> None:
 
 
 def read_schedule_file(config: Config, now: float) -> list[CapStep]:
-    """PowerCapSchedule's steps (none without the key); an open step whose time has passed was
-    carried out when it came, and is not again."""
+    """PowerCapSchedule's steps (none without the key)."""
     if not config.power_cap_schedule:
         return []
     try:
-        with open(config.power_cap_schedule, encoding="utf-8") as file:
-            text = file.read(1 << 20)
-        steps = capschedule.parse_file(text, now)
-    except (OSError, UnicodeDecodeError, CapScheduleError) as exc:
+        return capschedule.read_file(config.power_cap_schedule, now)
+    except CapScheduleError as exc:
         raise ConfigError(config.power_cap_schedule, 0, "PowerCapSchedule", str(exc)) from exc
-    return [s for s in steps if not (s.open and s.start <= now)]
 
 
 def roll_schedule(state: ClusterState, now: float) -> None:

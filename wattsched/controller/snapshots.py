@@ -118,7 +118,7 @@ def running_job(state: ClusterState, job: Job) -> scheduling.RunningJob:
                                  job.start_time, job.time_limit_min, gpus_by_type(state, job), job.qos,
                                  job.cancelled_by is not None or bool(job.preempted) or job.state != states.RUNNING,
                                  job.cpu_freq_khz, bool(job.cpu_freq), bool(job.suspended_at), job.reservation,
-                                 job.partition)
+                                 job.partition, job.admit_watts or None)
 
 
 def preemptor_waits(state: ClusterState, job: Job) -> bool:
@@ -144,14 +144,15 @@ def gpus_by_type(state: ClusterState, job: Job) -> dict[str, dict[str, int]]:
 
 
 def node_power(state: ClusterState) -> dict[str, power.NodePower]:
-    """Each node's watts; a busy node whose jobs all run at a capped frequency counts their watts."""
-    freqs: dict[str, list[int | None]] = {}
+    """Each node's watts; a busy node counts its jobs' watts (their frequencies, and the watts a
+    node they were admitted at under PowerCapAdmission=predicted)."""
+    draws: dict[str, list[tuple[int | None, float | None]]] = {}
     for job in state.jobs.values():
         if job.state != states.PENDING and job.holds_nodes:
             for name in job.alloc_cpus:
-                freqs.setdefault(name, []).append(job.cpu_freq_khz)
-    kept = state.memo.node_power  # a node's watts change with its jobs' frequencies alone (and the configuration)
-    return {n.name: _kept(kept, n, tuple(freqs.get(n.name, ())), snapbuild.node_power) for n in state.nodes.values()}
+                draws.setdefault(name, []).append((job.cpu_freq_khz, job.admit_watts or None))
+    kept = state.memo.node_power  # a node's watts change with its jobs' draws alone (and the configuration)
+    return {n.name: _kept(kept, n, tuple(draws.get(n.name, ())), snapbuild.node_power) for n in state.nodes.values()}
 
 
 def power_states(state: ClusterState) -> dict[str, PowerState]:
@@ -165,4 +166,5 @@ def power_snap(state: ClusterState, now: float) -> power.PowerSnap | None:
     if not state.capping:
         return None
     return snapbuild.power_snap(state.power_cap, node_power(state), power_states(state),
-                                state.resv.power_snapshots(), [*state.cap_steps, *state.cap_file_steps], now)
+                                state.resv.power_snapshots(), [*state.cap_steps, *state.cap_file_steps], now,
+                                snapbuild.admission_margin(state.config))

@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from wattsched import limits, memos, plugins, power, powersave, preemption, scheduling, snapbuild
+from wattsched import capschedule, limits, memos, plugins, power, powersave, preemption, scheduling, snapbuild
 from wattsched.config import Config, NodeConf
 from wattsched.fairshare import UsageRecord
 from wattsched.nodestates import NodeBase, PowerFlag, PowerState, power_state
@@ -37,9 +37,10 @@ from wattsched.simulator.accounts import SimAccounts
 from wattsched.simulator.shares import DEFAULT_ACCOUNT, SimShares
 from wattsched.simulator.workload import SimJob, Workload
 
-END, SWITCHED, SUBMIT, TICK, PERIOD, BACKFILL, PREEMPT = 0, 1, 2, 3, 4, 5, 6
+END, SWITCHED, SUBMIT, TICK, PERIOD, BACKFILL, PREEMPT, CAP = 0, 1, 2, 3, 4, 5, 6, 7
 COMPUTING, IDLE, OFF, SWITCHING_ON, SWITCHING_OFF = "computing", "idle", "off", "switching_on", "switching_off"
 BOUNDED_SLOWDOWN_TAU_S = 10.0
+_EPSILON_W = 1e-6  # a draw "over" the cap by a rounding error is not
 # what a job's accounted energy (the one EnergyFairShare charges) follows: its nodes' power model,
 # or its CPU-seconds (Georgiou et al. 2015's simulations)
 ENERGY_MODELS = ("node", "cpu")
@@ -120,6 +121,11 @@ class Result:
     cpus: int
     power_events: list[tuple[float, str, str, str]]
     pass_times: list[float]  # when the scheduler ran, as the controller's loop would have
+    # the draw against the cap in force (the schedule's steps included): the most it was over, and for how long
+    over_cap_w: float = 0.0
+    over_cap_s: float = 0.0
+    peak_w: float = 0.0
+    cap_changes: list[tuple[float, float]] = field(default_factory=list)  # (time, cap in watts) as they came
 
     def summary(self) -> dict[str, float | int]:
         done = [r for r in self.records if r.end >= 0]
@@ -145,6 +151,7 @@ class Result:
             "mean_bounded_slowdown": statistics.fmean(bsld) if bsld else 0.0,
             "switches_on": self.switches_on, "switches_off": self.switches_off,
             "events": self.events, "passes": self.passes, "wall_s": self.wall_s,
+            "peak_w": self.peak_w, "over_cap_w": self.over_cap_w, "over_cap_s": self.over_cap_s,
             "events_per_s": self.events / self.wall_s if self.wall_s > 0 else 0.0,
         }
 
@@ -220,6 +227,14 @@ class Simulation:
         self.holding = snapbuild.JobTable[scheduling.RunningJob]()
         self.period = min((p.period for _n, p in self.policies if hasattr(p, "period")), default=None)
         self.t_idle = next((p.t_idle for _n, p in self.policies if hasattr(p, "t_idle")), None)
+        # the cap and its schedule (PowerCapSchedule, read at the first submission), and the draw against it
+        self.cap = config.power_cap
+        self.cap_steps: list[capschedule.CapStep] = []
+        self.cap_now = math.inf  # in watts: the cap in force (INFINITE: none)
+        self.cap_event = -math.inf  # when a CAP event is queued for
+        self.idle_caps = 0  # CAP events in a row with nothing else happening (bounded: a queue the cap never lets go)
+        self.cap_changes: list[tuple[float, float]] = []
+        self.draw = self.draw_since = self.peak_w = self.over_cap_w = self.over_cap_s = 0.0
 
     # --- events -----------------------------------------------------------------------------------
 
@@ -236,6 +251,10 @@ class Simulation:
         for node in self.nodes.values():
             node.since = node.idle_since = first
             node.watts = self._watts(node)
+        self.draw, self.draw_since = sum(n.watts for n in self.nodes.values()), first
+        if self.config.power_cap_schedule:
+            self.cap_steps = capschedule.read_file(self.config.power_cap_schedule, first)
+        self._roll_cap(first)
         self.followers: dict[int, list[JobRecord]] = {}
         for record in jobs:
             if record.job.preceding in self.records:  # a closed loop: sent once the preceding job ends
@@ -272,6 +291,11 @@ class Simulation:
                     self.pending.put(self._request(self.records[job_id]))
                 elif kind == PERIOD and done < total and self.period:  # the policies' periodic call
                     self._push(now + self.period, PERIOD)  # (TICK: a timeout)
+                elif kind == CAP:
+                    self.idle_caps += 1
+                    self._roll_cap(now)
+                if kind != CAP:
+                    self.idle_caps = 0
             if done == total:  # the last completion ends the simulation: nothing more to decide
                 break
             self._pass(now)
@@ -284,7 +308,7 @@ class Simulation:
         return Result(list(self.records.values()), dict(self.energy), self.switches_on, self.switches_off,
                       self.events, self.passes, time.perf_counter() - started, self.infeasible, first, last_end,
                       len(self.nodes), sum(n.conf.cpus for n in self.nodes.values()), self.power_events,
-                      self.pass_times)
+                      self.pass_times, self.over_cap_w, self.over_cap_s, self.peak_w, self.cap_changes)
 
     def _qos(self, account: str, user: str) -> str:
         """The job's QOS: its association's default (a trace names none)."""
@@ -358,7 +382,7 @@ class Simulation:
         self.dirty.clear()
         if changed or self.nodes_tuple is None:
             self.nodes_tuple = tuple(self.node_snaps.values())
-        carried = snapbuild.carries_running(backfill_due, self.config.power_cap is not None,
+        carried = snapbuild.carries_running(backfill_due, self.cap is not None or bool(self.cap_steps),
                                             self.preempt.on and self.accounts is not None)
         changes = self.series.changes(self.pending, self.holding if carried else None, changed)
         # running jobs count as used so far, CPU time and energy alike (EnergyFairShare must not
@@ -373,7 +397,8 @@ class Simulation:
             accounts = self.accounts.current(now, lambda: [self._use(r, now) for r in running],
                                              lambda: [self._active(r) for r in self.running.values()])
         return snapbuild.snapshot(self.config, now, self.nodes_tuple, self.partitions, self.pending, self.holding,
-                                  backfill_due, self._power_snap(), fairshare=fair, changes=changes, accounts=accounts)
+                                  backfill_due, self._power_snap(now), fairshare=fair, changes=changes,
+                                  accounts=accounts)
 
     def _tres(self, record: JobRecord) -> dict[str, int]:
         assert self.accounts is not None
@@ -408,8 +433,8 @@ class Simulation:
         return max((self.nodes[n].since + self.nodes[n].conf.switching.on_s for n in record.alloc
                     if self.nodes[n].power == _WAKING), default=0.0)
 
-    def _power_snap(self) -> power.PowerSnap | None:
-        if self.config.power_cap is None:
+    def _power_snap(self, now: float) -> power.PowerSnap | None:
+        if self.cap is None and not self.cap_steps:
             return None
         node_states = {name: snapbuild.cap_state(node.power, bool(node.jobs)) for name, node in self.nodes.items()}
         watts = self.node_power
@@ -418,8 +443,8 @@ class Simulation:
             watts = dict(watts)
             for name in capped:
                 node = self.nodes[name]
-                watts[name] = snapbuild.node_power(node.conf, [self.records[j].freq_khz for j in node.jobs])
-        return snapbuild.power_snap(self.config.power_cap, watts, node_states)
+                watts[name] = snapbuild.node_power(node.conf, [(self.records[j].freq_khz, None) for j in node.jobs])
+        return snapbuild.power_snap(self.cap, watts, node_states, (), self.cap_steps, now)
 
     # --- jobs ------------------------------------------------------------------------------------------
 
@@ -636,7 +661,40 @@ class Simulation:
     def _set_category(self, node: SimNode, category: str, now: float) -> None:
         self._account(node, now)
         node.category = category
-        node.watts = self._watts(node)
+        before, node.watts = node.watts, self._watts(node)
+        self._meter(now)
+        self.draw += node.watts - before
+        self._against_cap()
+
+    # --- the cap over time ------------------------------------------------------------------------------
+
+    def _meter(self, now: float) -> None:
+        """Count the time the draw was over the cap in force, up to ``now``."""
+        if self.draw > self.cap_now + _EPSILON_W:
+            self.over_cap_s += now - self.draw_since
+        self.draw_since = now
+
+    def _against_cap(self) -> None:
+        self.peak_w = max(self.peak_w, self.draw)
+        if self.draw > self.cap_now + _EPSILON_W:
+            self.over_cap_w = max(self.over_cap_w, self.draw - self.cap_now)
+
+    def _roll_cap(self, now: float) -> None:
+        """The schedule at ``now``, as the controller's tick carries it: open steps whose time came
+        become the cap, windows over are dropped; the next change is queued as a CAP event."""
+        if self.cap is None and not self.cap_steps:
+            return
+        max_watts = float(sum(p.max for p in self.node_power.values()))
+        self.cap, self.cap_steps = capschedule.due(self.cap, self.cap_steps, now, max_watts)
+        cap, ahead = capschedule.timeline(self.cap, self.cap_steps, now, max_watts)
+        self._meter(now)
+        self.cap_now = math.inf if cap is None else cap
+        if not self.cap_changes or self.cap_changes[-1][1] != self.cap_now:
+            self.cap_changes.append((now, self.cap_now))
+        self._against_cap()
+        if ahead and ahead[0][0] != self.cap_event and self.idle_caps <= len(ahead):
+            self.cap_event = ahead[0][0]
+            self._push(self.cap_event, CAP)
 
     def _account(self, node: SimNode, now: float) -> None:
         self.energy[node.category] += node.watts * (now - node.since)
