@@ -96,6 +96,7 @@ class JobSubmit(Strict):
     mem_per_cpu_mb: int = Field(0, ge=0, le=MEM_MAX_MB)
     time_limit: str | None = Field(None, max_length=32)
     begin: str | None = Field(None, max_length=64)
+    deadline: str | None = Field(None, max_length=64)
     dependency: str = Field("", max_length=TEXT_MAX)
     array: str = Field("", max_length=TEXT_MAX)
     hold: bool = False

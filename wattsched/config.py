@@ -202,6 +202,8 @@ class Config:
     priority_weight_fairshare: int = setting("PriorityWeightFairshare", integer, 0)
     priority_weight_qos: int = setting("PriorityWeightQOS", integer, 0)
     priority_weight_energy: int = setting("PriorityWeightEnergy", integer, 0)
+    # ours: flexible work (a --deadline with slack) ahead in the grid's greener hours (CarbonIntensity)
+    priority_weight_carbon: int = setting("PriorityWeightCarbon", integer, 0)
     priority_max_age_min: int = setting("PriorityMaxAge", minutes, 7 * 1440)
     priority_favor_small: bool = setting("PriorityFavorSmall", yes_no, False)
     priority_decay_half_life_min: int = setting("PriorityDecayHalfLife", minutes, 7 * 1440)
@@ -226,6 +228,8 @@ class Config:
     # ours: jobs admitted under the cap at MaxWatts, or at what their earlier runs drew plus a margin
     power_cap_admission: str = setting("PowerCapAdmission", choice("maxwatts", "predicted"), "maxwatts")
     power_cap_margin: float = setting("PowerCapMargin", fraction, 0.2)
+    # ours: the grid's carbon intensity over time, a file or an http(s) URL (wattsched.carbon)
+    carbon_intensity: str = setting("CarbonIntensity", text, "")
     # ours: a file of the cap's scheduled steps (wattsched.capschedule), read at start and reconfigure
     power_cap_schedule: str = setting("PowerCapSchedule", text, "", path=True)
     acct_gather_energy_type: str = setting("AcctGatherEnergyType", plugin("acct_gather_energy"),

@@ -96,6 +96,8 @@ class Job:
     exp_energy_j: float = 0.0
     exp_watts: float = 0.0
     admit_watts: float = 0.0  # PowerCapAdmission=predicted: the watts a node it was started at (0: MaxWatts)
+    co2e_g: float = 0.0  # its emissions: its energy at the grid's carbon intensity over its run (wattsched.carbon)
+    deadline: float = 0.0  # --deadline: removed (DEADLINE) once it can no longer end before it (0: none)
     profile: tuple[str, ...] = ()  # --profile series: energy, task
     acctg_freq: tuple[tuple[str, int], ...] = ()  # --acctg-freq: (type, seconds)
     # GPUs asked for (wattsched.gres): at most one of per node, per task, per job; "" for any type

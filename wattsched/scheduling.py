@@ -109,6 +109,7 @@ class JobRequest:
     power_fit: bool = False  # --power-fit: may run at a lower frequency to fit under the cap
     gpus: gres.GpuRequest = gres.NO_GPUS
     exp_watts: float = 0.0  # its earlier runs' mean watts (wattsched.prediction; 0: none)
+    deadline: float = 0.0  # --deadline (0: none)
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,6 +203,8 @@ class Snapshot:
     # the QOS, the associations' limits, their use and the active jobs (None: no accounting)
     accounts: limits.AccountsSnap | None = None
     preempt: PreemptSettings = PreemptSettings()
+    # how green the grid is now, 0 (the day's dirtiest hour) to 1 (its greenest) (wattsched.carbon)
+    greenness: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -408,6 +411,9 @@ def ineligibility(job: JobRequest, snapshot: Snapshot) -> str | None:
         return states.R_HELD_ADMIN if job.hold == "admin" else states.R_HELD_USER
     if job.begin_time > snapshot.now:
         return states.R_BEGIN
+    if job.deadline and snapshot.now + (job.time_limit_min if job.time_limit_min is not None else 1) * 60 \
+            > job.deadline:  # it would end after its deadline: never started (the shell removes it)
+        return states.R_DEADLINE
     if job.dependency:
         verdict = dependency_state(job, snapshot.jobs)
         if verdict is not None:

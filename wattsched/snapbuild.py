@@ -145,7 +145,8 @@ def snapshot(config: Config, now: float, nodes: tuple[NodeSnap, ...], partition_
              power_snap: PowerSnap | None, jobs: Mapping[int, JobBrief] | None = None,
              reservations: Mapping[str, ResvSnap] | None = None,
              fairshare: Mapping[tuple[str, str], tuple[float, float]] | None = None,
-             changes: Changes | None = None, accounts: limits.AccountsSnap | None = None) -> Snapshot:
+             changes: Changes | None = None, accounts: limits.AccountsSnap | None = None,
+             greenness: float = 0.0) -> Snapshot:
     """The snapshot of one pass. Running jobs are given only when a policy reads them: for a
     backfill plan (``backfill_due``) or under a power cap (see :func:`carries_running`)."""
     preempt = preempt_settings(config)
@@ -153,7 +154,7 @@ def snapshot(config: Config, now: float, nodes: tuple[NodeSnap, ...], partition_
                     def_mem_per_cpu_mb=config.def_mem_per_cpu_mb,
                     running=running if carries_running(backfill_due, power_snap is not None, preempt.on) else (),
                     backfill_due=backfill_due, reservations=reservations or {}, fairshare=fairshare or {},
-                    power=power_snap, changes=changes, accounts=accounts, preempt=preempt)
+                    power=power_snap, changes=changes, accounts=accounts, preempt=preempt, greenness=greenness)
 
 
 def carries_running(backfill_due: bool, capped: bool, preempting: bool = False) -> bool:

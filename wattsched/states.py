@@ -7,20 +7,21 @@ from __future__ import annotations
 PENDING, RUNNING, COMPLETING = "PENDING", "RUNNING", "COMPLETING"
 COMPLETED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL = "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"
 REQUEUED, OUT_OF_MEMORY, PREEMPTED = "REQUEUED", "OUT_OF_MEMORY", "PREEMPTED"
+DEADLINE = "DEADLINE"  # --deadline: it could no longer end before it, and was removed
 # a RUNNING job whose nodes are still powering up (Slurm's CONFIGURING flag): shown, never stored
 CONFIGURING = "CONFIGURING"
 # a RUNNING job an admin suspended (scontrol suspend): its processes are frozen, its time stands still
 SUSPENDED = "SUSPENDED"
 
 JOB_STATES = (PENDING, RUNNING, COMPLETING, COMPLETED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL, REQUEUED,
-              OUT_OF_MEMORY, CONFIGURING, SUSPENDED, PREEMPTED)
-FINISHED = frozenset({COMPLETED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, PREEMPTED})
+              OUT_OF_MEMORY, CONFIGURING, SUSPENDED, PREEMPTED, DEADLINE)
+FINISHED = frozenset({COMPLETED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, PREEMPTED, DEADLINE})
 ACTIVE = frozenset({PENDING, RUNNING, COMPLETING})
 
 JOB_SHORT = {
     PENDING: "PD", RUNNING: "R", COMPLETING: "CG", COMPLETED: "CD", FAILED: "F", CANCELLED: "CA",
     TIMEOUT: "TO", NODE_FAIL: "NF", REQUEUED: "RQ", OUT_OF_MEMORY: "OOM", CONFIGURING: "CF",
-    SUSPENDED: "S", PREEMPTED: "PR",
+    SUSPENDED: "S", PREEMPTED: "PR", DEADLINE: "DL",
 }
 SHORT_TO_STATE = {short: state for state, short in JOB_SHORT.items()}
 
@@ -55,3 +56,4 @@ R_RESV_DELETED = "ReservationDeleted"
 R_MAINT = "ReqNodeNotAvail, Reserved for maintenance"
 R_POWER = "PowerNotAvail"
 R_POWER_RESERVED = "PowerReserved"
+R_DEADLINE = "DeadLine"  # the reason a job ended DEADLINE

@@ -281,7 +281,7 @@ class Cluster:
 
     def accounted(self, *job_ids: int, timeout: float = 30) -> list[dict]:
         """Accounting rows of these jobs once all of them are there in a final state."""
-        final = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED"}
+        final = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "DEADLINE"}
 
         def fetch():
             rows = self.api("GET", "/v1/accounting/jobs", params={"job": list(job_ids)}).json()["jobs"]

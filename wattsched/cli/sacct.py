@@ -391,6 +391,9 @@ FIELDS.update({
     "ExpElapsed": (10, lambda j, s: "" if s or not j.get("exp_elapsed_s") else _elapsed_str(round(j["exp_elapsed_s"]))),
     "ExpEnergy": (10, lambda j, s: "" if s or not j.get("exp_elapsed_s") else _energy(round(j["exp_energy_j"]))),
     "ExpWatts": (8, lambda j, s: "" if s or not j.get("exp_elapsed_s") else f"{j['exp_watts']:.0f}"),
+    # its emissions, grams of CO2e (wattsched.carbon): as ConsumedEnergy prints joules (850, 12K, 1.25M)
+    "CO2e": (8, lambda j, s: "" if s or not j.get("co2e_g") else _energy(round(j["co2e_g"]))),
+    "CO2eRaw": (8, lambda j, s: "" if s or not j.get("co2e_g") else f"{j['co2e_g']:.3f}"),
 })
 
 

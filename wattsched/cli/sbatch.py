@@ -10,7 +10,7 @@ from wattsched.cli import jobopts as o
 from wattsched.cli.common import Client, CLIError
 from wattsched.cli.options import Command, run
 
-TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED"}
+TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "DEADLINE"}
 
 
 MAX_SCRIPT_BYTES = 4 * 1024 * 1024  # the controller's limit on a script (JobSubmit.script)

@@ -54,7 +54,8 @@ def job_lines(j: dict[str, Any], details: bool = False) -> list[str | None]:
         f"RunTime={timefmt.elapsed_str(j['run_time_s'])} TimeLimit={limit} TimeMin=N/A",
         f"SubmitTime={_ts(j['submit_time'])} EligibleTime={_ts(j['eligible_time'])}",
         f"AccrueTime={_ts(j['eligible_time'])}",
-        f"StartTime={_ts(j['start_time'] or j['expected_start'])} EndTime={_ts(end)} Deadline=N/A",
+        f"StartTime={_ts(j['start_time'] or j['expected_start'])} EndTime={_ts(end)} "
+        f"Deadline={_ts(j.get('deadline'), 'N/A')}",
         f"Partition={j['partition']} AllocNode:Sid={j['submit_host'] or '(null)'}:0",
         f"ReqNodeList={','.join(j['req_nodes']) or '(null)'} ExcNodeList={','.join(j['exc_nodes']) or '(null)'}",
         f"NodeList={j['node_list'] or '(null)'}",

@@ -18,6 +18,7 @@ CODES: dict[str, tuple[str, str, str]] = {
     "P": ("PARTITION", "partition_factor", "partition"),
     "Q": ("QOS", "qos", "qos"),
     "E": ("ENERGY", "energy", "energy"),
+    "G": ("CARBON", "carbon", "carbon"),  # ours: flexible work in greener hours (PriorityWeightCarbon)
 }
 NORMALIZED = {code.lower(): code for code in CODES}
 DEFAULT = "%.15i %9r %10u %.10Y %.10S %.10A %.10F %.10J %.10P %.10Q %.10E"

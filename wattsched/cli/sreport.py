@@ -3,9 +3,10 @@
 Reports: ``cluster AccountUtilizationByUser``, ``cluster UserUtilizationByAccount`` and ``user
 TopUsage [TopCount=N]``, with ``start=``/``end=`` (default: yesterday, as in Slurm; start= alone
 ends a day later or now),
-``users=``/``accounts=``, ``--tres=cpu,energy`` (default cpu), ``-t Seconds|Minutes|Hours``
+``users=``/``accounts=``, ``--tres=cpu,energy,co2e`` (default cpu), ``-t Seconds|Minutes|Hours``
 for CPU time, ``-P``/``-p``/``-n`` and ``--json``. A job is counted for the part of its run
-inside the period: CPUs x seconds, and its energy in proportion (energy in joules).
+inside the period: CPUs x seconds, and its energy and emissions in proportion (energy in joules;
+ours, co2e: grams of CO2e at the grid's carbon intensity, wattsched.carbon).
 
 Ours: ``cluster Budgets`` lists every GrpTRESMins budget (of an account, a user's association
 or a QOS) with what is used of it as the limits count it (decayed, running jobs' use so far
@@ -28,11 +29,12 @@ from wattsched.cli.options import NO, OPT, REQ, Command, Opt, ignored, run, stan
 REPORTS = {("cluster", "accountutilizationbyuser"), ("cluster", "userutilizationbyaccount"), ("user", "topusage"),
            ("cluster", "budgets")}
 TIME_UNITS = {"seconds": 1, "minutes": 60, "hours": 3600}
+KINDS = ("cpu", "energy", "co2e")
 
 
 def usage(rows: list[dict[str, Any]], start: float, end: float, now: float) -> dict[tuple[str, str], dict[str, float]]:
-    """Per (account, user): CPU seconds and joules inside [start, end]."""
-    totals: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: {"cpu": 0.0, "energy": 0.0})
+    """Per (account, user): CPU seconds, joules and grams of CO2e inside [start, end]."""
+    totals: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: dict.fromkeys(KINDS, 0.0))
     for job in rows:
         began, ended = job["time_start"], job["time_end"] or now
         if not began:
@@ -40,8 +42,9 @@ def usage(rows: list[dict[str, Any]], start: float, end: float, now: float) -> d
         inside = max(0.0, min(end, ended) - max(start, began))
         entry = totals[(job["account"], job["user"])]
         entry["cpu"] += inside * job["alloc_cpus"]
-        if job["consumed_energy_j"] and ended > began:
-            entry["energy"] += job["consumed_energy_j"] * inside / (ended - began)
+        if ended > began:
+            entry["energy"] += (job["consumed_energy_j"] or 0) * inside / (ended - began)
+            entry["co2e"] += (job.get("co2e_g") or 0) * inside / (ended - began)
     return totals
 
 
@@ -59,7 +62,7 @@ COMMAND = Command("sreport", "[<OPTION>] [<COMMAND>]", [
     Opt("P", "parsable2", NO, "output will be '|' delimited without a '|' at the end"),
     Opt("t", "time", REQ, "Set format of time: Seconds, Minutes (default) or Hours", metavar="format",
         dest="time_unit"),
-    Opt("T", "tres", REQ, "Specify the TRES to report on: cpu (default), energy, or cpu,energy",
+    Opt("T", "tres", REQ, "Specify the TRES to report on: cpu (default), energy, co2e (ours), or a list",
         metavar="tres_names"),
     Opt("v", "verbose", NO, "Enable detailed logging.", kind="count"),
     ignored("a", "all_clusters", NO), ignored("M", "cluster", REQ), ignored(None, "local", NO),
@@ -116,8 +119,8 @@ def sreport(argv: list[str]) -> None:
         budgets(options, opts.get("tres"), time_unit, parsable, parsable2, noheader, json_)
         return
     kinds = [t.strip().lower() for t in tres.split(",") if t.strip()]
-    if not kinds or any(t not in ("cpu", "energy") for t in kinds):
-        raise CLIError(f"Invalid TRES: {tres} (cpu, energy)")
+    if not kinds or any(t not in KINDS for t in kinds):
+        raise CLIError(f"Invalid TRES: {tres} (cpu, energy, co2e)")
     now = time.time()
     start, end = report_period(options, now)
     rows = Client().request("GET", "/v1/accounting/jobs", params={"start": start, "end": end})["jobs"]
@@ -131,10 +134,10 @@ def sreport(argv: list[str]) -> None:
     if kind == "topusage":
         per_user: dict[str, dict[str, Any]] = {}
         for (account, user), used in totals.items():
-            entry = per_user.setdefault(user, {"accounts": [], "cpu": 0.0, "energy": 0.0})
+            entry = per_user.setdefault(user, {"accounts": [], **dict.fromkeys(KINDS, 0.0)})
             entry["accounts"].append(account)
-            entry["cpu"] += used["cpu"]
-            entry["energy"] += used["energy"]
+            for t in KINDS:
+                entry[t] += used[t]
         ranked = sorted(per_user.items(), key=lambda kv: -kv[1][kinds[0]])[:int(options.get("topcount", 10))]
         for user, top in ranked:
             for t in kinds:
@@ -144,9 +147,9 @@ def sreport(argv: list[str]) -> None:
         title = f"Top {int(options.get('topcount', 10))} Users"
         columns = ["Cluster", "Login", "Proper Name", "Account", "TRES Name", "Used"]
     else:
-        by_account: dict[str, dict[str, float]] = defaultdict(lambda: {"cpu": 0.0, "energy": 0.0})
+        by_account: dict[str, dict[str, float]] = defaultdict(lambda: dict.fromkeys(KINDS, 0.0))
         for (account, _user), used in totals.items():
-            for t in ("cpu", "energy"):
+            for t in KINDS:
                 by_account[account][t] += used[t]
         for account in sorted(by_account):
             for t in kinds:
@@ -171,7 +174,8 @@ def sreport(argv: list[str]) -> None:
         unit = "CPU " + time_unit.capitalize() if kinds == ["cpu"] else f"TRES {time_unit.capitalize()}"
         print("-" * 80)
         print(f"{title} {timefmt.ts_str(start)} - {timefmt.ts_str(end - 1)} ({int(end - start)} secs)")
-        print(f"Usage reported in {unit}" + (" (energy in joules)" if "energy" in kinds else ""))
+        units = [text for kind, text in (("energy", "energy in joules"), ("co2e", "co2e in grams")) if kind in kinds]
+        print(f"Usage reported in {unit}" + (f" ({', '.join(units)})" if units else ""))
         print("-" * 80)
     widths = {"Cluster": 9, "Account": 15, "Login": 9, "Proper Name": 15, "TRES Name": 14, "Used": 10}
     fields = [(c, widths[c]) for c in columns]
@@ -225,7 +229,7 @@ def budgets(options: dict[str, str], tres: str | None, time_unit: str, parsable:
 
 
 def _amount(value: float, tres: str, divisor: int) -> str:
-    return str(round(value)) if tres == "energy" else str(round(value / divisor))
+    return str(round(value)) if tres in ("energy", "co2e") else str(round(value / divisor))
 
 
 def main() -> None:

@@ -110,6 +110,9 @@ def account_energy(state: ClusterState, now: float) -> None:
 
 def energy_settled(state: ClusterState, job: Job) -> None:
     job.energy_pending = False
+    series = state.carbon.series if state.carbon is not None else None
+    if series is not None and job.consumed_energy_j and job.end_time > job.start_time:
+        job.co2e_g = series.emissions_g(job.consumed_energy_j, job.start_time, job.end_time)
     state.energy_totals.add(job.user, job.account, job.partition, job.consumed_energy_j)
     state.touch(job, request_changed=False)
     if jobend.settling(state, job):

@@ -50,6 +50,8 @@ def submit(state: ClusterState, req: JobSubmit, who: Identity, now: float) -> li
     for job in jobs:
         expect(state, job)
         state.jobs[job.job_id] = job
+        if job.deadline:
+            state.with_deadline.add(job.job_id)
         state.touch(job)
     if req.submit_key:
         state.submissions[(who.uid, req.submit_key)] = [job.job_id for job in jobs]

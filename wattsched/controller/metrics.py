@@ -41,7 +41,7 @@ _LIMIT_USE = {"grp_tres": "tres", "grp_tres_mins": "tres_mins", "grp_tres_run_mi
 _JOB_WORDS = {states.PENDING: "pending", states.RUNNING: "running", states.COMPLETING: "completing",
               states.COMPLETED: "completed", states.CANCELLED: "cancelled", states.FAILED: "failed",
               states.TIMEOUT: "timeout", states.NODE_FAIL: "node_failed", states.OUT_OF_MEMORY: "outofmemory",
-              states.CONFIGURING: "configuring", states.SUSPENDED: "suspended"}
+              states.CONFIGURING: "configuring", states.SUSPENDED: "suspended", states.DEADLINE: "deadline"}
 _NODE_WORDS = ("alloc", "idle", "mixed", "down", "drain", "drained", "draining", "completing", "unknown",
                "noresp", "powered_down", "powering_up", "powering_down", "power_down")
 

@@ -13,6 +13,7 @@ from wattsched.auth import Identity
 from wattsched.config import RESTART_ONLY, Config, ConfigError, NodeConf
 from wattsched.controller import jobend, jobenergy, launching, permissions, powercontrol, snapshots, statesave, steps
 from wattsched.controller.actions import Action, Refused
+from wattsched.controller.carbonfeed import CarbonFeed
 from wattsched.model import Job, Node
 from wattsched.nodestates import NodeBase, PowerFlag
 
@@ -71,6 +72,8 @@ def reconfigure(state: ClusterState, config: Config, plugins: Plugins, now: floa
         state.power_cap = config.power_cap
         state.journal.meta_dirty = True
     state.cap_file_steps = file_steps
+    if config.carbon_intensity != state.config.carbon_intensity:
+        state.carbon = CarbonFeed(config) if config.carbon_intensity else None
     state.config, state.plugins = config, plugins
     assert state.power_saving is not None
     state.power_saving.reconfigure(config)

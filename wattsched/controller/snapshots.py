@@ -109,7 +109,16 @@ def snapshot(state: ClusterState, now: float, backfill_due: bool = True) -> sche
                                      snapbuild.preempt_settings(state.config).on) else ()
     return snapbuild.snapshot(state.config, now, tuple(node_snaps(state).values()), partition_snaps(state), pending,
                               running, backfill_due, power_snap(state, now), briefs, state.resv.snapshots(),
-                              state.shares.factors, accounts=acctpolicy.snapshot(state))
+                              state.shares.factors, accounts=acctpolicy.snapshot(state),
+                              greenness=greenness(state, now))
+
+
+def greenness(state: ClusterState, now: float) -> float:
+    """How green the grid is now (0 without a carbon-intensity series, or when nothing weighs it)."""
+    series = state.carbon.series if state.carbon is not None else None
+    if series is None or not state.config.priority_weight_carbon:
+        return 0.0
+    return series.greenness(now)
 
 
 def running_job(state: ClusterState, job: Job) -> scheduling.RunningJob:

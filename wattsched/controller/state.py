@@ -56,6 +56,7 @@ from wattsched.controller import (
 )
 from wattsched.controller.actions import Action, AdminProgram
 from wattsched.controller.capcontrol import CapControl
+from wattsched.controller.carbonfeed import CarbonFeed
 from wattsched.controller.powersaving import PowerSaving
 from wattsched.controller.priority import Shares
 from wattsched.controller.reservations import ReservationBook
@@ -129,6 +130,7 @@ class ClusterState:
     power_saving: PowerSaving | None = None
     energy_totals: energy.EnergyTotals = field(default_factory=energy.EnergyTotals)
     energy_due: set[int] = field(default_factory=set)  # the jobs whose energy_pending is set
+    with_deadline: set[int] = field(default_factory=set)  # pending jobs with a --deadline (checked each second)
     # (uid, submit key) -> the jobs that submission made: a retried submission gets them again
     submissions: dict[tuple[int, str], list[int]] = field(default_factory=dict)
     profiles_due: list[tuple[str, int, int]] = field(default_factory=list)  # (user, uid, job): profiles to merge
@@ -136,6 +138,7 @@ class ClusterState:
     journal: statesave.Journal = field(default_factory=statesave.Journal)
     memo: snapshots.Memos = field(default_factory=snapshots.Memos)
     cap: CapControl = field(default_factory=CapControl)  # meeting a lowered cap
+    carbon: CarbonFeed | None = None  # the grid's carbon intensity (CarbonIntensity)
 
     @classmethod
     def open(cls, config: Config, store: StateStore, plugins: Plugins, key: bytes, now: float) -> ClusterState:
@@ -145,6 +148,7 @@ class ClusterState:
             state.nodes[conf.name] = nodes.new_node(conf, member.get(conf.name, ()), now)
         statesave.restore(state)
         state.cap_file_steps = powercontrol.read_schedule_file(config, now)
+        state.carbon = CarbonFeed(config) if config.carbon_intensity else None
         return state
 
     def touch(self, job: Job, request_changed: bool = True) -> None:

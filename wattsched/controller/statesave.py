@@ -9,7 +9,7 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from wattsched import nodestates
+from wattsched import nodestates, states
 from wattsched.capschedule import CapStep
 from wattsched.controller import resources
 from wattsched.controller.reservations import ReservationBook
@@ -62,6 +62,8 @@ def restore(state: ClusterState) -> None:
         state.jobs[job.job_id] = job
         if job.energy_pending:
             state.energy_due.add(job.job_id)
+        if job.deadline and job.state == states.PENDING:
+            state.with_deadline.add(job.job_id)
         if job.holds_nodes:
             resources.hold(state, job, +1)
         if job.submit_key:

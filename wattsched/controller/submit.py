@@ -149,10 +149,17 @@ def build_jobs(req: JobSubmit, who: Identity, gid: int, group: str, config: Conf
         time_limit = timefmt.parse_duration_min(req.time_limit) if req.time_limit else \
             (part.default_time_min if part.default_time_min is not None else part.max_time_min)
         begin = timefmt.parse_time(req.begin, now) if req.begin else 0.0
+        deadline = timefmt.parse_time(req.deadline, now) if req.deadline else 0.0
     except timefmt.TimeFormatError as exc:
         raise SubmitError(str(exc)) from exc
     if time_limit == 0:
         raise SubmitError("Invalid time limit specification")
+    if deadline and begin and deadline < begin:
+        raise SubmitError("Incompatible begin and deadline time specification")
+    # as Slurm: a deadline before the earliest start, or closer than the time limit (a job without
+    # one needs a minute), is refused at submission
+    if deadline and deadline < max(now, begin) + (time_limit if time_limit is not None else 1) * 60:
+        raise SubmitError("Requested time limit is invalid (missing or exceeds some limit)")
     if req.dependency:
         try:
             scheduling.parse_dependency(req.dependency)
@@ -188,7 +195,7 @@ def build_jobs(req: JobSubmit, who: Identity, gid: int, group: str, config: Conf
         nodes_max=req.nodes_max, ntasks=ntasks, ntasks_set=ntasks_set, ntasks_per_node=req.ntasks_per_node,
         cpus_per_task=req.cpus_per_task, mem_per_node_mb=req.mem_per_node_mb,
         mem_per_cpu_mb=req.mem_per_cpu_mb, time_limit_min=time_limit, begin_time=begin,
-        dependency=req.dependency, exclusive=req.exclusive, req_nodes=req_nodes, exc_nodes=exc_nodes,
+        dependency=req.dependency, deadline=deadline, exclusive=req.exclusive, req_nodes=req_nodes, exc_nodes=exc_nodes,
         features=features, std_err=req.error, std_in=req.input, open_mode=req.open_mode,
         kill_signal=kill_signal, kill_signal_secs=kill_secs, kill_signal_batch_only=kill_batch,
         comment=req.comment, wckey=req.wckey,

@@ -21,6 +21,8 @@ log = logging.getLogger("wattsched.controller")
 def check_timers(state: ClusterState, now: float) -> list[Action]:
     """Time limits, --signal warnings, unresponsive nodes and purging of old jobs."""
     actions: list[Action] = []
+    if state.with_deadline:
+        missed_deadlines(state, now)
     # a pending job has no timer here: they are most of a long queue, left out in one cheap pass
     for job in [j for j in state.jobs.values() if j.state != states.PENDING]:
         if job.preempt_deadline and now >= job.preempt_deadline and job.state == states.RUNNING \
@@ -53,7 +55,24 @@ def check_timers(state: ClusterState, now: float) -> list[Action]:
             actions.extend(jobend.node_down(state, node, nodestates.NODE_NOT_RESPONDING, now, not_responding=True))
     actions.extend(powercontrol.power_tick(state, now))
     actions.extend(state.cap.tick(state, now))
+    if state.carbon is not None:
+        state.carbon.poll(now)
     return actions
+
+
+def missed_deadlines(state: ClusterState, now: float) -> None:
+    """--deadline, as Slurm: a pending job that can no longer end before its deadline, were it to
+    start now and run its time limit (a minute without one), ends DEADLINE, exit code 1."""
+    for job_id in list(state.with_deadline):
+        job = state.jobs.get(job_id)
+        if job is None or job.state != states.PENDING:
+            state.with_deadline.discard(job_id)
+        elif now + (job.time_limit_min if job.time_limit_min is not None else 1) * 60 > job.deadline:
+            log.info("job cancelled: it cannot end before its deadline", extra={"job_id": job_id})
+            job.state, job.reason, job.exit_code = states.DEADLINE, states.R_DEADLINE, 1
+            job.start_time = job.end_time = now
+            state.touch(job)
+            state.with_deadline.discard(job_id)
 
 
 def end_overruns(state: ClusterState, now: float) -> list[Action]:

@@ -1,7 +1,7 @@
 """priority/multifactor: job priority as Slurm's weighted sum of factors, plus energy.
 
     priority = site + W_age*age + W_size*jobsize + W_partition*partition + W_qos*qos
-               + W_fairshare*fairshare + W_energy*energyfairshare - nice
+               + W_fairshare*fairshare + W_energy*energyfairshare + W_carbon*carbon - nice
 
 Every factor is in [0, 1]; the sum is truncated to an integer (at least 1), as in Slurm.
 
@@ -12,7 +12,13 @@ Every factor is in [0, 1]; the sum is truncated to an integer (at least 1), as i
 - fairshare / energy: the (account, user) association's FairShare and EnergyFairShare factors,
   computed by :mod:`wattsched.fairshare` from decayed CPU-seconds and joules; with both weights
   set (the seed's FS+EFS policy), each is first divided by its largest value among the pending
-  jobs, so that both span [0, 1].
+  jobs, so that both span [0, 1];
+- carbon (ours): how flexible the job is times how green this hour is. A job is flexible by its
+  --deadline: the slack it leaves (deadline - now - time limit) over a day, capped at 1 (no
+  deadline: 0). The hour's greenness is where the grid's carbon intensity now sits between the
+  highest and the lowest of the day around it (wattsched.carbon; 0 without a series). So work
+  that can wait runs ahead of the rest in the greener hours, and falls back to its other
+  factors in the dirtier ones.
 
 ``scontrol update job Priority=N`` fixes a job's priority (site factor); a held job has 0.
 """
@@ -43,6 +49,7 @@ class Factors:
     nice: int
     account: str = ""
     qos_name: str = ""
+    carbon: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,12 +62,13 @@ class Weights:
     energy: int = 0
     max_age_s: float = 7 * 86400.0
     favor_small: bool = False
+    carbon: int = 0
 
     @classmethod
     def from_config(cls, config: Config) -> Weights:
         return cls(config.priority_weight_age, config.priority_weight_job_size, config.priority_weight_partition,
                    config.priority_weight_fairshare, config.priority_weight_qos, config.priority_weight_energy,
-                   config.priority_max_age_min * 60.0, config.priority_favor_small)
+                   config.priority_max_age_min * 60.0, config.priority_favor_small, config.priority_weight_carbon)
 
 
 class MultifactorPriority:
@@ -97,17 +105,29 @@ class MultifactorPriority:
             fs = fs * fs_scale
             qos = qos_table.get(job.qos)
             qos_factor = qos.priority / top_qos if qos is not None else 0.0
+            carbon = flexibility(job, snapshot.now) * snapshot.greenness
             if job.hold:
                 priority, site = 0, 0
             elif job.admin_priority is not None:
                 priority = site = job.admin_priority
             else:
                 total = (w.age * age + w.job_size * size + w.partition * part_factor + w.fairshare * fs
-                         + w.qos * qos_factor + w.energy * energy)
+                         + w.qos * qos_factor + w.energy * energy + w.carbon * carbon)
                 priority, site = max(1, int(total) - job.nice), 0
             result[job.job_id] = Factors(job.job_id, job.user, job.partition, priority, site, age, fs, size,
-                                         part_factor, qos_factor, energy, job.nice, job.account, job.qos)
+                                         part_factor, qos_factor, energy, job.nice, job.account, job.qos, carbon)
         return result
+
+
+FLEXIBLE_S = 86400.0  # a day of slack makes a job fully flexible
+
+
+def flexibility(job: JobRequest, now: float) -> float:
+    """How long the job could wait and still end before its --deadline, over a day (0 to 1)."""
+    if not job.deadline:
+        return 0.0
+    limit_s = (job.time_limit_min if job.time_limit_min is not None else 1) * 60
+    return min(1.0, max(0.0, (job.deadline - now - limit_s) / FLEXIBLE_S))
 
 
 def _eligible(job: JobRequest) -> float:
