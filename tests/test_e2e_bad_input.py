@@ -26,6 +26,9 @@ def baseline(cluster: Cluster) -> int:
     (["--mem=10G", "--mem-per-cpu=1G", "--wrap", "true"], "mutually exclusive"),
     (["-w", "zz99", "--wrap", "true"], "Invalid node name specified"),
     (["--begin=yesterdayish", "--wrap", "true"], "Invalid time specification"),
+    (["--deadline=whenever", "--wrap", "true"], "Invalid time specification"),
+    (["--deadline=now-1hour", "--wrap", "true"], "Requested time limit is invalid"),
+    (["--deadline=now+" + "9" * 60, "--wrap", "true"], "Invalid time specification"),
     (["-N", "abc", "--wrap", "true"], "Invalid node count specification"),
 ])
 def test_sbatch_refuses_bad_requests(cluster: Cluster, baseline: int, args: list[str], message: str) -> None:

@@ -66,3 +66,9 @@ def test_filename_patterns() -> None:
     assert patterns.expand("slurm-%A_%a.out", **array) == "/home/a/slurm-42_3.out"
     assert patterns.expand("o-%4a-%j", **array) == "/home/a/o-0003-45"
     assert patterns.expand("t%t-n%n-%J", **common, step_id="2", task_id=5, node_id=1) == "/home/a/t5-n1-42.2"
+
+
+@pytest.mark.parametrize("text", ["now+" + "9" * 60, "now-100000days", "9999-12-31T23:59:59x"])
+def test_times_out_of_any_range_are_refused(text: str) -> None:
+    with pytest.raises(timefmt.TimeFormatError, match="Invalid time specification"):
+        timefmt.parse_time(text, 1_800_000_000.0)

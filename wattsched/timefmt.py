@@ -93,7 +93,22 @@ _UNIT_SECONDS = {
 }
 
 
+_LAST_EPOCH = 253402300799.0  # 9999-12-31T23:59:59Z: a time past it is no time (a bound on the input)
+
+
 def parse_time(text: str, now: float) -> float:
+    """Parse a Slurm absolute time (--begin, StartTime, sacct -S) relative to ``now``; one before
+    the epoch or past the year 9999 is refused."""
+    try:
+        when = _parse_time(text, now)
+    except (OverflowError, ValueError) as exc:  # mktime's own limits
+        raise TimeFormatError(f"Invalid time specification '{text}'") from exc
+    if not 0 <= when <= _LAST_EPOCH:
+        raise TimeFormatError(f"Invalid time specification '{text}'")
+    return when
+
+
+def _parse_time(text: str, now: float) -> float:
     """Parse a Slurm absolute time (--begin, StartTime, sacct -S) relative to ``now``.
 
     Accepts now[+-N[units]], today, tomorrow, midnight, noon, elevenses, fika, teatime,
