@@ -4,9 +4,9 @@ and analysis with EAR", IEEE Cluster 2020) under their names and settings, with 
 model in place of EAR's coefficients learned per node.
 
 A signature is measured over an interval at the job's current frequency f_ref: the share s of
-the job's cycles spent waiting for memory (hardware counters, or an emulated node's application
-model), its CPI and memory bandwidth (shown to the user), the watts of its node and the job's busy
-share b of the node.
+the job's cycles spent waiting for memory (hardware counters, :func:`counted_signature`, or an
+emulated node's application model), its CPI and memory bandwidth (shown to the user), the watts
+of its node and the job's busy share b of the node.
 
 The model (Hsu & Feng's beta model, with beta = 1 - s measured at f_ref): computing scales with
 the clock, waiting for memory does not, and the job's busy share moves along the node's
@@ -133,6 +133,34 @@ class Decision:
     time_factor: float  # T(khz) / T(f_top)
     energy_factor: float  # E(khz) / E(f_top)
     watts: float  # projected node watts at khz
+
+
+# a last-level cache miss waits this long for memory (a server's loaded latency, ~80-120 ns): what
+# makes misses a share of stalled cycles where the CPU does not count back-end stalls itself
+MEMORY_LATENCY_NS = 90.0
+LINE_BYTES = 64  # a miss moves one cache line
+MAX_STALL = 0.99  # a job stalled on every cycle still retires instructions
+
+
+def counted_signature(counts: Mapping[str, float], seconds: float, khz: int, watts: float, busy: float
+                      ) -> Signature | None:
+    """A signature from a job's hardware counters over ``seconds`` at ``khz`` (noded.perfcounters):
+    CPI is cycles over instructions; the stalled share is the back end's stalled cycles over
+    cycles where the CPU counts them, else last-level misses x MEMORY_LATENCY_NS over the cycles
+    (Hsu & Feng's off-chip share); bandwidth is misses x 64 bytes a second. None without cycles
+    and instructions, or when too little ran to tell."""
+    cycles, instructions = counts.get("cycles", 0.0), counts.get("instructions", 0.0)
+    if cycles <= 0 or instructions <= 0 or seconds <= 0 or khz <= 0:
+        return None
+    misses = counts.get("cache-misses", 0.0)
+    if counts.get("stalled-cycles-backend"):
+        stalled = counts["stalled-cycles-backend"] / cycles
+    elif "cache-misses" in counts:
+        stalled = misses * MEMORY_LATENCY_NS * khz / 1e6 / cycles
+    else:
+        return None
+    return Signature(khz=khz, memory_share=min(MAX_STALL, max(0.0, stalled)), watts=watts, busy=busy,
+                     cpi=cycles / instructions, gbs=misses * LINE_BYTES / seconds / 1e9)
 
 
 def time_ratio(sig: Signature, khz: int) -> float:

@@ -6,8 +6,10 @@ A signature needs the share of the job's cycles stalled on memory. Virtual nodes
 the job's application model (energypolicy.APP_ENV, the share m of its time at the highest
 frequency spent waiting for memory): at f the stalled share is m / (m + (1 - m) f_max / f), the
 CPI is EMULATED_CPI / (1 - stalled share), and the memory bandwidth m * EMULATED_GBS times the
-job's speed (its throttle, noded.throttle, follows the same model). Real nodes have no counters
-read yet: their jobs are measured (watts, busy share) but no policy moves their frequency.
+job's speed (its throttle, noded.throttle, follows the same model). Real nodes read the job's CPUs'
+hardware counters (noded.perfcounters: cycles, instructions, last-level misses, back-end stalls)
+and take the signature from them (energypolicy.counted_signature); a node without a PMU (most VMs)
+measures its jobs (watts, busy share) but no policy moves their frequency, as the agent logs once.
 
 The watts of a signature are the job's share of its node's: the idle watts in proportion to its
 CPUs, the rest in proportion to its busy share among the node's jobs (as the controller splits
@@ -18,17 +20,19 @@ sample and again when the job changes phase.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from wattsched import cpufreq, energypolicy
 from wattsched.config import NodeConf
 from wattsched.energypolicy import Decision, NodePower, Settings, Signature
+from wattsched.noded import perfcounters
 from wattsched.noded.allocations import NodeJob
 
+log = logging.getLogger("wattsched.noded")
 EMULATED_CPI = 0.8  # an emulated core's cycles per instruction while it does not wait for memory
 EMULATED_GBS = 10.0  # an emulated node's memory traffic when memory-bound at its highest frequency
-MAX_STALL = 0.99  # a fully memory-bound model still retires instructions
 
 
 def speed(job: NodeJob, khz: int, f_max: int) -> float:
@@ -41,7 +45,7 @@ def speed(job: NodeJob, khz: int, f_max: int) -> float:
 def emulated_signature(job: NodeJob, khz: int, f_max: int, watts: float, busy: float) -> Signature:
     m = job.memory_bound
     compute = (1 - m) * f_max / khz
-    stalled = min(MAX_STALL, m / (m + compute)) if m + compute > 0 else 0.0
+    stalled = min(energypolicy.MAX_STALL, m / (m + compute)) if m + compute > 0 else 0.0
     return Signature(khz=khz, memory_share=stalled, watts=watts, busy=busy, cpi=EMULATED_CPI / (1 - stalled),
                      gbs=m * EMULATED_GBS * speed(job, khz, f_max) * min(1.0, busy))
 
@@ -62,6 +66,11 @@ class Policies:
         self.nodes, self.emulated = nodes, emulated
         self.latest: dict[tuple[str, int], Signature] = {}
         self._khz_seen: dict[tuple[str, int], int] = {}
+        self.counters: dict[tuple[str, int], perfcounters.JobCounters] = {}
+        self.uncounted = "" if emulated else (perfcounters.unavailable() or "")  # why real jobs go uncounted
+        if self.uncounted:
+            log.warning("no hardware counters: energy policies only measure on this host",
+                        extra={"reason": self.uncounted})
 
     def power(self, node: str) -> NodePower:
         conf = self.nodes[node]
@@ -79,22 +88,35 @@ class Policies:
         return energypolicy.start_khz(self.settings(job), self.ladder(job.node), top)
 
     def started(self, job: NodeJob, khz: int) -> None:
-        """The job runs at ``khz`` from its start: its first interval is steady if it is still there."""
-        self._khz_seen[(job.node, job.job_id)] = khz
+        """The job runs at ``khz`` from its start: its first interval is steady if it is still there.
+        On a real node with counters, its CPUs are counted from now."""
+        key = (job.node, job.job_id)
+        self._khz_seen[key] = khz
+        if not self.emulated and not self.uncounted and job.cpu_ids and key not in self.counters:
+            self.counters[key] = perfcounters.JobCounters(job.cpu_ids)
 
     def signature(self, job: NodeJob, sample: Sample) -> Signature | None:
         """The job's signature over the last interval, if it ran at one frequency and we can tell."""
         key = (job.node, job.job_id)
         steady = self._khz_seen.get(key) == sample.khz
         self._khz_seen[key] = sample.khz
-        if not steady or not sample.khz or not sample.f_max or not self.emulated or sample.busy <= 0:
+        counters = self.counters.get(key)
+        counts = counters.interval() if counters is not None else None  # read every poll: the next interval
+        if not steady or not sample.khz or not sample.f_max or sample.busy <= 0:
             return None
         conf = self.nodes[job.node]
         idle = float(conf.idle_watts or 0)
         share = sample.busy / sample.node_busy if sample.node_busy > 0 else 1.0
         watts = idle * min(1.0, job.cpus / max(1, conf.cpus)) + max(0.0, sample.node_watts - idle) * share
-        sig = emulated_signature(job, sample.khz, sample.f_max, watts, min(1.0, sample.busy))
-        self.latest[key] = sig
+        if self.emulated:
+            sig: Signature | None = emulated_signature(job, sample.khz, sample.f_max, watts, min(1.0, sample.busy))
+        elif counts is not None:
+            sig = energypolicy.counted_signature(counts.values, counts.seconds, sample.khz, watts,
+                                                 min(1.0, sample.busy))
+        else:
+            return None
+        if sig is not None:
+            self.latest[key] = sig
         return sig
 
     def decide(self, job: NodeJob, sample: Sample) -> Decision | None:
@@ -113,6 +135,9 @@ class Policies:
     def forget(self, node: str, job_id: int) -> None:
         self.latest.pop((node, job_id), None)
         self._khz_seen.pop((node, job_id), None)
+        counters = self.counters.pop((node, job_id), None)
+        if counters is not None:
+            counters.close()
 
     def usage_fields(self, job: NodeJob) -> dict[str, float | int]:
         """What JobUsage reports of the job's signature and policy on its node."""
