@@ -100,7 +100,9 @@ class Agent:
                                   cgroup_usage=self.cgroups.job_usage if self.cgroups else None,
                                   gpus=GpuMeter(self.nodes, config.emulated_nodes, self._job_gpus))
         self.throttle = Throttle(lambda key: self.job_pgids(*key))
-        self.policies = Policies(self.nodes, config.emulated_nodes)
+        # a job's CPUs are its own (counted for its signature) when cgroups or affinity confine it to them
+        confined = bool(config.cgroups and config.constrain_cores) or self.binds
+        self.policies = Policies(self.nodes, config.emulated_nodes, confined)
         self.profiler = Profiler(self.allocations, self.energy, self.lock, self.policies)
 
     def job_pgids(self, node: str, job_id: int) -> set[int]:

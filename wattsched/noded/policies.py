@@ -62,14 +62,17 @@ class Sample:
 
 
 class Policies:
-    def __init__(self, nodes: Mapping[str, NodeConf], emulated: bool):
-        self.nodes, self.emulated = nodes, emulated
+    def __init__(self, nodes: Mapping[str, NodeConf], emulated: bool, confined: bool = False):
+        self.nodes, self.emulated, self.confined = nodes, emulated, confined
         self.latest: dict[tuple[str, int], Signature] = {}
         self._khz_seen: dict[tuple[str, int], int] = {}
         self.counters: dict[tuple[str, int], perfcounters.JobCounters] = {}
-        self.uncounted = "" if emulated else (perfcounters.unavailable() or "")  # why real jobs go uncounted
+        # why real jobs go uncounted: their CPUs are not theirs alone, or the host has no PMU
+        self.uncounted = "" if emulated else \
+            "jobs are not confined to their CPUs (ConstrainCores, TaskPlugin=task/affinity)" if not confined else \
+            (perfcounters.unavailable() or "")
         if self.uncounted:
-            log.warning("no hardware counters: energy policies only measure on this host",
+            log.warning("jobs' hardware counters are not read: energy policies only measure on this host",
                         extra={"reason": self.uncounted})
 
     def power(self, node: str) -> NodePower:
