@@ -196,3 +196,23 @@ def test_zz_time_limit_enforced(cluster: Cluster) -> None:
     assert 60 <= job["end_time"] - job["start_time"] < 70
     assert cluster.accounted(job_id)[0]["state"] == "TIMEOUT"
     assert "TIMEOUT" in cluster.run("sacct", "-j", str(job_id), "-X", "-n").stdout
+
+
+def test_the_controllers_folding_of_arrays_is_squeues(cluster: Cluster) -> None:
+    """Default squeue asks the controller to fold each array's pending tasks; with a filter only
+    squeue applies (--name), squeue folds what it fetched: both print the same lines."""
+    held = [cluster.sbatch("-H", "--array=1-5,7,9-12%3", "-J", "folded", "--wrap", "true"),
+            cluster.sbatch("-H", "--array=4", "-J", "folded", "--wrap", "true"),
+            cluster.sbatch("-H", "-J", "folded", "--wrap", "true")]
+    cluster.run("scontrol", "update", f"jobid={held[0] + 2}", "Nice=-10")  # a higher priority stands for its array
+    try:
+        fmt = ["-h", "-o", "%i %P %j %t %r", "-j", ",".join(map(str, held))]
+        by_controller = cluster.run("squeue", *fmt).stdout.splitlines()
+        by_squeue = cluster.run("squeue", "--name=folded", *fmt).stdout.splitlines()
+        assert by_controller == by_squeue
+        assert [line.split()[0] for line in by_controller] == \
+            [f"{held[0]}_[1-5,7,9-12%3]", f"{held[1]}_4", str(held[2])]
+        everything = cluster.run("squeue", "-r", "-h", "-o", "%i", "-j", str(held[0])).stdout.split()
+        assert len(everything) == 10
+    finally:
+        cluster.run("scancel", *map(str, held), check=False)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 from fastapi import APIRouter, Query
 from fastapi.responses import Response
 
-from wattsched import states
+from wattsched import arrayfold, states
 from wattsched.api import (
     AllocationComplete,
     CancelRequest,
@@ -73,15 +73,18 @@ async def list_jobs(controller: Ctl, who: Who, user: Annotated[list[str] | None,
                     state_: Annotated[list[str] | None, Query(alias="state")] = None,
                     partition: Annotated[list[str] | None, Query()] = None,
                     job: Annotated[list[str] | None, Query()] = None, detail: bool = False,
-                    columns: bool = False, key: Annotated[list[str] | None, Query()] = None) -> Response:
+                    columns: bool = False, key: Annotated[list[str] | None, Query()] = None,
+                    fold: bool = False) -> Response:
     """``columns``: one header and rows of values; ``key``: with it, only those keys of each record
-    (squeue's format reads a few of them), unknown ones ignored."""
+    (squeue's format reads a few of them), unknown ones ignored; ``fold``: each array's pending
+    tasks as one record, as squeue shows them (wattsched.arrayfold)."""
     async with controller.listings.turn(who.uid):
-        return await _listing(controller.state, user, state_, partition, job, detail, columns, key)
+        return await _listing(controller.state, user, state_, partition, job, detail, columns, key, fold)
 
 
 async def _listing(state: ClusterState, user: list[str] | None, state_: list[str] | None, partition: list[str] | None,
-                   job: list[str] | None, detail: bool, columns: bool, keys: list[str] | None) -> Response:
+                   job: list[str] | None, detail: bool, columns: bool, keys: list[str] | None,
+                   fold: bool = False) -> Response:
     now = time.time()
     selected: Iterable[Any] = state.jobs.values()
     job = [ref for ref in job or () if ref]
@@ -101,6 +104,18 @@ async def _listing(state: ClusterState, user: list[str] | None, state_: list[str
     view = detailed if detail else state.brief
     chosen = [j for j in selected if (not users or j.user in users) and (not parts or j.partition in parts)
               and (not states_ or j.state in states_ or j.shown_state in states_)]
+    if fold:
+        folded = arrayfold.fold(chosen, _pending_task, lambda j: (-j.priority, j.job_id))
+        chosen = [j for j, _ids in folded]
+        shown_as = {j.job_id: arrayfold.folded_id(j.array_job_id, ids, j.array_throttle)
+                    for j, ids in folded if len(ids) > 1}
+        unfolded = view
+
+        def folded_view(j: Any, at: float) -> dict[str, Any]:
+            record = unfolded(j, at)
+            return {**record, "display_id": shown_as[j.job_id]} if j.job_id in shown_as else record
+
+        view = folded_view
     if columns and chosen:  # one header and rows of values: a third of the bytes for 10,000 jobs
         names = list(view(chosen[0], now))
         if keys:
@@ -115,6 +130,13 @@ async def _listing(state: ClusterState, user: list[str] | None, state_: list[str
     else:
         body = listings.document({"time": now}, "jobs", await listings.sliced(chosen, lambda j: view(j, now)))
     return Response(body, media_type="application/json")
+
+
+def _pending_task(job: Any) -> tuple[int, int] | None:
+    """A pending task of an array: (its array's id, its task id)."""
+    if job.state == states.PENDING and job.array_task_id is not None:
+        return job.array_job_id, job.array_task_id
+    return None
 
 
 @router.post("/v1/jobs/cancel")
