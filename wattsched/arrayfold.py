@@ -9,10 +9,12 @@ highest priority, then the lowest job id. Pure: the records in, the folded ones 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from typing import TypeVar
+TYPE_CHECKING = False  # not typing's: squeue imports this module (typing costs a command ~5 ms)
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+    from typing import TypeVar
 
-T = TypeVar("T")
+    T = TypeVar("T")
 
 
 def task_ranges(ids: list[int]) -> str:
