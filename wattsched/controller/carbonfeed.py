@@ -77,7 +77,7 @@ class CarbonFeed:
         try:
             with httpx.stream("GET", self.where, timeout=TIMEOUT_S, follow_redirects=False) as reply:
                 reply.raise_for_status()
-                body = b""
+                body = bytearray()  # (bytes += would copy the whole body at every chunk)
                 for chunk in reply.iter_bytes():
                     body += chunk
                     if len(body) > carbon.MAX_BYTES:
