@@ -14,12 +14,14 @@ the empty cluster; squeue -j and scontrol show job of one held job; srun -N1 tru
 true; sequential ``sbatch -H --wrap true``, then four such loops in parallel, until ``--queued`` jobs
 are held; squeue over them and the controller's RSS; scancel of them all (until squeue shows none);
 an array of ``--array`` tasks of ``true`` submitted to the empty queue (jobs per second until the
-last has ended); the same number of held array tasks released at once.
+last has ended); the same number of held array tasks released at once. Then, where the machine allows,
+the two array workloads again on real nodes confined by cgroups (proctrack/cgroup, task/cgroup).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import statistics
 import subprocess
@@ -35,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from loopback_slurm import LoopbackSlurm, ensure_installed, ensure_munge
 from machine import describe, rss_mib
 
-from wattsched.testing import BIN, free_port
+from wattsched.testing import BIN, Cluster, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -128,13 +130,38 @@ def workload(side: Side, nodes: int, queued: int, array: int) -> dict[str, float
     fig[f"controller RSS, {queued} queued (MiB)"] = rss_mib(side.controller_pid())
     fig[f"scancel of {queued} pending, until none shows (s)"] = \
         timed_until_empty(side, lambda: side.cmd("scancel", "-u", "root"))
+    return fig | arrays(side, array)
+
+
+def arrays(side: Side, array: int) -> dict[str, float]:
+    """End-to-end throughput: an array of ``true`` submitted to the empty queue, then as many held
+    tasks released at once (jobs per second until the last has ended)."""
     print(f"  {side.name}: {array}-task arrays", file=sys.stderr, flush=True)
+    fig = {}
     took = timed_until_empty(side, lambda: side.submit(f"--array=0-{array - 1}", "--wrap", "true"))
     fig[f"{array}-task array of true, submit to all ended (jobs/s)"] = array / took
     job = side.submit("-H", f"--array=0-{array - 1}", "--wrap", "true")
     took = timed_until_empty(side, lambda: side.cmd("scontrol", "release", str(job)))
     fig[f"{array} held array tasks released at once (jobs/s)"] = array / took
     return fig
+
+
+def confined(root: Path, nodes: int, cpus: int, array: int) -> dict[str, float] | None:
+    """The array workloads on real (not emulated) nodes confined by proctrack/cgroup and task/cgroup
+    with ConstrainRAMSpace: every job and step gets its cgroups. None where the machine cannot
+    (not root, or no writable cgroup v1 memory hierarchy)."""
+    if os.geteuid() != 0 or not os.access("/sys/fs/cgroup/memory", os.W_OK):
+        return None
+    cluster = Cluster(root, nodes=nodes, cpus=cpus, agents=2,
+                      extra=f"ProctrackType=proctrack/cgroup\nTaskPlugin=task/cgroup\nMaxArraySize={array + 1}")
+    (root / "cgroup.conf").write_text("CgroupPlugin=cgroup/v1\nConstrainRAMSpace=yes\n")
+    cluster.start()
+    try:
+        assert cluster.controller is not None
+        pid = cluster.controller.pid
+        return arrays(Side("wattsched, cgroups", BIN, cluster.env, lambda: pid), array)
+    finally:
+        cluster.stop()
 
 
 class Emulated:
@@ -212,6 +239,7 @@ def main() -> None:
                                             args.nodes, args.queued, args.array)
         finally:
             emulated.stop()
+        with_cgroups = confined(Path(tmp) / "confined", args.nodes, args.cpus, args.array)
     print("bench: wattsched beside Slurm, same commands, one run")
     print(f"workload: {args.nodes} nodes x {args.cpus} CPUs on loopback; {version} (one slurmd per node, no "
           f"accounting) against wattsched emulate (IPMI energy, HDF5 profiles, SQLite accounting)")
@@ -220,6 +248,15 @@ def main() -> None:
     print(f"{'figure':<{width}}  {'Slurm':>10}  {'wattsched':>10}  wattsched/Slurm")
     for name, theirs in results["slurm"].items():
         ours = results["wattsched"][name]
+        print(f"{name:<{width}}  {theirs:>10.1f}  {ours:>10.1f}  {ratio(name, theirs, ours)}")
+    print()
+    if with_cgroups is None:
+        print("with cgroups: not measured (needs root and a writable cgroup v1 memory hierarchy)")
+        return
+    print(f"with cgroups: wattsched on {args.nodes} real nodes (not emulated) under proctrack/cgroup, task/cgroup "
+          f"and ConstrainRAMSpace, beside the same run's Slurm figures (Slurm without cgroups)")
+    for name, ours in with_cgroups.items():
+        theirs = results["slurm"][name]
         print(f"{name:<{width}}  {theirs:>10.1f}  {ours:>10.1f}  {ratio(name, theirs, ours)}")
     print()
 

@@ -19,12 +19,16 @@ from wattsched.ratelimit import RateLimiter
 log = logging.getLogger("wattsched.controller")
 
 
-def identity(request: Request) -> auth.Identity:
+async def identity(request: Request) -> auth.Identity:
     """The caller, from its token (checked with ``app.state.key``); 401 without a valid one.
 
     The token comes as ``Authorization: Bearer`` or, as slurmrestd takes it, ``X-SLURM-USER-TOKEN``
     with ``X-SLURM-USER-NAME``. A user name that is not the token's own is refused unless the
     token is root's or a daemon's, which may act for any user (slurmrestd's rule for SlurmUser).
+
+    A coroutine, as every dependency of both apps: FastAPI runs a plain-def one on a worker thread,
+    a hop that cost each request a thread switch (and ran the rate limiter off the loop that owns
+    it). Only the user-name lookup, which may ask a directory service, leaves the loop.
     """
     header = request.headers.get("authorization", "")
     token = header[7:].strip() if header.lower().startswith("bearer ") else \
@@ -41,7 +45,7 @@ def identity(request: Request) -> auth.Identity:
         if who.uid != 0 and not who.is_daemon:
             raise HTTPException(401, f"Invalid authentication credential: the token is {who.user}'s, "
                                      f"not {name[:64]}'s")
-        uid = auth.lookup_uid(name)
+        uid = await asyncio.to_thread(auth.lookup_uid, name)
         if uid is None:
             raise HTTPException(401, f"Invalid user: {name[:64]}")
         return auth.Identity(uid=uid, user=name, role="user")  # root acting for a user: root's rate
@@ -72,7 +76,7 @@ Who = Annotated[auth.Identity, Depends(identity)]
 def require_role(role: str):
     """A dependency that admits only daemons of ``role`` (``node`` or ``controller``)."""
 
-    def check(who: Who) -> auth.Identity:
+    async def check(who: Who) -> auth.Identity:
         if who.role != role:
             raise HTTPException(403, "Access/permission denied")
         return who
@@ -90,13 +94,13 @@ def metrics_access():
     return Depends(_check_scrape)
 
 
-def _check_scrape(request: Request) -> auth.Identity | None:
+async def _check_scrape(request: Request) -> auth.Identity | None:
     config: Config = request.app.state.config()
     if config.metrics_type != "metrics/openmetrics":
         raise HTTPException(404, "Metrics are off: set MetricsType=metrics/openmetrics")
     if not config.metrics_auth_users and "ignore_private_data" in config.metrics_parameters:
         return None
-    who = identity(request)
+    who = await identity(request)
     if config.metrics_auth_users and not (who.uid == 0 or who.is_daemon or who.user in config.admin_users
                                           or who.user in config.metrics_auth_users):
         raise HTTPException(403, "Access/permission denied: not in MetricsAuthUsers")

@@ -66,7 +66,7 @@ def _converted(convert, *args):
         raise Refused(str(exc)) from exc
 
 
-def _version(request: Request) -> str:
+async def _version(request: Request) -> str:
     """The data_parser version in the path (the routes exist only for those there are)."""
     return request.url.path.split("/")[2]
 

@@ -20,7 +20,7 @@ from wattsched.noded.metrics import AgentCollector
 Controller = Annotated[auth.Identity, require_role("controller")]
 
 
-def _current_controller(request: Request, who: Controller) -> auth.Identity:
+async def _current_controller(request: Request, who: Controller) -> auth.Identity:
     """A controller's order, obeyed unless a newer controller has taken over (409)."""
     agent: Agent = request.app.state.agent
     token = request.headers.get(EPOCH_HEADER, "")

@@ -80,13 +80,19 @@ class MultifactorPriority:
         self.weights = Weights.from_config(config) if config is not None else Weights()
 
     def priorities(self, snapshot: Snapshot) -> dict[int, int]:
-        return {job_id: f.priority for job_id, f in self.breakdown(snapshot).items()}
+        # a held job's priority is 0 whatever its factors, so the pass computes none for it: a queue
+        # of 2,000 held jobs (sbatch -H) took 13 ms a pass, most of it here
+        factors = self.breakdown(snapshot, held=False)
+        return {job.job_id: 0 if job.hold else factors[job.job_id].priority for job in snapshot.pending}
 
-    def breakdown(self, snapshot: Snapshot) -> dict[int, Factors]:
+    def breakdown(self, snapshot: Snapshot, held: bool = True) -> dict[int, Factors]:
+        """Each pending job's factors (``held``: held jobs' too, as sprio shows them)."""
         w = self.weights
         total_cpus = sum(n.cpus for n in snapshot.nodes) or 1
         top_partition = max((p.priority_job_factor for p in snapshot.partitions.values()), default=1) or 1
-        shares = {job.job_id: snapshot.fairshare.get((job.account, job.user), (0.0, 0.0)) for job in snapshot.pending}
+        # per association, not per job: a queue holds far fewer of them than jobs
+        shares = {pair: snapshot.fairshare.get(pair, (0.0, 0.0))
+                  for pair in {(job.account, job.user) for job in snapshot.pending}}
         qos_table = snapshot.accounts.qos if snapshot.accounts is not None else {}
         top_qos = max((q.priority for q in qos_table.values()), default=0) or 1
         fs_scale = efs_scale = 1.0
@@ -95,7 +101,9 @@ class MultifactorPriority:
             efs_scale = 1 / (max((efs for _f, efs in shares.values()), default=0.0) or 1.0)
         result = {}
         for job in snapshot.pending:
-            fs, efs = shares[job.job_id]
+            if job.hold and not held:
+                continue
+            fs, efs = shares[job.account, job.user]
             part = snapshot.partitions.get(job.partition)
             age = min(1.0, max(0.0, snapshot.now - _eligible(job)) / w.max_age_s) if w.max_age_s > 0 else 1.0
             share = min(1.0, job.ntasks * max(1, job.cpus_per_task) / total_cpus)
