@@ -403,3 +403,34 @@ def test_a_daily_cap_dip_on_a_real_trace_is_planned_around(tmp_path) -> None:
     held = [r for r in dipped.records if r.start < 0]
     assert all(r.nodes * 191 + (100 - r.nodes) * 95 > allowed and r.job.walltime > 22 * 3600 for r in held)
     assert len(held) < len(dipped.records) / 100
+
+
+@pytest.mark.skipif(not KTH.exists(), reason=f"the KTH SP2 trace is not at {KTH}")
+@pytest.mark.parametrize(("platform", "shared"), [("kth100.conf", False), ("ricc1024.conf", True)])
+def test_passes_that_can_start_nothing_are_skipped_and_the_schedule_is_the_same(platform, shared) -> None:
+    """A pass whose every pending job needs more CPUs than the machine has free is not run (the
+    simulation keeps nothing else of it here): the schedule is the one of running every pass, and
+    the passes are counted and timed as before."""
+    conf = config.load(Path(__file__).resolve().parents[1] / "etc" / platform)
+    trace = workload.parse_swf(KTH, max_jobs=1500)
+    full = engine.Simulation(conf, trace, shared=shared)
+    full.idle_passes = False
+    reference = full.run()
+    shortcut = engine.Simulation(conf, trace, shared=shared)
+    assert shortcut.idle_passes
+    skipped = 0
+    check = shortcut._nothing_can_start
+
+    def counted() -> bool:
+        nonlocal skipped
+        idle = check()
+        skipped += idle
+        return idle
+
+    shortcut._nothing_can_start = counted  # type: ignore[method-assign]
+    result = shortcut.run()
+    assert skipped > 0
+    assert [(r.job.job_id, r.start, r.end, sorted(r.alloc)) for r in result.records] == \
+        [(r.job.job_id, r.start, r.end, sorted(r.alloc)) for r in reference.records]
+    assert (result.passes, result.pass_times, result.energy_by_state) == (reference.passes, reference.pass_times,
+                                                                          reference.energy_by_state)
