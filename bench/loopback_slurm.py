@@ -92,7 +92,9 @@ class LoopbackSlurm:
                                                stderr=subprocess.DEVNULL, start_new_session=True))
         deadline = time.monotonic() + timeout
         while True:
-            done = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %t"], env=self.env, capture_output=True, text=True)
+            # Slurm's own sinfo, whatever PATH holds (wattsched's commands have the same names)
+            done = subprocess.run(["/usr/bin/sinfo", "-h", "-N", "-o", "%N %t"], env=self.env, capture_output=True,
+                                  text=True)
             idle = [line for line in done.stdout.splitlines() if line.split()[-1] == "idle"]
             if len(idle) == self.nodes:
                 return self
