@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -207,3 +209,26 @@ def test_nosteps_and_nojobs_keep_records_out_of_the_database(store: AccountingSt
         rows = store.query_jobs(JobQuery(cluster=enforce[-1]))
         assert {r["job_id"]: [s["step_id"] for s in r["steps"]] for r in rows} == expected
         assert state.backlog() == 0
+
+
+def test_the_migrations_are_a_chain_numbered_as_their_files_and_a_database_at_head_skips_alembic(
+        db_url: str) -> None:
+    from alembic.config import Config as AlembicConfig
+    from alembic.script import ScriptDirectory
+
+    from wattsched.accounting import store as store_mod
+
+    config = AlembicConfig()
+    config.set_main_option("script_location", store_mod._MIGRATIONS)
+    scripts = ScriptDirectory.from_config(config)
+    assert scripts.get_heads() == [store_mod.head_revision()]
+    for script in scripts.walk_revisions():
+        assert script.path is not None and script.path.split("/")[-1][:4] == script.revision
+        if script.down_revision is not None:
+            assert int(script.down_revision) == int(script.revision) - 1
+    probe = ("import sys; from wattsched.accounting import store; engine = store.engine_for(sys.argv[1]); "
+             "store.migrate(engine); print(store.schema_revision(engine), 'alembic' in sys.modules)")
+    first = subprocess.run([sys.executable, "-c", probe, db_url], capture_output=True, text=True, check=True)
+    assert first.stdout.split() == [store_mod.head_revision(), "True"]  # a new database: migrated
+    again = subprocess.run([sys.executable, "-c", probe, db_url], capture_output=True, text=True, check=True)
+    assert again.stdout.split() == [store_mod.head_revision(), "False"]  # at head: Alembic not loaded
