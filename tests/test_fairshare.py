@@ -124,6 +124,8 @@ def test_multifactor_priority_is_the_weighted_sum() -> None:
     fs_efs = MultifactorPriority(both).breakdown(snapshot)
     assert fs_efs[1].fairshare == 1.0 and fs_efs[3].fairshare == 0.5
     assert fs_efs[3].energy == 1.0 and fs_efs[1].energy == pytest.approx(0.25)
+    # the pass's priorities skip the held job's factors, and are breakdown's all the same
+    assert MultifactorPriority(both).priorities(snapshot) == {j: f.priority for j, f in fs_efs.items()}
     small = MultifactorPriority(Config(priority_weight_job_size=100, priority_favor_small=True)).breakdown(snapshot)
     assert small[1].job_size == pytest.approx(0.5) and small[3].job_size == pytest.approx(0.99)
 

@@ -111,6 +111,12 @@ class JobRequest:
     exp_watts: float = 0.0  # its earlier runs' mean watts (wattsched.prediction; 0: none)
     deadline: float = 0.0  # --deadline (0: none)
 
+    @property
+    def min_cpus(self) -> int:
+        """The CPUs it needs at least, wherever it runs: a task takes one at least. No policy starts
+        it with fewer free (the simulator skips the passes where none could start on that ground)."""
+        return self.ntasks * max(1, self.cpus_per_task)
+
 
 @dataclass(frozen=True, slots=True)
 class JobBrief:

@@ -380,7 +380,7 @@ class Simulation:
 
     def _queue(self, request: scheduling.JobRequest) -> None:
         self.pending.put(request)
-        heapq.heappush(self.needs, (request.ntasks * max(1, request.cpus_per_task), request.job_id))
+        heapq.heappush(self.needs, (request.min_cpus, request.job_id))
 
     def _nothing_can_start(self) -> bool:
         """Whether this pass would start nothing, known without running it: every pending job needs

@@ -106,7 +106,7 @@ class MultifactorPriority:
             fs, efs = shares[job.account, job.user]
             part = snapshot.partitions.get(job.partition)
             age = min(1.0, max(0.0, snapshot.now - _eligible(job)) / w.max_age_s) if w.max_age_s > 0 else 1.0
-            share = min(1.0, job.ntasks * max(1, job.cpus_per_task) / total_cpus)
+            share = min(1.0, job.min_cpus / total_cpus)
             size = 1.0 - share if w.favor_small else share
             part_factor = (part.priority_job_factor if part else 0) / top_partition
             energy = efs * efs_scale

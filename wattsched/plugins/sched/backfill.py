@@ -134,7 +134,7 @@ class _Requests:
             self.row.update((id(job), len(self.requests) + k) for k, job in enumerate(new))
             self.requests.extend(new)
             added = np.array([(self.shape_id(_shape(job)), job.nodes_min, job.ntasks,
-                               job.ntasks * max(1, job.cpus_per_task),
+                               job.min_cpus,
                                job.time_limit_min * 60 if job.time_limit_min is not None else _FOREVER,
                                bool(job.array_throttle), job.job_id) for job in new], dtype=np.float64)
             self.table = np.concatenate((self.table, added))
@@ -198,7 +198,7 @@ class _Pass:
 
     def fits_now(self, job: JobRequest) -> Allocation | None:
         """Where the job can run from now to its time limit without taking anything reserved."""
-        if job.ntasks * max(1, job.cpus_per_task) > self.profile.total_now:
+        if job.min_cpus > self.profile.total_now:
             return None
         end = job_end(job, self.now)
         failed = self.failed.setdefault(_shape(job), [])
@@ -213,7 +213,7 @@ class _Pass:
 
     def _place(self, job: JobRequest, start: float, end: float) -> Allocation | None:
         """Where the job fits over [start, end) in the profile (None: nowhere)."""
-        need = job.ntasks * max(1, job.cpus_per_task)  # a task takes a CPU at least
+        need = job.min_cpus
         if start == self.now and need > self.profile.total_from_now(end):
             return None  # (most first-fit candidates that fail do so here: no window is built for them)
         window = self.profile.window(start, end)
@@ -241,7 +241,7 @@ class _Pass:
         if self.power is not None:
             times.update(t for t in self.power.release_times() if t <= window_end)
         ordered = sorted(times)
-        need = job.ntasks * max(1, job.cpus_per_task)
+        need = job.min_cpus
         for start, total in zip(ordered, self.profile.total_free_at(ordered), strict=True):
             if total < need:  # not enough CPUs in the whole machine at that moment
                 continue

@@ -78,7 +78,7 @@ class BuiltinScheduler:
                 continue
             # a job needs at least a CPU per task: more than the machine has free fits nowhere
             alloc = None
-            if job.ntasks * max(1, job.cpus_per_task) <= total_free:
+            if job.min_cpus <= total_free:
                 alloc = select.quick_select(job, candidates, snapshot.def_mem_per_cpu_mb)
                 if alloc is None:
                     if planned and not copied:
