@@ -17,6 +17,9 @@ $(BIN)/.installed: pyproject.toml
 	@# setuptools is only a build backend (pip fetches it into each build's own environment); left in
 	@# the venv, its distutils-precedence.pth costs every Python start about 1 ms
 	$(BIN)/pip uninstall -q -y setuptools
+	@# the Slurm commands start without the site module, the path it would make written in (about 2 ms
+	@# of a command's 16, wattsched/cli/startscripts.py)
+	$(BIN)/python -m wattsched.cli.startscripts
 	touch $@
 
 emulate: $(BIN)/.installed

@@ -62,10 +62,6 @@ async def submit(controller: Ctl, req: JobSubmit, who: Who) -> SubmitReply:
         controller.act(actions)
     elif req.interactive:  # srun and salloc wait on this answer: try to place the job at once
         controller.act(state.schedule(now))
-    else:
-        # a held job gives the scheduler nothing to do (its reason is set at submission, its priority
-        # is 0): no pass for it, which a stream of sbatch -H would otherwise get every 50 ms
-        controller.changed(schedule=not req.hold)
     arrays = [j.job_id for j in jobs] if jobs[0].array_task_id is not None else []
     return SubmitReply(job_id=jobs[0].job_id, array_task_ids=arrays)
 

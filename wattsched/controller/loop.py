@@ -85,10 +85,13 @@ class Controller:
         self.changed()
 
     def submit(self, req: JobSubmit, who: Identity, now: float) -> list[Job]:
-        """A submission saved, or refused and gone: a job the state store did not take never existed."""
+        """A submission saved, or refused and gone: a job the state store did not take never existed.
+        A held submission gives the scheduler nothing to do (its reason is set at submission, its
+        priority is 0): no pass for it, which a stream of ``sbatch -H`` would otherwise get every
+        MIN_PASS_INTERVAL_S, each over the whole queue."""
         jobs = self.state.submit(req, who, now)
         try:
-            self.changed()
+            self.changed(schedule=not req.hold)
         except Refused as exc:
             self.state.withdraw(jobs)
             raise Refused(f"Slurm temporarily unable to accept job: {exc}", 503) from exc
