@@ -34,10 +34,14 @@ def test_a_rewritten_command_starts_without_site_and_answers_the_same(tmp_path: 
         == wattsched.version_line()
 
 
-def test_the_path_written_in_finds_the_package_and_its_libraries() -> None:
+def test_the_path_written_in_finds_the_package_and_its_libraries_where_site_would() -> None:
     paths = startscripts.site_paths()
-    assert str(Path(wattsched.__file__).parent.parent) in paths
     assert sysconfig.get_path("purelib") in paths
+    found = "import wattsched, numpy; print(wattsched.__file__, numpy.__file__)"
+    with_site = subprocess.run([sys.executable, "-c", found], capture_output=True, text=True, check=True).stdout
+    without = subprocess.run([sys.executable, "-S", "-c", f"import sys; sys.path += {paths!r}; {found}"],
+                             capture_output=True, text=True, check=True).stdout
+    assert without == with_site and without.split()[0] == wattsched.__file__
 
 
 def test_a_pth_file_that_runs_code_keeps_pips_scripts(tmp_path: Path) -> None:

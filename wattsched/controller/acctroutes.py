@@ -51,6 +51,8 @@ async def power_report(controller: Ctl, who: Who, start: Annotated[float | None,
         end = min(now, span[1]) if span and span[1] > span[0] else now
     if start is None:
         start = max(end - 86400, span[0]) if span and span[0] < end else end - 86400
+    if controller.sync is not None:
+        await acctdb.call(controller.sync.flush)  # the node events of the last moments too
     rows = await acctdb.call(accounting.node_events, state.config.cluster_name)
     events = [(r["time"], r["node"], r["state"], r["reason"]) for r in rows if r["time"] <= end]
     watts = {n.name: powerreport.NodeWatts(float(n.idle_watts or 0), float(

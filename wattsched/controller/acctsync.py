@@ -27,7 +27,12 @@ from wattsched.controller.store import StateStore
 log = logging.getLogger("wattsched.accounting")
 
 BATCH = 500
-COALESCE_S = 0.05  # how long changes gather before this thread writes them
+# how long changes gather before this thread writes them. Every reader that must see the latest
+# records flushes first (sacct and sreport, slurmrestd's jobs, the power report, fair share); the
+# others (the dashboard's energy totals, a tool on the database itself) lag by this much. Against
+# 0.05 s, a stream of sbatch is written in batches of tens rather than of a few, and the controller's
+# CPU per submission fell from 1.9 to 1.6 ms (2-core VM)
+COALESCE_S = 0.5
 
 
 # The two salvage tries: (characters each text keeps, the largest integer kept). Every text column is
