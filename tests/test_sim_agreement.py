@@ -90,3 +90,32 @@ def test_generated_workload_same_decisions(tmp_path, seed, bf_interval) -> None:
     jobs.jobs = [SimJob(i, j.submit, min(j.runtime, j.walltime), j.walltime, j.procs)
                  for i, j in enumerate(ordered, start=1)]
     _replay(conf, jobs, engine.Simulation(conf, jobs).run(), tmp_path)
+
+
+def test_a_job_between_two_power_ticks_starts_its_nodes_idle_time_again(tmp_path) -> None:
+    """The simulator starts a node's idle time when its job ends; the controller reads it at its power
+    ticks, and a job that started and ended between two of them must still count (the seed's Example 2
+    on leaf257 runs a one-second job, then expects power saving to spare its ten nodes)."""
+    from wattsched.controller import powercontrol
+
+    conf = _config(tmp_path, "SuspendTime=45\nSuspendProgram=/bin/true\nResumeProgram=/bin/true")
+    state = ClusterState.open(conf, StateStore(str(tmp_path / "ctld")), load_plugins(conf), auth.ensure_key(
+        str(tmp_path / "key")), EPOCH)
+    state.heartbeat(AgentHeartbeat(agent_url="http://agent", boot_time=EPOCH, nodes=[
+        NodeReport(name=n.name, cpus=n.cpus, real_memory_mb=n.real_memory_mb) for n in conf.nodes]), EPOCH)
+    powercontrol.power_tick(state, EPOCH)
+    assert {n.idle_since for n in state.nodes.values()} == {EPOCH}
+    job = state.submit(JobSubmit(work_dir="/tmp", script="#!/bin/sh\n", nodes_min=2, ntasks=2, exclusive=True,
+                                 time_limit="1"), ROOT, EPOCH + 1)[0]
+    state.schedule(EPOCH + 1)
+    assert state.jobs[job.job_id].state == states.RUNNING
+    state.batch_ended(JobEvent(job_id=job.job_id, node=job.batch_host, exit_code=0, end_time=EPOCH + 2), EPOCH + 2)
+    for node in list(job.completing_nodes):
+        state.node_clean(job.job_id, node)
+    powercontrol.power_tick(state, EPOCH + 3)
+    ran = set(job.alloc_cpus)
+    assert {state.nodes[n].idle_since for n in ran} == {EPOCH + 3}
+    assert {n.idle_since for n in state.nodes.values() if n.name not in ran} == {EPOCH}
+    # 45 s on, the idle timeout takes every node but the two that ran the job
+    powercontrol.power_tick(state, EPOCH + 46)
+    assert {n.name for n in state.nodes.values() if n.power} == {n.name for n in conf.nodes} - ran

@@ -24,6 +24,10 @@ def hold(state: ClusterState, job: Job, sign: int, only_cpus: bool = False) -> N
             continue
         if with_cpus:
             node.alloc_cpus = max(0, node.alloc_cpus + sign * cpus)
+        # busy since the last power tick, which starts its idle time again if it is free by then (Slurm's
+        # last_busy): a job that starts and ends between two ticks must not leave it looking idle since
+        # before it ran
+        node.idle_since = 0.0
         if only_cpus:
             node.refresh_base_state()
             continue
