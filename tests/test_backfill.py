@@ -389,7 +389,7 @@ def test_the_bulk_first_fit_tail_decides_as_the_job_by_job_loop(work, max_job_te
     decisions (starts, reasons, expected starts, depth) must be the same as in bulk."""
     count, cpus, busy, queue = work
     snapshot = cluster(count, cpus, busy, pending=queue)
-    bulk = plan(snapshot, BackfillScheduler(SchedulerParams(bf_max_job_test=max_job_test)))
+    bulk = plan(snapshot, BackfillScheduler(SchedulerParams(bf_max_job_test=max_job_test), bulk_from=1))
     one_by_one = plan(snapshot, BackfillScheduler(SchedulerParams(bf_max_job_test=max_job_test,
                                                                   bf_max_job_user=10**6)))
     assert bulk.starts == one_by_one.starts

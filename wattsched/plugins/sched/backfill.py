@@ -88,6 +88,9 @@ from wattsched.scheduling import (
 _FOREVER = math.inf
 # what became of a first-fit candidate (BackfillScheduler._first_fit)
 _STARTED, _UNFIT, _REFUSED = "started", "unfit", "refused"
+# the shortest first-fit tail done in bulk (BackfillScheduler._first_fit_tail): a shorter one is walked
+# job by job, as the bulk's set-up costs more than it saves on a few jobs
+_BULK_FROM = 16
 
 
 _BEST = {
@@ -271,8 +274,9 @@ class BackfillScheduler:
 
     backfill = True  # the controller gives it running jobs' end times every bf_interval
 
-    def __init__(self, params: SchedulerParams | None = None):
+    def __init__(self, params: SchedulerParams | None = None, bulk_from: int = _BULK_FROM):
         self.params = params or SchedulerParams()
+        self.bulk_from = bulk_from  # the shortest first-fit tail done in bulk
         self.nodes = NodeMemo()  # one memo of the nodes for both kinds of pass
         self.strict = BuiltinScheduler(self.params, self.nodes)
         self.memo = ReleaseMemo()
@@ -293,7 +297,7 @@ class BackfillScheduler:
         later: list[JobRequest] = []
         in_bulk = params.bf_candidate == "first" and params.bf_reservations > 0 and not params.bf_max_job_user
         for position, job in enumerate(order):
-            if in_bulk and reserved >= params.bf_reservations:
+            if in_bulk and reserved >= params.bf_reservations and len(order) - position >= self.bulk_from:
                 tested = self._first_fit_tail(order, position, tested, ineligible, bf, throttle, decisions)
                 break
             reason: str | None = ineligible.get(job.job_id)
