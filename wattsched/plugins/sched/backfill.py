@@ -27,7 +27,8 @@ are spread over its nodes, so for those jobs the node count stays part of the sh
 A candidate needing more CPUs than are free in the whole machine, or over its window, is
 rejected at once. Both rejections only grow within a pass, so once every reservation is made
 (first fit) they are computed for the rest of the queue at once, and only the candidates left
-are tried one by one. Releases only raise a node's free resources, so a window's least free
+are tried one by one (a rest of fewer than 16 jobs is walked one by one: there the bulk's set-up
+costs more than it saves). Releases only raise a node's free resources, so a window's least free
 resources are its start's levels, lowered only on the nodes a reservation takes from inside it.
 
 Power. Under a PowerCap (``bf_power=plan``, the default) the timeline also tracks the cluster's
