@@ -29,9 +29,9 @@ KEPT = frozenset({"wattsched"})  # starts the daemons, whose start-up time does 
 MARK = "# written by wattsched.cli.startscripts"
 
 
-def site_paths(python: str = sys.executable) -> list[str]:
-    """The entries ``site`` puts on the path of ``python`` (this interpreter, started with it)."""
-    bare = subprocess.run([python, "-S", "-c", "import sys; print('\\n'.join(sys.path[1:]))"],
+def site_paths() -> list[str]:
+    """The entries ``site`` put on this interpreter's path: its path less that of one started with ``-S``."""
+    bare = subprocess.run([sys.executable, "-S", "-c", "import sys; print('\\n'.join(sys.path[1:]))"],
                           capture_output=True, text=True, check=True).stdout.splitlines()
     return [entry for entry in sys.path[1:] if entry not in bare]
 

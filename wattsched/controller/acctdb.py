@@ -14,6 +14,7 @@ from wattsched.controller.actions import Refused
 
 if TYPE_CHECKING:
     from wattsched.accounting.store import AccountingStore
+    from wattsched.controller.acctsync import AccountingSync
 
 T = TypeVar("T")
 # the database is away, refuses connections or is locked: not a bug of ours
@@ -34,3 +35,10 @@ async def call(function: Callable[..., T], *args: Any) -> T:
     except UNAVAILABLE as exc:
         raise Refused("Problem talking to the database: accounting database unavailable "
                       f"({type(exc).__name__})", 503) from exc
+
+
+async def flushed(sync: AccountingSync | None) -> None:
+    """The outbox written to the database first, for a reader that must see the latest records (a
+    caller's own changes, the last moments' node events); nothing without accounting."""
+    if sync is not None:
+        await call(sync.flush)

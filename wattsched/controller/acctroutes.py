@@ -31,8 +31,7 @@ async def accounting_jobs(controller: Ctl, who: Who, job: Annotated[list[Annotat
     accounting = acctdb.store(controller.accounting)
     query = JobQuery(cluster=state.config.cluster_name, job_ids=tuple(job or ()), users=tuple(user or ()),
                      states=tuple(state_ or ()), start=start, end=end)
-    if controller.sync is not None:
-        await acctdb.call(controller.sync.flush)  # the caller's own latest changes first
+    await acctdb.flushed(controller.sync)  # the caller's own latest changes first
     rows = await acctdb.call(accounting.query_jobs, query)
     return JSONResponse({"time": time.time(), "jobs": rows})
 
@@ -51,8 +50,7 @@ async def power_report(controller: Ctl, who: Who, start: Annotated[float | None,
         end = min(now, span[1]) if span and span[1] > span[0] else now
     if start is None:
         start = max(end - 86400, span[0]) if span and span[0] < end else end - 86400
-    if controller.sync is not None:
-        await acctdb.call(controller.sync.flush)  # the node events of the last moments too
+    await acctdb.flushed(controller.sync)  # the node events of the last moments too
     rows = await acctdb.call(accounting.node_events, state.config.cluster_name)
     events = [(r["time"], r["node"], r["state"], r["reason"]) for r in rows if r["time"] <= end]
     watts = {n.name: powerreport.NodeWatts(float(n.idle_watts or 0), float(

@@ -347,8 +347,7 @@ def db_job_record(record: dict[str, Any], version: str) -> dict[str, Any]:
 
 async def db_jobs(controller: Controller, request: Request, who: Any, version: str, query: JobQuery) -> Response:
     store = accounting(controller)
-    if controller.sync is not None:
-        await acctdb.call(controller.sync.flush)
+    await acctdb.flushed(controller.sync)
     rows = await acctdb.call(store.query_jobs, query)
     return answer(request, who, version, jobs=[db_job_record(r, version) for r in rows])
 
