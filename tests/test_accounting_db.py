@@ -7,6 +7,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, text
@@ -211,7 +212,7 @@ def test_nosteps_and_nojobs_keep_records_out_of_the_database(store: AccountingSt
         assert state.backlog() == 0
 
 
-def test_the_migrations_are_a_chain_numbered_as_their_files_and_a_database_at_head_skips_alembic(
+def test_the_migrations_are_a_chain_numbered_as_their_files_and_the_caller_never_loads_alembic(
         db_url: str) -> None:
     from alembic.config import Config as AlembicConfig
     from alembic.script import ScriptDirectory
@@ -229,6 +230,19 @@ def test_the_migrations_are_a_chain_numbered_as_their_files_and_a_database_at_he
     probe = ("import sys; from wattsched.accounting import store; engine = store.engine_for(sys.argv[1]); "
              "store.migrate(engine); print(store.schema_revision(engine), 'alembic' in sys.modules)")
     first = subprocess.run([sys.executable, "-c", probe, db_url], capture_output=True, text=True, check=True)
-    assert first.stdout.split() == [store_mod.head_revision(), "True"]  # a new database: migrated
+    # a new database: migrated, by a forked child (the controller keeps no Alembic in memory)
+    assert first.stdout.split() == [store_mod.head_revision(), "False"]
     again = subprocess.run([sys.executable, "-c", probe, db_url], capture_output=True, text=True, check=True)
     assert again.stdout.split() == [store_mod.head_revision(), "False"]  # at head: Alembic not loaded
+
+
+def test_a_migration_that_fails_in_its_child_is_raised_with_the_childs_reason(tmp_path: Path) -> None:
+    from wattsched.accounting import store as store_mod
+
+    engine = store_mod.engine_for(f"sqlite:///{tmp_path / 'acct.db'}")
+    with engine.begin() as conn:  # a schema from a newer wattsched than this one
+        conn.execute(text("CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL)"))
+        conn.execute(text("INSERT INTO alembic_version VALUES ('9999')"))
+    with pytest.raises(store_mod.MigrationError, match="9999"):
+        store_mod.migrate(engine)
+    assert store_mod.schema_revision(engine) == "9999"  # the parent's own engine still answers
