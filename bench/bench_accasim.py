@@ -5,7 +5,8 @@ etc/kth100.conf: sched/backfill with bf_reservations=1, select/linear).
 
 Each simulator runs as its users run it, in a process of its own, timed from the outside (interpreter
 start, imports, reading the trace, simulating, writing the per-job results; ours also draws its two
-plots) and measured for its peak RSS (wait4). AccaSim is installed with pip into a venv under
+plots, in a child that loads matplotlib on the other core while the replay runs) and measured for its
+peak RSS and its CPU time (wait4: the processes it waited for count). AccaSim is installed with pip into a venv under
 ``~/.cache/wattsched-bench`` when absent; on Python 3.10+ its ``collections.Mapping`` import needs the
 alias to ``collections.abc.Mapping`` that the driver sets before importing it. Both read the
 decompressed trace. Printed: wall seconds and peak MiB of each with their ratios, and the makespan
@@ -61,8 +62,9 @@ def accasim_python() -> Path:
     return python
 
 
-def timed(argv: list[str], cwd: Path) -> tuple[float, float]:
-    """Wall seconds and peak RSS (MiB) of one run of ``argv``, which must succeed."""
+def timed(argv: list[str], cwd: Path) -> tuple[float, float, float]:
+    """Wall seconds, peak RSS (MiB) and CPU seconds of one run of ``argv``, which must succeed (the
+    RSS and CPU time of the processes it waited for count: wattsched's plotting child)."""
     # stderr to a file, not a pipe: wait4 reaps the child itself, and a full pipe would stall it
     with tempfile.TemporaryFile() as errors:
         started = time.perf_counter()
@@ -74,7 +76,7 @@ def timed(argv: list[str], cwd: Path) -> tuple[float, float]:
         if code != 0:
             errors.seek(0)
             sys.exit(f"bench_accasim: {argv[0]} failed ({code}): {errors.read().decode(errors='replace')[-2000:]}")
-    return wall, usage.ru_maxrss / 1024
+    return wall, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime
 
 
 def run_accasim(python: Path, trace: Path, work: Path) -> dict:
@@ -82,21 +84,21 @@ def run_accasim(python: Path, trace: Path, work: Path) -> dict:
     system.write_text(json.dumps(SYSTEM))
     out = work / "accasim"
     shutil.rmtree(out, ignore_errors=True)
-    wall, peak = timed([str(python), "-c", DRIVER, str(trace), str(system), str(out)], work)
+    wall, peak, cpu = timed([str(python), "-c", DRIVER, str(trace), str(system), str(out)], work)
     stats = (out / f"stats-{trace.name}").read_text()
     number = {key: float(re.search(rf"{key}: ([\d.]+)", stats).group(1))  # type: ignore[union-attr]
               for key in ("Total jobs", "Makespan", "Avg. waiting times")}
-    return {"wall_s": wall, "peak_mib": peak, "jobs": int(number["Total jobs"]), "makespan_s": number["Makespan"],
-            "mean_wait_s": number["Avg. waiting times"]}
+    return {"wall_s": wall, "peak_mib": peak, "cpu_s": cpu, "jobs": int(number["Total jobs"]),
+            "makespan_s": number["Makespan"], "mean_wait_s": number["Avg. waiting times"]}
 
 
 def run_wattsched(trace: Path, work: Path) -> dict:
     out = work / "wattsched"
     command = Path(sys.executable).parent / "wattsched"
-    wall, peak = timed([str(command), "simulate", str(PLATFORM), str(trace), "-o", str(out), "-q"], work)
+    wall, peak, cpu = timed([str(command), "simulate", str(PLATFORM), str(trace), "-o", str(out), "-q"], work)
     summary = json.loads((out / "summary.json").read_text())
-    return {"wall_s": wall, "peak_mib": peak, "jobs": summary["jobs"], "makespan_s": summary["makespan_s"],
-            "mean_wait_s": summary["mean_wait_s"]}
+    return {"wall_s": wall, "peak_mib": peak, "cpu_s": cpu, "jobs": summary["jobs"],
+            "makespan_s": summary["makespan_s"], "mean_wait_s": summary["mean_wait_s"]}
 
 
 def main() -> None:
@@ -120,11 +122,12 @@ def main() -> None:
     report("wattsched's simulator beside AccaSim 1.1.3",
            f"{args.trace.name} on {PLATFORM.name} (EASY backfilling, 100 one-core nodes), "
            f"best of {max(1, args.runs)} run(s) each, alternating", {
-               "AccaSim": f"{a['wall_s']:.1f} s, peak RSS {a['peak_mib']:.0f} MiB; {a['jobs']} jobs, makespan "
-                          f"{a['makespan_s']:.0f} s, mean wait {a['mean_wait_s']:.0f} s",
-               "wattsched": f"{w['wall_s']:.1f} s, peak RSS {w['peak_mib']:.0f} MiB; {w['jobs']} jobs, makespan "
-                            f"{w['makespan_s']:.0f} s, mean wait {w['mean_wait_s']:.0f} s",
-               "wattsched against AccaSim": f"time x{w['wall_s'] / a['wall_s']:.2f} (target < 1), memory "
+               "AccaSim": f"{a['wall_s']:.1f} s ({a['cpu_s']:.1f} s of CPU), peak RSS {a['peak_mib']:.0f} MiB; "
+                          f"{a['jobs']} jobs, makespan {a['makespan_s']:.0f} s, mean wait {a['mean_wait_s']:.0f} s",
+               "wattsched": f"{w['wall_s']:.1f} s ({w['cpu_s']:.1f} s of CPU), peak RSS {w['peak_mib']:.0f} MiB; "
+                            f"{w['jobs']} jobs, makespan {w['makespan_s']:.0f} s, mean wait {w['mean_wait_s']:.0f} s",
+               "wattsched against AccaSim": f"time x{w['wall_s'] / a['wall_s']:.2f} (target < 1), CPU time "
+                                            f"x{w['cpu_s'] / a['cpu_s']:.2f}, memory "
                                             f"x{w['peak_mib'] / a['peak_mib']:.2f} (target <= 2)"})
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 
 from wattsched import config
 from wattsched.simulator import engine, workload
+from wattsched.simulator.plotter import PlotError, Plotter
 from wattsched.simulator.workload import SimJob, Workload
 from wattsched.testing import BIN
 
@@ -148,6 +150,24 @@ def test_swf_conventions_unknowns_clipping_and_errors(tmp_path) -> None:
     as_json = tmp_path / "w.json"
     workload.save_json(Workload(list(HAND)), as_json)
     assert workload.load(as_json).jobs == HAND
+
+
+def test_the_plotter_child_draws_what_it_is_sent_says_why_it_could_not_and_is_always_reaped(tmp_path) -> None:
+    with Plotter() as plotter:
+        plotter.send(tmp_path, [0.5, 1.0, 2.0], {"idle": 3.6e9, "computing": 7.2e9})
+        paths = plotter.drawn()
+    assert paths == {"waiting times": tmp_path / "waits.png", "energy by node state": tmp_path / "energy.png"}
+    assert all(path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for path in paths.values())
+    with Plotter() as plotter:  # a folder that is not there: the child's reason comes back
+        plotter.send(tmp_path / "none" / "deeper", [1.0], {"idle": 1.0})
+        with pytest.raises(PlotError, match="FileNotFoundError"):
+            plotter.drawn()
+    with pytest.raises(RuntimeError), Plotter() as plotter:  # a replay that fails: nothing is sent
+        pid = plotter.pid
+        assert pid is not None
+        raise RuntimeError
+    with pytest.raises(ChildProcessError):  # ended on the closed pipe, and reaped
+        os.waitpid(pid, 0)
 
 
 @pytest.mark.e2e

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from wattsched.memos import NodeMemo
+from wattsched.plugins.sched import timeline
 from wattsched.plugins.sched.timeline import Profile, ReleaseMemo
 from wattsched.scheduling import Allocation, NodeSnap, PartitionSnap, RunningJob, Snapshot
 
@@ -46,13 +47,20 @@ def profiles(draw):
 
 
 @settings(max_examples=300, deadline=None)
-@given(profiles(), st.sampled_from([1, 60]))
-def test_windows_are_the_least_free_resources_over_their_time(case, resolution) -> None:
+@given(profiles(), st.sampled_from([1, 60]), st.sampled_from([0, timeline._WALKED]))
+def test_windows_are_the_least_free_resources_over_their_time(case, resolution, walked) -> None:
     """Against a walk through every node's steps in time order (releases before holds at one time,
     holds in the order added): what is free at the window's start, lowered by every level reached
     strictly inside it, never below zero, and the CPUs free so in all; asked after every hold, as a
-    pass asks."""
-    snapshot, holds, windows = case
+    pass asks. total_from_now both ways: walked in Python (a few nodes taken from) and in numpy."""
+    default, timeline._WALKED = timeline._WALKED, walked
+    try:
+        check_windows(*case, resolution)
+    finally:
+        timeline._WALKED = default
+
+
+def check_windows(snapshot: Snapshot, holds: list, windows: list[tuple[float, float]], resolution: float) -> None:
     nodes = NodeMemo()
     nodes.refresh(snapshot)
     profile = Profile(NOW, nodes)
@@ -70,7 +78,8 @@ def test_windows_are_the_least_free_resources_over_their_time(case, resolution) 
                 steps[node].append((start, k, -cpus, -alloc.mem_mb[node]))
                 if end != math.inf:
                     steps[node].append((end, k, cpus, alloc.mem_mb[node]))
-        for start, end in windows:
+        # and the windows from now that end just where a hold takes (the boundary: not inside)
+        for start, end in [*windows, *((NOW, start) for _alloc, start, _end in holds if start > NOW)]:
             window = profile.window(start, end)
             total = 0
             for node, (cpus, mem) in free.items():

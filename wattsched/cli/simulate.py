@@ -83,10 +83,9 @@ def simulate(config: Annotated[str, typer.Argument(help="Cluster configuration (
                                     "configuration or --set).")] = None,
              quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False) -> None:
     """Replay a workload through the same scheduling, power-cap and power-saving code as the controller."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     from wattsched.config import ConfigError
-    from wattsched.simulator import engine, report, workload
+    from wattsched.simulator import report, workload
+    from wattsched.simulator.plotter import PlotError, Plotter
 
     try:
         conf = platform(config, setting or [])
@@ -98,6 +97,21 @@ def simulate(config: Annotated[str, typer.Argument(help="Cluster configuration (
         load = workload.with_user_factors(load, dict(_pair(p) for p in user_factor or []))
     except ValueError as exc:
         raise CLIError(str(exc)) from exc
+    with Plotter() as plotter:  # (it loads matplotlib on another core while the replay runs)
+        result = _replay(conf, load, quiet, shared, energy_model, accounts)
+        try:
+            paths = report.write(result, out, f"Simulation of {workload_spec} on {config}", plotter)
+        except PlotError as exc:
+            raise CLIError(str(exc)) from exc
+    _print_summary(result, load, paths)
+
+
+def _replay(conf, load, quiet: bool, shared: bool, energy_model: str, accounts: str | None):
+    """The replay, with its progress bar."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from wattsched.simulator import engine
+
     with Progress(TextColumn("simulating"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[rate]}"),
                   TimeElapsedColumn(), disable=quiet, transient=True, console=None) as bar:
         task = bar.add_task("jobs", total=len(load.jobs), rate="")
@@ -116,8 +130,10 @@ def simulate(config: Annotated[str, typer.Argument(help="Cluster configuration (
             result = sim.run()
         except ValueError as exc:
             raise CLIError(str(exc)) from exc
-        sim = None  # the engine's memos go before the plots' libraries come: a lower peak
-    paths = report.write(result, out, f"Simulation of {workload_spec} on {config}")
+    return result
+
+
+def _print_summary(result, load, paths) -> None:
     summary = result.summary()
     held = f", {summary['never_started']} held to the end by a limit or the cap" if summary["never_started"] else ""
     capped = f"power: peak {summary['peak_w']:,.0f} W, over the cap in force {summary['over_cap_s']:.0f} s " \

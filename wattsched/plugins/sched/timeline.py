@@ -8,6 +8,7 @@ nodes at once. ``ReleaseMemo`` keeps the running jobs' steps from pass to pass.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 from collections.abc import Callable, Collection, Iterator, KeysView, Mapping
@@ -19,6 +20,8 @@ from wattsched.memos import NodeMemo, Seen, job_changes
 from wattsched.scheduling import Allocation, Changes, RunningJob
 
 _FOREVER = math.inf
+_FEW = 64  # up to this many values, Python's sort and set outrun numpy's (per-call set-up, measured)
+_WALKED = 64  # up to this many nodes taken from, total_from_now walks their steps in Python (_TakenWalk)
 
 
 class ReleaseMemo:
@@ -88,26 +91,34 @@ class Profile:
         # then holds in that order): a (time, nodes, cpus, mem) block of arrays each
         self._holds: list[tuple[np.ndarray, ...]] = []
         self._takes: list[tuple[float, int]] = []  # the holds' negative steps: (time, node)
+        self._taking: set[int] = set()  # their nodes
         self._first_take = _FOREVER
         self._from_now: _FromNow | None = None
+        self._walk: _TakenWalk | None = None  # total_from_now's answers over a few taking nodes
         # what was derived from the steps, by name, and the windows asked for: kept until a change
         self._changes = 0
         self._derived: dict[str, tuple[int, Any]] = {}
         self._windows: dict[tuple[float, float | None], Window] = {}
 
-    def _step(self, when: float, nodes: np.ndarray, cpus: np.ndarray, mem: np.ndarray) -> None:
-        """Add the change of the nodes' free CPUs and memory at ``when`` (counted now, if it is past)."""
+    def _step(self, when: float, nodes: np.ndarray, cpus: np.ndarray, mem: np.ndarray, takes: bool) -> None:
+        """Add the change of the nodes' free CPUs and memory at ``when`` (counted now, if it is past);
+        ``takes``: whether it may lower them (a hold's start), else it only gives back (its end)."""
         if when <= self.now:
             self.cpus_now[nodes] += cpus
             self.mem_now[nodes] += mem
             self.total_now += int(cpus.sum())
             if self._free_now is not None:
                 self._free_now = _patch(*self._free_now, self.names, nodes, self.cpus_now, self.mem_now)
+            if self._from_now is not None:
+                self._from_now.taken_off = None  # (it was read from the levels now)
             return
-        self._holds.append((np.full(len(nodes), when), nodes, cpus, mem))
-        taking = (cpus < 0) | (mem < 0)
-        if taking.any():
-            self._takes.extend(zip(itertools.repeat(when), nodes[taking].tolist()))
+        times = np.empty(len(nodes))
+        times.fill(when)
+        self._holds.append((times, nodes, cpus, mem))
+        taken = nodes[(cpus < 0) | (mem < 0)].tolist() if takes else []
+        if taken:
+            self._takes.extend(zip(itertools.repeat(when), taken))
+            self._taking.update(taken)
             self._first_take = min(self._first_take, when)
             self._from_now = None
         elif self._from_now is not None:
@@ -130,13 +141,14 @@ class Profile:
         """Take the allocation's resources from ``start`` until ``end`` (forever: never given back)."""
         self._changes += 1
         self._windows.clear()
+        self._walk = None
         count = len(alloc.cpus)
         nodes = np.fromiter(map(self.index.__getitem__, alloc.cpus), dtype=np.int64, count=count)
         cpus = np.fromiter(alloc.cpus.values(), dtype=np.int64, count=count)
         mem = np.fromiter(map(alloc.mem_mb.get, alloc.cpus, itertools.repeat(0)), dtype=np.int64, count=count)
-        self._step(start, nodes, -cpus, -mem)
+        self._step(start, nodes, -cpus, -mem, True)
         if end != _FOREVER:
-            self._step(end, nodes, cpus, mem)
+            self._step(end, nodes, cpus, mem, False)
 
     def total_from_now(self, end: float) -> int:
         """The total of :meth:`window` (now, ``end``) without building the window: the CPUs free now,
@@ -144,6 +156,15 @@ class Profile:
         total = self.free_now()[1]
         if self._first_take >= end:
             return total
+        taken_off: int | None
+        if len(self._taking) <= _WALKED:
+            if self._walk is None:
+                self._walk = _TakenWalk(self)
+            taken_off = self._walk.taken_off_by(end)
+        else:
+            taken_off = self._taking_from_now().taken_off_by(end, self.cpus_now)
+        if taken_off is not None:
+            return total - taken_off
         nodes, dip_cpus, _dip_mem = self._dips_from_now(end)
         now = self.cpus_now[nodes]
         return total + int((np.maximum(now + dip_cpus, 0) - np.maximum(now, 0)).sum())
@@ -198,13 +219,16 @@ class Profile:
     def _dips_from_now(self, end: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """:meth:`dips` for a window from now: read from every taking node's running lowest
         levels, kept until a hold takes more (or gives back on such a node before ``end``)."""
-        if self._from_now is None:
-            dipping = sorted({i for _when, i in self._takes})
-            self._from_now = _FromNow(len(self.names), dipping, *self._steps_on(dipping, self.now, _FOREVER))
-        dips = self._from_now.dips(end)
+        dips = self._taking_from_now().dips(end)
         if dips is None:
             return self.dips(sorted({i for when, i in self._takes if when < end}), self.now, end)
         return dips
+
+    def _taking_from_now(self) -> _FromNow:
+        if self._from_now is None:
+            dipping = sorted({i for _when, i in self._takes})
+            self._from_now = _FromNow(len(self.names), dipping, *self._steps_on(dipping, self.now, _FOREVER))
+        return self._from_now
 
     def levels(self, at: float) -> tuple[np.ndarray, np.ndarray]:
         """Free CPUs and memory per node just after ``at`` (every step at ``at`` counted)."""
@@ -239,35 +263,42 @@ class Profile:
         when, node, cpus, mem = (np.concatenate((base[kept[0]], hold[kept[1]])) for base, hold in
                                  zip(self._base, held, strict=True))
         order = np.lexsort((when, node))
-        when, node, values = when[order], node[order], np.column_stack((cpus, mem))[order]
+        when, node, values = when[order], node[order], np.stack((cpus, mem), axis=1)[order]
         first = np.concatenate(([True], node[1:] != node[:-1])).nonzero()[0]
-        sums = np.cumsum(values, axis=0)  # a running sum per node gives each level reached
-        return when, node, first, sums - np.repeat(sums[first] - values[first], np.diff(np.append(first, len(node))),
-                                                   axis=0)
+        sums = values.cumsum(axis=0)  # a running sum per node gives each level reached
+        return when, node, first, sums - (sums[first] - values[first]).repeat(_spans(first, len(node)), axis=0)
 
     def release_times(self, after: float, until: float, resolution: float) -> list[float]:
         """Times at which something is given back, rounded up to ``resolution``, in order."""
         def compute() -> list[float]:
             when, _node, cpus, mem = self.steps()
             picked = when[((cpus > 0) | (mem > 0)) & (when > after) & (when <= until)]
-            return np.unique(after + np.ceil((picked - after) / resolution) * resolution).tolist()
+            rounded = after + np.ceil((picked - after) / resolution) * resolution
+            if len(rounded) > _FEW:
+                return np.unique(rounded).tolist()
+            return sorted(set(rounded.tolist()))  # (np.unique's set-up costs more on a few)
         return self._derive(f"released {after} {until} {resolution}", compute)
 
     def total_free_at(self, times: list[float]) -> list[int]:
         """Free CPUs of the whole machine at each of the (sorted) ``times``."""
         def over_time() -> tuple[np.ndarray, np.ndarray]:  # steps in time order, the running change
             when, _node, cpus, _mem = self.steps()
-            order = np.argsort(when, kind="stable")
-            return when[order], np.concatenate(([0], np.cumsum(cpus[order])))
+            order = when.argsort(kind="stable")
+            return when[order], np.concatenate(([0], cpus[order].cumsum()))
         when, running = self._derive("over_time", over_time)
-        return (self.total_now + running[np.searchsorted(when, times, side="right")]).tolist()
+        return (self.total_now + running[when.searchsorted(times, side="right")]).tolist()
 
 
 class _FromNow:
     """For windows from now: the steps on every node a hold takes from, with each node's running
     lowest CPU and memory levels, so that a window's dips are read at its end. A step given back
     on such a node afterwards (a job started now ending) is not in them: a window reaching past
-    it is computed afresh."""
+    it is computed afresh.
+
+    For :meth:`Profile.total_from_now`, the CPUs the dips take off the machine's free CPUs now, as
+    a step function of the window's end: each step on a node changes that node's part by what its
+    lowest level so far takes off its level now, so their running sum in time order is the whole
+    answer, read for any end with one bisection (a pass asks it for many candidates' ends)."""
 
     def __init__(self, size: int, nodes: list[int], when: np.ndarray, node: np.ndarray, first: np.ndarray,
                  levels: np.ndarray):
@@ -277,13 +308,32 @@ class _FromNow:
         self.later = _FOREVER  # the first step given back on a covered node since
         # each node's levels shifted below all earlier nodes' makes one running minimum per node
         span = np.abs(levels).max(axis=0) * 2 + 1
-        shift = np.repeat(np.arange(len(first), dtype=np.int64)[:, None] * span, np.diff(np.append(first, len(levels))),
-                          axis=0)
+        shift = (np.arange(len(first), dtype=np.int64)[:, None] * span).repeat(_spans(first, len(levels)), axis=0)
         self.lows = np.minimum.accumulate(levels - shift, axis=0) + shift  # CPUs, memory
+        # (the step times in order, the CPUs taken off up to each): from the levels now, so a start now
+        # sets it aside
+        self.taken_off: tuple[list[float], list[int]] | None = None
 
     def gives(self, nodes: np.ndarray, when: float) -> None:
         if self.covers[nodes].any():
             self.later = min(self.later, when)
+
+    def taken_off_by(self, end: float, cpus_now: np.ndarray) -> int | None:
+        """The free CPUs now that the dips take off over a window from now to ``end`` (None: a
+        release on a covered node since makes it a question for :meth:`dips`)."""
+        if self.later < end:
+            return None
+        if self.taken_off is None:
+            now = cpus_now[self.node]  # each node's part, after each of its steps:
+            part = np.maximum(now, 0) - np.maximum(now + np.minimum(self.lows[:, 0], 0), 0)
+            change = part.copy()
+            change[1:] -= part[:-1]
+            change[self.first] = part[self.first]  # (a node's first step starts from nothing taken)
+            order = self.when.argsort(kind="stable")
+            self.taken_off = self.when[order].tolist(), change[order].cumsum().tolist()
+        times, taken = self.taken_off
+        steps = bisect.bisect_left(times, end)  # the steps before the window's end
+        return taken[steps - 1] if steps else 0
 
     def dips(self, end: float) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         if self.later < end:
@@ -292,6 +342,51 @@ class _FromNow:
         last = self.first + np.maximum(counts, 1) - 1
         lows = np.where((counts > 0)[:, None], np.minimum(self.lows[last], 0), 0)
         return self.node[self.first], lows[:, 0], lows[:, 1]
+
+
+class _TakenWalk:
+    """:meth:`_FromNow.taken_off_by` where a few nodes are taken from, walked in Python: their steps
+    in time order (releases first at one time, then holds in the order added), each node's lowest
+    level so far, and where that takes more of its free CPUs now, a step of the function. Over a
+    few nodes numpy's set-up per call costs several times the walk (on KTH SP2's 100 nodes, where a
+    reservation takes 8 on average, the timeline's builds were a tenth of a replay); the property
+    test of tests/test_timeline.py holds the two equal. It holds until the next hold, which the
+    profile drops it at (a hold changes the levels now or adds a step)."""
+
+    def __init__(self, profile: Profile):
+        taking = profile._taking
+        covered = np.zeros(len(profile.names), dtype=bool)
+        covered[list(taking)] = True
+        steps: dict[int, list[tuple[float, int, int]]] = {i: [] for i in taking}
+        when, node, cpus, _mem = profile._base
+        kept = covered[node]
+        for at, i, change in zip(when[kept].tolist(), node[kept].tolist(), cpus[kept].tolist(), strict=True):
+            steps[i].append((at, 0, change))
+        for order, (times, nodes, changes, _mem) in enumerate(profile._holds, 1):
+            at = float(times[0])  # (a hold's block is at one time)
+            for i, change in zip(nodes.tolist(), changes.tolist(), strict=True):
+                if i in taking:
+                    steps[i].append((at, order, change))
+        parts: list[tuple[float, int]] = []  # (time, change of the CPUs taken off)
+        for i, walk in steps.items():
+            walk.sort()
+            free = max(int(profile.cpus_now[i]), 0)
+            level = low = taken = 0
+            for at, _order, change in walk:
+                level += change
+                if level < low:
+                    low = level
+                    now_taken = free - max(free + low, 0)
+                    if now_taken != taken:
+                        parts.append((at, now_taken - taken))
+                        taken = now_taken
+        parts.sort()
+        self.times = [at for at, _change in parts]
+        self.taken = list(itertools.accumulate(change for _at, change in parts))
+
+    def taken_off_by(self, end: float) -> int:
+        steps = bisect.bisect_left(self.times, end)
+        return self.taken[steps - 1] if steps else 0
 
 
 class Window(dict[str, tuple[int, int]]):
@@ -351,6 +446,14 @@ def _patch(free: dict[str, tuple[int, int]], total: int, names: list[str], nodes
         elif old is not None:
             del free[name]
     return free, total
+
+
+def _spans(first: np.ndarray, size: int) -> np.ndarray:
+    """The lengths of the groups that begin at ``first`` (sorted) in a sequence of ``size``."""
+    ends = np.empty(len(first), dtype=np.int64)
+    ends[:-1] = first[1:]
+    ends[-1:] = size
+    return ends - first
 
 
 def among(values: np.ndarray, targets: np.ndarray) -> np.ndarray:
