@@ -205,6 +205,7 @@ class NodeMemo:
         self.cpus = np.array([n.free_cpus for n in nodes], dtype=np.int64)
         self.mem = np.array([n.free_mem_mb for n in nodes], dtype=np.int64)
         self.total_free = sum(max(0, n.free_cpus) for n in nodes)  # an over-allocated node frees nothing
+        self.total_cpus = sum(n.free_cpus for n in nodes)  # the sum of ``cpus``, negative ones too
         self.with_gpus: set[str] = {n.name for n in nodes if n.gpus}
         self.lists, self.indexes = {}, {}
         self.planned: dict[str, tuple[int, int]] = {}  # what this pass's starts leave free, until the next refresh
@@ -220,6 +221,7 @@ class NodeMemo:
         name = node.name
         self.by_name[name] = node
         self.total_free += max(0, node.free_cpus) - max(0, self.free[name][0])
+        self.total_cpus += node.free_cpus - self.free[name][0]
         self.free[name] = (node.free_cpus, node.free_mem_mb)
         self.cpus[i], self.mem[i] = node.free_cpus, node.free_mem_mb
         if node.free_cpus > 0:

@@ -35,9 +35,11 @@ class ReleaseMemo:
         self.names = names or []
         self.jobs: set[RunningJob] = set()
         self.seen = Seen()
-        empty = np.zeros(0, dtype=np.int64)
-        # (end time, node index, cpus, memory, job id)
-        self.steps: tuple[np.ndarray, ...] = (np.zeros(0), empty, empty, empty, empty)
+        # the end times, and a row each of node indexes, CPUs, memory and job ids: two arrays to
+        # filter or extend at each pass rather than five
+        self.when = np.zeros(0)
+        self.ints = np.zeros((4, 0), dtype=np.int64)
+        self.steps: tuple[np.ndarray, ...] = (self.when, *self.ints)  # (end time, node, cpus, memory, job id)
 
     def update(self, running: Collection[RunningJob], changes: Changes | None,
                index: Mapping[str, int]) -> tuple[np.ndarray, ...]:
@@ -46,19 +48,22 @@ class ReleaseMemo:
         self.seen.read(changes)
         if not gone and not new:
             return self.steps
-        steps = self.steps
+        when, ints = self.when, self.ints
         if gone:
-            kept = ~among(steps[4], np.fromiter((j.job_id for j in gone), dtype=np.int64, count=len(gone)))
-            steps = tuple(column[kept] for column in steps)
-        rows = [(job.end_time, i, cpus, job.mem_mb.get(node, 0), job.job_id) for job in new
+            ids = ints[3]
+            if len(gone) == 1:  # (most passes see one job end: a comparison, not a search)
+                kept = ids != next(iter(gone)).job_id
+            else:
+                kept = ~among(ids, np.fromiter((j.job_id for j in gone), dtype=np.int64, count=len(gone)))
+            when, ints = when[kept], ints[:, kept]
+        rows = [(job.end_time, (i, cpus, job.mem_mb.get(node, 0), job.job_id)) for job in new
                 if job.end_time is not None for node, cpus in job.cpus.items() if (i := index.get(node)) is not None]
         if rows:
-            added = np.array(rows, dtype=np.float64)
-            when = np.concatenate((steps[0], added[:, 0]))
-            others = (np.concatenate((old, added[:, k].astype(np.int64))) for k, old in enumerate(steps[1:], 1))
-            steps = (when, *others)
-        self.steps = steps
-        return steps
+            when = np.concatenate((when, [end for end, _ints in rows]))
+            ints = np.concatenate((ints, np.array([row for _end, row in rows], dtype=np.int64).T), axis=1)
+        self.when, self.ints = when, ints
+        self.steps = (when, *ints)
+        return self.steps
 
 
 class Profile:
@@ -79,7 +84,7 @@ class Profile:
         self.index = nodes.index
         self.cpus_now = nodes.cpus.copy()
         self.mem_now = nodes.mem.copy()
-        self.total_now = int(self.cpus_now.sum())
+        self.total_now = nodes.total_cpus
         empty = np.zeros(0, dtype=np.int64)
         # releases
         self._base: tuple[np.ndarray, ...] = (np.zeros(0), empty, empty, empty)
@@ -106,7 +111,7 @@ class Profile:
         if when <= self.now:
             self.cpus_now[nodes] += cpus
             self.mem_now[nodes] += mem
-            self.total_now += int(cpus.sum())
+            self.total_now += sum(cpus.tolist())  # (a job's few nodes: numpy's sum costs more)
             if self._free_now is not None:
                 self._free_now = _patch(*self._free_now, self.names, nodes, self.cpus_now, self.mem_now)
             if self._from_now is not None:
@@ -425,9 +430,9 @@ def _with_cpus(names: list[str], cpus: np.ndarray,
     """The nodes with a free CPU, as (name, (free CPUs, free memory never below 0)) pairs, and
     their free CPUs in all."""
     with_cpus = (cpus > 0).nonzero()[0]
-    free = cpus[with_cpus]
+    free = cpus[with_cpus].tolist()
     return zip([names[i] for i in with_cpus.tolist()],
-               zip(free.tolist(), np.maximum(mem[with_cpus], 0).tolist(), strict=True), strict=True), int(free.sum())
+               zip(free, np.maximum(mem[with_cpus], 0).tolist(), strict=True), strict=True), sum(free)
 
 
 def _patch(free: dict[str, tuple[int, int]], total: int, names: list[str], nodes: np.ndarray, cpus: np.ndarray,
