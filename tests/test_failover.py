@@ -94,3 +94,17 @@ def test_fencing_tokens() -> None:
     assert fencing(store.fencing_token) == ("0a1b", 7)
     for bad in ("", "7", "zz:1", "0a:-1", "0a:1:2", "a" * 33 + ":1", "0a:" + "9" * 19):
         assert fencing(bad) is None, bad
+
+
+def test_a_commit_is_on_disk_before_it_is_acknowledged(location: str) -> None:
+    """A ``kill -9`` of the host, not only of the controller, must lose nothing acknowledged: SQLite's
+    WAL is synced at every commit (synchronous=FULL; NORMAL may roll back the last commits after a
+    power loss), PostgreSQL waits for its WAL flush (synchronous_commit on, its default)."""
+    store = StateStore(location)
+    store.commit([{"job_id": 1, "name": "kept"}])
+    if location.startswith("postgresql"):
+        assert store._rows("SHOW synchronous_commit") == [("on",)]
+    else:
+        assert store._rows("PRAGMA journal_mode") == [("wal",)]
+        assert store._rows("PRAGMA synchronous") == [(2,)]  # FULL
+    assert [job["name"] for job in store.load_jobs()] == ["kept"]

@@ -1,8 +1,9 @@
 """The controller's durable state: state.db, SQLite in StateSaveLocation, or, where the state must
 outlive one host, a PostgreSQL database named by StateStorageLoc (replicated by the site).
 
-Every change to a job is written here before the request that made it is answered, so a
-``kill -9`` loses nothing that was acknowledged. The same store is the accounting outbox:
+Every change to a job is written here before the request that made it is answered, and on disk
+(SQLite syncs its WAL at every commit; PostgreSQL waits for its own), so neither a ``kill -9`` of
+the controller nor a crash of its host loses anything that was acknowledged. The same store is the accounting outbox:
 each job row carries a version and the version last copied to the accounting database,
 reservations are kept the same way, and node events wait in their own table, so the
 accounting database can be away for a while without losing a record. WAL mode lets the
@@ -95,7 +96,10 @@ class _Dialect:
     def connect(self) -> Any:
         conn = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=True)
         conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=NORMAL")
+        # FULL: NORMAL may roll the last commits back after a host's crash or a power loss; the fsync
+        # costs a commit 0.36 ms here (against 0.03 ms, measured on this project's VM), within the
+        # noise of 4 parallel sbatch loops (133-134 a second either way, in one hour)
+        conn.execute("PRAGMA synchronous=FULL")
         return conn
 
     def create(self, conn: Any, schema: str) -> None:
