@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from wattsched import config
-from wattsched.simulator import engine, workload
-from wattsched.simulator.plotter import PlotError, Plotter
+from wattsched.simulator import engine, report, workload
+from wattsched.simulator.plotter import PlotError, Plotter, beside
 from wattsched.simulator.workload import SimJob, Workload
 from wattsched.testing import BIN
 
@@ -168,6 +168,18 @@ def test_the_plotter_child_draws_what_it_is_sent_says_why_it_could_not_and_is_al
         raise RuntimeError
     with pytest.raises(ChildProcessError):  # ended on the closed pipe, and reaped
         os.waitpid(pid, 0)
+
+
+def test_where_no_process_can_be_forked_the_plots_are_drawn_in_the_process(tmp_path, monkeypatch) -> None:
+    def refused() -> int:
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(os, "fork", refused)
+    result = engine.Simulation(_platform(tmp_path), Workload(list(HAND))).run()
+    with beside() as plotter:
+        assert plotter is None
+        paths = report.write(result, tmp_path / "out", "no fork", plotter)
+    assert paths["waiting times"].read_bytes()[:4] == b"\x89PNG"
 
 
 @pytest.mark.e2e

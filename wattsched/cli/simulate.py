@@ -85,7 +85,8 @@ def simulate(config: Annotated[str, typer.Argument(help="Cluster configuration (
     """Replay a workload through the same scheduling, power-cap and power-saving code as the controller."""
     from wattsched.config import ConfigError
     from wattsched.simulator import report, workload
-    from wattsched.simulator.plotter import PlotError, Plotter
+    from wattsched.simulator.plotter import PlotError
+    from wattsched.simulator.plotter import beside as plotter_beside
 
     try:
         conf = platform(config, setting or [])
@@ -97,7 +98,7 @@ def simulate(config: Annotated[str, typer.Argument(help="Cluster configuration (
         load = workload.with_user_factors(load, dict(_pair(p) for p in user_factor or []))
     except ValueError as exc:
         raise CLIError(str(exc)) from exc
-    with Plotter() as plotter:  # (it loads matplotlib on another core while the replay runs)
+    with plotter_beside() as plotter:  # (it loads matplotlib on another core while the replay runs)
         result = _replay(conf, load, quiet, shared, energy_model, accounts)
         try:
             paths = report.write(result, out, f"Simulation of {workload_spec} on {config}", plotter)

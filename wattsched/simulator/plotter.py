@@ -14,9 +14,11 @@ on the empty message.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import signal
+from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 
@@ -83,6 +85,19 @@ class Plotter:
             return None
         pid, self.pid = self.pid, None
         return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
+@contextlib.contextmanager
+def beside() -> Iterator[Plotter | None]:
+    """A plotter for the ``with`` block, or None where no process can be forked (a process limit
+    reached, say): the plots are then drawn in the process, as before."""
+    try:
+        plotter = Plotter()
+    except OSError:
+        yield None
+        return
+    with plotter:
+        yield plotter
 
 
 def _child(inbox: int, answer: int) -> int:
