@@ -9,7 +9,7 @@ plots, in a child that loads matplotlib on the other core while the replay runs)
 peak RSS and its CPU time (wait4: the processes it waited for count). AccaSim is installed with pip into a venv under
 ``~/.cache/wattsched-bench`` when absent; on Python 3.10+ its ``collections.Mapping`` import needs the
 alias to ``collections.abc.Mapping`` that the driver sets before importing it. Both read the
-decompressed trace. Printed: wall seconds and peak MiB of each with their ratios, and the makespan
+decompressed trace. Printed: wall seconds, CPU seconds and peak MiB of each with their ratios, and the makespan
 and mean wait each schedule comes to (the two differ a little: AccaSim runs a job its recorded run
 time even past its request, where we end it at its limit, as Slurm would).
 

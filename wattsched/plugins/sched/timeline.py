@@ -231,7 +231,7 @@ class Profile:
 
     def _taking_from_now(self) -> _FromNow:
         if self._from_now is None:
-            dipping = sorted({i for _when, i in self._takes})
+            dipping = sorted(self._taking)
             self._from_now = _FromNow(len(self.names), dipping, *self._steps_on(dipping, self.now, _FOREVER))
         return self._from_now
 
@@ -336,9 +336,7 @@ class _FromNow:
             change[self.first] = part[self.first]  # (a node's first step starts from nothing taken)
             order = self.when.argsort(kind="stable")
             self.taken_off = self.when[order].tolist(), change[order].cumsum().tolist()
-        times, taken = self.taken_off
-        steps = bisect.bisect_left(times, end)  # the steps before the window's end
-        return taken[steps - 1] if steps else 0
+        return _taken_by(*self.taken_off, end)
 
     def dips(self, end: float) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         if self.later < end:
@@ -390,8 +388,14 @@ class _TakenWalk:
         self.taken = list(itertools.accumulate(change for _at, change in parts))
 
     def taken_off_by(self, end: float) -> int:
-        steps = bisect.bisect_left(self.times, end)
-        return self.taken[steps - 1] if steps else 0
+        return _taken_by(self.times, self.taken, end)
+
+
+def _taken_by(times: list[float], taken: list[int], end: float) -> int:
+    """The step function of the CPUs taken off, (``times``, ``taken``) in time order, read for a
+    window from now to ``end``: what the steps before ``end`` come to."""
+    steps = bisect.bisect_left(times, end)
+    return taken[steps - 1] if steps else 0
 
 
 class Window(dict[str, tuple[int, int]]):
