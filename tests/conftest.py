@@ -9,6 +9,8 @@ import pytest
 
 from wattsched.testing import Cluster
 
+pytest_plugins = ["tests.hostile"]  # the hostile modules' accounts and shared cluster
+
 DAEMON_FIXTURES = {"cluster", "fresh_cluster"}
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from wattsched.testing import Cluster
+from wattsched.testing import ALICE, Cluster
 
 CHROMIUM = shutil.which("chromium")
 pytestmark = pytest.mark.skipif(not CHROMIUM, reason="needs Debian's chromium package (.ci/run installs it)")
@@ -100,7 +100,7 @@ def test_dashboard_asks_for_a_token_and_refuses_a_forged_one(capped: Cluster, br
     page.click("#login button")
     page.wait_for_function("() => document.getElementById('login-error').textContent.includes('refused')")
     # a user's own token (as scontrol token prints it) opens it: users see the cluster as squeue shows it
-    page.fill("#token", "SLURM_JWT=" + capped.token(1000, "alice"))
+    page.fill("#token", "SLURM_JWT=" + capped.token(*ALICE))
     page.click("#login button")
     page.wait_for_selector("#node-map .node[data-name=n08]")
     assert "(alice)" in page.inner_text("#cluster")

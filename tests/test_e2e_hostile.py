@@ -9,7 +9,6 @@ and removed after; without root or useradd the module is skipped, saying why.
 from __future__ import annotations
 
 import base64
-import contextlib
 import json
 import os
 import shutil
@@ -20,96 +19,17 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
 from tests.adversary import SymlinkAdversary
+from tests.hostile import ENDED, GROUP, USERS, Account, final, needs_accounts, own_cluster
 from wattsched import auth
-from wattsched.testing import BIN, SILENT_CONNECTIONS, Cluster, reachable_by_all, restore_modes, wait_for
+from wattsched.testing import SILENT_CONNECTIONS, Cluster, wait_for
 
-USERS = ("wsmallory", "wsvictim")
-GROUP = "wsproject"
-
-pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("useradd"),
-                                reason="needs root and useradd to create the unprivileged accounts")
-
-
-class Account:
-    def __init__(self, name: str, cluster: Cluster):
-        import pwd
-
-        entry = pwd.getpwnam(name)
-        self.name, self.uid, self.gid = name, entry.pw_uid, entry.pw_gid
-        self.groups = os.getgrouplist(name, entry.pw_gid)
-        self.cluster = cluster
-        self.home = cluster.root / f"home-{name}"
-        self.home.mkdir(exist_ok=True)
-        os.chown(self.home, self.uid, self.gid)
-        os.chmod(self.home, 0o755)
-
-    def env(self, **extra: str) -> dict[str, str]:
-        env = {"PATH": f"{BIN}:/usr/bin:/bin", "WATTSCHED_CONF": str(self.cluster.conf),
-               "SLURM_CONF": str(self.cluster.conf), "HOME": str(self.home), "USER": self.name, "LANG": "C.UTF-8"}
-        env.update(extra)
-        return env
-
-    def run(self, *args: str, umask: int = 0o022, input: bytes | None = None, env: dict | None = None,
-            timeout: float = 60) -> subprocess.CompletedProcess:
-        """A command as this user, from their own folder, with their own groups and umask."""
-        return subprocess.run([str(BIN / args[0]) if (BIN / args[0]).exists() else args[0], *args[1:]],
-                              user=self.uid, group=self.gid, extra_groups=self.groups, umask=umask,
-                              env=env or self.env(), cwd=self.home, capture_output=True, input=input,
-                              timeout=timeout)
-
-    def sbatch(self, *args: str, umask: int = 0o022) -> int:
-        result = self.run("sbatch", "--parsable", *args, umask=umask)
-        assert result.returncode == 0, result.stderr.decode()
-        return int(result.stdout.strip())
-
-    def token(self) -> str:
-        return self.cluster.token(self.uid, self.name)
-
-
-@pytest.fixture(scope="module")
-def accounts() -> Iterator[None]:
-    import sys
-
-    restore = reachable_by_all([sys.executable, str(BIN / "sbatch")])
-    subprocess.run(["groupadd", "-f", GROUP], check=True)
-    for name in USERS:
-        subprocess.run(["userdel", name], capture_output=True, check=False)
-        subprocess.run(["useradd", "-M", "-N", "-g", "users", "-s", "/bin/sh", name], check=True)
-    subprocess.run(["usermod", "-a", "-G", GROUP, USERS[0]], check=True)
-    yield
-    for name in USERS:
-        subprocess.run(["userdel", name], capture_output=True, check=False)
-    subprocess.run(["groupdel", GROUP], capture_output=True, check=False)
-    restore_modes(restore)
-
-
-@pytest.fixture(scope="module")
-def shared(accounts) -> Iterator[Cluster]:
-    """A cluster in a folder every user can reach (the controller makes its state folder private)."""
-    root = Path(tempfile.mkdtemp(prefix="wattsched-hostile-"))
-    os.chmod(root, 0o755)
-    cluster = Cluster(root, nodes=2, cpus=4, extra="AcctGatherProfileType=acct_gather_profile/hdf5").start()
-    os.chmod(cluster.conf, 0o644)
-    yield cluster
-    cluster.stop()
-    shutil.rmtree(root, ignore_errors=True)
-
-
-@pytest.fixture(scope="module")
-def mallory(shared) -> Account:
-    return Account(USERS[0], shared)
-
-
-@pytest.fixture(scope="module")
-def victim(shared) -> Account:
-    return Account(USERS[1], shared)
+pytestmark = needs_accounts
 
 
 def _root_file(folder: Path, folder_mode: int, name: str, text: str) -> Path:
@@ -122,13 +42,6 @@ def _root_file(folder: Path, folder_mode: int, name: str, text: str) -> Path:
     return path
 
 
-ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"}
-
-
-def _final(cluster: Cluster, job_id: int) -> dict:
-    return cluster.wait_state(job_id, ENDED, timeout=60)
-
-
 # --- paths a user names are used only as that user ---------------------------------------------------
 
 def test_output_paths_are_opened_as_the_user(shared: Cluster, mallory: Account) -> None:
@@ -136,7 +49,7 @@ def test_output_paths_are_opened_as_the_user(shared: Cluster, mallory: Account) 
     new_file = victim_file.parent / "created-by-root"
     for target in (victim_file, new_file, Path("/etc/wattsched-probe")):
         job = mallory.sbatch("-o", str(target), "--wrap", "echo pwned")
-        info = _final(shared, job)
+        info = final(shared, job)
         assert info["state"] == "FAILED", info
         assert "Could not open stdout file" in info["reason"], info["reason"]
     assert victim_file.read_text() == "keep me\n"
@@ -151,12 +64,12 @@ def test_input_and_working_directory_are_the_users(shared: Cluster, mallory: Acc
     secret_dir = secret.parent
     out = mallory.home / "in.out"
     job = mallory.sbatch("-i", str(secret), "-o", str(out), "--wrap", "cat")
-    info = _final(shared, job)
+    info = final(shared, job)
     assert info["state"] == "FAILED" and "Could not open stdin file" in info["reason"]
     assert "secret" not in (out.read_text() if out.exists() else "")
     out = mallory.home / "cwd.out"
     job = mallory.sbatch("-D", str(secret_dir), "-o", str(out), "--wrap", "pwd; ls")
-    assert _final(shared, job)["state"] == "COMPLETED"
+    assert final(shared, job)["state"] == "COMPLETED"
     text = out.read_text()
     assert "couldn't chdir" in text and "/tmp" in text and "secret" not in text.replace(str(secret_dir), "")
 
@@ -164,13 +77,13 @@ def test_input_and_working_directory_are_the_users(shared: Cluster, mallory: Acc
 def test_output_follows_the_users_umask_and_groups(shared: Cluster, mallory: Account, victim: Account) -> None:
     out = victim.home / "private.out"
     job = victim.sbatch("-o", str(out), "--wrap", "echo victim data", umask=0o077)
-    assert _final(shared, job)["state"] == "COMPLETED"
+    assert final(shared, job)["state"] == "COMPLETED"
     assert stat.S_IMODE(out.stat().st_mode) == 0o600 and out.stat().st_uid == victim.uid
     stolen = mallory.run("cat", str(out))
     assert stolen.returncode != 0 and b"victim data" not in stolen.stdout
     groups_out = mallory.home / "groups.out"
     job = mallory.sbatch("-o", str(groups_out), "--wrap", "id -Gn; umask")
-    assert _final(shared, job)["state"] == "COMPLETED"
+    assert final(shared, job)["state"] == "COMPLETED"
     assert GROUP in groups_out.read_text().split() and "0022" in groups_out.read_text()
 
 
@@ -208,7 +121,7 @@ def test_a_job_cannot_touch_the_agents_records(shared: Cluster, mallory: Account
     script = (f"for d in {spool}/n0*/job*; do echo 0 > $d/status && echo WROTE $d; done; "
               f"ls {spool}/n01 && echo LISTED; echo done")
     job = mallory.sbatch("-o", str(out), "--wrap", script)
-    assert _final(shared, job)["state"] == "COMPLETED"
+    assert final(shared, job)["state"] == "COMPLETED"
     text = out.read_text()
     assert "WROTE" not in text and "LISTED" not in text and "done" in text
     for node_dir in spool.glob("n0*"):
@@ -247,7 +160,7 @@ def test_links_planted_anywhere_a_daemon_touches_change_nothing(shared: Cluster,
     flag, go = mallory.home / "adv-running", mallory.home / "adv-go"
     script = f"touch {flag}; while [ ! -e {go} ]; do sleep 0.2; done"
     warmup = mallory.sbatch("--profile=energy", "--acctg-freq=energy=1", "--wrap", "sleep 1")
-    _final(shared, warmup)
+    final(shared, warmup)
     wait_for(lambda: Path(mine, f"job_{warmup}.h5").exists() or os.path.isdir(mine), 30, what="profile folder")
     before = adversary.snapshot()
     for swapping in (False, True):
@@ -267,7 +180,7 @@ def test_links_planted_anywhere_a_daemon_touches_change_nothing(shared: Cluster,
         wait_for(lambda j=job: flag.exists() or shared.job(j)["state"] in ENDED, 60, what="the job running")
         adversary.plant(places(job))  # running: its scratch folder is the attacker's now
         go.touch()
-        _final(shared, job)
+        final(shared, job)
         adversary.plant(places(job))  # ended, before the merge
         wait_for(lambda j=job: os.path.exists(f"{mine}job_{j}.h5"), 60, what="the merged profile")
         adversary.plant(places(job))  # merged
@@ -295,7 +208,7 @@ def test_a_job_reads_its_script_but_writes_nothing_beside_it(shared: Cluster, ma
     stolen = victim.run("cat", path)
     assert stolen.returncode != 0 and b"beside-go" not in stolen.stdout
     go.touch()
-    assert _final(shared, job)["state"] == "COMPLETED"
+    assert final(shared, job)["state"] == "COMPLETED"
     text = out.read_text()
     assert "READ" in text and "WROTE" not in text and "APPENDED" not in text, text
 
@@ -678,24 +591,10 @@ def test_fuzzing_the_whole_api_gives_no_server_error(shared: Cluster, mallory: A
 
 # --- no one user can starve the others ---------------------------------------------------------------
 
-@contextlib.contextmanager
-def _own_cluster(extra: str) -> Iterator[Cluster]:
-    """A cluster of its own for a test that changes limits (in a folder every user can reach)."""
-    root = Path(tempfile.mkdtemp(prefix="wattsched-hostile-limits-"))
-    os.chmod(root, 0o755)
-    cluster = Cluster(root, nodes=1, cpus=2, extra=extra).start()
-    os.chmod(cluster.conf, 0o644)
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
-        shutil.rmtree(root, ignore_errors=True)
-
-
 def test_one_user_cannot_fill_the_queue(accounts) -> None:
     """MaxSubmitJobsPerUser refuses the user who floods, with Slurm's policy error; their cancelled
     jobs no longer hold MaxJobCount against anyone; nothing accepted is lost."""
-    with _own_cluster("MaxJobCount=400\nMaxSubmitJobsPerUser=200") as cluster:
+    with own_cluster("MaxJobCount=400\nMaxSubmitJobsPerUser=200") as cluster:
         attacker, other = Account(USERS[0], cluster), Account(USERS[1], cluster)
         for _ in range(2):
             attacker.sbatch("-H", "--array=0-99", "--wrap", "true")
@@ -800,7 +699,7 @@ def test_silent_connections_cannot_exhaust_the_controller(shared: Cluster, mallo
 def test_rate_limiting_refuses_a_flood_and_the_commands_wait_their_turn(accounts) -> None:
     """SlurmctldParameters=rl_enable: a user past their bucket gets 429 (logged once), others are served,
     and the flooding user's own commands back off and succeed."""
-    with _own_cluster("SlurmctldParameters=rl_enable,rl_bucket_size=5,rl_refill_rate=1,rl_refill_period=1") \
+    with own_cluster("SlurmctldParameters=rl_enable,rl_bucket_size=5,rl_refill_rate=1,rl_refill_period=1") \
             as cluster:
         attacker, other = Account(USERS[0], cluster), Account(USERS[1], cluster)
         base = f"http://127.0.0.1:{cluster.port}"

@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from wattsched.testing import Cluster, free_port, wait_for
+from wattsched.testing import ALICE, Cluster, free_port, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -92,7 +92,7 @@ def test_scrapes_are_admitted_as_metrics_auth_users_says(metered: Cluster) -> No
     url = f"http://127.0.0.1:{metered.port}/metrics"
     for target in (url, *agent_urls(metered)):
         assert scrape(target, None).status_code == 401
-        assert scrape(target, metered.token(1000, "alice")).status_code == 403
+        assert scrape(target, metered.token(*ALICE)).status_code == 403
         assert scrape(target, metered.token(1234, "prom")).status_code == 200
         assert scrape(target, metered.token()).status_code == 200  # root is always admitted
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from wattsched.testing import BIN, free_port, wait_for
+from wattsched.testing import ALICE, BIN, free_port, wait_for
 
 ETC = Path(__file__).resolve().parent.parent / "etc"
 
@@ -173,7 +173,7 @@ def _user_token(leaf: Leaf) -> str:
     from wattsched import auth, config
 
     conf = config.load(str(leaf.conf))
-    return auth.user_token(auth.read_key(conf.key_file), 1000, "alice")
+    return auth.user_token(auth.read_key(conf.key_file), *ALICE)
 
 
 def test_example_3_power_reservation(leaf: Leaf) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from wattsched.testing import BIN, Cluster, free_port, wait_for
+from wattsched.testing import ALICE, BIN, Cluster, free_port, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -178,7 +178,7 @@ def _user_token(cluster: Cluster) -> str:
     from wattsched import auth, config
 
     conf = config.load(str(cluster.conf))
-    return auth.user_token(auth.read_key(conf.key_file), 1000, "alice")
+    return auth.user_token(auth.read_key(conf.key_file), *ALICE)
 
 
 def test_the_shipped_leaf257_config_with_an_idle_timeout_suspends_and_resumes(tmp_path) -> None:

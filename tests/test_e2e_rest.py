@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from wattsched import dataversions
-from wattsched.testing import Cluster, wait_for
+from wattsched.testing import ALICE, Cluster, wait_for
 
 schemathesis = pytest.importorskip("schemathesis")
 V = "v0.0.40"
@@ -160,7 +160,7 @@ def test_nodes_partitions_reservations_diag_and_associations(rest: Cluster) -> N
 
 
 def test_refusals_come_as_slurm_errors(rest: Cluster, tmp_path: Path) -> None:
-    alice = Client(rest, "alice", rest.token(1000, "alice"))
+    alice = Client(rest, "alice", rest.token(*ALICE))
     root_job = rest.sbatch("-H", "--wrap", "true")
     refused = alice.call("DELETE", f"/slurm/{V}/job/{root_job}", status=403)
     assert refused["errors"][0]["error"] == "Access/permission denied"
@@ -174,7 +174,7 @@ def test_refusals_come_as_slurm_errors(rest: Cluster, tmp_path: Path) -> None:
     assert len(rest.jobs()) == before
     # a token used under another user's name is refused; so are a missing and a forged token
     wrong = httpx.get(f"{alice.base}/slurm/{V}/jobs", timeout=10,
-                      headers={"X-SLURM-USER-NAME": "root", "X-SLURM-USER-TOKEN": rest.token(1000, "alice")})
+                      headers={"X-SLURM-USER-NAME": "root", "X-SLURM-USER-TOKEN": rest.token(*ALICE)})
     assert wrong.status_code == 401
     assert httpx.get(f"{alice.base}/slurm/{V}/jobs", timeout=10).status_code == 401
     forged = {"X-SLURM-USER-NAME": "root", "X-SLURM-USER-TOKEN": "e30.e30.AAAA"}

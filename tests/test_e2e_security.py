@@ -7,7 +7,7 @@ import os
 import httpx
 
 from wattsched import auth
-from wattsched.testing import Cluster
+from wattsched.testing import ALICE, Cluster
 
 
 def test_unauthenticated_and_forged_requests_get_401(cluster: Cluster) -> None:
@@ -28,7 +28,7 @@ def test_cross_user_requests_are_refused(cluster: Cluster) -> None:
     root_job = cluster.sbatch("-H", "--wrap", "true")
     alice = cluster.user_env()
     alice_job = cluster.sbatch("-H", "--wrap", "true", env=alice)
-    assert cluster.job(alice_job)["user"] == "alice" and cluster.job(alice_job)["uid"] == 1000
+    assert cluster.job(alice_job)["user"] == "alice" and cluster.job(alice_job)["uid"] == ALICE[0]
     refused = cluster.run("scancel", str(root_job), env=alice, check=False)
     assert refused.returncode == 1 and "Access/permission denied" in refused.stderr
     assert cluster.job(root_job)["state"] == "PENDING"

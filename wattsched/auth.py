@@ -146,11 +146,13 @@ def user_token(key: bytes, uid: int, user: str | None = None, lifespan_s: int = 
                       "exp": now + lifespan_s})
 
 
-def identity(key: bytes, token: str) -> Identity:
+def identity(key: bytes, token: str) -> tuple[Identity, float]:
+    """Who a valid token names, and when it was issued."""
     claims = verify(key, token)
     try:
-        return Identity(uid=int(claims["uid"]), user=str(claims["sun"]), role=str(claims.get("role", "user")))
-    except (KeyError, ValueError) as exc:
+        who = Identity(uid=int(claims["uid"]), user=str(claims["sun"]), role=str(claims.get("role", "user")))
+        return who, float(claims.get("iat", 0))
+    except (KeyError, ValueError, TypeError) as exc:
         raise AuthError("credential lacks identity") from exc
 
 
@@ -159,6 +161,28 @@ def username(uid: int) -> str:
         return pwd.getpwuid(uid).pw_name
     except KeyError:
         return str(uid)
+
+
+def same_user(name: str, uid: int) -> bool:
+    """Whether a token's (name, uid) is still one user here: the name resolves to that uid, or it
+    resolves to nothing and no other name holds the uid. (An identity the host knows neither by name
+    nor by uid is taken as the token says: a site whose users the controller's host cannot list.
+    A user deleted since, whose uid went to someone else, or whose name now has another uid, is not.)"""
+    if name == str(uid):  # a uid without a name, as user_token names it
+        try:
+            pwd.getpwuid(uid)
+        except KeyError:
+            return True
+        return False
+    try:
+        return pwd.getpwnam(name).pw_uid == uid
+    except KeyError:
+        pass
+    try:
+        pwd.getpwuid(uid)
+    except KeyError:
+        return True
+    return False
 
 
 def lookup_uid(name: str) -> int | None:

@@ -20,6 +20,7 @@ from typing import Any
 
 from wattsched import cpufreq, energypolicy, gres, hostlist, switching
 from wattsched.confvalues import (
+    AuthAltParams,
     SchedulerParams,
     auth_socket,
     bounded,
@@ -33,13 +34,13 @@ from wattsched.confvalues import (
     governors,
     hosts,
     integer,
-    jwt_key,
     memory,
     minutes,
     names,
     non_negative_number,
     opt_integer,
     parse_acctg_freq,
+    parse_auth_alt,
     parse_freq_watts,
     parse_power_cap,
     parse_power_save_params,
@@ -175,7 +176,7 @@ class Config:
     # site rules run on every submission and update (wattsched.plugins.job_submit)
     job_submit_plugins: tuple[str, ...] = setting("JobSubmitPlugins", plugin_list("job_submit"), ())
     select_type: str = setting("SelectType", plugin("select"), "select/cons_tres")
-    auth_key_file: str = setting("AuthAltParameters", jwt_key, "", path=True, restart=True)
+    auth_alt: AuthAltParams = setting("AuthAltParameters", parse_auth_alt, AuthAltParams(), restart=True)
     # AuthInfo=socket=PATH; default: auth/auth.sock beside StateSaveLocation
     auth_socket: str = setting("AuthInfo", auth_socket, "", path=True, restart=True)
     admin_users: tuple[str, ...] = setting("AdminUsers", names, ("root",))
@@ -365,7 +366,10 @@ class Config:
 
     @property
     def key_file(self) -> str:
-        return self.auth_key_file or os.path.join(self.state_save_location, "jwt_hs256.key")
+        """AuthAltParameters' jwt_key (relative to the file's folder), else jwt_hs256.key in StateSaveLocation."""
+        if self.auth_alt.jwt_key:
+            return os.path.normpath(os.path.join(os.path.dirname(self.source), self.auth_alt.jwt_key))
+        return os.path.join(self.state_save_location, "jwt_hs256.key")
 
     @property
     def controller_url(self) -> str:
@@ -412,6 +416,10 @@ def _show(value: Any) -> str:
         return "INFINITE"
     if isinstance(value, SchedulerParams):
         return ",".join(f"{k}={getattr(value, k)}" for k in value.__slots__)
+    if isinstance(value, AuthAltParams):  # as Slurm shows it
+        return ",".join(filter(None, (f"jwt_key={value.jwt_key}" if value.jwt_key else "",
+                                      f"max_token_lifespan={value.max_token_lifespan_s}",
+                                      "disable_token_creation" if value.disable_token_creation else "")))
     if isinstance(value, RateLimits):
         return (f"rl_enable,rl_table_size={value.table_size},rl_bucket_size={value.bucket_size},"
                 f"rl_refill_rate={value.refill_rate},rl_refill_period={value.refill_period_s},"

@@ -328,12 +328,33 @@ def auth_socket(value: str) -> str:
     return path.strip()
 
 
-def jwt_key(value: str) -> str:
-    for item in value.split(","):
-        key, _, path = item.partition("=")
-        if key == "jwt_key" and path:
-            return path
-    raise ValueError("expected jwt_key=/path/to/key")
+@dataclass(frozen=True, slots=True)
+class AuthAltParams:
+    """AuthAltParameters, as Slurm's auth/jwt reads them: where the cluster key is, and the longest
+    token a user may be given (``scontrol token lifespan=``; ours defaults to a day, where Slurm sets
+    no bound: a token that leaks should not work for a year). Root and AdminUsers are not bounded,
+    as SlurmUser is not in Slurm. ``disable_token_creation`` refuses ``scontrol token`` to users."""
+
+    jwt_key: str = ""
+    max_token_lifespan_s: int = 86400
+    disable_token_creation: bool = False
+
+
+def parse_auth_alt(value: str) -> AuthAltParams:
+    """``jwt_key=/path/to/key,max_token_lifespan=3600,disable_token_creation``."""
+    values: dict[str, Any] = {}
+    for item in filter(None, (part.strip() for part in value.split(","))):
+        key, sep, setting = item.partition("=")
+        key = key.strip().lower()
+        if key == "jwt_key" and setting.strip():
+            values["jwt_key"] = setting.strip()
+        elif key == "max_token_lifespan" and sep:
+            values["max_token_lifespan_s"] = bounded(1, 2**31)(setting)
+        elif key == "disable_token_creation" and not sep:
+            values["disable_token_creation"] = True
+        else:
+            raise ValueError(f"'{item}': expected jwt_key=PATH, max_token_lifespan=SECONDS or disable_token_creation")
+    return AuthAltParams(**values)
 
 
 def preempt_mode(value: str) -> str:

@@ -36,7 +36,9 @@ async def identity(request: Request) -> auth.Identity:
     if not token:
         raise HTTPException(401, "Authentication required", headers={"WWW-Authenticate": "Bearer"})
     try:
-        who = auth.identity(request.app.state.key, token)
+        who, issued = auth.identity(request.app.state.key, token)
+        if not who.is_daemon:
+            await _still_theirs(request, who, issued)
     except auth.AuthError as exc:
         raise HTTPException(401, f"Invalid authentication credential: {exc}",
                             headers={"WWW-Authenticate": "Bearer"}) from exc
@@ -51,6 +53,31 @@ async def identity(request: Request) -> auth.Identity:
         return auth.Identity(uid=uid, user=name, role="user")  # root acting for a user: root's rate
     _rate_limit(request, who)
     return who
+
+
+# (name, uid) -> (whether the user database agrees, until when that may be believed): it is asked
+# again after this, so a deleted user's tokens stop working within it, without a lookup per request
+UID_CACHE_S = 10.0
+_agrees: dict[tuple[str, int], tuple[bool, float]] = {}
+
+
+async def _still_theirs(request: Request, who: auth.Identity, issued: float) -> None:
+    """A user's token is honoured while this host's user database gives its name and its uid to no
+    one else (auth.same_user: a deleted user whose uid went to another, or a name given another
+    uid, ends it, as Slurm's auth/jwt resolves the name at use) and it was issued after any
+    revocation of that user's tokens (``scontrol token revoke``)."""
+    now = time.monotonic()
+    agrees, until = _agrees.get((who.user, who.uid), (False, 0.0))
+    if until < now:
+        agrees = await asyncio.to_thread(auth.same_user, who.user, who.uid)
+        if len(_agrees) > 10_000:  # bounded: only valid tokens reach here, but any user may mint many
+            _agrees.clear()
+        _agrees[(who.user, who.uid)] = (agrees, now + UID_CACHE_S)
+    if not agrees:
+        raise auth.AuthError(f"the token's user {who.user[:64]} is not uid {who.uid} here")
+    revoked = getattr(request.app.state, "revoked", None)
+    if revoked is not None and issued <= revoked(who.user):
+        raise auth.AuthError("the token was revoked")
 
 
 def _rate_limit(request: Request, who: auth.Identity) -> None:

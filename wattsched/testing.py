@@ -22,6 +22,9 @@ from typing import Any
 import httpx
 
 BIN = Path(sys.executable).parent
+# the tests' ordinary user, known to no user database: a uid from the range Debian reserves (60000-64999),
+# so that no account of the host holds it (a token's name and uid must not belong to another user)
+ALICE = (64100, "alice")
 
 
 # A program that opens as many connections to 127.0.0.1:PORT as it is asked (argv: PORT COUNT), sends
@@ -226,7 +229,7 @@ class Cluster:
 
         return auth.user_token(self.key(), uid, user, role=role)
 
-    def user_env(self, uid: int = 1000, user: str = "alice") -> dict:
+    def user_env(self, uid: int = ALICE[0], user: str = ALICE[1]) -> dict:
         """The environment of commands run as another (non-admin) user, by a token in SLURM_JWT."""
         return dict(self.env, SLURM_JWT=self.token(uid, user))
 

@@ -162,6 +162,33 @@ def _pairs(args: list[str]) -> dict[str, str]:
     return pairs
 
 
+def token(client: Client, args: list[str]) -> int:
+    """scontrol token [lifespan=<secs>|infinite] [username=<name>], as Slurm's; and ours, token revoke."""
+    if args[:1] == ["revoke"]:
+        pairs = _pairs(args[1:])
+        if set(pairs) != {"username"}:
+            raise CLIError("usage: scontrol token revoke username=<name>")
+        print(client.request("POST", "/v1/token/revoke", params={"username": pairs["username"]})["result"])
+        return 0
+    params: dict[str, str] = {}
+    for arg in args:
+        key, _, value = arg.partition("=")
+        if key.lower() == "lifespan" and value:
+            params["lifespan"] = str(2**31 - 2) if value.lower() in ("infinite", "unlimited") else value
+        elif key.lower() == "username" and value:
+            params["username"] = value
+        else:
+            print(f"Invalid option: `{arg}`", file=sys.stderr)
+            return 1
+    try:
+        reply = client.request("POST", "/v1/token", params=params)
+    except CLIError as exc:  # Slurm's words: the API call's error with the controller's reason
+        print(f"scontrol: error: slurm_fetch_token: error with request: {exc}", file=sys.stderr)
+        return 1
+    print(f"SLURM_JWT={reply['token']}")
+    return 0
+
+
 def show(client: Client, args: list[str], oneliner: bool, as_json: bool, details: bool = False) -> None:
     if not args:
         raise CLIError("too few arguments for keyword:show")
@@ -412,6 +439,7 @@ COMMAND = Command("scontrol", "[<OPTION>] [<COMMAND>]", [
      suspend <job_list>       suspend specified job (see resume).
      takeover [<INDEX>]       ask slurmctld's backup at INDEX (default 1) to take control.
      token [lifespan=<secs>] [username=<name>]  get a JWT for this user.
+     token revoke username=<name>  end every token of that user issued until now (ours; admins).
      uhold <job_list>         place user hold on specified job (see hold).
      update <SPECIFICATIONS>  update job, node, reservation or powercap configuration.
      version                  display tool version number.
@@ -471,9 +499,7 @@ def execute(client: Client, args: list[str], opts: dict[str, Any]) -> int:
                 kind = "admin" if command == "hold" and me["admin"] else "user"
                 client.request("PATCH", f"/v1/jobs/{job}", {"hold": kind})
     elif command == "token":
-        pairs = _pairs(rest)
-        params = {"username": pairs.get("username"), "lifespan": pairs.get("lifespan")}
-        print(f"SLURM_JWT={client.request('POST', '/v1/token', params=params)['token']}")
+        return token(client, rest)
     elif command == "ping":
         return ping(client, as_json)
     elif command == "takeover":

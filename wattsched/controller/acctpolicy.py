@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from wattsched import ledger, limits, states
 from wattsched.api import JobSubmit
 from wattsched.auth import Identity
-from wattsched.config import Config
+from wattsched.config import Config, PartitionConf
 from wattsched.controller.actions import Refused
 from wattsched.model import Job
 
@@ -73,8 +73,7 @@ def settle(state: ClusterState, req: JobSubmit, who: Identity) -> JobSubmit:
         raise Refused(limits.INVALID_QOS)  # Slurm's: "qos %s can only be used in a reservation"
     partition = next((p for p in state.config.partitions if p.name == req.partition), None) if req.partition \
         else state.config.default_partition()
-    if partition is not None and qos and (("ALL" not in partition.allow_qos and qos not in partition.allow_qos)
-                                          or qos in partition.deny_qos):
+    if partition is not None and qos and not qos_allowed(partition, qos):
         # Slurm's: "Job's QOS not permitted to use this partition (debug allows normal not high)"
         raise Refused(limits.INVALID_QOS)
     update: dict[str, object] = {"qos": qos}
@@ -85,9 +84,15 @@ def settle(state: ClusterState, req: JobSubmit, who: Identity) -> JobSubmit:
     return req.model_copy(update=update)
 
 
-def check_submit(state: ClusterState, jobs: list[Job]) -> None:
+def qos_allowed(partition: PartitionConf, qos: str) -> bool:
+    """The partition's AllowQos and DenyQos let ``qos`` in."""
+    return ("ALL" in partition.allow_qos or qos in partition.allow_qos) and qos not in partition.deny_qos
+
+
+def check_submit(state: ClusterState, jobs: list[Job], skip: int = 0) -> None:
     """The submit limits (MaxSubmitJobs*, GrpSubmitJobs of the QOS and up the association tree)
-    and, for a QOS with DenyOnLimit, its per-job limits: refused as Slurm refuses them."""
+    and, for a QOS with DenyOnLimit, its per-job limits: refused as Slurm refuses them. ``skip``: a
+    queued job that ``jobs`` stand for (one moved to another partition, or requeued), not counted twice."""
     shares = state.shares
     if not jobs or not shares.qos or not {"limits", "safe"} & set(state.config.accounting_storage_enforce):
         return
@@ -105,7 +110,7 @@ def check_submit(state: ClusterState, jobs: list[Job]) -> None:
     qos_account: Counter[str] = Counter()
     chains: dict[str, list[str]] = {}
     for job in state.jobs.values():
-        if job.state in states.FINISHED:
+        if job.state in states.FINISHED or job.job_id == skip:
             continue
         if job.user == first.user and job.account == first.account:
             user_jobs += 1

@@ -79,6 +79,7 @@ def create_app(controller: Controller) -> FastAPI:
     app.state.config = lambda: state.config  # as scontrol reconfigure left it (the metrics' access)
     app.state.cluster = state.config.cluster_name  # the REST API's error documents name it
     app.state.key = state.key
+    app.state.revoked = lambda user: state.token_revocations.get(user, 0.0)  # (httpauth.identity)
     app.state.rate_limiter = RateLimiter(state.config.slurmctld_parameters)
     app.state.rate_limits = lambda: state.config.slurmctld_parameters  # as scontrol reconfigure left it
 

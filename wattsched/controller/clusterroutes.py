@@ -1,10 +1,11 @@
 """The cluster-wide routes of the controller's API (v1): the configuration (scontrol show config),
-the power cap and its schedule, sdiag's statistics, scontrol reconfigure, ping and token, and the Prometheus metrics
-as MetricsType says."""
+the power cap and its schedule, sdiag's statistics, scontrol reconfigure, ping, tokens and their
+revocation, and the Prometheus metrics as MetricsType says."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import time
 from typing import Annotated, Any
@@ -21,6 +22,7 @@ from wattsched.controller.metrics import CATEGORIES, ControllerCollector
 from wattsched.controller.routedeps import Ctl
 from wattsched.httpauth import Who, metrics_access
 
+log = logging.getLogger("wattsched.controller")
 router = APIRouter()
 
 
@@ -144,16 +146,41 @@ async def relinquish(controller: Ctl, who: Who, heir: str = Query("", max_length
 
 
 @router.post("/v1/token")
-async def token(controller: Ctl, who: Who, username: str = "", lifespan: int = Query(1800, ge=1, le=86400 * 365)) \
-        -> dict[str, str]:
+async def token(controller: Ctl, who: Who, username: str = "",
+                lifespan: int = Query(0, ge=0, le=2**31 - 2)) -> dict[str, str]:
+    """scontrol token, as Slurm's controller answers it: 0 asks for the default (1800 s, or the
+    maximum if lower); past AuthAltParameters' max_token_lifespan refused to all but root."""
     state = controller.state
+    params = state.config.auth_alt
+    unbounded = who.uid == 0 or who.role == "controller"  # Slurm's validate_slurm_user
+    if params.disable_token_creation and not unbounded:
+        raise Refused("Access/permission denied", 403)
     target = username or who.user
     if target != who.user and not state.is_admin(who):
         raise Refused("Access/permission denied", 403)
     uid = who.uid if target == who.user else auth.lookup_uid(target)
     if uid is None:
         raise Refused(f"Invalid user: {target}", 404)
+    lifespan = lifespan or min(auth.DEFAULT_LIFESPAN_S, params.max_token_lifespan_s)
+    if lifespan > params.max_token_lifespan_s and not unbounded:
+        log.warning("rejecting token lifespan %d for user:%s[%d] requested, exceeds limit of %d", lifespan,
+                    target, who.uid, params.max_token_lifespan_s)
+        raise Refused("Requested time limit is invalid (missing or exceeds some limit)", 400)
     return {"token": auth.user_token(state.key, uid, target, lifespan_s=lifespan)}
+
+
+@router.post("/v1/token/revoke")
+async def revoke_tokens(controller: Ctl, who: Who, username: str = Query(min_length=1, max_length=64)) \
+        -> dict[str, str]:
+    """Every token of ``username`` issued until now stops working (root and AdminUsers only)."""
+    state = controller.state
+    if not state.is_admin(who):
+        raise Refused("Access/permission denied", 403)
+    state.token_revocations[username] = time.time()
+    state.journal.meta_dirty = True
+    log.info("tokens revoked", extra={"user": username, "by": who.user})
+    controller.changed(schedule=False)
+    return {"result": f"tokens of {username} issued until now are revoked"}
 
 
 @router.get("/metrics", dependencies=[metrics_access()])

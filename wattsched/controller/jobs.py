@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from wattsched import memos, scheduling, states
+from wattsched import limits, memos, scheduling, snapbuild, states
 from wattsched.api import JobSubmit, JobUpdate, WillRun
 from wattsched.auth import Identity
 from wattsched.controller import acctpolicy, jobend, jobsubmit, permissions, snapshots
@@ -237,13 +237,34 @@ def update(state: ClusterState, jobs: Iterable[Job], upd: JobUpdate, who: Identi
             if not admin:
                 raise Refused("Access/permission denied", 403)
             job.admin_comment = upd.admin_comment
-        if upd.partition is not None:
+        if upd.partition is not None and upd.partition != job.partition:
             if job.state != states.PENDING:
                 raise Refused("Job is no longer pending execution", 409)
-            if upd.partition not in {p.name for p in state.config.partitions}:
-                raise Refused("Invalid partition name specified")
-            job.partition = upd.partition
+            move_to_partition(state, job, upd.partition, admin)
         state.touch(job)
+
+
+def move_to_partition(state: ClusterState, job: Job, name: str, admin: bool) -> None:
+    """A pending job moved to another partition is checked as a submission to it would be (Slurm's
+    update path, _valid_job_part): the partition's state, its AllowQos/DenyQos, the job fitting its
+    nodes, and (for users) the submit limits that the partition's QOS sets. Nothing changes on a refusal."""
+    if name not in {p.name for p in state.config.partitions}:
+        raise Refused("Invalid partition name specified")
+    partitions = snapshots.partition_snaps(state)
+    try:
+        submit_mod.partition_open(name, state.config, partitions)
+    except submit_mod.SubmitError as exc:
+        raise Refused(str(exc)) from exc
+    part = next(p for p in state.config.partitions if p.name == name)
+    if state.shares.qos and job.qos and not acctpolicy.qos_allowed(part, job.qos):
+        raise Refused(limits.INVALID_QOS)
+    moved = Job.from_dict(dict(job.to_dict(), partition=name))
+    if not scheduling.feasible(snapbuild.request(moved), partitions[name], snapshots.node_snaps(state),
+                               state.plugins.select, state.config.def_mem_per_cpu_mb):
+        raise Refused("Requested node configuration is not available")
+    if not admin:
+        acctpolicy.check_submit(state, [moved], skip=job.job_id)
+    job.partition = name
 
 
 def update_time_limit(state: ClusterState, job: Job, text: str, admin: bool) -> None:
@@ -267,17 +288,28 @@ def update_time_limit(state: ClusterState, job: Job, text: str, admin: bool) -> 
 
 
 def requeue(state: ClusterState, jobs: Iterable[Job], who: Identity, now: float) -> list[Action]:
-    actions: list[Action] = []
+    """Running jobs end and queue again, ended ones queue again. Every job is checked before any is
+    touched: an ended job that comes back counts as a submission against the user's submit limits
+    (MaxSubmitJobsPerUser, the QOS and association submit limits), so cancelling and requeueing
+    never queues more than submitting could."""
+    jobs = list(jobs)
     for job in jobs:
         permissions.check_owner(state, job, who)
         if job.interactive:
             raise Refused("Only batch jobs are accepted or processed", 400)
-        if job.state in (states.RUNNING,):
-            actions.extend(jobend.requeue_running(state, job, now))
-        elif job.state in states.FINISHED:
-            jobend.reset_for_requeue(state, job)
-        else:
+        if job.state not in states.FINISHED and job.state != states.RUNNING:
             raise Refused("Job is pending execution", 409)
+    returning = [job for job in jobs if job.state in states.FINISHED]
+    if returning:
+        check_submit_limit(state, who, len(returning))
+        if not permissions.is_admin(state, who):
+            acctpolicy.check_submit(state, returning)
+    actions: list[Action] = []
+    for job in jobs:
+        if job.state == states.RUNNING:
+            actions.extend(jobend.requeue_running(state, job, now))
+        else:
+            jobend.reset_for_requeue(state, job)
     return actions
 
 

@@ -46,7 +46,8 @@ def build(config: config_mod.Config, this: failover.Me, sock: socket.socket) -> 
         except Exception as exc:  # start anyway; the outbox keeps records until the database is back
             log.error("accounting database unavailable at start-up: %s", exc)
         sync = AccountingSync(store, accounting, config.cluster_name, config.accounting_storage_enforce)
-    authsocket.serve(config.auth_socket_path, key)
+    authsocket.TokenService(config.auth_socket_path, key,
+                            min(authsocket.TOKEN_LIFESPAN_S, config.auth_alt.max_token_lifespan_s)).start()
     return Controller(state, accounting, sync, this)
 
 

@@ -139,6 +139,8 @@ class ClusterState:
     memo: snapshots.Memos = field(default_factory=snapshots.Memos)
     cap: CapControl = field(default_factory=CapControl)  # meeting a lowered cap
     carbon: CarbonFeed | None = None  # the grid's carbon intensity (CarbonIntensity)
+    # user -> when root revoked their tokens: a user's token issued at or before it is refused
+    token_revocations: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def open(cls, config: Config, store: StateStore, plugins: Plugins, key: bytes, now: float) -> ClusterState:

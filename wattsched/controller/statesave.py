@@ -29,7 +29,7 @@ class Journal:
     purged: list[int] = field(default_factory=list)  # jobs past MinJobAge, to delete
     node_events: list[dict] = field(default_factory=list)
     resv_dirty: list[Reservation] = field(default_factory=list)
-    meta_dirty: bool = False  # next ids, the power cap, the nodes' drain/down/power metadata
+    meta_dirty: bool = False  # next ids, the power cap, token revocations, the nodes' drain/down/power metadata
 
     def pending(self) -> bool:
         return bool(self.dirty or self.purged or self.meta_dirty or self.node_events or self.resv_dirty)
@@ -55,6 +55,7 @@ def restore(state: ClusterState) -> None:
     state.power_cap = config.power_cap if saved_cap is None else json.loads(saved_cap)
     state.cap_steps = [CapStep.from_dict(s) for s in json.loads(store.get_meta("cap_schedule", "[]") or "[]")]
     state.next_cap_step = int(store.get_meta("next_cap_step", "1") or 1)
+    state.token_revocations = json.loads(store.get_meta("token_revocations", "{}") or "{}")
     state.resv = ReservationBook([Reservation.from_dict(r) for r in store.load_reservations()],
                                  int(store.get_meta("next_resv_id", "1") or 1))
     for data in store.load_jobs():
@@ -85,7 +86,8 @@ def flush(state: ClusterState) -> None:
         return
     meta = {"next_job_id": str(state.next_job_id), "next_resv_id": str(state.resv.next_id),
             "power_cap": json.dumps(state.power_cap), "next_cap_step": str(state.next_cap_step),
-            "cap_schedule": json.dumps([s.to_dict() for s in state.cap_steps])}
+            "cap_schedule": json.dumps([s.to_dict() for s in state.cap_steps]),
+            "token_revocations": json.dumps(state.token_revocations)}
     if journal.meta_dirty:
         meta["nodes"] = json.dumps({
             n.name: {"drain": n.drain, "reason": n.reason, "reason_time": n.reason_time,

@@ -27,7 +27,7 @@ from wattsched import (
 )
 from wattsched.api import JobSubmit
 from wattsched.auth import Identity
-from wattsched.config import Config
+from wattsched.config import Config, PartitionConf
 from wattsched.confvalues import parse_acctg_freq
 from wattsched.model import Job, Reservation
 
@@ -125,7 +125,7 @@ def build_jobs(req: JobSubmit, who: Identity, gid: int, group: str, config: Conf
                partitions: dict[str, scheduling.PartitionSnap],
                reservations: Mapping[str, Reservation]) -> list[Job]:
     """Validate ``req`` and return its job records (several for an array), ids from ``first_id``."""
-    part = _partition(req.partition, config, partitions)
+    part = partition_open(req.partition, config, partitions)
     if req.reservation:
         resv = reservations.get(req.reservation)
         if resv is None:
@@ -237,7 +237,9 @@ def build_jobs(req: JobSubmit, who: Identity, gid: int, group: str, config: Conf
     return jobs
 
 
-def _partition(name: str, config: Config, partitions: dict[str, scheduling.PartitionSnap]):
+def partition_open(name: str, config: Config, partitions: dict[str, scheduling.PartitionSnap]) -> PartitionConf:
+    """The partition a job asks for (the default one for ""), refused when it does not exist or takes
+    no jobs (inactive or drained)."""
     if name:
         part = next((p for p in config.partitions if p.name == name), None)
         if part is None:

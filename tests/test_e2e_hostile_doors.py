@@ -1,0 +1,170 @@
+"""The hostile suite, round two: the doors a hostile user tried after the first round was closed
+(the token service, tokens, BMC secrets, requeued usage, limits at every door, escaping processes,
+what listings print), each tried as a real unprivileged account against root's daemons.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import httpx
+
+from tests.hostile import USERS, Account, needs_accounts, own_cluster
+from wattsched.testing import Cluster, wait_for
+
+pytestmark = needs_accounts
+
+FLOOD = """import socket, sys
+path, count = sys.argv[1], int(sys.argv[2])
+silent = []
+for i in range(count):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(path)
+    if i % 50 == 0:
+        silent.append(s)  # these never read what they are sent
+    else:
+        s.close()  # these close at once
+print(len(silent), flush=True)
+sys.stdin.read()  # the silent ones stay open until the test is done
+"""
+
+
+def test_no_client_can_stop_the_token_service(shared: Cluster, mallory: Account, victim: Account) -> None:
+    """Connections closed at once, in a loop, and others that never read: the other user's commands
+    still get their tokens, and the service says nothing went wrong with it."""
+    socket_path = shared.root / "auth" / "auth.sock"
+    script = mallory.home / "flood.py"
+    script.write_text(FLOOD)
+    flood = subprocess.Popen([sys.executable, str(script), str(socket_path), "3000"], user=mallory.uid,
+                             group=mallory.gid, stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=mallory.home)
+    try:
+        assert flood.stdout is not None
+        assert int(flood.stdout.readline()) == 60
+        for _ in range(3):
+            ping = victim.run("scontrol", "ping", timeout=30)
+            assert ping.returncode == 0 and b"UP" in ping.stdout, ping.stderr
+        assert victim.run("squeue", timeout=30).returncode == 0
+    finally:
+        flood.kill()
+        flood.wait()
+    log = (shared.logs / "controller.log").read_text()
+    assert "Traceback" not in log and "token service stopped" not in log
+
+
+def test_tokens_are_bounded_revocable_and_end_with_their_user(shared: Cluster, mallory: Account) -> None:
+    """A user's token lives a day at most (AuthAltParameters=max_token_lifespan); root revokes a
+    user's tokens; a token whose user was deleted and whose uid went to another user is refused."""
+    year = mallory.run("scontrol", "token", "lifespan=31536000")
+    assert year.returncode == 1 and b"Requested time limit is invalid" in year.stderr, year.stderr
+    assert b"SLURM_JWT" not in year.stdout
+    hour = mallory.run("scontrol", "token", "lifespan=3600")
+    assert hour.returncode == 0 and hour.stdout.startswith(b"SLURM_JWT=")
+    token = hour.stdout.decode().strip().split("=", 1)[1]
+    with_token = mallory.env(SLURM_JWT=token)
+    assert mallory.run("squeue", env=with_token).returncode == 0
+    refused = mallory.run("scontrol", "token", "revoke", f"username={mallory.name}")
+    assert refused.returncode != 0 and b"Access/permission denied" in refused.stderr
+    assert mallory.run("squeue", env=with_token).returncode == 0
+    shared.run("scontrol", "token", "revoke", f"username={mallory.name}")
+    revoked = mallory.run("squeue", env=with_token)
+    assert revoked.returncode != 0 and b"revoked" in revoked.stderr, revoked.stderr
+    # a fresh token from the auth socket is honoured (issued in a later second than the revocation)
+    wait_for(lambda: mallory.run("squeue").returncode == 0, 10, what="a fresh token honoured")
+
+    gone, heir = "wsgone", "wsheir"
+    subprocess.run(["useradd", "-M", "-N", "-g", "users", "-s", "/bin/sh", gone], check=True)
+    try:
+        uid = int(subprocess.run(["id", "-u", gone], capture_output=True, check=True).stdout)
+        old = shared.run("scontrol", "token", f"username={gone}").stdout.strip().split("=", 1)[1]
+        base = f"http://127.0.0.1:{shared.port}"
+        headers = {"Authorization": f"Bearer {old}"}
+        assert httpx.get(f"{base}/v1/ping", headers=headers).json()["uid"] == uid
+        subprocess.run(["userdel", gone], check=True)
+        subprocess.run(["useradd", "-M", "-N", "-g", "users", "-u", str(uid), "-s", "/bin/sh", heir], check=True)
+        wait_for(lambda: httpx.get(f"{base}/v1/ping", headers=headers).status_code == 401, 30,
+                 what="the dead user's token refused")
+        submitted = httpx.post(f"{base}/v1/jobs", headers=headers,
+                               json={"script": "#!/bin/sh\nid\n", "hold": True, "work_dir": "/tmp"})
+        assert submitted.status_code == 401 and "is not uid" in submitted.text, submitted.text
+        assert not [j for j in shared.jobs() if j["uid"] == uid]
+    finally:
+        for name in (gone, heir):
+            subprocess.run(["userdel", name], capture_output=True, check=False)
+
+
+def test_a_users_tokens_stay_revoked_across_a_restart(accounts) -> None:
+    """Revocations are state: a controller restarted (kill -9) still refuses the revoked token."""
+    root = Path(tempfile.mkdtemp(prefix="wattsched-hostile-revoke-"))
+    os.chmod(root, 0o755)
+    cluster = Cluster(root, nodes=1, cpus=2).start()
+    try:
+        os.chmod(cluster.conf, 0o644)
+        user = Account(USERS[0], cluster)
+        token = user.run("scontrol", "token").stdout.decode().strip().split("=", 1)[1]
+        cluster.run("scontrol", "token", "revoke", f"username={user.name}")
+        cluster.kill_controller()
+        cluster.start_controller()
+        after = user.run("squeue", env=user.env(SLURM_JWT=token))
+        assert after.returncode != 0 and b"revoked" in after.stderr, after.stderr
+    finally:
+        cluster.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+# --- limits at every door ----------------------------------------------------------------------------
+
+def test_a_requeue_brings_back_no_more_than_a_submission_could(accounts) -> None:
+    """Held arrays submitted up to MaxSubmitJobsPerUser, cancelled, the cap filled again, then the
+    cancelled ones requeued: refused with Slurm's policy error, and never more than the cap pending."""
+    with own_cluster("MaxJobCount=1000\nMaxSubmitJobsPerUser=200") as cluster:
+        attacker = Account(USERS[0], cluster)
+        first = [attacker.sbatch("-H", "--array=0-99", "--wrap", "true") for _ in range(2)]
+        assert attacker.run("scancel", *map(str, first)).returncode == 0
+        wait_for(lambda: all(j["state"] == "CANCELLED" for j in cluster.jobs()), 30, what="the arrays cancelled")
+        for _ in range(2):
+            attacker.sbatch("-H", "--array=0-99", "--wrap", "true")
+        for array in first:
+            requeued = attacker.run("scontrol", "requeue", str(array))
+            assert requeued.returncode != 0 and b"Job violates accounting/QOS policy" in requeued.stderr, \
+                requeued.stderr
+        pending = [j for j in cluster.jobs() if j["state"] == "PENDING"]
+        assert len(pending) == 200, len(pending)
+        # with room under the cap, a requeue is a submission like any other
+        assert attacker.run("scancel", "-u", attacker.name).returncode == 0
+        wait_for(lambda: not [j for j in cluster.jobs() if j["state"] == "PENDING"], 30, what="all cancelled")
+        assert attacker.run("scontrol", "requeue", str(first[0])).returncode == 0
+        assert len([j for j in cluster.jobs() if j["state"] == "PENDING"]) == 100
+
+
+def test_a_job_moved_to_a_partition_is_checked_as_a_submission_to_it(accounts) -> None:
+    """A held job of the QOS normal moved (scontrol update, Slurm's REST API) to a partition whose
+    AllowQos is high alone, or to one that is down to new jobs: refused, and it stays where it was."""
+    settings = "AccountingStorageEnforce=associations,limits,qos"
+    partitions = ("PartitionName=debug Nodes=n01 Default=YES MaxTime=INFINITE\n"
+                  "PartitionName=vip Nodes=n01 AllowQos=high\n"
+                  "PartitionName=closed Nodes=n01 State=INACTIVE\n"
+                  "PartitionName=open Nodes=n01")
+    with own_cluster(settings, partitions=partitions) as cluster:
+        cluster.run("sacctmgr", "-i", "add", "qos", "high", "Priority=100")
+        cluster.run("sacctmgr", "-i", "add", "account", "proj", "QOS=normal,high")
+        cluster.run("sacctmgr", "-i", "add", "user", USERS[0], "Account=proj")
+        attacker = Account(USERS[0], cluster)
+        job = attacker.sbatch("-H", "-D", "/tmp", "-o", "/dev/null", "--wrap", "true")
+        for target, why in (("vip", b"Invalid qos specification"), ("closed", b"Required partition not available"),
+                            ("nosuch", b"Invalid partition name specified")):
+            moved = attacker.run("scontrol", "update", f"jobid={job}", f"partition={target}")
+            assert moved.returncode != 0 and why in moved.stderr, (target, moved.stderr)
+            assert cluster.job(job)["partition"] == "debug"
+        rest = httpx.post(f"http://127.0.0.1:{cluster.port}/slurm/v0.0.40/job/{job}",
+                          json={"partition": "vip"}, headers={"X-SLURM-USER-NAME": attacker.name,
+                                                              "X-SLURM-USER-TOKEN": attacker.token()})
+        assert rest.status_code >= 400 and "Invalid qos specification" in rest.text, rest.text
+        assert cluster.job(job)["partition"] == "debug"
+        assert attacker.run("scontrol", "update", f"jobid={job}", "partition=open").returncode == 0
+        assert cluster.job(job)["partition"] == "open"
+        attacker.run("scancel", str(job))
