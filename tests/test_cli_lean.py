@@ -66,13 +66,16 @@ def test_query_strings_are_urlencodes(params: dict) -> None:
     assert query_string(params) == urllib.parse.urlencode(pairs)
 
 
-def test_printable_escapes_control_characters_as_python_writes_them() -> None:
+def test_printable_escapes_what_python_does_not_print_as_python_writes_it() -> None:
+    """Controls, and the format characters and separators that reorder or break a terminal's line
+    (U+202E, U+2028): each as repr writes it; every printable character as it is."""
     for code in range(0x110000):
         char = chr(code)
         if 0xD800 <= code < 0xE000:
             continue
-        control = code < 0x20 or 0x7F <= code < 0xA0
-        assert printable(f"a{char}b") == (f"a{char.encode('unicode_escape').decode()}b" if control else f"a{char}b")
+        expected = char if char.isprintable() else repr(char)[1:-1]
+        assert printable(f"a{char}b") == f"a{expected}b", hex(code)
+    assert printable("x\u202ey\u2028z") == "x\\u202ey\\u2028z"
 
 
 @pytest.mark.parametrize("module", ["wattsched.cli.squeue", "wattsched.cli.sinfo", "wattsched.cli.scontrol",

@@ -154,8 +154,46 @@ def test_several_controllers_primary_first(tmp_path: Path) -> None:
 
 def test_show_config_hides_passwords(tmp_path: Path) -> None:
     conf = tmp_path / "secret.conf"
-    conf.write_text("EnergyIPMIPassword=hunter2\nAccountingStorageLoc=postgresql://ws:s3cret@db/acct\n"
+    (tmp_path / "acct_gather.conf").write_text("EnergyIPMIPassword=hunter2\n")
+    (tmp_path / "acct_gather.conf").chmod(0o600)
+    conf.write_text("AccountingStorageLoc=postgresql://ws:s3cret@db/acct\n"
                     "StateStorageLoc=postgresql://ws:s3cret@db/state\nNodeName=n1\nPartitionName=p Nodes=ALL\n")
     shown = dict(config.load(conf).as_pairs())
     assert "hunter2" not in str(shown) and "s3cret" not in str(shown)
     assert shown["StateStorageLoc"] == "postgresql://ws:*****@db/state"
+    assert shown["EnergyIPMIPassword"] == "*****"
+
+
+def test_bmc_secrets_live_in_acct_gather_conf_readable_by_root_alone(tmp_path: Path) -> None:
+    """As Slurm: the EnergyIPMI keys are acct_gather.conf's; in the file every user reads they are
+    refused, and an acct_gather.conf that others may read is refused too."""
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("EnergyIPMIPassword=hunter2\nNodeName=n1\nPartitionName=p Nodes=ALL\n")
+    with pytest.raises(config.ConfigError, match=r"slurm.conf:1: EnergyIPMIPassword: belongs in acct_gather.conf"):
+        config.load(conf)
+    conf.write_text("NodeName=n1\nPartitionName=p Nodes=ALL\n")
+    secrets = tmp_path / "acct_gather.conf"
+    secrets.write_text("EnergyIPMIUsername=ops\nEnergyIPMIPassword=hunter2\nEnergyIPMITimeout=3\n")
+    secrets.chmod(0o644)
+    with pytest.raises(config.ConfigError, match=r"acct_gather.conf.*readable by its owner \(root\) alone.*0644"):
+        config.load(conf)
+    secrets.chmod(0o600)
+    loaded = config.load(conf)
+    assert (loaded.energy_ipmi_username, loaded.energy_ipmi_password, loaded.energy_ipmi_timeout_s) == \
+        ("ops", "hunter2", 3)
+    assert config.load(conf, globals_only=True).energy_ipmi_password == ""  # the commands never read it
+
+
+def test_emulated_bmcs_get_one_random_password_per_cluster(tmp_path: Path) -> None:
+    from wattsched import bmcauth
+
+    conf = tmp_path / "slurm.conf"
+    conf.write_text(f"StateSaveLocation={tmp_path / 'ctld'}\nEmulatedNodes=YES\n"
+                    "NodeName=n1\nPartitionName=p Nodes=ALL\n")
+    user, password = bmcauth.credentials(config.load(conf))
+    assert user == "admin" and len(password) >= 20 and password != "admin"
+    assert bmcauth.credentials(config.load(conf)) == (user, password)  # kept
+    kept = tmp_path / "ctld" / bmcauth.PASSWORD_FILE
+    assert kept.stat().st_mode & 0o777 == 0o600 and (tmp_path / "ctld").stat().st_mode & 0o777 == 0o700
+    other = tmp_path / "other"
+    assert bmcauth.emulated_password(str(other)) != password  # another cluster, another password

@@ -65,7 +65,7 @@ def sweep(root: str) -> None:
 
 
 def job_cgroup(node: str, job_id: int, controller: str = "memory") -> str:
-    return os.path.join(V1, controller, "wattsched", f"node_{node}", f"job_{job_id}")
+    return os.path.join(V1, controller, "wattsched", "testcluster", f"node_{node}", f"job_{job_id}")
 
 
 def processes_with(marker: str) -> list[int]:
@@ -124,7 +124,7 @@ def test_an_unprivileged_job_cannot_leave_its_cgroup(memory_cluster: Cluster) ->
         memory_cluster.wait_state(job_id, "COMPLETED")
         text = (out / f"{job_id}.out").read_text()
         assert "moved=1" in text or "moved=2" in text, text
-        assert f"/wattsched/node_n02/job_{job_id}/step_batch" in text
+        assert f"/wattsched/testcluster/node_n02/job_{job_id}/step_batch" in text
     finally:
         shutil.rmtree(out, ignore_errors=True)
 
@@ -196,10 +196,10 @@ def test_cgroup_v2_tracks_and_kills_a_jobs_processes(tmp_path: Path) -> None:
                                 ">/dev/null 2>&1; sleep 1")
         wait_for(lambda: processes_with(f"sleep\0{marker}"), 20, what="the daemon started")
         pid = processes_with(f"sleep\0{marker}")[0]
-        assert f"wattsched/node_n01/job_{job_id}/step_batch" in Path(f"/proc/{pid}/cgroup").read_text()
+        assert f"wattsched/testcluster/node_n01/job_{job_id}/step_batch" in Path(f"/proc/{pid}/cgroup").read_text()
         cluster.wait_state(job_id, "COMPLETED")
         wait_for(lambda: not processes_with(f"sleep\0{marker}"), 20, what="the daemon killed with its job")
-        assert not os.path.exists(os.path.join(mount, "wattsched", "node_n01", f"job_{job_id}"))
+        assert not os.path.exists(os.path.join(mount, "wattsched", "testcluster", "node_n01", f"job_{job_id}"))
     finally:
         cluster.stop()
         sweep(mount)

@@ -33,7 +33,7 @@ def cluster(tmp_path_factory):
     root = tmp_path_factory.mktemp("energy")
     c = Cluster(root, nodes=4, cpus=4, agents=2, bmc=True, extra="\n".join([
         "EmulatedNodes=YES", f"EmulatedBMCPort={_udp_port()}", "AcctGatherEnergyType=acct_gather_energy/ipmi",
-        "EnergyIPMIUsername=admin", "EnergyIPMIPassword=admin", "AcctGatherNodeFreq=1",
+        "AcctGatherNodeFreq=1",
         "AcctGatherProfileType=acct_gather_profile/hdf5", f"ProfileHDF5Dir={root / 'profile'}",
         "CpuFreqGovernors=OnDemand,Performance,PowerSave,UserSpace"]),
         node_extra=f"IdleWatts=95 MaxWatts=190 {FREQS}").start()

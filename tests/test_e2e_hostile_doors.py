@@ -168,3 +168,74 @@ def test_a_job_moved_to_a_partition_is_checked_as_a_submission_to_it(accounts) -
         assert attacker.run("scontrol", "update", f"jobid={job}", "partition=open").returncode == 0
         assert cluster.job(job)["partition"] == "open"
         attacker.run("scancel", str(job))
+
+
+# --- secrets out of users' reach ----------------------------------------------------------------------
+
+SWITCH_OFF = """import sys
+from pyghmi.ipmi import command
+port, password = int(sys.argv[1]), sys.argv[2]
+try:
+    session = command.Command(bmc="127.0.0.1", port=port, userid="admin", password=password, keepalive=False)
+    session.set_power("off", wait=False)
+    print("SWITCHED OFF")
+except Exception as exc:
+    print("refused:", type(exc).__name__, exc)
+"""
+
+
+def test_no_file_a_user_can_read_holds_a_bmc_secret(accounts) -> None:
+    """Emulated BMCs metered over IPMI: their password is random, kept where only root reads it; no
+    file the user can read holds it, and the factory password switches no node off."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    extra = (f"EmulatedNodes=YES\nEmulatedBMCPort={port}\nAcctGatherEnergyType=acct_gather_energy/ipmi\n"
+             "AcctGatherNodeFreq=1")
+    with own_cluster(extra, bmc=True, node_extra="IdleWatts=100 MaxWatts=200") as cluster:
+        wait_for(lambda: all(n["metered"] for n in cluster.nodes()), 30, what="nodes metered over IPMI")
+        attacker = Account(USERS[0], cluster)
+        password = (cluster.root / "ctld" / "bmc_password").read_text().strip()
+        assert len(password) >= 20
+        found = attacker.run("grep", "-rlF", "--", password, str(cluster.root), "/etc", "/tmp", timeout=120)
+        assert found.stdout == b"", found.stdout
+        config = attacker.run("scontrol", "show", "config")
+        assert password.encode() not in config.stdout and b"EnergyIPMIPassword = *****" not in config.stdout
+        script = attacker.home / "switch.py"
+        script.write_text(SWITCH_OFF)
+        for guess in ("admin", ""):
+            tried = attacker.run(sys.executable, str(script), str(port), guess, timeout=60)
+            assert b"SWITCHED OFF" not in tried.stdout, tried.stdout
+        status = cluster.run("wattsched", "power", "status", "n01").stdout
+        assert "on" in status and "off" not in status, status
+
+
+# --- what listings print and what a request may hold ------------------------------------------------
+
+def test_listings_escape_what_reorders_or_breaks_a_line(shared: Cluster, mallory: Account) -> None:
+    """A right-to-left override and a line separator in a user's submit line and paths reach other
+    users' listings escaped, never raw."""
+    job = mallory.sbatch("-H", "-o", f"{mallory.home}/out\u202etxt.log", "--wrap", "echo \u202e\u2028done")
+    try:
+        for args in (("scontrol", "show", "job", str(job)), ("squeue", "-j", str(job), "-o", "%o %Z"),
+                     ("scontrol", "show", "job", str(job), "--json")):
+            shown = shared.run(*args).stdout
+            assert "\u202e" not in shown and "\u2028" not in shown, (args, shown)
+        assert "\\u202e" in shared.run("scontrol", "show", "job", str(job)).stdout
+    finally:
+        mallory.run("scancel", str(job))
+
+
+def test_a_request_that_cannot_start_is_refused_when_sent(shared: Cluster, mallory: Account) -> None:
+    """An environment name holding '=' and a relative working directory, through Slurm's REST API:
+    refused at once with the reason, nothing queued (they failed only at launch before)."""
+    base = f"http://127.0.0.1:{shared.port}/slurm/v0.0.40/job/submit"
+    headers = {"X-SLURM-USER-NAME": mallory.name, "X-SLURM-USER-TOKEN": mallory.token()}
+    before = {j["job_id"] for j in shared.jobs()}
+    for job, why in (({"environment": ["A=B=C", "=x"], "current_working_directory": "/tmp"}, "environment"),
+                     ({"environment": ["PATH=/bin"], "current_working_directory": "tmp"}, "absolute path")):
+        reply = httpx.post(base, headers=headers, json={"script": "#!/bin/sh\ntrue\n", "job": job})
+        assert 400 <= reply.status_code < 500 and why in reply.text, reply.text
+    assert {j["job_id"] for j in shared.jobs()} == before

@@ -31,11 +31,13 @@ def bmcs(tmp_path):
     base = _udp_port()
     conf = tmp_path / "bmc.conf"
     conf.write_text(f"ClusterName=t\nSlurmdSpoolDir={tmp_path / 'spool'}\nStateSaveLocation={tmp_path / 'ctld'}\n"
-                    f"EmulatedNodes=YES\nEmulatedBMCPort={base}\nEnergyIPMIUsername=admin\n"
-                    "EnergyIPMIPassword=s3cret\n"
+                    f"EmulatedNodes=YES\nEmulatedBMCPort={base}\n"
                     "NodeName=v[1-2] CPUs=4 IdleWatts=100 MaxWatts=200 PowerSaveWatts=6 SwitchOffTime=1.5 "
                     "SwitchOffWatts=90 SwitchOnTime=1.5 SwitchOnWatts=120\n"
                     "PartitionName=p Nodes=ALL Default=YES\n")
+    secrets = tmp_path / "acct_gather.conf"  # the BMCs' credentials: root's alone, as Slurm keeps them
+    secrets.write_text("EnergyIPMIUsername=admin\nEnergyIPMIPassword=s3cret\n")
+    secrets.chmod(0o600)
     proc = subprocess.Popen([sys.executable, "-m", "wattsched.cli.wattsched", "bmc", str(conf)])
     config = config_mod.load(conf)
     plugin = IpmiEnergy(config, list(config.nodes))
@@ -140,8 +142,8 @@ def test_hung_bmc_delays_neither_job_launch_nor_heartbeats(tmp_path: Path) -> No
     """n02's BMC never answers; its jobs still start at once and the node stays up."""
     base = _udp_port()
     c = Cluster(tmp_path, nodes=2, extra=f"EmulatedNodes=YES\nEmulatedBMCPort={base}\n"
-                "AcctGatherEnergyType=acct_gather_energy/ipmi\nAcctGatherNodeFreq=1\nEnergyIPMITimeout=2",
-                node_extra="IdleWatts=100 MaxWatts=200")
+                "AcctGatherEnergyType=acct_gather_energy/ipmi\nAcctGatherNodeFreq=1",
+                node_extra="IdleWatts=100 MaxWatts=200", acct_gather="EnergyIPMITimeout=2")
     bmc = subprocess.Popen([sys.executable, "-m", "wattsched.cli.wattsched", "bmc", str(c.conf), "--nodes", "n01"],
                            env=c.env)
     silent = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)

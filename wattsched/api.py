@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
-from wattsched.usertext import check_all_text, check_label
+from wattsched.usertext import check_all_text, check_label, excerpt
 
 API_VERSION = "v1"
 
@@ -31,9 +31,22 @@ BIG = 2**53  # integers kept exactly everywhere, JSON readers included
 
 
 def _env_size(env: dict[str, str]) -> dict[str, str]:
+    """At most ENV_MAX bytes, and names execve can pass: not empty, no "=" (nor a NUL, refused for
+    every string): refused when sent, not when the job would start."""
     if sum(len(k) + len(v) + 2 for k, v in env.items()) > ENV_MAX:
         raise ValueError(f"environment larger than {ENV_MAX} bytes")
+    bad = next((k for k in env if not k or "=" in k), None)
+    if bad is not None:
+        raise ValueError(f"invalid environment variable name {excerpt(bad)!r}: empty, or holds '='")
     return env
+
+
+def _absolute(path: str) -> str:
+    """A working directory: absolute, as sbatch and srun send it (a relative one means nothing to an
+    agent on another host)."""
+    if not path.startswith("/"):
+        raise ValueError(f"working directory {excerpt(path)!r} is not an absolute path")
+    return path
 
 
 def _argv_size(argv: list[str]) -> list[str]:
@@ -46,6 +59,7 @@ Short = Annotated[str, Field(max_length=ID_MAX), AfterValidator(check_label)]  #
 Name = Annotated[str, Field(max_length=NAME_MAX), AfterValidator(check_label)]  # job and step names
 Comment = Annotated[str, Field(max_length=TEXT_MAX), AfterValidator(check_label)]  # comments, reasons
 Path = Annotated[str, Field(max_length=PATH_MAX)]
+WorkDir = Annotated[str, Field(min_length=1, max_length=PATH_MAX), AfterValidator(_absolute)]
 Text = Annotated[str, Field(max_length=TEXT_MAX)]  # submit lines: may span lines, escaped when shown
 Environment = Annotated[dict[Annotated[str, Field(max_length=PATH_MAX)], Annotated[str, Field(max_length=ENV_MAX)]],
                         Field(max_length=LIST_MAX), AfterValidator(_env_size)]
@@ -80,7 +94,7 @@ class JobSubmit(Strict):
     script: str | None = Field(None, max_length=SCRIPT_MAX)
     argv: Argv = []
     command: Path = ""
-    work_dir: Path = Field(min_length=1)
+    work_dir: WorkDir
     environment: Environment = {}
     submit_host: Short = ""
     submit_line: Text = ""
@@ -461,7 +475,7 @@ class TaskLaunch(Strict):
     credential: str = Field(max_length=1 << 20)
     argv: Argv = Field(min_length=1)
     environment: Environment = {}
-    work_dir: Path
+    work_dir: WorkDir
     label: bool = False
     unbuffered: bool = False
     output: Path = ""

@@ -60,6 +60,8 @@ from wattsched.confvalues import (
 from wattsched.gres import Device, Inventory
 from wattsched.ratelimit import RateLimits, parse_slurmctld_params
 
+ACCT_GATHER = "acct_gather.conf"
+
 
 class ConfigError(ValueError):
     """A configuration error, located at file:line and key."""
@@ -239,12 +241,14 @@ class Config:
     energy_sysfs_root: str = setting("EnergySysfsRoot", text, "", path=True)
     energy_emulated_lag_s: float = setting("EnergyEmulatedLag", non_negative_number, 0.0)
     energy_emulated_noise: float = setting("EnergyEmulatedNoise", non_negative_number, 0.0)
-    energy_ipmi_username: str = setting("EnergyIPMIUsername", text, "")
-    energy_ipmi_password: str = setting("EnergyIPMIPassword", text, "")
-    energy_ipmi_frequency_s: int = setting("EnergyIPMIFrequency", integer, 0)  # 0: AcctGatherNodeFreq
-    energy_ipmi_calc_adjustment: bool = setting("EnergyIPMICalcAdjustment", yes_no, False)
-    energy_ipmi_power_sensors: tuple[str, ...] = setting("EnergyIPMIPowerSensors", names, ())
-    energy_ipmi_timeout_s: int = setting("EnergyIPMITimeout", positive, 10)
+    # acct_gather.conf, as Slurm's: the BMCs' credentials are secrets, so the file is root's alone
+    # (wattsched.bmcauth: without a password, emulated BMCs get a random one per cluster)
+    energy_ipmi_username: str = setting("EnergyIPMIUsername", text, "", conf=ACCT_GATHER)
+    energy_ipmi_password: str = setting("EnergyIPMIPassword", text, "", conf=ACCT_GATHER)
+    energy_ipmi_frequency_s: int = setting("EnergyIPMIFrequency", integer, 0, conf=ACCT_GATHER)  # 0: AcctGatherNodeFreq
+    energy_ipmi_calc_adjustment: bool = setting("EnergyIPMICalcAdjustment", yes_no, False, conf=ACCT_GATHER)
+    energy_ipmi_power_sensors: tuple[str, ...] = setting("EnergyIPMIPowerSensors", names, (), conf=ACCT_GATHER)
+    energy_ipmi_timeout_s: int = setting("EnergyIPMITimeout", positive, 10, conf=ACCT_GATHER)
     emulated_nodes: bool = setting("EmulatedNodes", yes_no, False, restart=True)
     emulated_bmc_port: int = setting("EmulatedBMCPort", positive, 16230, restart=True)
     cpu_freq_def: str = setting("CpuFreqDef", cpu_freq_spec, "")
@@ -388,7 +392,7 @@ class Config:
 
     def as_pairs(self) -> list[tuple[str, str]]:
         """The global settings as (Slurm key, value) pairs, for ``scontrol show config``."""
-        keys = {**_GLOBAL_KEYS, **_CGROUP_KEYS}
+        keys = {**_GLOBAL_KEYS, **_CGROUP_KEYS, **_ACCT_GATHER_KEYS}
         pairs = []
         for key, (attr, _p) in sorted(keys.items(), key=lambda kv: kv[0]):
             if key == "SlurmctldHost":  # one per controller, numbered, as Slurm shows them
@@ -445,6 +449,7 @@ def _table(cls: type, conf: str) -> dict[str, tuple[str, Callable[[str], Any]]]:
 
 _GLOBAL_KEYS = _table(Config, "")
 _CGROUP_KEYS = _table(Config, "cgroup.conf")
+_ACCT_GATHER_KEYS = _table(Config, ACCT_GATHER)
 _NODE_KEYS = _table(NodeConf, "")
 _PARTITION_KEYS = _table(PartitionConf, "")
 # Keys whose value is a path resolved against the config file's folder when relative.
@@ -456,6 +461,7 @@ RESTART_ONLY = {f.metadata["key"]: f.name for f in fields(Config) if f.metadata.
 
 _LOWER_GLOBAL = {k.lower(): k for k in _GLOBAL_KEYS}
 _LOWER_CGROUP = {k.lower(): k for k in _CGROUP_KEYS}
+_LOWER_ACCT_GATHER = {k.lower(): k for k in _ACCT_GATHER_KEYS}
 _LOWER_NODE = {k.lower(): k for k in _NODE_KEYS}
 _LOWER_PART = {k.lower(): k for k in _PARTITION_KEYS}
 
@@ -477,6 +483,9 @@ def _pairs(text: str, path: str, lineno: int) -> list[tuple[str, str]]:
 def _set(target: dict, table: dict, lower: dict, key: str, value: str, path: str, lineno: int,
          what: str) -> None:
     canonical = lower.get(key.lower())
+    if canonical is None and key.lower() in _LOWER_ACCT_GATHER:
+        raise ConfigError(path, lineno, key, f"belongs in {ACCT_GATHER} beside it (readable by root alone), "
+                          "as in Slurm: the BMCs' credentials are secrets every user could read here")
     if canonical is None:
         raise ConfigError(path, lineno, key, f"unknown {what} key")
     attr, parser = table[canonical]
@@ -509,6 +518,7 @@ def load(path: str | os.PathLike[str], globals_only: bool = False, switches_node
     base = os.path.dirname(path)
     if not globals_only:
         _read_cgroup_conf(os.path.join(base, "cgroup.conf"), globals_, files)
+        _read_acct_gather_conf(os.path.join(base, ACCT_GATHER), globals_, files)
         _read_gres_conf(os.path.join(base, "gres.conf"), globals_, nodes, files)
         with_gpus = [name for name, node in nodes.items() if node.gres]
         if with_gpus and "gpu" not in globals_.get("gres_types", ()):
@@ -573,6 +583,27 @@ def _read_cgroup_conf(path: str, globals_: dict, files: list[str]) -> None:
     for lineno, line in _lines(path, files):
         for key, value in _pairs(line, path, lineno):
             _set(globals_, _CGROUP_KEYS, _LOWER_CGROUP, key, value, path, lineno, "cgroup.conf")
+
+
+def _read_acct_gather_conf(path: str, globals_: dict, files: list[str]) -> None:
+    """acct_gather.conf beside the main file, as Slurm's: the energy plugins' settings, the BMCs'
+    credentials among them. Since it holds secrets it must be the reader's (or root's) and readable
+    by no one else; a reader who cannot open it (a user's simulator) goes without it."""
+    if not os.path.exists(path) or not os.access(path, os.R_OK):
+        return
+    private_file(path)
+    for lineno, line in _lines(path, files):
+        for key, value in _pairs(line, path, lineno):
+            _set(globals_, _ACCT_GATHER_KEYS, _LOWER_ACCT_GATHER, key, value, path, lineno, ACCT_GATHER)
+
+
+def private_file(path: str) -> None:
+    """Refuse a file of secrets that another user could read or change (nothing a user can write
+    is trusted by root)."""
+    info = os.stat(path)
+    if info.st_uid not in (0, os.geteuid()) or info.st_mode & 0o077:
+        raise ConfigError(path, 0, ACCT_GATHER, f"holds secrets, so it must be readable by its owner (root) "
+                          f"alone: owner uid {info.st_uid}, mode {info.st_mode & 0o777:04o} (chmod 600 it)")
 
 
 _GRES_CONF_KEYS = {"nodename", "name", "type", "file", "count", "cores", "autodetect", "links", "flags"}

@@ -90,9 +90,10 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 20.0, interval: floa
 class Cluster:
     def __init__(self, root: Path, nodes: int = 4, cpus: int = 4, agents: int = 1, extra: str = "",
                  node_extra: str = "", partitions: str | None = None, accounting_url: str = "", bmc: bool = False,
-                 controllers: int = 1, state_url: str = ""):
+                 controllers: int = 1, state_url: str = "", acct_gather: str = ""):
         """``controllers``: more than one are ctl1 (127.0.0.1), ctl2 (127.0.0.2), ... on the same port,
-        with their state at ``state_url`` (a PostgreSQL database)."""
+        with their state at ``state_url`` (a PostgreSQL database). ``acct_gather``: the lines of an
+        acct_gather.conf beside the file (root's alone, as the daemons require)."""
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
@@ -120,6 +121,10 @@ class Cluster:
                   f"NodeName=n[01-{nodes:02d}] CPUs={cpus} RealMemory=8000 {node_extra}",
                   partitions or f"PartitionName=debug Nodes=n[01-{nodes:02d}] Default=YES MaxTime=INFINITE"]
         self.conf.write_text("\n".join(line for line in lines if line) + "\n")
+        if acct_gather:
+            fd = os.open(root / "acct_gather.conf", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as handle:
+                handle.write(acct_gather + "\n")
         # the commands (srun inside batch scripts too) come from this interpreter's environment
         self.env = dict(os.environ, WATTSCHED_CONF=str(self.conf), SLURM_CONF=str(self.conf),
                         PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")

@@ -30,7 +30,7 @@ import time
 from pyghmi.ipmi import bmc as pyghmi_bmc
 from pyghmi.ipmi.private import session as ipmisession
 
-from wattsched import switching
+from wattsched import bmcauth, switching
 from wattsched.config import Config, NodeConf
 from wattsched.noded import chassis
 from wattsched.plugins.acct_gather_energy.ipmi import bmc_port
@@ -125,7 +125,8 @@ class EmulatedBmc(pyghmi_bmc.Bmc):
 
 def serve(config: Config, names: list[str] | None = None) -> None:
     """Run the emulated BMCs of the configured (or the named) nodes until killed."""
-    users = {config.energy_ipmi_username or "admin": config.energy_ipmi_password or "admin"}
+    user, password = bmcauth.credentials(config)
+    users = {user: password}
     response = Response(config.energy_emulated_lag_s, config.energy_emulated_noise)
     for node in config.nodes:
         if names is None or node.name in names:

@@ -1,6 +1,7 @@
 """Jobs and steps in control groups (Slurm's proctrack/cgroup and task/cgroup), on cgroup v1 or v2.
 
-Each job on a node gets ``wattsched/node_<node>/job_<id>``, and each of its steps a child
+Each job on a node gets ``wattsched/<cluster>/node_<node>/job_<id>`` (the cluster's name keeps two
+clusters on one host, with the same node names, out of each other's groups), and each of its steps a child
 ``step_<batch|N>`` in which its processes live: the batch script's child of the step daemon and
 each srun task join their step before they become the user (the step daemon writes their pid,
 as root, into the step's ``cgroup.procs``). The paths are made by root from the node's name and
@@ -96,8 +97,9 @@ def _keyed(path: str) -> dict[str, int]:
 
 
 def _safe(name: str) -> str:
-    """A path component from an admin's node name (config), never from a user."""
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+    """A path component from an admin's node or cluster name (config), never from a user."""
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+    return safe if safe.strip(".") else "_" * max(1, len(safe))  # never "", "." or ".."
 
 
 def cpu_list(cpus: tuple[int, ...]) -> str:
@@ -110,8 +112,9 @@ class Hierarchy(abc.ABC):
 
     controllers: tuple[str, ...] = ()
 
-    def __init__(self, mount: str, constrain_cores: bool, constrain_ram: bool, constrain_devices: bool = False):
-        self.mount = mount
+    def __init__(self, mount: str, constrain_cores: bool, constrain_ram: bool, constrain_devices: bool = False,
+                 cluster: str = "cluster"):
+        self.mount, self.cluster = mount, _safe(cluster)
         self.constrain_cores, self.constrain_ram = constrain_cores, constrain_ram
         self.constrain_devices = constrain_devices
 
@@ -137,7 +140,8 @@ class Hierarchy(abc.ABC):
     def usage(self, node: str, job_id: int, step: str) -> StepUsage: ...
 
     def job_paths(self, node: str, job_id: int) -> list[str]:
-        return [os.path.join(root, ROOT, f"node_{_safe(node)}", f"job_{int(job_id)}") for root in self._roots()]
+        return [os.path.join(root, ROOT, self.cluster, f"node_{_safe(node)}", f"job_{int(job_id)}")
+                for root in self._roots()]
 
     def step_paths(self, node: str, job_id: int, step: str) -> list[str]:
         return [os.path.join(p, f"step_{_safe(step)}") for p in self.job_paths(node, job_id)]
@@ -173,8 +177,9 @@ class Hierarchy(abc.ABC):
 
 class V1(Hierarchy):
 
-    def __init__(self, mount: str, constrain_cores: bool, constrain_ram: bool, constrain_devices: bool = False):
-        super().__init__(mount, constrain_cores, constrain_ram, constrain_devices)
+    def __init__(self, mount: str, constrain_cores: bool, constrain_ram: bool, constrain_devices: bool = False,
+                 cluster: str = "cluster"):
+        super().__init__(mount, constrain_cores, constrain_ram, constrain_devices, cluster)
         wanted = ["pids", "freezer", "cpuacct", "memory"] + (["cpuset"] if constrain_cores else []) + \
             (["devices"] if constrain_devices else [])
         missing = [c for c in wanted if not os.path.isfile(os.path.join(mount, c, "cgroup.procs"))]
@@ -269,8 +274,9 @@ class V1(Hierarchy):
 
 class V2(Hierarchy):
 
-    def __init__(self, mount: str, constrain_cores: bool, constrain_ram: bool, constrain_devices: bool = False):
-        super().__init__(mount, constrain_cores, constrain_ram, constrain_devices)
+    def __init__(self, mount: str, constrain_cores: bool, constrain_ram: bool, constrain_devices: bool = False,
+                 cluster: str = "cluster"):
+        super().__init__(mount, constrain_cores, constrain_ram, constrain_devices, cluster)
         if constrain_devices:
             # v2 has no devices controller: access is filtered by an eBPF program attached to the
             # cgroup, which needs a BPF loader we do not ship
@@ -348,7 +354,7 @@ class V2(Hierarchy):
 
 
 def open_hierarchy(plugin: str, mount: str, constrain_cores: bool, constrain_ram: bool,
-                   constrain_devices: bool = False) -> Hierarchy:
+                   constrain_devices: bool = False, cluster: str = "cluster") -> Hierarchy:
     """The hierarchy CgroupPlugin names (autodetect: v2 when the mount point is a cgroup2 root)."""
     if not os.path.isdir(mount):
         raise CgroupError(f"CgroupMountpoint {mount} does not exist")
@@ -357,7 +363,7 @@ def open_hierarchy(plugin: str, mount: str, constrain_cores: bool, constrain_ram
     if plugin == "autodetect":
         plugin = "cgroup/v2" if os.path.exists(os.path.join(mount, "cgroup.controllers")) else "cgroup/v1"
     kind = V2 if plugin == "cgroup/v2" else V1
-    return kind(mount, constrain_cores, constrain_ram, constrain_devices)
+    return kind(mount, constrain_cores, constrain_ram, constrain_devices, cluster)
 
 
 class JobCgroups:
@@ -371,7 +377,7 @@ class JobCgroups:
         self.constrain_ram = config.constrain_ram_space and "task/cgroup" in config.task_plugin
         self.constrain_devices = config.gpus_hidden
         self.hierarchy = open_hierarchy(config.cgroup_plugin, config.cgroup_mountpoint, self.constrain_cores,
-                                        self.constrain_ram, self.constrain_devices)
+                                        self.constrain_ram, self.constrain_devices, config.cluster_name)
 
     def denied_devices(self, node: str, gpu_ids: list[int]) -> tuple[str, ...]:
         """devices.deny lines for the node's GPUs that are not the job's (ConstrainDevices). The

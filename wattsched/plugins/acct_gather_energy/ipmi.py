@@ -36,6 +36,7 @@ from pyghmi import exceptions as ipmi_errors
 from pyghmi.ipmi import command as ipmi_command
 from pyghmi.ipmi.private import session as ipmi_session
 
+from wattsched import bmcauth
 from wattsched.config import Config, NodeConf
 
 EXCHANGE_S = 1.0  # before pyghmi's first retransmission
@@ -73,8 +74,7 @@ class IpmiEnergy:
 
     def __init__(self, config: Config, nodes: list[NodeConf]):
         self.endpoints = {n.name: bmc_endpoint(config, n) for n in nodes}
-        self.user = config.energy_ipmi_username or "admin"
-        self.password = config.energy_ipmi_password or "admin"
+        self.user, self.password = bmcauth.credentials(config)
         self.sensors = config.energy_ipmi_power_sensors
         self.timeout_s = config.energy_ipmi_timeout_s
         self._sessions: dict[str, ipmi_command.Command] = {}
