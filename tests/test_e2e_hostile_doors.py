@@ -239,3 +239,16 @@ def test_a_request_that_cannot_start_is_refused_when_sent(shared: Cluster, mallo
         reply = httpx.post(base, headers=headers, json={"script": "#!/bin/sh\ntrue\n", "job": job})
         assert 400 <= reply.status_code < 500 and why in reply.text, reply.text
     assert {j["job_id"] for j in shared.jobs()} == before
+
+
+def test_refusals_say_only_why(shared: Cluster, mallory: Account, victim: Account) -> None:
+    """sacctmgr does not announce a change it was refused; sh5util on another user's profiles ends
+    with an error, not a traceback."""
+    refused = mallory.run("sacctmgr", "-i", "modify", "qos", "normal", "set", "Priority=5")
+    assert refused.returncode != 0 and b"Access/permission denied" in refused.stderr
+    assert b"Modified" not in refused.stdout, refused.stdout
+    job = victim.sbatch("--profile=energy", "--acctg-freq=energy=1", "-o", "/dev/null", "--wrap", "true")
+    shared.wait_state(job, "COMPLETED", timeout=60)
+    stolen = mallory.run("sh5util", "-j", str(job), "-u", victim.name)
+    assert stolen.returncode != 0 and b"Traceback" not in stolen.stderr, stolen.stderr
+    assert stolen.stderr.startswith(b"sh5util: error: "), stolen.stderr

@@ -178,12 +178,16 @@ def sacctmgr(argv: list[str]) -> None:
         raise CLIError(f"No {entity} name given.  Nothing {'added' if action == 'add' else 'changed'}.")
     if action == "modify" and not values:
         raise CLIError("You didn't give me anything to set")
+    change = {"action": action, "entity": entity, "names": names, "where": where, "values": values}
+    if immediate:  # what was changed is said once it is: a refusal prints only its reason
+        client.request("POST", "/v1/associations", change)
+        print(_describe(action, entity, names, values))
+        return None
     print(_describe(action, entity, names, values))
-    if not immediate and not _confirm():
+    if not _confirm():
         print(" Changes Discarded")
         return None
-    client.request("POST", "/v1/associations", {"action": action, "entity": entity, "names": names,
-                                                "where": where, "values": values})
+    client.request("POST", "/v1/associations", change)
     return None
 
 
