@@ -95,7 +95,8 @@ def keys_page() -> str:
              "change it while the controller runs. What each key does is told in the "
              "[configuration reference](configuration.md) and the pages it links to.", ""]
     kinds = (("slurm.conf", config_mod.Config, ""), ("NodeName= lines", config_mod.NodeConf, ""),
-             ("PartitionName= lines", config_mod.PartitionConf, ""), ("cgroup.conf", config_mod.Config, "cgroup.conf"))
+             ("PartitionName= lines", config_mod.PartitionConf, ""), ("cgroup.conf", config_mod.Config, "cgroup.conf"),
+             ("acct_gather.conf (root's alone)", config_mod.Config, config_mod.ACCT_GATHER))
     for title, cls, conf in kinds:
         lines += [f"## {title}", "", "| key | also | value | default | |", "|---|---|---|---|---|"]
         declared = [f for f in dataclasses.fields(cls) if "key" in f.metadata and f.metadata["conf"] == conf]
