@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import httpx
@@ -252,3 +253,45 @@ def test_refusals_say_only_why(shared: Cluster, mallory: Account, victim: Accoun
     stolen = mallory.run("sh5util", "-j", str(job), "-u", victim.name)
     assert stolen.returncode != 0 and b"Traceback" not in stolen.stderr, stolen.stderr
     assert stolen.stderr.startswith(b"sh5util: error: "), stolen.stderr
+
+
+# --- every run accounted ----------------------------------------------------------------------------
+
+def test_requeueing_a_job_erases_none_of_its_runs(shared: Cluster, mallory: Account) -> None:
+    """A running job requeued twice and then cancelled: three records, two REQUEUED and one
+    CANCELLED, each with its own run time (sacct -D); sacct without -D shows the latest, as Slurm's.
+    An ended job requeued keeps its record as it ended."""
+    job = mallory.sbatch("-o", "/dev/null", "--wrap", "while :; do :; done")
+    for run in range(3):
+        wait_for(lambda r=run: (j := shared.job(job))["state"] == "RUNNING" and j["restart_count"] == r
+                 and time.time() - j["start_time"] >= 2, 60, what=f"run {run} under way for 2 s")
+        if run < 2:
+            assert mallory.run("scontrol", "requeue", str(job)).returncode == 0
+    assert mallory.run("scancel", str(job)).returncode == 0
+    shared.wait_state(job, "CANCELLED", timeout=60)
+
+    def records() -> list[list[str]] | None:
+        out = mallory.run("sacct", "-D", "-X", "-n", "-P", "-j", str(job), "-o", "JobID,State,ElapsedRaw").stdout
+        rows = [line.split("|") for line in out.decode().splitlines() if line]
+        states = [r[1] for r in rows]
+        return rows if states[:2] == ["REQUEUED", "REQUEUED"] and states[2:3] == [f"CANCELLED by {mallory.uid}"] \
+            else None
+
+    rows = wait_for(records, 30, 0.3, what="three records")
+    assert all(int(r[2]) >= 2 for r in rows), rows
+    latest = mallory.run("sacct", "-X", "-n", "-P", "-j", str(job), "-o", "State").stdout.decode().split("\n")
+    assert [line for line in latest if line] and "REQUEUED" not in latest[0], latest
+    ended = mallory.sbatch("-o", "/dev/null", "--wrap", "exit 3")
+    shared.wait_state(ended, "FAILED", timeout=60)
+    held = mallory.run("scontrol", "requeue", str(ended))
+    assert held.returncode == 0, held.stderr
+    mallory.run("scancel", str(ended))
+    shared.wait_state(ended, "CANCELLED", timeout=60)
+
+    def failed_kept() -> list[str] | None:
+        out = mallory.run("sacct", "-D", "-X", "-n", "-P", "-j", str(ended), "-o", "State,ExitCode").stdout
+        states = [line for line in out.decode().splitlines() if line]
+        return states if len(states) == 2 else None
+
+    kept = wait_for(failed_kept, 30, 0.3, what="both records of the ended job")
+    assert kept[0] == "FAILED|3:0", kept

@@ -289,7 +289,8 @@ class Cluster:
 
     def accounted(self, *job_ids: int, timeout: float = 30) -> list[dict]:
         """Accounting rows of these jobs once all of them are there in a final state."""
-        final = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "DEADLINE"}
+        final = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "DEADLINE",
+                 "REQUEUED"}  # (a requeued job's earlier runs: records of their own)
 
         def fetch():
             rows = self.api("GET", "/v1/accounting/jobs", params={"job": list(job_ids)}).json()["jobs"]

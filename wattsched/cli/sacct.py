@@ -434,7 +434,8 @@ COMMAND = Command("sacct", "[options]", [
     Opt(None, "delimiter", REQ, "ASCII characters used to separate the fields when specifying the -p or -P "
         "options. The default delimiter is a '|'.", metavar="characters"),
     Opt("D", "duplicates", NO, "If Slurm job ids are reset, some job numbers will probably appear more than "
-        "once; show all of them (every record is kept here)."),
+        "once referring to different jobs. Without this option only the most recent job will be displayed "
+        "(a requeued job's earlier runs are such records too)."),
     Opt("e", "helpformat", NO, "Print a list of fields that can be specified with the '--format' option",
         kind="flag"),
     Opt(None, "help-fields", NO, "Same as --helpformat", dest="helpformat"),
@@ -541,6 +542,8 @@ def sacct(argv: list[str]) -> int:
               "start": start, "end": end}
     rows = client.request("GET", "/v1/accounting/jobs", params=params)["jobs"]
     rows = [r for r in rows if _selected(r, opts, refs)]
+    if not opts.get("duplicates"):  # as Slurm: each job's latest record (rows come by id, then submit time)
+        rows = list({r["job_id"]: r for r in rows}.values())
     if wants_json(opts):
         from wattsched import dataparser
 

@@ -101,11 +101,17 @@ class AccountingSync:
         self._write("reservation", [data for data, _ in resvs],
                     lambda b: self.accounting.upsert_reservations(self.cluster, b), lambda d: str(d.get("name")))
         self.store.mark_synced("reservations", [(data["resv_id"], version) for data, version in resvs])
-        events = self.store.pending_node_events(BATCH)
+        runs = self.store.pending("ended_runs", BATCH)  # each a job record of its own, by its submit time
+        if self.jobs:
+            self._write("job", [data if self.steps else dict(data, steps=[]) for _, data in runs],
+                        lambda b: self.accounting.upsert_jobs(self.cluster, b),
+                        lambda d: f"{d.get('job_id')}@{d.get('submit_time')}")
+        self.store.drop("ended_runs", [i for i, _ in runs])
+        events = self.store.pending("node_events", BATCH)
         self._write("node_event", [e for _, e in events], self.accounting.add_node_events,
                     lambda d: f"{d.get('node')}@{d.get('time')}")
-        self.store.drop_node_events([i for i, _ in events])
-        return len(rows) + len(events) + len(resvs)
+        self.store.drop("node_events", [i for i, _ in events])
+        return len(rows) + len(runs) + len(events) + len(resvs)
 
     def _write(self, kind: str, records: list[dict[str, Any]], write: Callable[[list[dict[str, Any]]], None],
                key_of: Callable[[dict[str, Any]], str]) -> None:

@@ -136,7 +136,7 @@ def node_failed_job(state: ClusterState, job: Job, now: float) -> list[Action]:
         final = states.TIMEOUT if job.timed_out else states.CANCELLED
         return end(state, job, final, job.exit_code, job.term_signal, now, live)
     if (job.configuring or (job.requeue and state.config.job_requeue)) and not job.interactive:
-        return requeue_running(state, job, now)
+        return requeue_running(state, job, now, states.NODE_FAIL)
     return end(state, job, states.NODE_FAIL, 0, 0, now, live)
 
 
@@ -154,19 +154,40 @@ def node_down(state: ClusterState, node: Node, reason: str, now: float, not_resp
     return actions
 
 
-def requeue_running(state: ClusterState, job: Job, now: float) -> list[Action]:
+def requeue_running(state: ClusterState, job: Job, now: float, cause: str = states.REQUEUED) -> list[Action]:
+    """The running job's run ends (recorded as ``cause``: REQUEUED, PREEMPTED or NODE_FAIL, as
+    Slurm records it) and the job queues again."""
     nodes = job.node_list
     # the run is cleaned up where it may have processes: a configuring job never ran, a down
     # node will not answer
     live = [] if job.configuring else [n for n in nodes if state.nodes[n].base_state != NodeBase.DOWN
                                        and not state.nodes[n].not_responding]
+    record_run(state, job, cause, now)
     resources.hold(state, job, -1)
-    reset_for_requeue(state, job)
+    reset_for_requeue(state, job, now)
     job.completing_nodes = live
     return [Signal(job.job_id, nodes, signal_mod.SIGKILL, terminate=True)]
 
 
-def reset_for_requeue(state: ClusterState, job: Job) -> None:
+def record_run(state: ClusterState, job: Job, final: str, now: float) -> None:
+    """Keep the run a requeue ends as an accounting record of its own, as Slurm's job completion
+    logger writes it: its state, its end, its steps and the energy its nodes measured up to their
+    latest reading, so that its use counts in fair share, limits and budgets however often the job
+    is requeued. (An ended job's record is kept as it ended.) The job then queues under a new
+    submit time, the key of its next record."""
+    run = job.to_dict()
+    if job.state not in states.FINISHED:
+        run.update(state=final, final_state=final, end_time=now if job.start_time else 0.0, energy_pending=False)
+        for step in run["steps"]:
+            if step["state"] == states.RUNNING:
+                step["state"], step["end_time"] = states.CANCELLED, now
+        if job.start_time and any(state.nodes[n].energy_samples for n in job.alloc_cpus if n in state.nodes):
+            run["consumed_energy_j"] = round(state.energies_so_far([job], now)[job.job_id])
+    state.journal.ended_runs.append(run)
+
+
+def reset_for_requeue(state: ClusterState, job: Job, now: float) -> None:
+    job.submit_time = max(now, job.submit_time + 1.0)  # Slurm's: never the last record's submit time
     job.state = states.PENDING
     job.reason = states.R_NONE
     job.restart_count += 1

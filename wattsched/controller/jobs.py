@@ -308,8 +308,9 @@ def requeue(state: ClusterState, jobs: Iterable[Job], who: Identity, now: float)
     for job in jobs:
         if job.state == states.RUNNING:
             actions.extend(jobend.requeue_running(state, job, now))
-        else:
-            jobend.reset_for_requeue(state, job)
+        else:  # its record stays as it ended, whether or not accounting has it yet
+            jobend.record_run(state, job, job.state, now)
+            jobend.reset_for_requeue(state, job, now)
     return actions
 
 

@@ -84,7 +84,7 @@ def expire(state: ClusterState, job: Job, now: float) -> list[Action]:
     """The preempted job's grace is over: it ends (PREEMPTED) or goes back to the queue."""
     job.preempt_deadline = 0.0
     if job.preempted == preemption.REQUEUE:
-        return jobend.requeue_running(state, job, now)
+        return jobend.requeue_running(state, job, now, states.PREEMPTED)
     job.cancelled_by = SLURM_USER
     state.touch(job)
     return jobs.terminate(state, job, now)

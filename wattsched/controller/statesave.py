@@ -29,10 +29,12 @@ class Journal:
     purged: list[int] = field(default_factory=list)  # jobs past MinJobAge, to delete
     node_events: list[dict] = field(default_factory=list)
     resv_dirty: list[Reservation] = field(default_factory=list)
+    ended_runs: list[dict] = field(default_factory=list)  # runs a requeue ended (jobend.record_run)
     meta_dirty: bool = False  # next ids, the power cap, token revocations, the nodes' drain/down/power metadata
 
     def pending(self) -> bool:
-        return bool(self.dirty or self.purged or self.meta_dirty or self.node_events or self.resv_dirty)
+        return bool(self.dirty or self.purged or self.meta_dirty or self.node_events or self.resv_dirty
+                    or self.ended_runs)
 
 
 def restore(state: ClusterState) -> None:
@@ -96,6 +98,7 @@ def flush(state: ClusterState) -> None:
                      "power": n.power, "power_since": n.power_since, "power_job": n.power_job}
             for n in state.nodes.values() if n.drain or n.reason or n.power})
     saved = [state.jobs[j].to_dict() for j in journal.dirty if j in state.jobs]
-    state.store.commit(saved, journal.purged, meta, journal.node_events, [r.to_dict() for r in journal.resv_dirty])
+    state.store.commit(saved, journal.purged, meta, journal.node_events, [r.to_dict() for r in journal.resv_dirty],
+                       journal.ended_runs)
     state.journal = Journal()
 

@@ -55,6 +55,11 @@ CREATE TABLE IF NOT EXISTS node_events (
     id {serial},
     data TEXT NOT NULL
 );
+-- the runs a requeue ended, each a record of its own in accounting (REQUEUED, PREEMPTED, NODE_FAIL)
+CREATE TABLE IF NOT EXISTS ended_runs (
+    id {serial},
+    data TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS rejected (
     id {serial},
     kind TEXT NOT NULL,
@@ -134,6 +139,7 @@ class _Postgres(_Dialect):
 
 
 _KEYS = {"jobs": "job_id", "reservations": "resv_id"}
+_APPEND_ONLY = ("node_events", "ended_runs")  # outboxes whose records are added once and dropped once copied
 
 
 class StateWriteError(Exception):
@@ -280,9 +286,9 @@ class StateStore:
 
     def commit(self, jobs: Iterable[dict[str, Any]], purged: Iterable[int] = (),
                meta: dict[str, str] | None = None, node_events: Iterable[dict[str, Any]] = (),
-               reservations: Iterable[dict[str, Any]] = ()) -> None:
-        """Write changed jobs, purge marks, counters, node events and reservations (a deleted
-        one is kept until accounting has it) in one transaction."""
+               reservations: Iterable[dict[str, Any]] = (), ended_runs: Iterable[dict[str, Any]] = ()) -> None:
+        """Write changed jobs, purge marks, counters, node events, reservations (a deleted one is
+        kept until accounting has it) and the runs requeues ended, in one transaction."""
         with self._write():
             self._many(
                 "INSERT INTO jobs (job_id, data) VALUES (?, ?) ON CONFLICT(job_id) DO UPDATE SET "
@@ -293,6 +299,7 @@ class StateStore:
                 self._many("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE "
                            "SET value = excluded.value", list(meta.items()))
             self._many("INSERT INTO node_events (data) VALUES (?)", [(json.dumps(ev),) for ev in node_events])
+            self._many("INSERT INTO ended_runs (data) VALUES (?)", [(json.dumps(run),) for run in ended_runs])
             self._many(
                 "INSERT INTO reservations (resv_id, data, purged) VALUES (?, ?, ?) ON CONFLICT(resv_id) DO UPDATE "
                 "SET data = excluded.data, purged = excluded.purged, version = reservations.version + 1",
@@ -314,13 +321,17 @@ class StateStore:
                        [(v, k, v) for k, v in versions])
             self._rows(f"DELETE FROM {table} WHERE purged = 1 AND synced = version")
 
-    def pending_node_events(self, limit: int) -> list[tuple[int, dict[str, Any]]]:
-        rows = self._rows("SELECT id, data FROM node_events ORDER BY id LIMIT ?", (limit,))
+    def pending(self, table: str, limit: int) -> list[tuple[int, dict[str, Any]]]:
+        """The oldest records of an append-only outbox (``node_events`` or ``ended_runs``)."""
+        assert table in _APPEND_ONLY
+        rows = self._rows(f"SELECT id, data FROM {table} ORDER BY id LIMIT ?", (limit,))
         return [(row_id, json.loads(data)) for row_id, data in rows]
 
-    def drop_node_events(self, ids: list[int]) -> None:
+    def drop(self, table: str, ids: list[int]) -> None:
+        """Records of an append-only outbox that accounting has now."""
+        assert table in _APPEND_ONLY
         with self._write():
-            self._many("DELETE FROM node_events WHERE id = ?", [(i,) for i in ids])
+            self._many(f"DELETE FROM {table} WHERE id = ?", [(i,) for i in ids])
 
     def set_aside(self, kind: str, key: str, data: dict[str, Any], error: str, now: float) -> None:
         """Keep a record the accounting database refused, so that it never blocks the others."""
@@ -337,4 +348,5 @@ class StateStore:
         return int(self._rows("SELECT COUNT(*) FROM rejected")[0][0])
 
     def backlog(self) -> int:
-        return int(self._rows("SELECT COUNT(*) FROM jobs WHERE synced < version")[0][0])
+        return int(self._rows("SELECT (SELECT COUNT(*) FROM jobs WHERE synced < version) + "
+                              "(SELECT COUNT(*) FROM ended_runs)")[0][0])
