@@ -24,3 +24,24 @@ def test_no_name_leaves_the_groups_folder(tmp_path, name) -> None:
     path = hierarchy.job_paths(name, 1)[0]
     assert os.path.normpath(path).startswith(os.path.join(str(tmp_path), "wattsched") + os.sep)
     assert os.path.normpath(path).count(os.sep) == path.count(os.sep)
+
+
+def test_an_emulated_cluster_without_cgroups_falls_back_to_process_groups(tmp_path, caplog) -> None:
+    """The shipped emulated configs ask for proctrack/cgroup; on a host that gives the agent none, an
+    emulated cluster tracks jobs by process group and says so, a real node refuses to start."""
+    from wattsched import config as config_mod
+    from wattsched.noded.agent import confinement
+
+    (tmp_path / "cgroup.conf").write_text(f"CgroupMountpoint={tmp_path / 'absent'}\n")
+    conf = tmp_path / "slurm.conf"
+    for emulated in (True, False):
+        conf.write_text(f"ProctrackType=proctrack/cgroup\nEmulatedNodes={'YES' if emulated else 'NO'}\n"
+                        "NodeName=n1\nPartitionName=p Nodes=ALL\n")
+        loaded = config_mod.load(conf)
+        nodes = {n.name: n for n in loaded.nodes}
+        if emulated:
+            assert confinement(loaded, nodes) is None
+            assert "tracked by process group" in caplog.text
+        else:
+            with pytest.raises(cgroup.CgroupError, match="does not exist"):
+                confinement(loaded, nodes)

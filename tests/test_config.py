@@ -197,3 +197,11 @@ def test_emulated_bmcs_get_one_random_password_per_cluster(tmp_path: Path) -> No
     assert kept.stat().st_mode & 0o777 == 0o600 and (tmp_path / "ctld").stat().st_mode & 0o777 == 0o700
     other = tmp_path / "other"
     assert bmcauth.emulated_password(str(other)) != password  # another cluster, another password
+
+
+@pytest.mark.parametrize("name", ["emulated.conf", "ha.conf", "leaf257.conf"])
+def test_the_shipped_emulated_clusters_confine_jobs_in_control_groups(name: str) -> None:
+    """Nothing a job starts outlives it there (where the host has no cgroups the agent falls back to
+    process groups, saying so: wattsched.noded.agent.confinement)."""
+    loaded = config.load(Path(__file__).parent.parent / "etc" / name)
+    assert loaded.proctrack_type == "proctrack/cgroup" and loaded.cgroups and loaded.max_pids_per_job == 8192

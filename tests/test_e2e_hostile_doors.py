@@ -14,8 +14,9 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
-from tests.hostile import USERS, Account, needs_accounts, own_cluster
+from tests.hostile import USERS, Account, final, needs_accounts, own_cluster
 from wattsched.testing import Cluster, wait_for
 
 pytestmark = needs_accounts
@@ -295,3 +296,58 @@ def test_requeueing_a_job_erases_none_of_its_runs(shared: Cluster, mallory: Acco
 
     kept = wait_for(failed_kept, 30, 0.3, what="both records of the ended job")
     assert kept[0] == "FAILED|3:0", kept
+
+
+# --- nothing escapes its job ------------------------------------------------------------------------
+
+ESCAPE = """#!/bin/sh
+# a double fork into a session of its own: the burner's parent exits, it is nobody's child
+(setsid sh -c 'echo $$ > {pidfile}; while :; do :; done' &)
+while [ ! -s {pidfile} ]; do sleep 0.1; done
+sleep 2
+"""
+
+
+def _pids_max(pid: int) -> str:
+    """The pids.max of the job a process is in (read by root: a job's groups are root's alone)."""
+    lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    v1 = [line.split(":", 2)[2] for line in lines if line.split(":")[1] == "pids"]
+    step = v1[0] if v1 else next(line.split(":", 2)[2] for line in lines if line.startswith("0::"))
+    for root in ("/sys/fs/cgroup/pids", "/sys/fs/cgroup/unified", "/sys/fs/cgroup"):
+        path = f"{root}{os.path.dirname(step)}/pids.max"
+        if os.path.exists(path):
+            return Path(path).read_text().strip()
+    raise AssertionError(f"no pids.max for {step}")
+
+
+def test_a_process_that_leaves_its_job_dies_with_it_and_is_charged_to_it(accounts) -> None:
+    """The shipped emulated configuration's tracking (proctrack/cgroup): a double-forked setsid burner
+    outlives neither its COMPLETED job nor goes unaccounted; the job's pids are bounded."""
+    with own_cluster("ProctrackType=proctrack/cgroup") as cluster:
+        if "control groups unavailable" in (cluster.logs / "noded0.log").read_text():
+            pytest.skip("this host gives the agent no control groups (the emulated fallback is pgid)")
+        attacker = Account(USERS[0], cluster)
+        pidfile = attacker.home / "burner.pid"
+        script = attacker.home / "escape.sh"
+        script.write_text(ESCAPE.format(pidfile=pidfile))
+        job = attacker.sbatch("-o", "/dev/null", str(script))
+        cluster.wait_state(job, "COMPLETED", timeout=60)
+        burner = int(pidfile.read_text())
+        wait_for(lambda: not os.path.exists(f"/proc/{burner}"), 30, what="the escaped burner killed")
+        assert subprocess.run(["pgrep", "-u", attacker.name], capture_output=True).stdout == b""
+
+        def charged() -> float | None:
+            out = attacker.run("sacct", "-X", "-n", "-P", "-j", str(job), "-o", "TotalCPU").stdout.decode().strip()
+            if not out:
+                return None
+            minutes, _, seconds = out.rpartition(":")
+            return float(seconds) + 60 * float(minutes or 0)
+
+        assert wait_for(charged, 30, what="the job's CPU time") >= 1.5
+        flag, go = attacker.home / "probe.pid", attacker.home / "probe.go"
+        probe = attacker.sbatch("-o", "/dev/null", "--wrap",
+                                f"echo $$ > {flag}; while [ ! -e {go} ]; do sleep 0.1; done")
+        wait_for(lambda: flag.exists() and flag.read_text().strip(), 60, what="the probe running")
+        assert _pids_max(int(flag.read_text())) == "8192"  # MaxPidsPerJob's default
+        go.touch()
+        assert final(cluster, probe)["state"] == "COMPLETED"

@@ -27,7 +27,7 @@ from wattsched.config import Config, NodeConf
 from wattsched.noded import chassis, gpus, policies, procs, steps
 from wattsched.noded.allocations import Allocations, NodeJob
 from wattsched.noded.batch import BatchRunner
-from wattsched.noded.cgroup import JobCgroups
+from wattsched.noded.cgroup import CgroupError, JobCgroups
 from wattsched.noded.energy import EnergyMeter, JobLoad
 from wattsched.noded.gpus import GpuMeter
 from wattsched.noded.policies import Policies, Sample
@@ -38,6 +38,22 @@ from wattsched.plugins.acct_gather_energy.emulated import EmulatedEnergy
 log = logging.getLogger("wattsched.noded")
 
 ENDED_KEPT = 10000  # ended (node, job) pairs remembered, to refuse their step credentials at once
+
+
+def confinement(config: Config, nodes: dict[str, NodeConf]) -> JobCgroups | None:
+    """The jobs' control groups (proctrack/cgroup, task/cgroup). A real node that cannot have them
+    does not start, as slurmd does not; an emulated cluster (one command on any host, a container's
+    included) tracks its jobs by process group instead, saying so: the documented fallback."""
+    if not config.cgroups:
+        return None
+    try:
+        return JobCgroups(config, nodes)
+    except CgroupError as exc:
+        if not config.emulated_nodes:
+            raise
+        log.warning("control groups unavailable here: jobs are tracked by process group (a process that "
+                    "leaves its group outlives its job, and no pids limit applies)", extra={"error": str(exc)})
+        return None
 
 
 class Agent:
@@ -53,7 +69,7 @@ class Agent:
         os.chmod(self.spool, 0o711)
         os.chmod(self.outbox, 0o700)
         # proctrack/cgroup, task/cgroup: every job and step in its own cgroup (CgroupError: no start)
-        self.cgroups = JobCgroups(config, self.nodes) if config.cgroups else None
+        self.cgroups = confinement(config, self.nodes)
         self.task_scripts = {k: v for k, v in (("task_prolog", config.task_prolog),
                                                 ("task_epilog", config.task_epilog)) if v}
         self.batch = BatchRunner(self.spool, config.kill_wait_s, self._job_ended, self.confine_batch,
