@@ -351,3 +351,47 @@ def test_a_process_that_leaves_its_job_dies_with_it_and_is_charged_to_it(account
         assert _pids_max(int(flag.read_text())) == "8192"  # MaxPidsPerJob's default
         go.touch()
         assert final(cluster, probe)["state"] == "COMPLETED"
+
+
+# --- what other users may see -----------------------------------------------------------------------
+
+def test_private_data_hides_other_users_jobs_usage_and_accounts(accounts) -> None:
+    """PrivateData=jobs,usage,users,accounts, as Slurm's: another user's job, with the secret typed
+    in its submit line, is in none of the attacker's listings (squeue, scontrol, sacct, sprio,
+    slurmrestd's jobs and slurmdb jobs); sshare and sacctmgr show the attacker's own rows only;
+    an administrator still sees everything."""
+    settings = ("PrivateData=jobs,usage,users,accounts\nAccountingStorageEnforce=associations\n"
+                "PriorityType=priority/multifactor\nPriorityWeightAge=100")
+    with own_cluster(settings) as cluster:
+        cluster.run("sacctmgr", "-i", "add", "account", "red")
+        cluster.run("sacctmgr", "-i", "add", "account", "blue")
+        cluster.run("sacctmgr", "-i", "add", "user", USERS[0], "Account=red")
+        cluster.run("sacctmgr", "-i", "add", "user", USERS[1], "Account=blue")
+        attacker, owner = Account(USERS[0], cluster), Account(USERS[1], cluster)
+        secret = owner.sbatch("-H", "-D", "/tmp", "-o", "/dev/null", "--wrap", "echo s3cr3t-token")
+        ended = owner.sbatch("-D", "/tmp", "-o", "/dev/null", "--wrap", "true")
+        mine = attacker.sbatch("-H", "-D", "/tmp", "-o", "/dev/null", "--wrap", "true")
+        cluster.wait_state(ended, "COMPLETED", timeout=60)
+        cluster.accounted(ended)
+        seen = b"".join(attacker.run(*args).stdout + attacker.run(*args).stderr for args in (
+            ("squeue", "-a", "-o", "%i %u %o"), ("scontrol", "show", "job"), ("sprio", "-l"),
+            ("sacct", "-a", "-X", "-o", "JobID,User,SubmitLine%80"), ("scontrol", "show", "job", str(secret))))
+        assert b"s3cr3t" not in seen and owner.name.encode() not in seen, seen
+        assert str(mine).encode() in seen
+        for args in (("scontrol", "show", "job", str(secret)), ("sacct", "-n", "-X", "-j", str(ended))):
+            shown = attacker.run(*args)
+            assert owner.name.encode() not in shown.stdout, (args, shown.stdout)
+        headers = {"X-SLURM-USER-NAME": attacker.name, "X-SLURM-USER-TOKEN": attacker.token()}
+        base = f"http://127.0.0.1:{cluster.port}"
+        for path in ("/slurm/v0.0.40/jobs", "/slurmdb/v0.0.40/jobs", f"/slurm/v0.0.40/job/{secret}",
+                     "/slurmdb/v0.0.40/users", "/slurmdb/v0.0.40/accounts", "/slurmdb/v0.0.40/associations"):
+            body = httpx.get(base + path, headers=headers).text
+            assert "s3cr3t" not in body and owner.name not in body and '"blue"' not in body, (path, body[:300])
+        shares = attacker.run("sshare", "-a", "-P", "-n").stdout.decode()
+        assert owner.name not in shares and "blue" not in shares and attacker.name in shares, shares
+        users = attacker.run("sacctmgr", "show", "user", "-P", "-n").stdout.decode()
+        assert users.split("|")[0] == attacker.name and owner.name not in users, users
+        listed = attacker.run("sacctmgr", "show", "account", "-P", "-n").stdout.decode()
+        assert "red" in listed and "blue" not in listed, listed
+        admin = cluster.run("squeue", "-a", "-h", "-o", "%i").stdout.split()
+        assert str(secret) in admin and str(mine) in admin

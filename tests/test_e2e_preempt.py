@@ -56,6 +56,9 @@ def test_a_high_job_requeues_a_low_one_and_runs(cluster: Cluster) -> None:
                  what="the requeued job waits")
         c.run("scancel", str(high))
         c.wait_state(requeued[0], "RUNNING")  # and runs again once the high job is gone
+        # its first run is a record of its own, PREEMPTED, as Slurm writes it (sacct -D)
+        wait_for(lambda: c.run("sacct", "-D", "-X", "-n", "-P", "-j", str(requeued[0]), "-o", "State")
+                 .stdout.splitlines() == ["PREEMPTED", "RUNNING"], 30, 0.3, what="the preempted run's record")
     finally:
         c.run("scancel", *map(str, low), check=False)
         c.run("scancel", "--qos=high", check=False)

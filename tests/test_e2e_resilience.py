@@ -121,6 +121,9 @@ def test_node_failure_requeues_or_fails_jobs(fresh_cluster: Cluster) -> None:
     cluster.start_agent(1)
     cluster.wait_nodes_up()
     cluster.wait_state(requeued, "RUNNING", timeout=30)
+    # the run the node failure ended is a record of its own, NODE_FAIL, as Slurm writes it (sacct -D)
+    wait_for(lambda: cluster.run("sacct", "-D", "-X", "-n", "-P", "-j", str(requeued), "-o", "State")
+             .stdout.splitlines() == ["NODE_FAIL", "RUNNING"], 30, 0.3, what="the failed run's record")
     cluster.run("scancel", str(requeued))
 
 

@@ -317,6 +317,9 @@ class Config:
     metrics_type: str = setting("MetricsType", choice("metrics/openmetrics", "metrics/none"), "metrics/none")
     metrics_auth_users: tuple[str, ...] = setting("MetricsAuthUsers", names, ())
     metrics_parameters: tuple[str, ...] = setting("MetricsParameters", flags("ignore_private_data"), ())
+    # what users may see only of their own (administrators see all), as Slurm's PrivateData:
+    # jobs (squeue, scontrol, sacct, sstat, the REST API), usage (sshare), users and accounts (sacctmgr)
+    private_data: tuple[str, ...] = setting("PrivateData", flags("accounts", "jobs", "usage", "users"), ())
     nodes: tuple[NodeConf, ...] = ()
     partitions: tuple[PartitionConf, ...] = ()
 

@@ -13,7 +13,7 @@ from pydantic import Field
 from wattsched import powerreport
 from wattsched.accounting.store import JobQuery
 from wattsched.api import BIG, LIST_MAX
-from wattsched.controller import acctdb, energy
+from wattsched.controller import acctdb, energy, permissions
 from wattsched.controller.routedeps import Ctl
 from wattsched.httpauth import Who
 
@@ -29,10 +29,11 @@ async def accounting_jobs(controller: Ctl, who: Who, job: Annotated[list[Annotat
                           end: Annotated[float | None, Query(ge=0, le=BIG)] = None) -> JSONResponse:
     state = controller.state
     accounting = acctdb.store(controller.accounting)
-    query = JobQuery(cluster=state.config.cluster_name, job_ids=tuple(job or ()), users=tuple(user or ()),
+    users = permissions.record_users(state, who, tuple(user or ()))  # PrivateData=jobs: one's own
+    query = JobQuery(cluster=state.config.cluster_name, job_ids=tuple(job or ()), users=users or (),
                      states=tuple(state_ or ()), start=start, end=end)
     await acctdb.flushed(controller.sync)  # the caller's own latest changes first
-    rows = await acctdb.call(accounting.query_jobs, query)
+    rows = [] if users is None else await acctdb.call(accounting.query_jobs, query)
     return JSONResponse({"time": time.time(), "jobs": rows})
 
 

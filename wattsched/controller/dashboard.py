@@ -5,8 +5,8 @@ reservations ahead and what the cap's shedding did, energy of the jobs that ende
 user and account (summed by the database), and one job's power per node.
 
 Every data route takes the same tokens as the CLI (``scontrol token``); the page keeps the token in
-the tab's session storage. A user sees what squeue and sreport show any user (wattsched has no
-PrivateData): the cluster's jobs, nodes and usage.
+the tab's session storage. A user sees what squeue and sreport show them: the cluster's jobs,
+nodes and usage, or under PrivateData=jobs their own jobs alone.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from fastapi import APIRouter, FastAPI, Path, Query
 from fastapi.staticfiles import StaticFiles
 
 from wattsched import power
-from wattsched.controller import acctdb, snapshots
+from wattsched.controller import acctdb, permissions, snapshots
 from wattsched.controller.actions import Refused
 from wattsched.controller.powerlog import DAY_S
 from wattsched.controller.routedeps import Ctl
@@ -84,7 +84,7 @@ async def energy_by_owner(controller: Ctl, who: Who, period: Annotated[int, Quer
 async def job_power(controller: Ctl, job_id: Annotated[int, Path(ge=1, le=2**53)], who: Who) -> dict[str, Any]:
     state = controller.state
     job = state.jobs.get(job_id)
-    if job is None:
+    if job is None or not permissions.visible(state, who, [job]):  # PrivateData=jobs: one's own
         raise Refused(f"Invalid job id specified: {job_id}", 404)
     now = time.time()
     end = job.end_time or now

@@ -23,7 +23,8 @@ from wattsched.api import (
     StepReply,
     SubmitReply,
 )
-from wattsched.controller import listings
+from wattsched.auth import Identity
+from wattsched.controller import listings, permissions
 from wattsched.controller.actions import Refused
 from wattsched.controller.dispatch import batch_environment
 from wattsched.controller.routedeps import Ctl
@@ -77,12 +78,12 @@ async def list_jobs(controller: Ctl, who: Who, user: Annotated[list[str] | None,
     (squeue's format reads a few of them), unknown ones ignored; ``fold``: each array's pending
     tasks as one record, as squeue shows them (wattsched.arrayfold)."""
     async with controller.listings.turn(who.uid):
-        return await _listing(controller.state, user, state_, partition, job, detail, columns, key, fold)
+        return await _listing(controller.state, who, user, state_, partition, job, detail, columns, key, fold)
 
 
-async def _listing(state: ClusterState, user: list[str] | None, state_: list[str] | None, partition: list[str] | None,
-                   job: list[str] | None, detail: bool, columns: bool, keys: list[str] | None,
-                   fold: bool = False) -> Response:
+async def _listing(state: ClusterState, who: Identity, user: list[str] | None, state_: list[str] | None,
+                   partition: list[str] | None, job: list[str] | None, detail: bool, columns: bool,
+                   keys: list[str] | None, fold: bool = False) -> Response:
     now = time.time()
     selected: Iterable[Any] = state.jobs.values()
     job = [ref for ref in job or () if ref]
@@ -95,6 +96,7 @@ async def _listing(state: ClusterState, user: list[str] | None, state_: list[str
             except Refused:
                 continue
         selected = wanted.values()
+    selected = permissions.visible(state, who, selected)  # PrivateData=jobs: one's own
     users, states_, parts = set(user or ()), set(state_ or ()), set(partition or ())
     def detailed(j: Any, at: float) -> dict[str, Any]:
         return {**job_view(j, at), **job_gpus(j, state.nodes)}
@@ -225,8 +227,7 @@ async def job_stat(controller: Ctl, job_ref: str, who: Who) -> dict[str, Any]:
     state = controller.state
     jobs = [j for j in state.resolve(job_ref) if j.state == states.RUNNING]
     for job in jobs:
-        if job.uid != who.uid and not state.is_admin(who):
-            raise Refused("Access/permission denied", 403)
+        permissions.check_owner(state, job, who)
     now = time.time()
     return {"jobs": [state.job_stat(job, now) for job in jobs]}
 

@@ -1,10 +1,12 @@
 """Who may do what, and which jobs a reference names: administrators (root, AdminUsers,
-sacctmgr's operators), the owner rule, and job references (12, 12_3, 12_[1-4]).
+sacctmgr's operators), the owner rule, what PrivateData hides from other users, and job references
+(12, 12_3, 12_[1-4]).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from wattsched.auth import Identity
 from wattsched.controller.actions import Refused
@@ -44,6 +46,53 @@ def resolve(state: ClusterState, job_ref: str) -> list[Job]:
     if not found:
         raise Refused("Invalid job id specified", 404)
     return found
+
+
+def sees_all(state: ClusterState, who: Identity, kind: str) -> bool:
+    """Whether ``who`` sees every user's ``kind`` (PrivateData: jobs, usage, users, accounts), or
+    only their own: administrators and the daemons see everything, as Slurm's SlurmUser and
+    operators do."""
+    return kind not in state.config.private_data or who.is_daemon or is_admin(state, who)
+
+
+def visible(state: ClusterState, who: Identity, jobs: Iterable[Job]) -> list[Job]:
+    """The jobs ``who`` may see: all, or under PrivateData=jobs their own."""
+    if sees_all(state, who, "jobs"):
+        return list(jobs)
+    return [job for job in jobs if job.uid == who.uid]
+
+
+def record_users(state: ClusterState, who: Identity, users: tuple[str, ...]) -> tuple[str, ...] | None:
+    """The users whose accounting records a query asking for ``users`` (none: everyone's) may
+    return to ``who``; None when it may return nothing (PrivateData=jobs, another user's asked)."""
+    if sees_all(state, who, "jobs"):
+        return users
+    return (who.user,) if not users or who.user in users else None
+
+
+def private_rows(state: ClusterState, who: Identity, rows: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    """PrivateData: of association-shaped rows (``account``, ``user``), what ``who`` may see of
+    ``kind``: all; or (``users``, ``usage``) their own rows and those of the accounts they are in;
+    or (``accounts``) every row of the accounts they are in."""
+    if sees_all(state, who, kind):
+        return rows
+    mine = {r["account"] for r in rows if r.get("user") == who.user}
+    if kind == "accounts":
+        return [r for r in rows if r["account"] in mine]
+    return [r for r in rows if r.get("user") == who.user or (not r.get("user") and r["account"] in mine)]
+
+
+def private_accounts(state: ClusterState, who: Identity, assocs: list[dict[str, Any]], accounts: list[dict[str, Any]],
+                     users: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], ...]:
+    """What sacctmgr (and slurmrestd's slurmdb) may show ``who`` of the associations, accounts and
+    users: PrivateData=users keeps their own user and associations, PrivateData=accounts the
+    accounts they are in."""
+    mine = {a["account"] for a in assocs if a["user"] == who.user}
+    if not sees_all(state, who, "users"):
+        users = [u for u in users if u["name"] == who.user]
+    if not sees_all(state, who, "accounts"):
+        accounts = [a for a in accounts if a["name"] in mine]
+    return private_rows(state, who, private_rows(state, who, assocs, "users"), "accounts"), accounts, users
 
 
 def check_owner(state: ClusterState, job: Job, who: Identity) -> None:

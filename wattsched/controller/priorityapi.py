@@ -8,19 +8,22 @@ import asyncio
 import dataclasses
 import math
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter
 
 from wattsched import limits
 from wattsched.accounting.assoc import ASSOC_SETTINGS, AssocError, AssocStore
 from wattsched.api import AssocRequest
-from wattsched.controller import acctdb, acctpolicy
+from wattsched.controller import acctdb, acctpolicy, permissions
 from wattsched.controller.actions import Refused
 from wattsched.controller.loop import Controller
 from wattsched.controller.routedeps import Ctl
 from wattsched.httpauth import Who
 from wattsched.plugins.priority.multifactor import MultifactorPriority
+
+if TYPE_CHECKING:
+    pass
 
 
 def _apply(store: AssocStore, req: AssocRequest, now: float) -> None:
@@ -97,10 +100,11 @@ async def change_associations(controller: Ctl, req: AssocRequest, who: Who) -> d
 
 @router.get("/v1/associations")
 async def associations(controller: Ctl, who: Who) -> dict[str, Any]:
-    store = accounting(controller)
+    state, store = controller.state, accounting(controller)
     assocs, accounts, users, clusters, qos = await asyncio.gather(
         acctdb.call(store.associations), acctdb.call(store.accounts), acctdb.call(store.users),
         acctdb.call(store.clusters), acctdb.call(store.qos))
+    assocs, accounts, users = permissions.private_accounts(state, who, assocs, accounts, users)
     return {"time": time.time(), "associations": assocs, "accounts": accounts, "users": users,
             "clusters": clusters, "qos": qos}
 
@@ -128,7 +132,8 @@ async def shares(controller: Ctl, who: Who) -> dict[str, Any]:
                 row["grp_tres_mins"] = limits.format_tres(assoc["limits"].get("grp_tres_mins", {}))
                 row["grp_tres_raw"] = _raw(use["tres_mins"])
                 row["tres_run_mins"] = _raw(use["tres_run_mins"])
-    return {"time": time.time(), "computed_at": found.computed_at, "rows": rows}
+    return {"time": time.time(), "computed_at": found.computed_at,
+            "rows": permissions.private_rows(state, who, rows, "usage")}  # PrivateData=usage: one's own
 
 
 @router.get("/v1/priority")
@@ -140,5 +145,7 @@ async def priority(controller: Ctl, who: Who) -> dict[str, Any]:
                       "Only 'priority/multifactor' is supported.", 400)
     now = time.time()
     factors = plugin.breakdown(state.snapshot(now, backfill_due=False))
+    if not permissions.sees_all(state, who, "jobs"):  # PrivateData=jobs: one's own
+        factors = {job_id: f for job_id, f in factors.items() if state.jobs[job_id].uid == who.uid}
     return {"time": now, "weights": dataclasses.asdict(plugin.weights),
             "jobs": [dataclasses.asdict(f) for f in factors.values()]}

@@ -14,6 +14,8 @@ models in wattsched.restapi declare the fields tools rely on; the rest of each o
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import signal as signal_mod
 import time
 from typing import Annotated, Any, Literal
@@ -27,7 +29,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from wattsched import dataparser, dataversions, states
 from wattsched.accounting.store import AccountingStore, JobQuery
 from wattsched.api import BIG, ID_MAX, LIST_MAX, TEXT_MAX
-from wattsched.controller import acctdb, failover, listings
+from wattsched.controller import acctdb, failover, listings, permissions
 from wattsched.controller import reservations as reservations_mod
 from wattsched.controller.actions import Refused
 from wattsched.controller.loop import Controller
@@ -191,7 +193,8 @@ async def jobs(controller: Ctl, request: Request, who: Who, version: Version) ->
     state = controller.state
     async with controller.listings.turn(who.uid):
         now = time.time()
-        records = await listings.sliced(list(state.jobs.values()), lambda j: job_record(state, j, now, version))
+        records = await listings.sliced(permissions.visible(state, who, state.jobs.values()),
+                                        lambda j: job_record(state, j, now, version))
         body = listings.document(jobs_head(state, request, who, version, now), "jobs", records)
     return Response(body, media_type="application/json")
 
@@ -202,8 +205,10 @@ async def job(controller: Ctl, request: Request, job_id: Annotated[str, Field(ma
     state = controller.state
     now = time.time()
     head = jobs_head(state, request, who, version, now)
-    return Response(orjson.dumps({**head, "jobs": [job_record(state, j, now, version)
-                                                   for j in state.resolve(job_id)]}),
+    found = permissions.visible(state, who, state.resolve(job_id))
+    if not found:  # PrivateData=jobs: another user's job is not there for this one
+        raise Refused(f"Invalid job id specified: {job_id}", 404)
+    return Response(orjson.dumps({**head, "jobs": [job_record(state, j, now, version) for j in found]}),
                     media_type="application/json")
 
 
@@ -347,8 +352,9 @@ def db_job_record(record: dict[str, Any], version: str) -> dict[str, Any]:
 
 async def db_jobs(controller: Controller, request: Request, who: Any, version: str, query: JobQuery) -> Response:
     store = accounting(controller)
+    users = permissions.record_users(controller.state, who, query.users)
     await acctdb.flushed(controller.sync)
-    rows = await acctdb.call(store.query_jobs, query)
+    rows = [] if users is None else await acctdb.call(store.query_jobs, dataclasses.replace(query, users=users))
     return answer(request, who, version, jobs=[db_job_record(r, version) for r in rows])
 
 
@@ -374,9 +380,17 @@ async def db_job(controller: Ctl, request: Request, job_id: Annotated[int, Field
     return await db_jobs(controller, request, who, version, query)
 
 
+async def _accounts_seen(controller: Controller, who: Any) -> tuple[list[dict[str, Any]], ...]:
+    """The associations, accounts and users ``who`` may see (PrivateData: permissions.private_accounts)."""
+    store = accounting(controller).assocs(controller.state.config.cluster_name)
+    assocs, accounts, users = await asyncio.gather(acctdb.call(store.associations), acctdb.call(store.accounts),
+                                                   acctdb.call(store.users))
+    return permissions.private_accounts(controller.state, who, assocs, accounts, users)
+
+
 @slurmdb.get("/associations", response_model=AssociationsDoc)
 async def associations(controller: Ctl, request: Request, who: Who, version: Version) -> Response:
-    rows = await acctdb.call(accounting(controller).assocs(controller.state.config.cluster_name).associations)
+    rows = (await _accounts_seen(controller, who))[0]
     return answer(request, who, version, associations=[dataversions.upgrade("association", {
         "account": a["account"], "cluster": a["cluster"], "user": a["user"], "partition": "",
         "parent_account": a["parent"] or "", "shares_raw": int(a["shares"]),
@@ -388,12 +402,12 @@ async def associations(controller: Ctl, request: Request, who: Who, version: Ver
 
 @slurmdb.get("/accounts", response_model=AccountsDoc)
 async def accounts(controller: Ctl, request: Request, who: Who, version: Version) -> Response:
-    return answer(request, who, version, accounts=await _accounts(controller, None))
+    return answer(request, who, version, accounts=await _accounts(controller, who, None))
 
 
 @slurmdb.get("/account/{name}", response_model=AccountsDoc)
 async def account(controller: Ctl, request: Request, name: Name, who: Who, version: Version) -> Response:
-    return answer(request, who, version, accounts=_named(await _accounts(controller, name), "account", name))
+    return answer(request, who, version, accounts=_named(await _accounts(controller, who, name), "account", name))
 
 
 def _named(found: list[dict[str, Any]], kind: str, name: str) -> list[dict[str, Any]]:
@@ -402,15 +416,15 @@ def _named(found: list[dict[str, Any]], kind: str, name: str) -> list[dict[str, 
     return found
 
 
-async def _accounts(controller: Controller, only: str | None) -> list[dict[str, Any]]:
-    rows = await acctdb.call(accounting(controller).assocs(controller.state.config.cluster_name).accounts)
+async def _accounts(controller: Controller, who: Any, only: str | None) -> list[dict[str, Any]]:
+    rows = (await _accounts_seen(controller, who))[1]
     return [{"name": a["name"], "description": a.get("description", "") or "",
              "organization": a.get("organization", "") or "", "associations": [], "coordinators": [],
              "flags": []} for a in rows if only is None or a["name"] == only]
 
 
-async def _users(controller: Controller, version: str, only: str | None) -> list[dict[str, Any]]:
-    rows = await acctdb.call(accounting(controller).assocs(controller.state.config.cluster_name).users)
+async def _users(controller: Controller, who: Any, version: str, only: str | None) -> list[dict[str, Any]]:
+    rows = (await _accounts_seen(controller, who))[2]
     return [dataversions.upgrade("user", {
         "name": u["name"], "default": {"account": u.get("default_account", "") or "", "wckey": ""},
         "administrator_level": [str(u.get("admin_level", "") or "None")], "associations": [],
@@ -420,12 +434,12 @@ async def _users(controller: Controller, version: str, only: str | None) -> list
 
 @slurmdb.get("/users", response_model=UsersDoc)
 async def users(controller: Ctl, request: Request, who: Who, version: Version) -> Response:
-    return answer(request, who, version, users=await _users(controller, version, None))
+    return answer(request, who, version, users=await _users(controller, who, version, None))
 
 
 @slurmdb.get("/user/{name}", response_model=UsersDoc)
 async def user(controller: Ctl, request: Request, name: Name, who: Who, version: Version) -> Response:
-    return answer(request, who, version, users=_named(await _users(controller, version, name), "user", name))
+    return answer(request, who, version, users=_named(await _users(controller, who, version, name), "user", name))
 
 
 @openapi.get("/openapi/v3", include_in_schema=False)
