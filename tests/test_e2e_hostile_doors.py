@@ -395,3 +395,45 @@ def test_private_data_hides_other_users_jobs_usage_and_accounts(accounts) -> Non
         assert "red" in listed and "blue" not in listed, listed
         admin = cluster.run("squeue", "-a", "-h", "-o", "%i").stdout.split()
         assert str(secret) in admin and str(mine) in admin
+
+
+def test_an_energy_budget_stops_the_requeue_trick(accounts) -> None:
+    """A burner requeued every few seconds: its runs' energy adds up in the account's budget
+    (GrpTRESMins=energy, joules), which stops it as it stops the same job left alone; before, each
+    requeue erased the run and the budget was never reached."""
+    settings = ("EmulatedNodes=YES\nAcctGatherEnergyType=acct_gather_energy/emulated\nAcctGatherNodeFreq=1\n"
+                "AccountingStorageEnforce=associations,limits\nPriorityType=priority/multifactor\n"
+                "PriorityCalcPeriod=0:01")
+    with own_cluster(settings, node_extra="IdleWatts=95 MaxWatts=190") as cluster:
+        cluster.run("sacctmgr", "-i", "add", "account", "capped", "GrpTRESMins=energy=1500")
+        cluster.run("sacctmgr", "-i", "add", "user", USERS[0], "Account=capped")
+        attacker = Account(USERS[0], cluster)
+        job = attacker.sbatch("-D", "/tmp", "-o", "/dev/null", "--wrap", "while :; do :; done")
+
+        def stopped() -> bool:
+            info = cluster.job(job)
+            return info["state"] == "TIMEOUT" or (info["state"] == "PENDING"
+                                                  and info["reason"] == "AssocGrpEnergyMinutes")
+
+        for run in range(12):
+            wait_for(lambda r=run: stopped() or ((j := cluster.job(job))["state"] == "RUNNING"
+                                                 and j["restart_count"] == r and time.time() - j["start_time"] >= 3),
+                     60, what=f"run {run} under way for 3 s")
+            if stopped():
+                break
+            assert attacker.run("scontrol", "requeue", str(job)).returncode == 0
+        wait_for(stopped, 60, what="the budget stopping the job")
+        attacker.run("scancel", str(job))
+        cluster.wait_state(job, {"CANCELLED", "TIMEOUT"}, timeout=60)
+
+        def records() -> list[list[str]] | None:
+            out = attacker.run("sacct", "-D", "-X", "-n", "-P", "-j", str(job), "-o", "State,ConsumedEnergyRaw")
+            rows = [line.split("|") for line in out.stdout.decode().splitlines() if line]
+            return rows if rows and rows[-1][0] != "RUNNING" and all(r[1] for r in rows if r[0] != "CANCELLED") \
+                else None
+
+        rows = wait_for(records, 60, 0.3, what="every run's record with its energy")
+        runs = [int(r[1]) for r in rows if r[1]]
+        # the budget was met by the runs together, not by the last one alone (each ran about 3 s)
+        # (a run's record holds its energy up to its nodes' last reading: a second's worth may be missing)
+        assert rows[0][0] == "REQUEUED" and len(runs) >= 2 and sum(runs) >= 1300 and runs[-1] < 1500, rows
