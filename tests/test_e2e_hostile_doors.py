@@ -150,6 +150,9 @@ def test_a_job_moved_to_a_partition_is_checked_as_a_submission_to_it(accounts) -
     partitions = ("PartitionName=debug Nodes=n01 Default=YES MaxTime=INFINITE\n"
                   "PartitionName=vip Nodes=n01 AllowQos=high\n"
                   "PartitionName=closed Nodes=n01 State=INACTIVE\n"
+                  "PartitionName=staff Nodes=n01 AllowGroups=wsstaff\n"
+                  "PartitionName=others Nodes=n01 AllowAccounts=other\n"
+                  "PartitionName=banned Nodes=n01 DenyAccounts=proj\n"
                   "PartitionName=open Nodes=n01")
     with own_cluster(settings, partitions=partitions) as cluster:
         cluster.run("sacctmgr", "-i", "add", "qos", "high", "Priority=100")
@@ -158,7 +161,10 @@ def test_a_job_moved_to_a_partition_is_checked_as_a_submission_to_it(accounts) -
         attacker = Account(USERS[0], cluster)
         job = attacker.sbatch("-H", "-D", "/tmp", "-o", "/dev/null", "--wrap", "true")
         for target, why in (("vip", b"Invalid qos specification"), ("closed", b"Required partition not available"),
-                            ("nosuch", b"Invalid partition name specified")):
+                            ("nosuch", b"Invalid partition name specified"),
+                            ("staff", b"User's group not permitted to use this partition"),
+                            ("others", b"Invalid account or account/partition combination specified"),
+                            ("banned", b"Invalid account or account/partition combination specified")):
             moved = attacker.run("scontrol", "update", f"jobid={job}", f"partition={target}")
             assert moved.returncode != 0 and why in moved.stderr, (target, moved.stderr)
             assert cluster.job(job)["partition"] == "debug"
@@ -167,6 +173,12 @@ def test_a_job_moved_to_a_partition_is_checked_as_a_submission_to_it(accounts) -
                                                               "X-SLURM-USER-TOKEN": attacker.token()})
         assert rest.status_code >= 400 and "Invalid qos specification" in rest.text, rest.text
         assert cluster.job(job)["partition"] == "debug"
+        for target, why in (("staff", b"User's group not permitted"), ("others", b"Invalid account"),
+                            ("banned", b"Invalid account")):  # and a submission there is refused the same way
+            submitted = attacker.run("sbatch", "-H", "-p", target, "-D", "/tmp", "-o", "/dev/null", "--wrap", "true")
+            assert submitted.returncode != 0 and why in submitted.stderr, (target, submitted.stderr)
+        shown = cluster.run("scontrol", "show", "partition", "banned").stdout
+        assert "AllowGroups=ALL DenyAccounts=proj AllowQos=ALL" in shown, shown
         assert attacker.run("scontrol", "update", f"jobid={job}", "partition=open").returncode == 0
         assert cluster.job(job)["partition"] == "open"
         attacker.run("scancel", str(job))

@@ -139,6 +139,10 @@ class PartitionConf:
     priority_job_factor: int = setting("PriorityJobFactor", integer, 1)
     qos: str = setting("QOS", text, "")  # the partition's QOS: its limits hold the partition's jobs
     allow_qos: tuple[str, ...] = setting("AllowQos", names, ("ALL",))
+    # who may use it, as Slurm's keys (checked at submission and on a move, as EnforcePartLimits=ALL does)
+    allow_accounts: tuple[str, ...] = setting("AllowAccounts", names, ("ALL",))
+    deny_accounts: tuple[str, ...] = setting("DenyAccounts", names, ())
+    allow_groups: tuple[str, ...] = setting("AllowGroups", names, ("ALL",))
     deny_qos: tuple[str, ...] = setting("DenyQos", names, ())
     priority_tier: int = setting("PriorityTier", bounded(0, 65533), 1)
     preempt_mode: str = setting("PreemptMode", preempt_mode, "")  # "": the cluster's

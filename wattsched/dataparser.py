@@ -287,7 +287,9 @@ def node(n: dict[str, Any], cluster: str) -> dict[str, Any]:
 def partition(p: dict[str, Any], cluster: str) -> dict[str, Any]:
     """scontrol show partition --json (v0.0.40 partition_info)."""
     return {"nodes": {"allowed_allocation": "", "configured": p["nodes"], "total": p["total_nodes"]},
-            "accounts": {"allowed": "", "deny": ""}, "groups": {"allowed": ""}, "qos": {
+            "accounts": {"allowed": "" if p.get("allow_accounts", "ALL") == "ALL" else p.get("allow_accounts", ""),
+                         "deny": p.get("deny_accounts", "")},
+            "groups": {"allowed": "" if p.get("allow_groups", "ALL") == "ALL" else p.get("allow_groups", "")}, "qos": {
                 "allowed": "" if p.get("allow_qos", "ALL") == "ALL" else p.get("allow_qos", ""),
                 "deny": p.get("deny_qos", ""), "assigned": p.get("qos", "")},
             "alternate": "",

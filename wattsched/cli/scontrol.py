@@ -121,6 +121,12 @@ def node_lines(n: dict[str, Any], details: bool = False) -> list[str | None]:
     return lines
 
 
+def _allow_deny(p: dict[str, Any], key: str, label: str) -> str:
+    """Slurm's one field for a partition's allow and deny lists: Allow..., unless only a deny list is set."""
+    allow = p.get(f"allow_{key}") or "ALL"
+    return f"Deny{label}={p[f'deny_{key}']}" if allow == "ALL" and p.get(f"deny_{key}") else f"Allow{label}={allow}"
+
+
 def partition_lines(p: dict[str, Any]) -> list[str | None]:
     from wattsched import timefmt
 
@@ -128,8 +134,8 @@ def partition_lines(p: dict[str, Any]) -> list[str | None]:
     default_time = "NONE" if p["default_time_min"] is None else timefmt.secs_to_str(p["default_time_min"] * 60)
     return [
         f"PartitionName={p['name']}",
-        f"AllowGroups=ALL AllowAccounts=ALL AllowQos={p.get('allow_qos') or 'ALL'}",
-        f"DenyQos={p['deny_qos']}" if p.get("deny_qos") else None,
+        f"AllowGroups={p.get('allow_groups') or 'ALL'} {_allow_deny(p, 'accounts', 'Accounts')} "
+        f"{_allow_deny(p, 'qos', 'Qos')}",
         f"AllocNodes=ALL Default={'YES' if p['default'] else 'NO'} QoS={p.get('qos') or 'N/A'}",
         f"DefaultTime={default_time} DisableRootJobs=NO ExclusiveUser=NO GraceTime=0 Hidden=NO",
         f"MaxNodes={p['max_nodes'] if p['max_nodes'] is not None else 'UNLIMITED'} MaxTime={max_time} "

@@ -246,16 +246,17 @@ def update(state: ClusterState, jobs: Iterable[Job], upd: JobUpdate, who: Identi
 
 def move_to_partition(state: ClusterState, job: Job, name: str, admin: bool) -> None:
     """A pending job moved to another partition is checked as a submission to it would be (Slurm's
-    update path, _valid_job_part): the partition's state, its AllowQos/DenyQos, the job fitting its
-    nodes, and (for users) the submit limits that the partition's QOS sets. Nothing changes on a refusal."""
+    update path, _valid_job_part): the partition's state, its AllowGroups, AllowAccounts/DenyAccounts
+    and AllowQos/DenyQos, the job fitting its nodes, and (for users) the submit limits that the
+    partition's QOS sets. Nothing changes on a refusal."""
     if name not in {p.name for p in state.config.partitions}:
         raise Refused("Invalid partition name specified")
     partitions = snapshots.partition_snaps(state)
     try:
-        submit_mod.partition_open(name, state.config, partitions)
+        part = submit_mod.partition_open(name, state.config, partitions)
+        submit_mod.check_partition_access(part, job.account, Identity(job.uid, job.user), job.gid)
     except submit_mod.SubmitError as exc:
         raise Refused(str(exc)) from exc
-    part = next(p for p in state.config.partitions if p.name == name)
     if state.shares.qos and job.qos and not acctpolicy.qos_allowed(part, job.qos):
         raise Refused(limits.INVALID_QOS)
     moved = Job.from_dict(dict(job.to_dict(), partition=name))

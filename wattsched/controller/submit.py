@@ -6,6 +6,7 @@ allocates the ids and stores the result.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import signal as signal_mod
@@ -126,6 +127,7 @@ def build_jobs(req: JobSubmit, who: Identity, gid: int, group: str, config: Conf
                reservations: Mapping[str, Reservation]) -> list[Job]:
     """Validate ``req`` and return its job records (several for an array), ids from ``first_id``."""
     part = partition_open(req.partition, config, partitions)
+    check_partition_access(part, req.account, who, gid)
     if req.reservation:
         resv = reservations.get(req.reservation)
         if resv is None:
@@ -235,6 +237,32 @@ def build_jobs(req: JobSubmit, who: Identity, gid: int, group: str, config: Conf
         job.array_throttle = array.throttle
         jobs.append(job)
     return jobs
+
+
+def check_partition_access(part: PartitionConf, account: str, who: Identity, gid: int) -> None:
+    """The partition's AllowGroups (root always passes, as in Slurm), AllowAccounts and DenyAccounts,
+    refused as Slurm refuses them when EnforcePartLimits is on."""
+    if "ALL" not in part.allow_groups and who.uid != 0 and not in_groups(who.user, gid, part.allow_groups):
+        raise SubmitError("User's group not permitted to use this partition")
+    if ("ALL" not in part.allow_accounts and account not in part.allow_accounts) or account in part.deny_accounts:
+        raise SubmitError("Invalid account or account/partition combination specified")
+
+
+def in_groups(user: str, gid: int, groups: tuple[str, ...]) -> bool:
+    """Whether the user (primary group ``gid``) is in one of the named groups, as the system says."""
+    import grp
+
+    try:
+        gids = os.getgrouplist(user, gid)
+    except OSError:
+        gids = [gid]
+    for each in gids:
+        try:
+            if grp.getgrgid(each).gr_name in groups:
+                return True
+        except KeyError:
+            continue
+    return False
 
 
 def partition_open(name: str, config: Config, partitions: dict[str, scheduling.PartitionSnap]) -> PartitionConf:

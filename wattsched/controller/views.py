@@ -124,6 +124,8 @@ def partition_views(config: Config, nodes: dict[str, Node]) -> list[dict[str, An
             "max_nodes": part.max_nodes, "nodes": hostlist.compress(part.nodes),
             "total_nodes": len(members), "total_cpus": sum(n.cpus for n in members),
             "qos": part.qos, "allow_qos": ",".join(part.allow_qos), "deny_qos": ",".join(part.deny_qos),
+            "allow_accounts": ",".join(part.allow_accounts), "deny_accounts": ",".join(part.deny_accounts),
+            "allow_groups": ",".join(part.allow_groups),
             "priority_job_factor": part.priority_job_factor, "priority_tier": part.priority_tier,
             "preempt_mode": part.preempt_mode or config.preempt_mode,
         })
