@@ -7,6 +7,7 @@ import re
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -118,8 +119,8 @@ def test_every_slurm_option_of_the_run_commands_is_known() -> None:
 @pytest.mark.parametrize("prog", SLURM_COMMANDS)
 def test_help_usage_and_version(prog: str) -> None:
     version = subprocess.run([str(BIN / prog), "--version"], capture_output=True, text=True, timeout=30)
-    # Slurm's "slurm X.Y.Z" first (tools take the second word for the version), then ours
-    assert version.returncode == 0 and re.fullmatch(r"slurm \d+\.\d+\.\d+ \(wattsched \S+\)\n", version.stdout)
+    # exactly Slurm's "slurm X.Y.Z" (Slurm's testsuite parses it; ours is wattsched --version's)
+    assert version.returncode == 0 and re.fullmatch(r"slurm \d+\.\d+\.\d+\n", version.stdout)
     usage = subprocess.run([str(BIN / prog), "--usage"], capture_output=True, text=True, timeout=30)
     assert usage.returncode == 0 and usage.stdout.startswith(f"Usage: {prog} ")
     helped = subprocess.run([str(BIN / prog), "--help"], capture_output=True, text=True, timeout=30)
@@ -132,8 +133,6 @@ def test_help_usage_and_version(prog: str) -> None:
 
 
 def test_the_documented_option_table_is_the_commands_own() -> None:
-    from pathlib import Path
-
     from wattsched.cli import optiontable
 
     page = (Path(__file__).resolve().parent.parent / "docs" / "user" / "commands.md").read_text()
@@ -182,3 +181,25 @@ def test_the_reference_pages_list_every_option_and_every_key() -> None:
             if "key" in f.metadata:
                 assert f"| `{f.metadata['key']}` | {', '.join(f.metadata['aliases'])} |" in keys, f.metadata["key"]
     assert made["index.md"].startswith("# wattsched") and "](docs/" not in made["index.md"]
+
+
+def test_show_hostnames_says_what_is_wrong_and_exits_0_as_slurms() -> None:
+    """Slurm's testsuite asks ``scontrol show hostnames`` of every node requirement: a bad or empty list
+    gets Slurm's message on stderr and exit code 0; the encoders still fail on a bad argument."""
+    env = dict(os.environ, WATTSCHED_CONF=str(Path(__file__).resolve().parent.parent / "etc" / "emulated.conf"))
+    env.pop("SLURM_NODELIST", None)
+
+    def scontrol(*args: str, **extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(BIN / "scontrol"), *args], capture_output=True, text=True, timeout=30,
+                              env=dict(env, **extra))
+
+    for text in ("[]", "x[", "n[3-1]"):
+        shown = scontrol("show", "hostnames", text)
+        assert (shown.returncode, shown.stdout, shown.stderr) == (0, "", f"Invalid hostlist: {text}\n"), text
+    empty = scontrol("show", "hostnames")
+    assert (empty.returncode, empty.stderr) == (0, "scontrol: error: host list is empty\n")
+    assert scontrol("show", "hostnames", SLURM_NODELIST="n[1-2]").stdout == "n1\nn2\n"
+    assert scontrol("show", "hostnames").stdout == "" and scontrol("show", "hostnames", "a,b").stdout == "a\nb\n"
+    encode = scontrol("show", "hostlist")
+    assert encode.returncode == 1 and "invalid encode argument" in encode.stderr
+    assert scontrol("show", "hostlist", "x[").returncode == 1

@@ -51,6 +51,11 @@ def test_show_config_partition_and_json(cluster: Cluster) -> None:
     assert config.startswith("Configuration data as of ")
     assert "ClusterName             = testcluster" in config
     assert "SchedulerType           = sched/backfill" in config
+    from wattsched import SLURM_RELEASE, __version__
+
+    # Slurm's version line, and ours (the commands' -V is Slurm's alone)
+    assert f"SLURM_VERSION           = {'.'.join(SLURM_RELEASE)}\n" in config
+    assert f"WATTSCHED_VERSION       = {__version__}\n" in config
     part = cluster.run("scontrol", "show", "partition", "debug").stdout
     assert part.startswith("PartitionName=debug") and "TotalCPUs=16 TotalNodes=4" in part
     # Slurm 23.11's data_parser/v0.0.40 layout

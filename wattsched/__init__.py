@@ -13,6 +13,7 @@ SLURM_RELEASE = ("23", "11", "4")
 
 
 def version_line() -> str:
-    """The commands' -V/--version (and scontrol version): Slurm's "slurm X.Y.Z", which tools parse
-    for the version they talk to, then wattsched's own."""
-    return f"slurm {'.'.join(SLURM_RELEASE)} (wattsched {__version__})"
+    """The commands' -V/--version (and scontrol version): exactly Slurm's "slurm X.Y.Z", which tools
+    and Slurm's own testsuite parse for the version they talk to (a suffix breaks them).
+    wattsched's own version is ``wattsched --version``'s and scontrol show config's."""
+    return f"slurm {'.'.join(SLURM_RELEASE)}"

@@ -263,6 +263,8 @@ def show(client: Client, args: list[str], oneliner: bool, as_json: bool, details
         for key, value in conf["settings"]:
             print(f"{key:<23} = {value}")
         print(f"{'SLURM_CONF':<23} = {conf['source']}")
+        print(f"{'SLURM_VERSION':<23} = {conf['slurm_version']}")
+        print(f"{'WATTSCHED_VERSION':<23} = {conf['wattsched_version']}")
         return None
     raise CLIError(f"invalid entity:{args[0]} for keyword:show")
 
@@ -311,19 +313,31 @@ def _expand(expr: str) -> list[str]:
 
 
 def _show_hosts(what: str, rest: list[str]) -> None:
-    """``show hostnames LIST`` (one name a line), ``show hostlist[sorted] NAMES`` (compressed); the
-    list defaults to SLURM_JOB_NODELIST, as in Slurm."""
+    """``show hostnames LIST`` (one name a line), ``show hostlist[sorted] NAMES`` (compressed), as
+    Slurm's scontrol: hostnames takes SLURM_NODELIST by default and, like Slurm's, says what is wrong
+    with a list without failing the command (tools such as Slurm's testsuite rely on its exit code 0);
+    the encoders need their argument and fail on a bad one."""
     from wattsched import hostlist
 
-    text = rest[0] if rest else os.environ.get("SLURM_JOB_NODELIST", "")
-    if not text:
-        raise CLIError(f"too few arguments for keyword:{what}")
+    if what == "hostnames":
+        text = rest[0] if rest else os.environ.get("SLURM_NODELIST", "")
+        if not text:
+            sys.stderr.write("scontrol: error: host list is empty\n")
+            return None
+    elif not rest:
+        raise CLIError("invalid encode argument")
+    else:
+        text = rest[0]
     try:
         names = hostlist.expand(text, limit=1 << 20)
     except ValueError as exc:
+        if what == "hostnames":
+            sys.stderr.write(f"Invalid hostlist: {text}\n")
+            return None
         raise CLIError(f"Invalid hostlist: {exc}") from exc
     if what == "hostnames":
-        print("\n".join(names))
+        if names:
+            print("\n".join(names))
     else:
         print(hostlist.compress(sorted(names) if what == "hostlistsorted" else names))
     return None

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import Response
 
-from wattsched import auth, exposition, power, states
+from wattsched import SLURM_RELEASE, __version__, auth, exposition, power, states
 from wattsched.api import PowerCapStepSpec, PowerCapUpdate
 from wattsched.capschedule import CapStep
 from wattsched.controller import failover, powercontrol, snapshots
@@ -29,7 +29,8 @@ router = APIRouter()
 @router.get("/v1/config")
 async def config(controller: Ctl, who: Who) -> dict[str, Any]:
     state = controller.state
-    return {"time": time.time(), "source": state.config.source,
+    return {"time": time.time(), "source": state.config.source, "slurm_version": ".".join(SLURM_RELEASE),
+            "wattsched_version": __version__,
             "settings": [[k, v] for k, v in state.config.as_pairs()],
             "accounting_healthy": controller.sync.healthy if controller.sync else None}
 
