@@ -93,6 +93,16 @@ def test_accounts_are_enforced_and_defaulted(fs_cluster: Cluster) -> None:
     assert "Priority=0 " in c.run("scontrol", "show", "job", str(held)).stdout
     job = c.sbatch("--begin=now+1hour", "--wrap", "true", env=c.user_env(2001, "green"))
     assert c.job(job)["account"] == "phys"  # the default account
+    # accounts (and wckeys) are kept in lower case, as Slurm keeps them: -A PHYS is phys
+    upper = c.sbatch("-H", "-A", "PHYS", "--wckey=Night", "--wrap", "true", env=c.user_env(2001, "green"))
+    assert (c.job(upper)["account"], c.job(upper)["wckey"]) == ("phys", "night")
+    c.run("scancel", str(upper))
+    c.run("sacctmgr", "-i", "add", "account", "MixedCase")
+    c.run("sacctmgr", "-i", "add", "user", "green", "Account=MIXEDCASE")
+    shown = c.run("sacctmgr", "show", "assoc", "-P", "-n", "format=Account,User").stdout.splitlines()
+    assert "mixedcase|" in shown and "mixedcase|green" in shown and not any("MixedCase" in s for s in shown), shown
+    c.run("sacctmgr", "-i", "delete", "user", "green", "where", "Account=MixedCase")
+    c.run("sacctmgr", "-i", "delete", "account", "MIXEDCASE")
     # its priority comes with the first scheduling pass after the submission (a held job's stays 0)
     wait_for(lambda: "Priority=0 " not in c.run("scontrol", "show", "job", str(job)).stdout, 30,
              what="the job's priority set by a pass")

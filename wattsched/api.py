@@ -212,6 +212,9 @@ class PowerCapStepSpec(Strict):
     flags: str = Field("", max_length=16)
 
 
+ACCOUNT_KEYS = frozenset({"account", "accounts", "defaultaccount", "parent"})  # sacctmgr keys naming accounts
+
+
 class AssocRequest(Strict):
     """sacctmgr add|modify|delete cluster|account|user|qos NAMES [where K=V...] [set K=V...].
     Keys are sacctmgr's, lower case (parent, fairshare, description, organization, account,
@@ -223,6 +226,17 @@ class AssocRequest(Strict):
     names: list[Short] = Field(min_length=1, max_length=LIST_MAX)
     where: dict[Short, Text] = Field({}, max_length=64)
     values: dict[Short, Comment] = Field({}, max_length=64)
+
+    @model_validator(mode="after")
+    def _accounts_in_lower_case(self) -> AssocRequest:
+        """Account names are kept in lower case, as sacctmgr and slurmctld make them (a job's
+        --account=Proj is proj's): names, and every key that names an account."""
+        if self.entity == "account":
+            self.names = [name.lower() for name in self.names]
+        for table in (self.where, self.values):
+            for key in ACCOUNT_KEYS & set(table):
+                table[key] = table[key].lower()
+        return self
 
 
 class CancelRequest(Strict):

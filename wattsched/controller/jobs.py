@@ -126,13 +126,15 @@ def will_run(state: ClusterState, req: JobSubmit, who: Identity, now: float) -> 
 
 
 def with_account(state: ClusterState, req: JobSubmit, who: Identity) -> JobSubmit:
-    """The job's account: as asked, else the user's default; with
-    AccountingStorageEnforce=associations, only an account the user is associated with."""
-    account = req.account or state.shares.default_account.get(who.user, "")
+    """The job's account: as asked, else the user's default, in lower case as Slurm keeps accounts
+    (and wckeys); with AccountingStorageEnforce=associations, only an account the user is associated with."""
+    account = (req.account or state.shares.default_account.get(who.user, "")).lower()
     if "associations" in state.config.accounting_storage_enforce and \
             account not in state.shares.user_accounts.get(who.user, ()):
         raise Refused("Invalid account or account/partition combination specified")
-    return req.model_copy(update={"account": account}) if account != req.account else req
+    wckey = req.wckey.lower()
+    return req.model_copy(update={"account": account, "wckey": wckey}) \
+        if (account, wckey) != (req.account, req.wckey) else req
 
 
 def cancel(state: ClusterState, jobs: Iterable[Job], who: Identity, sig: int | None, batch_only: bool,
