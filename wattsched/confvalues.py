@@ -332,8 +332,8 @@ def auth_socket(value: str) -> str:
 class AuthAltParams:
     """AuthAltParameters, as Slurm's auth/jwt reads them: where the cluster key is, and the longest
     token a user may be given (``scontrol token lifespan=``; ours defaults to a day, where Slurm sets
-    no bound: a token that leaks should not work for a year). Root and AdminUsers are not bounded,
-    as SlurmUser is not in Slurm. ``disable_token_creation`` refuses ``scontrol token`` to users."""
+    no bound: a token that leaks should not work for a year). Root (and the controller) are not
+    bounded, as SlurmUser is not in Slurm. ``disable_token_creation`` refuses ``scontrol token`` to users."""
 
     jwt_key: str = ""
     max_token_lifespan_s: int = 86400

@@ -24,7 +24,6 @@ _SURROGATE = "[\ud800-\udfff]"
 # the bidirectional embeddings, overrides and isolates (U+202A-U+202E, U+2066-U+2069), the marks
 # (U+200E, U+200F, U+061C) and the line and paragraph separators (U+2028, U+2029)
 _CONTROL = "[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]"
-_SHORT = {9: "\\t", 10: "\\n", 13: "\\r"}
 EXCERPT_MAX = 120  # characters of a refused value echoed in an error
 
 
@@ -62,13 +61,7 @@ def printable(value: str) -> str:
     """``value`` with every character Python does not print (controls, format characters such as the
     bidirectional overrides, line and paragraph separators) escaped as Python writes it (``\\n``,
     ``\\x1b``, ``\\u202e``), so it stays one field of one line in a listing, in the order it was typed."""
-    return value if value.isprintable() else "".join(ch if ch.isprintable() else _escape(ord(ch)) for ch in value)
-
-
-def _escape(code: int) -> str:
-    if code in _SHORT:
-        return _SHORT[code]
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+    return value if value.isprintable() else "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in value)
 
 
 def _search(pattern: str, value: str) -> Match[str] | None:

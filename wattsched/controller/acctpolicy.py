@@ -92,7 +92,7 @@ def qos_allowed(partition: PartitionConf, qos: str) -> bool:
 def check_submit(state: ClusterState, jobs: list[Job], skip: int = 0) -> None:
     """The submit limits (MaxSubmitJobs*, GrpSubmitJobs of the QOS and up the association tree)
     and, for a QOS with DenyOnLimit, its per-job limits: refused as Slurm refuses them. ``skip``: a
-    queued job that ``jobs`` stand for (one moved to another partition, or requeued), not counted twice."""
+    queued job that ``jobs`` stand for (one moved to another partition), not counted twice."""
     shares = state.shares
     if not jobs or not shares.qos or not {"limits", "safe"} & set(state.config.accounting_storage_enforce):
         return

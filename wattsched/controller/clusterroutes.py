@@ -147,7 +147,7 @@ async def relinquish(controller: Ctl, who: Who, heir: str = Query("", max_length
 
 
 @router.post("/v1/token")
-async def token(controller: Ctl, who: Who, username: str = "",
+async def token(controller: Ctl, who: Who, username: str = Query("", max_length=64),
                 lifespan: int = Query(0, ge=0, le=2**31 - 2)) -> dict[str, str]:
     """scontrol token, as Slurm's controller answers it: 0 asks for the default (1800 s, or the
     maximum if lower); past AuthAltParameters' max_token_lifespan refused to all but root."""

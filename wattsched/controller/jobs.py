@@ -251,8 +251,6 @@ def move_to_partition(state: ClusterState, job: Job, name: str, admin: bool) -> 
     update path, _valid_job_part): the partition's state, its AllowGroups, AllowAccounts/DenyAccounts
     and AllowQos/DenyQos, the job fitting its nodes, and (for users) the submit limits that the
     partition's QOS sets. Nothing changes on a refusal."""
-    if name not in {p.name for p in state.config.partitions}:
-        raise Refused("Invalid partition name specified")
     partitions = snapshots.partition_snaps(state)
     try:
         part = submit_mod.partition_open(name, state.config, partitions)

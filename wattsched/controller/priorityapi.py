@@ -8,7 +8,7 @@ import asyncio
 import dataclasses
 import math
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fastapi import APIRouter
 
@@ -21,9 +21,6 @@ from wattsched.controller.loop import Controller
 from wattsched.controller.routedeps import Ctl
 from wattsched.httpauth import Who
 from wattsched.plugins.priority.multifactor import MultifactorPriority
-
-if TYPE_CHECKING:
-    pass
 
 
 def _apply(store: AssocStore, req: AssocRequest, now: float) -> None:
