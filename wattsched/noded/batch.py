@@ -100,12 +100,12 @@ class BatchRunner:
     """The batch scripts of the nodes one agent hosts."""
 
     def __init__(self, spool_root: str, kill_wait_s: int, on_end: Callable[[JobEvent], None],
-                 confine: Callable[[str, int], dict] = lambda _node, _job: {},
+                 confine: Callable[[str, int, int, int], dict] = lambda _node, _job, _uid, _gid: {},
                  task_scripts: dict[str, str] | None = None):
         self.spool_root = spool_root
         self.kill_wait_s = kill_wait_s
         self.on_end = on_end
-        self.confine = confine  # (node, job) -> what the script's process does first: cgroups, CPU binding
+        self.confine = confine  # (node, job, uid, gid) -> what the script does first: cgroups, a virtual host, CPUs
         self.task_scripts = task_scripts or {}  # TaskProlog / TaskEpilog, run as the user around the script
         self.jobs: dict[int, BatchJob] = {}
 
@@ -155,7 +155,7 @@ class BatchRunner:
                     "umask": procs.umask_of(req.environment), "work_dir": req.work_dir, "stdin": req.std_in,
                     "stdout": req.std_out, "stderr": req.std_err, "open_mode": req.open_mode,
                     "argv": [script, *req.argv], "env": req.environment, "spool": spool,
-                    **self.confine(req.node, req.job_id), **self.task_scripts}
+                    **self.confine(req.node, req.job_id, req.uid, req.gid), **self.task_scripts}
             with open(os.devnull, "rb") as null_in, open(os.devnull, "wb") as null_out:
                 proc = procs.spawn_stepd("batch", spec, cwd=spool, stdin=null_in.fileno(),
                                          stdout=null_out.fileno(), stderr=null_out.fileno())
