@@ -277,6 +277,8 @@ class StepCreate(Strict):
     nodes: Count | None = None
     ntasks_per_node: int = Field(0, ge=0, le=COUNT_MAX)
     cpus_per_task: Count = 1
+    nodelist: list[Annotated[str, Field(max_length=128)]] = Field([], max_length=COUNT_MAX)  # srun -w
+    exclude: list[Annotated[str, Field(max_length=128)]] = Field([], max_length=COUNT_MAX)  # srun -x
 
 
 class StepPlacement(BaseModel):
@@ -501,3 +503,25 @@ class TaskLaunch(Strict):
     cols: int = Field(80, ge=1, le=4096)
     open_mode: Literal["truncate", "append"] = "truncate"
     cpu_bind: str = Field("", max_length=65536)  # srun --cpu-bind (wattsched.cpubind)
+    mpi: str = Field("none", pattern=r"^[a-z0-9_]{1,32}$")  # srun --mpi, resolved (wattsched.plugins.mpi)
+
+
+class PmiMessage(Strict):
+    """What srun relays between a step's MPI servers: a fence's union of every node's puts (keys and
+    values at PMI's maxima), or the step's abort."""
+
+    pmi: Literal["fence", "abort"]
+    seq: int = Field(0, ge=0, le=INT32)
+    kvs: dict[Annotated[str, Field(max_length=64)], Annotated[str, Field(max_length=1024)]] = Field(
+        {}, max_length=COUNT_MAX)
+    reason: str = Field("", max_length=1024)
+
+
+class StepPmi(Strict):
+    """srun hands one node's MPI server of a step what the step's other nodes said."""
+
+    job_id: int = Field(ge=1, le=BIG)
+    step_id: int = Field(ge=0, le=INT32)
+    node: str = Field(max_length=128)
+    credential: str = Field(max_length=1 << 20)
+    message: PmiMessage

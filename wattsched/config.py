@@ -36,6 +36,8 @@ from wattsched.confvalues import (
     integer,
     memory,
     minutes,
+    mpi_params,
+    mpi_type,
     names,
     non_negative_number,
     opt_integer,
@@ -292,6 +294,9 @@ class Config:
     task_prolog: str = setting("TaskProlog", text, "", path=True)
     task_epilog: str = setting("TaskEpilog", text, "", path=True)
     prolog_epilog_timeout_s: int = setting("PrologEpilogTimeout", integer, 0)  # 0: no limit
+    # MPI (Slurm's keys): the type srun uses without --mpi, and the ports steps may reserve
+    mpi_default: str = setting("MpiDefault", mpi_type, "none")
+    mpi_ports: tuple[int, int] | None = setting("MpiParams", mpi_params, None)
     # process tracking and confinement (Slurm's keys); cgroup.conf beside the file sets the cgroup_*
     proctrack_type: str = setting("ProctrackType", choice("proctrack/pgid", "proctrack/cgroup", "proctrack/linuxproc"),
                                   "proctrack/pgid")

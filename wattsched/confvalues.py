@@ -283,6 +283,29 @@ def parse_power_save_params(value: str) -> tuple[tuple[str, float | str], ...]:
     return tuple(pairs)
 
 
+def mpi_type(value: str) -> str:
+    """MpiDefault: an MPI plugin's type (srun --mpi=list names them); ``openmpi`` is Slurm's old
+    name of ``none``. Whether a plugin provides it is asked where a step uses it."""
+    name = value.strip().lower()
+    if not 0 < len(name) <= 32 or not all(c.isascii() and (c.isalnum() or c == "_") for c in name):
+        raise ValueError(f"'{value}' is not an MPI type (see srun --mpi=list)")
+    return "none" if name == "openmpi" else name
+
+
+def mpi_params(value: str) -> tuple[int, int] | None:
+    """MpiParams (Slurm's): ``ports=12000-12999``, the range steps reserve ports in (srun
+    --resv-ports, SLURM_STEP_RESV_PORTS)."""
+    ports = None
+    for item in names(value):
+        key, _, raw = item.partition("=")
+        first, dash, last = raw.partition("-")
+        if key.lower() != "ports" or not dash or not first.isdigit() or not last.isdigit() \
+                or not 0 < int(first) <= int(last) <= 65535:
+            raise ValueError(f"'{item}' is not ports=FIRST-LAST")
+        ports = (int(first), int(last))
+    return ports
+
+
 def flags(*allowed: str) -> Callable[[str], tuple[str, ...]]:
     """A comma-separated subset of ``allowed`` (case as in ``allowed``)."""
     lookup = {a.lower(): a for a in allowed}

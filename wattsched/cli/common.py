@@ -69,7 +69,7 @@ def missing_part(command: str, exc: ModuleNotFoundError, shown: str = "") -> CLI
 # its start-up (the Config class alone takes ~9 ms to build: measured with -X importtime), so these
 # few values are kept in the user's cache, checked against every file read (path, size, mtime).
 CLIENT_SETTINGS = ("controller_url", "controller_urls", "slurmctld_hosts", "slurmctld_timeout_s",
-                   "message_timeout_s", "cluster_name", "key_file", "auth_socket_path")
+                   "message_timeout_s", "cluster_name", "key_file", "auth_socket_path", "mpi_default")
 
 
 class Settings:
@@ -84,6 +84,7 @@ class Settings:
         self.cluster_name = values["cluster_name"]
         self.key_file = values["key_file"]
         self.auth_socket_path = values["auth_socket_path"]
+        self.mpi_default: str = values.get("mpi_default", "none")
 
 
 def _stamp(path: str) -> list[int]:

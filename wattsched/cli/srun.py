@@ -24,6 +24,59 @@ if TYPE_CHECKING:
     from typing import Any
 
 
+class PmiRelay:
+    """srun's part in an MPI step (srun --mpi): each node's MPI server sends its contribution to a
+    fence up its task stream; once every node's has come, the union goes to every node's agent. An
+    abort from one node goes to all the others."""
+
+    def __init__(self, client: Client, job_id: int, step_id: int, credential: str,
+                 placements: list[dict[str, Any]]) -> None:
+        self.client, self.job_id, self.step_id, self.credential = client, job_id, step_id, credential
+        self.placements = placements
+        self.lock = threading.Lock()
+        self.fences: dict[int, dict[str, dict[str, str]]] = {}
+        self.aborted = False
+
+    def receive(self, node: str, message: dict[str, Any]) -> None:
+        if message.get("pmi") == "fence":
+            seq = int(message.get("seq", 0))
+            with self.lock:
+                parts = self.fences.setdefault(seq, {})
+                parts[node] = message.get("kvs") or {}
+                if len(parts) < len(self.placements):
+                    return
+                del self.fences[seq]
+            union: dict[str, str] = {}
+            for kvs in parts.values():
+                union.update(kvs)
+            self._post_all({"pmi": "fence", "seq": seq, "kvs": union}, skip="")
+        elif message.get("pmi") == "abort":
+            with self.lock:
+                if self.aborted:
+                    return
+                self.aborted = True
+            sys.stderr.write(f"srun: error: mpi/pmi2: {message.get('reason', '')}\n"
+                             f"srun: Terminating StepId={self.job_id}.{self.step_id}\n")
+            self._post_all({"pmi": "abort", "reason": str(message.get("reason", ""))}, skip=node)
+
+    def _post_all(self, message: dict[str, Any], skip: str) -> None:
+        for placement in self.placements:
+            if placement["node"] == skip:
+                continue
+            host, port = host_port(placement["agent_url"])
+            body = {"job_id": self.job_id, "step_id": self.step_id, "node": placement["node"],
+                    "credential": self.credential, "message": message}
+            try:
+                status, answer = exchange(host, port, http_request("POST", host, port, "/v1/steps/pmi",
+                                                                   self.client.token(), body), 60)
+            except OSError as exc:
+                sys.stderr.write(f"srun: error: {placement['node']}: relaying PMI: {exc}\n")
+                continue
+            if status != 200:
+                why = answer[:200].decode(errors="replace")
+                sys.stderr.write(f"srun: error: {placement['node']}: relaying PMI: {why}\n")
+
+
 class TaskStreams:
     """Collects task output from all nodes and prints it line by line, labelled with -l."""
 
@@ -43,7 +96,8 @@ class TaskStreams:
             stream.write(data)
             stream.flush()
 
-    def pump(self, client: Client, placement: dict[str, Any], body: dict[str, Any]) -> None:
+    def pump(self, client: Client, placement: dict[str, Any], body: dict[str, Any],
+             relay: PmiRelay | None = None) -> None:
         host, port = host_port(placement["agent_url"])
         request = http_request("POST", host, port, "/v1/steps/launch", client.token(), body)
         try:
@@ -51,6 +105,13 @@ class TaskStreams:
                 msg = jsonwire.loads(line)
                 if "exit" in msg:
                     self.exits[msg["task"]] = (msg["exit"], msg["signal"])
+                elif "pmi" in msg:
+                    if relay is not None:
+                        relay.receive(placement["node"], msg["pmi"])
+                elif "stepd" in msg:  # the step daemon's own words (Slurm's slurmstepd lines)
+                    with self.lock:
+                        sys.stderr.write(msg["stepd"])
+                        sys.stderr.flush()
                 else:
                     self.write(msg["task"], msg["fd"], msg["data"])
         except (CLIError, OSError, ValueError) as exc:
@@ -64,11 +125,17 @@ COMMAND = Command("srun", "[OPTIONS(0)... [executable(0) [args(0)...]]] [ : [OPT
 def srun(argv: list[str]) -> int:
     """Run a parallel job step; its exit code (128 + signal when a task was killed)."""
     opts, command = COMMAND.parse(argv)
+    if opts.get("mpi") == "list":
+        from wattsched.plugins import mpi
+
+        sys.stdout.write(mpi.listing())
+        return 0
     if not command:
         raise CLIError("No command given to execute.")
     opts["command"] = command
     label, unbuffered, quiet = bool(opts.get("label")), bool(opts.get("unbuffered")), bool(opts.get("quiet"))
     client = Client.for_options(opts)
+    opts["mpi"] = mpi_type(opts.get("mpi") or os.environ.get("SLURM_MPI_TYPE"), client.config.mpi_default)
     jobid = opts.get("jobid")
     inside = jobid or (int(os.environ["SLURM_JOB_ID"]) if os.environ.get("SLURM_JOB_ID", "").isdigit() else None)
     own_job = None
@@ -146,18 +213,47 @@ def allocate(client: Client, opts: dict[str, Any], immediate: bool, quiet: bool,
     return job_id
 
 
+def step_hosts(expression: str | None) -> list[str]:
+    """srun -w/-x's hosts (a host list expression, or a file of them where it names a path)."""
+    if not expression:
+        return []
+    from wattsched import hostlist
+
+    if "/" in expression:
+        expression = o.read_nodefile(expression)
+    try:
+        return hostlist.expand(expression)
+    except ValueError as exc:
+        raise CLIError(f"Invalid node name specified: {exc}") from exc
+
+
+def mpi_type(requested: str | None, default: str) -> str:
+    """The step's MPI type (--mpi, else SLURM_MPI_TYPE, else MpiDefault), checked before any
+    allocation as Slurm's srun does. No plugin code is imported for ``none``, the common case."""
+    if (requested or default or "none") in ("none", "openmpi"):
+        return "none"
+    from wattsched.plugins import mpi
+
+    try:
+        return mpi.resolve(requested, default)
+    except mpi.MpiError as exc:
+        raise CLIError(str(exc)) from exc
+
+
 def run_step(client: Client, job_id: int, opts: dict[str, Any], command: list[str], label: bool,
              unbuffered: bool, new_allocation: bool) -> int:
     nodes_min, _ = o.node_range(opts.get("nodes"))
     req = {"name": opts.get("job_name") or os.path.basename(command[0]),
            "ntasks": opts.get("ntasks"), "nodes": nodes_min if opts.get("nodes") else None,
-           "ntasks_per_node": opts.get("ntasks_per_node") or 0, "cpus_per_task": opts.get("cpus_per_task") or 1}
+           "ntasks_per_node": opts.get("ntasks_per_node") or 0, "cpus_per_task": opts.get("cpus_per_task") or 1,
+           "nodelist": step_hosts(opts.get("nodelist")), "exclude": step_hosts(opts.get("exclude"))}
     if new_allocation:  # the allocation was sized for this step: use all of it
-        req.update(ntasks=None, nodes=None, ntasks_per_node=0, cpus_per_task=1)
+        req.update(ntasks=None, nodes=None, ntasks_per_node=0, cpus_per_task=1, nodelist=[], exclude=[])
     step = client.request("POST", f"/v1/jobs/{job_id}/steps", req)
     env = o.job_environment(opts.get("export"))
     if new_allocation:
         env.update(step["job_environment"])
+    env["SLURM_MPI_TYPE"] = opts["mpi"]
     streams = TaskStreams(label, step["ntasks"])
     work_dir = os.path.abspath(opts.get("chdir") or os.getcwd())
     pty = "pty" in opts
@@ -173,16 +269,19 @@ def run_step(client: Client, job_id: int, opts: dict[str, Any], command: list[st
             raise CLIError(str(exc)) from exc
     threads = []
     targets = []
+    relay = None
+    if opts["mpi"] != "none":
+        relay = PmiRelay(client, job_id, step["step_id"], step["credential"], step["placements"])
     for placement in step["placements"]:
         body = {"job_id": job_id, "step_id": step["step_id"], "node": placement["node"],
                 "credential": step["credential"], "argv": command, "environment": env, "work_dir": work_dir,
                 "label": label and not pty, "unbuffered": unbuffered or pty, "output": opts.get("output") or "",
                 "error": opts.get("error") or "", "open_mode": opts.get("open_mode") or "truncate",
                 "input": pattern, "stdin_tasks": [t for t in placement["task_ids"] if t in fed],
-                "pty": pty, "rows": rows, "cols": cols, "cpu_bind": cpu_bind}
+                "pty": pty, "rows": rows, "cols": cols, "cpu_bind": cpu_bind, "mpi": opts["mpi"]}
         if body["stdin_tasks"] or (pty and 0 in placement["task_ids"]):
             targets.append(placement)
-        thread = threading.Thread(target=streams.pump, args=(client, placement, body), daemon=True)
+        thread = threading.Thread(target=streams.pump, args=(client, placement, body, relay), daemon=True)
         thread.start()
         threads.append(thread)
     if targets:
@@ -196,10 +295,14 @@ def run_step(client: Client, job_id: int, opts: dict[str, Any], command: list[st
         sys.stderr.write(f"srun: error: {message}\n")
     code, sig = 0, 0
     task_nodes = {t: p["node"] for p in step["placements"] for t in p["task_ids"]}
+    cancelled = relay is not None and relay.aborted  # Slurm's srun is quiet on the signals it sent
     for task, (exit_code, term_signal) in sorted(streams.exits.items()):
-        if exit_code or term_signal:
-            what = f"Killed by signal {term_signal}" if term_signal else f"Exited with exit code {exit_code}"
+        if term_signal and not cancelled:
+            what = signal_mod.strsignal(term_signal) or f"Signal {term_signal}"  # strsignal(3), as Slurm's
             sys.stderr.write(f"srun: error: {task_nodes.get(task, '?')}: task {task}: {what}\n")
+        elif exit_code:
+            sys.stderr.write(f"srun: error: {task_nodes.get(task, '?')}: task {task}: Exited with exit code "
+                             f"{exit_code}\n")
         code, sig = max(code, exit_code), max(sig, term_signal)
     if streams.errors or len(streams.exits) < step["ntasks"]:
         code = max(code, 1)

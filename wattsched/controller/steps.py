@@ -100,17 +100,31 @@ def complete_allocation(state: ClusterState, job: Job, exit_code: int, term_sign
     return jobend.end(state, job, final, exit_code, term_signal, now, job.node_list)
 
 
+def step_nodes(job: Job, req: StepCreate) -> list[str]:
+    """The allocation's nodes a step may use, in the order it takes them: those srun -w names first
+    (each must be the job's), then the others; none that srun -x names."""
+    nodes = list(job.alloc_cpus)
+    unknown = [n for n in req.nodelist if n not in job.alloc_cpus]
+    if unknown:
+        raise Refused("Requested node configuration is not available")
+    named = set(req.nodelist)
+    ordered = [n for n in nodes if n in named] + [n for n in nodes if n not in named]
+    return [n for n in ordered if n not in set(req.exclude) or n in named]
+
+
 def step_layout(job: Job, req: StepCreate) -> dict[str, list[int]]:
     """Place a step's tasks on the allocation: block by each node's CPUs, task ids in node order; at
     most MaxTasksPerNode tasks on a node (Slurm's default, 512), checked before any placing."""
-    nodes = list(job.alloc_cpus)
+    nodes = step_nodes(job, req)
     if (req.ntasks is not None and req.ntasks > MAX_TASKS_PER_NODE * len(nodes)) or \
             req.ntasks_per_node > MAX_TASKS_PER_NODE:
         raise Refused("Requested node configuration is not available")
     if req.nodes is not None:
-        if req.nodes > len(nodes):
+        if req.nodes > len(nodes) or req.nodes < len(req.nodelist):
             raise Refused("Requested node configuration is not available")
         nodes = nodes[:req.nodes]
+    elif req.nodelist:
+        nodes = nodes[:len(set(req.nodelist))]
     if req.ntasks is None:
         if req.nodes is None and not req.ntasks_per_node and req.cpus_per_task == 1:
             counts = {n: job.tasks_per_node.get(n, 1) for n in nodes}

@@ -33,7 +33,9 @@ from wattsched.noded.gpus import GpuMeter
 from wattsched.noded.policies import Policies, Sample
 from wattsched.noded.profiler import Profiler
 from wattsched.noded.throttle import Throttle
+from wattsched.noded.virtualhost import VirtualHosts
 from wattsched.plugins.acct_gather_energy.emulated import EmulatedEnergy
+from wattsched.plugins.mpi import MpiServer
 
 log = logging.getLogger("wattsched.noded")
 
@@ -76,9 +78,12 @@ class Agent:
                                  self.task_scripts)
         # task/affinity binds tasks to CPUs on real nodes (a virtual node's CPUs are not the host's)
         self.binds = "task/affinity" in config.task_plugin and not config.emulated_nodes
+        # virtual nodes (several on this host, or emulated): each one's jobs see a host of their own
+        self.virtual = VirtualHosts(self.spool, list(config.nodes), config.emulated_nodes or len(self.nodes) > 1)
         self.step_pgids: dict[tuple[str, int], set[int]] = {}
         # (job, step, node) -> stdin pipes of the step's tasks that read srun's input
         self.step_inputs: dict[tuple[int, int, str], list] = {}
+        self.mpi_servers: dict[tuple[int, int, str], MpiServer] = {}  # (job, step, node): srun --mpi's
         self.ended: dict[tuple[str, int], None] = {}  # jobs recently over here, oldest first
         # Prolog on each node of a job: done (True/False) before its batch script or steps start
         self.prologs: dict[tuple[str, int], asyncio.Future[bool]] = {}
@@ -318,10 +323,11 @@ class Agent:
             indices = list(job.gpu_ids) if job else []
         return gres.environment(indices, self.cgroups is not None and self.config.gpus_hidden)
 
-    def confine_batch(self, node: str, job_id: int) -> dict:
-        """What the batch script's process does before it becomes the user: join the job's cgroups and
-        (task/affinity) bind itself to the job's CPUs on the node."""
-        extra: dict = {"cgroup_procs": self.join_step(node, job_id, "batch")}
+    def confine_batch(self, node: str, job_id: int, uid: int, gid: int) -> dict:
+        """What the batch script's process does before it becomes the user: join the job's cgroups,
+        take a virtual node's identity and (task/affinity) bind itself to the job's CPUs on the node."""
+        extra: dict = {"cgroup_procs": self.join_step(node, job_id, "batch"),
+                       **self.virtual.identity(node, job_id, uid, gid)}
         if self.binds:
             with self.lock:
                 job = self.allocations.jobs.get((node, job_id))
@@ -399,6 +405,7 @@ class Agent:
             self.policies.forget(node, job_id)
             self._sampling_interval()
         self.prologs.pop((node, job_id), None)
+        self.virtual.release(node, job_id)
         alloc = self.job_info.pop((node, job_id), None)
         if alloc is not None and self.config.epilog and (node, job_id) not in self.epilogs:
             with contextlib.suppress(RuntimeError):  # no running loop: its saved record runs it at restart

@@ -11,11 +11,12 @@ from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import Response, StreamingResponse
 
 from wattsched import auth, exposition, httplimits
-from wattsched.api import EPOCH_HEADER, FreezeJob, JobFreq, LaunchBatch, SignalJob, TaskInput, TaskLaunch
+from wattsched.api import EPOCH_HEADER, FreezeJob, JobFreq, LaunchBatch, SignalJob, StepPmi, TaskInput, TaskLaunch
 from wattsched.httpauth import Who, loop_lifespan, metrics_access, require_role
 from wattsched.noded import steps
 from wattsched.noded.agent import Agent
 from wattsched.noded.metrics import AgentCollector
+from wattsched.plugins import mpi
 
 Controller = Annotated[auth.Identity, require_role("controller")]
 
@@ -82,6 +83,9 @@ def create_app(agent: Agent) -> FastAPI:
         gpu_env = agent.gpu_environment(req.node, req.job_id)
         if gpu_env:  # the job's GPUs on this node, whatever the caller's environment says
             req = req.model_copy(update={"environment": {**req.environment, **gpu_env}})
+        if req.mpi != "none" and req.mpi not in mpi.types():
+            raise HTTPException(400, f"Invalid MPI type '{req.mpi}', --mpi=list for acceptable types")
+        identity = agent.virtual.identity(req.node, req.job_id, uid, _gid_of(uid))
         pgids = agent.step_pgids.setdefault((req.node, req.job_id), set())
         key = (req.job_id, req.step_id, req.node)
         inputs = agent.step_inputs[key] = []
@@ -91,7 +95,8 @@ def create_app(agent: Agent) -> FastAPI:
                 async for line in steps.run_tasks(req, layout, uid, _gid_of(uid), auth.username(uid),
                                                   agent.config.kill_wait_s, pgids, agent.step_ended, inputs,
                                                   agent.join_step(req.node, req.job_id, str(req.step_id)),
-                                                  agent.task_scripts, binding):
+                                                  {**agent.task_scripts, **identity},
+                                                  binding, agent.mpi_servers):
                     yield line
             finally:
                 if agent.step_inputs.get(key) is inputs:
@@ -113,6 +118,16 @@ def create_app(agent: Agent) -> FastAPI:
         await asyncio.get_running_loop().run_in_executor(None, steps.feed, pipes, data, req.eof)
         return {"accepted": True}
 
+    @app.post("/v1/steps/pmi")
+    async def step_pmi(req: StepPmi, who: Who) -> dict[str, Any]:
+        """A fence's result, or an abort, from the step's other nodes for its MPI server here."""
+        step_credential(agent, req, who)
+        server = agent.mpi_servers.get((req.job_id, req.step_id, req.node))
+        if server is None:
+            return {"accepted": False}
+        server.deliver(req.message.model_dump())
+        return {"accepted": True}
+
     @app.get("/v1/ping")
     async def ping(who: Who) -> dict[str, Any]:
         return {"status": "UP", "nodes": list(agent.nodes), "controller_connected": agent.connected}
@@ -126,7 +141,7 @@ def create_app(agent: Agent) -> FastAPI:
     return app
 
 
-def step_credential(agent: Agent, req: TaskLaunch | TaskInput, who: auth.Identity) -> dict[str, Any]:
+def step_credential(agent: Agent, req: TaskLaunch | TaskInput | StepPmi, who: auth.Identity) -> dict[str, Any]:
     """The step credential the controller signed, checked: for this job and step, and the caller
     its owner (or root); 403 otherwise."""
     try:

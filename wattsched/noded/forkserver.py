@@ -11,8 +11,9 @@ once (``python -I -S``, from its own root-owned folder).
 It speaks only over two socket pairs the agent created and handed to it (no path anyone could
 reach), in datagrams of JSON:
 
-* ``control``: the agent asks ``{"mode", "cwd"}`` with the descriptors [spec memfd, stdin, stdout,
-  stderr, (status pipe)]; the server forks and answers ``{"pid", "start"}`` (or ``{"error"}``).
+* ``control``: the agent asks ``{"mode", "cwd", "status", "keep"}`` with the descriptors [spec memfd,
+  stdin, stdout, stderr, (status pipe), (a descriptor the task keeps: its PMI connection)]; the
+  server forks and answers ``{"pid", "start"}`` (or ``{"error"}``).
 * ``events``: the server tells ``{"pid", "code", "signal"}`` when a daemon has ended, and keeps it a
   zombie until the agent answers ``{"release": pid}``: until the agent has taken the end in, the pid
   (and the process group named by it, which the agent signals) cannot be reused, as with a child of
@@ -40,14 +41,15 @@ if TYPE_CHECKING:
     from typing import Any
 
 MESSAGE_MAX = 4096  # a request or release: a few names and numbers
-FDS_MAX = 5
+FDS_MAX = 6
 
 
 def _fork(request: dict[str, Any], fds: list[int], own: list[int]) -> int:
     """A step daemon for ``request``: in the child, a new session, the streams in place, the server's
     own descriptors closed; then the daemon's code, which never returns here."""
     mode, cwd = str(request["mode"]), str(request["cwd"])
-    if mode not in ("batch", "exec") or len(fds) not in (4, 5):
+    status, keep = bool(request.get("status")), bool(request.get("keep"))
+    if mode not in ("batch", "exec") or len(fds) != 4 + status + keep:
         raise ValueError(f"bad request: {mode} with {len(fds)} descriptors")
     pid = os.fork()
     if pid:
@@ -65,8 +67,8 @@ def _fork(request: dict[str, Any], fds: list[int], own: list[int]) -> int:
         for fd in fds[1:4]:
             if fd > 2:
                 os.close(fd)
-        status_fd = fds[4] if len(fds) == 5 else None
-        code = stepd.run(mode, fds[0], status_fd)
+        status_fd = fds[4] if status else None
+        code = stepd.run(mode, fds[0], status_fd, fds[-1] if keep else None)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
     except BaseException as exc:  # the child must never return into the server's loop

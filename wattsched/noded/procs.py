@@ -109,18 +109,20 @@ class ForkServer:
                          daemon=True).start()
         return control
 
-    def spawn(self, mode: str, spec: dict, cwd: str, streams: list[int], status_fd: int | None
-              ) -> tuple[int, int, int]:
+    def spawn(self, mode: str, spec: dict, cwd: str, streams: list[int], status_fd: int | None,
+              keep_fd: int | None = None) -> tuple[int, int, int]:
         """A daemon started with ``streams`` (stdin, stdout, stderr) and the spec on a memfd: its pid,
-        its start time and its server's pid."""
+        its start time and its server's pid. ``keep_fd``: a descriptor its task inherits."""
         fd = os.memfd_create("wattsched-launch", os.MFD_CLOEXEC)
         try:
             data = json.dumps(spec).encode()
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view):]
-            fds = [fd, *streams, *([status_fd] if status_fd is not None else [])]
-            request = json.dumps({"mode": mode, "cwd": cwd}).encode()
+            extra = [d for d in (status_fd, keep_fd) if d is not None]
+            fds = [fd, *streams, *extra]
+            request = json.dumps({"mode": mode, "cwd": cwd, "status": status_fd is not None,
+                                  "keep": keep_fd is not None}).encode()
             with self._asking:
                 for attempt in (1, 2):  # a server found dead is started again, once
                     alive = self._proc is not None and self._proc.poll() is None
@@ -210,11 +212,12 @@ _SERVER = ForkServer()
 
 
 def spawn_stepd(mode: str, spec: dict, *, cwd: str, stdin: int, stdout: int, stderr: int,
-                status_fd: int | None = None) -> StepDaemon:
+                status_fd: int | None = None, keep_fd: int | None = None) -> StepDaemon:
     """Start the step daemon (:mod:`wattsched.noded.stepd`) in a session of its own, with ``spec``
     on a memfd; the daemon changes to the user before touching any path of theirs. Each stream is a
     descriptor, ``subprocess.DEVNULL`` or ``subprocess.PIPE`` (whose other end the result holds).
-    ``status_fd``: the write end of a pipe on which an exec-mode daemon reports its task's end."""
+    ``status_fd``: the write end of a pipe on which an exec-mode daemon reports its task's end;
+    ``keep_fd``: a descriptor the task inherits, its number in ``spec["keep_fd_env"]`` (PMI_FD)."""
     theirs, ours, opened = [], [], []
     try:
         for index, stream in enumerate((stdin, stdout, stderr)):
@@ -230,7 +233,7 @@ def spawn_stepd(mode: str, spec: dict, *, cwd: str, stdin: int, stdout: int, std
             else:
                 theirs.append(int(stream))
                 ours.append(-1)
-        pid, start, server = _SERVER.spawn(mode, spec, cwd, theirs, status_fd)
+        pid, start, server = _SERVER.spawn(mode, spec, cwd, theirs, status_fd, keep_fd)
     except BaseException:
         for fd in opened + [o for o in ours if o >= 0]:
             os.close(fd)

@@ -104,10 +104,39 @@ def join_cgroups(spec: dict[str, Any]) -> None:
             raise LaunchError(f"Could not enter the job's cgroup {path}: {exc.strerror}") from exc
 
 
+CLONE_NEWNS, CLONE_NEWUTS = 0x00020000, 0x04000000  # sched.h
+MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18  # sys/mount.h
+
+
+def enter_node(spec: dict[str, Any]) -> None:
+    """A virtual node's identity (wattsched.noded.virtualhost), taken while still root: its name as
+    hostname in a UTS namespace of its own, its hosts file over /etc/hosts in a mount namespace of
+    its own, its TMPDIR. Where the kernel refuses new namespaces (an agent that is not root), the
+    process keeps the host's name and files."""
+    name = spec.get("hostname")
+    if not name:
+        return
+    import ctypes
+    import socket
+
+    if spec.get("tmp_dir"):
+        spec["env"]["TMPDIR"] = str(spec["tmp_dir"])
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(CLONE_NEWUTS | CLONE_NEWNS) != 0:
+        return
+    socket.sethostname(str(name))
+    hosts = str(spec.get("hosts_file") or "")
+    # private first: the bind below must not reach the host's own mount table
+    if libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) != 0 or \
+            (hosts and libc.mount(hosts.encode(), b"/etc/hosts", None, MS_BIND, None) != 0):
+        raise LaunchError(f"Could not give node {name} its hosts file: {os.strerror(ctypes.get_errno())}")
+
+
 def exec_as_user(spec: dict[str, Any]) -> None:
-    """Enter the step's cgroups, become the user, set up the task's streams, exec: never returns
-    (raises LaunchError)."""
+    """Enter the step's cgroups (and a virtual node's name), become the user, set up the task's
+    streams, exec: never returns (raises LaunchError)."""
     join_cgroups(spec)
+    enter_node(spec)
     if spec.get("cpu_bind"):  # task/affinity: the CPUs the agent chose among the job's
         os.sched_setaffinity(0, [int(c) for c in spec["cpu_bind"]])
     become_user(spec)
@@ -186,7 +215,16 @@ def run_child(spec: dict[str, Any]) -> int:
     for ignored in IGNORED:
         signal.signal(ignored, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_SETMASK, held)
+    _drop_kept(spec)
     return _report(pid, status_fd, spec)
+
+
+def _drop_kept(spec: dict[str, Any]) -> None:
+    """The task has forked off with its kept descriptor: ours is closed, so that the task's end is
+    its server's end of file."""
+    if "keep_fd" in spec:
+        with contextlib.suppress(OSError):
+            os.close(int(spec.pop("keep_fd")))
 
 
 def _report(pid: int, status_fd: int, spec: dict[str, Any]) -> int:
@@ -246,6 +284,7 @@ def run_in_pty(spec: dict[str, Any]) -> int:
             os.write(2, f"slurmstepd: error: {exc}\r\n".encode())
         os._exit(1)
     os.close(slave)
+    _drop_kept(spec)
     sources = [0, master]
     while master in sources:
         readable, _, _ = select.select(sources, [], [])
@@ -358,6 +397,7 @@ def _batch_task_epilog(spec: dict[str, Any]) -> None:
     if pid == 0:
         try:
             join_cgroups(spec)
+            enter_node(spec)
             become_user(spec)
             setup_as_user(dict(spec, stdin="", open_mode="append"))
             run_task_epilog(spec)
@@ -370,20 +410,27 @@ def preload() -> None:
     """Import now, as root, every module the code after the change of identity may need: as the user
     the interpreter's own files may be out of reach (a Python under a private folder, as pyenv's in
     root's home). Called once, by the fork server, so every daemon it forks has them all."""
+    import ctypes  # noqa: F401  a virtual node's hostname
     import fcntl  # noqa: F401  srun --pty
     import resource  # noqa: F401  os.wait4 builds the task's usage with it
     import select  # noqa: F401
+    import socket  # noqa: F401
     import struct  # noqa: F401
     import subprocess  # noqa: F401  TaskProlog, TaskEpilog
     import termios  # noqa: F401
 
 
-def run(mode: str, spec_fd: int, status_fd: int | None = None) -> int:
+def run(mode: str, spec_fd: int, status_fd: int | None = None, keep_fd: int | None = None) -> int:
     """One step daemon, as :mod:`wattsched.noded.forkserver` forks it: ``batch`` supervises a
-    script, ``exec`` becomes a task; ``status_fd``, an exec-mode task's report pipe."""
+    script, ``exec`` becomes a task; ``status_fd``, an exec-mode task's report pipe; ``keep_fd``, a
+    descriptor the task inherits (its PMI connection), named to it by ``spec["keep_fd_env"]``."""
     spec = read_spec(spec_fd)
     if status_fd is not None:
         spec["status_fd"] = status_fd
+    if keep_fd is not None:
+        os.set_inheritable(keep_fd, True)
+        spec["keep_fd"] = keep_fd
+        spec["env"][str(spec.get("keep_fd_env") or "PMI_FD")] = str(keep_fd)
     if mode == "batch":
         return supervise(spec)
     try:

@@ -11,19 +11,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
+import logging
 import os
 import signal
 import subprocess
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from wattsched import hostlist, patterns
 from wattsched.api import JobEvent, TaskLaunch, TaskUsage
 from wattsched.cpubind import TaskBinding
 from wattsched.noded import procs
+
+if TYPE_CHECKING:
+    from wattsched.plugins.mpi import MpiServer
+
+log = logging.getLogger("wattsched.noded")
 
 
 def task_environment(req: TaskLaunch, layout: dict[str, list[int]], task_id: int, local_id: int,
@@ -47,14 +54,16 @@ def task_environment(req: TaskLaunch, layout: dict[str, list[int]], task_id: int
 async def run_tasks(req: TaskLaunch, layout: dict[str, list[int]], uid: int, gid: int, user: str,
                     kill_wait_s: int, pgids: set[int], on_end: Callable[[JobEvent], None],
                     inputs: list, cgroup_procs: list[str] | None = None,
-                    task_scripts: dict[str, str] | None = None,
-                    binding: TaskBinding | None = None) -> AsyncIterator[bytes]:
+                    extra_spec: dict[str, str] | None = None,
+                    binding: TaskBinding | None = None,
+                    mpi_servers: dict[tuple[int, int, str], MpiServer] | None = None) -> AsyncIterator[bytes]:
     """Start this node's tasks and yield their output and exits as NDJSON lines; report their
     end and usage with ``on_end`` once all are reaped (or killed). The stdin pipes of the tasks
     that read srun's input (srun -i, --pty) are put in ``inputs`` for the stdin endpoint; each
-    task enters the step's cgroups (``cgroup_procs``) before it becomes the user; ``task_scripts``
-    are TaskProlog and TaskEpilog; ``binding`` each local task's CPUs and the SLURM_CPU_BIND*
-    variables (wattsched.cpubind)."""
+    task enters the step's cgroups (``cgroup_procs``) before it becomes the user; ``extra_spec``
+    holds TaskProlog, TaskEpilog and a virtual node's hostname; ``binding`` each local task's CPUs
+    and the SLURM_CPU_BIND* variables (wattsched.cpubind); ``mpi_servers``, where the step's MPI
+    server on this node (srun --mpi) is found while it runs, for the fence results srun relays."""
     loop = asyncio.get_running_loop()
     results: dict[int, procs.Exit] = {}
     fed = set(req.stdin_tasks) | ({0} if req.pty else set())
@@ -63,9 +72,37 @@ async def run_tasks(req: TaskLaunch, layout: dict[str, list[int]], uid: int, gid
     running: list[tuple[int, procs.StepDaemon, asyncio.Future]] = []
     readers: list[threading.Thread] = []
     groups = procs.user_groups(user, gid)
+    key = (req.job_id, req.step_id, req.node)
+
+    def abort(reason: str) -> None:
+        """The MPI server ends the step here: Slurm's words, SIGTERM, SIGKILL after KillWait."""
+        when = time.strftime("%Y-%m-%dT%H:%M:%S")
+        queue.put_nowait(_line({"stepd": f"slurmstepd: error: *** STEP {req.job_id}.{req.step_id} ON {req.node} "
+                                         f"CANCELLED AT {when} DUE TO TASK FAILURE ***\n"}))
+        log.info("step aborted", extra={"job": req.job_id, "step": req.step_id, "node": req.node, "reason": reason})
+        alive = [proc for _task, proc, fut in running if not fut.done()]
+        for proc in alive:
+            procs.killpg(proc.pid, signal.SIGTERM)
+        loop.call_later(kill_wait_s, _kill_all, alive)
+
+    server = None
+    if req.mpi != "none":
+        from wattsched.plugins import mpi
+
+        def send(message: dict[str, Any]) -> None:
+            queue.put_nowait(_line({"pmi": message}))
+
+        server = mpi.load(req.mpi, mpi.StepInfo(job_id=req.job_id, step_id=req.step_id, node=req.node,
+                                                layout=layout, abort=abort, send=send))
+        if mpi_servers is not None:
+            mpi_servers[key] = server
     try:
         for local_id, task_id in enumerate(layout[req.node]):
             env = task_environment(req, layout, task_id, local_id, node_index)
+            keep_fd = None
+            if server is not None:
+                mpi_env, keep_fd = server.task_setup(local_id)
+                env.update(mpi_env)
             cpus = binding.cpus[local_id] if binding else []
             env.update(binding.env if binding else {})
             spec: dict[str, Any] = {
@@ -73,7 +110,7 @@ async def run_tasks(req: TaskLaunch, layout: dict[str, list[int]], uid: int, gid
                     "stdout": _task_path(req, req.output, task_id, node_index, user) if req.output else "",
                     "stderr": _task_path(req, req.error, task_id, node_index, user) if req.error else "",
                     "open_mode": req.open_mode, "argv": req.argv, "env": env, "cgroup_procs": cgroup_procs or [],
-                    "cpu_bind": cpus, **(task_scripts or {})}
+                    "cpu_bind": cpus, "keep_fd_env": "PMI_FD", **(extra_spec or {})}
             if cpus and binding and binding.verbose:
                 spec["cpu_bind_report"] = f"cpu-bind=MASK - {req.node}, task {task_id:2d} {local_id:2d}"
             if spec["stdout"] and not spec["stderr"]:
@@ -90,8 +127,11 @@ async def run_tasks(req: TaskLaunch, layout: dict[str, list[int]], uid: int, gid
                 # the step daemon becomes the user, then opens the task's files and runs it
                 proc = procs.spawn_stepd("exec", spec, cwd="/",
                                          stdin=subprocess.PIPE if task_id in fed else subprocess.DEVNULL,
-                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, status_fd=status_w)
+                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, status_fd=status_w,
+                                         keep_fd=keep_fd)
             except OSError as exc:
+                if server is not None:
+                    server.task_started(local_id)
                 os.close(status_r)
                 os.close(status_w)
                 message = f"slurmstepd: error: execve(): {req.argv[0]}: {exc.strerror}\n"
@@ -103,7 +143,11 @@ async def run_tasks(req: TaskLaunch, layout: dict[str, list[int]], uid: int, gid
             pgids.add(proc.pid)
             if proc.stdin is not None:
                 inputs.append(proc.stdin)
-            running.append((task_id, proc, procs.reap(proc, loop, status_r)))
+            reaped = procs.reap(proc, loop, status_r)
+            if server is not None:
+                server.task_started(local_id)
+                reaped.add_done_callback(functools.partial(_task_ended, server, local_id))
+            running.append((task_id, proc, reaped))
             for fd_no, pipe in ((1, proc.stdout), (2, proc.stderr)):
                 if pipe is not None:
                     reader = threading.Thread(target=_pump, args=(pipe, task_id, fd_no, queue, loop,
@@ -124,6 +168,10 @@ async def run_tasks(req: TaskLaunch, layout: dict[str, list[int]], uid: int, gid
             pgids.discard(proc.pid)
             yield _line({"task": task_id, "exit": result.exit_code, "signal": result.term_signal})
     finally:
+        if server is not None:
+            server.close()
+            if mpi_servers is not None and mpi_servers.get(key) is server:
+                del mpi_servers[key]
         for _task, proc, fut in running:
             if not fut.done():
                 procs.killpg(proc.pid, signal.SIGTERM)
@@ -137,6 +185,15 @@ async def run_tasks(req: TaskLaunch, layout: dict[str, list[int]], uid: int, gid
         task = loop.create_task(_finish(req, running, results, pgids, kill_wait_s, on_end))
         _FINISHING.add(task)
         task.add_done_callback(_FINISHING.discard)
+
+
+def _task_ended(server: MpiServer, local_id: int, _reaped: asyncio.Future) -> None:
+    server.task_ended(local_id)
+
+
+def _kill_all(daemons: list[procs.StepDaemon]) -> None:
+    for daemon in daemons:
+        procs.kill_tasks(daemon.pid)
 
 
 _FINISHING: set[asyncio.Task] = set()  # strong references until they are done
