@@ -1,0 +1,112 @@
+"""MPI programs launched as HPC users launch them, on an emulated cluster of four virtual nodes:
+srun --mpi=pmi2 with Debian's MPICH, and the MPI launchers (Open MPI's mpirun, MPICH's mpiexec)
+inside sbatch allocations, starting their daemons through our srun. Each program is compiled here
+with the distribution's mpicc; its ranks must agree on their number and on an Allreduce."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from wattsched.testing import Cluster
+
+pytestmark = pytest.mark.e2e
+
+HELLO = r"""
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    int rank, size, sum = 0; char host[256];
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (argc > 1 && rank == 1) { if (argv[1][0] == 'a') MPI_Abort(MPI_COMM_WORLD, 7); else exit(3); }
+    gethostname(host, sizeof host);
+    MPI_Allreduce(&rank, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    printf("rank %d of %d on %s sum %d\n", rank, size, host, sum);
+    MPI_Finalize();
+    return 0;
+}
+"""
+EXPECTED = ["rank 0 of 4 on n01 sum 6", "rank 1 of 4 on n01 sum 6", "rank 2 of 4 on n02 sum 6",
+            "rank 3 of 4 on n02 sum 6"]
+# Open MPI refuses root unless told; the tests run as root
+OMPI_ROOT = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+
+
+def _compile(compiler: str, out: Path) -> Path:
+    if shutil.which(compiler) is None:
+        pytest.skip(f"{compiler} is not installed (Debian's {'mpich' if 'mpich' in compiler else 'openmpi'} "
+                    "development package)")
+    source = out.with_suffix(".c")
+    source.write_text(HELLO)
+    subprocess.run([compiler, "-o", str(out), str(source)], check=True, capture_output=True, timeout=120)
+    return out
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory) -> Iterator[Cluster]:
+    running = Cluster(tmp_path_factory.mktemp("mpi"), nodes=4, cpus=4).start()
+    yield running
+    running.stop()
+
+
+def test_mpi_types_are_listed_and_checked(cluster: Cluster) -> None:
+    listed = cluster.run("srun", "--mpi=list")
+    assert listed.stdout == "MPI plugin types are...\n\tnone\n\tpmi2\n"
+    bogus = cluster.run("srun", "--mpi=bogus", "-n1", "true", check=False)
+    assert bogus.returncode == 1
+    assert bogus.stderr == "srun: error: Invalid MPI type 'bogus', --mpi=list for acceptable types\n"
+    env = cluster.run("srun", "--mpi=pmi2", "-n2", "-l", "printenv", "SLURM_MPI_TYPE", "PMI_SIZE")
+    assert sorted(env.stdout.splitlines()) == ["0: 2", "0: pmi2", "1: 2", "1: pmi2"]
+    # no PMI for a program that does not use it, and no step failure either
+    assert cluster.run("srun", "--mpi=pmi2", "-N2", "-l", "hostname").stdout.split() == ["0:", "n01", "1:", "n02"]
+
+
+def test_srun_mpi_pmi2_starts_mpich_ranks_across_nodes(cluster: Cluster) -> None:
+    hello = _compile("mpicc.mpich", cluster.work / "hello_mpich")
+    done = cluster.run("srun", "-N2", "-n4", "--mpi=pmi2", str(hello), timeout=120)
+    assert sorted(done.stdout.splitlines()) == EXPECTED
+    single = cluster.run("srun", "-n3", "--mpi=pmi2", str(hello), timeout=120)
+    assert sorted(single.stdout.splitlines()) == [f"rank {r} of 3 on n01 sum 3" for r in range(3)]
+
+
+@pytest.mark.parametrize("how", ["exits", "aborts"])
+def test_a_failed_rank_ends_the_step_instead_of_hanging(cluster: Cluster, how: str) -> None:
+    hello = _compile("mpicc.mpich", cluster.work / "hello_mpich")
+    done = cluster.run("srun", "-N2", "-n4", "--mpi=pmi2", str(hello), how[0], check=False, timeout=120)
+    assert done.returncode != 0
+    assert "srun: Terminating StepId=" in done.stderr
+    assert "DUE TO TASK FAILURE ***" in done.stderr
+    if how == "exits":
+        assert "task 1: Exited with exit code 3" in done.stderr
+
+
+@pytest.mark.parametrize("launcher", ["mpirun.openmpi", "mpiexec.mpich"])
+def test_mpi_launchers_run_inside_an_allocation(cluster: Cluster, launcher: str) -> None:
+    compiler = "mpicc.openmpi" if "openmpi" in launcher else "mpicc.mpich"
+    hello = _compile(compiler, cluster.work / f"hello_{compiler.split('.')[1]}")
+    if shutil.which(launcher) is None:
+        pytest.skip(f"{launcher} is not installed")
+    out = cluster.work / f"{launcher}.out"
+    job = cluster.sbatch("-N2", "-n4", "-o", str(out), "--wrap", f"{launcher} {hello}",
+                         env=dict(cluster.env, **OMPI_ROOT))
+    final = cluster.wait_state(job, {"COMPLETED", "FAILED"}, timeout=120)
+    text = out.read_text()
+    assert final["state"] == "COMPLETED", text
+    assert sorted(line for line in text.splitlines() if line.startswith("rank ")) == EXPECTED
+
+
+def test_virtual_nodes_have_their_own_names_and_temporary_trees(cluster: Cluster) -> None:
+    out = cluster.run("srun", "-N2", "-l", "sh", "-c", 'hostname; getent hosts n02 | wc -l; echo "$TMPDIR"')
+    lines = sorted(out.stdout.splitlines())
+    assert [line for line in lines if line.endswith(("n01", "n02"))] == ["0: n01", "1: n02"]
+    assert lines.count("0: 1") == 1 and lines.count("1: 1") == 1  # every node's name resolves on each
+    tmpdirs = [line.split(": ", 1)[1] for line in lines if "/tmp/" in line]
+    assert len(set(tmpdirs)) == 2 and all("/n01/" in t or "/n02/" in t for t in tmpdirs)
