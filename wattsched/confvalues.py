@@ -293,8 +293,8 @@ def mpi_type(value: str) -> str:
 
 
 def mpi_params(value: str) -> tuple[int, int] | None:
-    """MpiParams (Slurm's): ``ports=12000-12999``, the range steps reserve ports in (srun
-    --resv-ports, SLURM_STEP_RESV_PORTS)."""
+    """MpiParams (Slurm's): ``ports=12000-12999``, the range Slurm's steps reserve ports in. Checked
+    and kept; no step reserves ports here yet (srun --resv-ports is accepted and ignored)."""
     ports = None
     for item in names(value):
         key, _, raw = item.partition("=")

@@ -107,9 +107,8 @@ def step_nodes(job: Job, req: StepCreate) -> list[str]:
     unknown = [n for n in req.nodelist if n not in job.alloc_cpus]
     if unknown:
         raise Refused("Requested node configuration is not available")
-    named = set(req.nodelist)
-    ordered = [n for n in nodes if n in named] + [n for n in nodes if n not in named]
-    return [n for n in ordered if n not in set(req.exclude) or n in named]
+    named, excluded = set(req.nodelist), set(req.exclude) - set(req.nodelist)
+    return [n for n in nodes if n in named] + [n for n in nodes if n not in named and n not in excluded]
 
 
 def step_layout(job: Job, req: StepCreate) -> dict[str, list[int]]:

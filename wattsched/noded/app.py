@@ -85,14 +85,15 @@ def create_app(agent: Agent) -> FastAPI:
             req = req.model_copy(update={"environment": {**req.environment, **gpu_env}})
         if req.mpi != "none" and req.mpi not in mpi.types():
             raise HTTPException(400, f"Invalid MPI type '{req.mpi}', --mpi=list for acceptable types")
-        identity = agent.virtual.identity(req.node, req.job_id, uid, _gid_of(uid))
+        gid = _gid_of(uid)
+        identity = agent.virtual.identity(req.node, req.job_id, uid, gid)
         pgids = agent.step_pgids.setdefault((req.node, req.job_id), set())
         key = (req.job_id, req.step_id, req.node)
         inputs = agent.step_inputs[key] = []
 
         async def stream() -> AsyncIterator[bytes]:
             try:
-                async for line in steps.run_tasks(req, layout, uid, _gid_of(uid), auth.username(uid),
+                async for line in steps.run_tasks(req, layout, uid, gid, auth.username(uid),
                                                   agent.config.kill_wait_s, pgids, agent.step_ended, inputs,
                                                   agent.join_step(req.node, req.job_id, str(req.step_id)),
                                                   {**agent.task_scripts, **identity},

@@ -430,7 +430,7 @@ def run(mode: str, spec_fd: int, status_fd: int | None = None, keep_fd: int | No
     if keep_fd is not None:
         os.set_inheritable(keep_fd, True)
         spec["keep_fd"] = keep_fd
-        spec["env"][str(spec.get("keep_fd_env") or "PMI_FD")] = str(keep_fd)
+        spec["env"][str(spec["keep_fd_env"])] = str(keep_fd)
     if mode == "batch":
         return supervise(spec)
     try:

@@ -110,7 +110,9 @@ async def run_tasks(req: TaskLaunch, layout: dict[str, list[int]], uid: int, gid
                     "stdout": _task_path(req, req.output, task_id, node_index, user) if req.output else "",
                     "stderr": _task_path(req, req.error, task_id, node_index, user) if req.error else "",
                     "open_mode": req.open_mode, "argv": req.argv, "env": env, "cgroup_procs": cgroup_procs or [],
-                    "cpu_bind": cpus, "keep_fd_env": "PMI_FD", **(extra_spec or {})}
+                    "cpu_bind": cpus, **(extra_spec or {})}
+            if keep_fd is not None:
+                spec["keep_fd_env"] = "PMI_FD"
             if cpus and binding and binding.verbose:
                 spec["cpu_bind_report"] = f"cpu-bind=MASK - {req.node}, task {task_id:2d} {local_id:2d}"
             if spec["stdout"] and not spec["stderr"]:

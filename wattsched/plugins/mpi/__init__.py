@@ -10,6 +10,7 @@ contributions from every node to every node over the connections it already hold
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
@@ -22,11 +23,12 @@ class MpiError(ValueError):
     """An MPI type no plugin provides."""
 
 
-def types() -> list[str]:
+@functools.cache  # the installed entry points do not change under a running agent: scanned once
+def types() -> tuple[str, ...]:
     """The MPI types this installation serves (Slurm's plugin names without ``mpi/``)."""
     from wattsched import plugins
 
-    return [name.split("/", 1)[1] for name in plugins.available("mpi")]
+    return tuple(name.split("/", 1)[1] for name in plugins.available("mpi"))
 
 
 def listing() -> str:
