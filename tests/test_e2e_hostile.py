@@ -531,7 +531,8 @@ def test_a_task_runs_whatever_the_interpreters_folder(tmp_path: Path, mallory: A
         null = os.open(os.devnull, os.O_RDWR)
         err_r, err_w = os.pipe()
         fds = array.array("i", [spec_fd, null, null, err_w, status_w])
-        control.sendmsg([b'{"mode": "exec", "cwd": "/tmp"}'], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
+        request = b'{"mode": "exec", "cwd": "/tmp", "status": true}'
+        control.sendmsg([request], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
         for fd in (spec_fd, null, err_w, status_w):
             os.close(fd)
         pid = json.loads(control.recv(4096))["pid"]

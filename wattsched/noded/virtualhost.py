@@ -19,6 +19,7 @@ import contextlib
 import ipaddress
 import os
 import shutil
+import tempfile
 
 from wattsched.config import NodeConf
 
@@ -45,12 +46,18 @@ class VirtualHosts:
         lines = [base.rstrip("\n"), "# wattsched: this agent's virtual nodes"]
         for node in nodes:
             lines.append(f"{_address(node.node_addr)}\t{node.name}")
-        tmp = self.hosts_file + ".tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-        with os.fdopen(fd, "w") as handle:
-            handle.write("\n".join(lines) + "\n")
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, self.hosts_file)
+        # a name of this writer's own: the agents of one emulated cluster share the spool and start
+        # together, and one's rename must not take another's half-written file away
+        fd, tmp = tempfile.mkstemp(prefix=".hosts.", dir=os.path.dirname(self.hosts_file))
+        try:
+            with os.fdopen(fd, "w") as handle:
+                handle.write("\n".join(lines) + "\n")
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, self.hosts_file)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
 
     def identity(self, node: str, job_id: int, uid: int, gid: int) -> dict[str, str]:
         """What the step daemon applies for a job's process on ``node``; empty on real nodes."""
