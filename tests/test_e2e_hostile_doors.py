@@ -456,3 +456,42 @@ def test_an_energy_budget_stops_the_requeue_trick(accounts) -> None:
         # the budget was met by the runs together, not by the last one alone (each ran about 3 s)
         # (a run's record holds its energy up to its nodes' last reading: a second's worth may be missing)
         assert rows[0][0] == "REQUEUED" and len(runs) >= 2 and sum(runs) >= 1300 and runs[-1] < 1500, rows
+
+
+def test_another_users_running_step_is_out_of_reach(shared: Cluster, mallory: Account, victim: Account) -> None:
+    """A victim's MPI step (srun --mpi=pmi2) while it runs: its PMI server is a socket pair, with no
+    path or port anyone could join; the doors srun uses to relay fences and to end the step (srun -K,
+    an abort) answer mallory 403 whether she brings no credential or her own job's; the step runs on."""
+    ready, go = victim.home / "pmi-ready", victim.home / "pmi-go"
+    out = victim.home / "pmi.out"
+    task = (f'echo "$$ $PMI_FD" > {ready}.$SLURM_PROCID; while [ ! -e {go} ]; do sleep 0.2; done; '
+            'echo "alive $SLURM_PROCID"')
+    job = victim.sbatch("-N2", "-n2", "-o", str(out), "--wrap", f"srun --mpi=pmi2 sh -c '{task}'")
+    wait_for(lambda: all(Path(f"{ready}.{r}").exists() and Path(f"{ready}.{r}").read_text().strip()
+                         for r in (0, 1)), 60, what="the victim's step running")
+    for rank in (0, 1):
+        pid, fd = Path(f"{ready}.{rank}").read_text().split()
+        target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        assert target.startswith("socket:["), target
+        inode = target[len("socket:["):-1]
+        named = [line for line in Path("/proc/net/unix").read_text().splitlines()[1:]
+                 if line.split()[6] == inode and len(line.split()) > 7]
+        assert named == [], named  # unnamed: no path to connect to
+    own = mallory.sbatch("--wrap", "sleep 300")
+    shared.wait_state(own, "RUNNING")
+    headers = {"Authorization": f"Bearer {mallory.token()}"}
+    base = f"http://127.0.0.1:{shared.port}"
+    mine = httpx.post(f"{base}/v1/jobs/{own}/steps", json={"ntasks": 1}, headers=headers).json()
+    placements = {n["name"]: n["agent_url"] for n in shared.nodes()}
+    for node, agent in placements.items():
+        for credential in ("", mine["credential"]):
+            target = {"job_id": job, "step_id": 0, "node": node, "credential": credential}
+            for path, extra in (("/v1/steps/terminate", {"reason": "mallory"}),
+                                ("/v1/steps/pmi", {"message": {"pmi": "fence", "seq": 0, "kvs": {"k": "poison"}}}),
+                                ("/v1/steps/stdin", {"data": "", "eof": True})):
+                reply = httpx.post(f"{agent}{path}", json={**target, **extra}, headers=headers, timeout=30)
+                assert reply.status_code == 403, (path, reply.status_code, reply.text)
+    go.touch()
+    assert final(shared, job)["state"] == "COMPLETED", out.read_text()
+    assert sorted(line for line in out.read_text().splitlines() if line.startswith("alive")) == ["alive 0", "alive 1"]
+    assert mallory.run("scancel", str(own)).returncode == 0

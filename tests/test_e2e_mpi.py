@@ -5,6 +5,7 @@ with the distribution's mpicc; its ranks must agree on their number and on an Al
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -66,7 +67,8 @@ def test_mpi_types_are_listed_and_checked(cluster: Cluster) -> None:
     env = cluster.run("srun", "--mpi=pmi2", "-n2", "-l", "printenv", "SLURM_MPI_TYPE", "PMI_SIZE")
     assert sorted(env.stdout.splitlines()) == ["0: 2", "0: pmi2", "1: 2", "1: pmi2"]
     # no PMI for a program that does not use it, and no step failure either
-    assert cluster.run("srun", "--mpi=pmi2", "-N2", "-l", "hostname").stdout.split() == ["0:", "n01", "1:", "n02"]
+    named = cluster.run("srun", "--mpi=pmi2", "-N2", "-l", "hostname").stdout
+    assert sorted(named.splitlines()) == ["0: n01", "1: n02"]
 
 
 def test_srun_mpi_pmi2_starts_mpich_ranks_across_nodes(cluster: Cluster) -> None:
@@ -83,7 +85,7 @@ def test_a_failed_rank_ends_the_step_instead_of_hanging(cluster: Cluster, how: s
     done = cluster.run("srun", "-N2", "-n4", "--mpi=pmi2", str(hello), how[0], check=False, timeout=120)
     assert done.returncode != 0
     assert "srun: Terminating StepId=" in done.stderr
-    assert "DUE TO TASK FAILURE ***" in done.stderr
+    assert done.stderr.count("DUE TO TASK FAILURE ***") == 1  # from the step's first node, as Slurm's
     if how == "exits":
         assert "task 1: Exited with exit code 3" in done.stderr
 
@@ -110,3 +112,60 @@ def test_virtual_nodes_have_their_own_names_and_temporary_trees(cluster: Cluster
     assert lines.count("0: 1") == 1 and lines.count("1: 1") == 1  # every node's name resolves on each
     tmpdirs = [line.split(": ", 1)[1] for line in lines if "/tmp/" in line]
     assert len(set(tmpdirs)) == 2 and all("/n01/" in t or "/n02/" in t for t in tmpdirs)
+
+
+def test_multi_prog_gives_each_rank_its_line(cluster: Cluster) -> None:
+    conf = cluster.work / "mpmd.conf"
+    conf.write_text("# rank  program\n0      echo head %t\n"
+                    "1-2,5  echo worker %o of rank %t 'two words' it\\'s\n"
+                    "*      echo rest %t\n")
+    done = cluster.run("srun", "-N2", "-n6", "-l", "--multi-prog", str(conf), "appended")
+    assert sorted(done.stdout.splitlines()) == [
+        "0: head 0 appended", "1: worker 0 of rank 1 two words it's appended",
+        "2: worker 1 of rank 2 two words it's appended", "3: rest 3 appended", "4: rest 4 appended",
+        "5: worker 2 of rank 5 two words it's appended"]
+    # without -n, the ranks named set the task count
+    conf.write_text("0-2 printenv SLURM_NTASKS\n")
+    assert cluster.run("srun", "--multi-prog", str(conf)).stdout.split() == ["3", "3", "3"]
+    conf.write_text("0 true\n0 false\n")
+    bad = cluster.run("srun", "-n2", "--multi-prog", str(conf), check=False)
+    assert (bad.returncode, bad.stderr) == (1, f"srun: error: Duplicate record for task 0\n"
+                                               f"srun: error: Line 2 of configuration file {conf} invalid\n")
+    conf.write_text("0 true\n")
+    gap = cluster.run("srun", "-n2", "--multi-prog", str(conf), check=False)
+    assert (gap.returncode, gap.stderr) == (1, f"srun: error: Configuration file {conf} invalid, no record for "
+                                               "task id 1\n")
+
+
+def test_multi_prog_ranks_of_two_programs_form_one_mpi_world(cluster: Cluster) -> None:
+    hello = _compile("mpicc.mpich", cluster.work / "hello_mpich")
+    copy = cluster.work / "hello_mpich_copy"
+    shutil.copy(hello, copy)
+    conf = cluster.work / "mpmd-mpi.conf"
+    conf.write_text(f"0,2-3 {hello}\n1 {copy}\n")
+    done = cluster.run("srun", "-N2", "-n4", "--mpi=pmi2", "--multi-prog", str(conf), timeout=120)
+    assert sorted(done.stdout.splitlines()) == EXPECTED
+
+
+def test_kill_on_bad_exit_ends_the_step_at_the_first_failure(cluster: Cluster) -> None:
+    script = 'if [ "$SLURM_PROCID" = 1 ]; then exit 3; fi; sleep 600'
+    done = cluster.run("srun", "-N2", "-n4", "-K", "sh", "-c", script, check=False, timeout=60)
+    lines = done.stderr.splitlines()
+    step = re.search(r"StepId=(\d+\.\d+)", done.stderr)
+    assert step, done.stderr
+    assert lines[:3] == ["srun: error: n01: task 1: Exited with exit code 3",
+                         f"srun: Terminating StepId={step.group(1)}",
+                         f"slurmstepd: error: *** STEP {step.group(1)} ON n01 CANCELLED AT "
+                         f"{lines[2].split(' AT ')[1].split(' ')[0]} DUE TO TASK FAILURE ***"], done.stderr
+    assert sorted(lines[3:]) == [f"srun: error: {node}: task {task}: Terminated"
+                                 for node, task in (("n01", 0), ("n02", 2), ("n02", 3))]
+    assert done.returncode == 128 + 15
+    # -K0, and without -K: the other tasks run to their end
+    script = 'if [ "$SLURM_PROCID" = 1 ]; then exit 3; fi; sleep 1; echo done'
+    for args in (["-K0"], []):
+        done = cluster.run("srun", "-N2", "-n4", *args, "sh", "-c", script, check=False, timeout=60)
+        assert (done.returncode, done.stdout.split(), done.stderr) == (
+            3, ["done"] * 3, "srun: error: n01: task 1: Exited with exit code 3\n")
+    env = dict(cluster.env, SLURM_KILL_BAD_EXIT="1")
+    done = cluster.run("srun", "-n2", "sh", "-c", 'exit "$SLURM_PROCID"', env=env, check=False)
+    assert "srun: Terminating StepId=" in done.stderr

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
+from wattsched import multiprog
 from wattsched.usertext import check_all_text, check_label, excerpt
 
 API_VERSION = "v1"
@@ -363,13 +364,18 @@ class TaskUsage(Strict):
     pages: int = Field(0, ge=0, le=BIG)  # major page faults
 
 
-class TaskInput(Strict):
-    """A piece of srun's standard input for the tasks of a step on one node (base64), or its end."""
+class StepOnNode(Strict):
+    """srun addresses one node's part of a running step, with the step's credential."""
 
     job_id: int = Field(ge=1, le=BIG)
     step_id: int = Field(ge=0, le=INT32)
     node: str = Field(max_length=128)
     credential: str = Field(max_length=1 << 20)
+
+
+class TaskInput(StepOnNode):
+    """A piece of srun's standard input for the tasks of a step on one node (base64), or its end."""
+
     data: str = Field("", max_length=1 << 20)
     eof: bool = False
 
@@ -504,24 +510,27 @@ class TaskLaunch(Strict):
     open_mode: Literal["truncate", "append"] = "truncate"
     cpu_bind: str = Field("", max_length=65536)  # srun --cpu-bind (wattsched.cpubind)
     mpi: str = Field("none", pattern=r"^[a-z0-9_]{1,32}$")  # srun --mpi, resolved (wattsched.plugins.mpi)
+    multi_prog: str = Field("", max_length=multiprog.MAX_BYTES)  # srun --multi-prog's file
 
 
 class PmiMessage(Strict):
     """What srun relays between a step's MPI servers: a fence's union of every node's puts (keys and
-    values at PMI's maxima), or the step's abort."""
+    values at PMI's maxima)."""
 
-    pmi: Literal["fence", "abort"]
+    pmi: Literal["fence"]
     seq: int = Field(0, ge=0, le=INT32)
     kvs: dict[Annotated[str, Field(max_length=64)], Annotated[str, Field(max_length=1024)]] = Field(
         {}, max_length=COUNT_MAX)
-    reason: str = Field("", max_length=1024)
 
 
-class StepPmi(Strict):
+class StepPmi(StepOnNode):
     """srun hands one node's MPI server of a step what the step's other nodes said."""
 
-    job_id: int = Field(ge=1, le=BIG)
-    step_id: int = Field(ge=0, le=INT32)
-    node: str = Field(max_length=128)
-    credential: str = Field(max_length=1 << 20)
     message: PmiMessage
+
+
+class StepTerminate(StepOnNode):
+    """srun ends a step's tasks on one node for a failure elsewhere in the step: a task's bad exit
+    under srun -K, or an MPI abort."""
+
+    reason: str = Field("", max_length=1024)

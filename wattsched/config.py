@@ -297,6 +297,7 @@ class Config:
     # MPI (Slurm's keys): the type srun uses without --mpi, and the ports steps may reserve
     mpi_default: str = setting("MpiDefault", mpi_type, "none")
     mpi_ports: tuple[int, int] | None = setting("MpiParams", mpi_params, None)
+    kill_on_bad_exit: bool = setting("KillOnBadExit", yes_no, False)  # srun -K without the option
     # process tracking and confinement (Slurm's keys); cgroup.conf beside the file sets the cgroup_*
     proctrack_type: str = setting("ProctrackType", choice("proctrack/pgid", "proctrack/cgroup", "proctrack/linuxproc"),
                                   "proctrack/pgid")

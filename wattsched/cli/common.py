@@ -69,7 +69,8 @@ def missing_part(command: str, exc: ModuleNotFoundError, shown: str = "") -> CLI
 # its start-up (the Config class alone takes ~9 ms to build: measured with -X importtime), so these
 # few values are kept in the user's cache, checked against every file read (path, size, mtime).
 CLIENT_SETTINGS = ("controller_url", "controller_urls", "slurmctld_hosts", "slurmctld_timeout_s",
-                   "message_timeout_s", "cluster_name", "key_file", "auth_socket_path", "mpi_default")
+                   "message_timeout_s", "cluster_name", "key_file", "auth_socket_path", "mpi_default",
+                   "kill_on_bad_exit")
 
 
 class Settings:
@@ -85,6 +86,7 @@ class Settings:
         self.key_file = values["key_file"]
         self.auth_socket_path = values["auth_socket_path"]
         self.mpi_default: str = values.get("mpi_default", "none")
+        self.kill_on_bad_exit = bool(values.get("kill_on_bad_exit", False))
 
 
 def _stamp(path: str) -> list[int]:

@@ -24,15 +24,51 @@ if TYPE_CHECKING:
     from typing import Any
 
 
-class PmiRelay:
-    """srun's part in an MPI step (srun --mpi): each node's MPI server sends its contribution to a
-    fence up its task stream; once every node's has come, the union goes to every node's agent. An
-    abort from one node goes to all the others."""
+class StepControl:
+    """srun's word to every node of its step while it runs: MPI fence results, and the step's end
+    for a task's failure (srun -K, an MPI abort), which srun announces once as Slurm's does."""
 
     def __init__(self, client: Client, job_id: int, step_id: int, credential: str,
                  placements: list[dict[str, Any]]) -> None:
         self.client, self.job_id, self.step_id, self.credential = client, job_id, step_id, credential
         self.placements = placements
+        self.lock = threading.Lock()
+        self.terminated = False
+
+    def terminate(self, reason: str, skip: str = "") -> None:
+        """End the step's tasks on every node (but ``skip``, where they already end)."""
+        with self.lock:
+            if self.terminated:
+                return
+            self.terminated = True
+        sys.stderr.write(f"srun: Terminating StepId={self.job_id}.{self.step_id}\n")
+        self.post_all("/v1/steps/terminate", {"reason": reason[:1024]}, skip)
+
+    def post_all(self, path: str, fields: dict[str, Any], skip: str = "") -> None:
+        for placement in self.placements:
+            if placement["node"] == skip:
+                continue
+            host, port = host_port(placement["agent_url"])
+            body = {"job_id": self.job_id, "step_id": self.step_id, "node": placement["node"],
+                    "credential": self.credential, **fields}
+            try:
+                status, answer = exchange(host, port, http_request("POST", host, port, path, self.client.token(),
+                                                                   body), 60)
+            except OSError as exc:
+                sys.stderr.write(f"srun: error: {placement['node']}: {exc}\n")
+                continue
+            if status != 200:
+                why = answer[:200].decode(errors="replace")
+                sys.stderr.write(f"srun: error: {placement['node']}: {why}\n")
+
+
+class PmiRelay:
+    """srun's part in an MPI step (srun --mpi): each node's MPI server sends its contribution to a
+    fence up its task stream; once every node's has come, the union goes to every node's agent. An
+    abort on one node ends the step on all the others."""
+
+    def __init__(self, control: StepControl) -> None:
+        self.control = control
         self.lock = threading.Lock()
         self.fences: dict[int, dict[str, dict[str, str]]] = {}
         self.aborted = False
@@ -43,49 +79,35 @@ class PmiRelay:
             with self.lock:
                 parts = self.fences.setdefault(seq, {})
                 parts[node] = message.get("kvs") or {}
-                if len(parts) < len(self.placements):
+                if len(parts) < len(self.control.placements):
                     return
                 del self.fences[seq]
             union: dict[str, str] = {}
             for kvs in parts.values():
                 union.update(kvs)
-            self._post_all({"pmi": "fence", "seq": seq, "kvs": union}, skip="")
+            self.control.post_all("/v1/steps/pmi", {"message": {"pmi": "fence", "seq": seq, "kvs": union}})
         elif message.get("pmi") == "abort":
             with self.lock:
-                if self.aborted:
+                if self.aborted or self.control.terminated:
                     return
                 self.aborted = True
-            sys.stderr.write(f"srun: error: mpi/pmi2: {message.get('reason', '')}\n"
-                             f"srun: Terminating StepId={self.job_id}.{self.step_id}\n")
-            self._post_all({"pmi": "abort", "reason": str(message.get("reason", ""))}, skip=node)
-
-    def _post_all(self, message: dict[str, Any], skip: str) -> None:
-        for placement in self.placements:
-            if placement["node"] == skip:
-                continue
-            host, port = host_port(placement["agent_url"])
-            body = {"job_id": self.job_id, "step_id": self.step_id, "node": placement["node"],
-                    "credential": self.credential, "message": message}
-            try:
-                status, answer = exchange(host, port, http_request("POST", host, port, "/v1/steps/pmi",
-                                                                   self.client.token(), body), 60)
-            except OSError as exc:
-                sys.stderr.write(f"srun: error: {placement['node']}: relaying PMI: {exc}\n")
-                continue
-            if status != 200:
-                why = answer[:200].decode(errors="replace")
-                sys.stderr.write(f"srun: error: {placement['node']}: relaying PMI: {why}\n")
+            reason = str(message.get("reason", ""))
+            sys.stderr.write(f"srun: error: mpi/pmi2: {reason}\n")
+            self.control.terminate(reason, skip=node)
 
 
 class TaskStreams:
-    """Collects task output from all nodes and prints it line by line, labelled with -l."""
+    """Collects task output from all nodes and prints it line by line, labelled with -l. With
+    ``kill_bad`` (srun -K) the first task that fails ends the step on every node."""
 
-    def __init__(self, label: bool, ntasks: int):
+    def __init__(self, label: bool, ntasks: int, control: StepControl, kill_bad: bool):
         self.label = label
         self.width = len(str(max(0, ntasks - 1)))
         self.lock = threading.Lock()
         self.exits: dict[int, tuple[int, int]] = {}
+        self.told: set[int] = set()  # tasks whose end is already said
         self.errors: list[str] = []
+        self.control, self.kill_bad = control, kill_bad
 
     def write(self, task: int, fd_no: int, data: str) -> None:
         stream = sys.stdout if fd_no == 1 else sys.stderr
@@ -105,6 +127,11 @@ class TaskStreams:
                 msg = jsonwire.loads(line)
                 if "exit" in msg:
                     self.exits[msg["task"]] = (msg["exit"], msg["signal"])
+                    if self.kill_bad and (msg["exit"] or msg["signal"]) and not self.control.terminated:
+                        with self.lock:
+                            self.told.add(msg["task"])
+                            sys.stderr.write(task_end(placement["node"], msg["task"], msg["exit"], msg["signal"]))
+                        self.control.terminate(f"task {msg['task']} failed")
                 elif "pmi" in msg:
                     if relay is not None:
                         relay.receive(placement["node"], msg["pmi"])
@@ -138,6 +165,9 @@ def srun(argv: list[str]) -> int:
     opts["mpi"] = mpi_type(opts.get("mpi") or os.environ.get("SLURM_MPI_TYPE"), client.config.mpi_default)
     jobid = opts.get("jobid")
     inside = jobid or (int(os.environ["SLURM_JOB_ID"]) if os.environ.get("SLURM_JOB_ID", "").isdigit() else None)
+    opts["kill_on_bad_exit"] = kill_on_bad_exit(opts, client.config.kill_on_bad_exit)
+    if opts.get("multi_prog"):
+        multi_prog(opts, command, inside is not None)
     own_job = None
     if inside is None:
         own_job = allocate(client, opts, "immediate" in opts, quiet)
@@ -254,7 +284,8 @@ def run_step(client: Client, job_id: int, opts: dict[str, Any], command: list[st
     if new_allocation:
         env.update(step["job_environment"])
     env["SLURM_MPI_TYPE"] = opts["mpi"]
-    streams = TaskStreams(label, step["ntasks"])
+    control = StepControl(client, job_id, step["step_id"], step["credential"], step["placements"])
+    streams = TaskStreams(label, step["ntasks"], control, opts["kill_on_bad_exit"])
     work_dir = os.path.abspath(opts.get("chdir") or os.getcwd())
     pty = "pty" in opts
     fed, pattern = stdin_targets(opts.get("input"), step["ntasks"], pty)
@@ -269,16 +300,15 @@ def run_step(client: Client, job_id: int, opts: dict[str, Any], command: list[st
             raise CLIError(str(exc)) from exc
     threads = []
     targets = []
-    relay = None
-    if opts["mpi"] != "none":
-        relay = PmiRelay(client, job_id, step["step_id"], step["credential"], step["placements"])
+    relay = PmiRelay(control) if opts["mpi"] != "none" else None
     for placement in step["placements"]:
         body = {"job_id": job_id, "step_id": step["step_id"], "node": placement["node"],
                 "credential": step["credential"], "argv": command, "environment": env, "work_dir": work_dir,
                 "label": label and not pty, "unbuffered": unbuffered or pty, "output": opts.get("output") or "",
                 "error": opts.get("error") or "", "open_mode": opts.get("open_mode") or "truncate",
                 "input": pattern, "stdin_tasks": [t for t in placement["task_ids"] if t in fed],
-                "pty": pty, "rows": rows, "cols": cols, "cpu_bind": cpu_bind, "mpi": opts["mpi"]}
+                "pty": pty, "rows": rows, "cols": cols, "cpu_bind": cpu_bind, "mpi": opts["mpi"],
+                "multi_prog": opts.get("multi_prog_text", "")}
         if body["stdin_tasks"] or (pty and 0 in placement["task_ids"]):
             targets.append(placement)
         thread = threading.Thread(target=streams.pump, args=(client, placement, body, relay), daemon=True)
@@ -297,18 +327,56 @@ def run_step(client: Client, job_id: int, opts: dict[str, Any], command: list[st
     task_nodes = {t: p["node"] for p in step["placements"] for t in p["task_ids"]}
     cancelled = relay is not None and relay.aborted  # Slurm's srun is quiet on the signals it sent
     for task, (exit_code, term_signal) in sorted(streams.exits.items()):
-        if term_signal and not cancelled:
-            what = signal_mod.strsignal(term_signal) or f"Signal {term_signal}"  # strsignal(3), as Slurm's
-            sys.stderr.write(f"srun: error: {task_nodes.get(task, '?')}: task {task}: {what}\n")
-        elif exit_code:
-            sys.stderr.write(f"srun: error: {task_nodes.get(task, '?')}: task {task}: Exited with exit code "
-                             f"{exit_code}\n")
+        if task not in streams.told and (exit_code or (term_signal and not cancelled)):
+            sys.stderr.write(task_end(task_nodes.get(task, "?"), task, exit_code, term_signal))
         code, sig = max(code, exit_code), max(sig, term_signal)
     if streams.errors or len(streams.exits) < step["ntasks"]:
         code = max(code, 1)
     done = {"exit_code": min(code, 255), "term_signal": sig}  # the tasks' usage comes from the agents
     client.request("POST", f"/v1/jobs/{job_id}/steps/{step['step_id']}/complete", done)
     return code if not sig else 128 + sig
+
+
+def task_end(node: str, task: int, exit_code: int, term_signal: int) -> str:
+    """srun's line for a task that failed: its exit code, or its signal as strsignal(3) words it."""
+    if term_signal:
+        return f"srun: error: {node}: task {task}: {signal_mod.strsignal(term_signal) or f'Signal {term_signal}'}\n"
+    return f"srun: error: {node}: task {task}: Exited with exit code {exit_code}\n"
+
+
+def kill_on_bad_exit(opts: dict[str, Any], default: bool) -> bool:
+    """srun -K[0|1] (else SLURM_KILL_BAD_EXIT, else KillOnBadExit): end the step at a task's failure."""
+    value = opts.get("kill_on_bad_exit")
+    if value is None and os.environ.get("SLURM_KILL_BAD_EXIT", "").strip():
+        try:
+            value = int(os.environ["SLURM_KILL_BAD_EXIT"])
+        except ValueError as exc:
+            raise CLIError(f"Invalid --kill-on-bad-exit specification: {os.environ['SLURM_KILL_BAD_EXIT']}") from exc
+    return default if value is None else bool(value)
+
+
+def multi_prog(opts: dict[str, Any], command: list[str], inside: bool) -> None:
+    """srun --multi-prog: read and check the MPMD file the command names (srun runs as the user, who
+    names it), fixing the step's task count; its text goes to each node with the launch."""
+    from wattsched import multiprog
+
+    path = command[0]
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(multiprog.MAX_BYTES + 1)
+    except OSError as exc:
+        raise CLIError(f"Could not open multi_prog config file {path}") from exc
+    if len(data) > multiprog.MAX_BYTES:
+        raise CLIError(f"Multi_prog config file {path} is too large")
+    text = data.decode(errors="replace")
+    ntasks = opts.get("ntasks")
+    if ntasks is None and inside and os.environ.get("SLURM_NTASKS", "").isdigit():
+        ntasks = int(os.environ["SLURM_NTASKS"])  # as Slurm's srun takes its -n inside an allocation
+    try:
+        opts["ntasks"] = multiprog.validate(text, ntasks, path)
+    except multiprog.MultiProgError as exc:
+        raise CLIError(str(exc).replace("\n", "\nsrun: error: ")) from exc
+    opts["multi_prog_text"] = text
 
 
 def stdin_targets(mode: str | None, ntasks: int, pty: bool) -> tuple[set[int], str]:

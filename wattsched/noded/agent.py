@@ -35,7 +35,6 @@ from wattsched.noded.profiler import Profiler
 from wattsched.noded.throttle import Throttle
 from wattsched.noded.virtualhost import VirtualHosts
 from wattsched.plugins.acct_gather_energy.emulated import EmulatedEnergy
-from wattsched.plugins.mpi import MpiServer
 
 log = logging.getLogger("wattsched.noded")
 
@@ -83,7 +82,7 @@ class Agent:
         self.step_pgids: dict[tuple[str, int], set[int]] = {}
         # (job, step, node) -> stdin pipes of the step's tasks that read srun's input
         self.step_inputs: dict[tuple[int, int, str], list] = {}
-        self.mpi_servers: dict[tuple[int, int, str], MpiServer] = {}  # (job, step, node): srun --mpi's
+        self.live_steps: dict[tuple[int, int, str], steps.LiveStep] = {}  # (job, step, node): running here
         self.ended: dict[tuple[str, int], None] = {}  # jobs recently over here, oldest first
         # Prolog on each node of a job: done (True/False) before its batch script or steps start
         self.prologs: dict[tuple[str, int], asyncio.Future[bool]] = {}

@@ -11,7 +11,18 @@ from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import Response, StreamingResponse
 
 from wattsched import auth, exposition, httplimits
-from wattsched.api import EPOCH_HEADER, FreezeJob, JobFreq, LaunchBatch, SignalJob, StepPmi, TaskInput, TaskLaunch
+from wattsched.api import (
+    EPOCH_HEADER,
+    FreezeJob,
+    JobFreq,
+    LaunchBatch,
+    SignalJob,
+    StepOnNode,
+    StepPmi,
+    StepTerminate,
+    TaskInput,
+    TaskLaunch,
+)
 from wattsched.httpauth import Who, loop_lifespan, metrics_access, require_role
 from wattsched.noded import steps
 from wattsched.noded.agent import Agent
@@ -97,7 +108,7 @@ def create_app(agent: Agent) -> FastAPI:
                                                   agent.config.kill_wait_s, pgids, agent.step_ended, inputs,
                                                   agent.join_step(req.node, req.job_id, str(req.step_id)),
                                                   {**agent.task_scripts, **identity},
-                                                  binding, agent.mpi_servers):
+                                                  binding, agent.live_steps):
                     yield line
             finally:
                 if agent.step_inputs.get(key) is inputs:
@@ -121,12 +132,22 @@ def create_app(agent: Agent) -> FastAPI:
 
     @app.post("/v1/steps/pmi")
     async def step_pmi(req: StepPmi, who: Who) -> dict[str, Any]:
-        """A fence's result, or an abort, from the step's other nodes for its MPI server here."""
+        """A fence's result from the step's nodes, for its MPI server here."""
         step_credential(agent, req, who)
-        server = agent.mpi_servers.get((req.job_id, req.step_id, req.node))
-        if server is None:
+        step = agent.live_steps.get((req.job_id, req.step_id, req.node))
+        if step is None or step.mpi is None:
             return {"accepted": False}
-        server.deliver(req.message.model_dump())
+        step.mpi.deliver(req.message.model_dump())
+        return {"accepted": True}
+
+    @app.post("/v1/steps/terminate")
+    async def step_terminate(req: StepTerminate, who: Who) -> dict[str, Any]:
+        """The step's tasks here end: a task failed elsewhere in the step (srun -K, an MPI abort)."""
+        step_credential(agent, req, who)
+        step = agent.live_steps.get((req.job_id, req.step_id, req.node))
+        if step is None:
+            return {"accepted": False}
+        step.terminate(req.reason)
         return {"accepted": True}
 
     @app.get("/v1/ping")
@@ -142,7 +163,7 @@ def create_app(agent: Agent) -> FastAPI:
     return app
 
 
-def step_credential(agent: Agent, req: TaskLaunch | TaskInput | StepPmi, who: auth.Identity) -> dict[str, Any]:
+def step_credential(agent: Agent, req: TaskLaunch | TaskInput | StepOnNode, who: auth.Identity) -> dict[str, Any]:
     """The step credential the controller signed, checked: for this job and step, and the caller
     its owner (or root); 403 otherwise."""
     try:

@@ -20,9 +20,10 @@ import subprocess
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from wattsched import hostlist, patterns
+from wattsched import hostlist, multiprog, patterns
 from wattsched.api import JobEvent, TaskLaunch, TaskUsage
 from wattsched.cpubind import TaskBinding
 from wattsched.noded import procs
@@ -31,6 +32,16 @@ if TYPE_CHECKING:
     from wattsched.plugins.mpi import MpiServer
 
 log = logging.getLogger("wattsched.noded")
+
+
+@dataclass
+class LiveStep:
+    """A step's tasks on a node while they run, as the agent's routes reach them: ``terminate``
+    ends them for a failure elsewhere in the step (srun -K, an MPI abort); ``mpi`` is the step's
+    MPI server here (srun --mpi), which srun hands the other nodes' fence parts."""
+
+    terminate: Callable[[str], None]
+    mpi: MpiServer | None = None
 
 
 def task_environment(req: TaskLaunch, layout: dict[str, list[int]], task_id: int, local_id: int,
@@ -56,14 +67,14 @@ async def run_tasks(req: TaskLaunch, layout: dict[str, list[int]], uid: int, gid
                     inputs: list, cgroup_procs: list[str] | None = None,
                     extra_spec: dict[str, str] | None = None,
                     binding: TaskBinding | None = None,
-                    mpi_servers: dict[tuple[int, int, str], MpiServer] | None = None) -> AsyncIterator[bytes]:
+                    live: dict[tuple[int, int, str], LiveStep] | None = None) -> AsyncIterator[bytes]:
     """Start this node's tasks and yield their output and exits as NDJSON lines; report their
     end and usage with ``on_end`` once all are reaped (or killed). The stdin pipes of the tasks
     that read srun's input (srun -i, --pty) are put in ``inputs`` for the stdin endpoint; each
     task enters the step's cgroups (``cgroup_procs``) before it becomes the user; ``extra_spec``
     holds TaskProlog, TaskEpilog and a virtual node's hostname; ``binding`` each local task's CPUs
-    and the SLURM_CPU_BIND* variables (wattsched.cpubind); ``mpi_servers``, where the step's MPI
-    server on this node (srun --mpi) is found while it runs, for the fence results srun relays."""
+    and the SLURM_CPU_BIND* variables (wattsched.cpubind); ``live``, where the running step is found
+    (LiveStep). Each task's exit is told as soon as it is reaped, so that srun -K can act on it."""
     loop = asyncio.get_running_loop()
     results: dict[int, procs.Exit] = {}
     fed = set(req.stdin_tasks) | ({0} if req.pty else set())
@@ -74,16 +85,31 @@ async def run_tasks(req: TaskLaunch, layout: dict[str, list[int]], uid: int, gid
     groups = procs.user_groups(user, gid)
     key = (req.job_id, req.step_id, req.node)
 
-    def abort(reason: str) -> None:
-        """The MPI server ends the step here: Slurm's words, SIGTERM, SIGKILL after KillWait."""
-        when = time.strftime("%Y-%m-%dT%H:%M:%S")
-        queue.put_nowait(_line({"stepd": f"slurmstepd: error: *** STEP {req.job_id}.{req.step_id} ON {req.node} "
-                                         f"CANCELLED AT {when} DUE TO TASK FAILURE ***\n"}))
-        log.info("step aborted", extra={"job": req.job_id, "step": req.step_id, "node": req.node, "reason": reason})
+    terminated: list[str] = []
+
+    def terminate(reason: str) -> None:
+        """The step ends here for a task's failure (Slurm's SIG_TERM_KILL): SIGTERM, SIGKILL after
+        KillWait; the step's first node says so in Slurm's words, once."""
+        if terminated:
+            return
+        terminated.append(reason)
+        if node_index == 0:
+            when = time.strftime("%Y-%m-%dT%H:%M:%S")
+            queue.put_nowait(_line({"stepd": f"slurmstepd: error: *** STEP {req.job_id}.{req.step_id} ON "
+                                             f"{req.node} CANCELLED AT {when} DUE TO TASK FAILURE ***\n"}))
+        log.info("step terminated", extra={"job": req.job_id, "step": req.step_id, "node": req.node,
+                                           "reason": reason})
         alive = [proc for _task, proc, fut in running if not fut.done()]
         for proc in alive:
             procs.killpg(proc.pid, signal.SIGTERM)
         loop.call_later(kill_wait_s, _kill_all, alive)
+
+    def exited(task_id: int, proc: procs.StepDaemon, reaped: asyncio.Future) -> None:
+        if not reaped.cancelled() and reaped.exception() is None:
+            result = results[task_id] = reaped.result()
+            pgids.discard(proc.pid)
+            queue.put_nowait(_line({"task": task_id, "exit": result.exit_code, "signal": result.term_signal}))
+        queue.put_nowait(None)
 
     server = None
     if req.mpi != "none":
@@ -93,12 +119,19 @@ async def run_tasks(req: TaskLaunch, layout: dict[str, list[int]], uid: int, gid
             queue.put_nowait(_line({"pmi": message}))
 
         server = mpi.load(req.mpi, mpi.StepInfo(job_id=req.job_id, step_id=req.step_id, node=req.node,
-                                                layout=layout, abort=abort, send=send))
-        if mpi_servers is not None:
-            mpi_servers[key] = server
+                                                layout=layout, abort=terminate, send=send))
+    step = LiveStep(terminate, server)
+    if live is not None:
+        live[key] = step
     try:
         for local_id, task_id in enumerate(layout[req.node]):
             env = task_environment(req, layout, task_id, local_id, node_index)
+            argv, failure = req.argv, ""
+            if req.multi_prog:  # srun checked the file; a task it leaves out is stepd's error there too
+                try:
+                    argv = multiprog.task_argv(req.multi_prog, task_id, req.argv[1:])
+                except multiprog.MultiProgError as exc:
+                    failure = f"slurmstepd: error: {exc}\n"
             keep_fd = None
             if server is not None:
                 mpi_env, keep_fd = server.task_setup(local_id)
@@ -109,7 +142,7 @@ async def run_tasks(req: TaskLaunch, layout: dict[str, list[int]], uid: int, gid
                     "uid": uid, "gid": gid, "groups": groups, "umask": procs.umask_of(env), "work_dir": req.work_dir,
                     "stdout": _task_path(req, req.output, task_id, node_index, user) if req.output else "",
                     "stderr": _task_path(req, req.error, task_id, node_index, user) if req.error else "",
-                    "open_mode": req.open_mode, "argv": req.argv, "env": env, "cgroup_procs": cgroup_procs or [],
+                    "open_mode": req.open_mode, "argv": argv, "env": env, "cgroup_procs": cgroup_procs or [],
                     "cpu_bind": cpus, **(extra_spec or {})}
             if keep_fd is not None:
                 spec["keep_fd_env"] = "PMI_FD"
@@ -125,20 +158,23 @@ async def run_tasks(req: TaskLaunch, layout: dict[str, list[int]], uid: int, gid
                 else:
                     spec.update(stdout="/dev/null", stderr="/dev/null")
             status_r, status_w = os.pipe2(os.O_CLOEXEC)
-            try:
-                # the step daemon becomes the user, then opens the task's files and runs it
-                proc = procs.spawn_stepd("exec", spec, cwd="/",
-                                         stdin=subprocess.PIPE if task_id in fed else subprocess.DEVNULL,
-                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, status_fd=status_w,
-                                         keep_fd=keep_fd)
-            except OSError as exc:
+            proc = None
+            if not failure:
+                try:
+                    # the step daemon becomes the user, then opens the task's files and runs it
+                    proc = procs.spawn_stepd("exec", spec, cwd="/",
+                                             stdin=subprocess.PIPE if task_id in fed else subprocess.DEVNULL,
+                                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, status_fd=status_w,
+                                             keep_fd=keep_fd)
+                except OSError as exc:
+                    failure = f"slurmstepd: error: execve(): {argv[0]}: {exc.strerror}\n"
+            if proc is None:
                 if server is not None:
                     server.task_started(local_id)
                 os.close(status_r)
                 os.close(status_w)
-                message = f"slurmstepd: error: execve(): {req.argv[0]}: {exc.strerror}\n"
                 results[task_id] = procs.Exit(2, 0)
-                yield _line({"task": task_id, "fd": 2, "data": message})
+                yield _line({"task": task_id, "fd": 2, "data": failure})
                 yield _line({"task": task_id, "exit": 2, "signal": 0})
                 continue
             os.close(status_w)
@@ -149,6 +185,7 @@ async def run_tasks(req: TaskLaunch, layout: dict[str, list[int]], uid: int, gid
             if server is not None:
                 server.task_started(local_id)
                 reaped.add_done_callback(functools.partial(_task_ended, server, local_id))
+            reaped.add_done_callback(functools.partial(exited, task_id, proc))
             running.append((task_id, proc, reaped))
             for fd_no, pipe in ((1, proc.stdout), (2, proc.stderr)):
                 if pipe is not None:
@@ -156,24 +193,18 @@ async def run_tasks(req: TaskLaunch, layout: dict[str, list[int]], uid: int, gid
                                                                   req.unbuffered or req.pty), daemon=True)
                     reader.start()
                     readers.append(reader)
-        open_pipes = len(readers)
-        while open_pipes:
+        open_ends = len(readers) + len(running)  # each pipe's end, and each task's (``exited``)
+        while open_ends:
             item = await queue.get()
             if item is None:
-                open_pipes -= 1
+                open_ends -= 1
             else:
                 yield item
-        for task_id, proc, future in running:
-            # shielded: were srun to go away now, the server cancels this generator, and an awaited
-            # future is cancelled with it; the reap must still resolve it for _finish's report
-            result = results[task_id] = await asyncio.shield(future)
-            pgids.discard(proc.pid)
-            yield _line({"task": task_id, "exit": result.exit_code, "signal": result.term_signal})
     finally:
         if server is not None:
             server.close()
-            if mpi_servers is not None and mpi_servers.get(key) is server:
-                del mpi_servers[key]
+        if live is not None and live.get(key) is step:
+            del live[key]
         for _task, proc, fut in running:
             if not fut.done():
                 procs.killpg(proc.pid, signal.SIGTERM)

@@ -95,8 +95,6 @@ class Pmi2Server:
     def deliver(self, message: dict[str, Any]) -> None:
         if message.get("pmi") == "fence":
             self._fence_done(int(message.get("seq", -1)), message.get("kvs") or {})
-        elif message.get("pmi") == "abort":
-            self._abort(str(message.get("reason") or "aborted"), relay=False)
 
     def close(self) -> None:
         for task in self.tasks.values():
@@ -309,13 +307,13 @@ class Pmi2Server:
         log.error("mpi/pmi2: task broke the protocol", extra={"job": self.kvsname, "rank": task.rank, "error": what})
         self._abort(f"task {task.rank} sent {what}")
 
-    def _abort(self, reason: str, relay: bool = True) -> None:
+    def _abort(self, reason: str) -> None:
         """End the step on this node, and through srun on the others."""
         if self.aborted:
             return
         self.aborted = True
         log.info("mpi/pmi2: step aborted", extra={"job": self.kvsname, "node": self.info.node, "reason": reason})
-        if relay and not self.single_node:
+        if not self.single_node:
             self.info.send({"pmi": "abort", "reason": reason})
         self.info.abort(reason)
 
