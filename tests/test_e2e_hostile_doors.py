@@ -5,6 +5,7 @@ what listings print), each tried as a real unprivileged account against root's d
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -495,3 +496,43 @@ def test_another_users_running_step_is_out_of_reach(shared: Cluster, mallory: Ac
     assert final(shared, job)["state"] == "COMPLETED", out.read_text()
     assert sorted(line for line in out.read_text().splitlines() if line.startswith("alive")) == ["alive 0", "alive 1"]
     assert mallory.run("scancel", str(own)).returncode == 0
+
+
+def test_sbcast_writes_only_as_the_jobs_user(shared: Cluster, mallory: Account, victim: Account) -> None:
+    """sbcast's file is written by the job's user, never by root: mallory cannot broadcast into a
+    folder only root may write, nor to the victim's job, nor bring her own job's credential (or a
+    step's) to the agent for the victim's; what she does broadcast is hers."""
+    source = mallory.home / "payload"
+    source.write_text("#!/bin/sh\necho owned\n")
+    os.chown(source, mallory.uid, mallory.gid)
+    own = mallory.sbatch("--wrap", "sleep 300")
+    theirs = victim.sbatch("--wrap", "sleep 300")
+    shared.wait_state(own, "RUNNING")
+    shared.wait_state(theirs, "RUNNING")
+    guarded = Path(tempfile.mkdtemp(prefix="wattsched-root-only-"))
+    try:
+        done = mallory.run("sbcast", "-j", str(own), str(source), str(guarded / "planted"))
+        assert done.returncode == 1 and b"Permission denied" in done.stderr, done.stderr
+        assert list(guarded.iterdir()) == []
+        done = mallory.run("sbcast", "-j", str(theirs), str(source), str(mallory.home / "x"))
+        assert done.returncode == 1 and b"sbcast: error: " in done.stderr
+        mine = mallory.home / "mine"
+        assert mallory.run("sbcast", "-j", str(own), str(source), str(mine)).returncode == 0
+        assert (mine.stat().st_uid, mine.read_text()) == (mallory.uid, source.read_text())
+    finally:
+        shutil.rmtree(guarded, ignore_errors=True)
+    headers = {"Authorization": f"Bearer {mallory.token()}"}
+    base = f"http://127.0.0.1:{shared.port}"
+    grant = httpx.post(f"{base}/v1/jobs/{own}/bcast", json={}, headers=headers).json()
+    step = httpx.post(f"{base}/v1/jobs/{own}/steps", json={"ntasks": 1}, headers=headers).json()
+    node = next(iter(shared.job(theirs)["alloc_cpus"]))
+    agents = {n["name"]: n["agent_url"] for n in shared.nodes()}
+    for credential in (grant["credential"], step["credential"], ""):
+        head = {"job_id": theirs, "nodes": [node], "credential": credential, "dest": str(victim.home / "y"),
+                "size": 1, "mode": 0o755}
+        reply = httpx.post(f"{agents[node]}/v1/bcast", content=json.dumps(head).encode() + b"\nx",
+                           headers=headers, timeout=30)
+        assert reply.status_code == 403, reply.text
+    assert not (victim.home / "y").exists()
+    for job in (own, theirs):
+        shared.run("scancel", str(job))

@@ -50,6 +50,13 @@ def _absolute(path: str) -> str:
     return path
 
 
+def _destination(path: str) -> str:
+    """sbcast's destination: an absolute path to a file (sbcast resolves a relative one)."""
+    if not path.startswith("/") or path.endswith("/") or "\0" in path:
+        raise ValueError(f"destination {excerpt(path)!r} is not an absolute path to a file")
+    return path
+
+
 def _argv_size(argv: list[str]) -> list[str]:
     if sum(len(a) + 1 for a in argv) > ENV_MAX:
         raise ValueError(f"arguments larger than {ENV_MAX} bytes")
@@ -61,6 +68,7 @@ Name = Annotated[str, Field(max_length=NAME_MAX), AfterValidator(check_label)]  
 Comment = Annotated[str, Field(max_length=TEXT_MAX), AfterValidator(check_label)]  # comments, reasons
 Path = Annotated[str, Field(max_length=PATH_MAX)]
 WorkDir = Annotated[str, Field(min_length=1, max_length=PATH_MAX), AfterValidator(_absolute)]
+Destination = Annotated[str, Field(min_length=2, max_length=PATH_MAX), AfterValidator(_destination)]
 Text = Annotated[str, Field(max_length=TEXT_MAX)]  # submit lines: may span lines, escaped when shown
 Environment = Annotated[dict[Annotated[str, Field(max_length=PATH_MAX)], Annotated[str, Field(max_length=ENV_MAX)]],
                         Field(max_length=LIST_MAX), AfterValidator(_env_size)]
@@ -297,6 +305,40 @@ class StepReply(BaseModel):
     placements: list[StepPlacement]
     credential: str
     job_environment: dict[str, str] = {}
+
+
+class BcastRequest(Strict):
+    """sbcast asks for leave to write a file to a running job's nodes (-w: some of them)."""
+
+    nodelist: list[Annotated[str, Field(max_length=128)]] = Field([], max_length=COUNT_MAX)
+
+
+class BcastNode(BaseModel):
+    node: str
+    agent_url: str
+
+
+class BcastGrant(BaseModel):
+    """The controller's leave for sbcast: the job's nodes, their agents, and a credential they check."""
+
+    job_id: int
+    nodes: list[BcastNode]
+    credential: str
+
+
+class BcastFile(Strict):
+    """sbcast's file for the job's nodes one agent serves: this, as the request body's first line,
+    then the file's bytes (zlib-compressed with -C)."""
+
+    job_id: int = Field(ge=1, le=BIG)
+    nodes: list[Annotated[str, Field(max_length=128)]] = Field(min_length=1, max_length=COUNT_MAX)
+    credential: str = Field(max_length=1 << 20)
+    dest: Destination
+    size: int = Field(ge=0, le=1 << 44)  # what the file holds, uncompressed
+    mode: int = Field(0o600, ge=0, le=0o7777)  # the source's permission bits
+    times: tuple[int, int] | None = None  # -p: the source's access and modification times
+    force: bool = False  # -f: replace the destination
+    compress: Literal["none", "zlib"] = "none"
 
 
 class StepComplete(Strict):

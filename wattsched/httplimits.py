@@ -25,8 +25,8 @@ class BodyTooLarge(Exception):
 
 
 class BodyLimit:
-    def __init__(self, app: ASGIApp, max_bytes: int):
-        self.app, self.max_bytes = app, max_bytes
+    def __init__(self, app: ASGIApp, max_bytes: int, streamed: dict[str, int]):
+        self.app, self.default_max, self.streamed = app, max_bytes, streamed
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -35,14 +35,15 @@ class BodyLimit:
         if "\0" in scope.get("path", "") or b"%00" in scope.get("query_string", b""):
             await _answer(send, 400, "NULL character in the request's path or query")
             return
+        limit = self.streamed.get(scope.get("path", ""), self.default_max)
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared is not None:
             try:
-                too_large = int(declared) > self.max_bytes
+                too_large = int(declared) > limit
             except ValueError:
                 too_large = True
             if too_large:
-                await self._refuse(send)
+                await _refuse(send, limit)
                 return
         seen = 0
         started = False
@@ -52,7 +53,7 @@ class BodyLimit:
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
-                if seen > self.max_bytes:
+                if seen > limit:
                     raise BodyTooLarge
             return message
 
@@ -65,10 +66,11 @@ class BodyLimit:
             await self.app(scope, counted, tracked)
         except BodyTooLarge:
             if not started:
-                await self._refuse(send)
+                await _refuse(send, limit)
 
-    async def _refuse(self, send: Send) -> None:
-        await _answer(send, 413, f"Request body larger than {self.max_bytes} bytes")
+
+async def _refuse(send: Send, limit: int) -> None:
+    await _answer(send, 413, f"Request body larger than {limit} bytes")
 
 
 async def _answer(send: Send, status: int, detail: str) -> None:
@@ -98,7 +100,8 @@ async def bounded_validation_errors(_request: Request, exc: RequestValidationErr
     return JSONResponse({"detail": validation_errors(exc)}, status_code=422)
 
 
-def guard(app: FastAPI, max_bytes: int) -> None:
-    """Both limits on an app: the body's size, and bounded validation errors."""
-    app.add_middleware(BodyLimit, max_bytes=max_bytes)
+def guard(app: FastAPI, max_bytes: int, streamed: dict[str, int] | None = None) -> None:
+    """Both limits on an app: the body's size, and bounded validation errors. ``streamed``: the
+    paths whose route passes its body on as it arrives (sbcast's file), with their own limit."""
+    app.add_middleware(BodyLimit, max_bytes=max_bytes, streamed=streamed or {})
     app.add_exception_handler(RequestValidationError, bounded_validation_errors)  # type: ignore[arg-type]

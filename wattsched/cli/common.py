@@ -10,7 +10,7 @@ from wattsched import jsonwire
 
 TYPE_CHECKING = False  # not typing's: importing typing costs a command ~5 ms (annotations are strings)
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable, Iterable, Iterator
     from typing import Any, NoReturn
 
 DEFAULT_CONF = "/etc/wattsched/wattsched.conf"
@@ -290,14 +290,27 @@ def _chunked(headers: dict[bytes, bytes]) -> bool:
     return headers.get(b"transfer-encoding", b"").lower() == b"chunked"
 
 
-def exchange(host: str, port: int, request: bytes, timeout: float) -> tuple[int, bytes]:
-    """Send one request, read the answer to EOF; (status, body), chunked transfer decoded."""
+def exchange(host: str, port: int, request: bytes, timeout: float, more: Iterable[bytes] = ()) -> tuple[int, bytes]:
+    """Send one request (``more``: the rest of its body, sent piece by piece as it is made), read
+    the answer to EOF; (status, body), chunked transfer decoded."""
     sock = _connect(host, port, timeout)
+    cut: OSError | None = None
     try:
         sock.sendall(request)
+        try:
+            for part in more:
+                sock.sendall(part)
+        except OSError as exc:  # the server answered before it read all: its answer says why
+            cut = exc
         chunks = []
-        while chunk := sock.recv(262144):
-            chunks.append(chunk)
+        try:
+            while chunk := sock.recv(262144):
+                chunks.append(chunk)
+        except OSError as exc:  # a reset after the answer came leaves the answer
+            if not chunks:
+                raise (cut or exc) from None
+        if cut is not None and not chunks:
+            raise cut
     finally:
         sock.close()
     head, sep, body = b"".join(chunks).partition(b"\r\n\r\n")

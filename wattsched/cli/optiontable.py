@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import importlib
 
+from wattsched.cli.completion import COMMANDS
 from wattsched.cli.options import IGNORED, Opt
 
-COMMANDS = ("sbatch", "srun", "salloc", "squeue", "scancel", "sinfo", "scontrol", "sacct", "sstat", "sprio",
-            "sshare", "sacctmgr", "sreport", "sdiag", "sh5util")
 BEGIN, END = "<!-- options-table -->", "<!-- /options-table -->"
 
 

@@ -14,6 +14,9 @@ from fastapi.responses import Response
 from wattsched import arrayfold, states
 from wattsched.api import (
     AllocationComplete,
+    BcastGrant,
+    BcastNode,
+    BcastRequest,
     CancelRequest,
     JobSubmit,
     JobUpdate,
@@ -192,6 +195,17 @@ async def create_step(controller: Ctl, job_id: int, req: StepCreate, who: Who) -
     return StepReply(job_id=job_id, step_id=int(step.step_id), ntasks=step.ntasks, nodes=list(layout),
                      placements=placements, credential=state.step_credential(job, step, layout),
                      job_environment=slurm_env)
+
+
+@router.post("/v1/jobs/{job_id}/bcast", response_model=BcastGrant)
+async def bcast(controller: Ctl, job_id: int, req: BcastRequest, who: Who) -> BcastGrant:
+    """sbcast's leave to write a file to the job's nodes, and where their agents are."""
+    state = controller.state
+    job = one_job(state, job_id)
+    chosen = list(dict.fromkeys(req.nodelist)) or job.node_list
+    credential = state.bcast_credential(job, chosen, who, time.time())
+    nodes = [BcastNode(node=n, agent_url=state.nodes[n].agent_url) for n in chosen]
+    return BcastGrant(job_id=job_id, nodes=nodes, credential=credential)
 
 
 @router.get("/v1/jobs/{job_id}/environment")

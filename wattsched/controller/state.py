@@ -263,6 +263,9 @@ class ClusterState:
     def step_credential(self, job: Job, step: Step, layout: dict[str, list[int]]) -> str:
         return steps.step_credential(self, job, step, layout)
 
+    def bcast_credential(self, job: Job, nodelist: list[str], who: Identity, now: float) -> str:
+        return steps.bcast_credential(self, job, nodelist, who, now)
+
     def complete_step(self, job: Job, step_id: str, done: StepComplete, who: Identity, now: float) -> None:
         steps.complete_step(self, job, step_id, done, who, now)
 

@@ -17,6 +17,7 @@ from wattsched.usage import merge as merge_usage
 if TYPE_CHECKING:
     from wattsched.controller.state import ClusterState
 
+BCAST_LIFESPAN_S = 3600  # how long an sbcast credential opens agents' doors (a large file takes a while)
 MAX_TASKS_PER_NODE = 512  # Slurm's MaxTasksPerNode default: a step may not place more on a node
 # the signal number Slurm records for a step its memory limit ended (sacct's ExitCode 0:125)
 
@@ -24,9 +25,7 @@ MAX_TASKS_PER_NODE = 512  # Slurm's MaxTasksPerNode default: a step may not plac
 def create_step(state: ClusterState, job: Job, req: StepCreate, who: Identity,
                 now: float) -> tuple[Step, dict[str, list[int]]]:
     permissions.check_owner(state, job, who)
-    if job.state != states.RUNNING:
-        raise Refused("Job/step already completing or completed" if job.state in states.FINISHED or
-                      job.state == states.COMPLETING else "Job is pending execution", 409)
+    require_running(job)
     layout = step_layout(job, req)
     step_id = job.next_step_id
     job.next_step_id += 1
@@ -38,10 +37,29 @@ def create_step(state: ClusterState, job: Job, req: StepCreate, who: Identity,
     return step, layout
 
 
+def require_running(job: Job) -> None:
+    """Steps and broadcasts are for running jobs: Slurm's words for the others."""
+    if job.state != states.RUNNING:
+        raise Refused("Job/step already completing or completed" if job.state in states.FINISHED or
+                      job.state == states.COMPLETING else "Job is pending execution", 409)
+
+
 def step_credential(state: ClusterState, job: Job, step: Step, layout: dict[str, list[int]]) -> str:
     lifespan = (job.time_limit_min or 60 * 24 * 365) * 60 + 600
     return auth.sign(state.key, {"job": job.job_id, "step": int(step.step_id), "uid": job.uid,
                                 "layout": layout, "exp": int(step.start_time + lifespan)})
+
+
+def bcast_credential(state: ClusterState, job: Job, nodelist: list[str], who: Identity, now: float) -> str:
+    """sbcast's leave to write, as the job's user, to ``nodelist`` (the job's nodes, or some of
+    them) while it runs; short-lived, as the broadcast is."""
+    permissions.check_owner(state, job, who)
+    require_running(job)
+    outside = [n for n in nodelist if n not in job.alloc_cpus]
+    if outside:
+        raise Refused(f"Not all nodes in --nodelist/-w '{','.join(nodelist)}' are in job {job.job_id}.", 400)
+    return auth.sign(state.key, {"job": job.job_id, "bcast": nodelist, "uid": job.uid,
+                                "exp": int(now + BCAST_LIFESPAN_S)})
 
 
 def complete_step(state: ClusterState, job: Job, step_id: str, done: StepComplete, who: Identity, now: float) -> None:

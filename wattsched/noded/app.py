@@ -24,7 +24,7 @@ from wattsched.api import (
     TaskLaunch,
 )
 from wattsched.httpauth import Who, loop_lifespan, metrics_access, require_role
-from wattsched.noded import steps
+from wattsched.noded import broadcast, procs, steps
 from wattsched.noded.agent import Agent
 from wattsched.noded.metrics import AgentCollector
 from wattsched.plugins import mpi
@@ -50,7 +50,7 @@ def create_app(agent: Agent) -> FastAPI:
 
     app = FastAPI(title="wattsched node agent", version="1", lifespan=lifespan)
     # the controller's launch messages carry whole batches of scripts; users reach only step launches
-    httplimits.guard(app, 256 * 1024 * 1024)
+    httplimits.guard(app, 256 * 1024 * 1024, streamed={"/v1/bcast": 1 << 44})
     app.state.key = agent.key
     app.state.agent = agent  # the controllers' epochs (_current_controller)
     app.state.config = lambda: agent.config  # as the metrics routes read it
@@ -96,7 +96,7 @@ def create_app(agent: Agent) -> FastAPI:
             req = req.model_copy(update={"environment": {**req.environment, **gpu_env}})
         if req.mpi != "none" and req.mpi not in mpi.types():
             raise HTTPException(400, f"Invalid MPI type '{req.mpi}', --mpi=list for acceptable types")
-        gid = _gid_of(uid)
+        gid = procs.gid_of(uid)
         identity = agent.virtual.identity(req.node, req.job_id, uid, gid)
         pgids = agent.step_pgids.setdefault((req.node, req.job_id), set())
         key = (req.job_id, req.step_id, req.node)
@@ -150,6 +150,11 @@ def create_app(agent: Agent) -> FastAPI:
         step.terminate(req.reason)
         return {"accepted": True}
 
+    @app.post("/v1/bcast")
+    async def bcast(request: Request, who: Who) -> dict[str, Any]:
+        """sbcast's file for the job's nodes here, written as the job's user (wattsched.noded.broadcast)."""
+        return await broadcast.receive(agent, request.stream(), who)
+
     @app.get("/v1/ping")
     async def ping(who: Who) -> dict[str, Any]:
         return {"status": "UP", "nodes": list(agent.nodes), "controller_connected": agent.connected}
@@ -176,11 +181,3 @@ def step_credential(agent: Agent, req: TaskLaunch | TaskInput | StepOnNode, who:
         raise HTTPException(403, "Access/permission denied")
     return cred
 
-
-def _gid_of(uid: int) -> int:
-    import pwd
-
-    try:
-        return pwd.getpwuid(uid).pw_gid
-    except KeyError:
-        return uid

@@ -34,6 +34,7 @@ import signal
 import socket
 import sys
 
+import bcast  # noqa: F401 - sbcast's writer (stepd's bcast mode), imported while still root
 import stepd
 
 TYPE_CHECKING = False  # not typing's: kept to the modules the daemons need
@@ -49,7 +50,7 @@ def _fork(request: dict[str, Any], fds: list[int], own: list[int]) -> int:
     own descriptors closed; then the daemon's code, which never returns here."""
     mode, cwd = str(request["mode"]), str(request["cwd"])
     status, keep = bool(request.get("status")), bool(request.get("keep"))
-    if mode not in ("batch", "exec") or len(fds) != 4 + status + keep:
+    if mode not in ("batch", "exec", "bcast") or len(fds) != 4 + status + keep:
         raise ValueError(f"bad request: {mode} with {len(fds)} descriptors")
     pid = os.fork()
     if pid:

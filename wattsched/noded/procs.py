@@ -41,6 +41,16 @@ class Exit:
 STEPD_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
 
 
+def gid_of(uid: int) -> int:
+    """The user's primary group (the uid itself for a user the host does not know)."""
+    import pwd
+
+    try:
+        return pwd.getpwuid(uid).pw_gid
+    except KeyError:
+        return uid
+
+
 def user_groups(user: str, gid: int) -> list[int]:
     """The job's supplementary groups, as initgroups(3) would set them."""
     try:

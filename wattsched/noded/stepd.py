@@ -153,6 +153,21 @@ def exec_as_user(spec: dict[str, Any]) -> None:
     _exec(spec)
 
 
+def receive_file(spec: dict[str, Any]) -> int:
+    """sbcast's file, from standard input to its destination, written as the user (bcast.receive);
+    why it failed goes to standard error."""
+    import bcast  # the fork server's sibling module, imported there while root (forkserver.py)
+
+    become_user(spec)
+    os.umask(0o077)  # the file is private until it takes the source's modes
+    try:
+        bcast.receive(spec)
+    except bcast.BcastError as exc:
+        os.write(2, f"{exc}\n".encode())
+        return 1
+    return 0
+
+
 def run_task_prolog(spec: dict[str, Any]) -> None:
     """TaskProlog, as the user, before the task: its output lines ``export NAME=value`` and ``unset
     NAME`` change the task's environment, ``print ...`` goes to the task's standard output (Slurm's
@@ -422,8 +437,9 @@ def preload() -> None:
 
 def run(mode: str, spec_fd: int, status_fd: int | None = None, keep_fd: int | None = None) -> int:
     """One step daemon, as :mod:`wattsched.noded.forkserver` forks it: ``batch`` supervises a
-    script, ``exec`` becomes a task; ``status_fd``, an exec-mode task's report pipe; ``keep_fd``, a
-    descriptor the task inherits (its PMI connection), named to it by ``spec["keep_fd_env"]``."""
+    script, ``exec`` becomes a task, ``bcast`` writes sbcast's file as the user; ``status_fd``, an
+    exec-mode task's report pipe; ``keep_fd``, a descriptor the task inherits (its PMI
+    connection), named to it by ``spec["keep_fd_env"]``."""
     spec = read_spec(spec_fd)
     if status_fd is not None:
         spec["status_fd"] = status_fd
@@ -433,6 +449,8 @@ def run(mode: str, spec_fd: int, status_fd: int | None = None, keep_fd: int | No
         spec["env"][str(spec["keep_fd_env"])] = str(keep_fd)
     if mode == "batch":
         return supervise(spec)
+    if mode == "bcast":
+        return receive_file(spec)
     try:
         exec_as_user(spec)
     except (LaunchError, OSError) as exc:
