@@ -23,20 +23,31 @@ HELLO = r"""
 #include <stdlib.h>
 #include <unistd.h>
 int main(int argc, char **argv) {
-    int rank, size, sum = 0; char host[256];
+    int rank, size, sum = 0, token = -1; char host[256];
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     if (argc > 1 && rank == 1) { if (argv[1][0] == 'a') MPI_Abort(MPI_COMM_WORLD, 7); else exit(3); }
     gethostname(host, sizeof host);
+    /* a ring: each rank hands its number on to the next, across nodes */
+    MPI_Sendrecv(&rank, 1, MPI_INT, (rank + 1) % size, 0, &token, 1, MPI_INT, (rank + size - 1) % size, 0,
+                 MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     MPI_Allreduce(&rank, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    printf("rank %d of %d on %s sum %d\n", rank, size, host, sum);
+    printf("rank %d of %d on %s sum %d ring %d\n", rank, size, host, sum, token);
     MPI_Finalize();
     return 0;
 }
 """
-EXPECTED = ["rank 0 of 4 on n01 sum 6", "rank 1 of 4 on n01 sum 6", "rank 2 of 4 on n02 sum 6",
-            "rank 3 of 4 on n02 sum 6"]
+
+
+def expected(ranks: int, per_node: int) -> list[str]:
+    """What each rank prints, sorted: its node (block placement), the Allreduce, the ring's token."""
+    total = ranks * (ranks - 1) // 2
+    return sorted(f"rank {r} of {ranks} on n{r // per_node + 1:02d} sum {total} ring {(r - 1) % ranks}"
+                  for r in range(ranks))
+
+
+EXPECTED = expected(4, 2)
 # Open MPI refuses root unless told; the tests run as root
 OMPI_ROOT = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 
@@ -53,7 +64,7 @@ def _compile(compiler: str, out: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory) -> Iterator[Cluster]:
-    running = Cluster(tmp_path_factory.mktemp("mpi"), nodes=4, cpus=4).start()
+    running = Cluster(tmp_path_factory.mktemp("mpi"), nodes=8, cpus=4).start()  # 32 ranks at most
     yield running
     running.stop()
 
@@ -76,7 +87,13 @@ def test_srun_mpi_pmi2_starts_mpich_ranks_across_nodes(cluster: Cluster) -> None
     done = cluster.run("srun", "-N2", "-n4", "--mpi=pmi2", str(hello), timeout=120)
     assert sorted(done.stdout.splitlines()) == EXPECTED
     single = cluster.run("srun", "-n3", "--mpi=pmi2", str(hello), timeout=120)
-    assert sorted(single.stdout.splitlines()) == [f"rank {r} of 3 on n01 sum 3" for r in range(3)]
+    assert sorted(single.stdout.splitlines()) == expected(3, 4)
+
+
+def test_thirty_two_ranks_on_eight_nodes_pass_a_ring_and_agree(cluster: Cluster) -> None:
+    hello = _compile("mpicc.mpich", cluster.work / "hello_mpich")
+    done = cluster.run("srun", "-N8", "-n32", "--mpi=pmi2", str(hello), timeout=600)
+    assert sorted(done.stdout.splitlines()) == expected(32, 4)
 
 
 @pytest.mark.parametrize("how", ["exits", "aborts"])
@@ -103,6 +120,14 @@ def test_mpi_launchers_run_inside_an_allocation(cluster: Cluster, launcher: str)
     text = out.read_text()
     assert final["state"] == "COMPLETED", text
     assert sorted(line for line in text.splitlines() if line.startswith("rank ")) == EXPECTED
+
+
+def test_mpiexec_runs_under_salloc(cluster: Cluster) -> None:
+    hello = _compile("mpicc.mpich", cluster.work / "hello_mpich")
+    if shutil.which("mpiexec.mpich") is None:
+        pytest.skip("mpiexec.mpich is not installed")
+    done = cluster.run("salloc", "-N2", "-n4", "mpiexec.mpich", str(hello), timeout=300)
+    assert sorted(line for line in done.stdout.splitlines() if line.startswith("rank ")) == EXPECTED
 
 
 def test_virtual_nodes_have_their_own_names_and_temporary_trees(cluster: Cluster) -> None:
