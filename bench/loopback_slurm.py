@@ -17,6 +17,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from wattsched import testing
 from wattsched.testing import free_port
 
 SBIN = Path("/usr/sbin")
@@ -36,18 +37,10 @@ def ensure_installed() -> str | None:
 
 
 def ensure_munge() -> None:
-    """munged answering on its default socket (Slurm's auth/munge), started as the munge user if not."""
-    if subprocess.run("munge -n | unmunge", shell=True, capture_output=True).returncode == 0:
-        return
-    run_dir = Path("/run/munge")
-    run_dir.mkdir(exist_ok=True)
-    shutil.chown(run_dir, "munge", "munge")
-    subprocess.run(["runuser", "-u", "munge", "--", str(SBIN / "munged")], check=True)
-    deadline = time.monotonic() + 10
-    while subprocess.run("munge -n | unmunge", shell=True, capture_output=True).returncode != 0:
-        if time.monotonic() > deadline:
-            raise RuntimeError("munged did not answer within 10 s")
-        time.sleep(0.1)
+    """munged answering (Slurm's auth/munge): wattsched.testing starts it where it is not."""
+    why = testing.ensure_munge()
+    if why:
+        raise RuntimeError(why)
 
 
 class LoopbackSlurm:

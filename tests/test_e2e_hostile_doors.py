@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from tests.hostile import USERS, Account, final, needs_accounts, own_cluster
-from wattsched.testing import Cluster, wait_for
+from wattsched.testing import Cluster, ensure_munge, wait_for
 
 pytestmark = needs_accounts
 
@@ -536,3 +536,53 @@ def test_sbcast_writes_only_as_the_jobs_user(shared: Cluster, mallory: Account, 
     assert not (victim.home / "y").exists()
     for job in (own, theirs):
         shared.run("scancel", str(job))
+
+
+PMIX_CLIENT = r"""
+#include <pmix.h>
+#include <stdio.h>
+int main(void) {
+    pmix_proc_t me;
+    pmix_status_t rc = PMIx_Init(&me, NULL, 0);
+    printf("init %d\n", rc);
+    fflush(stdout);
+    if (rc == PMIX_SUCCESS)
+        PMIx_Finalize(NULL, 0);
+    return rc == PMIX_SUCCESS ? 0 : 1;
+}
+"""
+
+
+def test_another_user_cannot_join_a_steps_pmix_namespace(shared: Cluster, mallory: Account, victim: Account) -> None:
+    """PMIx 4 serves a step's clients over TCP on loopback, where anyone can connect: knowing all of a
+    victim's step's PMIx environment (its server's port, its namespace, a rank), mallory still cannot
+    join as one of its ranks (MUNGE proves her uid), and the server serves the victim's own rank after."""
+    why = ensure_munge()
+    if why:
+        pytest.skip(f"mpi/pmix needs munged: {why}")
+    include = Path("/usr/lib/x86_64-linux-gnu/pmix2/include")
+    if not (include / "pmix.h").exists() or not shutil.which("gcc"):
+        pytest.skip("compiling a PMIx client needs gcc and Debian's libpmix-dev")
+    tools = Path(tempfile.mkdtemp(prefix="wattsched-pmix-client-"))
+    os.chmod(tools, 0o755)
+    try:
+        (tools / "client.c").write_text(PMIX_CLIENT)
+        subprocess.run(["gcc", "-o", str(tools / "client"), str(tools / "client.c"), f"-I{include}", "-lpmix"],
+                       check=True, capture_output=True, timeout=120)
+        leak, go, out = victim.home / "pmix-env", victim.home / "pmix-go", victim.home / "pmix.out"
+        task = (f"env | grep ^PMIX_ > {leak}.tmp; chmod 644 {leak}.tmp; mv {leak}.tmp {leak}; "
+                f"while [ ! -e {go} ]; do sleep 0.2; done; {tools / 'client'}")
+        job = victim.sbatch("-n1", "-o", str(out), "--wrap", f"srun --mpi=pmix sh -c '{task}'")
+        wait_for(lambda: leak.exists(), 60, what="the victim's PMIx step running")
+        stolen = dict(line.split("=", 1) for line in leak.read_text().splitlines() if "=" in line)
+        assert "PMIX_SERVER_URI4" in stolen and stolen["PMIX_RANK"] == "0"
+        attack = mallory.run(str(tools / "client"), env=mallory.env(**stolen, PMIX_SECURITY_MODE="native"),
+                             timeout=120)
+        assert attack.returncode != 0 and b"init 0" not in attack.stdout, attack.stdout
+        with_munge = mallory.run(str(tools / "client"), env=mallory.env(**stolen), timeout=120)
+        assert with_munge.returncode != 0 and b"init 0" not in with_munge.stdout, with_munge.stdout
+        go.touch()
+        assert final(shared, job)["state"] == "COMPLETED", out.read_text()
+        assert "init 0" in out.read_text()
+    finally:
+        shutil.rmtree(tools, ignore_errors=True)

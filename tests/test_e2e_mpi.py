@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from wattsched.testing import Cluster
+from wattsched.testing import Cluster, ensure_munge
 
 pytestmark = pytest.mark.e2e
 
@@ -71,7 +71,8 @@ def cluster(tmp_path_factory) -> Iterator[Cluster]:
 
 def test_mpi_types_are_listed_and_checked(cluster: Cluster) -> None:
     listed = cluster.run("srun", "--mpi=list")
-    assert listed.stdout == "MPI plugin types are...\n\tnone\n\tpmi2\n"
+    assert listed.stdout == ("MPI plugin types are...\n\tnone\n\tpmi2\n\tpmix\n"
+                             "specific pmix plugin versions available: pmix_v4\n")
     bogus = cluster.run("srun", "--mpi=bogus", "-n1", "true", check=False)
     assert bogus.returncode == 1
     assert bogus.stderr == "srun: error: Invalid MPI type 'bogus', --mpi=list for acceptable types\n"
@@ -128,6 +129,34 @@ def test_mpiexec_runs_under_salloc(cluster: Cluster) -> None:
         pytest.skip("mpiexec.mpich is not installed")
     done = cluster.run("salloc", "-N2", "-n4", "mpiexec.mpich", str(hello), timeout=300)
     assert sorted(line for line in done.stdout.splitlines() if line.startswith("rank ")) == EXPECTED
+
+
+@pytest.fixture(scope="module")
+def munge() -> None:
+    """mpi/pmix's clients prove who they are with MUNGE (wattsched.noded.pmixhost)."""
+    why = ensure_munge()
+    if why:
+        pytest.skip(f"mpi/pmix needs munged: {why}")
+
+
+def test_srun_mpi_pmix_starts_open_mpi_ranks_directly(cluster: Cluster, munge: None) -> None:
+    hello = _compile("mpicc.openmpi", cluster.work / "hello_openmpi")
+    env = dict(cluster.env, **OMPI_ROOT)
+    for mpi, nodes, ranks in (("pmix", 2, 4), ("pmix_v4", 1, 3), ("pmix", 8, 32)):
+        done = cluster.run("srun", f"-N{nodes}", f"-n{ranks}", f"--mpi={mpi}", str(hello), env=env, timeout=600)
+        assert sorted(done.stdout.splitlines()) == expected(ranks, -(-ranks // nodes)), done.stderr
+
+
+@pytest.mark.parametrize("how", ["exits", "aborts"])
+def test_a_failed_open_mpi_rank_ends_the_pmix_step(cluster: Cluster, munge: None, how: str) -> None:
+    hello = _compile("mpicc.openmpi", cluster.work / "hello_openmpi")
+    done = cluster.run("srun", "-N2", "-n4", "--mpi=pmix", str(hello), how[0], env=dict(cluster.env, **OMPI_ROOT),
+                       check=False, timeout=120)
+    assert done.returncode != 0
+    reason = "task 1 ended without finalizing PMIx" if how == "exits" else "task 1 called PMIx_Abort with status 7"
+    assert f"srun: error: mpi/pmix: {reason}" in done.stderr, done.stderr
+    assert "srun: Terminating StepId=" in done.stderr
+    assert done.stderr.count("DUE TO TASK FAILURE ***") == 1
 
 
 def test_virtual_nodes_have_their_own_names_and_temporary_trees(cluster: Cluster) -> None:

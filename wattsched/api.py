@@ -556,12 +556,14 @@ class TaskLaunch(Strict):
 
 
 class PmiMessage(Strict):
-    """What srun relays between a step's MPI servers: a fence's union of every node's puts (keys and
-    values at PMI's maxima)."""
+    """What srun relays between a step's MPI servers: a fence's union of every node's puts (PMI's
+    keys and values, at PMI's maxima) or of every node's packed contribution (PMIx's, base64, by node)."""
 
     pmi: Literal["fence"]
     seq: int = Field(0, ge=0, le=INT32)
     kvs: dict[Annotated[str, Field(max_length=64)], Annotated[str, Field(max_length=1024)]] = Field(
+        {}, max_length=COUNT_MAX)
+    blobs: dict[Annotated[str, Field(max_length=128)], Annotated[str, Field(max_length=64 << 20)]] = Field(
         {}, max_length=COUNT_MAX)
 
 

@@ -70,6 +70,26 @@ def restore_modes(changed: list[tuple[str, int]]) -> None:
         os.chmod(folder, mode)
 
 
+def ensure_munge() -> str | None:
+    """munged answering on its default socket (PMIx's psec/munge, Slurm's auth/munge), started as the
+    munge user when it is installed and not running; None then, else why it is not there."""
+    import shutil
+
+    if not shutil.which("munge") or not os.path.exists("/usr/sbin/munged"):
+        return "MUNGE is not installed (Debian's munge package)"
+    if subprocess.run("munge -n | unmunge", shell=True, capture_output=True).returncode == 0:
+        return None
+    if os.geteuid() != 0:
+        return "munged is not running and only root may start it"
+    run_dir = Path("/run/munge")
+    run_dir.mkdir(exist_ok=True)
+    shutil.chown(run_dir, "munge", "munge")
+    subprocess.run(["runuser", "-u", "munge", "--", "/usr/sbin/munged"], check=True)
+    wait_for(lambda: subprocess.run("munge -n | unmunge", shell=True, capture_output=True).returncode == 0, 10,
+             what="munged answering")
+    return None
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -67,10 +67,10 @@ class PmiRelay:
     fence up its task stream; once every node's has come, the union goes to every node's agent. An
     abort on one node ends the step on all the others."""
 
-    def __init__(self, control: StepControl) -> None:
-        self.control = control
+    def __init__(self, control: StepControl, kind: str) -> None:
+        self.control, self.kind = control, kind
         self.lock = threading.Lock()
-        self.fences: dict[int, dict[str, dict[str, str]]] = {}
+        self.fences: dict[int, dict[str, dict[str, Any]]] = {}
         self.aborted = False
 
     def receive(self, node: str, message: dict[str, Any]) -> None:
@@ -78,21 +78,22 @@ class PmiRelay:
             seq = int(message.get("seq", 0))
             with self.lock:
                 parts = self.fences.setdefault(seq, {})
-                parts[node] = message.get("kvs") or {}
+                parts[node] = message
                 if len(parts) < len(self.control.placements):
                     return
                 del self.fences[seq]
-            union: dict[str, str] = {}
-            for kvs in parts.values():
-                union.update(kvs)
-            self.control.post_all("/v1/steps/pmi", {"message": {"pmi": "fence", "seq": seq, "kvs": union}})
+            union: dict[str, Any] = {"pmi": "fence", "seq": seq, "kvs": {}, "blobs": {}}
+            for part in parts.values():  # PMI's puts, or PMIx's packed data by node
+                union["kvs"].update(part.get("kvs") or {})
+                union["blobs"].update(part.get("blobs") or {})
+            self.control.post_all("/v1/steps/pmi", {"message": union})
         elif message.get("pmi") == "abort":
             with self.lock:
                 if self.aborted or self.control.terminated:
                     return
                 self.aborted = True
             reason = str(message.get("reason", ""))
-            sys.stderr.write(f"srun: error: mpi/pmi2: {reason}\n")
+            sys.stderr.write(f"srun: error: mpi/{self.kind}: {reason}\n")
             self.control.terminate(reason, skip=node)
 
 
@@ -300,7 +301,7 @@ def run_step(client: Client, job_id: int, opts: dict[str, Any], command: list[st
             raise CLIError(str(exc)) from exc
     threads = []
     targets = []
-    relay = PmiRelay(control) if opts["mpi"] != "none" else None
+    relay = PmiRelay(control, opts["mpi"]) if opts["mpi"] != "none" else None
     for placement in step["placements"]:
         body = {"job_id": job_id, "step_id": step["step_id"], "node": placement["node"],
                 "credential": step["credential"], "argv": command, "environment": env, "work_dir": work_dir,

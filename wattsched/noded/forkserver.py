@@ -35,6 +35,7 @@ import socket
 import sys
 
 import bcast  # noqa: F401 - sbcast's writer (stepd's bcast mode), imported while still root
+import pmixhost  # noqa: F401 - a step's PMIx server (stepd's pmix mode): ctypes, imported while root
 import stepd
 
 TYPE_CHECKING = False  # not typing's: kept to the modules the daemons need
@@ -50,7 +51,7 @@ def _fork(request: dict[str, Any], fds: list[int], own: list[int]) -> int:
     own descriptors closed; then the daemon's code, which never returns here."""
     mode, cwd = str(request["mode"]), str(request["cwd"])
     status, keep = bool(request.get("status")), bool(request.get("keep"))
-    if mode not in ("batch", "exec", "bcast") or len(fds) != 4 + status + keep:
+    if mode not in ("batch", "exec", "bcast", "pmix") or len(fds) != 4 + status + keep:
         raise ValueError(f"bad request: {mode} with {len(fds)} descriptors")
     pid = os.fork()
     if pid:

@@ -168,6 +168,23 @@ def receive_file(spec: dict[str, Any]) -> int:
     return 0
 
 
+def serve_pmix(spec: dict[str, Any]) -> int:
+    """A step's PMIx server on its node (pmixhost.serve), as the user and, on a virtual node, under
+    the node's name (PMIx places ranks by host name); the agent on standard input and output."""
+    import pmixhost  # the fork server's sibling module, imported there while root (forkserver.py)
+
+    spec.setdefault("env", {})
+    try:
+        enter_node(spec)
+    except LaunchError as exc:
+        os.write(2, f"slurmstepd: error: {exc}\n".encode())
+        return 2
+    become_user(spec)
+    os.umask(0o077)
+    with open(0, encoding="utf-8", closefd=False) as source, open(1, "w", encoding="utf-8", closefd=False) as out:
+        return pmixhost.serve(spec, source, out)
+
+
 def run_task_prolog(spec: dict[str, Any]) -> None:
     """TaskProlog, as the user, before the task: its output lines ``export NAME=value`` and ``unset
     NAME`` change the task's environment, ``print ...`` goes to the task's standard output (Slurm's
@@ -437,7 +454,8 @@ def preload() -> None:
 
 def run(mode: str, spec_fd: int, status_fd: int | None = None, keep_fd: int | None = None) -> int:
     """One step daemon, as :mod:`wattsched.noded.forkserver` forks it: ``batch`` supervises a
-    script, ``exec`` becomes a task, ``bcast`` writes sbcast's file as the user; ``status_fd``, an
+    script, ``exec`` becomes a task, ``bcast`` writes sbcast's file as the user, ``pmix`` serves a
+    step's PMIx clients on its node; ``status_fd``, an
     exec-mode task's report pipe; ``keep_fd``, a descriptor the task inherits (its PMI
     connection), named to it by ``spec["keep_fd_env"]``."""
     spec = read_spec(spec_fd)
@@ -451,6 +469,8 @@ def run(mode: str, spec_fd: int, status_fd: int | None = None, keep_fd: int | No
         return supervise(spec)
     if mode == "bcast":
         return receive_file(spec)
+    if mode == "pmix":
+        return serve_pmix(spec)
     try:
         exec_as_user(spec)
     except (LaunchError, OSError) as exc:

@@ -44,6 +44,41 @@ class LiveStep:
     mpi: MpiServer | None = None
 
 
+IDENTITY = ("hostname", "hosts_file", "tmp_dir")  # a virtual node's, as extra_spec holds it
+
+
+class Helper:
+    """A step daemon an MPI plugin asked for (mpi.StepInfo.spawn), in a mode of its own, as the
+    step's user on the task's node: its pipes, and its end. What it writes on standard error goes
+    to the agent's log."""
+
+    def __init__(self, mode: str, spec: dict[str, Any], loop: asyncio.AbstractEventLoop) -> None:
+        self.daemon = procs.spawn_stepd(mode, spec, cwd="/", stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE)
+        self.pid, self.stdin, self.stdout = self.daemon.pid, self.daemon.stdin, self.daemon.stdout
+        self.reaped = procs.reap(self.daemon, loop)
+        self.loop = loop
+        threading.Thread(target=_log_lines, args=(self.daemon.stderr, mode), daemon=True).start()
+
+    def end(self, grace: float) -> None:
+        if self.stdin is not None:
+            with contextlib.suppress(OSError):
+                self.stdin.close()
+        self.loop.call_later(grace, self._kill)
+
+    def _kill(self) -> None:
+        if not self.reaped.done():  # (until reaped, its pid and group are still its own)
+            procs.killpg(self.pid, signal.SIGKILL)
+
+
+def _log_lines(pipe: Any, mode: str) -> None:
+    with contextlib.suppress(ValueError, OSError):
+        for line in pipe:
+            log.warning("step helper said", extra={"mode": mode, "line": line[:1000].decode(errors="replace").rstrip()})
+    with contextlib.suppress(OSError):
+        pipe.close()
+
+
 def task_environment(req: TaskLaunch, layout: dict[str, list[int]], task_id: int, local_id: int,
                      node_index: int) -> dict[str, str]:
     nodes = list(layout)
@@ -118,12 +153,25 @@ async def run_tasks(req: TaskLaunch, layout: dict[str, list[int]], uid: int, gid
         def send(message: dict[str, Any]) -> None:
             queue.put_nowait(_line({"pmi": message}))
 
+        def spawn(mode: str, spec: dict[str, Any]) -> Helper:
+            identity = {k: v for k, v in (extra_spec or {}).items() if k in IDENTITY}
+            return Helper(mode, {**spec, **identity, "uid": uid, "gid": gid, "groups": groups}, loop)
+
         server = mpi.load(req.mpi, mpi.StepInfo(job_id=req.job_id, step_id=req.step_id, node=req.node,
-                                                layout=layout, abort=terminate, send=send))
+                                                layout=layout, abort=terminate, send=send, spawn=spawn))
     step = LiveStep(terminate, server)
     if live is not None:
         live[key] = step
     try:
+        if server is not None:
+            try:
+                await server.start()
+            except mpi.MpiError as exc:  # no task runs without its MPI service: each fails, saying why
+                yield _line({"stepd": f"slurmstepd: error: {exc}\n"})
+                for task_id in layout[req.node]:
+                    results[task_id] = procs.Exit(2, 0)
+                    yield _line({"task": task_id, "exit": 2, "signal": 0})
+                return
         for local_id, task_id in enumerate(layout[req.node]):
             env = task_environment(req, layout, task_id, local_id, node_index)
             argv, failure = req.argv, ""

@@ -3,9 +3,10 @@
 As in Slurm, ``none`` (and its old alias ``openmpi``) is no plugin at all: the tasks get nothing and
 an MPI launcher of their own (mpirun, mpiexec) does the wiring. The others are entry points named
 ``mpi/<type>``; each gives the node agent, for every step that asks for it, one server per node
-(:class:`MpiServer`). A server talks to its node's tasks over descriptors they inherit (no socket
-anyone else can reach) and to the step's other nodes through srun, which relays a fence's
-contributions from every node to every node over the connections it already holds to their agents.
+(:class:`MpiServer`). A server talks to its node's tasks (pmi2: over descriptors they inherit, no
+socket anyone else can reach; pmix: OpenPMIx's loopback connections, its clients checked with
+MUNGE) and to the step's other nodes through srun, which relays a fence's contributions from every
+node to every node over the connections it already holds to their agents.
 """
 
 from __future__ import annotations
@@ -60,6 +61,9 @@ def resolve(requested: str | None, default: str) -> str:
 class MpiServer(Protocol):
     """One step's MPI service on one node, built by the plugin's class from :class:`StepInfo`."""
 
+    async def start(self) -> None:
+        """Ready to serve the tasks, before the first task_setup (raises MpiError when it cannot)."""
+
     def task_setup(self, local_id: int) -> tuple[dict[str, str], int | None]:
         """The environment a local task gets, and the descriptor it inherits (None: none)."""
 
@@ -70,7 +74,7 @@ class MpiServer(Protocol):
         """The task has ended (its descriptor may not say so: a child of it may hold it open)."""
 
     def deliver(self, message: dict[str, Any]) -> None:
-        """A message srun relays from the step's other nodes (a fence's result, an abort)."""
+        """A fence's result srun relays from the step's nodes."""
 
     def close(self) -> None:
         """The step has ended on this node."""
@@ -78,12 +82,17 @@ class MpiServer(Protocol):
 
 class StepInfo:
     """What a server knows of its step: who and where, the layout of its tasks (node to global task
-    ids, in node order), and how it reaches srun (``send``) and ends the step on its node (``abort``)."""
+    ids, in node order), and how it reaches srun (``send``) and ends the step on its node (``abort``).
+    ``spawn`` starts a step daemon of the agent's in a mode of its own (``pmix``) as the step's user,
+    on the task's node (its ``spec`` gets the user and the node's identity); it answers an object
+    with ``pid``, the binary ``stdin`` and ``stdout`` pipes, and ``end(grace)`` (end of input, then
+    SIGKILL after ``grace`` seconds if it is still there)."""
 
     def __init__(self, *, job_id: int, step_id: int, node: str, layout: dict[str, list[int]],
-                 send: Callable[[dict[str, Any]], None], abort: Callable[[str], None]) -> None:
+                 send: Callable[[dict[str, Any]], None], abort: Callable[[str], None],
+                 spawn: Callable[[str, dict[str, Any]], Any] | None = None) -> None:
         self.job_id, self.step_id, self.node = job_id, step_id, node
-        self.layout, self.send, self.abort = layout, send, abort
+        self.layout, self.send, self.abort, self.spawn = layout, send, abort, spawn
 
 
 def load(name: str, info: StepInfo) -> MpiServer:

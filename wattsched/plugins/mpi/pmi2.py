@@ -92,6 +92,9 @@ class Pmi2Server:
             if task.initialised and not task.finalised and not task.closed:
                 self._gone(task)
 
+    async def start(self) -> None:
+        """Ready from the start: the tasks' socket pairs are made as they are set up."""
+
     def deliver(self, message: dict[str, Any]) -> None:
         if message.get("pmi") == "fence":
             self._fence_done(int(message.get("seq", -1)), message.get("kvs") or {})
