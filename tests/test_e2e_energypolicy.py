@@ -16,7 +16,10 @@ from wattsched.testing import Cluster, wait_for
 
 FREQS = "CpuFreqWatts=2400000:190,2000000:158,1600000:134,1200000:116"
 # a fixed amount of work (not a fixed time): a slower clock makes it last longer
-WORK = "python3 -c 'for i in range(300000000): pass'"
+# busy for a fixed wall time, not a fixed count: a count that lasts 10 s on one machine ends in 3 on
+# another, before the policy's first decisions have had a share of the run (effects are measured per
+# CPU second, so a run's length does not change them)
+WORK = "python3 -c 'import time\nend = time.monotonic() + 10\nwhile time.monotonic() < end:\n    sum(range(10000))'"
 FIELDS = ("JobID,Partition,ElapsedRaw,ConsumedEnergyRaw,EnergyPolicy,PolicyFreq,PredTime,PredEnergy,CPI,MemBW,"
           "MemBound,State,TotalCPU")
 PENALTY = 0.10
@@ -136,11 +139,20 @@ def _cur_freq(c: Cluster, node: str) -> str:
 def test_a_job_that_changes_phase_has_its_frequency_decided_again(cluster: Cluster) -> None:
     c = cluster
     env = dict(c.env, WATTSCHED_APP_MEMORY_BOUND="0.85@4,0")  # memory-bound for 4 s, then compute-bound
+    done = c.work / "phase-done"
+    # busy until told: a fixed amount of work may end before the second decision on a fast machine
+    until_told = f"python3 -c 'import os, sys\nwhile not os.path.exists(sys.argv[1]):\n    sum(range(100000))' {done}"
     job_id = c.sbatch("-p", "save", "-w", "n02", "--profile=energy", "--acctg-freq=energy=1", "--wrap",
-                      WORK, env=env)
+                      until_told, env=env)
     wait_for(lambda: _cur_freq(c, "n02") == "1600000", 30, what="min_energy lowering the memory-bound phase")
     wait_for(lambda: _cur_freq(c, "n02") == "2400000", 30, what="min_energy raising the compute-bound phase")
     assert c.job(job_id)["state"] == "RUNNING"
+    # the compute-bound phase's signatures counted by the controller, and profiled, before the job ends:
+    # two more reports after the first of that phase
+    seen = wait_for(lambda: (j := c.job(job_id))["sig_memory_bound"] < 0.84 and j["sig_reports"], 30,
+                    what="the second phase reported")
+    wait_for(lambda: c.job(job_id)["sig_reports"] >= seen + 2, 30, what="the second phase profiled")
+    done.touch()
     c.wait_state(job_id, "COMPLETED", timeout=120)
     row = wait_for(lambda: (out := c.run("sacct", "-X", "-P", "-n", "-o", "PolicyFreq,PredTime,MemBound", "-j",
                                           str(job_id)).stdout.strip()) and out, 30, what="the job accounted")
