@@ -48,7 +48,13 @@ def test_agents_sharing_a_spool_start_together(tmp_path: Path) -> None:
 def test_a_job_gets_a_private_tree_per_node_that_goes_with_it(tmp_path: Path) -> None:
     hosts = VirtualHosts(str(tmp_path), NODES, enabled=True)
     uid, gid = 4321, 4322
-    identity = hosts.identity("n2", 17, uid, gid)
+    old = os.umask(0o077)  # an agent's own: the users must still find their way in
+    try:
+        identity = hosts.identity("n2", 17, uid, gid)
+    finally:
+        os.umask(old)
+    for folder in (tmp_path / "tmp", tmp_path / "tmp" / "n2"):
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o711
     assert identity == {"hostname": "n2", "hosts_file": hosts.hosts_file, "tmp_dir": str(tmp_path / "tmp/n2/17")}
     info = os.stat(identity["tmp_dir"])
     assert (info.st_uid, info.st_gid, stat.S_IMODE(info.st_mode)) == (uid, gid, 0o700)

@@ -265,7 +265,9 @@ class Host:
             self.nspace, len(local), ctypes.c_void_p(array.array), ctypes.c_size_t(array.size), cb, None))
 
     def stop(self) -> None:
-        self.lib.PMIx_server_finalize()
+        # no PMIx_server_finalize: with 4.2.2 it may wait for good once the clients are gone (a
+        # futex wait, its progress thread ended), and this process ends right after, which releases
+        # all the library holds; its files go with the folder
         shutil.rmtree(self.folder, ignore_errors=True)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import hashlib
 import json
 import logging
 import os
@@ -158,7 +159,8 @@ async def run_tasks(req: TaskLaunch, layout: dict[str, list[int]], uid: int, gid
             return Helper(mode, {**spec, **identity, "uid": uid, "gid": gid, "groups": groups}, loop)
 
         server = mpi.load(req.mpi, mpi.StepInfo(job_id=req.job_id, step_id=req.step_id, node=req.node,
-                                                layout=layout, abort=terminate, send=send, spawn=spawn))
+                                                layout=layout, abort=terminate, send=send, spawn=spawn,
+                                                secret=hashlib.sha256(req.credential.encode()).hexdigest()[:16]))
     step = LiveStep(terminate, server)
     if live is not None:
         live[key] = step

@@ -64,8 +64,11 @@ class VirtualHosts:
         if not self.enabled:
             return {}
         node_dir = os.path.join(self.tmp_root, node)
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(node_dir, 0o711)
+        try:
+            os.mkdir(node_dir)
+            os.chmod(node_dir, 0o711)  # not mkdir's mode: the agent's umask would take the users' way in
+        except FileExistsError:
+            pass
         job_dir = os.path.join(node_dir, str(int(job_id)))
         try:
             os.mkdir(job_dir, 0o700)

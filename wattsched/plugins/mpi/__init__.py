@@ -86,13 +86,14 @@ class StepInfo:
     ``spawn`` starts a step daemon of the agent's in a mode of its own (``pmix``) as the step's user,
     on the task's node (its ``spec`` gets the user and the node's identity); it answers an object
     with ``pid``, the binary ``stdin`` and ``stdout`` pipes, and ``end(grace)`` (end of input, then
-    SIGKILL after ``grace`` seconds if it is still there)."""
+    SIGKILL after ``grace`` seconds if it is still there). ``secret``: a value every node of the step
+    derives alike from its credential and no other user knows."""
 
     def __init__(self, *, job_id: int, step_id: int, node: str, layout: dict[str, list[int]],
                  send: Callable[[dict[str, Any]], None], abort: Callable[[str], None],
-                 spawn: Callable[[str, dict[str, Any]], Any] | None = None) -> None:
+                 spawn: Callable[[str, dict[str, Any]], Any] | None = None, secret: str = "") -> None:
         self.job_id, self.step_id, self.node = job_id, step_id, node
-        self.layout, self.send, self.abort, self.spawn = layout, send, abort, spawn
+        self.layout, self.send, self.abort, self.spawn, self.secret = layout, send, abort, spawn, secret
 
 
 def load(name: str, info: StepInfo) -> MpiServer:

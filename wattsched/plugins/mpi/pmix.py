@@ -47,7 +47,10 @@ class PmixServer:
     async def start(self) -> None:
         if self.info.spawn is None:
             raise MpiError("mpi/pmix: this agent cannot start a PMIx server")
-        spec = {"nspace": f"slurm.pmix.{self.info.job_id}.{self.info.step_id}", "job_id": self.info.job_id,
+        # Slurm's name, and a part no other user can guess: with PMIx 4.2.2, a connection refused in a
+        # rank's name leaves that rank unable to connect after it, so none may get as far as naming one
+        nspace = f"slurm.pmix.{self.info.job_id}.{self.info.step_id}.{self.info.secret}".rstrip(".")
+        spec = {"nspace": nspace, "job_id": self.info.job_id,
                 "step_id": self.info.step_id, "node": self.info.node, "layout": self.info.layout,
                 "anl_map": process_mapping(self.info.layout)}
         try:
