@@ -189,3 +189,34 @@ def test_time_limit_restores_the_frequency(cluster: Cluster) -> None:
     c = cluster
     c.wait_state(c.timeout_job, "TIMEOUT", timeout=120)
     wait_for(lambda: _cpufreq(c, "n04") == PRISTINE, 15, what="frequency restored after the time limit")
+
+
+def test_a_multi_node_mpi_step_has_its_nodes_energy_summed(cluster: Cluster, tmp_path: Path) -> None:
+    """An MPI step over two nodes (srun --mpi=pmi2): its energy is the sum over both nodes of what
+    their counters rose by while it ran (eq. 2 of the job, over the step's time), the profile holds
+    both nodes, and sacct shows the step on its own line."""
+    from tests.test_e2e_mpi import _compile
+
+    hello = _compile("mpicc.mpich", tmp_path / "hello_mpich")
+    burn = BURN.format(s=6).replace("'", '"')  # within sh -c '...'
+    out = tmp_path / "step.out"
+    job_id = cluster.sbatch("-N", "2", "-n", "2", "-w", "n01,n02", "--profile=energy", "--acctg-freq=energy=1",
+                            "-o", str(out), "--wrap", f"srun --mpi=pmi2 sh -c '{hello} && {burn}'")
+    assert cluster.wait_state(job_id, {"COMPLETED", "FAILED"}, timeout=120)["state"] == "COMPLETED", out.read_text()
+    row = wait_for(lambda: (r := cluster.accounted(job_id)[0])["consumed_energy_j"] and r, 30,
+                   what="energy accounted")
+    step = next(s for s in row["steps"] if s["step_id"] == "0")
+    assert (step["nnodes"], step["node_list"], step["state"]) == (2, "n[01-02]", "COMPLETED")
+    expected = 0.0
+    for name in ("n01", "n02"):
+        samples = [tuple(s) for s in cluster.api("GET", f"/v1/nodes/{name}/energy").json()["samples"]]
+        expected += counter_at(samples, step["time_end"]) - counter_at(samples, step["time_start"])
+    assert step["consumed_energy_j"] == pytest.approx(expected, abs=1)
+    one_node = expected / 2
+    assert step["consumed_energy_j"] > 1.5 * one_node  # both nodes, not the first alone
+    assert step["consumed_energy_j"] <= row["consumed_energy_j"]
+    lines = cluster.run("sacct", "-j", str(job_id), "-P", "-n", "-o", "JobID,NNodes,ConsumedEnergyRaw").stdout.split()
+    assert f"{job_id}.0|2|{step['consumed_energy_j']}" in lines
+    merged = h5profile.merged_path(str(cluster.root / "profile"), "root", job_id)
+    wait_for(lambda: Path(merged).exists(), 15, what="merged profile")
+    assert sorted(h5profile.nodes(merged)) == ["n01", "n02"]
