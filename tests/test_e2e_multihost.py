@@ -114,3 +114,20 @@ def test_a_host_that_goes_away_is_noticed_and_comes_back(hosts: MultiHost) -> No
              what="wsnode3 back")
     out = hosts.run("srun", "-N", "3", "hostname", on="wsctl").stdout.split()
     assert sorted(out) == list(NODES)
+
+
+def test_mpi_ranks_on_different_hosts_pass_a_ring_over_tcp(hosts: MultiHost) -> None:
+    """srun --mpi=pmi2 across the three hosts: MPICH's ranks, two a host, find each other through the
+    PMI fences srun relays and talk over the hosts' own network."""
+    from tests.test_e2e_mpi import _compile, expected
+
+    folder = Path(tempfile.mkdtemp(prefix="wattsched-hosts-mpi-"))
+    os.chmod(folder, 0o755)
+    try:
+        ring = _compile("mpicc.mpich", folder / "ring")
+        os.chmod(ring, 0o755)
+        done = hosts.run("srun", "-N", "3", "-n", "6", "--mpi=pmi2", str(ring), on="wsctl", timeout=300, check=False)
+        assert done.returncode == 0, done.stderr
+        assert sorted(done.stdout.splitlines()) == [line.replace("on n0", "on wsnode") for line in expected(6, 2)]
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
