@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_vs_slurm import Emulated, ratio
-from loopback_slurm import LoopbackSlurm, ensure_installed, ensure_munge
+from loopback_slurm import LoopbackSlurm, prepare
 from machine import describe
 
 from wattsched.testing import BIN
@@ -88,12 +88,10 @@ def main() -> None:
     ranks = [int(r) for r in args.ranks.split(",")]
     print("bench: MPI launch latency, wattsched beside Slurm (srun --mpi=pmi2, MPICH), one run")
     print(f"machine: {describe()}")
-    why = ensure_installed()
+    why, version = prepare()
     if why:
         print(f"not measured: {why}")
         return
-    ensure_munge()
-    version = subprocess.run(["/usr/sbin/slurmctld", "-V"], capture_output=True, text=True).stdout.strip()
     with tempfile.TemporaryDirectory() as tmp:
         program = compile_program(Path(tmp))
         if program is None:

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from loopback_slurm import LoopbackSlurm, ensure_installed, ensure_munge
+from loopback_slurm import LoopbackSlurm, prepare
 from machine import describe, rss_mib
 
 from wattsched.testing import BIN, Cluster, free_port
@@ -218,12 +218,10 @@ def main() -> None:
     parser.add_argument("--queued", type=int, default=2000)
     parser.add_argument("--array", type=int, default=1000)
     args = parser.parse_args()
-    why = ensure_installed()
+    why, version = prepare()
     if why:
         print(f"bench: wattsched beside Slurm\nnot measured: {why}")
         return
-    ensure_munge()
-    version = subprocess.run(["/usr/sbin/slurmctld", "-V"], capture_output=True, text=True).stdout.strip()
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "wattsched")], stdout=subprocess.DEVNULL)
     results: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory() as tmp:

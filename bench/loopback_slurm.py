@@ -43,6 +43,16 @@ def ensure_munge() -> None:
         raise RuntimeError(why)
 
 
+def prepare() -> tuple[str, str]:
+    """Slurm's daemons installed and munged answering: ("", slurmctld's version line), else (why
+    not, "")."""
+    why = ensure_installed()
+    if why:
+        return why, ""
+    ensure_munge()
+    return "", subprocess.run([str(SBIN / "slurmctld"), "-V"], capture_output=True, text=True).stdout.strip()
+
+
 class LoopbackSlurm:
     """slurmctld and ``nodes`` slurmd of ``cpus`` CPUs each, on loopback, under ``root``."""
 
