@@ -125,14 +125,15 @@ async def run_tasks(req: TaskLaunch, layout: dict[str, list[int]], uid: int, gid
 
     def terminate(reason: str) -> None:
         """The step ends here for a task's failure (Slurm's SIG_TERM_KILL): SIGTERM, SIGKILL after
-        KillWait; the step's first node says so in Slurm's words, once."""
+        KillWait; the step's first node says so in Slurm's words, once (23.11's: later releases
+        add "DUE TO TASK FAILURE")."""
         if terminated:
             return
         terminated.append(reason)
         if node_index == 0:
             when = time.strftime("%Y-%m-%dT%H:%M:%S")
             queue.put_nowait(_line({"stepd": f"slurmstepd: error: *** STEP {req.job_id}.{req.step_id} ON "
-                                             f"{req.node} CANCELLED AT {when} DUE TO TASK FAILURE ***\n"}))
+                                             f"{req.node} CANCELLED AT {when} ***\n"}))
         log.info("step terminated", extra={"job": req.job_id, "step": req.step_id, "node": req.node,
                                            "reason": reason})
         alive = [proc for _task, proc, fut in running if not fut.done()]
