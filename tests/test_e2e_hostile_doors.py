@@ -492,6 +492,9 @@ def test_another_users_running_step_is_out_of_reach(shared: Cluster, mallory: Ac
                                 ("/v1/steps/stdin", {"data": "", "eof": True})):
                 reply = httpx.post(f"{agent}{path}", json={**target, **extra}, headers=headers, timeout=30)
                 assert reply.status_code == 403, (path, reply.status_code, reply.text)
+    for args in ([], ["--signal=KILL"], ["--signal=USR1"]):  # nor through the controller
+        refused = mallory.run("scancel", *args, f"{job}.0")
+        assert refused.returncode == 1 and b"Access/permission denied" in refused.stderr, refused.stderr
     go.touch()
     assert final(shared, job)["state"] == "COMPLETED", out.read_text()
     assert sorted(line for line in out.read_text().splitlines() if line.startswith("alive")) == ["alive 0", "alive 1"]

@@ -101,6 +101,42 @@ def test_cancel_running_and_pending(cluster: Cluster) -> None:
     assert f"{cancelled}|CANCELLED by 0" in sacct
 
 
+def test_scancel_of_one_step_leaves_the_job_and_its_other_steps(cluster: Cluster) -> None:
+    log = cluster.work / "one-step-cancelled.out"
+    started = cluster.work / "usr1-trap-ready"
+    script = cluster.work / "two-steps.sh"
+    script.write_text("#!/bin/bash\n"  # step 0 traps USR1; step 1, on both nodes, sleeps
+                      f"srun -n1 bash -c 'trap \"echo step 0 got USR1\" USR1; touch {started}; "
+                      "for i in $(seq 600); do sleep 0.2; done' & first=$!\n"
+                      f"while [ ! -e {started} ]; do sleep 0.1; done\n"
+                      "srun -N2 -n2 sleep 600 & second=$!\n"
+                      "wait $second; echo step 1 ended $?\nwait $first\n")
+    job_id = cluster.sbatch("-N2", "-n4", "-o", str(log), str(script))
+    wait_for(lambda: len([s for s in cluster.job(job_id)["steps"] if s["step_id"] in ("0", "1")]) == 2, 30,
+             what="both steps running")
+    bad = cluster.run("scancel", f"{job_id}.7", check=False)
+    assert (bad.returncode, bad.stderr) == (1, f"scancel: error: Kill job error on job id {job_id}.7: "
+                                               "Invalid job id specified\n")
+    cluster.run("scancel", "--signal=USR1", f"{job_id}.0")
+    wait_for(lambda: "step 0 got USR1" in log.read_text(), 30, what="step 0 signalled")
+    cluster.run("scancel", f"{job_id}.1")
+    wait_for(lambda: "step 1 ended" in log.read_text(), 30, what="step 1 cancelled")
+    assert cluster.job(job_id)["state"] == "RUNNING"  # the job and step 0 go on
+    text = log.read_text()
+    assert f"slurmstepd: error: *** STEP {job_id}.1 ON n01 CANCELLED AT " in text
+    assert text.count("CANCELLED AT") == 1 and "USR1" not in text.replace("step 0 got USR1", "")
+    wait_for(lambda: {s["step_id"]: s["state"] for s in cluster.job(job_id)["steps"]}.get("1") == "CANCELLED", 30,
+             what="step 1 recorded CANCELLED")
+    assert {s["step_id"]: s["state"] for s in cluster.job(job_id)["steps"]}["0"] == "RUNNING"
+    late = cluster.run("scancel", f"{job_id}.1", check=False)
+    assert late.stderr == (f"scancel: error: Kill job error on job id {job_id}.1: "
+                           "Job/step already completing or completed\n")
+    cluster.run("scancel", str(job_id))
+    cluster.wait_state(job_id, "CANCELLED")
+    rows = cluster.run("sacct", "-j", str(job_id), "-P", "-n", "-o", "JobID,State").stdout.splitlines()
+    assert f"{job_id}.1|CANCELLED" in rows
+
+
 def test_signal_before_time_limit(cluster: Cluster) -> None:
     script = cluster.work / "sig.sh"
     script.write_text("#!/bin/bash\ntrap 'echo got USR1; exit 0' USR1\nfor i in $(seq 120); do sleep 0.5; done\n")

@@ -528,6 +528,7 @@ class SignalJob(Strict):
     signal: int = 15
     batch_only: bool = False
     terminate: bool = False
+    step_id: int | None = None  # one step's tasks only (scancel JOB.STEP)
 
 
 class TaskLaunch(Strict):

@@ -33,6 +33,7 @@ class Step:
     ended_nodes: list[str] = field(default_factory=list)  # nodes whose agents reported the step's end
     consumed_energy_j: float | None = None
     oom_killed: bool = False  # its memory limit ended a process of it on some node (OUT_OF_MEMORY)
+    cancelled: bool = False  # scancel JOB.STEP ended it (CANCELLED)
 
 
 @dataclass(slots=True)

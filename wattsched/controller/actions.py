@@ -33,6 +33,7 @@ class Signal:
     signal: int = signal_mod.SIGTERM
     batch_only: bool = False
     terminate: bool = False
+    step_id: int | None = None  # one step's tasks only (scancel JOB.STEP)
 
 
 @dataclass(slots=True)

@@ -266,6 +266,9 @@ class ClusterState:
     def bcast_credential(self, job: Job, nodelist: list[str], who: Identity, now: float) -> str:
         return steps.bcast_credential(self, job, nodelist, who, now)
 
+    def cancel_step(self, job: Job, step_id: str, who: Identity, sig: int | None) -> list[Action]:
+        return steps.cancel_step(self, job, step_id, who, sig)
+
     def complete_step(self, job: Job, step_id: str, done: StepComplete, who: Identity, now: float) -> None:
         steps.complete_step(self, job, step_id, done, who, now)
 

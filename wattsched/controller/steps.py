@@ -4,13 +4,14 @@ ends as srun and the node agents report them, and salloc's release.
 
 from __future__ import annotations
 
+import signal as signal_mod
 from typing import TYPE_CHECKING
 
 from wattsched import auth, states
 from wattsched.api import JobEvent, StepComplete, StepCreate
 from wattsched.auth import Identity
 from wattsched.controller import jobend, jobs, permissions
-from wattsched.controller.actions import Action, Refused
+from wattsched.controller.actions import Action, Refused, Signal
 from wattsched.model import Job, Step
 from wattsched.usage import merge as merge_usage
 
@@ -62,6 +63,22 @@ def bcast_credential(state: ClusterState, job: Job, nodelist: list[str], who: Id
                                 "exp": int(now + BCAST_LIFESPAN_S)})
 
 
+def cancel_step(state: ClusterState, job: Job, step_id: str, who: Identity, sig: int | None) -> list[Action]:
+    """scancel JOB.STEP: the step's tasks killed on its nodes (it ends CANCELLED) or, with
+    --signal, signalled; the job and its other steps go on."""
+    permissions.check_owner(state, job, who)
+    step = job.find_step(step_id) if step_id.isdigit() else None
+    if step is None:
+        raise Refused("Invalid job id specified", 404)
+    if step.state != states.RUNNING or job.state != states.RUNNING:
+        raise Refused("Job/step already completing or completed", 409)
+    if sig is None or sig == signal_mod.SIGKILL:
+        step.cancelled = True
+        state.touch(job)
+        sig = signal_mod.SIGKILL
+    return [Signal(job.job_id, list(step.nodes), sig, step_id=int(step_id))]
+
+
 def complete_step(state: ClusterState, job: Job, step_id: str, done: StepComplete, who: Identity, now: float) -> None:
     permissions.check_owner(state, job, who)
     step = job.find_step(step_id)
@@ -74,6 +91,8 @@ def complete_step(state: ClusterState, job: Job, step_id: str, done: StepComplet
 
 def step_over(state: ClusterState, job: Job, step: Step, exit_code: int, term_signal: int, now: float) -> None:
     step.state = states.COMPLETED if exit_code == 0 and not term_signal else states.FAILED
+    if step.cancelled:
+        step.state = states.CANCELLED
     if step.oom_killed:
         step.state = states.OUT_OF_MEMORY
     if job.cancelled_by is not None or job.timed_out:

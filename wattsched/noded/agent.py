@@ -494,8 +494,16 @@ class Agent:
 
     # --- signals ---------------------------------------------------------------------------------
 
-    def signal_job(self, job_id: int, nodes: list[str], sig: int, batch_only: bool, terminate: bool) -> list[str]:
-        """Signal or terminate a job on some of our nodes; returns the nodes now clean of it."""
+    def signal_job(self, job_id: int, nodes: list[str], sig: int, batch_only: bool, terminate: bool,
+                   step_id: int | None = None) -> list[str]:
+        """Signal or terminate a job on some of our nodes (``step_id``: only that step's tasks, which
+        are running or already gone); returns the nodes now clean of it."""
+        if step_id is not None:
+            for node in nodes:
+                step = self.live_steps.get((job_id, step_id, node))
+                if step is not None:
+                    step.signal(sig)
+            return []
         clean = []
         for node in nodes:
             if node not in self.nodes:

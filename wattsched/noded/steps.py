@@ -38,10 +38,12 @@ log = logging.getLogger("wattsched.noded")
 @dataclass
 class LiveStep:
     """A step's tasks on a node while they run, as the agent's routes reach them: ``terminate``
-    ends them for a failure elsewhere in the step (srun -K, an MPI abort); ``mpi`` is the step's
-    MPI server here (srun --mpi), which srun hands the other nodes' fence parts."""
+    ends them for a failure elsewhere in the step (srun -K, an MPI abort); ``signal`` sends them a
+    signal (scancel JOB.STEP: SIGKILL cancels); ``mpi`` is the step's MPI server here (srun --mpi),
+    which srun hands the other nodes' fence parts."""
 
     terminate: Callable[[str], None]
+    signal: Callable[[int], None]
     mpi: MpiServer | None = None
 
 
@@ -130,16 +132,33 @@ async def run_tasks(req: TaskLaunch, layout: dict[str, list[int]], uid: int, gid
         if terminated:
             return
         terminated.append(reason)
-        if node_index == 0:
-            when = time.strftime("%Y-%m-%dT%H:%M:%S")
-            queue.put_nowait(_line({"stepd": f"slurmstepd: error: *** STEP {req.job_id}.{req.step_id} ON "
-                                             f"{req.node} CANCELLED AT {when} ***\n"}))
+        cancelled_line()
         log.info("step terminated", extra={"job": req.job_id, "step": req.step_id, "node": req.node,
                                            "reason": reason})
         alive = [proc for _task, proc, fut in running if not fut.done()]
         for proc in alive:
             procs.killpg(proc.pid, signal.SIGTERM)
         loop.call_later(kill_wait_s, _kill_all, alive)
+
+    def cancelled_line() -> None:
+        """slurmstepd's word that the step is cancelled, from the step's first node only."""
+        if node_index == 0:
+            when = time.strftime("%Y-%m-%dT%H:%M:%S")
+            queue.put_nowait(_line({"stepd": f"slurmstepd: error: *** STEP {req.job_id}.{req.step_id} ON "
+                                             f"{req.node} CANCELLED AT {when} ***\n"}))
+
+    def signal_tasks(sig: int) -> None:
+        """scancel JOB.STEP [--signal]: SIGKILL ends the tasks (and what they started), as Slurm's."""
+        alive = [proc for _task, proc, fut in running if not fut.done()]
+        if sig == signal.SIGKILL:
+            if terminated:
+                return
+            terminated.append("cancelled")
+            cancelled_line()
+            _kill_all(alive)
+        else:
+            for proc in alive:
+                procs.killpg(proc.pid, sig)
 
     def exited(task_id: int, proc: procs.StepDaemon, reaped: asyncio.Future) -> None:
         if not reaped.cancelled() and reaped.exception() is None:
@@ -162,7 +181,7 @@ async def run_tasks(req: TaskLaunch, layout: dict[str, list[int]], uid: int, gid
         server = mpi.load(req.mpi, mpi.StepInfo(job_id=req.job_id, step_id=req.step_id, node=req.node,
                                                 layout=layout, abort=terminate, send=send, spawn=spawn,
                                                 secret=hashlib.sha256(req.credential.encode()).hexdigest()[:16]))
-    step = LiveStep(terminate, server)
+    step = LiveStep(terminate, signal_tasks, server)
     if live is not None:
         live[key] = step
     try:
