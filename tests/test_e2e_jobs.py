@@ -133,8 +133,8 @@ def test_scancel_of_one_step_leaves_the_job_and_its_other_steps(cluster: Cluster
                            "Job/step already completing or completed\n")
     cluster.run("scancel", str(job_id))
     cluster.wait_state(job_id, "CANCELLED")
-    rows = cluster.run("sacct", "-j", str(job_id), "-P", "-n", "-o", "JobID,State").stdout.splitlines()
-    assert f"{job_id}.1|CANCELLED" in rows
+    rows = cluster.run("sacct", "-j", f"{job_id}.1", "-P", "-n", "-o", "JobID,State").stdout.splitlines()
+    assert rows == [f"{job_id}.1|CANCELLED"]  # the step alone, as Slurm's sacct shows JOB.STEP
 
 
 def test_signal_before_time_limit(cluster: Cluster) -> None:

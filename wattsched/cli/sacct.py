@@ -552,8 +552,10 @@ def sacct(argv: list[str]) -> int:
         return 0
     records: list[dict[str, str]] = []
     wanted_steps = {r.split(".", 1)[1] for r in refs if "." in r}
+    whole = {r.split(".")[0].split("_")[0] for r in refs if "." not in r}  # jobs named without a step
     for job in rows:
-        records.append({name: FIELDS[name][1](job, None) for name, _ in columns})
+        if not wanted_steps or str(job["job_id"]) in whole or str(job.get("array_job_id")) in whole:
+            records.append({name: FIELDS[name][1](job, None) for name, _ in columns})  # (not for JOB.STEP alone)
         if not opts.get("allocations"):
             for step in sorted(job["steps"], key=_step_order):
                 if not wanted_steps or step["step_id"] in wanted_steps:
