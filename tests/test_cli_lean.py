@@ -87,3 +87,28 @@ def test_the_commands_import_none_of_the_heavy_modules(module: str) -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     loaded = set(done.stdout.split())
     assert not loaded & HEAVY, f"{module} imports {sorted(loaded & HEAVY)}"
+
+
+def test_a_settings_cache_an_older_version_wrote_is_read_again(tmp_path, monkeypatch) -> None:
+    """The commands keep the few settings they need in the user's cache, checked against the files'
+    stamps; a cache written before a setting was added (KillOnBadExit) must not hide it."""
+    from wattsched.cli import common
+
+    conf = tmp_path / "wattsched.conf"
+    conf.write_text(f"ClusterName=c\nSlurmctldHost=localhost\nStateSaveLocation={tmp_path}/ctld\n"
+                    "KillOnBadExit=1\nNodeName=n1\nPartitionName=p Nodes=n1\n")
+    monkeypatch.setenv("WATTSCHED_CONF", str(conf))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert common.client_settings().kill_on_bad_exit is True  # parsed, and cached
+    cache = common._cache_path(str(conf))
+    with open(cache) as handle:
+        data = json.loads(handle.read())
+    del data["settings"]["kill_on_bad_exit"]
+    data["settings"]["cluster_name"] = "from-the-cache"
+    with open(cache, "w") as handle:
+        handle.write(json.dumps(data))
+    assert common.client_settings().kill_on_bad_exit is True  # the old cache is not taken
+    data["settings"]["kill_on_bad_exit"] = True
+    with open(cache, "w") as handle:
+        handle.write(json.dumps(data))
+    assert common.client_settings().cluster_name == "from-the-cache"  # a whole one is

@@ -85,8 +85,8 @@ class Settings:
         self.cluster_name = values["cluster_name"]
         self.key_file = values["key_file"]
         self.auth_socket_path = values["auth_socket_path"]
-        self.mpi_default: str = values.get("mpi_default", "none")
-        self.kill_on_bad_exit = bool(values.get("kill_on_bad_exit", False))
+        self.mpi_default: str = values["mpi_default"]
+        self.kill_on_bad_exit = bool(values["kill_on_bad_exit"])
 
 
 def _stamp(path: str) -> list[int]:
@@ -111,7 +111,9 @@ def client_settings() -> Settings:
     try:
         with open(cache, "rb") as handle:
             data = jsonwire.loads(handle.read(65536))
-        if data["source"] == os.path.abspath(conf) and all(_stamp(path) == stamp for path, stamp in data["files"]):
+        # (a cache an older version wrote lacks the settings added since: parsed again)
+        if data["source"] == os.path.abspath(conf) and all(_stamp(path) == stamp for path, stamp in data["files"]) \
+                and set(CLIENT_SETTINGS) <= set(data["settings"]):
             return Settings(data["settings"])
     except (OSError, ValueError, KeyError, TypeError):
         pass
