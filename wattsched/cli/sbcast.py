@@ -80,7 +80,8 @@ def sbcast(argv: list[str]) -> int:
             if opts.get("preserve") or "SBCAST_PRESERVE" in os.environ else None, "compress": compress}
     timeout = float(opts.get("timeout") or os.environ.get("SBCAST_TIMEOUT") or 0) or None
     failures: list[str] = []
-    threads = [threading.Thread(target=_send, args=(client, url, dict(head, nodes=nodes), source, block, timeout,
+    token = client.token()  # once, before the threads
+    threads = [threading.Thread(target=_send, args=(token, url, dict(head, nodes=nodes), source, block, timeout,
                                                     failures), daemon=True)
                for url, nodes in by_agent.items()]
     for thread in threads:
@@ -92,12 +93,12 @@ def sbcast(argv: list[str]) -> int:
     return 1 if failures else 0
 
 
-def _send(client: Client, url: str, head: dict[str, Any], source: str, block: int, timeout: float | None,
+def _send(token: str, url: str, head: dict[str, Any], source: str, block: int, timeout: float | None,
           failures: list[str]) -> None:
     """One agent's copy: the description line, then the file in chunked transfer encoding."""
     host, port = host_port(url)
     request = (f"POST /v1/bcast HTTP/1.1\r\nHost: {host}:{port}\r\nConnection: close\r\n"
-               f"Authorization: Bearer {client.token()}\r\nAccept: application/json\r\n"
+               f"Authorization: Bearer {token}\r\nAccept: application/json\r\n"
                "Content-Type: application/octet-stream\r\nTransfer-Encoding: chunked\r\n\r\n").encode()
     try:
         status, answer = exchange(host, port, request, timeout or 3600.0,
