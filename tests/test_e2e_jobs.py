@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 
 import httpx
@@ -135,6 +136,22 @@ def test_scancel_of_one_step_leaves_the_job_and_its_other_steps(cluster: Cluster
     cluster.wait_state(job_id, "CANCELLED")
     rows = cluster.run("sacct", "-j", f"{job_id}.1", "-P", "-n", "-o", "JobID,State").stdout.splitlines()
     assert rows == [f"{job_id}.1|CANCELLED"]  # the step alone, as Slurm's sacct shows JOB.STEP
+
+
+def test_srun_wait_ends_the_step_a_while_after_its_first_task(cluster: Cluster) -> None:
+    task = 'if [ "$SLURM_PROCID" = 0 ]; then exit 0; fi; sleep 600'
+    for how in (["-W", "1"], ["--wait=1"]):
+        done = cluster.run("srun", "-n3", *how, "sh", "-c", task, check=False, timeout=60)
+        found = re.search(r"Terminating StepId=(\d+\.0)", done.stderr)
+        assert found, done.stderr
+        step = found.group(1)
+        lines = done.stderr.splitlines()
+        assert lines[:4] == ["srun: First task exited 1s ago", f"srun: StepId={step} tasks 1-2: running",
+                             f"srun: StepId={step} task 0: exited", f"srun: Terminating StepId={step}"], lines
+        assert sorted(lines[5:]) == ["srun: error: n01: task 1: Terminated", "srun: error: n01: task 2: Terminated"]
+        assert done.returncode == 128 + 15
+    env = dict(cluster.env, SLURM_WAIT="1")
+    assert "First task exited 1s ago" in cluster.run("srun", "-n2", "sh", "-c", task, env=env, check=False).stderr
 
 
 def test_signal_before_time_limit(cluster: Cluster) -> None:

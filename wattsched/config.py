@@ -298,6 +298,7 @@ class Config:
     mpi_default: str = setting("MpiDefault", mpi_type, "none")
     mpi_ports: tuple[int, int] | None = setting("MpiParams", mpi_params, None)
     kill_on_bad_exit: bool = setting("KillOnBadExit", yes_no, False)  # srun -K without the option
+    wait_time_s: int = setting("WaitTime", integer, 0)  # srun -W without the option (0: no limit)
     # process tracking and confinement (Slurm's keys); cgroup.conf beside the file sets the cgroup_*
     proctrack_type: str = setting("ProctrackType", choice("proctrack/pgid", "proctrack/cgroup", "proctrack/linuxproc"),
                                   "proctrack/pgid")

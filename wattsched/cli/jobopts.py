@@ -117,7 +117,9 @@ def job_options(prog: str) -> list[Opt | str]:
         *([ignored("X", "disable-status", NO), ignored("E", "preserve-env", NO),
            Opt("K", "kill-on-bad-exit", OPT, "kill the job if any task terminates with a non-zero exit code",
                kind="int", const=1, metavar="0|1"),
-           ignored("T", "threads", REQ), ignored("W", "wait", REQ),
+           ignored("T", "threads", REQ),
+           Opt("W", "wait", REQ, "seconds to wait after first task exits before killing job", metavar="sec",
+               kind="int"),
            Opt(None, "mpi", REQ, "type of MPI being used", metavar="type"),
            Opt(None, "multi-prog", NO, "if set the program name specified is the configuration specification "
                "for multiple programs"),

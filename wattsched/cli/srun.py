@@ -101,14 +101,36 @@ class TaskStreams:
     """Collects task output from all nodes and prints it line by line, labelled with -l. With
     ``kill_bad`` (srun -K) the first task that fails ends the step on every node."""
 
-    def __init__(self, label: bool, ntasks: int, control: StepControl, kill_bad: bool):
-        self.label = label
+    def __init__(self, label: bool, ntasks: int, control: StepControl, kill_bad: bool, max_wait: int = 0):
+        self.label, self.ntasks = label, ntasks
         self.width = len(str(max(0, ntasks - 1)))
         self.lock = threading.Lock()
         self.exits: dict[int, tuple[int, int]] = {}
         self.told: set[int] = set()  # tasks whose end is already said
         self.errors: list[str] = []
-        self.control, self.kill_bad = control, kill_bad
+        self.control, self.kill_bad, self.max_wait = control, kill_bad, max_wait
+
+    def first_exit(self) -> None:
+        """srun -W: the step has ``max_wait`` seconds from its first task's end to finish."""
+        timer = threading.Timer(self.max_wait, self.out_of_time)
+        timer.daemon = True
+        timer.start()
+
+    def out_of_time(self) -> None:
+        """Slurm's words when -W's time is up with tasks still running, then the step's end."""
+        with self.lock:
+            exits = dict(self.exits)
+            if len(exits) >= self.ntasks or self.control.terminated:
+                return
+            step = f"StepId={self.control.job_id}.{self.control.step_id}"
+            groups = (("running", [t for t in range(self.ntasks) if t not in exits]),
+                      ("exited abnormally", [t for t, (code, sig) in exits.items() if code or sig]),
+                      ("exited", [t for t, (code, sig) in exits.items() if not code and not sig]))
+            sys.stderr.write(f"srun: First task exited {self.max_wait}s ago\n" + "".join(
+                f"srun: {step} task{'s' if len(tasks) > 1 else ''} {task_ranges(tasks)}: {what}\n"
+                for what, tasks in groups if tasks))
+            sys.stderr.flush()
+        self.control.terminate("the first task exited --wait seconds ago")
 
     def write(self, task: int, fd_no: int, data: str) -> None:
         stream = sys.stdout if fd_no == 1 else sys.stderr
@@ -127,7 +149,11 @@ class TaskStreams:
             for line in stream(host, port, request):
                 msg = jsonwire.loads(line)
                 if "exit" in msg:
-                    self.exits[msg["task"]] = (msg["exit"], msg["signal"])
+                    with self.lock:
+                        first = not self.exits
+                        self.exits[msg["task"]] = (msg["exit"], msg["signal"])
+                    if first and self.max_wait > 0:
+                        self.first_exit()
                     if self.kill_bad and (msg["exit"] or msg["signal"]) and not self.control.terminated:
                         with self.lock:
                             self.told.add(msg["task"])
@@ -167,6 +193,7 @@ def srun(argv: list[str]) -> int:
     jobid = opts.get("jobid")
     inside = jobid or (int(os.environ["SLURM_JOB_ID"]) if os.environ.get("SLURM_JOB_ID", "").isdigit() else None)
     opts["kill_on_bad_exit"] = kill_on_bad_exit(opts, client.config.kill_on_bad_exit)
+    opts["max_wait"] = max_wait(opts, client.config.wait_time_s)
     if opts.get("multi_prog"):
         multi_prog(opts, command, inside is not None)
     own_job = None
@@ -286,7 +313,7 @@ def run_step(client: Client, job_id: int, opts: dict[str, Any], command: list[st
         env.update(step["job_environment"])
     env["SLURM_MPI_TYPE"] = opts["mpi"]
     control = StepControl(client, job_id, step["step_id"], step["credential"], step["placements"])
-    streams = TaskStreams(label, step["ntasks"], control, opts["kill_on_bad_exit"])
+    streams = TaskStreams(label, step["ntasks"], control, opts["kill_on_bad_exit"], opts["max_wait"])
     work_dir = os.path.abspath(opts.get("chdir") or os.getcwd())
     pty = "pty" in opts
     fed, pattern = stdin_targets(opts.get("input"), step["ntasks"], pty)
@@ -354,6 +381,29 @@ def kill_on_bad_exit(opts: dict[str, Any], default: bool) -> bool:
         except ValueError as exc:
             raise CLIError(f"Invalid --kill-on-bad-exit specification: {os.environ['SLURM_KILL_BAD_EXIT']}") from exc
     return default if value is None else bool(value)
+
+
+def max_wait(opts: dict[str, Any], default: int) -> int:
+    """srun -W seconds (else SLURM_WAIT, else WaitTime): how long the other tasks have once the
+    first has ended; 0, no limit."""
+    value = opts.get("wait")
+    if value is None and os.environ.get("SLURM_WAIT", "").strip():
+        try:
+            value = int(os.environ["SLURM_WAIT"])
+        except ValueError as exc:
+            raise CLIError(f'Invalid numeric value "{os.environ["SLURM_WAIT"]}" for --wait.') from exc
+    return max(0, default if value is None else int(value))
+
+
+def task_ranges(tasks: list[int]) -> str:
+    """Task ids as Slurm's bit_fmt writes them: ``0-2,5``."""
+    runs: list[list[int]] = []
+    for task in sorted(tasks):
+        if runs and runs[-1][1] == task - 1:
+            runs[-1][1] = task
+        else:
+            runs.append([task, task])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 def multi_prog(opts: dict[str, Any], command: list[str], inside: bool) -> None:
