@@ -374,25 +374,28 @@ def task_end(node: str, task: int, exit_code: int, term_signal: int) -> str:
 
 def kill_on_bad_exit(opts: dict[str, Any], default: bool) -> bool:
     """srun -K[0|1] (else SLURM_KILL_BAD_EXIT, else KillOnBadExit): end the step at a task's failure."""
-    value = opts.get("kill_on_bad_exit")
-    if value is None and os.environ.get("SLURM_KILL_BAD_EXIT", "").strip():
-        try:
-            value = int(os.environ["SLURM_KILL_BAD_EXIT"])
-        except ValueError as exc:
-            raise CLIError(f"Invalid --kill-on-bad-exit specification: {os.environ['SLURM_KILL_BAD_EXIT']}") from exc
+    value = _int_option(opts, "kill_on_bad_exit", "SLURM_KILL_BAD_EXIT", "--kill-on-bad-exit")
     return default if value is None else bool(value)
 
 
 def max_wait(opts: dict[str, Any], default: int) -> int:
     """srun -W seconds (else SLURM_WAIT, else WaitTime): how long the other tasks have once the
     first has ended; 0, no limit."""
-    value = opts.get("wait")
-    if value is None and os.environ.get("SLURM_WAIT", "").strip():
-        try:
-            value = int(os.environ["SLURM_WAIT"])
-        except ValueError as exc:
-            raise CLIError(f'Invalid numeric value "{os.environ["SLURM_WAIT"]}" for --wait.') from exc
-    return max(0, default if value is None else int(value))
+    value = _int_option(opts, "wait", "SLURM_WAIT", "--wait")
+    return max(0, default if value is None else value)
+
+
+def _int_option(opts: dict[str, Any], key: str, variable: str, option: str) -> int | None:
+    """An integer option's value, else its input environment variable's, as Slurm's srun reads them."""
+    if opts.get(key) is not None:
+        return int(opts[key])
+    text = os.environ.get(variable, "").strip()
+    if not text:
+        return None
+    try:
+        return int(text)
+    except ValueError as exc:
+        raise CLIError(f'Invalid numeric value "{text}" for {option}.') from exc
 
 
 def task_ranges(tasks: list[int]) -> str:
