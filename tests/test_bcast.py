@@ -17,13 +17,21 @@ from wattsched.noded.bcast import BcastError, receive
 
 def feed(data: bytes, spec: dict) -> None:
     read, write = os.pipe()
-    writer = threading.Thread(target=lambda: (os.write(write, data) if data else None, os.close(write)))
+
+    def send() -> None:
+        try:
+            with os.fdopen(write, "wb") as pipe:
+                pipe.write(data)
+        except BrokenPipeError:  # the writer stopped reading: what it said is the test's
+            pass
+
+    writer = threading.Thread(target=send)
     writer.start()
     try:
         receive(spec, read)
     finally:
+        os.close(read)  # (a sender blocked on a full pipe is released)
         writer.join()
-        os.close(read)
 
 
 def spec(dest: Path, size: int, **extra) -> dict:
@@ -64,3 +72,12 @@ def test_virtual_nodes_sharing_the_host_count_an_identical_file_as_delivered(tmp
     link.symlink_to(dest)
     with pytest.raises(BcastError, match="File exists"):  # a link is never taken for the file
         feed(b"same", spec(link, 4, shared=True))
+
+
+def test_no_more_is_written_than_was_announced(tmp_path: Path) -> None:
+    bomb = zlib.compress(b"\0" * (64 << 20))  # 64 KiB that inflate to 64 MiB
+    with pytest.raises(BcastError, match="more than the 1000 bytes announced"):
+        feed(bomb, spec(tmp_path / "f", 1000, compress="zlib"))
+    with pytest.raises(BcastError, match="more than the 2 bytes announced"):
+        feed(b"abc", spec(tmp_path / "g", 2))
+    assert list(tmp_path.iterdir()) == []

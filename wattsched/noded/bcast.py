@@ -56,16 +56,20 @@ def receive(spec: dict[str, Any], source: int = 0) -> None:
 def _copy(source: int, out: Any, spec: dict[str, Any]) -> None:
     inflate = zlib.decompressobj() if spec.get("compress") == "zlib" else None
     written = 0
+    size = int(spec["size"])
     while chunk := os.read(source, CHUNK):
-        data = inflate.decompress(chunk) if inflate else chunk
+        # (bounded by what sbcast declared: a small deflated stream may inflate without end)
+        data = inflate.decompress(chunk, size - written + 1) if inflate else chunk
         written += len(data)
+        if written > size or (inflate and inflate.unconsumed_tail):
+            raise BcastError(f"received more than the {size} bytes announced")
         out.write(data)
     if inflate:
         rest = inflate.flush()
         written += len(rest)
         out.write(rest)
-    if written != int(spec["size"]):
-        raise BcastError(f"received {written} of {spec['size']} bytes")
+    if written != size:
+        raise BcastError(f"received {written} of {size} bytes")
 
 
 def _place(tmp: str, dest: str, force: bool, shared: bool) -> None:
