@@ -13,7 +13,8 @@ reach), in datagrams of JSON:
 
 * ``control``: the agent asks ``{"mode", "cwd", "status", "keep"}`` with the descriptors [spec memfd,
   stdin, stdout, stderr, (status pipe), (a descriptor the task keeps: its PMI connection)]; the
-  server forks and answers ``{"pid", "start"}`` (or ``{"error"}``).
+  server forks and answers ``{"pid", "start"}`` once the daemon leads a session of its own (or
+  ``{"error"}``).
 * ``events``: the server tells ``{"pid", "code", "signal"}`` when a daemon has ended, and keeps it a
   zombie until the agent answers ``{"release": pid}``: until the agent has taken the end in, the pid
   (and the process group named by it, which the agent signals) cannot be reused, as with a child of
@@ -53,16 +54,32 @@ def _fork(request: dict[str, Any], fds: list[int], own: list[int]) -> int:
     status, keep = bool(request.get("status")), bool(request.get("keep"))
     if mode not in ("batch", "exec", "bcast", "pmix") or len(fds) != 4 + status + keep:
         raise ValueError(f"bad request: {mode} with {len(fds)} descriptors")
-    pid = os.fork()
+    # the answer waits for the child's own session: from then on the pid names a process group,
+    # so a signal the agent sends the group at once (srun -K, scancel) cannot be lost
+    in_session, said = os.pipe2(os.O_CLOEXEC)
+    try:
+        pid = os.fork()
+    except OSError:
+        os.close(in_session)
+        os.close(said)
+        raise
     if pid:
+        os.close(said)
+        try:
+            os.read(in_session, 1)  # a byte, or the end of file of a child that died first
+        finally:
+            os.close(in_session)
         return pid
     code = 2
     try:
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        os.close(in_session)
         for fd in own:
             os.close(fd)
         os.setsid()
+        os.write(said, b"s")
+        os.close(said)
         os.chdir(cwd)
         for target, fd in enumerate(fds[1:4]):
             os.dup2(fd, target)  # dup2's copy is inheritable: the task's streams
