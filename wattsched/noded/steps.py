@@ -123,22 +123,26 @@ async def run_tasks(req: TaskLaunch, layout: dict[str, list[int]], uid: int, gid
     groups = procs.user_groups(user, gid)
     key = (req.job_id, req.step_id, req.node)
 
-    terminated: list[str] = []
+    # how the step was ended, once: SIGTERM (a task's failure) or SIGKILL (scancel); a task
+    # started after that gets the same at once
+    ended_by: list[int] = []
+
+    def alive() -> list[procs.StepDaemon]:
+        return [proc for _task, proc, fut in running if not fut.done()]
 
     def terminate(reason: str) -> None:
         """The step ends here for a task's failure (Slurm's SIG_TERM_KILL): SIGTERM, SIGKILL after
         KillWait; the step's first node says so in Slurm's words, once (23.11's: later releases
         add "DUE TO TASK FAILURE")."""
-        if terminated:
+        if ended_by:
             return
-        terminated.append(reason)
+        ended_by.append(signal.SIGTERM)
         cancelled_line()
         log.info("step terminated", extra={"job": req.job_id, "step": req.step_id, "node": req.node,
                                            "reason": reason})
-        alive = [proc for _task, proc, fut in running if not fut.done()]
-        for proc in alive:
+        for proc in alive():
             procs.killpg(proc.pid, signal.SIGTERM)
-        loop.call_later(kill_wait_s, _kill_all, alive)
+        loop.call_later(kill_wait_s, lambda: _kill_all(alive()))
 
     def cancelled_line() -> None:
         """slurmstepd's word that the step is cancelled, from the step's first node only."""
@@ -149,16 +153,19 @@ async def run_tasks(req: TaskLaunch, layout: dict[str, list[int]], uid: int, gid
 
     def signal_tasks(sig: int) -> None:
         """scancel JOB.STEP [--signal]: SIGKILL ends the tasks (and what they started), as Slurm's."""
-        alive = [proc for _task, proc, fut in running if not fut.done()]
-        if sig == signal.SIGKILL:
-            if terminated:
-                return
-            terminated.append("cancelled")
-            cancelled_line()
-            _kill_all(alive)
-        else:
-            for proc in alive:
+        if sig != signal.SIGKILL:
+            for proc in alive():
                 procs.killpg(proc.pid, sig)
+        elif not ended_by:
+            ended_by.append(signal.SIGKILL)
+            cancelled_line()
+            _kill_all(alive())
+
+    def started_late(proc: procs.StepDaemon) -> None:
+        """A task whose daemon was started as the step ended: it ends as the others did."""
+        procs.killpg(proc.pid, ended_by[0])
+        if ended_by[0] == signal.SIGTERM:
+            loop.call_later(kill_wait_s, _kill_all, [proc])
 
     def exited(task_id: int, proc: procs.StepDaemon, reaped: asyncio.Future) -> None:
         if not reaped.cancelled() and reaped.exception() is None:
@@ -257,6 +264,8 @@ async def run_tasks(req: TaskLaunch, layout: dict[str, list[int]], uid: int, gid
                 reaped.add_done_callback(functools.partial(_task_ended, server, local_id))
             reaped.add_done_callback(functools.partial(exited, task_id, proc))
             running.append((task_id, proc, reaped))
+            if ended_by:
+                started_late(proc)
             for fd_no, pipe in ((1, proc.stdout), (2, proc.stderr)):
                 if pipe is not None:
                     reader = threading.Thread(target=_pump, args=(pipe, task_id, fd_no, queue, loop,
