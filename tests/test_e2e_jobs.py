@@ -169,6 +169,10 @@ def test_srun_outside_allocation_and_exit_codes(cluster: Cluster) -> None:
     failed = cluster.run("srun", "-n", "1", "sh", "-c", "exit 7", check=False)
     assert failed.returncode == 7
     assert "Exited with exit code 7" in failed.stderr
+    # a task a signal ended: strsignal's word, 128 + the signal; nothing more (a SIGKILL too)
+    for sig, word in ((9, "Killed"), (15, "Terminated")):
+        killed = cluster.run("srun", "-n", "1", "sh", "-c", f"kill -{sig} $$", check=False)
+        assert (killed.returncode, killed.stderr) == (128 + sig, f"srun: error: n01: task 0: {word}\n")
 
 
 def test_output_patterns_and_open_mode(cluster: Cluster) -> None:

@@ -267,7 +267,8 @@ def _report(pid: int, status_fd: int, spec: dict[str, Any]) -> int:
         _write_all(status_fd, json.dumps({"exit_code": code, "signal": sig, "usage": usage_record(usage)}).encode())
         os.close(status_fd)
     if sig:
-        signal.signal(sig, signal.SIG_DFL)
+        if sig != signal.SIGKILL:  # its disposition cannot be set (EINVAL), nor need it be
+            signal.signal(sig, signal.SIG_DFL)
         os.kill(os.getpid(), sig)
     return code
 
