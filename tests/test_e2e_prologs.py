@@ -168,3 +168,30 @@ def test_a_job_stays_completing_until_its_epilog_is_done_even_across_an_agent_re
         go.unlink(missing_ok=True)
         started.unlink(missing_ok=True)
     c.wait_state(job_id, "COMPLETED")
+
+
+def test_a_completing_job_can_be_requeued_and_runs_once_its_node_is_clean(cluster: tuple[Cluster, Path]) -> None:
+    """Slurm's rule: scontrol requeue takes a job that has ended but whose nodes are still cleaning
+    up (COMPLETING). Its run keeps its record as it ended; the next run waits for the Epilog."""
+    c, seen = cluster
+    hold = seen / "hold-epilog-n01"
+    runs = seen / "completing-requeue-runs"
+    hold.touch()
+    try:
+        job_id = c.sbatch("-w", "n01", "-o", "/dev/null", "--wrap", f"echo $SLURM_RESTART_COUNT >> {runs}",
+                          env=c.user_env(*NOBODY))
+        saw(seen, f"epilog_slurmd.{job_id}.n01")
+        assert c.job(job_id)["state"] == "COMPLETING"
+        c.run("scontrol", "requeue", str(job_id))
+        job = c.job(job_id)
+        assert (job["state"], job["restart_count"]) == ("PENDING", 1), job
+        # not before the Epilog is done, not twice
+        assert c.run("scontrol", "requeue", str(job_id), check=False).stderr == \
+            "scontrol: error: Job is pending execution\n"
+        assert runs.read_text().split() == ["0"]
+    finally:
+        hold.unlink()
+    c.wait_state(job_id, "COMPLETED")
+    assert runs.read_text().split() == ["0", "1"]
+    wait_for(lambda: c.run("sacct", "-D", "-X", "-n", "-P", "-j", str(job_id), "-o", "State").stdout.split()
+             == ["COMPLETED", "COMPLETED"], 30, what="both runs' records")

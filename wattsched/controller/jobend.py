@@ -169,6 +169,19 @@ def requeue_running(state: ClusterState, job: Job, now: float, cause: str = stat
     return [Signal(job.job_id, nodes, signal_mod.SIGKILL, terminate=True)]
 
 
+def requeue_completing(state: ClusterState, job: Job, now: float) -> None:
+    """An ended job whose nodes are still cleaning up, or whose energy is still awaited, queues
+    again: its run is recorded as it ended, with the energy its nodes measured up to then; the
+    nodes go on cleaning up, and the job starts again only once they are clean."""
+    cleaning = job.completing_nodes
+    record_run(state, job, job.final_state, now)
+    if cleaning:
+        resources.hold(state, job, -1)
+    state.energy_due.discard(job.job_id)
+    reset_for_requeue(state, job, now)
+    job.completing_nodes = cleaning
+
+
 def record_run(state: ClusterState, job: Job, final: str, now: float) -> None:
     """Keep the run a requeue ends as an accounting record of its own, as Slurm's job completion
     logger writes it: its state, its end, its steps and the energy its nodes measured up to their
@@ -177,7 +190,8 @@ def record_run(state: ClusterState, job: Job, final: str, now: float) -> None:
     submit time, the key of its next record."""
     run = job.to_dict()
     if job.state not in states.FINISHED:
-        run.update(state=final, final_state=final, end_time=now if job.start_time else 0.0, energy_pending=False)
+        run.update(state=final, final_state=final, end_time=job.end_time or (now if job.start_time else 0.0),
+                   energy_pending=False)
         for step in run["steps"]:
             if step["state"] == states.RUNNING:
                 step["state"], step["end_time"] = states.CANCELLED, now

@@ -289,7 +289,8 @@ def update_time_limit(state: ClusterState, job: Job, text: str, admin: bool) -> 
 
 
 def requeue(state: ClusterState, jobs: Iterable[Job], who: Identity, now: float) -> list[Action]:
-    """Running jobs end and queue again, ended ones queue again. Every job is checked before any is
+    """Running jobs end and queue again, ended ones queue again, also while their nodes are still
+    cleaning up (Slurm's rule for a completing job). Every job is checked before any is
     touched: an ended job that comes back counts as a submission against the user's submit limits
     (MaxSubmitJobsPerUser, the QOS and association submit limits), so cancelling and requeueing
     never queues more than submitting could."""
@@ -298,7 +299,7 @@ def requeue(state: ClusterState, jobs: Iterable[Job], who: Identity, now: float)
         permissions.check_owner(state, job, who)
         if job.interactive:
             raise Refused("Only batch jobs are accepted or processed", 400)
-        if job.state not in states.FINISHED and job.state != states.RUNNING:
+        if job.state == states.PENDING:
             raise Refused("Job is pending execution", 409)
     returning = [job for job in jobs if job.state in states.FINISHED]
     if returning:
@@ -309,6 +310,8 @@ def requeue(state: ClusterState, jobs: Iterable[Job], who: Identity, now: float)
     for job in jobs:
         if job.state == states.RUNNING:
             actions.extend(jobend.requeue_running(state, job, now))
+        elif job.state == states.COMPLETING:
+            jobend.requeue_completing(state, job, now)
         else:  # its record stays as it ended, whether or not accounting has it yet
             jobend.record_run(state, job, job.state, now)
             jobend.reset_for_requeue(state, job, now)
