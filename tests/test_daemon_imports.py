@@ -1,5 +1,5 @@
-"""What a daemon's process leaves unloaded: the modules `wattsched controller` and `wattsched noded`
-block before importing their code (httpx's command-line client, pydantic.v1), while the
+"""What a daemon's process leaves unloaded: the modules `wattsched controller`, `wattsched noded`,
+slurmctld and slurmd block before importing their code (httpx's command-line client, pydantic.v1), while the
 controller's and the agent's applications are built as usual."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import sys
 
 PROBE = """
 import sys
-from wattsched.cli import wattsched
-wattsched._without_unused_imports()
+from wattsched.daemonstart import without_unused_imports
+without_unused_imports()
 from wattsched.controller.app import create_app
 from wattsched.noded.agent import Agent
 import httpx

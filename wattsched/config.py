@@ -63,6 +63,7 @@ from wattsched.gres import Device, Inventory
 from wattsched.ratelimit import RateLimits, parse_slurmctld_params
 
 ACCT_GATHER = "acct_gather.conf"
+LOG_LEVELS = ("quiet", "fatal", "error", "info", "verbose", "debug", "debug2", "debug3")  # Slurm's, quietest first
 
 
 class ConfigError(ValueError):
@@ -174,6 +175,12 @@ class Config:
     # postgresql:// URL); empty: state.db, SQLite in StateSaveLocation
     state_storage_loc: str = setting("StateStorageLoc", text, "", restart=True)
     slurmd_spool_dir: str = setting("SlurmdSpoolDir", text, "/var/spool/wattsched/d", path=True)
+    # the Slurm-named daemons' files (slurmctld, slurmd): their pid when in the background, and their
+    # log (empty: standard error, or syslog in the background); slurmd's take %n, the node's name
+    slurmctld_pid_file: str = setting("SlurmctldPidFile", text, "/var/run/slurmctld.pid", path=True)
+    slurmd_pid_file: str = setting("SlurmdPidFile", text, "/var/run/slurmd.pid", path=True)
+    slurmctld_log_file: str = setting("SlurmctldLogFile", text, "", path=True)
+    slurmd_log_file: str = setting("SlurmdLogFile", text, "", path=True)
     accounting_storage_type: str = setting(
         "AccountingStorageType", choice("accounting_storage/sqlalchemy", "accounting_storage/none"),
         "accounting_storage/sqlalchemy", restart=True)
@@ -284,8 +291,8 @@ class Config:
     power_save_type: tuple[str, ...] = setting("PowerSaveType", power_save_types, ())
     power_save_parameters: tuple[tuple[str, float | str], ...] = setting("PowerSaveParameters", parse_power_save_params,
                                                                          ())
-    log_level: str = setting(
-        "SlurmctldDebug", choice("quiet", "fatal", "error", "info", "verbose", "debug", "debug2", "debug3"), "info")
+    log_level: str = setting("SlurmctldDebug", choice(*LOG_LEVELS), "info")
+    slurmd_log_level: str = setting("SlurmdDebug", choice(*LOG_LEVELS), "info")
     # prologs and epilogs (admins' programs; Slurm's keys)
     prolog: str = setting("Prolog", text, "", path=True)
     epilog: str = setting("Epilog", text, "", path=True)

@@ -138,7 +138,3 @@ def serve_on(server_: uvicorn.Server, sock: socket.socket) -> None:
     socket stays open for the next one."""
     server_.run(sockets=[sock.dup()])
 
-
-def serve(app: Any, host: str, port: int, message_timeout_s: float) -> None:
-    """Run ``app`` until stopped, with the limits above."""
-    server(app, host, port, message_timeout_s).run()

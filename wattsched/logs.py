@@ -22,9 +22,28 @@ class KeyValueFormatter(logging.Formatter):
         return " ".join(fields)
 
 
-def setup(level: str = "info", path: str | None = None) -> None:
-    """Slurm's 'info' level is our default and shows warnings and errors only."""
-    handler: logging.Handler = logging.FileHandler(path) if path else logging.StreamHandler(sys.stderr)
+def louder(level: str, steps: int) -> str:
+    """The level ``steps`` above ``level``, as each -v of a Slurm daemon raises it."""
+    order = list(LEVELS)
+    return order[min(order.index(level) + steps, len(order) - 1)] if level in LEVELS and steps > 0 else level
+
+
+def setup(level: str = "info", path: str | None = None, syslog: bool = False) -> None:
+    """Slurm's 'info' level is our default and shows warnings and errors only. ``path``: a log
+    file, else standard error, or with ``syslog`` (a daemon in the background) the system's log,
+    as Slurm's daemons log where no log file is set."""
+    handler: logging.Handler
+    if path:
+        handler = logging.FileHandler(path)
+    elif syslog:
+        from logging.handlers import SysLogHandler
+
+        try:
+            handler = SysLogHandler("/dev/log", facility=SysLogHandler.LOG_DAEMON)
+        except OSError:  # no syslog daemon: nowhere to write
+            handler = logging.NullHandler()
+    else:
+        handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(KeyValueFormatter())
     root = logging.getLogger("wattsched")
     root.handlers[:] = [handler]

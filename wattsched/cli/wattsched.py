@@ -13,6 +13,7 @@ from wattsched.cli.common import CLIError, config_file, die, missing_part
 from wattsched.cli.plaintyper import typer
 from wattsched.cli.power import app as power_app
 from wattsched.cli.simulate import simulate
+from wattsched.daemonstart import without_unused_imports
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="wattsched daemons and tools.")
 
@@ -27,7 +28,7 @@ def controller(config: Annotated[str | None, typer.Argument(help="Configuration 
                name: Annotated[str | None, typer.Option(
                    help="Which SlurmctldHost this is (default: the one named like this host).")] = None) -> None:
     """Run the controller in the foreground (a standby while another one is active)."""
-    _without_unused_imports()
+    without_unused_imports()
     from wattsched.config import ConfigError
     from wattsched.controller.main import run
     from wattsched.controller.startup import StartupError
@@ -38,17 +39,6 @@ def controller(config: Annotated[str | None, typer.Argument(help="Configuration 
         raise CLIError(str(exc)) from exc
 
 
-def _without_unused_imports() -> None:
-    """Two modules a daemon never uses, which its libraries import whenever they are installed:
-    httpx's command-line client (rich and pygments with it: 5 MiB of a daemon's resident memory
-    and 115 ms of its start) and pydantic.v1, which FastAPI loads only to ask whether each route's
-    parameters are version 1 models (1.5 MiB; ours are all version 2). Both libraries take an
-    ImportError as "not there", which a None in sys.modules makes it (the import system's
-    documented way to block a module); measured on the controller, 2026-11-27."""
-    for name in ("httpx._main", "pydantic.v1"):
-        sys.modules.setdefault(name, None)  # type: ignore[arg-type]
-
-
 @app.command()
 def noded(config: Annotated[str | None, typer.Argument(help="Configuration file.")] = None,
           nodes: Annotated[str | None, typer.Option(help="Hostlist of the nodes this agent hosts.")] = None,
@@ -56,7 +46,7 @@ def noded(config: Annotated[str | None, typer.Argument(help="Configuration file.
           port: Annotated[int | None, typer.Option(help="Port (default: the node's Port or SlurmdPort).")] = None,
           advertise: Annotated[str | None, typer.Option(help="Address the controller should use.")] = None) -> None:
     """Run a node agent in the foreground."""
-    _without_unused_imports()
+    without_unused_imports()
     from wattsched.config import ConfigError
     from wattsched.noded.main import AgentStartError, run
 

@@ -19,6 +19,7 @@ from wattsched.controller.loop import Controller
 from wattsched.controller.startup import load_plugins
 from wattsched.controller.state import ClusterState
 from wattsched.controller.store import StateStore
+from wattsched.daemonstart import Start
 from wattsched.private import private_dir
 
 log = logging.getLogger("wattsched.controller")
@@ -26,8 +27,9 @@ log = logging.getLogger("wattsched.controller")
 STORE_RETRY_S = 2
 
 
-def build(config: config_mod.Config, this: failover.Me, sock: socket.socket) -> Controller:
-    """The active controller, once this one holds the lease (a standby until then)."""
+def build(config: config_mod.Config, this: failover.Me, sock: socket.socket, clear_state: bool = False) -> Controller:
+    """The active controller, once this one holds the lease (a standby until then); with
+    ``clear_state`` (slurmctld -c), without the saved jobs and reservations (:func:`forget_state`)."""
     plugins = load_plugins(config)
     private_dir(config.state_save_location)
     key = auth.ensure_key(config.key_file)
@@ -36,6 +38,8 @@ def build(config: config_mod.Config, this: failover.Me, sock: socket.socket) -> 
         log.warning("several controllers share no state: StateStorageLoc and AccountingStorageLoc should name "
                     "a database every controller reaches (a replicated PostgreSQL)")
     failover.wait_for_lease(config, key, this, store, sock)
+    if clear_state:  # only once in charge: a standby must not erase the active controller's state
+        forget_state(store)
     failover.run_program(config.slurmctld_primary_on_prog, "SlurmctldPrimaryOnProg")
     state = ClusterState.open(config, store, plugins, key, time.time())
     accounting = sync = None
@@ -49,6 +53,14 @@ def build(config: config_mod.Config, this: failover.Me, sock: socket.socket) -> 
     authsocket.TokenService(config.auth_socket_path, key,
                             min(authsocket.TOKEN_LIFESPAN_S, config.auth_alt.max_token_lifespan_s)).start()
     return Controller(state, accounting, sync, this)
+
+
+def forget_state(store: StateStore) -> None:
+    """slurmctld -c: start without the jobs and reservations of the saved state. They are marked
+    purged rather than deleted, so that accounting still receives what it has not yet written;
+    the job id counter is kept, so that no new job takes an id accounting already holds."""
+    jobs, reservations = store.forget_jobs_and_reservations()
+    log.warning("started without the saved state (-c)", extra={"jobs": jobs, "reservations": reservations})
 
 
 def open_store(location: str) -> StateStore:
@@ -79,16 +91,18 @@ def tune_collector() -> None:
     gc.freeze()
 
 
-def run(config_path: str, port: int | None = None, name: str | None = None) -> None:
+def run(config_path: str, port: int | None = None, name: str | None = None, start: Start = Start()) -> None:
     """Run the controller named ``name`` in SlurmctldHost (by default, the one named like this host)."""
     os.umask(0o077)  # state, databases, WAL files, logs and keys are created private
     config = config_mod.load(config_path, switches_nodes=True)
     if port:
         config = replace(config, slurmctld_port=port)
     this = failover.me(config, name)
-    logs.setup(config.log_level)
+    logs.setup(logs.louder(config.log_level, start.verbose), start.log_file or config.slurmctld_log_file or None,
+               start.syslog)
     sock = httpserve.listen(this.addr, config.slurmctld_port)  # before the lease: see failover._holder_gone
-    controller = build(config, this, sock)
+    controller = build(config, this, sock, start.clear_state)
     tune_collector()
+    start.ready()
     httpserve.serve_on(httpserve.server(create_app(controller), this.addr, config.slurmctld_port,
                                         config.message_timeout_s), sock)

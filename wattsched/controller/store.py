@@ -280,6 +280,16 @@ class StateStore:
         rows = self._rows("SELECT data FROM reservations WHERE purged = 0 ORDER BY resv_id")
         return [json.loads(row[0]) for row in rows]
 
+    def forget_jobs_and_reservations(self) -> tuple[int, int]:
+        """Mark every job and reservation purged (slurmctld -c): the next load finds none, and
+        accounting still takes the rows it has not synced. Returns how many of each."""
+        with self._write():
+            jobs = self._rows("SELECT count(*) FROM jobs WHERE purged = 0")[0][0]
+            reservations = self._rows("SELECT count(*) FROM reservations WHERE purged = 0")[0][0]
+            self._many("UPDATE jobs SET purged = 1 WHERE purged = ?", [(0,)])
+            self._many("UPDATE reservations SET purged = 1 WHERE purged = ?", [(0,)])
+        return int(jobs), int(reservations)
+
     def get_meta(self, key: str, default: str | None = None) -> str | None:
         rows = self._rows("SELECT value FROM meta WHERE key = ?", (key,))
         return rows[0][0] if rows else default

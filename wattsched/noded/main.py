@@ -7,6 +7,7 @@ import socket
 
 from wattsched import auth, hostlist, httpserve, logs
 from wattsched import config as config_mod
+from wattsched.daemonstart import Start
 from wattsched.noded.agent import Agent
 from wattsched.noded.app import create_app
 from wattsched.noded.cgroup import CgroupError
@@ -27,15 +28,24 @@ def select_nodes(config: config_mod.Config, expression: str | None) -> list[conf
     return [by_name[n] for n in names]
 
 
-def run(config_path: str, nodes: str | None, host: str, port: int | None, advertise: str | None) -> None:
+def node_path(path: str, node: str) -> str:
+    """SlurmdLogFile's and SlurmdPidFile's %n (the node's name) and %h (the host's), as Slurm's."""
+    return path.replace("%n", node).replace("%h", socket.gethostname().split(".")[0])
+
+
+def run(config_path: str, nodes: str | None, host: str, port: int | None, advertise: str | None,
+        start: Start = Start()) -> None:
     os.umask(0o077)  # spool records, outbox and profiles are root's alone; jobs apply their own umask
     config = config_mod.load(config_path)
-    logs.setup(config.log_level)
     selected = select_nodes(config, nodes)
+    log_file = start.log_file or node_path(config.slurmd_log_file, selected[0].name)
+    logs.setup(logs.louder(config.slurmd_log_level, start.verbose), log_file or None, start.syslog)
     listen_port = port or selected[0].port or config.slurmd_port
     url = f"http://{advertise or host}:{listen_port}"
     try:
         agent = Agent(config, selected, url, auth.read_key(config.key_file))
     except (CgroupError, GpuError) as exc:
         raise AgentStartError(f"{config.source}: {exc}") from exc
-    httpserve.serve(create_app(agent), host, listen_port, config.message_timeout_s)
+    sock = httpserve.listen(host, listen_port)
+    start.ready()
+    httpserve.serve_on(httpserve.server(create_app(agent), host, listen_port, config.message_timeout_s), sock)
