@@ -203,3 +203,16 @@ def test_show_hostnames_says_what_is_wrong_and_exits_0_as_slurms() -> None:
     encode = scontrol("show", "hostlist")
     assert encode.returncode == 1 and "invalid encode argument" in encode.stderr
     assert scontrol("show", "hostlist", "x[").returncode == 1
+
+
+def test_every_input_variable_stands_for_a_declared_option_and_is_read_as_it() -> None:
+    from wattsched.cli import jobopts, salloc, sbatch
+
+    for command in (sbatch.COMMAND, salloc.COMMAND):
+        for variable, option in jobopts.INPUT_VARIABLES[command.prog]:
+            assert (command.by_short if len(option) == 2 else command.by_long).get(option.lstrip("-")), variable
+    read = sbatch.COMMAND.from_environment(jobopts.INPUT_VARIABLES["sbatch"], {
+        "SBATCH_ACCOUNT": "physics", "SBATCH_NO_REQUEUE": "", "SBATCH_WAIT": "1", "SLURM_CLUSTERS": "a",
+        "SBATCH_CLUSTERS": "b", "UNRELATED": "x"})
+    # flags are set whatever the value; of two variables for one option, Slurm's later one wins
+    assert read == {"account": "physics", "requeue": False, "wait": True, "clusters": "a"}

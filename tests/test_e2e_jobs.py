@@ -187,6 +187,27 @@ def test_output_patterns_and_open_mode(cluster: Cluster) -> None:
     assert (cluster.work / "append.txt").read_text() == "line\nline\n"
 
 
+def test_input_environment_variables_sit_between_directives_and_the_command_line(cluster: Cluster) -> None:
+    """Slurm's order: #SBATCH lines, then SBATCH_* variables, then the command line; salloc's
+    SALLOC_* under its command line; a bad value is refused as the option's would be."""
+    script = cluster.work / "envvars.sh"
+    script.write_text("#!/bin/sh\n#SBATCH -J from-script -t 10 --wckey=fromscript\necho ran\n")
+    env = dict(cluster.env, SBATCH_JOB_NAME="from-env", SBATCH_TIMELIMIT="20", SBATCH_OUTPUT="envvar-%x.out",
+               SBATCH_WCKEY="fromenv")
+    job_id = int(cluster.run("sbatch", "--parsable", "-t", "30", str(script), env=env).stdout)
+    job = cluster.wait_state(job_id, "COMPLETED")
+    assert (job["name"], job["time_limit_min"], job["wckey"]) == ("from-env", 30, "fromenv")
+    assert (cluster.work / "envvar-from-env.out").read_text() == "ran\n"
+    bad = cluster.run("sbatch", "--wrap", "true", env=dict(cluster.env, SBATCH_TIMELIMIT="soon"), check=False)
+    given = cluster.run("sbatch", "-t", "soon", "--wrap", "true", check=False)
+    assert bad.returncode == given.returncode == 1 and bad.stderr == given.stderr, given.stderr
+    refused = cluster.run("salloc", "true", check=False, env=dict(cluster.env, SALLOC_PARTITION="nosuch"))
+    assert (refused.returncode, refused.stderr) == (1, "salloc: error: Unable to allocate resources: Invalid partition "
+                                                       "name specified\n")
+    chosen = cluster.run("salloc", "-p", "debug", "true", env=dict(cluster.env, SALLOC_PARTITION="nosuch"))
+    assert chosen.returncode == 0
+
+
 def test_hold_release_and_update(cluster: Cluster) -> None:
     job_id = cluster.sbatch("-H", "--wrap", "true")
     assert cluster.wait_state(job_id, "PENDING")["reason"] == "JobHeldUser"

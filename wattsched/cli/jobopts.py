@@ -59,6 +59,7 @@ def job_options(prog: str) -> list[Opt | str]:
         Opt(None, "signal", REQ, "send signal when time limit within time seconds", metavar="[R:]num[@time]"),
         Opt("t", "time", REQ, "time limit", metavar="minutes"),
         Opt("v", "verbose", NO, "verbose mode (multiple -v's increase verbosity)", kind="count"),
+        Opt(None, "wckey", REQ, "wckey to run job under", metavar="wckey"),
         *([Opt(None, "parsable", NO, "outputs only the jobid and cluster name (if present), separated by "
                "semicolon, only on successful submission."),
            Opt(None, "requeue", NO, "if set, permit the job to be requeued", dest="requeue"),
@@ -67,7 +68,6 @@ def job_options(prog: str) -> list[Opt | str]:
            Opt(None, "test-only", NO, "validate the batch script and return an estimate of when the job "
                "would be scheduled to run; nothing is submitted"),
            Opt("W", "wait", NO, "wait for completion of submitted job"),
-           Opt(None, "wckey", REQ, "wckey to run job under", metavar="wckey"),
            Opt(None, "wrap", REQ, "wrap command string in a sh script and submit", metavar="command string"),
            ] if batch else []),
         *([Opt("l", "label", NO, "prepend task number to lines of stdout/err"),
@@ -106,7 +106,7 @@ def job_options(prog: str) -> list[Opt | str]:
         ignored(None, "mem-bind", REQ), ignored(None, "network", REQ), ignored(None, "ntasks-per-core", REQ),
         ignored(None, "ntasks-per-socket", REQ), ignored("O", "overcommit", NO), ignored("s", "oversubscribe", NO),
         ignored(None, "oom-kill-step", OPT), ignored(None, "prefer", REQ), ignored(None, "priority", REQ),
-        ignored(None, "reboot", NO), ignored(None, "segment", REQ),
+        ignored(None, "power", REQ), ignored(None, "reboot", NO), ignored(None, "segment", REQ),
         ignored(None, "sockets-per-node", REQ), ignored(None, "spread-job", NO), ignored(None, "stepmgr", NO),
         ignored(None, "switches", REQ), ignored(None, "thread-spec", REQ), ignored(None, "threads-per-core", REQ),
         ignored(None, "time-min", REQ), ignored(None, "tmp", REQ), ignored(None, "tres-bind", REQ),
@@ -155,6 +155,59 @@ def job_options(prog: str) -> list[Opt | str]:
         *STANDARD,
     ]
     return table
+
+
+# Slurm's input environment variables (sbatch(1), salloc(1): INPUT ENVIRONMENT VARIABLES), each with the
+# option it stands for, in Slurm's order (a later one of the same option wins). sbatch reads them over
+# the script's #SBATCH lines and under its command line; salloc under its command line.
+INPUT_VARIABLES: dict[str, tuple[tuple[str, str], ...]] = {
+    "sbatch": (
+        ("SBATCH_ACCOUNT", "-A"), ("SBATCH_ARRAY_INX", "-a"), ("SBATCH_ACCTG_FREQ", "--acctg-freq"),
+        ("SBATCH_BATCH", "--batch"), ("SBATCH_BURST_BUFFER", "--bb"),
+        ("SBATCH_CLUSTER_CONSTRAINT", "--cluster-constraint"), ("SBATCH_CLUSTERS", "-M"), ("SLURM_CLUSTERS", "-M"),
+        ("SBATCH_CONTAINER", "--container"), ("SBATCH_CONTAINER_ID", "--container-id"), ("SBATCH_CONSTRAINT", "-C"),
+        ("SBATCH_CORE_SPEC", "-S"), ("SBATCH_CPU_FREQ_REQ", "--cpu-freq"), ("SBATCH_CPUS_PER_GPU", "--cpus-per-gpu"),
+        ("SBATCH_DELAY_BOOT", "--delay-boot"), ("SBATCH_DISTRIBUTION", "-m"), ("SBATCH_EXCLUSIVE", "--exclusive"),
+        ("SBATCH_EXPORT", "--export"), ("SBATCH_GET_USER_ENV", "--get-user-env"), ("SBATCH_GRES", "--gres"),
+        ("SBATCH_GRES_FLAGS", "--gres-flags"), ("SBATCH_GPUS", "-G"), ("SBATCH_GPU_BIND", "--gpu-bind"),
+        ("SBATCH_GPU_FREQ", "--gpu-freq"), ("SBATCH_GPUS_PER_NODE", "--gpus-per-node"),
+        ("SBATCH_GPUS_PER_SOCKET", "--gpus-per-socket"), ("SBATCH_GPUS_PER_TASK", "--gpus-per-task"),
+        ("SLURM_HINT", "--hint"), ("SBATCH_HINT", "--hint"), ("SBATCH_JOB_NAME", "-J"),
+        ("SBATCH_MEM_BIND", "--mem-bind"), ("SBATCH_MEM_PER_CPU", "--mem-per-cpu"),
+        ("SBATCH_MEM_PER_GPU", "--mem-per-gpu"), ("SBATCH_MEM_PER_NODE", "--mem"), ("SBATCH_NETWORK", "--network"),
+        ("SBATCH_NO_KILL", "-k"), ("SBATCH_NO_REQUEUE", "--no-requeue"), ("SBATCH_OPEN_MODE", "--open-mode"),
+        ("SBATCH_OVERCOMMIT", "-O"), ("SBATCH_PARTITION", "-p"), ("SBATCH_PROFILE", "--profile"), ("SBATCH_QOS", "-q"),
+        ("SBATCH_REQ_SWITCH", "--switches"), ("SBATCH_REQUEUE", "--requeue"), ("SBATCH_RESERVATION", "--reservation"),
+        ("SBATCH_SIGNAL", "--signal"), ("SBATCH_SPREAD_JOB", "--spread-job"), ("SBATCH_THREAD_SPEC", "--thread-spec"),
+        ("SBATCH_THREADS_PER_CORE", "--threads-per-core"), ("SBATCH_TIMELIMIT", "-t"),
+        ("SBATCH_TRES_BIND", "--tres-bind"), ("SBATCH_TRES_PER_TASK", "--tres-per-task"),
+        ("SBATCH_USE_MIN_NODES", "--use-min-nodes"), ("SBATCH_WAIT", "-W"),
+        ("SBATCH_WAIT_ALL_NODES", "--wait-all-nodes"), ("SBATCH_WAIT4SWITCH", "--switches"),
+        ("SBATCH_WCKEY", "--wckey"), ("SBATCH_ERROR", "-e"), ("SBATCH_INPUT", "-i"), ("SBATCH_OUTPUT", "-o"),
+    ),
+    "salloc": (
+        ("SALLOC_ACCOUNT", "-A"), ("SALLOC_ACCTG_FREQ", "--acctg-freq"), ("SALLOC_BELL", "--bell"),
+        ("SALLOC_BURST_BUFFER", "--bb"), ("SALLOC_CLUSTER_CONSTRAINT", "--cluster-constraint"),
+        ("SALLOC_CLUSTERS", "-M"), ("SLURM_CLUSTERS", "-M"), ("SALLOC_CONTAINER", "--container"),
+        ("SALLOC_CONTAINER_ID", "--container-id"), ("SALLOC_CONSTRAINT", "-C"), ("SALLOC_CORE_SPEC", "-S"),
+        ("SALLOC_CPU_FREQ_REQ", "--cpu-freq"), ("SALLOC_CPUS_PER_GPU", "--cpus-per-gpu"), ("SALLOC_DEBUG", "-v"),
+        ("SALLOC_DELAY_BOOT", "--delay-boot"), ("SALLOC_EXCLUSIVE", "--exclusive"), ("SALLOC_GPUS", "-G"),
+        ("SALLOC_GPU_BIND", "--gpu-bind"), ("SALLOC_GPU_FREQ", "--gpu-freq"),
+        ("SALLOC_GPUS_PER_NODE", "--gpus-per-node"), ("SALLOC_GPUS_PER_SOCKET", "--gpus-per-socket"),
+        ("SALLOC_GPUS_PER_TASK", "--gpus-per-task"), ("SALLOC_GRES", "--gres"), ("SALLOC_GRES_FLAGS", "--gres-flags"),
+        ("SALLOC_IMMEDIATE", "-I"), ("SALLOC_HINT", "--hint"), ("SLURM_HINT", "--hint"), ("SALLOC_KILL_CMD", "-K"),
+        ("SALLOC_MEM_BIND", "--mem-bind"), ("SALLOC_MEM_PER_CPU", "--mem-per-cpu"),
+        ("SALLOC_MEM_PER_GPU", "--mem-per-gpu"), ("SALLOC_MEM_PER_NODE", "--mem"), ("SALLOC_NETWORK", "--network"),
+        ("SALLOC_NO_BELL", "--no-bell"), ("SALLOC_NO_KILL", "-k"), ("SALLOC_OVERCOMMIT", "-O"),
+        ("SALLOC_PARTITION", "-p"), ("SALLOC_PROFILE", "--profile"), ("SALLOC_QOS", "-q"),
+        ("SALLOC_REQ_SWITCH", "--switches"), ("SALLOC_RESERVATION", "--reservation"), ("SALLOC_SIGNAL", "--signal"),
+        ("SALLOC_SPREAD_JOB", "--spread-job"), ("SALLOC_THREAD_SPEC", "--thread-spec"),
+        ("SALLOC_THREADS_PER_CORE", "--threads-per-core"), ("SALLOC_TIMELIMIT", "-t"),
+        ("SALLOC_TRES_BIND", "--tres-bind"), ("SALLOC_TRES_PER_TASK", "--tres-per-task"),
+        ("SALLOC_USE_MIN_NODES", "--use-min-nodes"), ("SALLOC_WAIT_ALL_NODES", "--wait-all-nodes"),
+        ("SALLOC_WAIT4SWITCH", "--switches"), ("SALLOC_WCKEY", "--wckey"),
+    ),
+}
 
 
 def read_nodefile(path: str) -> str:
@@ -284,6 +337,7 @@ def submission(opts: dict[str, Any], **extra: Any) -> dict[str, Any]:
         "comment": opts.get("comment") or "",
         "nice": nice(opts.get("nice")),
         "reservation": opts.get("reservation") or "",
+        "wckey": opts.get("wckey") or "",
         "cpu_freq": opts.get("cpu_freq") or "",
         "power_fit": bool(opts.get("power_fit")),
         "energy_policy": opts.get("energy_policy") or "",

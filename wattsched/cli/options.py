@@ -24,7 +24,7 @@ import sys
 
 TYPE_CHECKING = False  # not typing's: importing typing costs a command ~5 ms (annotations are strings)
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Callable, Iterable, Mapping
     from typing import Any, NoReturn
 
 NO, REQ, OPT = 0, 1, 2  # argument: none, required, optional (as getopt_long's has_arg)
@@ -151,6 +151,22 @@ class Command:
                 sys.stderr.write(f"{self.prog}: option --{opt.long or opt.short} is not supported by this "
                                  "site and is ignored\n")
         return values, operands
+
+    def from_environment(self, variables: Iterable[tuple[str, str]],
+                         environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+        """The options Slurm's input environment variables give (``variables``: each variable and
+        the option it stands for, ``-A`` or ``--acctg-freq``, in Slurm's order: a later one wins),
+        read as that option's argument; a flag's variable sets it whatever its value."""
+        found = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        noted: list[Opt] = []
+        for variable, option in variables:
+            value = found.get(variable)
+            if value is None:
+                continue
+            opt = self.by_short[option[1]] if len(option) == 2 else self.by_long[option[2:]]
+            self._store(opt, value if opt.arg != NO else None, values, noted, "")
+        return values
 
     def _long(self, name: str, context: str) -> Opt:
         exact = self.by_long.get(name)

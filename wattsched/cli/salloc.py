@@ -41,6 +41,7 @@ def default_command() -> list[str]:
 def salloc(argv: list[str]) -> int:
     """Allocate, run the command, release; the command's exit code."""
     opts, command = COMMAND.parse(argv)
+    opts = {**COMMAND.from_environment(o.INPUT_VARIABLES["salloc"]), **opts}  # the command line wins
     quiet = bool(opts.get("quiet"))
     client = Client.for_options(opts)
     command = command or default_command()

@@ -79,15 +79,17 @@ def sbatch(argv: list[str]) -> int:
         except OSError as exc:
             raise CLIError(f"Unable to open file {script}") from exc
         default_name, command = os.path.basename(script), os.path.abspath(script)
+    from_script: dict = {}
     found = directives(text)
-    if found:  # command-line options win over #SBATCH directives, as in Slurm
+    if found:
         from_script, extra = COMMAND.parse(found, context="directive")
         if extra:
             raise CLIError(f"Invalid #SBATCH directive: unexpected argument '{extra[0]}'")
-        opts = {**from_script, **opts}
+    # as Slurm: the command line over the input environment variables over the #SBATCH lines
+    opts = {**from_script, **COMMAND.from_environment(o.INPUT_VARIABLES["sbatch"]), **opts}
     client = Client.for_options(opts)
     body = o.submission(opts, script=text, argv=operands[1:], name=opts.get("job_name") or default_name,
-                        array=opts.get("array") or "", wckey=opts.get("wckey") or "",
+                        array=opts.get("array") or "",
                         requeue=opts.get("requeue"), command=command)
     if opts.get("test_only"):
         return test_only(client, body)
