@@ -205,3 +205,16 @@ def test_the_shipped_emulated_clusters_confine_jobs_in_control_groups(name: str)
     process groups, saying so: wattsched.noded.agent.confinement)."""
     loaded = config.load(Path(__file__).parent.parent / "etc" / name)
     assert loaded.proctrack_type == "proctrack/cgroup" and loaded.cgroups and loaded.max_pids_per_job == 8192
+
+
+def test_a_slurm_sites_daemon_keys_are_read(tmp_path: Path) -> None:
+    """slurm.conf as a Slurm site writes it: accounting through slurmdbd (here the controller's own),
+    the daemons' pid and log files (%n: the node's name), SlurmdDebug."""
+    conf = config.load(str(write(tmp_path, "AccountingStorageType=accounting_storage/slurmdbd\n"
+                                 "SlurmctldPidFile=/run/slurmctld.pid\nSlurmdPidFile=/run/slurmd-%n.pid\n"
+                                 "SlurmctldLogFile=log/ctld.log\nSlurmdLogFile=/var/log/slurm/%n.log\n"
+                                 "SlurmdDebug=debug\nNodeName=n1\n")))
+    assert conf.accounting_storage_type == "accounting_storage/slurmdbd"
+    assert (conf.slurmctld_pid_file, conf.slurmd_pid_file) == ("/run/slurmctld.pid", "/run/slurmd-%n.pid")
+    assert (conf.slurmctld_log_file, conf.slurmd_log_file) == (str(tmp_path / "log/ctld.log"), "/var/log/slurm/%n.log")
+    assert (conf.log_level, conf.slurmd_log_level) == ("info", "debug")

@@ -181,8 +181,11 @@ class Config:
     slurmd_pid_file: str = setting("SlurmdPidFile", text, "/var/run/slurmd.pid", path=True)
     slurmctld_log_file: str = setting("SlurmctldLogFile", text, "", path=True)
     slurmd_log_file: str = setting("SlurmdLogFile", text, "", path=True)
+    # accounting_storage/slurmdbd, a Slurm site's value, names the same accounting: the controller
+    # writes it to AccountingStorageLoc itself, where Slurm's would send it through slurmdbd
     accounting_storage_type: str = setting(
-        "AccountingStorageType", choice("accounting_storage/sqlalchemy", "accounting_storage/none"),
+        "AccountingStorageType",
+        choice("accounting_storage/sqlalchemy", "accounting_storage/slurmdbd", "accounting_storage/none"),
         "accounting_storage/sqlalchemy", restart=True)
     accounting_storage_loc: str = setting("AccountingStorageLoc", text, "", restart=True)
     scheduler_type: str = setting("SchedulerType", plugin("sched"), "sched/backfill")
