@@ -104,3 +104,59 @@ def test_the_daemons_answer_v_h_and_bad_options_as_slurms(cluster: Cluster) -> N
     assert re.fullmatch(r"NodeName=\S+ CPUs=\d+ Boards=1 SocketsPerBoard=\d+ CoresPerSocket=\d+ ThreadsPerCore=\d+ "
                         r"RealMemory=\d+\nUpTime=\d+-\d\d:\d\d:\d\d\n", line), line
     assert f"CPUs={os.cpu_count()} " in line
+
+
+def test_slurmrestd_serves_slurms_rest_api_where_it_is_told(tmp_path: Path) -> None:
+    """slurmrestd HOST:PORT unix:PATH -u USER: the controller's REST API on both, with the caller's
+    token; as root it refuses to run, as Slurm's does; with no controller, Slurm's connect failure."""
+    import httpx
+
+    cluster = Cluster(tmp_path / "c", nodes=1).start()
+    port, sock = free_port(), tmp_path / "restd.sock"
+    os.chmod(tmp_path, 0o755)
+    try:
+        as_root = _daemon(cluster, "slurmrestd", f"localhost:{port}")
+        assert (as_root.returncode, as_root.stderr) == (1, "slurmrestd: fatal: slurmrestd should not be run as "
+                                                           "the root user.\n")
+        daemon = subprocess.Popen([str(BIN / "slurmrestd"), "-u", "daemon", "-a", "rest_auth/jwt",
+                                   f"localhost:{port}", f"unix:{sock}"], env=cluster.env,
+                                  stderr=subprocess.PIPE, text=True)
+        try:
+            headers = {"X-SLURM-USER-NAME": "root", "X-SLURM-USER-TOKEN": cluster.token()}
+            wait_for(lambda: sock.exists() and _answers(port), 30, what="slurmrestd listening")
+            ping = httpx.get(f"http://127.0.0.1:{port}/slurm/v0.0.40/ping", headers=headers, timeout=10)
+            assert ping.status_code == 200 and ping.json()["pings"][0]["pinged"] == "UP", ping.text
+            unix = httpx.Client(transport=httpx.HTTPTransport(uds=str(sock)), timeout=10)
+            nodes = unix.get("http://slurmrestd/slurm/v0.0.40/nodes", headers=headers)
+            assert [n["name"] for n in nodes.json()["nodes"]] == ["n01"]
+            refused = httpx.get(f"http://127.0.0.1:{port}/slurm/v0.0.40/nodes", timeout=10,
+                                headers={"X-SLURM-USER-NAME": "root", "X-SLURM-USER-TOKEN": "forged"})
+            assert refused.status_code == 401
+            assert Path(f"/proc/{daemon.pid}/status").read_text().split("Uid:")[1].split()[0] == "1"  # daemon
+            cluster.kill_controller()
+            gone = httpx.get(f"http://127.0.0.1:{port}/slurm/v0.0.40/ping", headers=headers, timeout=30)
+            assert gone.status_code == 503
+            assert gone.json()["errors"][0]["error"] == "Unable to contact slurm controller (connect failure)"
+        finally:
+            daemon.terminate()
+            daemon.wait(30)
+    finally:
+        cluster.stop()
+
+
+def _answers(port: int) -> bool:
+    import socket
+
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
+def test_slurmdbd_says_there_is_nothing_to_start(cluster: Cluster) -> None:
+    version = _daemon(cluster, "slurmdbd", "-V")
+    assert (version.returncode, version.stdout) == (0, "slurm 23.11.4\n")
+    assert _daemon(cluster, "slurmdbd", "-h").stderr.startswith("Usage: slurmdbd [OPTIONS]\n  -D")
+    started = _daemon(cluster, "slurmdbd", "-D")
+    assert started.returncode == 1 and "slurmctld writes the accounting to AccountingStorageLoc" in started.stderr

@@ -113,11 +113,13 @@ def guarded_protocol(message_timeout_s: float, max_connections: int) -> type[Htt
     return Guarded
 
 
-def server(app: Any, host: str, port: int, message_timeout_s: float) -> uvicorn.Server:
+def server(app: Any, host: str, port: int, message_timeout_s: float,
+           max_connections: int | None = None) -> uvicorn.Server:
     """A server of ``app`` with the limits above; ``run()`` serves until a signal or ``should_exit``
-    (after which open connections get a second to finish)."""
-    limit = raise_fd_limit()
-    protocol = guarded_protocol(message_timeout_s, max(64, limit - HEADROOM))
+    (after which open connections get a second to finish). ``max_connections``: fewer open
+    connections than the descriptor limit allows (slurmrestd's --max-connections)."""
+    limit = max(64, raise_fd_limit() - HEADROOM)
+    protocol = guarded_protocol(message_timeout_s, min(limit, max_connections or limit))
     return uvicorn.Server(uvicorn.Config(app, host=host, port=port, http=protocol, log_level="warning",
                                          access_log=False, backlog=2048, timeout_graceful_shutdown=1))
 

@@ -1,0 +1,126 @@
+"""slurmrestd's daemon: Slurm's REST API on the addresses a site gives it (``host:port``,
+``unix:/path``), each request sent on to the controller in charge, which serves the API itself.
+
+Sites run slurmrestd apart from slurmctld, on a port of its own (6820), often on another host, behind
+their proxies; tools are configured with its address. It holds no state and no key: the caller's
+credentials (``X-SLURM-USER-NAME``/``X-SLURM-USER-TOKEN``, or ``Authorization: Bearer``) go on with
+the request, and the controller decides. A request goes to the controller that answered last,
+else to each configured one in turn (a standby refuses, naming itself); none answering is Slurm's
+"Unable to contact slurm controller (connect failure)", 503. Requests are bounded as the
+controller's are (body size, connections, MessageTimeout for a request to arrive).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Any
+
+import httpx
+import orjson
+from starlette.types import Receive, Scope, Send
+
+from wattsched import httpserve
+from wattsched.httplimits import BodyLimit
+
+MAX_BODY_BYTES = 16 * 1024 * 1024  # the controller's own limit (wattsched.controller.app)
+# hop-by-hop headers (RFC 9110, 7.6.1) and those httpx sets again for the request it makes
+_NOT_FORWARDED = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"te", b"trailer",
+                            b"transfer-encoding", b"upgrade", b"host", b"content-length"})
+CONNECT_FAILURE = {"error": "Unable to contact slurm controller (connect failure)", "error_number": 1800,
+                   "source": "slurmrestd", "description": ""}
+
+
+class RestProxy:
+    """ASGI: each request sent on to the controller in charge, its answer returned as it came."""
+
+    def __init__(self, controllers: list[str], timeout_s: float):
+        self.controllers = controllers
+        self.last = controllers[0]  # the one that answered last
+        self.timeout_s = timeout_s
+        self.client: httpx.AsyncClient | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+        elif scope["type"] == "http":
+            await self._forward(scope, receive, send)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                self.client = httpx.AsyncClient(timeout=self.timeout_s, follow_redirects=False)
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                if self.client is not None:
+                    await self.client.aclose()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def _forward(self, scope: Scope, receive: Receive, send: Send) -> None:
+        body = bytearray()  # bounded by BodyLimit, which wraps this application
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        headers = [(k, v) for k, v in scope["headers"] if k.lower() not in _NOT_FORWARDED]
+        target = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
+        if scope.get("query_string"):
+            target += "?" + scope["query_string"].decode("latin-1")
+        assert self.client is not None
+        for base in sorted(self.controllers, key=lambda url: url != self.last):
+            try:
+                reply = await self.client.request(scope["method"], base + target, headers=headers,
+                                                  content=bytes(body))
+            except httpx.TransportError:
+                continue
+            if reply.status_code == 503 and b'"standby":true' in reply.content:
+                continue
+            self.last = base
+            kept = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in reply.headers.items()
+                    if k.lower().encode() not in _NOT_FORWARDED and k.lower() != "content-encoding"]
+            await _answer(send, reply.status_code, reply.content, kept)
+            return
+        await _answer(send, 503, orjson.dumps({"errors": [CONNECT_FAILURE], "warnings": []}),
+                      [(b"content-type", b"application/json")])
+
+
+async def _answer(send: Send, status: int, content: bytes, headers: list[tuple[bytes, bytes]]) -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": [*headers, (b"content-length", str(len(content)).encode())]})
+    await send({"type": "http.response.body", "body": content})
+
+
+def listen(address: str) -> socket.socket:
+    """A listening socket for one of slurmrestd's addresses: ``unix:/path`` (made afresh; its
+    folder's permissions decide who reaches it) or ``[host]:port`` (no host: every address)."""
+    if address.startswith("unix:"):
+        path = address[len("unix:"):]
+        if not path:
+            raise ValueError(f"Unable to parse {address}")
+        if os.path.exists(path) and not os.path.isdir(path):
+            os.unlink(path)  # a socket left by an earlier run
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.bind(path)
+    else:
+        host, sep, port = address.rpartition(":")
+        if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"Unable to parse {address}")
+        host = host.strip("[]") or "0.0.0.0"
+        host = "127.0.0.1" if host == "localhost" else host
+        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, int(port)))
+    sock.listen(2048)
+    sock.set_inheritable(False)
+    return sock
+
+
+def serve(sockets: list[socket.socket], controllers: list[str], message_timeout_s: float,
+          max_connections: int | None = None) -> None:
+    """Serve the proxy on ``sockets`` until stopped (SIGINT, SIGTERM)."""
+    app: Any = BodyLimit(RestProxy(controllers, max(30.0, message_timeout_s)), MAX_BODY_BYTES, {})
+    server = httpserve.server(app, "127.0.0.1", 0, message_timeout_s, max_connections)
+    server.run(sockets=sockets)
