@@ -175,6 +175,25 @@ def test_srun_outside_allocation_and_exit_codes(cluster: Cluster) -> None:
         assert (killed.returncode, killed.stderr) == (128 + sig, f"srun: error: n01: task 0: {word}\n")
 
 
+def test_srun_verbose_says_its_options_allocation_and_launches_as_slurms(cluster: Cluster) -> None:
+    """srun -v: the options set (Slurm's order, ``verbose : N``), the allocation's nodes and CPU
+    counts (the job id where tools read it), and a launching line per node."""
+    done = cluster.run("srun", "-vv", "-N2", "-n3", "-l", "true")
+    lines = done.stderr.splitlines()
+    job_id = int(re.search(r"jobid (\d+): ", done.stderr).group(1))  # type: ignore[union-attr]
+    assert lines[:7] == ["srun: defined options", "srun: -------------------- --------------------",
+                         "srun: label               : set", "srun: nodes               : 2",
+                         "srun: ntasks              : 3", "srun: verbose             : 2",
+                         "srun: -------------------- --------------------"], lines
+    assert lines[7:] == ["srun: end of defined options",
+                         f"srun: jobid {job_id}: nodes(2):`n[01-02]', cpu counts: 2(x1),1(x1)",
+                         f"srun: launching StepId={job_id}.0 on host n01, 2 tasks: 0-1",
+                         f"srun: launching StepId={job_id}.0 on host n02, 1 tasks: 2"], lines
+    batch = cluster.run("sbatch", "-v", "-J", "talk", "--wrap", "true")
+    assert batch.stderr.splitlines()[2:4] == ["sbatch: job-name            : talk",
+                                              "sbatch: verbose             : 1"], batch.stderr
+
+
 def test_output_patterns_and_open_mode(cluster: Cluster) -> None:
     job_id = cluster.sbatch("-J", "pat", "-o", "out-%x-%j-%u.txt", "-e", "err-%j.txt", "--wrap",
                             "echo to-out; echo to-err >&2")

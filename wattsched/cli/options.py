@@ -83,6 +83,31 @@ def standard(help_letter: str | None = "h") -> tuple[Opt, ...]:
 STANDARD = standard()
 
 
+# The order of Slurm's option table (common_options in src/common/slurm_opt.c, 23.11), in which
+# sbatch, salloc and srun -v list the options set ("defined options"); by long name.
+SLURM_ORDER = (
+    "accel-bind", "account", "acctg-freq", "array", "batch", "bcast", "bcast-exclude", "begin", "bell", "bb", "bbf",
+    "cluster-constraint", "chdir", "cluster", "clusters", "comment", "compress", "container", "container-id",
+    "context", "contiguous", "constraint", "core-spec", "cores-per-socket", "cpu-bind", "cpu_bind", "cpu-freq",
+    "cpus-per-gpu", "cpus-per-task", "deadline", "debugger-test", "delay-boot", "environment", "dependency",
+    "disable-status", "distribution", "epilog", "error", "exact", "exclude", "exclusive", "export",
+    "external-launcher", "extra", "extra-node-info", "get-user-env", "gid", "gpu-bind", "gpu-freq", "gpus",
+    "gpus-per-node", "gpus-per-socket", "gpus-per-task", "gres", "gres-flags", "help", "het-group", "hint", "hold",
+    "ignore-pbs", "immediate", "input", "interactive", "jobid", "job-name", "kill-command", "kill-on-bad-exit",
+    "kill-on-invalid-dep", "label", "licenses", "mail-type", "mail-user", "threads", "mcs-label", "mem", "mem-bind",
+    "mem-per-cpu", "mem-per-gpu", "mincpus", "mpi", "msg-timeout", "multi-prog", "network", "nice", "no-allocate",
+    "no-bell", "no-kill", "no-shell", "no-requeue", "nodefile", "nodelist", "nodes", "ntasks", "ntasks-per-core",
+    "ntasks-per-gpu", "ntasks-per-node", "ntasks-per-socket", "ntasks-per-tres", "open-mode", "output", "overcommit",
+    "overlap", "oversubscribe", "pack-group", "parsable", "partition", "power", "prefer", "preserve-env", "priority",
+    "profile", "prolog", "propagate", "pty", "qos", "quiet", "quit-on-interrupt", "reboot", "relative", "requeue",
+    "reservation", "resv-ports", "send-libs", "signal", "slurmd-debug", "sockets-per-node", "spread-job",
+    "switches", "task-epilog", "task-prolog", "tasks-per-node", "test-only", "thread-spec", "threads-per-core",
+    "time", "time-min", "tmp", "treewidth", "tres-bind", "tres-per-task", "uid", "unbuffered", "use-min-nodes",
+    "verbose", "version", "umask", "usage", "wait", "wait-all-nodes", "wait-for-srun", "wckey", "whole", "wrap",
+    "x11",
+)
+
+
 class Command:
     """A command's option table, usage line and operand rule."""
 
@@ -167,6 +192,23 @@ class Command:
             opt = self.by_short[option[1]] if len(option) == 2 else self.by_long[option[2:]]
             self._store(opt, value if opt.arg != NO else None, values, noted, "")
         return values
+
+    def defined_options(self, values: dict[str, Any]) -> str:
+        """What -v prints first, as Slurm's sbatch, salloc and srun do: the options set, in Slurm's
+        table's order, ``name : value`` (a flag's value ``set``)."""
+        lines = ["defined options", "-------------------- --------------------"]
+        shown: set[str] = set()
+        for name in SLURM_ORDER:
+            opt = self.by_long.get(name)
+            if opt is None or opt.dest not in values or opt.dest in shown or opt.status is not None:
+                continue
+            value = values[opt.dest]
+            if opt.kind == "flag" and opt.arg == NO and value != opt.const:
+                continue  # the other name of the same setting (--requeue, --no-requeue)
+            shown.add(opt.dest)
+            lines.append(f"{name:<20}: {'set' if opt.kind == 'flag' and opt.arg == NO else value}")
+        lines += ["-------------------- --------------------", "end of defined options"]
+        return "".join(f"{self.prog}: {line}\n" for line in lines)
 
     def _long(self, name: str, context: str) -> Opt:
         exact = self.by_long.get(name)

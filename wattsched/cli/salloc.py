@@ -42,6 +42,8 @@ def salloc(argv: list[str]) -> int:
     """Allocate, run the command, release; the command's exit code."""
     opts, command = COMMAND.parse(argv)
     opts = {**COMMAND.from_environment(o.INPUT_VARIABLES["salloc"]), **opts}  # the command line wins
+    if opts.get("verbose"):
+        sys.stderr.write(COMMAND.defined_options(opts))
     quiet = bool(opts.get("quiet"))
     client = Client.for_options(opts)
     command = command or default_command()

@@ -87,6 +87,8 @@ def sbatch(argv: list[str]) -> int:
             raise CLIError(f"Invalid #SBATCH directive: unexpected argument '{extra[0]}'")
     # as Slurm: the command line over the input environment variables over the #SBATCH lines
     opts = {**from_script, **COMMAND.from_environment(o.INPUT_VARIABLES["sbatch"]), **opts}
+    if opts.get("verbose"):
+        sys.stderr.write(COMMAND.defined_options(opts))
     client = Client.for_options(opts)
     body = o.submission(opts, script=text, argv=operands[1:], name=opts.get("job_name") or default_name,
                         array=opts.get("array") or "",

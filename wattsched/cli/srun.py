@@ -186,6 +186,8 @@ def srun(argv: list[str]) -> int:
         return 0
     if not command:
         raise CLIError("No command given to execute.")
+    if opts.get("verbose"):
+        sys.stderr.write(COMMAND.defined_options(opts))
     opts["command"] = command
     label, unbuffered, quiet = bool(opts.get("label")), bool(opts.get("unbuffered")), bool(opts.get("quiet"))
     client = Client.for_options(opts)
@@ -271,6 +273,21 @@ def allocate(client: Client, opts: dict[str, Any], immediate: bool, quiet: bool,
     return job_id
 
 
+def job_information(client: Client, job_id: int) -> None:
+    """srun -v's line on the allocation: its nodes and their CPUs, runs of equal counts as Slurm
+    groups them (``jobid 7: nodes(3):`n[01-03]', cpu counts: 4(x2),2(x1)``)."""
+    job = client.request("GET", "/v1/jobs", params={"job": [str(job_id)], "detail": "true"})["jobs"][0]
+    groups: list[list[int]] = []
+    for cpus in job["alloc_cpus"].values():
+        if groups and groups[-1][0] == cpus:
+            groups[-1][1] += 1
+        else:
+            groups.append([cpus, 1])
+    counts = ",".join(f"{cpus}(x{reps})" for cpus, reps in groups)
+    sys.stderr.write(f"srun: jobid {job_id}: nodes({len(job['alloc_cpus'])}):`{job['node_list']}', "
+                     f"cpu counts: {counts}\n")
+
+
 def step_hosts(expression: str | None) -> list[str]:
     """srun -w/-x's hosts (a host list expression, or a file of them where it names a path)."""
     if not expression:
@@ -307,7 +324,13 @@ def run_step(client: Client, job_id: int, opts: dict[str, Any], command: list[st
            "nodelist": step_hosts(opts.get("nodelist")), "exclude": step_hosts(opts.get("exclude"))}
     if new_allocation:  # the allocation was sized for this step: use all of it
         req.update(ntasks=None, nodes=None, ntasks_per_node=0, cpus_per_task=1, nodelist=[], exclude=[])
+    if opts.get("verbose"):
+        job_information(client, job_id)
     step = client.request("POST", f"/v1/jobs/{job_id}/steps", req)
+    if opts.get("verbose"):
+        for placement in step["placements"]:
+            sys.stderr.write(f"srun: launching StepId={job_id}.{step['step_id']} on host {placement['node']}, "
+                             f"{len(placement['task_ids'])} tasks: {task_ranges(placement['task_ids'])}\n")
     env = o.job_environment(opts.get("export"))
     if new_allocation:
         env.update(step["job_environment"])
