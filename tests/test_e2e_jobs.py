@@ -257,6 +257,25 @@ def test_squeue_formats(cluster: Cluster) -> None:
     cluster.run("scancel", str(job_id))
 
 
+def test_squeue_steps_lists_the_running_steps_as_slurms(cluster: Cluster) -> None:
+    go = cluster.work / "steps-go"
+    job_id = cluster.sbatch("-J", "stp", "-N2", "-t", "10", "--wrap",
+                            f"srun -N2 -J inner sh -c 'while [ ! -e {go} ]; do sleep 0.1; done'")
+    wait_for(lambda: len(cluster.run("squeue", "-h", "-s", str(job_id), "-o", "%i").stdout.split()) == 2, 30,
+             what="the batch step and step 0 running")
+    listing = cluster.run("squeue", "-s", str(job_id)).stdout.splitlines()
+    assert listing[0] == "         STEPID     NAME PARTITION     USER      TIME NODELIST"
+    assert [line.split()[:4] for line in listing[1:]] == [[f"{job_id}.0", "inner", "debug", "root"],
+                                                          [f"{job_id}.batch", "batch", "debug", "root"]]
+    assert listing[1].endswith(" n[01-02]") and listing[2].endswith(" n01")
+    assert cluster.run("squeue", "-h", "--steps", f"{job_id}.0", "-O", "StepId:12,NumTasks:.6,stepstate").stdout \
+        == f"{job_id}.0".ljust(12) + "     2" + "RUNNING".ljust(20) + "\n"
+    both = cluster.run("squeue", "-s", "-j", str(job_id), check=False)
+    assert (both.returncode, both.stderr) == (1, "squeue: error: Incompatible options --jobs and --steps\n")
+    go.touch()
+    cluster.wait_state(job_id, "COMPLETED")
+
+
 def test_sinfo_views(cluster: Cluster) -> None:
     out = cluster.run("sinfo").stdout.splitlines()
     assert out[0].split() == ["PARTITION", "AVAIL", "TIMELIMIT", "NODES", "STATE", "NODELIST"]

@@ -60,7 +60,8 @@ COMMAND = Command("squeue", "[-A account] [--clusters names] [-i seconds] [--job
     ignored(None, "array-unique", NO), ignored(None, "federation", NO), ignored(None, "hide", NO),
     ignored(None, "local", NO), ignored(None, "noconvert", NO), ignored("P", "priority", NO),
     ignored(None, "sibling", NO), ignored(None, "only-job-state", NO), ignored(None, "expand-patterns", NO),
-    refused("s", "steps", OPT, "squeue --steps is not supported yet; use scontrol show steps"),
+    Opt("s", "steps", OPT, "comma separated list of job steps to view, default is all", metavar="step_id",
+        kind="list", const=""),
     refused(None, "yaml", OPT, "YAML output is not supported; use --json"),
     "Help options:",
     *standard(None),
@@ -75,13 +76,40 @@ SORT_KEYS = {"i": "job_id", "A": "job_id", "F": "array_job_id", "Q": "priority",
 def squeue(argv: list[str]) -> int:
     """Show the jobs in the queue (every -i seconds until interrupted)."""
     opts, operands = COMMAND.parse(argv)
-    if opts.get("jobs") and not any(opts["jobs"]) and operands:
-        # -j's argument is optional, so "-j 12" leaves 12 an operand: squeue takes it as the list
-        opts["jobs"] = [operands.pop(0)]
+    for optional in ("jobs", "steps"):
+        if opts.get(optional) and not any(opts[optional]) and operands:
+            # -j and -s take an optional argument, so "-j 12" leaves 12 an operand: squeue takes it as the list
+            opts[optional] = [operands.pop(0)]
     if operands:
         COMMAND.fail(f"unrecognized argument '{operands[0]}'")
+    if "jobs" in opts and "steps" in opts:
+        sys.stderr.write("squeue: error: Incompatible options --jobs and --steps\n")
+        return 1
     client = Client.for_options(opts)
-    return every(opts.get("iterate"), lambda: render(client, opts))
+    shown = render_steps if "steps" in opts else render
+    return every(opts.get("iterate"), lambda: shown(client, opts))
+
+
+def render_steps(client: Client, opts: dict) -> str:
+    """squeue -s: the running steps (a list of JOB.STEP or JOB narrows them), sorted by partition
+    and step id as Slurm's default, in Slurm's step formats."""
+    from wattsched.cli import stepfields
+
+    wanted = split_list(opts.get("steps"))
+    params = {"job": sorted({w.partition(".")[0] for w in wanted}) or None, "detail": "true",
+              "user": split_list(opts.get("user")) or None, "partition": split_list(opts.get("partition")) or None}
+    reply = client.request("GET", "/v1/jobs", params=params)
+    steps = [s for s in stepfields.records(reply["jobs"], client.config.cluster_name)
+             if not wanted or f"{s['job_id']}.{s['step_id']}" in wanted or str(s["job_id"]) in wanted]
+    steps.sort(key=lambda s: (s["partition"], s["job_id"], _step_rank(s["step_id"])))
+    fields = opts.get("Format")
+    spec = opts.get("format") or (fmt.format_from_fields(fields, stepfields.BY_NAME, "job step") if fields else None) \
+        or os.environ.get("SQUEUE_FORMAT") or stepfields.DEFAULT
+    parts = fmt.parse_format(spec)
+    now = reply["time"]
+    lines = [] if opts.get("noheader") else [fmt.render_header(parts, stepfields.TITLES)]
+    lines.extend(fmt.render_rows(parts, stepfields.value_of, steps, now))
+    return "\n".join(lines)
 
 
 def render(client: Client, opts: dict) -> str:
@@ -150,6 +178,11 @@ def render(client: Client, opts: dict) -> str:
         lines.append(fmt.render_header(parts, {code: f[0] for code, f in FIELDS.items()}))
     lines.extend(fmt.render_rows(parts, lambda code: FIELDS[code][2] if code in FIELDS else None, rows, now))
     return "\n".join(lines)
+
+
+def _step_rank(step_id: str) -> int:
+    """Where Slurm's numbering puts a step: srun's steps in order, then batch, then extern."""
+    return int(step_id) if step_id.isdigit() else {"batch": 1 << 32}.get(step_id, (1 << 32) + 1)
 
 
 # what squeue reads of every record whatever its format: to sort, filter by state and fold arrays
