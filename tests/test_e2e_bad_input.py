@@ -29,7 +29,8 @@ def baseline(cluster: Cluster) -> int:
     (["--deadline=whenever", "--wrap", "true"], "Invalid time specification"),
     (["--deadline=now-1hour", "--wrap", "true"], "Requested time limit is invalid"),
     (["--deadline=now+" + "9" * 60, "--wrap", "true"], "Invalid time specification"),
-    (["-N", "abc", "--wrap", "true"], "Invalid node count specification"),
+    (["-N", "abc", "--wrap", "true"], '"abc" is not a valid node count'),
+    (["-N", "4-2", "--wrap", "true"], "Maximum node count 2 is less than minimum node count 4"),
 ])
 def test_sbatch_refuses_bad_requests(cluster: Cluster, baseline: int, args: list[str], message: str) -> None:
     before = {j["job_id"] for j in cluster.jobs()}

@@ -15,6 +15,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from wattsched import nodecount
 from wattsched.api import (
     BIG,
     COUNT_MAX,
@@ -289,11 +290,7 @@ def _number(value: int | NoVal | None) -> float | None:
 
 def _node_range(desc: JobDesc) -> tuple[int, int]:
     if desc.nodes:
-        low, _, high = desc.nodes.partition("-")
-        try:
-            return int(low), int(high or 0)
-        except ValueError as exc:
-            raise ValueError(f"Invalid node count specification: {desc.nodes[:32]}") from exc
+        return nodecount.parse(desc.nodes[:64])
     return desc.minimum_nodes or 1, desc.maximum_nodes or 0
 
 

@@ -232,14 +232,17 @@ def shell_quote(word: str) -> str:
 
 
 def node_range(text: str | None) -> tuple[int, int]:
+    """-N's (minimum, maximum) nodes (wattsched.nodecount); a maximum of 0: none beyond the minimum."""
     if not text:
         return 1, 0
-    first, dash, second = text.strip().partition("-")
-    if not first.isdigit() or (dash and not second.isdigit()) or int(first) < 1:
-        raise CLIError(f"Invalid node count specification: {text}")
-    low, high = int(first), int(second or 0)
-    if high and high < low:
-        raise CLIError(f"Invalid node count specification: {text}")
+    from wattsched import nodecount
+
+    try:
+        low, high = nodecount.parse(text)
+    except nodecount.NodeCountError as exc:
+        raise CLIError(str(exc)) from exc
+    if low < 1:
+        raise CLIError(f'"{text}" is not a valid node count')
     return low, high
 
 
