@@ -131,10 +131,12 @@ def test_salloc_command_ends_when_the_allocation_is_cancelled(cluster: Cluster) 
     assert proc.returncode != 0
 
 
-def test_stdin_goes_to_task_zero_or_where_input_says(cluster: Cluster) -> None:
+def test_stdin_goes_to_every_task_or_where_input_says(cluster: Cluster) -> None:
     assert cluster.run("srun", "cat", input="hello\n").stdout == "hello\n"
-    two = cluster.run("srun", "-n", "2", "-l", "cat", input="x\n").stdout
-    assert two == "0: x\n"  # task 0 only, by default
+    # Slurm's default (srun(1), IO Redirection): stdin broadcast to all tasks, every byte to each
+    data = "".join(f"{i:05d}\n" for i in range(2000))  # 12,000 bytes
+    four = cluster.run("srun", "-N2", "-n", "4", "-l", "cat", input=data).stdout.splitlines()
+    assert sorted(four) == sorted(f"{t}: {line}" for t in range(4) for line in data.splitlines())
     everyone = cluster.run("srun", "-n", "2", "-l", "--input=all", "cat", input="y\n").stdout
     assert sorted(everyone.splitlines()) == ["0: y", "1: y"]
     assert cluster.run("srun", "-n", "2", "-l", "-i", "1", "cat", input="z\n").stdout == "1: z\n"

@@ -457,11 +457,12 @@ def multi_prog(opts: dict[str, Any], command: list[str], inside: bool) -> None:
 
 
 def stdin_targets(mode: str | None, ntasks: int, pty: bool) -> tuple[set[int], str]:
-    """srun -i/--input: the tasks fed srun's stdin (default task 0; ``all``; ``none``; a task id)
-    or a file pattern the tasks open themselves; with --pty, task 0 (on its terminal)."""
+    """srun -i/--input: the tasks fed srun's stdin (``all``, Slurm's default: each task gets all of
+    it; ``none``; a task id) or a file pattern the tasks open themselves; with --pty, task 0 (on its
+    terminal)."""
     if pty:
         return {0}, ""
-    text = (mode or "0").strip()
+    text = (mode or "all").strip()
     if text.lower() == "all":
         return set(range(ntasks)), ""
     if text.lower() == "none":
