@@ -194,6 +194,19 @@ def test_srun_verbose_says_its_options_allocation_and_launches_as_slurms(cluster
                                               "sbatch: verbose             : 1"], batch.stderr
 
 
+def test_a_node_range_takes_as_many_nodes_as_are_free(cluster: Cluster) -> None:
+    """-N MIN-MAX: as many nodes as possible within the range without waiting (a task on each where
+    -n is not given, no more nodes than tasks where it is); -N-2: at most two."""
+    hosts = cluster.run("srun", "-N1-64", "printenv", "SLURMD_NODENAME").stdout.split()
+    assert sorted(hosts) == ["n01", "n02", "n03", "n04"]
+    assert sorted(cluster.run("srun", "-N-2", "-l", "hostname").stdout.split()) == ["0:", "1:", "n01", "n02"]
+    job_id = cluster.sbatch("-N2-4", "-n3", "-o", "/dev/null", "--wrap",
+                            "srun -N1-9 printenv SLURMD_NODENAME > range-$SLURM_JOB_ID.out")
+    job = cluster.wait_state(job_id, "COMPLETED")
+    assert job["num_nodes"] == 3
+    assert sorted((cluster.work / f"range-{job_id}.out").read_text().split()) == ["n01", "n02", "n03"]
+
+
 def test_output_patterns_and_open_mode(cluster: Cluster) -> None:
     job_id = cluster.sbatch("-J", "pat", "-o", "out-%x-%j-%u.txt", "-e", "err-%j.txt", "--wrap",
                             "echo to-out; echo to-err >&2")

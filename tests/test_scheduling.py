@@ -212,7 +212,8 @@ def test_contiguous_best_fit_is_the_smallest_run_by_definition(raw, ntasks, node
     job (counting at most nodes_max of a run's nodes), the least by (Weight, capacity, position);
     with none, first fit over all usable nodes. Names zero-padded or not, unnumbered, of several
     prefixes; candidates lowest Weight first, as Candidates gives them, within a Weight in name
-    order or in any (a partition's) order."""
+    order or in any (a partition's) order. A node range (nodes_max above nodes_min) then takes as
+    many more usable nodes as it may: up to nodes_max, and no more than its tasks."""
     seen: set[str] = set()
     candidates = []
     for prefix, number, free, weight in raw:
@@ -222,18 +223,20 @@ def test_contiguous_best_fit_is_the_smallest_run_by_definition(raw, ntasks, node
             candidates.append(NodeSnap(name, 4, free, 8000, 8000, weight=weight))
     candidates.sort(key=lambda n: (n.weight, n.name if by_name else ""))
     request = JobRequest(job_id=1, user="u", partition="p", submit_time=NOW, ntasks=ntasks, nodes_min=nodes_min,
-                         nodes_max=nodes_max)
+                         nodes_max=nodes_max, ntasks_set=True)
     free = {n.name: (n.free_cpus, n.free_mem_mb) for n in candidates}
     usable = [(n, n.free_cpus) for n in candidates if n.free_cpus >= 1]
     limit = nodes_max or len(usable)
     fitting = [(run[0][0].weight, sum(cap for _n, cap in run[:limit]), usable.index(run[0]))
                for run in _runs_by_definition(usable)
                if len(run) >= nodes_min and sum(cap for _n, cap in run[:limit]) >= ntasks]
+    grow = nodes_max > nodes_min
     chosen, capacity = [], 0
     for node, cap in usable[min(fitting)[2]:] if fitting else usable:
         chosen.append(node.name)
         capacity += cap
-        if (len(chosen) >= nodes_min and capacity >= ntasks) or len(chosen) >= limit:
+        if len(chosen) >= (min(limit, ntasks) if grow else limit) or \
+                (not grow and len(chosen) >= nodes_min and capacity >= ntasks):
             break
     alloc = ConsTresSelect().select(request, candidates, free, 0)
     if len(chosen) < nodes_min or capacity < ntasks:

@@ -317,7 +317,10 @@ def mpi_type(requested: str | None, default: str) -> str:
 
 def run_step(client: Client, job_id: int, opts: dict[str, Any], command: list[str], label: bool,
              unbuffered: bool, new_allocation: bool) -> int:
-    nodes_min, _ = o.node_range(opts.get("nodes"))
+    nodes_min, nodes_max = o.node_range(opts.get("nodes"))
+    if nodes_max > nodes_min:  # a range: as many of the allocation's nodes as it may have, as Slurm's
+        held = os.environ.get("SLURM_JOB_NUM_NODES", "")
+        nodes_min = max(nodes_min, min(nodes_max, int(held) if held.isdigit() else nodes_min))
     req = {"name": opts.get("job_name") or os.path.basename(command[0]),
            "ntasks": opts.get("ntasks"), "nodes": nodes_min if opts.get("nodes") else None,
            "ntasks_per_node": opts.get("ntasks_per_node") or 0, "cpus_per_task": opts.get("cpus_per_task") or 1,

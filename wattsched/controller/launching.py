@@ -96,6 +96,8 @@ def start(state: ClusterState, job: Job, alloc: scheduling.Allocation, now: floa
     job.alloc_cpus = dict(alloc.cpus)
     job.nodes_expr = hostlist.compress(alloc.cpus)
     job.tasks_per_node = dict(alloc.tasks)
+    if not job.ntasks_set:  # a node range given more nodes than its minimum: a task on each, as Slurm's
+        job.ntasks = max(job.ntasks, sum(alloc.tasks.values()))
     job.alloc_mem_mb = max(alloc.mem_mb.values(), default=0)
     job.alloc_gpus = {}
     for name, kinds in alloc.gpus.items():

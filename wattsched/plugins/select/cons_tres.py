@@ -111,14 +111,19 @@ class ConsTresSelect:
 
     @staticmethod
     def _take(job: JobRequest, usable: Iterable[tuple[NodeSnap, int]]) -> list[tuple[NodeSnap, int]] | None:
-        """Nodes in order until the job's node count and tasks are covered (None: they are not)."""
+        """Nodes in order until the job's node count and tasks are covered (None: they are not).
+        A node range (-N MIN-MAX) takes as many nodes as there are, up to MAX, as Slurm's does ("as
+        many nodes as possible within the range ... without delaying the initiation of the job"),
+        and, where the tasks are counted (-n), no more nodes than tasks."""
         nodes_min, ntasks, nodes_max = job.nodes_min, job.ntasks, job.nodes_max or _MANY
+        grow = job.nodes_max > job.nodes_min
+        limit = min(nodes_max, ntasks) if grow and job.ntasks_set else nodes_max
         chosen: list[tuple[NodeSnap, int]] = []
         capacity = 0
         for pair in usable:
             chosen.append(pair)
             capacity += pair[1]
-            if (len(chosen) >= nodes_min and capacity >= ntasks) or len(chosen) >= nodes_max:
+            if len(chosen) >= limit or (not grow and len(chosen) >= nodes_min and capacity >= ntasks):
                 break
         if len(chosen) < nodes_min or capacity < ntasks:
             return None
