@@ -122,9 +122,19 @@ def test_help_usage_and_version(prog: str) -> None:
     # exactly Slurm's "slurm X.Y.Z" (Slurm's testsuite parses it; ours is wattsched --version's)
     assert version.returncode == 0 and re.fullmatch(r"slurm \d+\.\d+\.\d+\n", version.stdout)
     usage = subprocess.run([str(BIN / prog), "--usage"], capture_output=True, text=True, timeout=30)
-    assert usage.returncode == 0 and usage.stdout.startswith(f"Usage: {prog} ")
     helped = subprocess.run([str(BIN / prog), "--help"], capture_output=True, text=True, timeout=30)
-    assert helped.returncode == 0 and helped.stdout.startswith(f"Usage: {prog} ")
+    # Slurm's layouts: the database commands list their options one by one (sacctmgr --usage is its
+    # help); the others open with a usage line, and sbatch, salloc and srun --usage bracket each option
+    listing = prog in ("sacct", "sstat", "sacctmgr")
+    assert helped.returncode == usage.returncode == 0
+    assert re.match(rf"{prog} \[<OPTION>\]( \[<COMMAND>\])?\n    Valid <OPTION> values are:\n" if listing
+                    else rf"Usage: {prog} ", helped.stdout)
+    assert usage.stdout == helped.stdout if prog == "sacctmgr" else usage.stdout.startswith(f"Usage: {prog} ")
+    if prog in ("sbatch", "srun", "salloc"):
+        tail = "[command [args...]]" if prog == "salloc" else "executable [args...]"
+        assert re.fullmatch(rf"Usage: {prog}(\s+\[-{{1,2}}.*?\])+\s+{re.escape(tail)}\n", usage.stdout, re.S)
+    if prog in ("scancel", "sinfo", "squeue", "sprio"):
+        assert helped.stdout.startswith(f"Usage: {prog} [OPTIONS]")
     assert "<class" not in helped.stdout and "TEXT" not in helped.stdout  # no Python types as metavars
     if prog == "sbatch":
         assert "  -N, --nodes=N               number of nodes on which to run (N = min[-max])" in helped.stdout

@@ -112,8 +112,15 @@ class Command:
     """A command's option table, usage line and operand rule."""
 
     def __init__(self, prog: str, usage: str, options: Iterable[Opt | str], *, stop_at_operand: bool = False,
-                 operands: bool = True, epilog: str = ""):
+                 operands: bool = True, epilog: str = "", help_usage: str | None = None,
+                 operand_usage: str | None = None, option_list: bool = False):
+        """``usage``: what follows ``Usage: prog`` for --usage and atop --help; ``help_usage``: atop
+        --help instead (Slurm's ``[OPTIONS]``); ``operand_usage``: --usage lists every option in
+        brackets, then this (``executable [args...]``), as sbatch, salloc and srun do;
+        ``option_list``: --help in the layout of Slurm's database commands (sacct, sstat,
+        sacctmgr): ``prog [<OPTION>]``, then each option on a line of its own."""
         self.prog, self.usage, self.epilog = prog, usage, epilog
+        self.help_usage, self.operand_usage, self.option_list = help_usage, operand_usage, option_list
         self.takes_operands = operands  # False: an operand is an error
         self.items = list(options)  # strings are section titles in --help
         self.options = [o for o in self.items if isinstance(o, Opt)]
@@ -263,11 +270,15 @@ class Command:
         raise SystemExit(1)
 
     # -- help ---------------------------------------------------------------------------------
-    def usage_text(self) -> str:
+    def usage_text(self, usage: str | None = None) -> str:
         """``Usage: prog [...]`` wrapped at 80 columns under its first bracket, as Slurm lays it out."""
+        if usage is None:
+            usage = self.usage if self.operand_usage is None else " ".join(
+                [_bracketed(o) for o in self.options if o.status != IGNORED and o.kind not in ("help", "usage")
+                 and (o.status is None or o.kind == "version")] + [self.operand_usage])
         head = f"Usage: {self.prog} "
         lines, line = [], head
-        for word in self.usage.replace("] [", "]\0[").split("\0"):
+        for word in usage.replace("] [", "]\0[").split("\0"):
             if len(line) + len(word) > 79 and line.strip() != head.strip():
                 lines.append(line.rstrip())
                 line = " " * len(head)
@@ -276,13 +287,16 @@ class Command:
         return "\n".join(lines) + "\n"
 
     def help_text(self) -> str:
-        lines = [self.usage_text().rstrip(), ""]
+        if self.option_list:
+            lines = [f"{self.prog} {self.help_usage or '[<OPTION>]'}", "    Valid <OPTION> values are:"]
+        else:
+            lines = [self.usage_text(self.help_usage or self.usage).rstrip(), ""]
         unsupported = []
         for item in self.items:
             if isinstance(item, str):
                 lines.extend(["", item])
             elif item.status is None or item.kind in ("help", "usage", "version"):
-                lines.append(_help_line(item))
+                lines.append(_listed(item) if self.option_list else _help_line(item))
             else:
                 unsupported.append(item)
         for title, kept in (("Accepted for compatibility, no effect here:", IGNORED),
@@ -294,6 +308,19 @@ class Command:
         if self.epilog:
             lines.extend(["", self.epilog])
         return "\n".join(lines).replace("\n\n\n", "\n\n") + "\n"
+
+
+def _bracketed(opt: Opt) -> str:
+    """An option as --usage lists it: ``[-N nnodes]``, ``[--begin=time]``, ``[-l]``."""
+    if opt.short:
+        return f"[-{opt.short}{' ' + opt.metavar if opt.arg == REQ else ''}]"
+    return f"[--{opt.long}{'=' + opt.metavar if opt.arg == REQ else ''}]"
+
+
+def _listed(opt: Opt) -> str:
+    """An option in the database commands' --help: ``     -A, --accounts:`` and its text below."""
+    names = ", ".join(n for n in (f"-{opt.short}" if opt.short else "", f"--{opt.long}" if opt.long else "") if n)
+    return f"     {names}:\n\t           {opt.help}" if opt.help else f"     {names}:"
 
 
 def _help_line(opt: Opt, text: str | None = None) -> str:

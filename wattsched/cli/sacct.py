@@ -492,7 +492,7 @@ COMMAND = Command("sacct", "[options]", [
     refused(None, "env-vars", NO, "job environments are not stored in accounting"),
     refused(None, "yaml", OPT, "YAML output is not supported; use --json"),
     *standard(),
-], operands=False, epilog="Note, valid start/end time formats are...\n           HH:MM[:SS] [AM|PM]\n"
+], operands=False, option_list=True, epilog="Note, valid start/end time formats are...\n           HH:MM[:SS] [AM|PM]\n"
           "           MMDD[YY] or MM/DD[/YY] or MM.DD[.YY]\n           MM/DD[/YY]-HH:MM[:SS]\n"
           "           YYYY-MM-DD[THH:MM[:SS]]")
 

@@ -22,7 +22,7 @@ from typing import Any
 from wattsched import limits
 from wattsched.cli import fmt
 from wattsched.cli.common import Client, CLIError, print_json
-from wattsched.cli.options import NO, OPT, REQ, Command, Opt, ignored, refused, run, standard
+from wattsched.cli.options import NO, OPT, REQ, Command, Opt, ignored, refused, run
 from wattsched.limits import Limits
 from wattsched.timefmt import elapsed_str
 
@@ -155,12 +155,47 @@ COMMAND = Command("sacctmgr", "[<OPTION>] [<COMMAND>]", [
     ignored("Q", "quiet", NO), ignored("r", "readonly", NO), ignored("s", "associations", NO),
     ignored("o", "oneliner", NO), ignored("M", "cluster", REQ), ignored(None, "local", NO),
     refused(None, "yaml", OPT, "YAML output is not supported; use --json"),
-    *standard(),
-], epilog="""    Valid <COMMAND> values are:
-     add <ENTITY> <NAME> [<SPECS>]       add an account, user or cluster
-     modify <ENTITY> [where <SPECS>] set <SPECS>
-     delete <ENTITY> <NAME> [where <SPECS>]
-     show <ENTITY> [<NAMES>] [format=<FIELDS>]   ENTITY: account, user, assoc, cluster, qos""")
+    Opt("h", "help", NO, "show this help message", kind="help"),
+    Opt(None, "usage", NO, "show this help message (as Slurm's sacctmgr does)", kind="help"),
+    Opt("V", "version", NO, "output version information and exit", kind="version"),
+], help_usage="[<OPTION>] [<COMMAND>]", option_list=True, epilog="""    Valid <COMMAND> values are:
+     add <ENTITY> <SPECS>             add an entity (create: the same)
+     delete <ENTITY> where <SPECS>    delete the entities named (remove: the same)
+     list <ENTITY> [<SPECS>]          display the entities, all of them by default (show: the same)
+     modify <ENTITY> where <SPECS> set <SPECS>
+                                      change the entities named (update: the same)
+
+  <ENTITY> may be ("account", "association", "cluster", "qos" or "user").
+
+  <SPECS> are different for each command entity pair.
+       list associations   - Accounts=, Clusters=, Users=, Format=
+       list accounts       - Names=, Format=
+       list clusters       - Names=, Format=
+       list qos            - Names=, Format=
+       list users          - Names=, Format=
+
+       add account         - Names=, Parent=, Description=, Organization=, Fairshare=, QOS=,
+                             DefaultQOS= and the limits
+       add cluster         - Names=
+       add qos             - Names=, Description=, Priority=, Flags=, Preempt=, PreemptMode=,
+                             PreemptExemptTime=, GraceTime=, UsageFactor=, UsageThreshold=,
+                             EnergyPolicy= and the limits
+       add user            - Names=, Account=, DefaultAccount=, Fairshare=, AdminLevel=, QOS=,
+                             DefaultQOS= and the limits
+
+       modify account      - (set options) Parent=, Description=, Organization=, Fairshare=, QOS=,
+                             DefaultQOS= and the limits
+       modify cluster      - not supported here: a cluster has no settings of its own
+       modify qos          - (set options) as add qos
+       modify user         - (set options) DefaultAccount=, Fairshare=, AdminLevel=, QOS=, DefaultQOS=
+                             and the limits
+
+       delete account      - Names=
+       delete qos          - Names=
+       delete user         - Names=, Account=
+
+  The limits are Slurm's (GrpJobs=, GrpTRES=, GrpTRESMins= with energy= in joules, MaxJobs=,
+  MaxWall=, ...); -1 clears one.""")
 
 
 def sacctmgr(argv: list[str]) -> None:

@@ -21,7 +21,7 @@ from wattsched.cli.options import Command, run
 from wattsched.cli.srun import allocate
 
 COMMAND = Command("salloc", "[OPTIONS(0)...] [ : [OPTIONS(N)...]] [command(0) [args(0)...]]",
-                  o.job_options("salloc"), stop_at_operand=True)
+                  o.job_options("salloc"), stop_at_operand=True, operand_usage="[command [args...]]")
 # what the step-side variables of the batch environment mean on a node: not set by salloc
 _NODE_ONLY = {"SLURMD_NODENAME", "SLURM_NODEID", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_TASK_PID",
               "SLURM_GTIDS", "SLURM_CPUS_ON_NODE"}

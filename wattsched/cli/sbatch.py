@@ -56,7 +56,8 @@ def directives(script: str) -> list[str]:
 
 
 USAGE = "[OPTIONS(0)...] [ : [OPTIONS(N)...]] script(0) [args(0)...]"
-COMMAND = Command("sbatch", USAGE, o.job_options("sbatch"), stop_at_operand=True)
+COMMAND = Command("sbatch", USAGE, o.job_options("sbatch"), stop_at_operand=True,
+                  operand_usage="executable [args...]")
 
 
 def sbatch(argv: list[str]) -> int:

@@ -53,7 +53,7 @@ COMMAND = Command("scancel", "[-A account] [--batch] [--full] [--interactive] [-
     ignored(None, "federation", NO), ignored(None, "sibling", REQ),
     "Help options:",
     *standard(),
-])
+], help_usage="[OPTIONS] [job_id[_array_id][.step_id]]")
 
 
 def scancel(argv: list[str]) -> int:

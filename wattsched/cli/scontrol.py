@@ -450,6 +450,7 @@ COMMAND = Command("scontrol", "[<OPTION>] [<COMMAND>]", [
      hold <job_list>          prevent specified job from starting.
      listpids <job_id<.step>> List pids associated with a given job step (on this node).
      ping                     print status of slurmctld daemons.
+     reconfigure              have the daemons read the configuration file again.
      release <job_list>       permit specified job to start (see hold).
      requeue <job_id>         re-queue a batch job.
      resume <job_list>        resume previously suspended job (see suspend).

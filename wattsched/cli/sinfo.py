@@ -157,7 +157,7 @@ COMMAND = Command("sinfo", "[-abdeilNRrsTv] [-i seconds] [-t states] [-p partiti
     refused(None, "yaml", OPT, "YAML output is not supported; use --json"),
     "Help options:",
     *standard(None),
-], operands=False)
+], operands=False, help_usage="[OPTIONS]")
 
 
 def sinfo(argv: list[str]) -> int:

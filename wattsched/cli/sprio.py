@@ -66,7 +66,7 @@ COMMAND = Command("sprio", "[-j jid[s]] [-u user_name[s]] [-o format] [-p partit
     refused(None, "yaml", OPT, "YAML output is not supported; use --json"),
     "Help options:",
     *standard(None),
-])
+], help_usage="[OPTIONS]")
 
 
 def sprio(argv: list[str]) -> None:

@@ -65,7 +65,7 @@ COMMAND = Command("squeue", "[-A account] [--clusters names] [-i seconds] [--job
     refused(None, "yaml", OPT, "YAML output is not supported; use --json"),
     "Help options:",
     *standard(None),
-])
+], help_usage="[OPTIONS]")
 
 # raw values to sort on (-S) where the printed one would sort wrongly (numbers, times)
 SORT_KEYS = {"i": "job_id", "A": "job_id", "F": "array_job_id", "Q": "priority", "p": "priority",

@@ -173,7 +173,7 @@ class TaskStreams:
 
 
 COMMAND = Command("srun", "[OPTIONS(0)... [executable(0) [args(0)...]]] [ : [OPTIONS(N)...]] executable(N) "
-                  "[args(N)...]", o.job_options("srun"), stop_at_operand=True)
+                  "[args(N)...]", o.job_options("srun"), stop_at_operand=True, operand_usage="executable [args...]")
 
 
 def srun(argv: list[str]) -> int:

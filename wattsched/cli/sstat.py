@@ -43,7 +43,7 @@ FIELDS: dict[str, tuple[int, Callable[[Row], str]]] = {
 }
 
 
-COMMAND = Command("sstat", "[-ainpPv] [-j jobid[.stepid]] [-o field,...] [--json]", [
+COMMAND = Command("sstat", "[options] -j <job(.stepid)>\n\tUse --help for help", [
     Opt("a", "allsteps", NO, "print all steps for the given job(s) when no step is specified"),
     Opt("e", "helpformat", NO, "Print a list of fields that can be specified with the '--format' option"),
     Opt("i", "pidformat", NO, "Predefined format to list the pids running for each job step"),
@@ -60,7 +60,7 @@ COMMAND = Command("sstat", "[-ainpPv] [-j jobid[.stepid]] [-o field,...] [--json
     Opt(None, "units", REQ, "Display values in specified unit type.", metavar="[KMGTP]"),
     refused(None, "yaml", OPT, "YAML output is not supported; use --json"),
     *standard(),
-])
+], option_list=True)
 
 
 def sstat(argv: list[str]) -> None:
