@@ -160,3 +160,35 @@ def test_slurmdbd_says_there_is_nothing_to_start(cluster: Cluster) -> None:
     assert _daemon(cluster, "slurmdbd", "-h").stderr.startswith("Usage: slurmdbd [OPTIONS]\n  -D")
     started = _daemon(cluster, "slurmdbd", "-D")
     assert started.returncode == 1 and "slurmctld writes the accounting to AccountingStorageLoc" in started.stderr
+
+
+def test_slurmrestd_answers_on_a_pipe_and_names_its_plugins(tmp_path: Path) -> None:
+    """Without an address slurmrestd answers the requests on its standard input (inetd's way), the
+    caller's own (rest_auth/local) where a request brings no token; -a/-s/-d list and check Slurm's
+    plugin names; a malformed request ends it non-zero, as Slurm's does."""
+    cluster = Cluster(tmp_path / "c", nodes=1).start()
+    env = dict(cluster.env, SLURMRESTD_SECURITY="disable_user_check")  # root runs it here
+
+    def restd(*args: str, given: str = "") -> subprocess.CompletedProcess:
+        return subprocess.run([str(BIN / "slurmrestd"), *args], input=given, env=env, capture_output=True,
+                              text=True, timeout=60)
+
+    try:
+        listed = restd("-a", "list")
+        assert (listed.returncode, listed.stderr) == (0, "Possible REST authentication plugins:\nrest_auth/jwt\n"
+                                                         "rest_auth/local\n")
+        assert restd("-s", "list").stderr.splitlines()[1:] == ["openapi/slurmctld", "openapi/slurmdbd"]
+        assert "data_parser/v0.0.40" in restd("-d", "list").stderr.splitlines()
+        for option in ("-a", "-s", "-d"):
+            bad = restd(option, "nonesuch")
+            assert bad.returncode == 1 and bad.stderr.startswith("slurmrestd: fatal: Unable to find plugin: ")
+        two = restd("-a", "rest_auth/local", given="GET /slurm/v0.0.40/nodes HTTP/1.1\r\n\r\n"
+                    "GET /slurm/v0.0.40/ping HTTP/1.1\r\nConnection: close\r\n\r\n")
+        # (read as text: \r\n comes as \n)
+        assert two.returncode == 0 and two.stdout.count("HTTP/1.1 200 OK\n") == 2, two.stdout + two.stderr
+        assert '"name":"n01"' in two.stdout and '"pinged":"UP"' in two.stdout
+        for broken in ("INVALID", "INVALID\r\n\r\n", "GET /openapi HTTP/1.1\r\nINVALID\r\n\r\n",
+                       "GET /slurm/v0.0.40/ping HTTP/1.1\r\n"):
+            assert restd(given=broken).returncode == 1, broken
+    finally:
+        cluster.stop()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import MutableMapping
 from typing import Any
 
 import httpx
@@ -32,12 +33,15 @@ CONNECT_FAILURE = {"error": "Unable to contact slurm controller (connect failure
 
 
 class RestProxy:
-    """ASGI: each request sent on to the controller in charge, its answer returned as it came."""
+    """ASGI: each request sent on to the controller in charge, its answer returned as it came.
+    ``local_token``: the credential of whoever runs slurmrestd on a pipe (rest_auth/local), sent
+    with a request that brings none of its own."""
 
-    def __init__(self, controllers: list[str], timeout_s: float):
+    def __init__(self, controllers: list[str], timeout_s: float, local_token: str | None = None):
         self.controllers = controllers
         self.last = controllers[0]  # the one that answered last
         self.timeout_s = timeout_s
+        self.local_token = local_token
         self.client: httpx.AsyncClient | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -66,6 +70,8 @@ class RestProxy:
             if not message.get("more_body"):
                 break
         headers = [(k, v) for k, v in scope["headers"] if k.lower() not in _NOT_FORWARDED]
+        if self.local_token and not any(k.lower() in (b"authorization", b"x-slurm-user-token") for k, _ in headers):
+            headers.append((b"authorization", f"Bearer {self.local_token}".encode()))
         target = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
         if scope.get("query_string"):
             target += "?" + scope["query_string"].decode("latin-1")
@@ -91,6 +97,89 @@ async def _answer(send: Send, status: int, content: bytes, headers: list[tuple[b
     await send({"type": "http.response.start", "status": status,
                 "headers": [*headers, (b"content-length", str(len(content)).encode())]})
     await send({"type": "http.response.body", "body": content})
+
+
+def serve_pipe(controllers: list[str], message_timeout_s: float, local_token: str | None) -> int:
+    """slurmrestd with no address to listen on (started by inetd, or given a request on a pipe):
+    the HTTP requests on standard input, each answered on standard output by the same proxy, until
+    the input ends or a request asks to close; a malformed request, or one cut short, ends it with
+    1, as Slurm's "fail on first error" for a piped process. (httptools, uvicorn's own parser, as it
+    takes an HTTP/1.1 request without Host, as Slurm's does and its suite sends.)"""
+    import asyncio
+    import http
+
+    import httptools
+
+    proxy = RestProxy(controllers, max(30.0, message_timeout_s), local_token)
+    done: list[tuple[bytes, bytes, list[tuple[bytes, bytes]], bytes, bool]] = []
+
+    class Message:
+        def __init__(self) -> None:
+            self.url, self.headers, self.body = b"", [], bytearray()  # type: ignore[var-annotated]
+
+        def on_message_begin(self) -> None:
+            self.url, self.headers, self.body = b"", [], bytearray()
+
+        def on_url(self, url: bytes) -> None:
+            self.url += url
+
+        def on_header(self, name: bytes, value: bytes) -> None:
+            self.headers.append((name.lower(), value))
+
+        def on_body(self, data: bytes) -> None:
+            self.body += data
+            if len(self.body) > MAX_BODY_BYTES:
+                raise httptools.HttpParserError("request body too large")
+
+        def on_message_complete(self) -> None:
+            done.append((parser.get_method(), self.url, self.headers, bytes(self.body), parser.should_keep_alive()))
+
+    parser = httptools.HttpRequestParser(Message())
+
+    async def answer(method: bytes, target: bytes, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
+        path, _, query = target.partition(b"?")
+        scope = {"type": "http", "method": method.decode(), "path": path.decode("latin-1"), "raw_path": path,
+                 "query_string": query, "headers": headers}
+        sent: dict[str, Any] = {}
+
+        async def receive() -> dict[str, Any]:
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        async def send(message: MutableMapping[str, Any]) -> None:
+            sent.update(message)
+
+        await proxy(scope, receive, send)
+        status = sent["status"]
+        head = [f"HTTP/1.1 {status} {http.HTTPStatus(status).phrase}".encode()]
+        head += [k + b": " + v for k, v in sent["headers"]]
+        os.write(1, b"\r\n".join(head) + b"\r\n\r\n" + sent["body"])
+
+    async def run() -> int:
+        proxy.client = httpx.AsyncClient(timeout=proxy.timeout_s, follow_redirects=False)
+        pending = False  # bytes of a request not yet complete
+        try:
+            while True:
+                data = os.read(0, 65536)
+                if not data:
+                    if pending:
+                        os.write(2, b"slurmrestd: error: request on standard input cut short\n")
+                    return 1 if pending else 0
+                try:
+                    parser.feed_data(data)
+                except httptools.HttpParserError as exc:
+                    os.write(2, f"slurmrestd: error: bad request on standard input: {exc}\n".encode())
+                    return 1
+                pending = True
+                while done:
+                    method, target, headers, body, keep_alive = done.pop(0)
+                    await answer(method, target, headers, body)
+                    if not keep_alive:
+                        return 0
+                    pending = False
+        finally:
+            await proxy.client.aclose()
+
+    return asyncio.run(run())
 
 
 def listen(address: str) -> socket.socket:

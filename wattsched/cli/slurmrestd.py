@@ -1,11 +1,14 @@
 """slurmrestd: Slurm's REST API daemon under its name and options (slurmrestd(8)), listening where
 the site says (``slurmrestd [OPTIONS] [host]:port|unix:/path ...``, or SLURMRESTD_LISTEN) and
 sending each request on to the controller, which serves the API itself (wattsched.restproxy).
+Without an address it answers the requests on its standard input (inetd's way).
 
 As Slurm's, it refuses to run as root, its group or nobody unless told (-u/-g to drop to after the
-sockets are open, or SLURMRESTD_SECURITY=disable_user_check), authenticates by JSON web token
-(``-a rest_auth/jwt``; the controller checks the token each request carries) and serves every data
-parser version the controller has (-d and -s are accepted). -t and --max-connections bound it.
+sockets are open, or SLURMRESTD_SECURITY=disable_user_check). The controller checks the token each
+request carries (rest_auth/jwt); on standard input, a request without one is its caller's
+(rest_auth/local: the token the commands would use). -a, -s and -d name Slurm's plugins (``list``
+lists them); every data parser version the controller has is served. -t and --max-connections
+bound it.
 """
 
 from __future__ import annotations
@@ -59,7 +62,9 @@ COMMAND = RestdCommand("slurmrestd", "[OPTIONS] [host:port]...", [
     Opt("v", None, NO, kind="count", dest="verbose"), Opt("V", None, NO, kind="version"),
     Opt(None, "max-connections", REQ, dest="max_connections"),
 ])
-AUTH_TYPES = ("rest_auth/jwt", "jwt")
+# the plugins slurmrestd -a, -s and -d name (list: each one); a bare name stands for its full one
+AUTH_TYPES = ("rest_auth/jwt", "rest_auth/local")
+OPENAPI = ("openapi/slurmctld", "openapi/slurmdbd")
 SECURITY = ("disable_unshare_sysv", "disable_unshare_files", "disable_user_check", "become_user")
 
 
@@ -104,6 +109,21 @@ def _lock_down(uid: int | None, gid: int | None, security: set[str]) -> None:
             fatal("slurmrestd should not be run with the root goup.")
 
 
+def plugins(kind: str, asked: str | None, known: tuple[str, ...], what: str) -> list[str]:
+    """The plugins of ``kind`` asked for (all by default), checked against ``known``; ``list``
+    names them all on standard error and ends, as Slurm's."""
+    if asked is not None and asked.strip().lower() == "list":
+        sys.stderr.write(f"Possible {what} plugins:\n" + "".join(f"{name}\n" for name in known))
+        raise SystemExit(0)
+    chosen = []
+    for name in (n.strip() for n in (asked or ",".join(known)).split(",")):
+        full = name if name.startswith(f"{kind}/") else f"{kind}/{name}"
+        if full not in known:
+            fatal(f"Unable to find plugin: {full}")
+        chosen.append(full)
+    return chosen
+
+
 def slurmrestd(argv: list[str]) -> int:
     opts, addresses = COMMAND.parse(argv)
     if opts.get("help"):
@@ -112,10 +132,13 @@ def slurmrestd(argv: list[str]) -> int:
     security = set(filter(None, os.environ.get("SLURMRESTD_SECURITY", "").split(",")))
     if security - set(SECURITY):
         fatal(f"Unexpected value in SLURMRESTD_SECURITY={os.environ['SLURMRESTD_SECURITY']}")
-    auth = opts.get("auth") or os.environ.get("SLURMRESTD_AUTH_TYPES") or "rest_auth/jwt"
-    for kind in filter(None, auth.split(",")):
-        if kind not in AUTH_TYPES:
-            fatal(f"Authentication type {kind} is not supported here: tokens (rest_auth/jwt) are")
+    auth = plugins("rest_auth", opts.get("auth") or os.environ.get("SLURMRESTD_AUTH_TYPES"), AUTH_TYPES,
+                   "REST authentication")
+    from wattsched import dataversions
+
+    plugins("openapi", opts.get("openapi") or os.environ.get("SLURMRESTD_OPENAPI_PLUGINS"), OPENAPI, "OpenAPI")
+    plugins("data_parser", opts.get("data_parsers") or os.environ.get("SLURMRESTD_DATA_PARSER_PLUGINS"),
+            tuple(f"data_parser/{v}" for v in dataversions.VERSIONS), "data_parser")
     threads = opts.get("threads")
     if threads is not None:
         count = int(threads) if threads.lstrip("-").isdigit() else 0
@@ -127,8 +150,6 @@ def slurmrestd(argv: list[str]) -> int:
     if connections is not None and (not connections.isdigit() or int(connections) < 1):
         fatal(f"Invalid max connection count: {connections}")
     addresses = addresses or [a for a in os.environ.get("SLURMRESTD_LISTEN", "").split(",") if a]
-    if not addresses:
-        fatal("No sockets to listen on: give host:port or unix:/path (or SLURMRESTD_LISTEN)")
     uid, gid = _ids(opts)
     from wattsched import config as config_mod
     from wattsched.cli.common import CLIError, config_file
@@ -143,6 +164,14 @@ def slurmrestd(argv: list[str]) -> int:
     without_unused_imports()  # before uvicorn and httpx
     from wattsched import restproxy
 
+    if not addresses:  # inetd's way, or a request on a pipe: standard input and output
+        _lock_down(uid, gid, security)
+        local = None
+        if "rest_auth/local" in auth:
+            from wattsched.cli.common import Client
+
+            local = Client(config).token()
+        return restproxy.serve_pipe(list(config.controller_urls), config.message_timeout_s, local)
     try:
         sockets = [restproxy.listen(address) for address in addresses]
     except ValueError as exc:
