@@ -118,9 +118,10 @@ def test_scancel_of_one_step_leaves_the_job_and_its_other_steps(cluster: Cluster
     bad = cluster.run("scancel", f"{job_id}.7", check=False)
     assert (bad.returncode, bad.stderr) == (1, f"scancel: error: Kill job error on job id {job_id}.7: "
                                                "Invalid job id specified\n")
-    cluster.run("scancel", "--signal=USR1", f"{job_id}.0")
+    told = cluster.run("scancel", "-v", "--signal=USR1", f"{job_id}.0")
+    assert told.stderr == f"scancel: Signal 10 to step {job_id}.0\n"  # Slurm's -v words
     wait_for(lambda: "step 0 got USR1" in log.read_text(), 30, what="step 0 signalled")
-    cluster.run("scancel", f"{job_id}.1")
+    assert cluster.run("scancel", "--verbose", f"{job_id}.1").stderr == f"scancel: Terminating step {job_id}.1\n"
     wait_for(lambda: "step 1 ended" in log.read_text(), 30, what="step 1 cancelled")
     assert cluster.job(job_id)["state"] == "RUNNING"  # the job and step 0 go on
     text = log.read_text()
@@ -132,7 +133,7 @@ def test_scancel_of_one_step_leaves_the_job_and_its_other_steps(cluster: Cluster
     late = cluster.run("scancel", f"{job_id}.1", check=False)
     assert late.stderr == (f"scancel: error: Kill job error on job id {job_id}.1: "
                            "Job/step already completing or completed\n")
-    cluster.run("scancel", str(job_id))
+    assert cluster.run("scancel", "-v", str(job_id)).stderr == f"scancel: Terminating job {job_id}\n"
     cluster.wait_state(job_id, "CANCELLED")
     rows = cluster.run("sacct", "-j", f"{job_id}.1", "-P", "-n", "-o", "JobID,State").stdout.splitlines()
     assert rows == [f"{job_id}.1|CANCELLED"]  # the step alone, as Slurm's sacct shows JOB.STEP
@@ -152,6 +153,38 @@ def test_srun_wait_ends_the_step_a_while_after_its_first_task(cluster: Cluster) 
         assert done.returncode == 128 + 15
     env = dict(cluster.env, SLURM_WAIT="1")
     assert "First task exited 1s ago" in cluster.run("srun", "-n2", "sh", "-c", task, env=env, check=False).stderr
+
+
+def test_a_job_sent_sigstop_is_stopped_until_sigcont(cluster: Cluster) -> None:
+    """Slurm's STOPPED: scancel -s STOP freezes the job's processes and squeue shows it STOPPED (ST),
+    in its default listing; -s CONT makes it RUNNING again."""
+    ticks = cluster.work / "stop-ticks"
+    job_id = cluster.sbatch("-o", "/dev/null", "--wrap", f"exec sh -c 'while :; do echo x >> {ticks}; sleep 0.1; done'")
+    wait_for(lambda: ticks.exists(), 30, what="the job ticking")
+    cluster.run("scancel", "-s", "STOP", str(job_id))
+    cluster.wait_state(job_id, "STOPPED")
+    assert cluster.run("squeue", "-h", "-o", "%i %t %T").stdout.split() == [str(job_id), "ST", "STOPPED"]
+    wait_for(lambda: _states_of(str(ticks)) == {"T"}, 30, what="the job's shell stopped (T)")
+    size = ticks.stat().st_size
+    cluster.run("scancel", "-s", "CONT", str(job_id))
+    cluster.wait_state(job_id, "RUNNING")
+    wait_for(lambda: ticks.stat().st_size > size, 30, what="the job ticking again")
+    cluster.run("scancel", str(job_id))
+    cluster.wait_state(job_id, "CANCELLED")
+
+
+def _states_of(text: str) -> set[str]:
+    """The process states (/proc/PID/stat) of the processes whose command line holds ``text``."""
+    from pathlib import Path
+
+    found = set()
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            if text.encode() in (entry / "cmdline").read_bytes():
+                found.add((entry / "stat").read_text().rsplit(")", 1)[1].split()[0])
+        except OSError:
+            continue
+    return found
 
 
 def test_signal_before_time_limit(cluster: Cluster) -> None:

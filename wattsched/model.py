@@ -151,6 +151,7 @@ class Job:
     configuring: bool = False  # allocated nodes still powering up: launched once they are all up
     prolog_slurmctld: bool = False  # PrologSlurmctld runs: the job stays CONFIGURING until it succeeds
     suspended_at: float = 0.0  # when scontrol suspend froze it (0: not suspended)
+    stopped: bool = False  # sent SIGSTOP as a whole (scancel -s STOP), not yet SIGCONT: STOPPED
     suspended_s: float = 0.0  # time spent suspended, which neither its run time nor its time limit counts
     completing_nodes: list[str] = field(default_factory=list)
     consumed_energy_j: float | None = None  # filled by the node agents' energy plugins
@@ -175,12 +176,15 @@ class Job:
 
     @property
     def shown_state(self) -> str:
-        """The state squeue and sacct show: CONFIGURING and SUSPENDED are RUNNING jobs, as in Slurm."""
+        """The state squeue and sacct show: CONFIGURING, SUSPENDED and STOPPED are RUNNING jobs, as in
+        Slurm."""
         if self.state == states.RUNNING:
             if self.configuring:
                 return states.CONFIGURING
             if self.suspended_at:
                 return states.SUSPENDED
+            if self.stopped:
+                return states.STOPPED
         return self.state
 
     def suspended_until(self, now: float) -> float:

@@ -85,6 +85,10 @@ def scancel(argv: list[str]) -> int:
             return 0
     if opts.get("interactive"):
         ids = [job_ref for job_ref in ids if _confirm(job_ref)]
+    if opts.get("verbose"):  # Slurm's words, before the requests (on stderr, where its verbose() writes)
+        for job_ref in ids:
+            kind = "step" if "." in job_ref else f"{'full ' if opts.get('full') else ''}job"
+            sys.stderr.write(f"scancel: {'Terminating' if sig is None else f'Signal {sig} to'} {kind} {job_ref}\n")
     failed = False
     for start in range(0, len(ids), BATCH):
         failed |= _cancel(client, ids[start:start + BATCH], sig, opts)
@@ -111,9 +115,6 @@ def _cancel(client: Client, refs: list[str], sig: int | None, opts: dict) -> boo
         if not opts.get("quiet"):
             sys.stderr.write(f"scancel: error: Kill job error on job id {refs[0]}: {exc}\n")
         return True
-    if opts.get("verbose"):
-        for job_ref in refs:
-            print(f"scancel: {'Signal ' + str(sig) + ' sent to' if sig else 'Terminating'} job {job_ref}")
     return False
 
 

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 DEFAULT = "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R"
 LONG = "%.18i %.9P %.8j %.8u %.8T %.10M %.9l %.6D %R"
 START = "%.18i %.9P %.8j %.8u %.2t %.19S %.6D %R"
-DEFAULT_STATES = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING")
+DEFAULT_STATES = ("PENDING", "CONFIGURING", "RUNNING", "SUSPENDED", "STOPPED", "COMPLETING")
 
 
 COMMAND = Command("squeue", "[-A account] [--clusters names] [-i seconds] [--job jobid] [-n name] [-o format] "

@@ -209,7 +209,7 @@ def reset_for_requeue(state: ClusterState, job: Job, now: float) -> None:
     job.alloc_cpus, job.tasks_per_node, job.alloc_mem_mb, job.nodes_expr = {}, {}, 0, ""
     job.alloc_gpus = {}
     job.batch_host, job.launched, job.final_state, job.configuring = "", False, "", False
-    job.cancelled_by, job.timed_out, job.warn_signal_sent = None, False, False
+    job.cancelled_by, job.timed_out, job.warn_signal_sent, job.stopped = None, False, False, False
     job.preempted, job.preempt_deadline = "", 0.0  # (preempt_suspended: cleared as its resources went back)
     job.cap_slowed, job.cap_freq_before, job.cap_suspended = False, None, False
     job.exit_code = job.term_signal = 0

@@ -149,6 +149,9 @@ def cancel(state: ClusterState, jobs: Iterable[Job], who: Identity, sig: int | N
         if sig is not None and sig not in (signal_mod.SIGKILL,):
             if job.state == states.RUNNING:
                 actions.append(Signal(job.job_id, job.node_list, sig, batch_only))
+                if sig in (signal_mod.SIGSTOP, signal_mod.SIGCONT) and not batch_only:
+                    job.stopped = sig == signal_mod.SIGSTOP  # Slurm's JOB_STOPPED flag
+                    state.touch(job)
             continue
         if job.state == states.PENDING:
             job.state = states.CANCELLED
