@@ -29,7 +29,8 @@ def fs_cluster(tmp_path_factory) -> Iterator[Cluster]:
 
 
 def _sprio(c: Cluster) -> dict[str, list[str]]:
-    lines = c.run("sprio", "-l", "-h").stdout.splitlines()
+    # job, partition, user, priority, site, then AGE FAIRSHARE JOBSIZE PARTITION QOS and ours, ENERGY
+    lines = c.run("sprio", "-h", "-o", "%i %r %u %Y %S %A %F %J %P %Q %E").stdout.splitlines()
     return {line.split()[2]: line.split() for line in lines}
 
 
@@ -77,6 +78,15 @@ def test_energy_fairshare_ranks_the_green_user_first(fs_cluster: Cluster) -> Non
     assert float(by_user["green"][4]) > float(by_user["glutton"][4])
     weights = c.run("sprio", "-w").stdout.splitlines()[1].split()
     assert weights[0] == "Weights" and "1000" in weights
+    # Slurm's layouts: by default a column for each weighted factor (ENERGY ours), USER with -u;
+    # -l the fixed long one
+    assert c.run("sprio").stdout.split("\n")[0].split() == ["JOBID", "PARTITION", "PRIORITY", "SITE", "AGE",
+                                                             "FAIRSHARE", "JOBSIZE", "ENERGY"]
+    assert c.run("sprio", "-u", "green").stdout.split("\n")[0].split()[:4] == ["JOBID", "PARTITION", "USER",
+                                                                               "PRIORITY"]
+    assert c.run("sprio", "-l").stdout.split("\n")[0].split() == [
+        "JOBID", "PARTITION", "USER", "ACCOUNT", "PRIORITY", "SITE", "AGE", "ASSOC", "FAIRSHARE", "JOBSIZE",
+        "PARTITION", "QOSNAME", "QOS", "NICE", "TRES"]
     json_rows = c.api("GET", "/v1/shares").json()["rows"]
     assert {r["user"] for r in json_rows} >= set(USERS)
     c.run("scancel", *map(str, pending.values()))

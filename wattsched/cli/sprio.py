@@ -10,19 +10,32 @@ from wattsched.cli import fmt
 from wattsched.cli.common import Client, print_json, split_list
 from wattsched.cli.options import NO, OPT, REQ, Command, Opt, ignored, refused, run, standard
 
-# %-code -> (title, factor key, weight key); the value is weight x factor, or the factor with -n
+# %-code -> (title, factor key, weight key); the value is weight x factor, or the factor with -n.
+# Slurm's factors (B, the association's, and T, the TRES', are 0 here: no such weights), then ours.
 CODES: dict[str, tuple[str, str, str]] = {
     "A": ("AGE", "age", "age"),
+    "B": ("ASSOC", "assoc", "assoc"),
     "F": ("FAIRSHARE", "fairshare", "fairshare"),
     "J": ("JOBSIZE", "job_size", "job_size"),
     "P": ("PARTITION", "partition_factor", "partition"),
     "Q": ("QOS", "qos", "qos"),
-    "E": ("ENERGY", "energy", "energy"),
+    "E": ("ENERGY", "energy", "energy"),  # ours: EnergyFairShare (PriorityWeightEnergy)
     "G": ("CARBON", "carbon", "carbon"),  # ours: flexible work in greener hours (PriorityWeightCarbon)
 }
 NORMALIZED = {code.lower(): code for code in CODES}
-DEFAULT = "%.15i %9r %10u %.10Y %.10S %.10A %.10F %.10J %.10P %.10Q %.10E"
-LONG = DEFAULT + " %.6N"
+# Slurm's layouts: -l's fixed; the default's a column for each factor whose weight is set
+LONG = "%.15i %9r %.8u %.8o %.10Y %.10S %.10A %.10B %.10F %.10J %.10P %.10n %.10Q %.11N %.20T"
+LONG_NORMALIZED = "%.15i %9r %.8u %.8o %10y %10a %10b %10f %10j %10p %10n %10q %20t"
+
+
+def default_format(weights: dict[str, Any], normalized: bool, users: bool) -> str:
+    """Slurm's default: job and partition, the user where -u asks, the priority (and site), then a
+    column for each factor with a weight."""
+    columns = ["%.15i %9r", *([" %.8u"] if users else []), " %10y" if normalized else " %.10Y %.10S"]
+    for code in ("A", "B", "F", "J", "P", "Q", "E", "G"):
+        if weights.get(CODES[code][2]):
+            columns.append(f" %10{code.lower()}" if normalized else f" %.10{code}")
+    return "".join(columns)
 
 
 def _values(weights: dict[str, Any], normalized: bool):
@@ -33,17 +46,19 @@ def _values(weights: dict[str, Any], normalized: bool):
         if code in CODES:
             _title, factor, weight = CODES[code]
             if normalized:
-                return lambda j: f"{j[factor]:.7f}"
-            return lambda j: str(round(weights[weight] * j[factor]))
+                return lambda j: f"{j.get(factor, 0.0):.7f}"
+            return lambda j: str(round(weights.get(weight, 0) * j.get(factor, 0.0)))
         simple = {"i": lambda j: str(j["job_id"]), "r": lambda j: j["partition"], "u": lambda j: j["user"],
                   "n": lambda j: j["qos_name"], "o": lambda j: j["account"],
-                  "Y": lambda j: str(j["priority"]), "S": lambda j: str(j["site"]), "N": lambda j: str(j["nice"])}
+                  "Y": lambda j: str(j["priority"]), "y": lambda j: f"{j['priority'] / 4294967295:.7f}",
+                  "S": lambda j: str(j["site"]), "N": lambda j: str(j["nice"]), "T": lambda j: "",
+                  "t": lambda j: ""}
         return simple.get(code, lambda _j, c=code: f"%{c}")
     return value
 
 
-TITLES = {"i": "JOBID", "r": "PARTITION", "u": "USER", "Y": "PRIORITY", "S": "SITE", "N": "NICE", "n": "NAME",
-          "o": "ACCOUNT", **{c: t for c, (t, _f, _w) in CODES.items()},
+TITLES = {"i": "JOBID", "r": "PARTITION", "u": "USER", "Y": "PRIORITY", "y": "PRIORITY", "S": "SITE", "N": "NICE",
+          "n": "QOSNAME", "o": "ACCOUNT", "T": "TRES", "t": "TRES", **{c: t for c, (t, _f, _w) in CODES.items()},
           **{n: CODES[c][0] for n, c in NORMALIZED.items()}}
 
 
@@ -88,7 +103,8 @@ def sprio(argv: list[str]) -> None:
     if json_:
         print_json({"weights": weights, "jobs": rows})
         return
-    spec = fmt_ or (LONG if long else DEFAULT)
+    spec = fmt_ or ((LONG_NORMALIZED if normalized else LONG) if long else
+                    default_format(weights, normalized, bool(wanted_users)))
     parts = fmt.parse_format(spec)
     if parsable:  # every column unpadded, between bars
         columns = [fmt.Column(p.code, None, False) for p in parts if isinstance(p, fmt.Column)]
@@ -102,7 +118,7 @@ def sprio(argv: list[str]) -> None:
         def weight_of(code: str) -> Callable[[Any], str]:
             if code not in CODES:
                 return value(code)
-            weight = str(weights[CODES[code][2]])
+            weight = str(weights.get(CODES[code][2], 0))
             return lambda _j: weight
 
         row = fmt.compile_row(parts, weight_of)
