@@ -227,6 +227,15 @@ def test_srun_verbose_says_its_options_allocation_and_launches_as_slurms(cluster
                                               "sbatch: verbose             : 1"], batch.stderr
 
 
+def test_a_steps_counts_are_its_own_unless_preserve_env(cluster: Cluster) -> None:
+    """A step sees its own SLURM_NNODES and SLURM_NTASKS; with srun -E, the allocation's, as Slurm's."""
+    script = ("srun -n1 -N1 printenv SLURM_NNODES SLURM_NTASKS; "
+              "srun -E -n1 -N1 printenv SLURM_NNODES SLURM_NTASKS")
+    job_id = cluster.sbatch("-N3", "-n6", "-o", "counts-%j.out", "--wrap", script)
+    cluster.wait_state(job_id, "COMPLETED")
+    assert (cluster.work / f"counts-{job_id}.out").read_text().split() == ["1", "1", "3", "6"]
+
+
 def test_a_node_range_takes_as_many_nodes_as_are_free(cluster: Cluster) -> None:
     """-N MIN-MAX: as many nodes as possible within the range without waiting (a task on each where
     -n is not given, no more nodes than tasks where it is); -N-2: at most two."""

@@ -554,6 +554,7 @@ class TaskLaunch(Strict):
     cpu_bind: str = Field("", max_length=65536)  # srun --cpu-bind (wattsched.cpubind)
     mpi: str = Field("none", pattern=r"^[a-z0-9_]{1,32}$")  # srun --mpi, resolved (wattsched.plugins.mpi)
     multi_prog: str = Field("", max_length=multiprog.MAX_BYTES)  # srun --multi-prog's file
+    preserve_env: bool = False  # srun -E: SLURM_NNODES and SLURM_NTASKS as srun had them, not the step's
 
 
 class PmiMessage(Strict):

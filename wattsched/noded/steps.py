@@ -86,13 +86,14 @@ def task_environment(req: TaskLaunch, layout: dict[str, list[int]], task_id: int
                      node_index: int) -> dict[str, str]:
     nodes = list(layout)
     env = dict(req.environment)
+    ntasks = str(sum(len(t) for t in layout.values()))
+    if not req.preserve_env:  # srun -E keeps the allocation's, as Slurm's
+        env.update(SLURM_NNODES=str(len(nodes)), SLURM_NTASKS=ntasks, SLURM_NPROCS=ntasks)
     env.update({
         "SLURM_STEP_ID": str(req.step_id), "SLURM_STEPID": str(req.step_id),
         "SLURM_PROCID": str(task_id), "SLURM_LOCALID": str(local_id), "SLURM_NODEID": str(node_index),
         "SLURM_STEP_NODELIST": hostlist.compress(nodes), "SLURM_STEP_NUM_NODES": str(len(nodes)),
-        "SLURM_STEP_NUM_TASKS": str(sum(len(t) for t in layout.values())),
-        "SLURM_NTASKS": str(sum(len(t) for t in layout.values())),
-        "SLURM_NPROCS": str(sum(len(t) for t in layout.values())),
+        "SLURM_STEP_NUM_TASKS": ntasks,
         "SLURM_STEP_TASKS_PER_NODE": ",".join(str(len(t)) for t in layout.values()),
         "SLURM_GTIDS": ",".join(str(t) for t in layout[req.node]),
         "SLURMD_NODENAME": req.node, "SLURM_JOB_ID": str(req.job_id), "SLURM_JOBID": str(req.job_id),
