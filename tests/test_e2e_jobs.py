@@ -227,6 +227,22 @@ def test_srun_verbose_says_its_options_allocation_and_launches_as_slurms(cluster
                                               "sbatch: verbose             : 1"], batch.stderr
 
 
+def test_srun_task_prolog_and_epilog_run_around_each_task(cluster: Cluster) -> None:
+    """srun --task-prolog (its export, unset and print lines, as TaskProlog's) and --task-epilog,
+    each run once per task, with the task's environment (the epilog's context epilog_task)."""
+    prolog, epilog = cluster.work / "user-prolog.sh", cluster.work / "user-epilog.sh"
+    ran = cluster.work / "user-epilog.ran"
+    prolog.write_text("#!/bin/sh\necho print HEADER\necho export MINE=from_prolog\necho unset DROP\n")
+    epilog.write_text(f"#!/bin/sh\necho \"$SLURM_PROCID $SLURM_SCRIPT_CONTEXT $MINE\" >> {ran}\n")
+    for script in (prolog, epilog):
+        script.chmod(0o755)
+    done = cluster.run("srun", "-n3", "--task-prolog=user-prolog.sh", f"--task-epilog={epilog}", "sh", "-c",
+                       'echo "MINE=$MINE DROP=${DROP:-gone}"', env=dict(cluster.env, DROP="here"))
+    assert sorted(done.stdout.splitlines()) == ["HEADER"] * 3 + ["MINE=from_prolog DROP=gone"] * 3
+    wait_for(lambda: ran.exists() and len(ran.read_text().splitlines()) == 3, 30, what="three epilogs")
+    assert sorted(ran.read_text().splitlines()) == [f"{t} epilog_task from_prolog" for t in range(3)]
+
+
 def test_a_steps_counts_are_its_own_unless_preserve_env(cluster: Cluster) -> None:
     """A step sees its own SLURM_NNODES and SLURM_NTASKS; with srun -E, the allocation's, as Slurm's."""
     script = ("srun -n1 -N1 printenv SLURM_NNODES SLURM_NTASKS; "

@@ -362,7 +362,8 @@ def run_step(client: Client, job_id: int, opts: dict[str, Any], command: list[st
                 "error": opts.get("error") or "", "open_mode": opts.get("open_mode") or "truncate",
                 "input": pattern, "stdin_tasks": [t for t in placement["task_ids"] if t in fed],
                 "pty": pty, "rows": rows, "cols": cols, "cpu_bind": cpu_bind, "mpi": opts["mpi"],
-                "multi_prog": opts.get("multi_prog_text", ""), "preserve_env": bool(opts.get("preserve_env"))}
+                "multi_prog": opts.get("multi_prog_text", ""), "preserve_env": bool(opts.get("preserve_env")),
+                **{key: os.path.abspath(opts[key]) for key in ("task_prolog", "task_epilog") if opts.get(key)}}
         if body["stdin_tasks"] or (pty and 0 in placement["task_ids"]):
             targets.append(placement)
         thread = threading.Thread(target=streams.pump, args=(client, placement, body, relay), daemon=True)

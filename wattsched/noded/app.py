@@ -108,7 +108,7 @@ def create_app(agent: Agent) -> FastAPI:
                 async for line in steps.run_tasks(req, layout, uid, gid, auth.username(uid),
                                                   agent.config.kill_wait_s, pgids, agent.step_ended, inputs,
                                                   agent.join_step(req.node, req.job_id, str(req.step_id)),
-                                                  {**agent.task_scripts, **identity},
+                                                  {**agent.task_scripts, **identity, **_user_task_scripts(req)},
                                                   binding, agent.live_steps):
                     yield line
             finally:
@@ -182,3 +182,9 @@ def step_credential(agent: Agent, req: TaskLaunch | TaskInput | StepOnNode, who:
         raise HTTPException(403, "Access/permission denied")
     return cred
 
+
+def _user_task_scripts(req: TaskLaunch) -> dict[str, str]:
+    """srun's --task-prolog/--task-epilog, for the step daemon to run once it is the user (never
+    opened by the agent: root never touches a path a user named)."""
+    return {key: path for key, path in (("user_task_prolog", req.task_prolog),
+                                        ("user_task_epilog", req.task_epilog)) if path}

@@ -185,42 +185,53 @@ def serve_pmix(spec: dict[str, Any]) -> int:
         return pmixhost.serve(spec, source, out)
 
 
-def run_task_prolog(spec: dict[str, Any]) -> None:
-    """TaskProlog, as the user, before the task: its output lines ``export NAME=value`` and ``unset
-    NAME`` change the task's environment, ``print ...`` goes to the task's standard output (Slurm's
-    rules); its standard error is the task's."""
-    path = spec.get("task_prolog")
-    if not path:
-        return
-    import subprocess  # only with a TaskProlog: every task pays for what the step daemon imports
+USER_EPILOG_S = 5  # how long srun --task-epilog may run before it is killed (Slurm's slurmstepd's)
 
-    try:
-        done = subprocess.run([path], env=_env(spec), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, check=False)
-    except OSError as exc:
-        os.write(2, f"slurmstepd: error: TaskProlog {path}: {exc.strerror}\n".encode())
-        return
-    for line in done.stdout.decode(errors="replace").splitlines():
-        word, _, rest = line.strip().partition(" ")
-        if word == "export" and "=" in rest:
-            name, _, value = rest.strip().partition("=")
-            spec["env"][name] = value
-        elif word == "unset":
-            spec["env"].pop(rest.strip(), None)
-        elif word == "print":
-            _write_all(1, (rest + "\n").encode())
+
+def run_task_prolog(spec: dict[str, Any]) -> None:
+    """TaskProlog, then srun's --task-prolog, as the user, before the task: their output lines
+    ``export NAME=value`` and ``unset NAME`` change the task's environment, ``print ...`` goes to
+    the task's standard output (Slurm's rules); their standard error is the task's."""
+    for key, name in (("task_prolog", "TaskProlog"), ("user_task_prolog", "--task-prolog")):
+        path = spec.get(key)
+        if not path:
+            continue
+        import subprocess  # only with a task prolog: every task pays for what the step daemon imports
+
+        try:
+            done = subprocess.run([path], env=_env(spec), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                  check=False)
+        except OSError as exc:
+            os.write(2, f"slurmstepd: error: {name} {path}: {exc.strerror}\n".encode())
+            continue
+        for line in done.stdout.decode(errors="replace").splitlines():
+            word, _, rest = line.strip().partition(" ")
+            if word == "export" and "=" in rest:
+                variable, _, value = rest.strip().partition("=")
+                spec["env"][variable] = value
+            elif word == "unset":
+                spec["env"].pop(rest.strip(), None)
+            elif word == "print":
+                _write_all(1, (rest + "\n").encode())
 
 
 def run_task_epilog(spec: dict[str, Any]) -> None:
-    """TaskEpilog, as the user (this process already is), after the task, with the task's environment."""
-    path = spec.get("task_epilog")
-    if not path:
-        return
-    import subprocess
+    """srun's --task-epilog (killed after USER_EPILOG_S), then TaskEpilog, as the user (this process
+    already is), after the task, with the task's environment, in Slurm's order."""
+    for key, name, limit in (("user_task_epilog", "--task-epilog", USER_EPILOG_S),
+                             ("task_epilog", "TaskEpilog", None)):
+        path = spec.get(key)
+        if not path:
+            continue
+        import subprocess
 
-    try:
-        subprocess.run([path], env=_env(spec), stdin=subprocess.DEVNULL, check=False)
-    except OSError as exc:
-        os.write(2, f"slurmstepd: error: TaskEpilog {path}: {exc.strerror}\n".encode())
+        try:
+            subprocess.run([path], env={**_env(spec), "SLURM_SCRIPT_CONTEXT": "epilog_task"},
+                           stdin=subprocess.DEVNULL, check=False, timeout=limit)
+        except subprocess.TimeoutExpired:
+            os.write(2, f"slurmstepd: error: {name} {path}: killed after {limit} s\n".encode())
+        except OSError as exc:
+            os.write(2, f"slurmstepd: error: {name} {path}: {exc.strerror}\n".encode())
 
 
 def _env(spec: dict[str, Any]) -> dict[str, str]:
