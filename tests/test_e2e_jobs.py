@@ -55,6 +55,19 @@ def test_multi_node_step_environment(cluster: Cluster) -> None:
     assert steps["0"]["ntasks"] == 8 and steps["0"]["state"] == "COMPLETED"
 
 
+def test_a_tasks_environment_names_its_pid_its_node_and_where_srun_runs(cluster: Cluster) -> None:
+    """SLURM_TASK_PID is the task's own pid (the batch script's too), SLURM_TOPOLOGY_ADDR its node
+    (pattern "node", Slurm's without a topology plugin), SLURM_LAUNCH_NODE_IPADDR and
+    SLURM_SRUN_COMM_HOST srun's host address."""
+    show = 'echo "$$ $SLURM_TASK_PID $SLURM_TOPOLOGY_ADDR $SLURM_TOPOLOGY_ADDR_PATTERN $SLURM_LAUNCH_NODE_IPADDR"'
+    line = cluster.run("srun", "-w", "n02", "sh", "-c", show).stdout.split()
+    assert line[0] == line[1] and line[2:] == ["n02", "node", "127.0.0.1"], line
+    job_id = cluster.sbatch("-o", "task-pid-%j.out", "--wrap", 'echo "$$ $SLURM_TASK_PID"')
+    cluster.wait_state(job_id, "COMPLETED")
+    pid, task_pid = (cluster.work / f"task-pid-{job_id}.out").read_text().split()
+    assert pid == task_pid
+
+
 def test_array_throttle_never_exceeded(cluster: Cluster) -> None:
     log = cluster.work / "array-times"
     log.mkdir()

@@ -273,6 +273,19 @@ def allocate(client: Client, opts: dict[str, Any], immediate: bool, quiet: bool,
     return job_id
 
 
+def launch_address(host: str, port: int) -> str:
+    """The address of this host that reaches the controller (SLURM_LAUNCH_NODE_IPADDR): a UDP socket
+    connected to it says which, without sending anything."""
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect((host, port))
+            return str(probe.getsockname()[0])
+    except OSError:
+        return "127.0.0.1"
+
+
 def job_information(client: Client, job_id: int) -> None:
     """srun -v's line on the allocation: its nodes and their CPUs, runs of equal counts as Slurm
     groups them (``jobid 7: nodes(3):`n[01-03]', cpu counts: 4(x2),2(x1)``)."""
@@ -338,6 +351,7 @@ def run_step(client: Client, job_id: int, opts: dict[str, Any], command: list[st
     if new_allocation:
         env.update(step["job_environment"])
     env["SLURM_MPI_TYPE"] = opts["mpi"]
+    env["SLURM_LAUNCH_NODE_IPADDR"] = env["SLURM_SRUN_COMM_HOST"] = launch_address(client.host, client.port)
     control = StepControl(client, job_id, step["step_id"], step["credential"], step["placements"])
     streams = TaskStreams(label, step["ntasks"], control, opts["kill_on_bad_exit"], opts["max_wait"])
     work_dir = os.path.abspath(opts.get("chdir") or os.getcwd())

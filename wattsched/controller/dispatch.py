@@ -257,7 +257,7 @@ def batch_environment(state: ClusterState, job: Job) -> dict[str, str]:
         "SLURM_JOB_USER": job.user, "SLURM_JOB_UID": str(job.uid), "SLURM_JOB_GID": str(job.gid),
         "SLURMD_NODENAME": job.batch_host, "SLURM_CLUSTER_NAME": state.config.cluster_name,
         "SLURM_JOB_QOS": "normal", "SLURM_NODEID": "0", "SLURM_PROCID": "0", "SLURM_LOCALID": "0",
-        "SLURM_TASK_PID": "0", "SLURM_GTIDS": "0", "SLURM_PRIO_PROCESS": str(job.nice),
+        "SLURM_GTIDS": "0", "SLURM_PRIO_PROCESS": str(job.nice),
         "SLURM_RESTART_COUNT": str(job.restart_count), "SLURM_EXPORT_ENV": "ALL",
         "SLURM_CONF": state.config.source, "ENVIRONMENT": "BATCH",
     })

@@ -293,6 +293,7 @@ def _exec(spec: dict[str, Any], mask: Any = None) -> None:
     if mask is not None:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     argv = [str(a) for a in spec["argv"]]
+    spec["env"]["SLURM_TASK_PID"] = str(os.getpid())  # this process is the task from the exec on
     try:
         os.execvpe(argv[0], argv, {str(k): str(v) for k, v in spec["env"].items()})
     except OSError as exc:

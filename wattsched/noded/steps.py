@@ -97,6 +97,8 @@ def task_environment(req: TaskLaunch, layout: dict[str, list[int]], task_id: int
         "SLURM_STEP_TASKS_PER_NODE": ",".join(str(len(t)) for t in layout.values()),
         "SLURM_GTIDS": ",".join(str(t) for t in layout[req.node]),
         "SLURMD_NODENAME": req.node, "SLURM_JOB_ID": str(req.job_id), "SLURM_JOBID": str(req.job_id),
+        # Slurm's without a topology plugin: each node is its own address, of the one level "node"
+        "SLURM_TOPOLOGY_ADDR": req.node, "SLURM_TOPOLOGY_ADDR_PATTERN": "node",
     })
     return env
 
