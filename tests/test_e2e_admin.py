@@ -20,6 +20,11 @@ def test_drain_resume_and_reasons(cluster: Cluster) -> None:
     cluster.run("scontrol", "update", "nodename=n[03-04]", "state=resume")
     cluster.wait_state(job_id, "COMPLETED")
     assert "drain" not in cluster.run("sinfo", "-h", "-o", "%t").stdout
+    # NodeName=ALL: every node, as Slurm's
+    cluster.run("scontrol", "update", "NodeName=ALL", "State=DRAIN", "Reason=all of them")
+    assert all(n["drain"] and n["reason"] == "all of them" for n in cluster.nodes())
+    cluster.run("scontrol", "update", "nodename=all", "state=resume")
+    assert not any(n["drain"] for n in cluster.nodes())
 
 
 def test_requeue_running_job(cluster: Cluster, tmp_path) -> None:

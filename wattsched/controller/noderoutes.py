@@ -41,8 +41,8 @@ async def update_nodes(controller: Ctl, node_expr: str, upd: NodeUpdate, who: Wh
     state = controller.state
     if not state.is_admin(who):  # before the expression is even read
         raise Refused("Access/permission denied", 403)
-    try:
-        names = hostlist.expand(node_expr, len(state.nodes))
+    try:  # ALL: every node, as Slurm's scontrol update NodeName=ALL
+        names = list(state.nodes) if node_expr.upper() == "ALL" else hostlist.expand(node_expr, len(state.nodes))
     except hostlist.HostlistError as exc:
         raise Refused(str(exc)) from exc
     controller.act(state.update_nodes(names, upd.state, upd.reason, who, time.time()))
