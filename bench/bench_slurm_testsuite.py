@@ -59,7 +59,9 @@ def suite_venv() -> Path:
     if not python.exists():
         subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
     if not stamp.exists() or stamp.read_text() != "\n".join(wanted):
-        subprocess.run([str(python), "-m", "pip", "install", "-q", *wanted], check=True)
+        done = subprocess.run([str(python), "-m", "pip", "install", "-q", *wanted], capture_output=True, text=True)
+        if done.returncode:
+            raise SystemExit(f"pip could not install the suite's packages:\n{done.stderr}")
         stamp.write_text("\n".join(wanted))
     return python
 
