@@ -145,6 +145,20 @@ def test_stdin_goes_to_every_task_or_where_input_says(cluster: Cluster) -> None:
     assert cluster.run("srun", "-n", "2", "-l", "--input=in-%t.txt", "cat", check=False).stdout.count("from file") == 1
 
 
+def test_tasks_writing_one_output_file_lose_nothing(cluster: Cluster) -> None:
+    """srun -i FILE -o OUT -N4 -n4 cat: every task's copy ends up in OUT (the file is emptied once,
+    before any task runs, and the tasks append), as Slurm's; %x is the job's name."""
+    source = cluster.work / "broadcast.in"
+    source.write_text("".join(f"{line:099d}\n" for line in range(100)))  # 10,000 bytes
+    out = cluster.work / "broadcast.out"
+    out.write_text("old content to be emptied\n")
+    for _ in range(3):
+        cluster.run("srun", f"--input={source}", f"--output={out}", "--error=/dev/null", "-N4", "-n4", "cat", "-")
+        assert out.stat().st_size == 4 * 10_000
+    cluster.run("srun", "-J", "named", "-n2", "-o", "x-%x-%t.out", "echo", "hi")
+    assert [(cluster.work / f"x-named-{t}.out").read_text() for t in (0, 1)] == ["hi\n", "hi\n"]
+
+
 def test_bash_completes_options_partitions_jobs_nodes_and_fields(cluster: Cluster, tmp_path) -> None:
     """`wattsched completion` in a real interactive bash: Tab completes the commands' options, and
     partitions, job ids, node names and sacct fields asked of the cluster."""

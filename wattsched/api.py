@@ -555,6 +555,7 @@ class TaskLaunch(Strict):
     mpi: str = Field("none", pattern=r"^[a-z0-9_]{1,32}$")  # srun --mpi, resolved (wattsched.plugins.mpi)
     multi_prog: str = Field("", max_length=multiprog.MAX_BYTES)  # srun --multi-prog's file
     preserve_env: bool = False  # srun -E: SLURM_NNODES and SLURM_NTASKS as srun had them, not the step's
+    job_name: Name = ""  # for %x in the tasks' file patterns
     # srun --task-prolog/--task-epilog: the user's programs, run as the user around each task
     task_prolog: str = Field("", max_length=PATH_MAX)
     task_epilog: str = Field("", max_length=PATH_MAX)

@@ -8,6 +8,7 @@ it, runs step 0 in it and releases it with the step's exit code.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal as signal_mod
 import sys
@@ -273,6 +274,31 @@ def allocate(client: Client, opts: dict[str, Any], immediate: bool, quiet: bool,
     return job_id
 
 
+def truncate_outputs(file_patterns: list[str], step: dict[str, Any], job_id: int, job_name: str,
+                     work_dir: str) -> None:
+    """--open-mode=truncate for the step's -o/-e files, done once here, as the user, before any task
+    runs: each task would otherwise empty a file its neighbours had begun to fill (many tasks, and
+    many nodes on a shared file system, write to one). The tasks then append. A file that cannot be
+    opened is left to the task that opens it to report."""
+    import pwd
+
+    from wattsched import patterns
+
+    user = pwd.getpwuid(os.getuid()).pw_name
+    done: set[str] = set()
+    for node_index, placement in enumerate(step["placements"]):
+        for task in placement["task_ids"]:
+            for pattern in filter(None, file_patterns):
+                path = patterns.expand(pattern, job_id=job_id, job_name=job_name, user=user, node=placement["node"],
+                                       step_id=str(step["step_id"]), task_id=task, node_id=node_index,
+                                       work_dir=work_dir)
+                if path in done:
+                    continue
+                done.add(path)
+                with contextlib.suppress(OSError):  # (O_NONBLOCK: not waiting on a FIFO no one reads)
+                    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK | os.O_NOCTTY, 0o666))
+
+
 def launch_address(host: str, port: int) -> str:
     """The address of this host that reaches the controller (SLURM_LAUNCH_NODE_IPADDR): a UDP socket
     connected to it says which, without sending anything."""
@@ -343,6 +369,12 @@ def run_step(client: Client, job_id: int, opts: dict[str, Any], command: list[st
     if opts.get("verbose"):
         job_information(client, job_id)
     step = client.request("POST", f"/v1/jobs/{job_id}/steps", req)
+    job_name = str(os.environ.get("SLURM_JOB_NAME", req["name"]) if not new_allocation else req["name"])
+    open_mode = opts.get("open_mode") or "truncate"
+    if (opts.get("output") or opts.get("error")) and not open_mode.lower().startswith("a"):
+        truncate_outputs([opts.get("output") or "", opts.get("error") or ""], step, job_id, job_name,
+                         os.path.abspath(opts.get("chdir") or os.getcwd()))
+        open_mode = "append"  # (the tasks then all write at the end of what is there: nothing of another's lost)
     if opts.get("verbose"):
         for placement in step["placements"]:
             sys.stderr.write(f"srun: launching StepId={job_id}.{step['step_id']} on host {placement['node']}, "
@@ -373,7 +405,7 @@ def run_step(client: Client, job_id: int, opts: dict[str, Any], command: list[st
         body = {"job_id": job_id, "step_id": step["step_id"], "node": placement["node"],
                 "credential": step["credential"], "argv": command, "environment": env, "work_dir": work_dir,
                 "label": label and not pty, "unbuffered": unbuffered or pty, "output": opts.get("output") or "",
-                "error": opts.get("error") or "", "open_mode": opts.get("open_mode") or "truncate",
+                "error": opts.get("error") or "", "open_mode": open_mode, "job_name": job_name,
                 "input": pattern, "stdin_tasks": [t for t in placement["task_ids"] if t in fed],
                 "pty": pty, "rows": rows, "cols": cols, "cpu_bind": cpu_bind, "mpi": opts["mpi"],
                 "multi_prog": opts.get("multi_prog_text", ""), "preserve_env": bool(opts.get("preserve_env")),

@@ -74,7 +74,8 @@ def setup_as_user(spec: dict[str, Any]) -> list[str]:
         warnings.append(f"slurmstepd: error: couldn't chdir to `{work_dir}': {exc.strerror}: "
                         f"going to {FALLBACK_DIR} instead\n")
         os.chdir(FALLBACK_DIR)
-    append = os.O_APPEND if spec.get("open_mode") == "append" else os.O_TRUNC
+    # always O_APPEND, as Slurm's slurmstepd: tasks sharing a file each write at its end
+    append = os.O_APPEND if spec.get("open_mode") == "append" else os.O_APPEND | os.O_TRUNC
     targets = []
     if spec.get("stdin"):
         targets.append((0, _open(spec["stdin"], os.O_RDONLY, "stdin")))
