@@ -70,11 +70,12 @@ DAEMONS = ("slurmctld", "slurmd", "slurmdbd", "slurmrestd")
 
 
 @contextlib.contextmanager
-def installed_as_slurm() -> Iterator[None]:
+def installed_as_slurm(conf: Path) -> Iterator[None]:
     """For as long as the suite runs, the machine as a Slurm site's: root's ``NOPASSWD: ALL``,
     which atf looks for in ``sudo -ln``, and our commands where a login shell finds them (atf runs
     its commands as other users through ``sudo bash -l``, whose PATH is /etc/profile's), as links
-    in /usr/local/bin and /usr/local/sbin that are taken away afterwards (never over a file there)."""
+    in /usr/local/bin and /usr/local/sbin, and the configuration where Slurm's is looked for (sudo
+    keeps no SLURM_CONF), /etc/slurm/slurm.conf: links taken away afterwards, never over a file."""
     if shutil.which("sudo") is None:
         raise SystemExit("the suite needs sudo: apt-get install sudo")
     drop_in = Path("/etc/sudoers.d/wattsched-slurm-testsuite")
@@ -83,12 +84,13 @@ def installed_as_slurm() -> Iterator[None]:
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     links = []
     try:
-        for name in scripts:
-            if name == "wattsched":
-                continue
-            link = Path("/usr/local/sbin" if name in DAEMONS else "/usr/local/bin") / name
+        wanted = {Path("/usr/local/sbin" if name in DAEMONS else "/usr/local/bin") / name:
+                  Path(sys.executable).parent / name for name in scripts if name != "wattsched"}
+        wanted[Path("/etc/slurm/slurm.conf")] = conf
+        for link, target in wanted.items():
             if not link.exists() and not link.is_symlink():
-                link.symlink_to(Path(sys.executable).parent / name)
+                link.parent.mkdir(parents=True, exist_ok=True)
+                link.symlink_to(target)
                 links.append(link)
         yield
     finally:
@@ -191,7 +193,7 @@ def main() -> None:
                                          stderr=restd_log)
             env["SLURM_TESTSUITE_SLURMRESTD_URL"] = f"http://localhost:{port}/"
             junit = args.out / "junit.xml"
-            with open(args.out / "suite.log", "w") as log, installed_as_slurm():
+            with open(args.out / "suite.log", "w") as log, installed_as_slurm(cluster.conf):
                 subprocess.run([str(python), "-m", "pytest", "-p", "no:cacheprovider", "-rN", "-v",
                                 "--continue-on-collection-errors",
                                 f"--timeout={args.timeout}", f"--junitxml={junit}", *(args.pytest_args or ["tests"])],

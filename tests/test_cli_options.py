@@ -226,3 +226,22 @@ def test_every_input_variable_stands_for_a_declared_option_and_is_read_as_it() -
         "SBATCH_CLUSTERS": "b", "UNRELATED": "x"})
     # flags are set whatever the value; of two variables for one option, Slurm's later one wins
     assert read == {"account": "physics", "requeue": False, "wait": True, "clusters": "a"}
+
+
+def test_the_configuration_is_slurms_where_ours_is_absent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without WATTSCHED_CONF or SLURM_CONF: /etc/wattsched/wattsched.conf, else a Slurm site's
+    /etc/slurm/slurm.conf (sudo and login shells keep neither variable)."""
+    from wattsched.cli import common
+
+    ours, slurms = tmp_path / "wattsched.conf", tmp_path / "slurm.conf"
+    monkeypatch.setattr(common, "DEFAULT_CONF", str(ours))
+    monkeypatch.setattr(common, "SLURM_DEFAULT_CONF", str(slurms))
+    for name in ("WATTSCHED_CONF", "SLURM_CONF"):
+        monkeypatch.delenv(name, raising=False)
+    assert common.config_path() == str(ours)  # neither: ours, whose absence is then reported
+    slurms.write_text("")
+    assert common.config_path() == str(slurms)
+    ours.write_text("")
+    assert common.config_path() == str(ours)
+    monkeypatch.setenv("SLURM_CONF", "/elsewhere.conf")
+    assert common.config_path() == "/elsewhere.conf"

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from typing import Any, NoReturn
 
 DEFAULT_CONF = "/etc/wattsched/wattsched.conf"
+SLURM_DEFAULT_CONF = "/etc/slurm/slurm.conf"  # where a Slurm site keeps it: read where ours is absent
 
 
 class CLIError(Exception):
@@ -25,7 +26,11 @@ class CLIError(Exception):
 
 
 def config_path() -> str:
-    return os.environ.get("WATTSCHED_CONF") or os.environ.get("SLURM_CONF") or DEFAULT_CONF
+    explicit = os.environ.get("WATTSCHED_CONF") or os.environ.get("SLURM_CONF")
+    if explicit:
+        return explicit
+    return SLURM_DEFAULT_CONF if not os.path.exists(DEFAULT_CONF) and os.path.exists(SLURM_DEFAULT_CONF) \
+        else DEFAULT_CONF
 
 
 def config_file(path: str | None) -> str:
