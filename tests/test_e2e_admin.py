@@ -25,6 +25,15 @@ def test_drain_resume_and_reasons(cluster: Cluster) -> None:
     assert all(n["drain"] and n["reason"] == "all of them" for n in cluster.nodes())
     cluster.run("scontrol", "update", "nodename=all", "state=resume")
     assert not any(n["drain"] for n in cluster.nodes())
+    # a cloud node's instance: set on each node named, shown by scontrol (and its JSON), cleared by ""
+    cluster.run("scontrol", "update", "NodeName=n[01-02]", "InstanceId=i-0abc", "InstanceType=c5.large")
+    shown = cluster.run("scontrol", "show", "node", "n02").stdout
+    assert "\n   InstanceId=i-0abc InstanceType=c5.large\n" in shown
+    listed = {n["name"]: n for n in json.loads(cluster.run("scontrol", "show", "nodes", "--json").stdout)["nodes"]}
+    assert (listed["n01"]["instance_id"], listed["n01"]["instance_type"], listed["n03"]["instance_id"]) == \
+        ("i-0abc", "c5.large", "")
+    cluster.run("scontrol", "update", "NodeName=n01", "InstanceId=")
+    assert "InstanceId" not in cluster.run("scontrol", "show", "node", "n01").stdout.replace("InstanceType", "")
 
 
 def test_requeue_running_job(cluster: Cluster, tmp_path) -> None:

@@ -274,8 +274,12 @@ class JobFreq(Strict):
 
 
 class NodeUpdate(Strict):
-    state: Literal["drain", "resume", "down", "idle", "undrain", "power_down", "power_down_asap", "power_up"]
+    state: Literal["", "drain", "resume", "down", "idle", "undrain", "power_down", "power_down_asap",
+                   "power_up"] = ""
     reason: Comment = ""
+    # set as given on every node named (Slurm 23.11's rule: no list of one value per node); "" clears
+    instance_id: Short | None = None
+    instance_type: Short | None = None
 
 
 class StepCreate(Strict):

@@ -258,6 +258,9 @@ class Node:
     reason: str = ""
     reason_time: float = 0.0
     reason_uid: int = 0
+    # a cloud node's instance, as an admin (or its resume program) records it: scontrol update
+    instance_id: str = ""
+    instance_type: str = ""
     alloc_cpus: int = 0
     alloc_mem_mb: int = 0
     agent_url: str = ""

@@ -116,6 +116,9 @@ def node_lines(n: dict[str, Any], details: bool = False) -> list[str | None]:
         f"LowestJoules={n['lowest_joules']} ConsumedJoules={n['consumed_joules']}" if n["metered"] else None,
         "ExtSensorsJoules=n/s ExtSensorsWatts=0 ExtSensorsTemp=n/s",
     ]
+    if n.get("instance_id") or n.get("instance_type"):  # (Slurm's line, where either is set)
+        lines.append(" ".join(f"{key}={n[field]}" for key, field in (("InstanceId", "instance_id"),
+                                                                     ("InstanceType", "instance_type")) if n[field]))
     if n["reason"]:
         lines.append(f"Reason={n['reason']} [{_user(n['reason_uid'])}@{_ts(n['reason_time'])}]")
     return lines
@@ -379,12 +382,15 @@ def update(client: Client, args: list[str]) -> None:
     if "nodename" in pairs:
         node = pairs.pop("nodename")
         state = pairs.pop("state", "").lower()
-        if state not in ("drain", "resume", "down", "idle", "undrain", "power_down", "power_down_asap", "power_up"):
+        instance = {key: pairs.pop(name) for key, name in (("instance_id", "instanceid"),
+                                                           ("instance_type", "instancetype")) if name in pairs}
+        if state not in ("drain", "resume", "down", "idle", "undrain", "power_down", "power_down_asap",
+                         "power_up") and not (instance and not state):
             raise CLIError(f"Invalid node state specified: {state or '(none)'}")
         reason = pairs.pop("reason", "")
         if pairs:
             raise CLIError(f"Update of this parameter is not supported: {next(iter(pairs))}")
-        client.request("PATCH", f"/v1/nodes/{node}", {"state": state, "reason": reason})
+        client.request("PATCH", f"/v1/nodes/{node}", {"state": state, "reason": reason, **instance})
         return None
     job = pairs.pop("jobid", None) or pairs.pop("job", None)
     if job is None:

@@ -45,7 +45,8 @@ async def update_nodes(controller: Ctl, node_expr: str, upd: NodeUpdate, who: Wh
         names = list(state.nodes) if node_expr.upper() == "ALL" else hostlist.expand(node_expr, len(state.nodes))
     except hostlist.HostlistError as exc:
         raise Refused(str(exc)) from exc
-    controller.act(state.update_nodes(names, upd.state, upd.reason, who, time.time()))
+    controller.act(state.update_nodes(names, upd.state, upd.reason, who, time.time(),
+                                      (upd.instance_id, upd.instance_type)))
     return {"updated": names}
 
 

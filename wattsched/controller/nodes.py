@@ -192,7 +192,8 @@ def node_up(state: ClusterState, node: Node, report: NodeReport, now: float) -> 
 
 
 def update_nodes(state: ClusterState, names: list[str], new_state: str, reason: str, who: Identity,
-                 now: float) -> list[Action]:
+                 now: float, instance: tuple[str | None, str | None] = (None, None)) -> list[Action]:
+    """scontrol update NodeName=: a new state (with its reason), and or the instance id and type."""
     if not permissions.is_admin(state, who):
         raise Refused("Access/permission denied", 403)
     unknown = [n for n in names if n not in state.nodes]
@@ -200,11 +201,19 @@ def update_nodes(state: ClusterState, names: list[str], new_state: str, reason: 
         raise Refused(f"Invalid node name specified: {unknown[0]}", 404)
     if new_state in ("drain", "down") and not reason:
         raise Refused("You must specify a reason when DOWNING or DRAINING a node. Request denied")
+    instance_id, instance_type = instance
+    for name in names:
+        node = state.nodes[name]
+        node.instance_id = node.instance_id if instance_id is None else instance_id
+        node.instance_type = node.instance_type if instance_type is None else instance_type
+    state.journal.meta_dirty = True
     if new_state.startswith("power_"):
         return powercontrol.power_command(state, names, new_state, now)
     actions: list[Action] = []
     for name in names:
         node = state.nodes[name]
+        if not new_state:
+            continue
         if new_state == "drain":
             node.drain, node.reason, node.reason_time, node.reason_uid = True, reason, now, who.uid
             statesave.node_event(state, node, now, "DRAIN")

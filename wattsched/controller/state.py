@@ -225,8 +225,8 @@ class ClusterState:
         return nodes.heartbeat(self, hb, now)
 
     def update_nodes(self, names: list[str], new_state: str, reason: str, who: Identity,
-                     now: float) -> list[Action]:
-        return nodes.update_nodes(self, names, new_state, reason, who, now)
+                     now: float, instance: tuple[str | None, str | None] = (None, None)) -> list[Action]:
+        return nodes.update_nodes(self, names, new_state, reason, who, now, instance)
 
     def energies_so_far(self, targets: list[Job], now: float) -> dict[int, float]:
         return jobenergy.energies_so_far(self, targets, now)

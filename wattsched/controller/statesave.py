@@ -52,6 +52,7 @@ def restore(state: ClusterState) -> None:
                 node.base_state = NodeBase.DOWN
             node.power, node.power_since = PowerFlag(saved.get("power", "")), saved.get("power_since", 0.0)
             node.power_job = saved.get("power_job", 0)
+            node.instance_id, node.instance_type = saved.get("instance_id", ""), saved.get("instance_type", "")
     state.next_job_id = int(store.get_meta("next_job_id", str(config.first_job_id)) or 1)
     saved_cap = store.get_meta("power_cap")
     state.power_cap = config.power_cap if saved_cap is None else json.loads(saved_cap)
@@ -95,8 +96,9 @@ def flush(state: ClusterState) -> None:
             n.name: {"drain": n.drain, "reason": n.reason, "reason_time": n.reason_time,
                      "reason_uid": n.reason_uid,
                      "down": n.base_state == NodeBase.DOWN and n.reason != nodestates.NODE_NOT_RESPONDING,
-                     "power": n.power, "power_since": n.power_since, "power_job": n.power_job}
-            for n in state.nodes.values() if n.drain or n.reason or n.power})
+                     "power": n.power, "power_since": n.power_since, "power_job": n.power_job,
+                     "instance_id": n.instance_id, "instance_type": n.instance_type}
+            for n in state.nodes.values() if n.drain or n.reason or n.power or n.instance_id or n.instance_type})
     saved = [state.jobs[j].to_dict() for j in journal.dirty if j in state.jobs]
     state.store.commit(saved, journal.purged, meta, journal.node_events, [r.to_dict() for r in journal.resv_dirty],
                        journal.ended_runs)

@@ -96,6 +96,7 @@ def node_view(node: Node, now: float, reserved: str = "") -> dict[str, Any]:
         "power": node.power, "power_since": node.power_since,
         "base_state": node.base_state, "drain": node.drain, "not_responding": node.not_responding,
         "reason": node.reason, "reason_time": node.reason_time, "reason_uid": node.reason_uid,
+        "instance_id": node.instance_id, "instance_type": node.instance_type,
         "boot_time": node.boot_time, "last_seen": node.last_seen, "agent_url": node.agent_url,
         "idle_watts": node.idle_watts, "max_watts": node.max_watts, "power_save_watts": node.power_save_watts,
         "down_watts": node.down_watts, "power_cap_priority": node.power_cap_priority,
