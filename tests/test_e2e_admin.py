@@ -171,3 +171,20 @@ def test_accounting_reaches_the_database_by_itself(cluster: Cluster) -> None:
     cluster.wait_state(job_id, "COMPLETED")
     wait_for(lambda: cluster.api("GET", "/v1/diag").json()["accounting_backlog"] == 0, 30,
              what="the accounting outbox written by the accounting thread")
+
+
+def test_sacctmgr_lists_the_tres_and_the_wckeys_jobs_used(cluster: Cluster) -> None:
+    listed = cluster.run("sacctmgr", "show", "tres").stdout.splitlines()
+    assert listed[0].split() == ["Type", "Name", "ID"] and listed[2].split() == ["cpu", "1"]
+    assert ["gres", "gpu", "1001"] in [line.split() for line in listed]
+    as_json = json.loads(cluster.run("sacctmgr", "--json", "show", "tres").stdout)
+    assert {"type": "energy", "name": "", "id": 3, "count": 0} in as_json["TRES"]
+    job_id = cluster.sbatch("--wckey=physics-run", "-o", "/dev/null", "--wrap", "true")
+    cluster.wait_state(job_id, "COMPLETED")
+    wait_for(lambda: "physics-run" in cluster.run("sacctmgr", "-n", "-P", "show", "wckeys").stdout, 30,
+             what="the job's wckey in accounting")
+    assert cluster.run("sacctmgr", "-n", "-P", "show", "wckeys", "format=WCKey,User").stdout.split() == \
+        ["physics-run|root"]
+    assert json.loads(cluster.run("sacctmgr", "--json", "show", "wckeys").stdout)["wckeys"][0]["name"] == "physics-run"
+    refused = cluster.run("sacctmgr", "-i", "add", "wckey", "x", check=False)
+    assert refused.returncode == 1 and "No valid entity in add command" in refused.stderr

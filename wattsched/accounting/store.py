@@ -266,6 +266,16 @@ class AccountingStore:
         with Session(self.engine) as session:
             return [(name, float(joules or 0), int(count)) for name, joules, count in session.execute(stmt)]
 
+    def wckeys(self, cluster: str, users: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+        """The workload characterization keys the jobs used, each with its user (Slurm's wckey
+        table, which it fills as jobs use them); of ``users`` alone where given."""
+        stmt = (select(JobRecord.wckey, JobRecord.user).distinct()
+                .where(JobRecord.cluster == cluster, JobRecord.wckey != "").order_by(JobRecord.wckey, JobRecord.user))
+        if users:
+            stmt = stmt.where(JobRecord.user.in_(users))
+        with Session(self.engine) as session:
+            return [{"name": name, "user": user, "cluster": cluster} for name, user in session.execute(stmt)]
+
     def node_events(self, cluster: str) -> list[dict[str, Any]]:
         with Session(self.engine) as session:
             rows = session.scalars(select(NodeEventRecord).where(NodeEventRecord.cluster == cluster)

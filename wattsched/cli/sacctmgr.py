@@ -28,7 +28,7 @@ from wattsched.timefmt import elapsed_str
 
 ENTITIES = {"cluster": "cluster", "clusters": "cluster", "account": "account", "accounts": "account",
             "user": "user", "users": "user", "association": "assoc", "associations": "assoc", "assoc": "assoc",
-            "qos": "qos"}
+            "qos": "qos", "tres": "tres", "wckey": "wckey", "wckeys": "wckey"}
 ACTIONS = {"add": "add", "create": "add", "modify": "modify", "update": "modify", "delete": "delete",
            "remove": "delete", "show": "show", "list": "show"}
 def _limit(key: limits.LimitKey):
@@ -60,14 +60,21 @@ FIELDS: dict[str, dict[str, tuple[int, Any]]] = {
     "user": {"User": (10, lambda r: r["name"]), "Def Acct": (10, lambda r: r["default_account"]),
              "Admin": (9, lambda r: r["admin_level"])},
     "cluster": {"Cluster": (10, lambda r: r["name"])},
+    "tres": {"Type": (8, lambda r: r["type"]), "Name": (15, lambda r: r["name"]), "ID": (6, lambda r: str(r["id"]))},
+    "wckey": {"WCKey": (10, lambda r: r["name"]), "Cluster": (10, lambda r: r["cluster"]),
+              "User": (10, lambda r: r["user"])},
 }
 DEFAULTS = {"assoc": "Cluster,Account,User,Partition,Share,Priority,GrpJ,GrpTRES,GrpS,GrpWall,GrpTRESMins,MaxJ,"
                      "MaxTRES,MaxS,MaxW,MaxTRESMins,QOS,DefaultQOS,GrpTRESRunMins",
             "account": "Account,Descr,Org", "user": "User,Def Acct,Admin", "cluster": "Cluster",
+            "tres": "Type,Name,ID", "wckey": "WCKey,Cluster,User",
             "qos": "Name,Prio,GraceT,Preempt,PreemptE,PreemptM,Flags%40,UsageThres,UsageFactor,GrpTRES,GrpTRESMins,"
                    "GrpTRESRunMins,GrpJ,GrpS,GrpW,MaxTRES,MaxTRESPerN,MaxTRESMins,MaxW,MaxTRESPerUser,"
                    "MaxJobsPerUser,MaxSubmitJobsPerUser,MaxTRESPerAcct,MaxJobsPerAcct,MaxSubmitJobsPerAcct,MinTRES"}
-ROWS = {"assoc": "associations", "account": "accounts", "user": "users", "cluster": "clusters", "qos": "qos"}
+ROWS = {"assoc": "associations", "account": "accounts", "user": "users", "cluster": "clusters", "qos": "qos",
+        "tres": "TRES", "wckey": "wckeys"}
+SHOW_ONLY = ("assoc", "tres", "wckey")  # listed, never added, changed or deleted here
+TRES_LISTED = ("cpu", "mem", "energy", "node", "billing", "gres/gpu")  # (power: ours, no Slurm id)
 # format= names as sacctmgr takes them: a field's full name, or the start of one of its names at
 # least as long as Slurm's minimum for it (4 letters unless given), first match in this order
 _FIELD_NAMES: dict[str, list[tuple[str, str, int]]] = {
@@ -106,7 +113,7 @@ def parse_command(words: list[str]) -> tuple[str, str, list[str], dict[str, str]
     action, entity = ACTIONS.get(words[0].lower()), ENTITIES.get(words[1].lower())
     if action is None:
         raise CLIError(f"Invalid command: {words[0]}")
-    if entity is None or (entity == "assoc" and action != "show"):
+    if entity is None or (entity in SHOW_ONLY and action != "show"):
         raise CLIError(f"No valid entity in {words[0]} command.  Input was '{words[1]}'")
     names: list[str] = []
     where: dict[str, str] = {}
@@ -228,10 +235,16 @@ def sacctmgr(argv: list[str]) -> None:
 
 def _show(client: Client, entity: str, names: list[str], where: dict[str, str], noheader: bool, parsable: bool,
           parsable2: bool, as_json: bool) -> None:
-    reply = client.request("GET", "/v1/associations")
-    rows = reply[ROWS[entity]]
+    if entity == "tres":  # the trackable resources this system counts, with Slurm's ids
+        from wattsched.dataparser import tres
+
+        rows = tres({name: 0 for name in limits.TRES if name in TRES_LISTED})
+    elif entity == "wckey":
+        rows = client.request("GET", "/v1/wckeys")["wckeys"]
+    else:
+        rows = client.request("GET", "/v1/associations")[ROWS[entity]]
     wanted_accounts = set(where.get("account", "").split(",")) - {""}
-    key = "name" if entity != "assoc" else "user"
+    key = {"assoc": "user", "tres": "type"}.get(entity, "name")
     if entity == "assoc":
         rows = [r for r in rows if not wanted_accounts or r["account"] in wanted_accounts]
         wanted_users = set(names) | (set(where.get("user", "").split(",")) - {""})

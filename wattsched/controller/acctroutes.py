@@ -37,6 +37,17 @@ async def accounting_jobs(controller: Ctl, who: Who, job: Annotated[list[Annotat
     return JSONResponse({"time": time.time(), "jobs": rows})
 
 
+@router.get("/v1/wckeys")
+async def wckeys(controller: Ctl, who: Who) -> JSONResponse:
+    """sacctmgr show wckeys: the keys jobs used, each with its user (PrivateData=jobs: one's own)."""
+    state = controller.state
+    users = permissions.record_users(state, who, ())
+    accounting = acctdb.store(controller.accounting)
+    await acctdb.flushed(controller.sync)
+    rows = [] if users is None else await acctdb.call(accounting.wckeys, state.config.cluster_name, users)
+    return JSONResponse({"time": time.time(), "wckeys": rows})
+
+
 @router.get("/v1/power/report")
 async def power_report(controller: Ctl, who: Who, start: Annotated[float | None, Query(ge=0, le=BIG)] = None,
                        end: Annotated[float | None, Query(ge=0, le=BIG)] = None) -> dict[str, Any]:
