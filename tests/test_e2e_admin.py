@@ -188,3 +188,9 @@ def test_sacctmgr_lists_the_tres_and_the_wckeys_jobs_used(cluster: Cluster) -> N
     assert json.loads(cluster.run("sacctmgr", "--json", "show", "wckeys").stdout)["wckeys"][0]["name"] == "physics-run"
     refused = cluster.run("sacctmgr", "-i", "add", "wckey", "x", check=False)
     assert refused.returncode == 1 and "No valid entity in add command" in refused.stderr
+
+
+def test_scontrol_show_licenses_says_there_are_none(cluster: Cluster) -> None:
+    assert cluster.run("scontrol", "show", "licenses").stdout == "No licenses configured in Slurm.\n"
+    shown = json.loads(cluster.run("scontrol", "--json", "show", "licenses").stdout)
+    assert shown["licenses"] == [] and shown["errors"] == []

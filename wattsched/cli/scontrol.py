@@ -227,6 +227,14 @@ def show(client: Client, args: list[str], oneliner: bool, as_json: bool, details
         return _emit([node_lines(n, details) for n in nodes], oneliner)
     if what in ("step", "steps"):
         return _show_steps(client, rest, oneliner, as_json)
+    if what in ("license", "licenses", "lic"):  # licenses are not configurable here: there are none
+        if as_json:
+            from wattsched import dataparser
+
+            cluster = client.config.cluster_name
+            return print_json(dataparser.document("licenses", [], ["scontrol", *sys.argv[1:]], cluster))
+        print("No licenses configured in Slurm.")
+        return None
     if what in ("hostnames", "hostlist", "hostlistsorted"):
         return _show_hosts(what, rest)
     if what in ("partition", "partitions"):
@@ -462,7 +470,7 @@ COMMAND = Command("scontrol", "[<OPTION>] [<COMMAND>]", [
      resume <job_list>        resume previously suspended job (see suspend).
      show <ENTITY> [<ID>]     display state of identified entity, default is all records.
                               ENTITY: job, step, node, partition, reservation, config, powercap, assoc_mgr,
-                              hostnames, hostlist, hostlistsorted.
+                              licenses, hostnames, hostlist, hostlistsorted.
      suspend <job_list>       suspend specified job (see resume).
      takeover [<INDEX>]       ask slurmctld's backup at INDEX (default 1) to take control.
      token [lifespan=<secs>] [username=<name>]  get a JWT for this user.
