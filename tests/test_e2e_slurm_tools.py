@@ -109,6 +109,10 @@ def test_squeue_codes_sinfo_summary_and_scontrol_extras(cluster: Cluster) -> Non
     pids = cluster.run("scontrol", "listpids", str(job_id)).stdout.splitlines()
     assert pids[0].split() == ["PID", "JOBID", "STEPID", "LOCALID", "GLOBALID"]
     assert any(line.split()[1:3] == [str(job_id), "batch"] for line in pids[1:])
+    node = cluster.job(job_id)["node_list"]
+    missing = cluster.run("scontrol", "listpids", f"{job_id}.10", node, check=False)
+    assert (missing.returncode, missing.stdout.split(), missing.stderr) == (
+        1, ["PID", "JOBID", "STEPID", "LOCALID", "GLOBALID"], f"StepId={job_id}.10 does not exist on node {node}.\n")
     steps = cluster.run("scontrol", "show", "steps", str(job_id)).stdout
     assert f"StepId={job_id}.batch" in steps
     assert cluster.run("scontrol", "show", "hostnames", "n[01-03]").stdout.split() == ["n01", "n02", "n03"]

@@ -544,7 +544,7 @@ def execute(client: Client, args: list[str], opts: dict[str, Any]) -> int:
 
         print(version_line())
     elif command == "listpids":
-        return listpids(rest[0] if rest else None)
+        return listpids(rest[0] if rest else None, rest[1] if len(rest) > 1 else None)
     elif command == "wait_job":
         return wait_job(client, rest)
     elif command in ("reconfigure", "reconfig"):
@@ -557,13 +557,15 @@ def execute(client: Client, args: list[str], opts: dict[str, Any]) -> int:
     return 0
 
 
-def listpids(ref: str | None) -> int:
-    """``listpids [job[.step]]``: this node's processes of the caller's jobs (all users' for root),
-    found by the SLURM_JOB_ID and SLURM_STEP_ID their step daemon gave them; a process whose
-    environment the caller may not read is not theirs to list."""
+def listpids(ref: str | None, node: str | None = None) -> int:
+    """``listpids [job[.step] [node]]``: this node's processes of the caller's jobs (all users' for
+    root), found by the SLURM_JOB_ID and SLURM_STEP_ID their step daemon gave them (and, on a host of
+    virtual nodes, SLURMD_NODENAME: the node asked for); a process whose environment the caller may
+    not read is not theirs to list. Slurm's header first, Slurm's words when there is none."""
     job_want, _, step_want = (ref or "").partition(".")
     if job_want and not job_want.isdigit():
         raise CLIError(f"Invalid job id specified: {ref}")
+    print(f"{'PID':<8} {'JOBID':<8} {'STEPID':<8} {'LOCALID':<7} {'GLOBALID':<8}")
     rows = []
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -577,13 +579,17 @@ def listpids(ref: str | None) -> int:
         if not job or (job_want and job != job_want):
             continue
         step = env.get(b"SLURM_STEP_ID", b"batch").decode()
-        if step_want and step != step_want:
+        if (step_want and step != step_want) or (node and env.get(b"SLURMD_NODENAME", node.encode()).decode() != node):
             continue
         rows.append((int(name), job, step, env.get(b"SLURM_LOCALID", b"0").decode(),
                      env.get(b"SLURM_PROCID", b"0").decode()))
     if not rows:
-        raise CLIError(f"No job{' ' + ref if ref else 's'} running on this node")
-    print(f"{'PID':<8} {'JOBID':<8} {'STEPID':<8} {'LOCALID':<7} {'GLOBALID':<8}")
+        where = node or os.environ.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
+        sys.stdout.flush()
+        sys.stderr.write(f"StepId={job_want}.{step_want} does not exist on node {where}.\n" if step_want else
+                         f"There are no steps for job {job_want} on node {where}.\n" if job_want else
+                         "No job steps exist on this node.\n")
+        return 1
     for pid, job, step, local, glob in sorted(rows):
         print(f"{pid:<8} {job:<8} {step:<8} {local:<7} {glob:<8}")
     return 0
