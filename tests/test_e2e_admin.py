@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 
 from wattsched.testing import Cluster, wait_for
@@ -57,6 +58,13 @@ def test_immediate_fails_when_resources_are_busy(cluster: Cluster) -> None:
     result = cluster.run("srun", "--immediate", "-n", "1", "true", check=False)
     assert result.returncode != 0
     assert "srun: error: Unable to allocate resources" in result.stderr
+    # --immediate=N: the job waits N seconds, then is cancelled, as Slurm's
+    waited = cluster.run("srun", "--immediate=2", "-n", "1", "true", check=False)
+    queued = re.search(r"srun: job (\d+) queued and waiting for resources", waited.stderr)
+    assert waited.returncode == 1 and queued, waited.stderr
+    assert waited.stderr.endswith("srun: error: Unable to allocate resources: Requested nodes are busy\n")
+    job = cluster.wait_state(int(queued.group(1)), "CANCELLED")
+    assert job["end_time"] - job["submit_time"] >= 2
     cluster.run("scancel", str(blocker))
 
 

@@ -235,10 +235,13 @@ def allocate(client: Client, opts: dict[str, Any], immediate: bool, quiet: bool,
              command: list[str] | None = None) -> int:
     """Create an interactive allocation and wait until it runs; its job id. ``prog`` words the
     messages as that command does (srun: "job N queued and waiting for resources"; salloc also
-    "Granted job allocation N")."""
+    "Granted job allocation N"). --immediate: the controller refuses a job it cannot start at
+    once; --immediate=N: the job waits N seconds at most, then is cancelled (Slurm's rule)."""
     command = command if command is not None else opts["command"]
     name = opts.get("job_name") or (os.path.basename(command[0]) if command else "interactive")
-    body = o.submission(opts, script=None, interactive=True, immediate=immediate, name=name,
+    text = str(opts.get("immediate") or "") if immediate else ""
+    wait_s = int(text) if text.isdigit() else 0
+    body = o.submission(opts, script=None, interactive=True, immediate=immediate and not wait_s, name=name,
                         command=" ".join(command))
     try:
         reply = client.request("POST", "/v1/jobs", body)
@@ -247,6 +250,7 @@ def allocate(client: Client, opts: dict[str, Any], immediate: bool, quiet: bool,
             "Unable to allocate resources: Unable to allocate resources", "Unable to allocate resources")) from exc
     job_id = reply["job_id"]
     announced = False
+    deadline = time.monotonic() + wait_s
     try:
         while True:
             job = client.request("GET", "/v1/jobs", params={"job": [str(job_id)]})["jobs"][0]
@@ -254,6 +258,10 @@ def allocate(client: Client, opts: dict[str, Any], immediate: bool, quiet: bool,
                 break
             if job["state"] not in ("PENDING", "CONFIGURING"):  # CONFIGURING: its nodes are powering up
                 raise CLIError(f"Job allocation {job_id} has been revoked.")
+            if wait_s and job["state"] == "PENDING" and time.monotonic() >= deadline:
+                client.request("POST", "/v1/jobs/cancel", {"job_ids": [str(job_id)]})
+                raise CLIError("Unable to allocate resources: "
+                               + POWER_MESSAGES.get(job["reason"], "Requested nodes are busy"))
             if not announced and not quiet:
                 why = POWER_MESSAGES.get(job["reason"])
                 if prog == "salloc":
