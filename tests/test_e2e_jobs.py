@@ -278,6 +278,20 @@ def test_a_node_range_takes_as_many_nodes_as_are_free(cluster: Cluster) -> None:
     assert sorted((cluster.work / f"range-{job_id}.out").read_text().split()) == ["n01", "n02", "n03"]
 
 
+def test_mincpus_and_tmp_ask_nodes_for_cpus_and_temporary_disk(cluster: Cluster) -> None:
+    """--mincpus: a node gives the job that many CPUs at least; --tmp: only a node with that much
+    TmpDisk (none here, TmpDisk=0) will do, else the request is refused, as Slurm's."""
+    for option in ("--mincpus=999999", "--tmp=999999"):
+        refused = cluster.run("srun", option, "true", check=False)
+        assert refused.returncode == 1 and "Requested node configuration is not available" in refused.stderr
+    job_id = cluster.sbatch("--mincpus=3", "--tmp=0", "-n1", "-o", "/dev/null", "--wrap", "true")
+    job = cluster.wait_state(job_id, "COMPLETED")
+    assert job["num_cpus"] == 3 and job["min_cpus_per_node"] == 3
+    shown = cluster.run("scontrol", "show", "job", str(job_id)).stdout
+    assert "MinCPUsNode=3 " in shown and "MinTmpDiskNode=0" in shown
+    assert cluster.run("srun", "--mincpus=1", "true").returncode == 0
+
+
 def test_output_patterns_and_open_mode(cluster: Cluster) -> None:
     job_id = cluster.sbatch("-J", "pat", "-o", "out-%x-%j-%u.txt", "-e", "err-%j.txt", "--wrap",
                             "echo to-out; echo to-err >&2")

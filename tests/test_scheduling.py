@@ -299,3 +299,18 @@ def test_the_run_index_places_the_common_shapes_and_leaves_the_others() -> None:
     for other in (job(2, mem_per_cpu_mb=100), job(3, req_nodes=("n01",)), job(4, cpus_per_task=2)):
         assert ConsTresSelect().quick_select(other, candidates, 0) is None  # select() decides
     assert ConsTresSelect().quick_select(two, candidates, 100) is None  # DefMemPerCPU: memory counts
+
+
+def test_mincpus_and_tmp_choose_among_the_nodes() -> None:
+    """--tmp: only nodes with that much TmpDisk; --mincpus: nodes with that many CPUs free, each
+    giving the job that many at least."""
+    nodes = [NodeSnap("n1", 8, 2, 8000, 8000, tmp_disk_mb=0), NodeSnap("n2", 8, 8, 8000, 8000, tmp_disk_mb=500),
+             NodeSnap("n3", 8, 8, 8000, 8000, tmp_disk_mb=100)]
+    free = {n.name: (n.free_cpus, n.free_mem_mb) for n in nodes}
+    select = ConsTresSelect()
+    wants_disk = JobRequest(job_id=1, user="u", partition="p", submit_time=NOW, tmp_mb=200)
+    assert list(select.select(wants_disk, nodes, free, 0).cpus) == ["n2"]  # type: ignore[union-attr]
+    wants_cpus = JobRequest(job_id=2, user="u", partition="p", submit_time=NOW, min_cpus_per_node=4)
+    alloc = select.select(wants_cpus, nodes, free, 0)
+    assert alloc is not None and list(alloc.cpus) == ["n2"] and alloc.cpus["n2"] == 4 and alloc.tasks["n2"] == 1
+    assert select.select(replace(wants_disk, tmp_mb=600), nodes, free, 0) is None

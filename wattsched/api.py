@@ -117,6 +117,8 @@ class JobSubmit(Strict):
     cpus_per_task: Count = 1
     mem_per_node_mb: int = Field(0, ge=0, le=MEM_MAX_MB)
     mem_per_cpu_mb: int = Field(0, ge=0, le=MEM_MAX_MB)
+    min_cpus_per_node: int = Field(0, ge=0, le=COUNT_MAX)  # --mincpus
+    tmp_mb: int = Field(0, ge=0, le=MEM_MAX_MB)  # --tmp
     time_limit: str | None = Field(None, max_length=32)
     begin: str | None = Field(None, max_length=64)
     deadline: str | None = Field(None, max_length=64)

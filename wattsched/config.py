@@ -94,6 +94,7 @@ class NodeConf:
     cores_per_socket: int = setting("CoresPerSocket", integer, 1)
     threads_per_core: int = setting("ThreadsPerCore", integer, 1)
     real_memory_mb: int = setting("RealMemory", integer, 1)
+    tmp_disk_mb: int = setting("TmpDisk", integer, 0)  # its temporary storage (TmpFS), for --tmp
     weight: int = setting("Weight", integer, 1)
     features: tuple[str, ...] = setting("Feature", names, (), aliases=("Features",))
     state: str = setting("State", choice("unknown", "idle", "down", "drain", "future", "cloud"), "UNKNOWN")

@@ -65,6 +65,8 @@ class Job:
     cpus_per_task: int = 1
     mem_per_node_mb: int = 0
     mem_per_cpu_mb: int = 0
+    min_cpus_per_node: int = 0  # --mincpus: CPUs a node gives it at least
+    tmp_mb: int = 0  # --tmp: the temporary storage (TmpDisk) a node must have
     time_limit_min: int | None = None
     begin_time: float = 0.0
     dependency: str = ""
@@ -252,6 +254,7 @@ class Node:
     weight: int = 1
     features: tuple[str, ...] = ()
     partitions: tuple[str, ...] = ()
+    tmp_disk_mb: int = 0
     base_state: NodeBase = NodeBase.UNKNOWN
     drain: bool = False
     not_responding: bool = True

@@ -56,6 +56,7 @@ class NodeSnap:
     wake: int = POWERED_ON  # how far from running work it is: used after the nodes nearer to it
     gpus: gres.Inventory = ()  # its GPUs by type (wattsched.gres)
     free_gpus: gres.Inventory = ()  # those no job holds now
+    tmp_disk_mb: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +91,8 @@ class JobRequest:
     cpus_per_task: int = 1
     mem_per_node_mb: int = 0
     mem_per_cpu_mb: int = 0
+    min_cpus_per_node: int = 0
+    tmp_mb: int = 0
     exclusive: bool = False
     req_nodes: tuple[str, ...] = ()
     exc_nodes: tuple[str, ...] = ()
@@ -774,7 +777,7 @@ def feasible(job: JobRequest, partition: PartitionSnap, nodes: Mapping[str, Node
     if any(n not in partition.nodes for n in job.req_nodes):
         return False
     pool = [NodeSnap(n.name, n.cpus, n.cpus, n.real_memory_mb, n.real_memory_mb, n.weight, n.features, True,
-                     gpus=n.gpus, free_gpus=n.gpus) for n in pool]
+                     gpus=n.gpus, free_gpus=n.gpus, tmp_disk_mb=n.tmp_disk_mb) for n in pool]
     pool.sort(key=lambda n: n.weight)
     free = {n.name: (n.cpus, n.real_memory_mb) for n in pool}
     gpus = {n.name: dict(n.gpus) for n in pool if n.gpus} if job.gpus else None

@@ -51,6 +51,8 @@ class NodeShape(Protocol):
     @property
     def weight(self) -> int: ...
     @property
+    def tmp_disk_mb(self) -> int: ...
+    @property
     def features(self) -> Iterable[str]: ...
     @property
     def gres(self) -> gres.Inventory: ...
@@ -83,7 +85,7 @@ def node_snap(node: NodeShape, alloc_cpus: int, alloc_mem_mb: int, flag: PowerFl
     return NodeSnap(node.name, node.cpus, node.cpus - alloc_cpus, node.real_memory_mb,
                     node.real_memory_mb - alloc_mem_mb, node.weight, frozenset(node.features),
                     nodestates.schedulable(flag, base, drain, not_responding), scheduling.wake(flag), node.gres,
-                    node.gres if free_gpus is None else free_gpus)
+                    node.gres if free_gpus is None else free_gpus, node.tmp_disk_mb)
 
 
 def node_power(node: NodeShape, job_draws: Collection[tuple[int | None, float | None]] = ()) -> NodePower:

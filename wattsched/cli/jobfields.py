@@ -104,7 +104,7 @@ FIELDS: dict[str, tuple[str, str, Callable[[dict[str, Any], float], str]]] = {
     "v": ("RESERVATION", "Reservation", lambda j, n: j["reservation"] or "(null)"),
     "b": ("TRES_PER_NODE", "tres-per-node", lambda j, n: j.get("tres_per_node") or "N/A"),
     "c": ("MIN_CPUS", "MinCpus", lambda j, n: _min_cpus(j)),
-    "d": ("MIN_TMP_DISK", "MinTmpDisk", lambda j, n: "0"),
+    "d": ("MIN_TMP_DISK", "MinTmpDisk", lambda j, n: str(j["tmp_mb"])),
     "f": ("FEATURES", "Feature", lambda j, n: "&".join(j["features"]) or "(null)"),
     "G": ("GROUP", "GroupID", lambda j, n: str(j["gid"])),
     "h": ("OVER_SUBSCRIBE", "OverSubscribe", lambda j, n: "NO" if j["exclusive"] else "OK"),
@@ -129,7 +129,7 @@ FIELDS: dict[str, tuple[str, str, Callable[[dict[str, Any], float], str]]] = {
 }
 # code -> the listing record's keys its value reads (squeue asks the controller for those alone)
 KEYS: dict[str, tuple[str, ...]] = {
-    "i": ("display_id",), "A": ("job_id",), "F": ("array_job_id", "job_id"), "K": ("array_task_id",),
+    "i": ("display_id",), "d": ("tmp_mb",), "A": ("job_id",), "F": ("array_job_id", "job_id"), "K": ("array_task_id",),
     "j": ("name",), "u": ("user",), "U": ("uid",), "g": ("group",), "a": ("account",), "T": ("state",),
     "t": ("state",), "M": ("run_time_s",), "l": ("time_limit_min",), "L": ("time_limit_min", "run_time_s"),
     "D": ("num_nodes",), "C": ("num_cpus",), "N": ("node_list",), "R": ("state", "reason", "node_list"),

@@ -65,8 +65,8 @@ def job_lines(j: dict[str, Any], details: bool = False) -> list[str | None]:
         f"CPUs/Task={j['cpus_per_task']} ReqB:S:C:T=0:0:*:*",
         f"TRES=cpu={j['num_cpus']},mem={j['alloc_mem_mb'] or j['mem_per_node_mb']}M,node={j['num_nodes']},"
         f"billing={j['num_cpus']}" + (f",gres/gpu={j['num_gpus']}" if j["num_gpus"] else ""),
-        f"MinCPUsNode={j['cpus_per_task']} MinMemoryNode={j['mem_per_node_mb']}M "
-        f"MinMemoryCPU={j['mem_per_cpu_mb']}M MinTmpDiskNode=0",
+        f"MinCPUsNode={max(j['cpus_per_task'], j['min_cpus_per_node'])} MinMemoryNode={j['mem_per_node_mb']}M "
+        f"MinMemoryCPU={j['mem_per_cpu_mb']}M MinTmpDiskNode={j['tmp_mb']}",
         f"Features={'&'.join(j['features']) or '(null)'} DelayBoot=00:00:00",
         f"Reservation={j['reservation']}" if j["reservation"] else None,
         f"OverSubscribe={'NO' if j['exclusive'] else 'OK'} Contiguous=0 Licenses=(null) Network=(null)",
@@ -103,7 +103,8 @@ def node_lines(n: dict[str, Any], details: bool = False) -> list[str | None]:
         f"NodeAddr={n['name']} NodeHostName={n['name']}",
         f"RealMemory={n['real_memory_mb']} AllocMem={n['alloc_mem_mb']} FreeMem=N/A Sockets={n['sockets']} "
         "Boards=1",
-        f"State={n['state']} ThreadsPerCore={n['threads_per_core']} TmpDisk=0 Weight={n['weight']} Owner=N/A "
+        f"State={n['state']} ThreadsPerCore={n['threads_per_core']} TmpDisk={n['tmp_disk_mb']} Weight={n['weight']} "
+        "Owner=N/A "
         "MCS_label=N/A",
         f"Partitions={','.join(n['partitions']) or '(null)'}",
         f"BootTime={_ts(n['boot_time'], 'None')} SlurmdStartTime={_ts(n['boot_time'], 'None')}",

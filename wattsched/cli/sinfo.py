@@ -55,7 +55,7 @@ FIELDS: dict[str, tuple[str, Callable[[list[dict[str, Any]], dict[str, Any]], st
     "z": ("S:C:T", lambda ns, p: f"{ns[0]['sockets']}:{ns[0]['cores_per_socket']}:{ns[0]['threads_per_core']}"
           if ns else "0:0:0"),
     "m": ("MEMORY", lambda ns, p: str(ns[0]["real_memory_mb"]) if ns else "0"),
-    "d": ("TMP_DISK", lambda ns, p: "0"),
+    "d": ("TMP_DISK", lambda ns, p: str(ns[0]["tmp_disk_mb"]) if ns else "0"),
     "w": ("WEIGHT", lambda ns, p: str(ns[0]["weight"]) if ns else "0"),
     "f": ("AVAIL_FEATURES", lambda ns, p: ",".join(ns[0]["features"]) or "(null)" if ns else "(null)"),
     "E": ("REASON", lambda ns, p: (ns[0]["reason"] or "none") if ns else "none"),

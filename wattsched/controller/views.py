@@ -17,7 +17,7 @@ _BRIEF = ("job_id", "array_job_id", "array_task_id", "array_throttle", "name", "
           "partition", "state", "reason", "hold", "priority", "time_limit_min", "start_time", "end_time",
           "submit_time", "work_dir", "dependency", "comment", "nice", "batch_host", "exc_nodes", "req_nodes",
           "wckey", "exit_code", "term_signal", "expected_start", "reservation", "gid", "features",
-          "mem_per_node_mb", "mem_per_cpu_mb", "cpus_per_task", "ntasks", "ntasks_per_node", "exclusive",
+          "mem_per_node_mb", "mem_per_cpu_mb", "cpus_per_task", "ntasks", "ntasks_per_node", "exclusive", "tmp_mb",
           "requeue", "restart_count", "eligible_time", "consumed_energy_j", "interactive", "energy_policy",
           "exp_elapsed_s", "exp_energy_j", "exp_watts")
 
@@ -83,7 +83,7 @@ def node_view(node: Node, now: float, reserved: str = "") -> dict[str, Any]:
         "gres": gres.format_node(node.gres), "gpus": gres.total(node.gres), "alloc_gpus": len(node.alloc_gpus),
         "gres_used": gres.format_used(node.gpus, node.gres, node.alloc_gpus),
         "name": node.name, "cpus": node.cpus, "alloc_cpus": node.alloc_cpus,
-        "real_memory_mb": node.real_memory_mb, "alloc_mem_mb": node.alloc_mem_mb,
+        "real_memory_mb": node.real_memory_mb, "alloc_mem_mb": node.alloc_mem_mb, "tmp_disk_mb": node.tmp_disk_mb,
         "sockets": node.sockets, "cores_per_socket": node.cores_per_socket,
         "threads_per_core": node.threads_per_core, "weight": node.weight, "features": list(node.features),
         "partitions": list(node.partitions),

@@ -41,7 +41,7 @@ class ConsTresSelect:
         """select() for the common shape, through :class:`FreeRuns`: a task per CPU, no memory
         asked for or defaulted, no node list, count cap or tasks-per-node limit."""
         if job.req_nodes or job.nodes_max or job.ntasks_per_node or job.mem_per_node_mb or job.mem_per_cpu_mb \
-                or def_mem_per_cpu_mb or job.cpus_per_task > 1 or job.gpus:
+                or def_mem_per_cpu_mb or job.cpus_per_task > 1 or job.gpus or job.min_cpus_per_node or job.tmp_mb:
             return None
         exclusive = job.exclusive or self.whole_nodes
         kind = _WHOLE if exclusive else _CPUS
@@ -65,6 +65,8 @@ class ConsTresSelect:
             free_cpus, free_mem = free[node.name]
             if exclusive and (free_cpus < node.cpus or free_mem < node.real_memory_mb):
                 return 0
+            if free_cpus < job.min_cpus_per_node or node.tmp_disk_mb < job.tmp_mb:  # --mincpus, --tmp
+                return 0
             tasks = (node.cpus if exclusive else free_cpus) // cpt
             if job.ntasks_per_node:
                 tasks = min(tasks, job.ntasks_per_node)
@@ -85,7 +87,8 @@ class ConsTresSelect:
         else:
             # what cap() comes to without a call per node, where only CPUs (and, for whole nodes,
             # memory) count: the common requests, whose selection is most of a backfill pass
-            if job.ntasks_per_node or job.mem_per_node_mb or per_cpu_mem or wants:
+            if job.ntasks_per_node or job.mem_per_node_mb or per_cpu_mem or wants or job.min_cpus_per_node \
+                    or job.tmp_mb:
                 usable = [(n, c) for n in candidates if (c := cap(n)) >= 1]
             elif exclusive:
                 usable = [(n, c) for n in candidates if (f := free[n.name])[0] >= n.cpus
@@ -333,7 +336,7 @@ def _layout(job: JobRequest, chosen: list[tuple[NodeSnap, int]], cpt: int, per_c
     if exclusive:
         cpus = {node.name: node.cpus for node, _cap in chosen}
     else:
-        cpus = {name: count * cpt for name, count in tasks.items()}
+        cpus = {name: max(count * cpt, job.min_cpus_per_node) for name, count in tasks.items()}
     if job.mem_per_node_mb:
         mem = dict.fromkeys(cpus, job.mem_per_node_mb)
     elif exclusive and not per_cpu_mem:
