@@ -351,7 +351,8 @@ class Node:
 @dataclass(slots=True)
 class Reservation:
     """An advanced reservation: nodes set aside over [start_time, end_time) for some users or
-    accounts. DAILY and WEEKLY ones move on by a day or a week when they end."""
+    accounts. Recurring ones (HOURLY, DAILY, WEEKDAY, WEEKEND, WEEKLY) move on to their next window
+    when they end."""
 
     resv_id: int
     name: str

@@ -20,8 +20,12 @@ from wattsched.api import ReservationSpec
 from wattsched.model import Job, Node, Reservation
 from wattsched.nodestates import NodeBase
 
-FLAGS = ("MAINT", "IGNORE_JOBS", "DAILY", "WEEKLY", "FLEX", "OVERLAP", "SPEC_NODES", "LICENSE_ONLY")
-_ROLL_S = {"DAILY": 86400, "WEEKLY": 7 * 86400}
+FLAGS = ("MAINT", "IGNORE_JOBS", "HOURLY", "DAILY", "WEEKDAY", "WEEKEND", "WEEKLY", "FLEX", "OVERLAP", "SPEC_NODES",
+         "LICENSE_ONLY")
+# Slurm's recurring reservations: the step from one occurrence to the next; WEEKDAY and WEEKEND
+# ones are daily occurrences that fall on Monday-Friday, or Saturday-Sunday (local time)
+_ROLL_S = {"HOURLY": 3600, "DAILY": 86400, "WEEKDAY": 86400, "WEEKEND": 86400, "WEEKLY": 7 * 86400}
+_WEEK_S = 7 * 86400
 _FOREVER_S = 365 * 86400  # Duration=UNLIMITED: Slurm's one year
 
 
@@ -40,9 +44,52 @@ def _flags(text: str, current: Iterable[str] = ()) -> list[str]:
             result = [f for f in result if f != name]
         elif name not in result:
             result.append(name)
-    if "DAILY" in result and "WEEKLY" in result:
-        raise ReservationError("Invalid reservation flag: DAILY and WEEKLY together")
+    recurring = [f for f in result if f in _ROLL_S]
+    if len(recurring) > 1:
+        raise ReservationError(f"Invalid reservation flag: {' and '.join(recurring)} together")
     return result
+
+
+def _step(resv: Reservation) -> int:
+    """Seconds from one occurrence to the next (0: it does not recur)."""
+    return next((s for flag, s in _ROLL_S.items() if flag in resv.flags), 0)
+
+
+def _falls(resv: Reservation, start: float) -> bool:
+    """Whether an occurrence starting at ``start`` is one of a WEEKDAY or WEEKEND reservation's."""
+    import time
+
+    weekday = time.localtime(start).tm_wday  # Monday 0
+    return not (("WEEKDAY" in resv.flags and weekday >= 5) or ("WEEKEND" in resv.flags and weekday < 5))
+
+
+def occurrences(resv: Reservation, until: float) -> list[tuple[float, float]]:
+    """The reservation's windows that start before ``until``: one, or each of a recurring one's."""
+    step = _step(resv)
+    if not step:
+        return [(resv.start_time, resv.end_time)] if resv.start_time < until else []
+    length, found = resv.end_time - resv.start_time, []
+    start = resv.start_time
+    while start < until:
+        if _falls(resv, start):
+            found.append((start, start + length))
+        start += step
+    return found
+
+
+def overlap(one: Reservation, other: Reservation) -> bool:
+    """Whether any window of one meets any window of the other. Recurring ones go on forever; all
+    their steps divide a week, so two weeks past the later start hold every combination."""
+    if not _step(one) and not _step(other):
+        return one.start_time < other.end_time and other.start_time < one.end_time
+    until = max(one.start_time, other.start_time) + 2 * _WEEK_S + max(one.end_time - one.start_time,
+                                                                      other.end_time - other.start_time)
+    mine, theirs = occurrences(one, until), occurrences(other, until)
+    if not _step(other):
+        mine = [w for w in mine if w[0] < other.end_time]  # (a one-off is met, if at all, before its end)
+    if not _step(one):
+        theirs = [w for w in theirs if w[0] < one.end_time]
+    return any(s1 < e2 and s2 < e1 for s1, e1 in mine for s2, e2 in theirs)
 
 
 def _names(text: str) -> list[str]:
@@ -187,11 +234,14 @@ class ReservationBook:
         for name, resv in list(self.by_name.items()):
             if resv.end_time > now:
                 continue
-            step = next((s for flag, s in _ROLL_S.items() if flag in resv.flags), 0)
+            step = _step(resv)
             if step:
                 skip = int((now - resv.end_time) // step) + 1
                 resv.start_time += skip * step
                 resv.end_time += skip * step
+                while not _falls(resv, resv.start_time):  # WEEKDAY, WEEKEND: on to a day of theirs
+                    resv.start_time += step
+                    resv.end_time += step
                 moved.append(resv)
             else:
                 del self.by_name[name]
@@ -218,7 +268,7 @@ class ReservationBook:
         if {"MAINT", "OVERLAP"} & set(resv.flags):
             return []
         return [o for o in self.by_name.values() if o.name != resv.name and not {"MAINT", "OVERLAP"} & set(o.flags)
-                and o.start_time < resv.end_time and resv.start_time < o.end_time]
+                and overlap(resv, o)]
 
     def _pick_nodes(self, resv: Reservation, spec: ReservationSpec, nodes: Mapping[str, Node],
                     partitions: Mapping[str, scheduling.PartitionSnap], partition: str, jobs: Iterable[Job],

@@ -1,0 +1,70 @@
+"""Reservations that recur (Slurm's HOURLY, DAILY, WEEKDAY, WEEKEND, WEEKLY) overlap another where any
+of their windows meets any of its own: a DAILY one starting in two days takes that node every day from
+then on, so another DAILY one starting tomorrow or in three days may not have it too."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from wattsched.api import ReservationSpec
+from wattsched.controller.reservations import ReservationBook, ReservationError, overlap
+from wattsched.model import Node, Reservation
+from wattsched.nodestates import NodeBase
+from wattsched.scheduling import PartitionSnap
+
+HOUR, DAY, WEEK = 3600, 86400, 7 * 86400
+# a Monday at 10:00, local time: WEEKDAY and WEEKEND follow the local calendar
+MONDAY = time.mktime((2027, 3, 1, 10, 0, 0, 0, 0, -1))
+
+
+def resv(name: str, start: float, minutes: int = 10, flags: tuple[str, ...] = ()) -> Reservation:
+    return Reservation(resv_id=1, name=name, start_time=start, end_time=start + minutes * 60, nodes=["n1"],
+                       users=["u"], flags=list(flags))
+
+
+@pytest.mark.parametrize(("flag", "step"), [("HOURLY", HOUR), ("DAILY", DAY), ("WEEKLY", WEEK)])
+def test_recurring_ones_meet_at_any_later_window(flag: str, step: int) -> None:
+    first = resv("resv1", MONDAY + 2 * step, flags=(flag,))
+    assert overlap(first, resv("resv2", MONDAY + step, flags=(flag,)))  # its second window is resv1's first
+    assert overlap(first, resv("resv3", MONDAY + 3 * step, flags=(flag,)))
+    assert overlap(first, resv("once", MONDAY + 40 * step + 60))  # a one-off inside a later window
+    assert not overlap(first, resv("before", MONDAY, flags=()))  # a one-off before it began
+    assert not overlap(first, resv("between", MONDAY + 2 * step + 30 * 60, flags=(flag,)))  # other minutes
+
+
+def test_weekdays_and_weekends_do_not_meet() -> None:
+    weekdays = resv("wd", MONDAY, flags=("WEEKDAY",))
+    assert not overlap(weekdays, resv("we", MONDAY + 5 * DAY, flags=("WEEKEND",)))  # Saturday on
+    assert overlap(weekdays, resv("daily", MONDAY + 5 * DAY, flags=("DAILY",)))  # the next Monday
+    assert not overlap(weekdays, resv("saturday", MONDAY + 12 * DAY))  # a one-off on a later Saturday
+    assert overlap(weekdays, resv("thursday", MONDAY + 10 * DAY))
+
+
+def test_a_book_refuses_the_second_recurring_reservation_of_its_one_free_node() -> None:
+    nodes = {f"n{i}": Node(name=f"n{i}", cpus=4, real_memory_mb=1000, base_state=NodeBase.IDLE) for i in (1, 2)}
+    nodes["n2"].base_state = NodeBase.DOWN  # the one free node is n1
+    partitions = {"p": PartitionSnap("p", ("n1", "n2"))}
+    book = ReservationBook()
+    now = MONDAY - DAY
+
+    def create(name: str, start: str, flags: str) -> Reservation:
+        spec = ReservationSpec(name=name, start_time=start, duration="00:10:00", node_cnt=1, users="u", flags=flags)
+        return book.create(spec, "root", now, nodes, partitions, "p", [])
+
+    assert create("resv1", "now+2days", "DAILY").nodes == ["n1"]
+    for name, start in (("resv2", "now+1day"), ("resv3", "now+3days")):
+        with pytest.raises(ReservationError, match="Requested nodes are busy"):
+            create(name, start, "DAILY")
+    assert list(book.by_name) == ["resv1"]
+    with pytest.raises(ReservationError, match="HOURLY and DAILY together"):
+        create("both", "now+5days", "HOURLY,DAILY")
+
+
+def test_a_weekday_reservation_rolls_over_the_weekend() -> None:
+    friday = resv("wd", MONDAY + 4 * DAY, flags=("WEEKDAY",))
+    book = ReservationBook([friday])
+    moved, ended = book.roll(friday.end_time + 1)
+    assert moved == [friday] and not ended
+    assert friday.start_time == MONDAY + 7 * DAY  # on to Monday, not Saturday
