@@ -141,6 +141,12 @@ def test_sbatch_test_only_plans_without_submitting(cluster: Cluster) -> None:
     assert re.search(r"^sbatch: Job \d+ to start at \S+ using 2 processors on nodes n\S+ in partition debug$",
                      now_run.stderr.strip()), now_run.stderr
     assert len(cluster.jobs()) == before and now_run.stdout == ""
+    for prog, command in (("srun", ["hostname"]), ("salloc", [])):  # the same plan for a new allocation
+        planned = cluster.run(prog, "--test-only", "-N", "3", *command)
+        assert re.search(rf"^{prog}: Job \d+ to start at \S+ using 3 processors on nodes n\S+ in partition debug$",
+                         planned.stderr.strip()), planned.stderr
+        assert planned.stdout == ""
+    assert len(cluster.jobs()) == before
     busy = cluster.sbatch("-N", "4", "--exclusive", "-t", "10", "--wrap", "sleep 300")
     cluster.wait_state(busy, "RUNNING")
     later = cluster.run("sbatch", "--test-only", "-N", "1", "-t", "5", "--wrap", "true").stderr.strip()

@@ -112,7 +112,8 @@ def job_options(prog: str) -> list[Opt | str]:
         ignored(None, "time-min", REQ),
         Opt(None, "tmp", REQ, "minimum amount of temporary disk", metavar="MB"),
         ignored(None, "tres-bind", REQ),
-        *([ignored(None, "test-only", NO)] if not batch else []),
+        *([Opt(None, "test-only", NO, "validate the request and report when the job would start; nothing "
+               "is run")] if not batch else []),
         ignored(None, "use-min-nodes", NO), ignored(None, "wait-all-nodes", REQ),
         ignored(None, "propagate", OPT) if not alloc else ignored(None, "bell", NO),
         *([ignored(None, "ignore-pbs", NO), ignored(None, "kill-on-invalid-dep", REQ)] if batch else []),
@@ -357,3 +358,27 @@ def submission(opts: dict[str, Any], **extra: Any) -> dict[str, Any]:
     }
     body.update(extra)
     return body
+
+
+def will_run(client: Any, body: dict[str, Any], prog: str) -> int:
+    """--test-only (sbatch, srun, salloc): nothing is submitted; Slurm's "Job N to start at T using C
+    processors on nodes X in partition P", and ours, what the same job's earlier runs let expect."""
+    from wattsched import hostlist, timefmt
+
+    try:
+        reply = client.request("POST", "/v1/jobs", dict(body, test_only=True))
+    except CLIError as exc:
+        raise CLIError(f"Job submission failed: {exc}") from exc
+    plan = reply["will_run"]
+    if plan["start_time"] is None:
+        raise CLIError(f"Job {reply['job_id']} can not be scheduled now: {plan['reason'] or 'Resources'}")
+    where = f" on nodes {hostlist.compress(plan['nodes'])}" if plan["nodes"] else ""
+    sys.stderr.write(f"{prog}: Job {reply['job_id']} to start at {timefmt.ts_str(plan['start_time'])} using "
+                     f"{plan['cpus']} processors{where} in partition {plan['partition']}\n")
+    if plan.get("expected_runs"):
+        run_time = timefmt.elapsed_str(round(plan["expected_elapsed_s"]))
+        sys.stderr.write(f"{prog}: Job {reply['job_id']} expected to run {run_time} and use "
+                         f"{plan['expected_energy_j'] / 1000:.1f} kJ at {plan['expected_watts']:.0f} W "
+                         + ("(as its last run)\n" if plan["expected_runs"] == 1 else
+                            f"(the mean of its last {plan['expected_runs']} runs)\n"))
+    return 0

@@ -18,7 +18,7 @@ import time
 from wattsched.cli import jobopts as o
 from wattsched.cli.common import Client, CLIError
 from wattsched.cli.options import Command, run
-from wattsched.cli.srun import allocate
+from wattsched.cli.srun import allocate, request_body
 
 COMMAND = Command("salloc", "[OPTIONS(0)...] [ : [OPTIONS(N)...]] [command(0) [args(0)...]]",
                   o.job_options("salloc"), stop_at_operand=True, operand_usage="[command [args...]]")
@@ -47,6 +47,8 @@ def salloc(argv: list[str]) -> int:
     quiet = bool(opts.get("quiet"))
     client = Client.for_options(opts)
     command = command or default_command()
+    if opts.get("test_only"):  # the allocation's plan: none is made
+        return o.will_run(client, request_body(opts, command, False), "salloc")
     job_id = allocate(client, opts, "immediate" in opts, quiet, prog="salloc", command=command)
     env = dict(os.environ)
     try:

@@ -95,7 +95,7 @@ def sbatch(argv: list[str]) -> int:
                         array=opts.get("array") or "",
                         requeue=opts.get("requeue"), command=command)
     if opts.get("test_only"):
-        return test_only(client, body)
+        return o.will_run(client, body, "sbatch")
     try:
         reply = client.request("POST", "/v1/jobs", body)
     except CLIError as exc:
@@ -106,35 +106,6 @@ def sbatch(argv: list[str]) -> int:
     elif not opts.get("quiet"):
         print(f"Submitted batch job {job_id}")
     return _wait(client, job_id) if opts.get("wait") else 0
-
-
-def test_only(client: Client, body: dict) -> int:
-    """--test-only: Slurm's "Job N to start at T using C processors on nodes X in partition P"."""
-    from wattsched import timefmt
-
-    try:
-        reply = client.request("POST", "/v1/jobs", dict(body, test_only=True))
-    except CLIError as exc:
-        raise CLIError(f"Job submission failed: {exc}") from exc
-    plan = reply["will_run"]
-    if plan["start_time"] is None:
-        raise CLIError(f"Job {reply['job_id']} can not be scheduled now: {plan['reason'] or 'Resources'}")
-    where = f" on nodes {_compress(plan['nodes'])}" if plan["nodes"] else ""
-    sys.stderr.write(f"sbatch: Job {reply['job_id']} to start at {timefmt.ts_str(plan['start_time'])} using "
-                     f"{plan['cpus']} processors{where} in partition {plan['partition']}\n")
-    if plan.get("expected_runs"):  # ours: what the same job's earlier runs let expect
-        run_time = timefmt.elapsed_str(round(plan["expected_elapsed_s"]))
-        sys.stderr.write(f"sbatch: Job {reply['job_id']} expected to run {run_time} and use "
-                         f"{plan['expected_energy_j'] / 1000:.1f} kJ at {plan['expected_watts']:.0f} W "
-                         + ("(as its last run)\n" if plan["expected_runs"] == 1 else
-                            f"(the mean of its last {plan['expected_runs']} runs)\n"))
-    return 0
-
-
-def _compress(nodes: list[str]) -> str:
-    from wattsched import hostlist
-
-    return hostlist.compress(nodes)
 
 
 def _wait(client: Client, job_id: int) -> int:

@@ -200,6 +200,11 @@ def srun(argv: list[str]) -> int:
     if opts.get("multi_prog"):
         multi_prog(opts, command, inside is not None)
     own_job = None
+    if opts.get("test_only"):  # a new allocation's plan: none is made
+        if inside is not None:
+            raise CLIError("--test-only plans a new allocation; it does not apply to a step of job "
+                           f"{inside}")
+        return o.will_run(client, request_body(opts, command, False), "srun")
     if inside is None:
         own_job = allocate(client, opts, "immediate" in opts, quiet)
         job_id = own_job
@@ -238,11 +243,9 @@ def allocate(client: Client, opts: dict[str, Any], immediate: bool, quiet: bool,
     "Granted job allocation N"). --immediate: the controller refuses a job it cannot start at
     once; --immediate=N: the job waits N seconds at most, then is cancelled (Slurm's rule)."""
     command = command if command is not None else opts["command"]
-    name = opts.get("job_name") or (os.path.basename(command[0]) if command else "interactive")
     text = str(opts.get("immediate") or "") if immediate else ""
     wait_s = int(text) if text.isdigit() else 0
-    body = o.submission(opts, script=None, interactive=True, immediate=immediate and not wait_s, name=name,
-                        command=" ".join(command))
+    body = request_body(opts, command, immediate and not wait_s)
     try:
         reply = client.request("POST", "/v1/jobs", body)
     except CLIError as exc:
@@ -280,6 +283,13 @@ def allocate(client: Client, opts: dict[str, Any], immediate: bool, quiet: bool,
     if prog == "salloc" and not quiet:
         sys.stderr.write(f"salloc: Granted job allocation {job_id}\n")
     return job_id
+
+
+def request_body(opts: dict[str, Any], command: list[str], immediate: bool) -> dict[str, Any]:
+    """An interactive allocation's submission (srun, salloc), named after its command by default."""
+    name = opts.get("job_name") or (os.path.basename(command[0]) if command else "interactive")
+    return o.submission(opts, script=None, interactive=True, immediate=immediate, name=name,
+                        command=" ".join(command))
 
 
 def truncate_outputs(file_patterns: list[str], step: dict[str, Any], job_id: int, job_name: str,
