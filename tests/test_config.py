@@ -218,3 +218,10 @@ def test_a_slurm_sites_daemon_keys_are_read(tmp_path: Path) -> None:
     assert (conf.slurmctld_pid_file, conf.slurmd_pid_file) == ("/run/slurmctld.pid", "/run/slurmd-%n.pid")
     assert (conf.slurmctld_log_file, conf.slurmd_log_file) == (str(tmp_path / "log/ctld.log"), "/var/log/slurm/%n.log")
     assert (conf.log_level, conf.slurmd_log_level) == ("info", "debug")
+
+
+def test_max_tasks_per_node_is_read_and_bounded(tmp_path: Path) -> None:
+    assert config.load(str(write(tmp_path, "NodeName=n1\n"))).max_tasks_per_node == 512  # Slurm's default
+    assert config.load(str(write(tmp_path, "MaxTasksPerNode=4\nNodeName=n1\n"))).max_tasks_per_node == 4
+    with pytest.raises(config.ConfigError, match="MaxTasksPerNode"):
+        config.load(str(write(tmp_path, "MaxTasksPerNode=0\nNodeName=n1\n")))

@@ -207,6 +207,7 @@ class Config:
     first_job_id: int = setting("FirstJobId", integer, 1)
     max_array_size: int = setting("MaxArraySize", bounded(1, 4_000_001), 1001)
     max_job_count: int = setting("MaxJobCount", bounded(1, 4_000_000), 10000)
+    max_tasks_per_node: int = setting("MaxTasksPerNode", bounded(1, 65533), 512)  # a step's, on one node
     # wattsched's own, under the QOS and association limits: the jobs one user may have pending or running
     # at once (administrators are exempt); 0: MaxJobCount alone bounds them
     max_submit_jobs_per_user: int = setting("MaxSubmitJobsPerUser", bounded(0, 4_000_000), 5000)

@@ -19,7 +19,6 @@ if TYPE_CHECKING:
     from wattsched.controller.state import ClusterState
 
 BCAST_LIFESPAN_S = 3600  # how long an sbcast credential opens agents' doors (a large file takes a while)
-MAX_TASKS_PER_NODE = 512  # Slurm's MaxTasksPerNode default: a step may not place more on a node
 # the signal number Slurm records for a step its memory limit ended (sacct's ExitCode 0:125)
 
 
@@ -27,7 +26,7 @@ def create_step(state: ClusterState, job: Job, req: StepCreate, who: Identity,
                 now: float) -> tuple[Step, dict[str, list[int]]]:
     permissions.check_owner(state, job, who)
     require_running(job)
-    layout = step_layout(job, req)
+    layout = step_layout(job, req, state.config.max_tasks_per_node)
     step_id = job.next_step_id
     job.next_step_id += 1
     step = Step(step_id=str(step_id), name=req.name or job.name, nodes=list(layout),
@@ -148,12 +147,12 @@ def step_nodes(job: Job, req: StepCreate) -> list[str]:
     return [n for n in nodes if n in named] + [n for n in nodes if n not in named and n not in excluded]
 
 
-def step_layout(job: Job, req: StepCreate) -> dict[str, list[int]]:
+def step_layout(job: Job, req: StepCreate, max_tasks_per_node: int) -> dict[str, list[int]]:
     """Place a step's tasks on the allocation: block by each node's CPUs, task ids in node order; at
-    most MaxTasksPerNode tasks on a node (Slurm's default, 512), checked before any placing."""
+    most MaxTasksPerNode tasks on a node, checked before any placing."""
     nodes = step_nodes(job, req)
-    if (req.ntasks is not None and req.ntasks > MAX_TASKS_PER_NODE * len(nodes)) or \
-            req.ntasks_per_node > MAX_TASKS_PER_NODE:
+    if (req.ntasks is not None and req.ntasks > max_tasks_per_node * len(nodes)) or \
+            req.ntasks_per_node > max_tasks_per_node:
         raise Refused("Requested node configuration is not available")
     if req.nodes is not None:
         if req.nodes > len(nodes) or req.nodes < len(req.nodelist):
