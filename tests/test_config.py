@@ -225,3 +225,10 @@ def test_max_tasks_per_node_is_read_and_bounded(tmp_path: Path) -> None:
     assert config.load(str(write(tmp_path, "MaxTasksPerNode=4\nNodeName=n1\n"))).max_tasks_per_node == 4
     with pytest.raises(config.ConfigError, match="MaxTasksPerNode"):
         config.load(str(write(tmp_path, "MaxTasksPerNode=0\nNodeName=n1\n")))
+
+
+def test_propagate_resource_limits_names_slurms_limits(tmp_path: Path) -> None:
+    conf = config.load(str(write(tmp_path, "PropagateResourceLimitsExcept=core,memlock\nNodeName=n1\n")))
+    assert (conf.propagate_resource_limits, conf.propagate_resource_limits_except) == ("ALL", "CORE,MEMLOCK")
+    with pytest.raises(config.ConfigError, match="Invalid resource limit name: NOPE"):
+        config.load(str(write(tmp_path, "PropagateResourceLimits=CORE,NOPE\nNodeName=n1\n")))

@@ -292,6 +292,24 @@ def test_mincpus_and_tmp_ask_nodes_for_cpus_and_temporary_disk(cluster: Cluster)
     assert cluster.run("srun", "--mincpus=1", "true").returncode == 0
 
 
+def test_the_submitting_shells_limits_go_with_its_jobs_and_steps(cluster: Cluster) -> None:
+    """PropagateResourceLimits=ALL (Slurm's default): the soft limits srun and sbatch ran under are
+    the tasks' and the script's (never above the node's hard limits)."""
+    import subprocess
+
+    from wattsched.testing import BIN
+
+    def under_limits(command: str) -> str:
+        shell = f"ulimit -S -n 300; ulimit -S -c 0; ulimit -S -s 4096; exec {BIN}/{command}"
+        return subprocess.run(["sh", "-c", shell], env=cluster.env, cwd=cluster.work, capture_output=True,
+                              text=True, timeout=60, check=True).stdout
+    assert under_limits("srun -n2 sh -c 'echo $(ulimit -n) $(ulimit -c) $(ulimit -s)'").split("\n")[:2] == \
+        ["300 0 4096"] * 2
+    job_id = int(under_limits("sbatch --parsable -o limits-%j.out --wrap 'echo $(ulimit -n) $(ulimit -s)'"))
+    cluster.wait_state(job_id, "COMPLETED")
+    assert (cluster.work / f"limits-{job_id}.out").read_text() == "300 4096\n"
+
+
 def test_output_patterns_and_open_mode(cluster: Cluster) -> None:
     job_id = cluster.sbatch("-J", "pat", "-o", "out-%x-%j-%u.txt", "-e", "err-%j.txt", "--wrap",
                             "echo to-out; echo to-err >&2")

@@ -93,6 +93,11 @@ class Strict(BaseModel):
         return data
 
 
+# the submitting shell's soft limits, by Slurm's names (wattsched.rlimits; -1: unlimited)
+RLimits = Annotated[dict[Annotated[str, Field(pattern=r"^[A-Z]{2,8}$")], Annotated[int, Field(ge=-1, le=BIG)]],
+                    Field(max_length=16)]
+
+
 class JobSubmit(Strict):
     """A batch job (``script`` set) or an interactive allocation (``interactive``)."""
 
@@ -118,6 +123,7 @@ class JobSubmit(Strict):
     mem_per_node_mb: int = Field(0, ge=0, le=MEM_MAX_MB)
     mem_per_cpu_mb: int = Field(0, ge=0, le=MEM_MAX_MB)
     min_cpus_per_node: int = Field(0, ge=0, le=COUNT_MAX)  # --mincpus
+    rlimits: RLimits = {}
     tmp_mb: int = Field(0, ge=0, le=MEM_MAX_MB)  # --tmp
     time_limit: str | None = Field(None, max_length=32)
     begin: str | None = Field(None, max_length=64)
@@ -488,6 +494,7 @@ class BatchLaunch(Strict):
     std_err: str
     std_in: str = "/dev/null"
     open_mode: str = "truncate"
+    rlimits: RLimits = {}  # the job's submitting shell's, for the agent to choose from
 
 
 class JobAllocation(Strict):
@@ -562,6 +569,7 @@ class TaskLaunch(Strict):
     multi_prog: str = Field("", max_length=multiprog.MAX_BYTES)  # srun --multi-prog's file
     preserve_env: bool = False  # srun -E: SLURM_NNODES and SLURM_NTASKS as srun had them, not the step's
     job_name: Name = ""  # for %x in the tasks' file patterns
+    rlimits: RLimits = {}  # srun's shell's, for the agent to choose from
     # srun --task-prolog/--task-epilog: the user's programs, run as the user around each task
     task_prolog: str = Field("", max_length=PATH_MAX)
     task_epilog: str = Field("", max_length=PATH_MAX)

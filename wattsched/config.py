@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from wattsched import cpufreq, energypolicy, gres, hostlist, switching
+from wattsched import cpufreq, energypolicy, gres, hostlist, rlimits, switching
 from wattsched.confvalues import (
     AuthAltParams,
     SchedulerParams,
@@ -72,6 +72,12 @@ class ConfigError(ValueError):
     def __init__(self, path: str, line: int, key: str, message: str):
         super().__init__(f"{path}:{line}: {key}: {message}")
         self.path, self.line, self.key = path, line, key
+
+
+def rlimit_names(value: str) -> str:
+    """PropagateResourceLimits(Except): ALL, NONE or Slurm's limit names (checked here)."""
+    rlimits.names(value)
+    return value.upper()
 
 
 def setting(key: str, parse: Callable[[str], Any], default: Any, *, conf: str = "", aliases: tuple[str, ...] = (),
@@ -208,6 +214,9 @@ class Config:
     max_array_size: int = setting("MaxArraySize", bounded(1, 4_000_001), 1001)
     max_job_count: int = setting("MaxJobCount", bounded(1, 4_000_000), 10000)
     max_tasks_per_node: int = setting("MaxTasksPerNode", bounded(1, 65533), 512)  # a step's, on one node
+    # which of the submitting shell's soft limits (ulimit) jobs and steps get (wattsched.rlimits)
+    propagate_resource_limits: str = setting("PropagateResourceLimits", rlimit_names, "ALL")
+    propagate_resource_limits_except: str = setting("PropagateResourceLimitsExcept", rlimit_names, "")
     # wattsched's own, under the QOS and association limits: the jobs one user may have pending or running
     # at once (administrators are exempt); 0: MaxJobCount alone bounds them
     max_submit_jobs_per_user: int = setting("MaxSubmitJobsPerUser", bounded(0, 4_000_000), 5000)

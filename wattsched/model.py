@@ -67,6 +67,7 @@ class Job:
     mem_per_cpu_mb: int = 0
     min_cpus_per_node: int = 0  # --mincpus: CPUs a node gives it at least
     tmp_mb: int = 0  # --tmp: the temporary storage (TmpDisk) a node must have
+    rlimits: dict[str, int] = field(default_factory=dict)  # the submitting shell's soft limits
     time_limit_min: int | None = None
     begin_time: float = 0.0
     dependency: str = ""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
+from wattsched import rlimits
 from wattsched.cli.common import CLIError
 from wattsched.cli.options import NO, OPT, REQ, STANDARD, Opt, ignored, refused
 
@@ -328,6 +329,7 @@ def submission(opts: dict[str, Any], **extra: Any) -> dict[str, Any]:
         "cpus_per_task": opts.get("cpus_per_task") or 1,
         "mem_per_node_mb": mem_mb, "mem_per_cpu_mb": mem_cpu_mb,
         "min_cpus_per_node": opts.get("mincpus") or 0, "tmp_mb": memory(opts.get("tmp"), "--tmp"),
+        "rlimits": rlimits.current(),  # the site's PropagateResourceLimits chooses among them
         "time_limit": opts.get("time"),
         "begin": opts.get("begin"),
         "deadline": opts.get("deadline"),

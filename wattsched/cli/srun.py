@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 
-from wattsched import jsonwire
+from wattsched import jsonwire, rlimits
 from wattsched.cli import jobopts as o
 from wattsched.cli.common import Client, CLIError, exchange, host_port, http_request, stream
 from wattsched.cli.options import Command, run
@@ -427,6 +427,7 @@ def run_step(client: Client, job_id: int, opts: dict[str, Any], command: list[st
                 "input": pattern, "stdin_tasks": [t for t in placement["task_ids"] if t in fed],
                 "pty": pty, "rows": rows, "cols": cols, "cpu_bind": cpu_bind, "mpi": opts["mpi"],
                 "multi_prog": opts.get("multi_prog_text", ""), "preserve_env": bool(opts.get("preserve_env")),
+                "rlimits": rlimits.current(),
                 **{key: os.path.abspath(opts[key]) for key in ("task_prolog", "task_epilog") if opts.get(key)}}
         if body["stdin_tasks"] or (pty and 0 in placement["task_ids"]):
             targets.append(placement)

@@ -166,7 +166,7 @@ class Dispatcher:
                            environment=batch_environment(self.state, job),
                            std_out=output_path(job, job.std_out),
                            std_err=output_path(job, job.std_err or job.std_out),
-                           std_in=output_path(job, job.std_in), open_mode=job.open_mode)
+                           std_in=output_path(job, job.std_in), open_mode=job.open_mode, rlimits=job.rlimits)
 
     async def _signal(self, url: str, action: Signal, names: list[str]) -> None:
         body = SignalJob(job_id=action.job_id, nodes=names, signal=action.signal, batch_only=action.batch_only,

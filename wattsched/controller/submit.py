@@ -197,6 +197,7 @@ def build_jobs(req: JobSubmit, who: Identity, gid: int, group: str, config: Conf
         nodes_max=req.nodes_max, ntasks=ntasks, ntasks_set=ntasks_set, ntasks_per_node=req.ntasks_per_node,
         cpus_per_task=req.cpus_per_task, mem_per_node_mb=req.mem_per_node_mb,
         mem_per_cpu_mb=req.mem_per_cpu_mb, min_cpus_per_node=req.min_cpus_per_node, tmp_mb=req.tmp_mb,
+        rlimits=dict(req.rlimits),
         time_limit_min=time_limit, begin_time=begin,
         dependency=req.dependency, deadline=deadline, exclusive=req.exclusive, req_nodes=req_nodes, exc_nodes=exc_nodes,
         features=features, std_err=req.error, std_in=req.input, open_mode=req.open_mode,

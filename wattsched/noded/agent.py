@@ -21,7 +21,7 @@ import time
 
 import httpx
 
-from wattsched import auth, cpubind, energypolicy, gres, plugins, prologs, switching
+from wattsched import auth, cpubind, energypolicy, gres, plugins, prologs, rlimits, switching
 from wattsched.api import AgentHeartbeat, BatchLaunch, JobAllocation, JobEvent, JobUsage, NodeReport, fencing
 from wattsched.config import Config, NodeConf
 from wattsched.noded import chassis, gpus, policies, procs, steps
@@ -74,7 +74,7 @@ class Agent:
         self.task_scripts = {k: v for k, v in (("task_prolog", config.task_prolog),
                                                 ("task_epilog", config.task_epilog)) if v}
         self.batch = BatchRunner(self.spool, config.kill_wait_s, self._job_ended, self.confine_batch,
-                                 self.task_scripts)
+                                 self.task_scripts, self.propagated)
         # task/affinity binds tasks to CPUs on real nodes (a virtual node's CPUs are not the host's)
         self.binds = "task/affinity" in config.task_plugin and not config.emulated_nodes
         # virtual nodes (several on this host, or emulated): each one's jobs see a host of their own
@@ -321,6 +321,11 @@ class Agent:
             job = self.allocations.jobs.get((node, job_id))
             indices = list(job.gpu_ids) if job else []
         return gres.environment(indices, self.cgroups is not None and self.config.gpus_hidden)
+
+    def propagated(self, limits: dict[str, int]) -> dict[str, int]:
+        """Of a job's or srun's soft limits, those PropagateResourceLimits(Except) propagates."""
+        return rlimits.chosen(limits, self.config.propagate_resource_limits,
+                              self.config.propagate_resource_limits_except)
 
     def confine_batch(self, node: str, job_id: int, uid: int, gid: int) -> dict:
         """What the batch script's process does before it becomes the user: join the job's cgroups,

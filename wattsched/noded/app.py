@@ -108,7 +108,8 @@ def create_app(agent: Agent) -> FastAPI:
                 async for line in steps.run_tasks(req, layout, uid, gid, auth.username(uid),
                                                   agent.config.kill_wait_s, pgids, agent.step_ended, inputs,
                                                   agent.join_step(req.node, req.job_id, str(req.step_id)),
-                                                  {**agent.task_scripts, **identity, **_user_task_scripts(req)},
+                                                  {**agent.task_scripts, **identity, **_user_task_scripts(req),
+                                                   "rlimits": agent.propagated(req.rlimits)},
                                                   binding, agent.live_steps):
                     yield line
             finally:

@@ -101,8 +101,10 @@ class BatchRunner:
 
     def __init__(self, spool_root: str, kill_wait_s: int, on_end: Callable[[JobEvent], None],
                  confine: Callable[[str, int, int, int], dict] = lambda _node, _job, _uid, _gid: {},
-                 task_scripts: dict[str, str] | None = None):
+                 task_scripts: dict[str, str] | None = None,
+                 propagated: Callable[[dict[str, int]], dict[str, int]] = lambda _limits: {}):
         self.spool_root = spool_root
+        self.propagated = propagated  # of the submitting shell's limits, those the site propagates
         self.kill_wait_s = kill_wait_s
         self.on_end = on_end
         self.confine = confine  # (node, job, uid, gid) -> what the script does first: cgroups, a virtual host, CPUs
@@ -155,6 +157,7 @@ class BatchRunner:
                     "umask": procs.umask_of(req.environment), "work_dir": req.work_dir, "stdin": req.std_in,
                     "stdout": req.std_out, "stderr": req.std_err, "open_mode": req.open_mode,
                     "argv": [script, *req.argv], "env": req.environment, "spool": spool,
+                    "rlimits": self.propagated(req.rlimits),
                     **self.confine(req.node, req.job_id, req.uid, req.gid), **self.task_scripts}
             with open(os.devnull, "rb") as null_in, open(os.devnull, "wb") as null_out:
                 proc = procs.spawn_stepd("batch", spec, cwd=spool, stdin=null_in.fileno(),

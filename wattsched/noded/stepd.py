@@ -94,6 +94,24 @@ def setup_as_user(spec: dict[str, Any]) -> list[str]:
     return warnings
 
 
+def set_limits(limits: dict[str, int]) -> None:
+    """The submitting shell's soft limits (PropagateResourceLimits), set once this process is the
+    user: never above the node's hard limit (-1: unlimited, as far as that goes)."""
+    import resource
+
+    for name, value in limits.items():
+        which = getattr(resource, f"RLIMIT_{name}", None)
+        if which is None:
+            continue
+        hard = resource.getrlimit(which)[1]
+        if value < 0:
+            value = hard
+        elif hard != resource.RLIM_INFINITY:
+            value = min(value, hard)
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(which, (value, hard))
+
+
 def join_cgroups(spec: dict[str, Any]) -> None:
     """Enter the step's cgroups (files the root agent named from the job's number) while still root:
     this process and all it starts stay there, whatever they do."""
@@ -141,6 +159,7 @@ def exec_as_user(spec: dict[str, Any]) -> None:
     if spec.get("cpu_bind"):  # task/affinity: the CPUs the agent chose among the job's
         os.sched_setaffinity(0, [int(c) for c in spec["cpu_bind"]])
     become_user(spec)
+    set_limits(spec.get("rlimits") or {})
     for warning in setup_as_user(spec):
         os.write(2, warning.encode())
     if spec.get("cpu_bind_report"):

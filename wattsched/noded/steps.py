@@ -106,7 +106,7 @@ def task_environment(req: TaskLaunch, layout: dict[str, list[int]], task_id: int
 async def run_tasks(req: TaskLaunch, layout: dict[str, list[int]], uid: int, gid: int, user: str,
                     kill_wait_s: int, pgids: set[int], on_end: Callable[[JobEvent], None],
                     inputs: list, cgroup_procs: list[str] | None = None,
-                    extra_spec: dict[str, str] | None = None,
+                    extra_spec: dict[str, Any] | None = None,
                     binding: TaskBinding | None = None,
                     live: dict[tuple[int, int, str], LiveStep] | None = None) -> AsyncIterator[bytes]:
     """Start this node's tasks and yield their output and exits as NDJSON lines; report their
