@@ -310,6 +310,19 @@ class Command:
         return "\n".join(lines).replace("\n\n\n", "\n\n") + "\n"
 
 
+class QuietCommand(Command):
+    """getopt_long with its own messages off, as Slurm's daemons read their options (opterr = 0): a
+    bad option prints the program's usage message (``text``) alone, on standard error, exit 1."""
+
+    def __init__(self, prog: str, usage: str, text: str, options: Iterable[Opt | str], **kwargs: Any):
+        super().__init__(prog, usage, options, **kwargs)
+        self.text = text
+
+    def fail(self, message: str, context: str = "", usage: bool = True) -> NoReturn:
+        sys.stderr.write(self.text)
+        raise SystemExit(1)
+
+
 def _bracketed(opt: Opt) -> str:
     """An option as --usage lists it: ``[-N nnodes]``, ``[--begin=time]``, ``[-l]``."""
     if opt.short:

@@ -10,11 +10,10 @@ files: the state here is a transactional database, which has none to ignore) are
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 
-from wattsched.cli.options import NO, REQ, Opt
+from wattsched.cli.options import NO, Opt
 from wattsched.cli.slurmdaemon import DaemonCommand, start
 
 TYPE_CHECKING = False  # not typing's: importing typing costs a command ~5 ms (annotations are strings)
@@ -43,13 +42,9 @@ Usage: slurmctld [OPTIONS]
 COMMAND = DaemonCommand("slurmctld", USAGE, [
     Opt("c", None, NO, dest="clear"),
     Opt("d", None, NO, dest="foreground", const=False),
-    Opt("D", None, NO, dest="foreground", const=True),
-    Opt("f", None, REQ, dest="file"),
     Opt("i", None, NO, dest="ignore_errors"),
-    Opt("L", None, REQ, dest="log_file"),
     Opt("r", None, NO, dest="recover"),
     Opt("R", None, NO, dest="recover"),
-    Opt("s", None, NO, dest="setwd"),
 ])
 
 
@@ -62,16 +57,9 @@ def run(path: str, _config: Config, _opts: dict[str, Any], how: Start) -> None:
     from wattsched.daemonstart import without_unused_imports
 
     without_unused_imports()  # before the daemon's libraries are imported
-    from wattsched.config import ConfigError
     from wattsched.controller.main import run as run_controller
-    from wattsched.controller.startup import StartupError
 
-    try:
-        run_controller(path, start=how)
-    except (ConfigError, StartupError, OSError) as exc:  # in the background, only the log hears it
-        logging.getLogger("wattsched.controller").critical("slurmctld cannot start: %s", exc)
-        sys.stderr.write(f"slurmctld: fatal: {exc}\n")
-        raise SystemExit(1) from exc
+    run_controller(path, start=how)  # (its start-up errors: slurmdaemon.start's to tell)
 
 
 def main() -> None:

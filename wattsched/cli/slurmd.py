@@ -11,7 +11,6 @@ cleaning Slurm's shared memory) are accepted and change nothing.
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 
@@ -57,14 +56,10 @@ COMMAND = DaemonCommand("slurmd", USAGE, [
     Opt("c", None, NO, dest="clean"),
     Opt("C", None, NO, dest="print_config"),
     Opt("d", None, REQ, dest="stepd"),
-    Opt("D", None, NO, dest="foreground", const=True),
-    Opt("f", None, REQ, dest="file"),
     Opt("F", None, OPT, dest="future", const=""),
     Opt("G", None, NO, dest="print_gres"),
-    Opt("L", None, REQ, dest="log_file"),
     Opt("M", None, NO, dest="mlock"),
     Opt("N", None, REQ, dest="node"),
-    Opt("s", None, NO, dest="setwd"),
     Opt("Z", None, NO, dest="dynamic"),
     Opt(None, "authinfo", REQ), Opt(None, "conf", REQ), Opt(None, "conf-server", REQ), Opt(None, "extra", REQ),
     Opt(None, "instance-id", REQ), Opt(None, "instance-type", REQ),
@@ -93,17 +88,10 @@ def run(path: str, config: Config, opts: dict[str, Any], how: Start) -> None:
     from wattsched.daemonstart import without_unused_imports
 
     without_unused_imports()  # before the daemon's libraries are imported
-    from wattsched.config import ConfigError
-    from wattsched.noded.main import AgentStartError
     from wattsched.noded.main import run as run_agent
 
-    try:
-        host, advertise = address(config, opts.get("node"))
-        run_agent(path, opts.get("node"), host, None, advertise, how)
-    except (ConfigError, AgentStartError, OSError) as exc:  # in the background, only the log hears it
-        logging.getLogger("wattsched.noded").critical("slurmd cannot start: %s", exc)
-        sys.stderr.write(f"slurmd: fatal: {exc}\n")
-        raise SystemExit(1) from exc
+    host, advertise = address(config, opts.get("node"))
+    run_agent(path, opts.get("node"), host, None, advertise, how)  # (errors: slurmdaemon.start's to tell)
 
 
 def main() -> None:

@@ -9,32 +9,31 @@ import os
 import sys
 
 from wattsched.cli.common import CLIError, config_file
-from wattsched.cli.options import NO, REQ, Command, Opt
+from wattsched.cli.options import NO, REQ, Opt, QuietCommand
 
 TYPE_CHECKING = False  # not typing's: importing typing costs a command ~5 ms (annotations are strings)
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from typing import Any, NoReturn
+    from typing import Any
 
     from wattsched.config import Config
     from wattsched.daemonstart import Start
 
 
-class DaemonCommand(Command):
-    """Slurm's daemons read their options with getopt_long's own messages off (opterr = 0): a bad
-    option prints the usage message alone, and -h prints it too, on standard error."""
+class DaemonCommand(QuietCommand):
+    """slurmctld's and slurmd's options: their own, and those both take (-D foreground, -f file,
+    -L log file, -s, -n, -v, -V, --systemd; -h prints the usage message too, on standard error)."""
 
     def __init__(self, prog: str, usage: str, options: list[Opt]):
-        super().__init__(prog, "[OPTIONS]", [*options, Opt("h", None, NO, dest="help"),
-                                              Opt("n", None, REQ, dest="nice"),
-                                              Opt("v", None, NO, kind="count", dest="verbose"),
-                                              Opt("V", "version", NO, kind="version"),
-                                              Opt(None, "systemd", NO)], operands=False)
-        self.text = usage
-
-    def fail(self, message: str, context: str = "", usage: bool = True) -> NoReturn:
-        sys.stderr.write(self.text)
-        raise SystemExit(1)
+        super().__init__(prog, "[OPTIONS]", usage, [*options, Opt("h", None, NO, dest="help"),
+                                                    Opt("D", None, NO, dest="foreground", const=True),
+                                                    Opt("f", None, REQ, dest="file"),
+                                                    Opt("L", None, REQ, dest="log_file"),
+                                                    Opt("s", None, NO, dest="setwd"),
+                                                    Opt("n", None, REQ, dest="nice"),
+                                                    Opt("v", None, NO, kind="count", dest="verbose"),
+                                                    Opt("V", "version", NO, kind="version"),
+                                                    Opt(None, "systemd", NO)], operands=False)
 
 
 def start(command: DaemonCommand, argv: list[str],
@@ -77,6 +76,13 @@ def start(command: DaemonCommand, argv: list[str],
         sys.stderr.write(f"{prog}: error: Unable to open pidfile `{pid_file}': {exc.strerror}\n")
     if opts.get("setwd") or systemd:
         os.chdir(workdir)
-    run(path, config, opts, Start(log_file=opts.get("log_file", ""), verbose=opts.get("verbose", 0),
-                                  syslog=not foreground, clear_state=bool(opts.get("clear")), notify=systemd))
+    try:
+        run(path, config, opts, Start(log_file=opts.get("log_file", ""), verbose=opts.get("verbose", 0),
+                                      syslog=not foreground, clear_state=bool(opts.get("clear")), notify=systemd))
+    except (ValueError, RuntimeError, OSError) as exc:  # configuration, start-up: in the background, only
+        import logging  # the log hears it (with the traceback, should it be a fault of ours)
+
+        logging.getLogger("wattsched").critical("%s cannot start: %s", prog, exc, exc_info=True)
+        sys.stderr.write(f"{prog}: fatal: {exc}\n")
+        return 1
     return 0

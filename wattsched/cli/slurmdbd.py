@@ -8,11 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from wattsched.cli.options import NO, OPT, REQ, Command, Opt
-
-TYPE_CHECKING = False  # not typing's: importing typing costs a command ~5 ms (annotations are strings)
-if TYPE_CHECKING:
-    from typing import NoReturn
+from wattsched.cli.options import NO, OPT, REQ, Opt, QuietCommand
 
 USAGE = (  # Slurm's words, trailing spaces included
     "Usage: slurmdbd [OPTIONS]\n"
@@ -30,13 +26,7 @@ USAGE = (  # Slurm's words, trailing spaces included
 )
 
 
-class DbdCommand(Command):
-    def fail(self, message: str, context: str = "", usage: bool = True) -> NoReturn:
-        sys.stderr.write(USAGE)
-        raise SystemExit(1)
-
-
-COMMAND = DbdCommand("slurmdbd", "[OPTIONS]", [
+COMMAND = QuietCommand("slurmdbd", "[OPTIONS]", USAGE, [
     Opt("D", None, NO, dest="foreground"), Opt("h", None, NO, dest="help"), Opt("n", None, REQ, dest="nice"),
     Opt("R", None, OPT, dest="reset"), Opt("s", None, NO, dest="setwd"), Opt("v", None, NO, kind="count"),
     Opt("V", None, NO, kind="version"),

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import sys
 
-from wattsched.cli.options import NO, REQ, Command, Opt
+from wattsched.cli.options import NO, REQ, Opt, QuietCommand
 
 TYPE_CHECKING = False  # not typing's: importing typing costs a command ~5 ms (annotations are strings)
 if TYPE_CHECKING:
@@ -47,15 +47,7 @@ Usage: slurmrestd [OPTIONS] [host:port]...
 """
 
 
-class RestdCommand(Command):
-    """getopt_long with its messages off, as slurmrestd reads its options: a bad one prints the usage."""
-
-    def fail(self, message: str, context: str = "", usage: bool = True) -> NoReturn:
-        sys.stderr.write(USAGE)
-        raise SystemExit(1)
-
-
-COMMAND = RestdCommand("slurmrestd", "[OPTIONS] [host:port]...", [
+COMMAND = QuietCommand("slurmrestd", "[OPTIONS] [host:port]...", USAGE, [
     Opt("a", None, REQ, dest="auth"), Opt("d", None, REQ, dest="data_parsers"), Opt("f", None, REQ, dest="file"),
     Opt("g", None, REQ, dest="group"), Opt("h", "help", NO, dest="help"), Opt("s", None, REQ, dest="openapi"),
     Opt("t", None, REQ, dest="threads"), Opt("u", None, REQ, dest="user"),
