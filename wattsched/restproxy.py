@@ -25,6 +25,7 @@ from wattsched import httpserve
 from wattsched.httplimits import BodyLimit
 
 MAX_BODY_BYTES = 16 * 1024 * 1024  # the controller's own limit (wattsched.controller.app)
+HEAD_MAX_BYTES = 64 * 1024  # a request's line and headers on standard input (inetd's clients are the network's)
 # hop-by-hop headers (RFC 9110, 7.6.1) and those httpx sets again for the request it makes
 _NOT_FORWARDED = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"te", b"trailer",
                             b"transfer-encoding", b"upgrade", b"host", b"content-length"})
@@ -116,14 +117,22 @@ def serve_pipe(controllers: list[str], message_timeout_s: float, local_token: st
     class Message:
         def __init__(self) -> None:
             self.url, self.headers, self.body = b"", [], bytearray()  # type: ignore[var-annotated]
+            self.head = 0  # bytes of the request line and headers so far: bounded, as uvicorn's are
 
         def on_message_begin(self) -> None:
-            self.url, self.headers, self.body = b"", [], bytearray()
+            self.url, self.headers, self.body, self.head = b"", [], bytearray(), 0
+
+        def _count(self, size: int) -> None:
+            self.head += size
+            if self.head > HEAD_MAX_BYTES:
+                raise httptools.HttpParserError("request line and headers too large")
 
         def on_url(self, url: bytes) -> None:
+            self._count(len(url))
             self.url += url
 
         def on_header(self, name: bytes, value: bytes) -> None:
+            self._count(len(name) + len(value))
             self.headers.append((name.lower(), value))
 
         def on_body(self, data: bytes) -> None:
