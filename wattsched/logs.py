@@ -6,9 +6,12 @@ import logging
 import sys
 import time
 
+from wattsched.config import LOG_LEVELS
+
 _STANDARD = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime"}
-LEVELS = {"quiet": logging.CRITICAL, "fatal": logging.CRITICAL, "error": logging.ERROR, "info": logging.WARNING,
-          "verbose": logging.INFO, "debug": logging.DEBUG, "debug2": logging.DEBUG, "debug3": logging.DEBUG}
+# what each of Slurm's levels (SlurmctldDebug, SlurmdDebug: declared with the keys) lets through
+LEVELS = dict(zip(LOG_LEVELS, (logging.CRITICAL, logging.CRITICAL, logging.ERROR, logging.WARNING, logging.INFO,
+                               logging.DEBUG, logging.DEBUG, logging.DEBUG), strict=True))
 
 
 class KeyValueFormatter(logging.Formatter):
@@ -24,8 +27,9 @@ class KeyValueFormatter(logging.Formatter):
 
 def louder(level: str, steps: int) -> str:
     """The level ``steps`` above ``level``, as each -v of a Slurm daemon raises it."""
-    order = list(LEVELS)
-    return order[min(order.index(level) + steps, len(order) - 1)] if level in LEVELS and steps > 0 else level
+    if level not in LOG_LEVELS or steps <= 0:
+        return level
+    return LOG_LEVELS[min(LOG_LEVELS.index(level) + steps, len(LOG_LEVELS) - 1)]
 
 
 def setup(level: str = "info", path: str | None = None, syslog: bool = False) -> None:
