@@ -34,6 +34,14 @@ def test_recurring_ones_meet_at_any_later_window(flag: str, step: int) -> None:
     assert not overlap(first, resv("between", MONDAY + 2 * step + 30 * 60, flags=(flag,)))  # other minutes
 
 
+def test_a_window_years_after_a_recurring_ones_start_is_still_met() -> None:
+    hourly = resv("hourly", MONDAY, flags=("HOURLY",))  # the first 10 minutes of every hour
+    years = 520 * WEEK
+    assert overlap(hourly, resv("later", MONDAY + years + 5 * 60))
+    assert overlap(resv("daily", MONDAY + years + 5 * 60, flags=("DAILY",)), hourly)
+    assert not overlap(hourly, resv("half-past", MONDAY + years + 30 * 60))
+
+
 def test_weekdays_and_weekends_do_not_meet() -> None:
     weekdays = resv("wd", MONDAY, flags=("WEEKDAY",))
     assert not overlap(weekdays, resv("we", MONDAY + 5 * DAY, flags=("WEEKEND",)))  # Saturday on

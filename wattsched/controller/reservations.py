@@ -13,6 +13,7 @@ deleted.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping
 
 from wattsched import hostlist, power, scheduling, states, timefmt
@@ -57,38 +58,43 @@ def _step(resv: Reservation) -> int:
 
 def _falls(resv: Reservation, start: float) -> bool:
     """Whether an occurrence starting at ``start`` is one of a WEEKDAY or WEEKEND reservation's."""
-    import time
-
     weekday = time.localtime(start).tm_wday  # Monday 0
     return not (("WEEKDAY" in resv.flags and weekday >= 5) or ("WEEKEND" in resv.flags and weekday < 5))
 
 
-def occurrences(resv: Reservation, until: float) -> list[tuple[float, float]]:
-    """The reservation's windows that start before ``until``: one, or each of a recurring one's."""
+def _first_start(resv: Reservation, since: float) -> float:
+    """The start of the reservation's first step that ends after ``since`` (its own start where it
+    does not recur, or has not yet ended), found without walking the steps before it."""
     step = _step(resv)
-    if not step:
-        return [(resv.start_time, resv.end_time)] if resv.start_time < until else []
-    length, found = resv.end_time - resv.start_time, []
-    start = resv.start_time
+    if not step or resv.end_time > since:
+        return resv.start_time
+    return resv.start_time + (int((since - resv.end_time) // step) + 1) * step
+
+
+def occurrences(resv: Reservation, since: float, until: float) -> list[tuple[float, float]]:
+    """The reservation's windows that end after ``since`` and start before ``until``: its one, or
+    those of a recurring one."""
+    step, length = _step(resv), resv.end_time - resv.start_time
+    start, found = _first_start(resv, since), []
     while start < until:
-        if _falls(resv, start):
+        if start + length > since and _falls(resv, start):
             found.append((start, start + length))
+        if not step:
+            break
         start += step
     return found
 
 
 def overlap(one: Reservation, other: Reservation) -> bool:
-    """Whether any window of one meets any window of the other. Recurring ones go on forever; all
-    their steps divide a week, so two weeks past the later start hold every combination."""
-    if not _step(one) and not _step(other):
-        return one.start_time < other.end_time and other.start_time < one.end_time
-    until = max(one.start_time, other.start_time) + 2 * _WEEK_S + max(one.end_time - one.start_time,
-                                                                      other.end_time - other.start_time)
-    mine, theirs = occurrences(one, until), occurrences(other, until)
-    if not _step(other):
-        mine = [w for w in mine if w[0] < other.end_time]  # (a one-off is met, if at all, before its end)
-    if not _step(one):
-        theirs = [w for w in theirs if w[0] < one.end_time]
+    """Whether any window of one meets any window of the other. Only windows from the later start
+    on can meet; recurring ones go on forever, but all their steps divide a week, so two weeks past
+    the later start hold every combination; a one-off is met, if at all, before its end."""
+    since = max(one.start_time, other.start_time)
+    until = since + 2 * _WEEK_S + max(one.end_time - one.start_time, other.end_time - other.start_time)
+    for resv in (one, other):
+        if not _step(resv):
+            until = min(until, resv.end_time)
+    mine, theirs = occurrences(one, since, until), occurrences(other, since, until)
     return any(s1 < e2 and s2 < e1 for s1, e1 in mine for s2, e2 in theirs)
 
 
@@ -228,7 +234,7 @@ class ReservationBook:
         return resv
 
     def roll(self, now: float) -> tuple[list[Reservation], list[Reservation]]:
-        """Past reservations: DAILY/WEEKLY ones move on to their next occurrence, the others end.
+        """Past reservations: recurring ones move on to their next occurrence, the others end.
         Returns (moved, ended)."""
         moved, ended = [], []
         for name, resv in list(self.by_name.items()):
@@ -236,12 +242,10 @@ class ReservationBook:
                 continue
             step = _step(resv)
             if step:
-                skip = int((now - resv.end_time) // step) + 1
-                resv.start_time += skip * step
-                resv.end_time += skip * step
-                while not _falls(resv, resv.start_time):  # WEEKDAY, WEEKEND: on to a day of theirs
-                    resv.start_time += step
-                    resv.end_time += step
+                start = _first_start(resv, now)
+                while not _falls(resv, start):  # WEEKDAY, WEEKEND: on to a day of theirs
+                    start += step
+                resv.start_time, resv.end_time = start, start + resv.end_time - resv.start_time
                 moved.append(resv)
             else:
                 del self.by_name[name]
