@@ -189,6 +189,7 @@ def test_slurmrestd_answers_on_a_pipe_and_names_its_plugins(tmp_path: Path) -> N
         assert '"name":"n01"' in two.stdout and '"pinged":"UP"' in two.stdout
         for broken in ("INVALID", "INVALID\r\n\r\n", "GET /openapi HTTP/1.1\r\nINVALID\r\n\r\n",
                        "GET /slurm/v0.0.40/ping HTTP/1.1\r\n",
+                       "GET /slurm/v0.0.40/ping HTTP/1.1\r\n\r\nGET /slurm/v0.0.40/pi",  # the second cut short
                        "GET /slurm/v0.0.40/ping HTTP/1.1\r\n" + "X-Filler: " + "x" * 70_000 + "\r\n\r\n"):
             assert restd(given=broken).returncode == 1, broken
     finally:

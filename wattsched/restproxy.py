@@ -118,9 +118,10 @@ def serve_pipe(controllers: list[str], message_timeout_s: float, local_token: st
         def __init__(self) -> None:
             self.url, self.headers, self.body = b"", [], bytearray()  # type: ignore[var-annotated]
             self.head = 0  # bytes of the request line and headers so far: bounded, as uvicorn's are
+            self.begun = False  # a request has begun and is not yet complete
 
         def on_message_begin(self) -> None:
-            self.url, self.headers, self.body, self.head = b"", [], bytearray(), 0
+            self.url, self.headers, self.body, self.head, self.begun = b"", [], bytearray(), 0, True
 
         def _count(self, size: int) -> None:
             self.head += size
@@ -141,9 +142,11 @@ def serve_pipe(controllers: list[str], message_timeout_s: float, local_token: st
                 raise httptools.HttpParserError("request body too large")
 
         def on_message_complete(self) -> None:
+            self.begun = False
             done.append((parser.get_method(), self.url, self.headers, bytes(self.body), parser.should_keep_alive()))
 
-    parser = httptools.HttpRequestParser(Message())
+    message = Message()
+    parser = httptools.HttpRequestParser(message)
 
     async def answer(method: bytes, target: bytes, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
         path, _, query = target.partition(b"?")
@@ -165,26 +168,23 @@ def serve_pipe(controllers: list[str], message_timeout_s: float, local_token: st
 
     async def run() -> int:
         proxy.client = httpx.AsyncClient(timeout=proxy.timeout_s, follow_redirects=False)
-        pending = False  # bytes of a request not yet complete
         try:
             while True:
                 data = os.read(0, 65536)
                 if not data:
-                    if pending:
+                    if message.begun:
                         os.write(2, b"slurmrestd: error: request on standard input cut short\n")
-                    return 1 if pending else 0
+                    return 1 if message.begun else 0
                 try:
                     parser.feed_data(data)
                 except httptools.HttpParserError as exc:
                     os.write(2, f"slurmrestd: error: bad request on standard input: {exc}\n".encode())
                     return 1
-                pending = True
                 while done:
                     method, target, headers, body, keep_alive = done.pop(0)
                     await answer(method, target, headers, body)
                     if not keep_alive:
                         return 0
-                    pending = False
         finally:
             await proxy.client.aclose()
 
