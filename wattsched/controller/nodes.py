@@ -202,11 +202,12 @@ def update_nodes(state: ClusterState, names: list[str], new_state: str, reason: 
     if new_state in ("drain", "down") and not reason:
         raise Refused("You must specify a reason when DOWNING or DRAINING a node. Request denied")
     instance_id, instance_type = instance
-    for name in names:
-        node = state.nodes[name]
-        node.instance_id = node.instance_id if instance_id is None else instance_id
-        node.instance_type = node.instance_type if instance_type is None else instance_type
-    state.journal.meta_dirty = True
+    if instance != (None, None):  # kept with the saved node records
+        for name in names:
+            node = state.nodes[name]
+            node.instance_id = node.instance_id if instance_id is None else instance_id
+            node.instance_type = node.instance_type if instance_type is None else instance_type
+        state.journal.meta_dirty = True
     if new_state.startswith("power_"):
         return powercontrol.power_command(state, names, new_state, now)
     actions: list[Action] = []
