@@ -172,14 +172,17 @@ COMMAND = Command("sacctmgr", "[<OPTION>] [<COMMAND>]", [
      modify <ENTITY> where <SPECS> set <SPECS>
                                       change the entities named (update: the same)
 
-  <ENTITY> may be ("account", "association", "cluster", "qos" or "user").
+  <ENTITY> may be ("account", "association", "cluster", "qos", "tres", "user" or "wckey"); tres and
+  wckey are listed only.
 
   <SPECS> are different for each command entity pair.
        list associations   - Accounts=, Clusters=, Users=, Format=
        list accounts       - Names=, Format=
        list clusters       - Names=, Format=
        list qos            - Names=, Format=
+       list tres           - Names= (their types), Format=
        list users          - Names=, Format=
+       list wckeys         - Names=, Format=
 
        add account         - Names=, Parent=, Description=, Organization=, Fairshare=, QOS=,
                              DefaultQOS= and the limits
