@@ -108,3 +108,16 @@ def test_a_commit_is_on_disk_before_it_is_acknowledged(location: str) -> None:
         assert store._rows("PRAGMA journal_mode") == [("wal",)]
         assert store._rows("PRAGMA synchronous") == [(2,)]  # FULL
     assert [job["name"] for job in store.load_jobs()] == ["kept"]
+
+
+def test_forgetting_the_queue_keeps_what_accounting_has_not_taken(location: str) -> None:
+    """slurmctld -c: the next load finds no job or reservation, but accounting still receives the
+    rows it had not synced, in each engine the state may live in."""
+    store = StateStore(location)
+    store.commit([{"job_id": 1, "name": "a"}, {"job_id": 2, "name": "b"}], meta={"next_job_id": "3"},
+                 reservations=[{"resv_id": 1, "name": "r", "deleted": False}])
+    assert store.forget_jobs_and_reservations() == (2, 1)
+    assert store.load_jobs() == [] and store.load_reservations() == []
+    assert [job["name"] for job, _version in store.unsynced("jobs", 10)] == ["a", "b"]
+    assert store.get_meta("next_job_id") == "3"
+    assert store.forget_jobs_and_reservations() == (0, 0)

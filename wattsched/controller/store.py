@@ -286,8 +286,8 @@ class StateStore:
         with self._write():
             jobs = self._rows("SELECT count(*) FROM jobs WHERE purged = 0")[0][0]
             reservations = self._rows("SELECT count(*) FROM reservations WHERE purged = 0")[0][0]
-            self._many("UPDATE jobs SET purged = 1 WHERE purged = ?", [(0,)])
-            self._many("UPDATE reservations SET purged = 1 WHERE purged = ?", [(0,)])
+            self._rows("UPDATE jobs SET purged = 1 WHERE purged = 0")
+            self._rows("UPDATE reservations SET purged = 1 WHERE purged = 0")
         return int(jobs), int(reservations)
 
     def get_meta(self, key: str, default: str | None = None) -> str | None:
