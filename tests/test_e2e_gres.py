@@ -264,3 +264,29 @@ def test_rest_clients_ask_for_gpus_with_tres_fields(cluster: Cluster, tmp_path: 
     assert shown["tres_per_node"] == "gres/gpu:v100:1" and shown["gres_detail"] == ["gpu:v100:1(IDX:2)"]
     bad = cluster.api("POST", "/slurm/v0.0.40/job/submit", json={"job": {**desc, "tres_per_node": "gres/gpu:99"}})
     assert bad.status_code >= 400 and "Requested node configuration is not available" in bad.text
+
+
+def test_tres_bind_is_checked_kept_shown_and_updated_like_slurm(cluster: Cluster) -> None:
+    """--tres-bind and --gpu-bind are checked by Slurm's grammar, kept on the job, shown as TresBind
+    and changed (or cleared) by scontrol update, a malformed one refused leaving the job as it was."""
+    job_id = cluster.sbatch("-H", "-n1", "--tres-bind=gres/gpu:map_gpu:0,1", "--wrap", "true")
+    assert "TresBind=gres/gpu:map_gpu:0,1" in cluster.run("scontrol", "show", "job", str(job_id)).stdout
+    cluster.run("scontrol", "update", f"JobId={job_id}", "TresBind=gres/gpu:mask:0x1*2")
+    shown = json.loads(cluster.run("scontrol", "--json", "show", "job", str(job_id)).stdout)
+    assert shown["jobs"][0]["tres_bind"] == "gres/gpu:mask:0x1*2"
+    refused = cluster.run("scontrol", "update", f"JobId={job_id}", "TresBind=gres/gpu:map:0x00", check=False)
+    assert refused.returncode == 1
+    assert "Invalid Trackable RESource (TRES) specification" in refused.stderr
+    assert cluster.job(job_id)["tres_bind"] == "gres/gpu:mask:0x1*2"
+    cluster.run("scontrol", "update", f"JobId={job_id}", "TresBind=")
+    assert "TresBind" not in cluster.run("scontrol", "show", "job", str(job_id)).stdout
+    cluster.run("scancel", str(job_id))
+    before = len(cluster.jobs())
+    bad = cluster.run("sbatch", "--tres-bind=gres/gpu:mask:wxyz", "--wrap", "true", check=False)
+    assert bad.returncode == 1 and "Invalid Trackable RESource (TRES) specification" in bad.stderr
+    gpu_bind = cluster.run("sbatch", "--gpu-bind=map_gpu:x", "--wrap", "true", check=False)
+    assert gpu_bind.returncode == 1 and "Invalid --gpu-bind argument: map_gpu:x" in gpu_bind.stderr
+    assert len(cluster.jobs()) == before
+    bound = cluster.sbatch("-H", "--gpu-bind=closest", "--wrap", "true")
+    assert cluster.job(bound)["tres_bind"] == "gres/gpu:closest"
+    cluster.run("scancel", str(bound))

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
-from wattsched import multiprog
+from wattsched import multiprog, tresbind
 from wattsched.usertext import check_all_text, check_label, excerpt
 
 API_VERSION = "v1"
@@ -158,6 +158,7 @@ class JobSubmit(Strict):
     gpus: str = Field("", max_length=128)
     gpus_per_node: str = Field("", max_length=128)
     gpus_per_task: str = Field("", max_length=128)
+    tres_bind: str = Field("", max_length=tresbind.MAX_LEN)  # --tres-bind, --gpu-bind
 
 
 class WillRun(BaseModel):
@@ -193,6 +194,7 @@ class JobUpdate(Strict):
     comment: Comment | None = None
     admin_comment: Comment | None = None  # AdminComment (administrators only)
     partition: Short | None = None
+    tres_bind: str | None = Field(None, max_length=tresbind.MAX_LEN)  # "": cleared
 
 
 class ReservationSpec(Strict):

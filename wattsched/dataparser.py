@@ -153,7 +153,8 @@ def queue_job(j: dict[str, Any], cluster: str) -> dict[str, Any]:
         "standard_error": j.get("std_err_path", ""), "standard_input": "/dev/null",
         "standard_output": j.get("std_out_path", ""), "submit_time": seconds(j.get("submit_time")),
         "suspend_time": number(0), "system_comment": "", "time_limit": _limit(j.get("time_limit_min")),
-        "time_minimum": number(0), "threads_per_core": number(None), "tres_bind": "", "tres_freq": "",
+        "time_minimum": number(0), "threads_per_core": number(None), "tres_bind": j.get("tres_bind", ""),
+        "tres_freq": "",
         "tres_per_job": j.get("tres_per_job", ""), "tres_per_node": j.get("tres_per_node", ""),
         "tres_per_socket": "", "tres_per_task": j.get("tres_per_task", ""),
         "tres_req_str": f"cpu={j.get('num_cpus', 0)},node={j.get('num_nodes', 0)},billing={j.get('num_cpus', 0)}"

@@ -109,6 +109,7 @@ class Job:
     gpus_per_task: int = 0
     gpus_per_job: int = 0
     gpu_type: str = ""
+    tres_bind: str = ""  # how tasks are bound to their GPUs, as given (wattsched.tresbind)
     array_job_id: int = 0
     array_task_id: int | None = None
     array_task_count: int = 0

@@ -15,7 +15,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from wattsched import nodecount
+from wattsched import nodecount, tresbind
 from wattsched.api import (
     BIG,
     COUNT_MAX,
@@ -265,6 +265,7 @@ class JobDesc(Strict):
     tres_per_node: str | None = Field(None, max_length=128)  # "gres/gpu:2", as --gres
     tres_per_job: str | None = Field(None, max_length=128)  # as --gpus
     tres_per_task: str | None = Field(None, max_length=128)  # as --gpus-per-task
+    tres_bind: str | None = Field(None, max_length=tresbind.MAX_LEN)  # as --tres-bind
 
 
 class SubmitRequest(Strict):
@@ -334,7 +335,7 @@ def job_submit(desc: JobDesc, script: str | None) -> JobSubmit:
         "immediate": bool(desc.immediate), "nice": desc.nice or 0, "reservation": desc.reservation or "",
         "cpu_freq": desc.cpu_frequency or "", "profile": ",".join(desc.profile or ()),
         "gres": desc.tres_per_node or "", "gpus": (desc.tres_per_job or "").removeprefix("gres/"),
-        "gpus_per_task": (desc.tres_per_task or "").removeprefix("gres/"),
+        "gpus_per_task": (desc.tres_per_task or "").removeprefix("gres/"), "tres_bind": desc.tres_bind or "",
     }
     try:
         return JobSubmit(**fields)
@@ -346,7 +347,7 @@ def job_submit(desc: JobDesc, script: str | None) -> JobSubmit:
 def job_update(desc: JobDesc) -> JobUpdate:
     limit, priority = _number(desc.time_limit), _number(desc.priority)
     unsupported = desc.model_fields_set - {"time_limit", "priority", "nice", "name", "comment", "admin_comment",
-                                           "partition", "hold"}
+                                           "partition", "hold", "tres_bind"}
     if unsupported:
         raise ValueError(f"Cannot update {', '.join(sorted(unsupported))} through this API")
     try:
@@ -354,7 +355,8 @@ def job_update(desc: JobDesc) -> JobUpdate:
             hold="user" if desc.hold else None, release=desc.hold is False,
             time_limit=None if limit is None else "UNLIMITED" if math.isinf(limit) else str(int(limit)),
             priority=None if priority is None else int(min(priority, INT32)), nice=desc.nice, name=desc.name,
-            comment=desc.comment, admin_comment=desc.admin_comment, partition=desc.partition)
+            comment=desc.comment, admin_comment=desc.admin_comment, partition=desc.partition,
+            tres_bind=desc.tres_bind)
     except ValidationError as exc:
         raise ValueError(f"Invalid job update: {exc.errors()[0]['msg']}") from exc
 

@@ -101,7 +101,8 @@ def job_options(prog: str) -> list[Opt | str]:
         ignored("B", "extra-node-info", REQ), ignored(None, "cluster-constraint", REQ),
         ignored(None, "contiguous", NO), ignored("S", "core-spec", REQ), ignored(None, "cores-per-socket", REQ),
         ignored(None, "delay-boot", REQ), ignored("m", "distribution", REQ), ignored(None, "extra", REQ),
-        ignored(None, "get-user-env", OPT), ignored(None, "gpu-bind", REQ), ignored(None, "gpu-freq", REQ),
+        ignored(None, "get-user-env", OPT), ignored(None, "gpu-freq", REQ),
+        Opt(None, "gpu-bind", REQ, "task to gpu binding options", metavar="..."),
         ignored(None, "gres-flags", REQ), ignored(None, "hint", REQ), ignored("k", "no-kill", OPT),
         ignored(None, "mail-type", REQ), ignored(None, "mail-user", REQ), ignored(None, "mcs-label", REQ),
         ignored(None, "mem-bind", REQ), ignored(None, "network", REQ), ignored(None, "ntasks-per-core", REQ),
@@ -112,7 +113,7 @@ def job_options(prog: str) -> list[Opt | str]:
         ignored(None, "switches", REQ), ignored(None, "thread-spec", REQ), ignored(None, "threads-per-core", REQ),
         ignored(None, "time-min", REQ),
         Opt(None, "tmp", REQ, "minimum amount of temporary disk", metavar="MB"),
-        ignored(None, "tres-bind", REQ),
+        Opt(None, "tres-bind", REQ, "task to tres binding options", metavar="..."),
         *([Opt(None, "test-only", NO, "validate the request and report when the job would start; nothing "
                "is run")] if not batch else []),
         ignored(None, "use-min-nodes", NO), ignored(None, "wait-all-nodes", REQ),
@@ -304,6 +305,19 @@ def nice(text: str | None) -> int:
     return int(value)
 
 
+def tres_bind(opts: dict[str, Any]) -> str:
+    """--tres-bind as given (the controller checks it), or --gpu-bind as its gres/gpu binding, checked
+    here as Slurm's commands check it."""
+    if opts.get("gpu_bind") is None:
+        return opts.get("tres_bind") or ""
+    from wattsched import tresbind
+
+    binding = f"gres/gpu:{opts['gpu_bind']}"
+    if not tresbind.valid(binding):
+        raise CLIError(f"Invalid --gpu-bind argument: {opts['gpu_bind']}")
+    return binding
+
+
 def submission(opts: dict[str, Any], **extra: Any) -> dict[str, Any]:
     """The JSON body of a submission from the shared options (unset ones are left out)."""
     nodes_min, nodes_max = node_range(opts.get("nodes"))
@@ -355,6 +369,7 @@ def submission(opts: dict[str, Any], **extra: Any) -> dict[str, Any]:
         "acctg_freq": opts.get("acctg_freq") or "",
         "gres": opts.get("gres") or "", "gpus": opts.get("gpus") or "",
         "gpus_per_node": opts.get("gpus_per_node") or "", "gpus_per_task": opts.get("gpus_per_task") or "",
+        "tres_bind": tres_bind(opts),
         # one per command: sent again to a backup controller, it finds the jobs already made
         "submit_key": os.urandom(16).hex(),
     }

@@ -77,7 +77,8 @@ def job_lines(j: dict[str, Any], details: bool = False) -> list[str | None]:
         f"StdIn={j['std_in']}",
         f"StdOut={j['std_out_path']}",
         *(f"{label}={j[key]}" for label, key in (("TresPerJob", "tres_per_job"), ("TresPerNode", "tres_per_node"),
-                                                  ("TresPerTask", "tres_per_task")) if j.get(key)),
+                                                  ("TresPerTask", "tres_per_task"), ("TresBind", "tres_bind"))
+          if j.get(key)),
     ]
 
 
@@ -406,7 +407,8 @@ def update(client: Client, args: list[str]) -> None:
         raise CLIError("No valid entity in update command")
     body: dict[str, Any] = {}
     names = {"timelimit": "time_limit", "priority": "priority", "nice": "nice", "jobname": "name",
-             "name": "name", "comment": "comment", "partition": "partition", "admincomment": "admin_comment"}
+             "name": "name", "comment": "comment", "partition": "partition", "admincomment": "admin_comment",
+             "tresbind": "tres_bind"}
     for key, value in pairs.items():
         if key not in names:
             raise CLIError(f"Update of this parameter is not supported: {key}")

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from wattsched import limits, memos, scheduling, snapbuild, states
+from wattsched import limits, memos, scheduling, snapbuild, states, tresbind
 from wattsched.api import JobSubmit, JobUpdate, WillRun
 from wattsched.auth import Identity
 from wattsched.controller import acctpolicy, jobend, jobsubmit, permissions, snapshots
@@ -246,6 +246,10 @@ def update(state: ClusterState, jobs: Iterable[Job], upd: JobUpdate, who: Identi
             if job.state != states.PENDING:
                 raise Refused("Job is no longer pending execution", 409)
             move_to_partition(state, job, upd.partition, admin)
+        if upd.tres_bind is not None:
+            if not tresbind.valid(upd.tres_bind):
+                raise Refused(submit_mod.INVALID_TRES, 400)
+            job.tres_bind = upd.tres_bind
         state.touch(job)
 
 

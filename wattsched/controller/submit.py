@@ -25,12 +25,15 @@ from wattsched import (
     snapbuild,
     states,
     timefmt,
+    tresbind,
 )
 from wattsched.api import JobSubmit
 from wattsched.auth import Identity
 from wattsched.config import Config, PartitionConf
 from wattsched.confvalues import parse_acctg_freq
 from wattsched.model import Job, Reservation
+
+INVALID_TRES = "Invalid Trackable RESource (TRES) specification"  # Slurm's ESLURM_INVALID_TRES
 
 
 class SubmitError(ValueError):
@@ -142,6 +145,8 @@ def build_jobs(req: JobSubmit, who: Identity, gid: int, group: str, config: Conf
         gpus = gres.parse_request(req.gres, req.gpus, req.gpus_per_node, req.gpus_per_task)
     except gres.GresError as exc:
         raise SubmitError(str(exc)) from exc
+    if not tresbind.valid(req.tres_bind):
+        raise SubmitError(INVALID_TRES)
     if req.script is None and not req.interactive:
         raise SubmitError("Batch script is empty!")
     if req.script is not None and not req.script.startswith("#!"):
@@ -207,7 +212,8 @@ def build_jobs(req: JobSubmit, who: Identity, gid: int, group: str, config: Conf
         nice=req.nice, hold="user" if req.hold else "", submit_time=now, eligible_time=max(now, begin),
         reason=states.R_HELD_USER if req.hold else states.R_NONE,  # at once, as Slurm: no pass needed
         reservation=req.reservation, power_fit=req.power_fit,
-        gpus_per_node=gpus.per_node, gpus_per_task=gpus.per_task, gpus_per_job=gpus.per_job, gpu_type=gpus.kind)
+        gpus_per_node=gpus.per_node, gpus_per_task=gpus.per_task, gpus_per_job=gpus.per_job, gpu_type=gpus.kind,
+        tres_bind=req.tres_bind)
     # the request as the policies will see it (snapbuild.request), checked before the other options
     if not scheduling.feasible(snapbuild.request(template), partitions[part.name], node_snaps, select,
                                config.def_mem_per_cpu_mb):
