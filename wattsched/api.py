@@ -292,6 +292,15 @@ class NodeUpdate(Strict):
     instance_type: Short | None = None
 
 
+class PartitionChange(Strict):
+    """``scontrol create|update PartitionName=``: Slurm's keys and values in the order given
+    (``Nodes+``, ``Nodes-`` for ``Nodes+=``, ``Nodes-=``), read by the controller as slurm.conf's."""
+
+    name: Short = ""  # create's; an update names its partition in the path
+    settings: list[tuple[Annotated[str, Field(max_length=32)], Annotated[str, Field(max_length=TEXT_MAX)]]] = \
+        Field([], max_length=64)
+
+
 class StepCreate(Strict):
     """srun inside an allocation: lay out a step's tasks over the job's nodes."""
 

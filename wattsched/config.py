@@ -13,7 +13,7 @@ import math
 import os
 import re
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -419,6 +419,15 @@ class Config:
         """Every controller's URL, primary first: the order clients try them in."""
         return tuple(f"http://{addr}:{self.slurmctld_port}" for _name, addr in self.slurmctld_hosts)
 
+    def node_partitions(self) -> dict[str, tuple[str, ...]]:
+        """Each node's partitions, in the configuration's order: one pass over the partitions (a
+        membership test per node and partition costs 20,000 x 20,000 on the largest machines)."""
+        member: dict[str, dict[str, None]] = {}  # ordered sets: a node listed twice is in it once
+        for part in self.partitions:
+            for name in part.nodes:
+                member.setdefault(name, {})[part.name] = None
+        return {name: tuple(parts) for name, parts in member.items()}
+
     def default_partition(self) -> PartitionConf | None:
         for part in self.partitions:
             if part.default:
@@ -789,9 +798,59 @@ def _add_nodes(expr: str, values: dict, nodes: dict, node_lines: dict, path: str
         node_lines[name] = lineno
 
 
+def change_partition(part: PartitionConf, settings: Sequence[tuple[str, str]],
+                     node_names: Sequence[str]) -> PartitionConf:
+    """``part`` with the settings of ``scontrol create|update PartitionName=`` applied, each read as
+    the same key of a PartitionName line is. Nodes takes ALL, a list (empty: none), entries prefixed
+    ``+`` or ``-`` that add and remove, and ``Nodes+=``/``Nodes-=``, as Slurm's scontrol. ValueError
+    says, in Slurm's words, what is wrong."""
+    values: dict[str, Any] = {}
+    members = list(part.nodes)
+    for given_key, value in settings:
+        sign = given_key[-1] if given_key.endswith(("+", "-")) else ""
+        key = given_key.removesuffix(sign)
+        canonical = _LOWER_PART.get(key.lower())
+        if canonical is None:
+            raise ValueError(f"Update of this parameter is not supported: {given_key}={value}")
+        attr, parser = _PARTITION_KEYS[canonical]
+        if attr == "node_expr":
+            members = _members(members, value, sign, node_names)
+            continue
+        if sign:
+            raise ValueError(f"Invalid input: {given_key}={value}")
+        try:
+            values[attr] = parser(value)
+        except ValueError as exc:
+            raise ValueError(f"Invalid input: {given_key}={value} ({exc})") from exc
+    if "state" in values:
+        values["state"] = values["state"].upper()
+    return replace(part, nodes=tuple(members), node_expr=hostlist.compress(members), **values)
+
+
+def _members(members: list[str], value: str, sign: str, node_names: Sequence[str]) -> list[str]:
+    """A partition's nodes after ``Nodes[+-]=value``: in the configuration's order, each once."""
+    if not sign and value.upper() == "ALL":
+        return list(node_names)
+    entries = [e for e in re.split(r",(?![^\[]*\])", value) if e]  # commas outside brackets
+    relative = bool(sign) or any(e[0] in "+-" for e in entries)
+    keep, known = set(members) if relative else set(), set(node_names)
+    for entry in entries:
+        op = sign or (entry[0] if entry[0] in "+-" else "+")
+        try:
+            named = hostlist.expand(entry.lstrip("+-"), len(node_names))
+        except hostlist.HostlistError as exc:
+            raise ValueError(f"Invalid node name specified: {entry}") from exc
+        unknown = [n for n in named if n not in known]
+        if unknown:
+            raise ValueError(f"Invalid node name specified: {unknown[0]}")
+        keep = keep | set(named) if op == "+" else keep - set(named)
+    return [n for n in node_names if n in keep]
+
+
 def with_overrides(config: Config, **changes: Any) -> Config:
     """A copy of ``config`` with some settings replaced (used by tests and emulation)."""
     return replace(config, **changes)
 
 
-__all__ = ["RESTART_ONLY", "Config", "ConfigError", "NodeConf", "PartitionConf", "load", "setting", "with_overrides"]
+__all__ = ["RESTART_ONLY", "Config", "ConfigError", "NodeConf", "PartitionConf", "change_partition", "load", "setting",
+           "with_overrides"]

@@ -389,6 +389,8 @@ def update(client: Client, args: list[str]) -> None:
         from wattsched.cli import resv
 
         return resv.update(client, pairs)
+    if "partitionname" in pairs and "jobid" not in pairs and "job" not in pairs:
+        return _update_partition(client, args)
     if "nodename" in pairs:
         node = pairs.pop("nodename")
         state = pairs.pop("state", "").lower()
@@ -423,26 +425,93 @@ def update(client: Client, args: list[str]) -> None:
     return None
 
 
+_ENTITIES = ("NodeName", "PartitionName", "ReservationName")
+
+
+def _entity(tag: str) -> str | None:
+    """The entity a keyword names, as Slurm's scontrol reads it: at least three letters of one."""
+    return next((e for e in _ENTITIES if len(tag) >= 3 and e.lower().startswith(tag.lower())), None)
+
+
 def create_or_delete(client: Client, command: str, args: list[str]) -> None:
-    """``create reservation Key=Value...``; ``delete ReservationName=NAME`` or ``delete reservation NAME``;
-    ``delete PowerCapStep=ID`` (a step of the cap's schedule)."""
+    """``create`` a reservation or a partition, named by the first argument that names an entity
+    (``reservation``, ``res``, ``PartitionName=p``...), as Slurm's scontrol; ``delete
+    ReservationName=NAME``, ``delete reservation NAME``, ``delete PartitionName=NAME`` (or ``partition
+    NAME``), and ours, ``delete PowerCapStep=ID`` (a step of the cap's schedule)."""
+    from urllib.parse import quote
+
     from wattsched.cli import resv
 
-    if args and args[0].lower() in ("reservation", "res", "reservations"):
-        args = args[1:]
     if command == "create":
-        resv.create(client, _pairs(args))
-        return
-    pairs = _pairs(args) if args and "=" in args[0] else {"reservationname": args[0]} if args else {}
-    if "powercapstep" in pairs:
-        from urllib.parse import quote
+        entity = next((e for e in (_entity(a.split("=", 1)[0]) for a in args) if e), None)
+        rest = [a for a in args if "=" in a or not _entity(a)]  # without the bare entity word
+        if entity == "ReservationName":
+            return resv.create(client, _pairs(rest))
+        if entity == "PartitionName":
+            return _create_partition(client, rest)
+        if entity == "NodeName":
+            raise CLIError("Creating nodes is not supported here: add them to slurm.conf and run scontrol reconfigure")
+        raise CLIError(f"Invalid creation entity: {args[0] if args else ''}")
+    if len(args) == 1 and "=" in args[0]:
+        tag, _, name = args[0].partition("=")
+    elif len(args) == 2:
+        tag, name = args
+    else:
+        raise CLIError("Proper format is 'delete <ENTITY>=<ID>' or 'delete <ENTITY> <ID>'")
+    if tag.lower() == "powercapstep":
+        client.request("DELETE", f"/v1/powercap/schedule/{quote(name, safe='')}")
+        return None
+    entity = _entity(tag)
+    if entity == "ReservationName":
+        return resv.delete(client, name)
+    if entity == "PartitionName":
+        try:
+            client.request("DELETE", f"/v1/partitions/{quote(name, safe='')}")
+        except CLIError as exc:
+            raise CLIError(f"delete_partition {args[0]}: {exc}") from exc
+        return None
+    if entity == "NodeName":
+        raise CLIError("Deleting nodes is not supported here: remove them from slurm.conf and run scontrol reconfigure")
+    raise CLIError(f"Invalid deletion entity: {args[0]}")
 
-        client.request("DELETE", f"/v1/powercap/schedule/{quote(pairs['powercapstep'], safe='')}")
-        return
-    name = pairs.get("reservationname") or pairs.get("reservation")
-    if not name:
-        raise CLIError("too few arguments for keyword:delete")
-    resv.delete(client, name)
+
+def _partition_settings(args: list[str]) -> tuple[str, list[tuple[str, str]]]:
+    """``PartitionName=NAME Key=Value...`` as (name, settings in order); ``Nodes+=``, ``Nodes-=`` kept
+    as the keys ``Nodes+``, ``Nodes-``."""
+    name, settings = None, []
+    for arg in args:
+        key, sep, value = arg.partition("=")
+        if not sep:
+            raise CLIError(f"Invalid input: {arg}  Request aborted")
+        if len(key) >= 2 and "partitionname".startswith(key.lower()):
+            name = value
+        else:
+            settings.append((key, value))
+    if name is None:
+        raise CLIError("PartitionName must be given.")
+    return name, settings
+
+
+def _create_partition(client: Client, args: list[str]) -> None:
+    name, settings = _partition_settings(args)
+    if name.upper() == "DEFAULT":
+        raise CLIError('PartitionName cannot be "DEFAULT".')
+    try:
+        client.request("POST", "/v1/partitions", {"name": name, "settings": settings})
+    except CLIError as exc:
+        raise CLIError(f"Error creating the partition: {exc}") from exc
+
+
+def _update_partition(client: Client, args: list[str]) -> None:
+    from urllib.parse import quote
+
+    name, settings = _partition_settings(args)
+    if not settings:
+        raise CLIError("No changes specified")
+    try:
+        client.request("PATCH", f"/v1/partitions/{quote(name, safe='')}", {"settings": settings})
+    except CLIError as exc:
+        raise CLIError(f"slurm_update error: {exc}") from exc
 
 
 COMMAND = Command("scontrol", "[<OPTION>] [<COMMAND>]", [
@@ -462,8 +531,8 @@ COMMAND = Command("scontrol", "[<OPTION>] [<COMMAND>]", [
   terminated.
 
     Valid <COMMAND> values are:
-     create <SPECIFICATIONS>  create a new reservation.
-     delete <SPECIFICATIONS>  delete the specified reservation.
+     create <SPECIFICATIONS>  create a new partition or reservation.
+     delete <SPECIFICATIONS>  delete the specified partition or reservation.
      hold <job_list>          prevent specified job from starting.
      listpids <job_id<.step>> List pids associated with a given job step (on this node).
      ping                     print status of slurmctld daemons.
@@ -479,7 +548,8 @@ COMMAND = Command("scontrol", "[<OPTION>] [<COMMAND>]", [
      token [lifespan=<secs>] [username=<name>]  get a JWT for this user.
      token revoke username=<name>  end every token of that user issued until now (ours; admins).
      uhold <job_list>         place user hold on specified job (see hold).
-     update <SPECIFICATIONS>  update job, node, reservation or powercap configuration.
+     update <SPECIFICATIONS>  update job, node, partition, reservation or powercap
+                              configuration.
      version                  display tool version number.
      wait_job <job_id>        wait until the nodes allocated to the job are booted and usable.""")
 

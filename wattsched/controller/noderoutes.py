@@ -1,5 +1,6 @@
 """The nodes' routes of the controller's API (v1): the node and partition listings (sinfo, scontrol
-show node), a node's energy readings, scontrol update nodename, and the agents' heartbeats."""
+show node), a node's energy readings, scontrol update nodename, scontrol create, update and delete
+partitionname, and the agents' heartbeats."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
 from wattsched import auth, hostlist
-from wattsched.api import AgentHeartbeat, HeartbeatReply, NodeUpdate
+from wattsched.api import AgentHeartbeat, HeartbeatReply, NodeUpdate, PartitionChange
+from wattsched.controller import partitions as partitions_mod
 from wattsched.controller.actions import Refused
 from wattsched.controller.routedeps import Ctl
 from wattsched.controller.views import node_views, partition_views
@@ -39,8 +41,7 @@ async def node_energy(controller: Ctl, name: str, who: Who) -> dict[str, Any]:
 @router.patch("/v1/nodes/{node_expr}")
 async def update_nodes(controller: Ctl, node_expr: str, upd: NodeUpdate, who: Who) -> dict[str, Any]:
     state = controller.state
-    if not state.is_admin(who):  # before the expression is even read
-        raise Refused("Access/permission denied", 403)
+    _admin_only(controller, who)  # before the expression is even read
     try:  # ALL: every node, as Slurm's scontrol update NodeName=ALL
         names = list(state.nodes) if node_expr.upper() == "ALL" else hostlist.expand(node_expr, len(state.nodes))
     except hostlist.HostlistError as exc:
@@ -54,6 +55,35 @@ async def update_nodes(controller: Ctl, node_expr: str, upd: NodeUpdate, who: Wh
 async def partitions(controller: Ctl, who: Who) -> JSONResponse:
     state = controller.state
     return JSONResponse({"time": time.time(), "partitions": partition_views(state.config, state.nodes)})
+
+
+@router.post("/v1/partitions")
+async def create_partition(controller: Ctl, change: PartitionChange, who: Who) -> dict[str, Any]:
+    _admin_only(controller, who)
+    partitions_mod.create(controller.state, change.name, change.settings)
+    controller.changed()
+    return {"created": change.name}
+
+
+@router.patch("/v1/partitions/{name}")
+async def update_partition(controller: Ctl, name: str, change: PartitionChange, who: Who) -> dict[str, Any]:
+    _admin_only(controller, who)
+    partitions_mod.update(controller.state, name, change.settings)
+    controller.changed()
+    return {"updated": name}
+
+
+@router.delete("/v1/partitions/{name}")
+async def delete_partition(controller: Ctl, name: str, who: Who) -> dict[str, Any]:
+    _admin_only(controller, who)
+    partitions_mod.delete(controller.state, name)
+    controller.changed()
+    return {"deleted": name}
+
+
+def _admin_only(controller: Ctl, who: auth.Identity) -> None:
+    if not controller.state.is_admin(who):
+        raise Refused("Access/permission denied", 403)
 
 
 @router.post("/v1/agents/heartbeat", response_model=HeartbeatReply)

@@ -48,7 +48,7 @@ def reconfigure(state: ClusterState, config: Config, plugins: Plugins, now: floa
     for name in [n for n in state.nodes if n not in wanted]:
         del state.nodes[name]
         changes.append(f"node {name} removed")
-    member = partitions_of(config)
+    member = config.node_partitions()
     for name, conf in wanted.items():
         node = state.nodes.get(name)
         if node is None:
@@ -229,16 +229,6 @@ def update_nodes(state: ClusterState, names: list[str], new_state: str, reason: 
             statesave.node_event(state, node, now, "RESUME")
     state.journal.meta_dirty = True
     return actions
-
-
-def partitions_of(config: Config) -> dict[str, tuple[str, ...]]:
-    """Each node's partitions, in the configuration's order: one pass over the partitions (a
-    membership test per node and partition costs 20,000 x 20,000 on the largest machines)."""
-    member: dict[str, dict[str, None]] = {}  # ordered sets: a node listed twice is in it once
-    for part in config.partitions:
-        for name in part.nodes:
-            member.setdefault(name, {})[part.name] = None
-    return {name: tuple(parts) for name, parts in member.items()}
 
 
 def configured_fields(conf: NodeConf, partitions: tuple[str, ...]) -> dict:

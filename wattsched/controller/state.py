@@ -10,7 +10,7 @@ node_mgr, step_mgr and power_save do:
 - nodes: agents' heartbeats, node states, reconfigure;  jobenergy: a job's energy from readings;
 - powercontrol: power saving and the cap;  resvcontrol: reservations;  timers: the clock;
 - snapshots: the policy core's view;  statesave: the journal, flush and restore;
-- permissions: administrators, owners and job references.
+- permissions: administrators, owners and job references;  partitions: scontrol's partition changes.
 
 All mutations happen on the controller's event loop; each takes ``now`` explicitly and
 returns the actions (wattsched.controller.actions) that the dispatcher then carries out
@@ -38,7 +38,7 @@ from wattsched.api import (
 )
 from wattsched.auth import Identity
 from wattsched.capschedule import CapStep
-from wattsched.config import Config
+from wattsched.config import Config, PartitionConf
 from wattsched.controller import (
     energy,
     jobend,
@@ -141,11 +141,14 @@ class ClusterState:
     carbon: CarbonFeed | None = None  # the grid's carbon intensity (CarbonIntensity)
     # user -> when root revoked their tokens: a user's token issued at or before it is refused
     token_revocations: dict[str, float] = field(default_factory=dict)
+    # the configuration file's partitions; config.partitions differs once scontrol changed them
+    configured_partitions: tuple[PartitionConf, ...] = ()
 
     @classmethod
     def open(cls, config: Config, store: StateStore, plugins: Plugins, key: bytes, now: float) -> ClusterState:
-        state = cls(config=config, store=store, plugins=plugins, key=key, power_saving=PowerSaving(config))
-        member = nodes.partitions_of(config)
+        state = cls(config=config, store=store, plugins=plugins, key=key, power_saving=PowerSaving(config),
+                    configured_partitions=config.partitions)
+        member = config.node_partitions()
         for conf in config.nodes:
             state.nodes[conf.name] = nodes.new_node(conf, member.get(conf.name, ()), now)
         statesave.restore(state)
@@ -164,7 +167,9 @@ class ClusterState:
         statesave.flush(self)
 
     def reconfigure(self, config: Config, plugins: Plugins, now: float) -> list[str]:
-        return nodes.reconfigure(self, config, plugins, now)
+        changes = nodes.reconfigure(self, config, plugins, now)
+        self.configured_partitions = config.partitions  # what scontrol changed in them is gone
+        return changes
 
     def brief(self, job: Job, now: float) -> dict:
         return snapshots.brief(self, job, now)

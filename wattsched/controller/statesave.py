@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from wattsched import nodestates, states
 from wattsched.capschedule import CapStep
-from wattsched.controller import resources
+from wattsched.controller import partitions, resources
 from wattsched.controller.reservations import ReservationBook
 from wattsched.model import Job, Node, Reservation
 from wattsched.nodestates import NodeBase, PowerFlag
@@ -42,6 +42,7 @@ def restore(state: ClusterState) -> None:
     power metadata, the next ids, the power cap, reservations and every job (holding its nodes'
     resources again if it holds them)."""
     store, config = state.store, state.config
+    partitions.restore(state, store.get_meta("partitions", "") or "")
     saved_nodes = json.loads(store.get_meta("nodes", "{}") or "{}")
     for name, saved in saved_nodes.items():
         node = state.nodes.get(name)
@@ -99,6 +100,7 @@ def flush(state: ClusterState) -> None:
                      "power": n.power, "power_since": n.power_since, "power_job": n.power_job,
                      "instance_id": n.instance_id, "instance_type": n.instance_type}
             for n in state.nodes.values() if n.drain or n.reason or n.power or n.instance_id or n.instance_type})
+        meta["partitions"] = partitions.saved(state)
     saved = [state.jobs[j].to_dict() for j in journal.dirty if j in state.jobs]
     state.store.commit(saved, journal.purged, meta, journal.node_events, [r.to_dict() for r in journal.resv_dirty],
                        journal.ended_runs)

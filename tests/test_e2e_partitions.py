@@ -1,0 +1,88 @@
+"""Partitions changed while the cluster runs: scontrol create, update and delete PartitionName=, as
+Slurm's. The jobs of a partition follow its state and nodes, the default partition moves, one in use
+cannot be deleted; a user may not change them and bad input changes nothing; the changes outlive a
+kill -9 of the controller, and scontrol reconfigure goes back to the file's partitions."""
+
+from __future__ import annotations
+
+import json
+import signal
+
+from wattsched.testing import Cluster, wait_for
+
+
+def _partitions(cluster: Cluster) -> dict[str, dict]:
+    shown = json.loads(cluster.run("scontrol", "--json", "show", "partition").stdout)["partitions"]
+    return {p["name"]: p for p in shown}
+
+
+def test_a_partition_is_created_used_changed_and_deleted(cluster: Cluster) -> None:
+    cluster.run("scontrol", "create", "PartitionName=spare", "Nodes=n[03-04]", "MaxTime=10", "State=DOWN")
+    assert cluster.run("sinfo", "-h", "-p", "spare", "-o", "%P %a %l %D %N").stdout.split() == \
+        ["spare", "down", "10:00", "2", "n[03-04]"]
+    shown = cluster.run("scontrol", "show", "partition", "spare").stdout
+    assert "PartitionName=spare" in shown and "Nodes=n[03-04]" in shown and "State=DOWN" in shown
+    assert cluster.run("scontrol", "show", "node", "n03").stdout.count("Partitions=debug,spare") == 1
+    # a DOWN partition queues jobs and starts none; UP again, they run on its nodes
+    job_id = cluster.sbatch("-p", "spare", "-N2", "--wrap", "true")
+    wait_for(lambda: cluster.job(job_id)["reason"] == "PartitionDown", 20, what="the job waits on its partition")
+    cluster.run("scontrol", "update", "PartitionName=spare", "State=UP")
+    assert cluster.wait_state(job_id, "COMPLETED")["node_list"] == "n[03-04]"
+    cluster.run("scontrol", "update", "PartitionName=spare", "Nodes-=n03", "Nodes+=n01")
+    assert _partitions(cluster)["spare"]["nodes"]["configured"] == "n[01,04]"
+    # the default moves: the old default is no longer one, and jobs without -p land in the new one
+    cluster.run("scontrol", "update", "PartitionName=spare", "Default=YES")
+    assert "spare*" in cluster.run("sinfo", "-h", "-o", "%P").stdout.split()
+    assert "debug*" not in cluster.run("sinfo", "-h", "-o", "%P").stdout.split()
+    held = cluster.sbatch("-H", "--wrap", "true")
+    assert cluster.job(held)["partition"] == "spare"
+    in_use = cluster.run("scontrol", "delete", "PartitionName=spare", check=False)
+    assert in_use.returncode == 1 and "delete_partition PartitionName=spare: Partition is in use" in in_use.stderr
+    cluster.run("scancel", str(held))
+    cluster.run("scontrol", "update", "PartitionName=debug", "Default=YES")
+    cluster.run("scontrol", "delete", "partition", "spare")
+    assert "spare" not in _partitions(cluster)
+    assert "Partitions=debug " in cluster.run("scontrol", "-o", "show", "node", "n04").stdout
+    # sacct keeps the finished job's partition
+    assert cluster.accounted(job_id)[0]["partition"] == "spare"
+
+
+def test_bad_changes_and_users_are_refused_and_change_nothing(cluster: Cluster) -> None:
+    before = _partitions(cluster)
+    for args, message in [
+        (["create", "PartitionName=debug"], "Error creating the partition: Invalid partition name specified"),
+        (["create", "PartitionName=DEFAULT"], 'PartitionName cannot be "DEFAULT".'),
+        (["create", "PartitionName=x", "Nodes=n99"], "Invalid node name specified: n99"),
+        (["create", "PartitionName=x", "Colour=blue"], "Update of this parameter is not supported: Colour=blue"),
+        (["update", "PartitionName=debug", "State=sideways"], "Invalid input: State=sideways"),
+        (["update", "PartitionName=nosuch", "State=UP"], "slurm_update error: Invalid partition name specified"),
+        (["update", "PartitionName=debug"], "No changes specified"),
+        (["delete", "PartitionName=nosuch"], "Invalid partition name specified"),
+        (["create", "Colour=blue"], "Invalid creation entity: Colour=blue"),
+    ]:
+        result = cluster.run("scontrol", *args, check=False)
+        assert result.returncode == 1 and message in result.stderr, (args, result.stderr)
+    for args in (["create", "PartitionName=mine"], ["update", "PartitionName=debug", "State=DOWN"],
+                 ["delete", "PartitionName=debug"]):
+        refused = cluster.run("scontrol", *args, check=False, env=cluster.user_env())
+        assert refused.returncode == 1 and "Access/permission denied" in refused.stderr, refused.stderr
+    assert _partitions(cluster) == before
+
+
+def test_changes_outlive_a_kill_and_reconfigure_returns_to_the_file(fresh_cluster: Cluster) -> None:
+    cluster = fresh_cluster.start()
+    cluster.run("scontrol", "create", "PartitionName=later", "Nodes=n02", "PriorityTier=5")
+    cluster.run("scontrol", "update", "PartitionName=debug", "State=DRAIN")
+    cluster.kill_controller(signal.SIGKILL)  # acknowledged means saved
+    cluster.start_controller()
+    kept = _partitions(cluster)
+    assert kept["later"]["nodes"]["configured"] == "n02" and kept["later"]["priority"]["tier"] == 5
+    assert kept["debug"]["partition"]["state"] == ["DRAIN"]
+    drained = cluster.run("sbatch", "-p", "debug", "--wrap", "true", check=False)
+    assert drained.returncode == 1 and "Required partition not available (inactive or drain)" in drained.stderr
+    cluster.run("scontrol", "reconfigure")
+    back = _partitions(cluster)
+    assert set(back) == {"debug"} and back["debug"]["partition"]["state"] == ["UP"]
+    cluster.kill_controller(signal.SIGKILL)
+    cluster.start_controller()
+    assert set(_partitions(cluster)) == {"debug"}
