@@ -352,6 +352,31 @@ def test_the_power_cap_and_its_schedule_are_the_administrators(shared: Cluster, 
     assert shared.api("GET", "/v1/powercap").json()["schedule"] == []
 
 
+def test_partitions_are_the_administrators(shared: Cluster, mallory: Account) -> None:
+    """A user can neither create, change nor delete a partition; oversized or malformed changes from
+    anyone are refused before any work, with nothing changed."""
+    before = shared.api("GET", "/v1/partitions").json()["partitions"]
+    for args in (("scontrol", "create", "PartitionName=mine", "Nodes=ALL", "PriorityTier=65533"),
+                 ("scontrol", "update", "PartitionName=debug", "State=DOWN"),
+                 ("scontrol", "update", "PartitionName=debug", f"AllowGroups={GROUP}"),
+                 ("scontrol", "delete", "PartitionName=debug")):
+        result = mallory.run(*args)
+        assert result.returncode != 0 and b"Access/permission denied" in result.stderr, args
+    token = mallory.token()
+    assert shared.api("POST", "/v1/partitions", token=token, json={"name": "x"}).status_code == 403
+    for args in (("scontrol", "create", "PartitionName=x", "Nodes=n[1-99999999]"),
+                 ("scontrol", "create", "PartitionName=x", *(f"MaxTime={i}" for i in range(70))),
+                 ("scontrol", "create", "PartitionName=" + "x" * 200),
+                 ("scontrol", "create", "PartitionName=bad\nline"),
+                 ("scontrol", "update", "PartitionName=debug", "K" * 40 + "=1"),
+                 ("scontrol", "update", "PartitionName=debug", "Nodes=" + "n01," * 5000),
+                 ("scontrol", "update", "PartitionName=debug", "PriorityTier=99999"),
+                 ("scontrol", "update", "PartitionName=debug", "MaxTime=1e400")):
+        bad = shared.run(*args, check=False)
+        assert bad.returncode != 0 and bad.stderr.strip(), args
+    assert shared.api("GET", "/v1/partitions").json()["partitions"] == before
+
+
 # --- no request can stall the service --------------------------------------------------------------
 
 def test_unbounded_requests_are_refused_fast_while_others_are_served(shared: Cluster, mallory: Account) -> None:
