@@ -168,6 +168,24 @@ def test_srun_wait_ends_the_step_a_while_after_its_first_task(cluster: Cluster) 
     assert "First task exited 1s ago" in cluster.run("srun", "-n2", "sh", "-c", task, env=env, check=False).stderr
 
 
+def test_srun_reads_its_input_environment_variables(cluster: Cluster) -> None:
+    """Outside an allocation srun takes SLURM_NPROCS, SLURM_ACCOUNT, SLURM_JOB_NAME, SLURM_LABELIO and
+    SLURM_STDOUTMODE as its options, the command line winning; inside one, the job's own variables
+    (SLURM_NTASKS...) do not resize its steps."""
+    out = cluster.work / "env-vars.out"
+    env = dict(cluster.env, SLURM_NPROCS="3", SLURM_ACCOUNT="physics", SLURM_JOB_NAME="from-env",
+               SLURM_STDOUTMODE=str(out))
+    cluster.run("srun", "sh", "-c", "echo $SLURM_JOB_ACCOUNT $SLURM_JOB_NAME", env=env)
+    assert out.read_text().splitlines() == ["physics from-env"] * 3
+    env = dict(cluster.env, SLURM_NPROCS="3", SLURM_JOB_NAME="from-env", SLURM_LABELIO="1")
+    shown = cluster.run("srun", "-n1", "-J", "given", "sh", "-c", "echo $SLURM_JOB_NAME", env=env).stdout
+    assert shown == "0: given\n"
+    bad = cluster.run("srun", "true", env=dict(cluster.env, SLURM_NPROCS="many"), check=False)
+    assert bad.returncode == 1 and 'Invalid numeric value "many" for --ntasks.' in bad.stderr
+    inside = cluster.run("salloc", "-n2", "sh", "-c", "SLURM_NTASKS=2 srun -n1 hostname | wc -l").stdout
+    assert inside.split()[-1] == "1"
+
+
 def test_a_job_sent_sigstop_is_stopped_until_sigcont(cluster: Cluster) -> None:
     """Slurm's STOPPED: scancel -s STOP freezes the job's processes and squeue shows it STOPPED (ST),
     in its default listing; -s CONT makes it RUNNING again."""

@@ -163,9 +163,9 @@ def job_options(prog: str) -> list[Opt | str]:
     return table
 
 
-# Slurm's input environment variables (sbatch(1), salloc(1): INPUT ENVIRONMENT VARIABLES), each with the
-# option it stands for, in Slurm's order (a later one of the same option wins). sbatch reads them over
-# the script's #SBATCH lines and under its command line; salloc under its command line.
+# Slurm's input environment variables (sbatch(1), salloc(1), srun(1): INPUT ENVIRONMENT VARIABLES), each
+# with the option it stands for, in Slurm's order (a later one of the same option wins). sbatch reads
+# them over the script's #SBATCH lines and under its command line; salloc and srun under theirs.
 INPUT_VARIABLES: dict[str, tuple[tuple[str, str], ...]] = {
     "sbatch": (
         ("SBATCH_ACCOUNT", "-A"), ("SBATCH_ARRAY_INX", "-a"), ("SBATCH_ACCTG_FREQ", "--acctg-freq"),
@@ -213,7 +213,47 @@ INPUT_VARIABLES: dict[str, tuple[tuple[str, str], ...]] = {
         ("SALLOC_USE_MIN_NODES", "--use-min-nodes"), ("SALLOC_WAIT_ALL_NODES", "--wait-all-nodes"),
         ("SALLOC_WAIT4SWITCH", "--switches"), ("SALLOC_WCKEY", "--wckey"),
     ),
+    "srun": (
+        ("SLURM_ACCOUNT", "-A"), ("SLURM_ACCTG_FREQ", "--acctg-freq"), ("SLURM_BCAST", "--bcast"),
+        ("SLURM_BURST_BUFFER", "--bb"), ("SLURM_CLUSTERS", "-M"), ("SLURM_CLUSTER_CONSTRAINT", "--cluster-constraint"),
+        ("SLURM_COMPRESS", "--compress"), ("SLURM_CONSTRAINT", "-C"), ("SLURM_CORE_SPEC", "-S"),
+        ("SLURM_CPUS_PER_TASK", "-c"), ("SLURM_CPU_BIND", "--cpu-bind"), ("SLURM_CPU_FREQ_REQ", "--cpu-freq"),
+        ("SLURM_CPUS_PER_GPU", "--cpus-per-gpu"), ("SLURM_DELAY_BOOT", "--delay-boot"), ("SLURM_DEPENDENCY", "-d"),
+        ("SLURM_DISABLE_STATUS", "-X"), ("SLURM_DISTRIBUTION", "-m"), ("SLURM_EPILOG", "--epilog"),
+        ("SLURM_EXACT", "--exact"), ("SLURM_EXCLUSIVE", "--exclusive"), ("SLURM_EXPORT_ENV", "--export"),
+        ("SRUN_EXPORT_ENV", "--export"), ("SLURM_EXTERNAL_LAUNCHER", "--external-launcher"), ("SLURM_GPUS", "-G"),
+        ("SLURM_GPU_BIND", "--gpu-bind"), ("SLURM_GPU_FREQ", "--gpu-freq"), ("SLURM_GPUS_PER_NODE", "--gpus-per-node"),
+        ("SLURM_GPUS_PER_SOCKET", "--gpus-per-socket"), ("SLURM_GPUS_PER_TASK", "--gpus-per-task"),
+        ("SLURM_GRES", "--gres"), ("SLURM_GRES_FLAGS", "--gres-flags"), ("SLURM_HINT", "--hint"),
+        ("SLURM_JOB_NAME", "-J"), ("SLURM_JOB_NUM_NODES", "-N"), ("SLURM_KILL_BAD_EXIT", "-K"),
+        ("SLURM_LABELIO", "-l"), ("SLURM_MEM_BIND", "--mem-bind"), ("SLURM_MEM_PER_CPU", "--mem-per-cpu"),
+        ("SLURM_MEM_PER_GPU", "--mem-per-gpu"), ("SLURM_MEM_PER_NODE", "--mem"), ("SLURM_MPI_TYPE", "--mpi"),
+        ("SLURM_NCORES_PER_SOCKET", "--cores-per-socket"), ("SLURM_NETWORK", "--network"), ("SLURM_NO_KILL", "-k"),
+        ("SLURM_NPROCS", "-n"), ("SLURM_NTASKS", "-n"), ("SLURM_NSOCKETS_PER_NODE", "--sockets-per-node"),
+        ("SLURM_NTASKS_PER_CORE", "--ntasks-per-core"), ("SLURM_NTASKS_PER_NODE", "--ntasks-per-node"),
+        ("SLURM_NTASKS_PER_GPU", "--ntasks-per-gpu"), ("SLURM_OPEN_MODE", "--open-mode"), ("SLURM_OVERCOMMIT", "-O"),
+        ("SLURM_OVERLAP", "--overlap"), ("SLURM_PARTITION", "-p"), ("SLURM_POWER", "--power"),
+        ("SLURM_PROFILE", "--profile"), ("SLURM_PROLOG", "--prolog"), ("SLURM_QOS", "-q"), ("SLURM_REMOTE_CWD", "-D"),
+        ("SLURM_REQ_SWITCH", "--switches"), ("SLURM_RESERVATION", "--reservation"),
+        ("SLURM_RESV_PORTS", "--resv-ports"), ("SLURM_SEND_LIBS", "--send-libs"), ("SLURM_SIGNAL", "--signal"),
+        ("SLURM_SPREAD_JOB", "--spread-job"), ("SLURM_SRUN_MULTI", "--multi-prog"), ("SLURM_STDERRMODE", "-e"),
+        ("SLURM_STDINMODE", "-i"), ("SLURM_STDOUTMODE", "-o"), ("SLURM_TASK_EPILOG", "--task-epilog"),
+        ("SLURM_TASK_PROLOG", "--task-prolog"), ("SLURM_THREAD_SPEC", "--thread-spec"), ("SLURM_THREADS", "-T"),
+        ("SLURM_THREADS_PER_CORE", "--threads-per-core"), ("SLURM_TIMELIMIT", "-t"), ("SLURM_TRES_BIND", "--tres-bind"),
+        ("SLURM_TRES_PER_TASK", "--tres-per-task"), ("SLURM_UNBUFFEREDIO", "-u"),
+        ("SLURM_USE_MIN_NODES", "--use-min-nodes"), ("SLURM_WAIT", "-W"), ("SLURM_WAIT4SWITCH", "--switches"),
+        ("SLURM_WCKEY", "--wckey"), ("SLURM_WORKING_DIR", "-D"), ("SLURMD_DEBUG", "--slurmd-debug"),
+        ("SRUN_CONTAINER", "--container"), ("SRUN_CONTAINER_ID", "--container-id"), ("SRUN_ERROR", "-e"),
+        ("SRUN_INPUT", "-i"), ("SRUN_OUTPUT", "-o"),
+    ),
 }
+# What a job's own environment sets among srun's variables: inside an allocation, the step takes the
+# job's shape from the job itself (wattsched.controller.steps), so srun reads these only outside one.
+# (Slurm's srun reads them inside too, and then reconciles them with its options case by case.)
+ALLOCATION_VARIABLES = frozenset({
+    "SLURM_CPUS_PER_TASK", "SLURM_CPU_FREQ_REQ", "SLURM_EXPORT_ENV", "SLURM_GPUS", "SLURM_GPUS_PER_NODE",
+    "SLURM_GPUS_PER_TASK", "SLURM_JOB_NAME", "SLURM_JOB_NUM_NODES", "SLURM_MEM_PER_CPU", "SLURM_MEM_PER_NODE",
+    "SLURM_NPROCS", "SLURM_NTASKS", "SLURM_NTASKS_PER_NODE"})
 
 
 def read_nodefile(path: str) -> str:

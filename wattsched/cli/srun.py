@@ -180,6 +180,10 @@ COMMAND = Command("srun", "[OPTIONS(0)... [executable(0) [args(0)...]]] [ : [OPT
 def srun(argv: list[str]) -> int:
     """Run a parallel job step; its exit code (128 + signal when a task was killed)."""
     opts, command = COMMAND.parse(argv)
+    in_allocation = bool(opts.get("jobid")) or os.environ.get("SLURM_JOB_ID", "").isdigit()
+    variables = [(name, option) for name, option in o.INPUT_VARIABLES["srun"]
+                 if not (in_allocation and name in o.ALLOCATION_VARIABLES)]
+    opts = {**COMMAND.from_environment(variables), **opts}  # the command line wins
     if opts.get("mpi") == "list":
         from wattsched.plugins import mpi
 
@@ -192,7 +196,7 @@ def srun(argv: list[str]) -> int:
     opts["command"] = command
     label, unbuffered, quiet = bool(opts.get("label")), bool(opts.get("unbuffered")), bool(opts.get("quiet"))
     client = Client.for_options(opts)
-    opts["mpi"] = mpi_type(opts.get("mpi") or os.environ.get("SLURM_MPI_TYPE"), client.config.mpi_default)
+    opts["mpi"] = mpi_type(opts.get("mpi"), client.config.mpi_default)
     jobid = opts.get("jobid")
     inside = jobid or (int(os.environ["SLURM_JOB_ID"]) if os.environ.get("SLURM_JOB_ID", "").isdigit() else None)
     opts["kill_on_bad_exit"] = kill_on_bad_exit(opts, client.config.kill_on_bad_exit)
@@ -408,7 +412,7 @@ def run_step(client: Client, job_id: int, opts: dict[str, Any], command: list[st
     pty = "pty" in opts
     fed, pattern = stdin_targets(opts.get("input"), step["ntasks"], pty)
     rows, cols = terminal_size() if pty else (24, 80)
-    cpu_bind = opts.get("cpu_bind") or os.environ.get("SLURM_CPU_BIND", "")
+    cpu_bind = opts.get("cpu_bind") or ""
     if cpu_bind:  # (checked here, where the user can mend it; cpubind's dataclasses cost ~5 ms to import)
         from wattsched import cpubind
 
@@ -465,29 +469,16 @@ def task_end(node: str, task: int, exit_code: int, term_signal: int) -> str:
 
 
 def kill_on_bad_exit(opts: dict[str, Any], default: bool) -> bool:
-    """srun -K[0|1] (else SLURM_KILL_BAD_EXIT, else KillOnBadExit): end the step at a task's failure."""
-    value = _int_option(opts, "kill_on_bad_exit", "SLURM_KILL_BAD_EXIT", "--kill-on-bad-exit")
+    """srun -K[0|1] (or SLURM_KILL_BAD_EXIT), else KillOnBadExit: end the step at a task's failure."""
+    value = opts.get("kill_on_bad_exit")
     return default if value is None else bool(value)
 
 
 def max_wait(opts: dict[str, Any], default: int) -> int:
-    """srun -W seconds (else SLURM_WAIT, else WaitTime): how long the other tasks have once the
-    first has ended; 0, no limit."""
-    value = _int_option(opts, "wait", "SLURM_WAIT", "--wait")
-    return max(0, default if value is None else value)
-
-
-def _int_option(opts: dict[str, Any], key: str, variable: str, option: str) -> int | None:
-    """An integer option's value, else its input environment variable's, as Slurm's srun reads them."""
-    if opts.get(key) is not None:
-        return int(opts[key])
-    text = os.environ.get(variable, "").strip()
-    if not text:
-        return None
-    try:
-        return int(text)
-    except ValueError as exc:
-        raise CLIError(f'Invalid numeric value "{text}" for {option}.') from exc
+    """srun -W seconds (or SLURM_WAIT), else WaitTime: how long the other tasks have once the first
+    has ended; 0, no limit."""
+    value = opts.get("wait")
+    return max(0, default if value is None else int(value))
 
 
 def task_ranges(tasks: list[int]) -> str:
