@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -135,7 +136,8 @@ def test_bad_reservation_requests(bf_cluster: Cluster) -> None:
         (["StartTime=yesterday-ish", "Duration=10", "Nodes=n01", "Users=root"], "Invalid time specified"),
         (["StartTime=now", "Duration=10", "NodeCnt=9", "Users=root"], "Requested node configuration is not available"),
         (["StartTime=now", "Nodes=n01", "Users=root"], "Duration or EndTime must be specified"),
-        (["StartTime=now", "Duration=10", "Nodes=n01", "Users=root", "Colour=blue"], "Invalid input: colour"),
+        (["StartTime=now", "Duration=10", "Nodes=n01", "Users=root", "Colour=blue"],
+         "Unknown parameter colour=blue.  No reservation created."),
     ]
     for args, message in cases:
         result = c.run("scontrol", "create", "reservation", *args, check=False)
@@ -154,3 +156,30 @@ def test_bad_reservation_requests(bf_cluster: Cluster) -> None:
     assert body.status_code == 422
     assert [r["name"] for r in c.api("GET", "/v1/reservations").json()["reservations"]] == ["one"]
     c.run("scontrol", "delete", "ReservationName=one")
+
+
+def test_reservation_keys_abbreviate_and_features_choose_nodes(tmp_path: Path) -> None:
+    """scontrol's reservation keys by their first letters, as Slurm's (``user=``, ``start=``,
+    ``partition=``), and Features= choosing the NodeCnt nodes (``&`` all of them, ``|`` any)."""
+    c = Cluster(tmp_path, node_extra="Feature=fast,ib").start()
+    try:
+        c.run("scontrol", "create", "reservation", "reservationname=short", "user=root", "start=now",
+              "duration=1", "nodecnt=2", "partition=debug", "features=fast&ib", "flag=IGNORE_JOBS")
+        shown = c.run("scontrol", "show", "reservation", "short").stdout
+        assert "NodeCnt=2" in shown and "Features=fast&ib" in shown and "PartitionName=debug" in shown
+        assert "Users=root" in shown and "Flags=IGNORE_JOBS" in shown
+        c.run("scontrol", "create", "res", "ReservationName=either", "StartTime=now", "Duration=1", "NodeCnt=1",
+              "Users=root", "Features=gpu|ib")
+        for args, message in [
+            (["Features=gpu"], "Requested node configuration is not available"),
+            (["Features=[fast*2]"], "Invalid feature specification"),
+            (["Licenses=a"], "Licenses is not supported on reservations here"),
+            (["s=now"], "Unknown parameter s=now.  No reservation created."),
+        ]:
+            refused = c.run("scontrol", "create", "res", "StartTime=now", "Duration=1", "NodeCnt=1", "Users=root",
+                            *args, check=False)
+            assert refused.returncode == 1 and message in refused.stderr, (args, refused.stderr)
+        c.run("scontrol", "update", "reservationname=either", "features=")
+        assert "Features=(null)" in c.run("scontrol", "show", "reservation", "either").stdout
+    finally:
+        c.stop()

@@ -213,6 +213,7 @@ class ReservationSpec(Strict):
     partition: Short = ""
     flags: str = Field("", max_length=1024)
     watts: int | None = Field(None, ge=0, le=BIG)
+    features: str | None = Field(None, max_length=1024)  # None: unchanged on update
 
 
 class PowerCapUpdate(Strict):

@@ -316,7 +316,7 @@ def partition(p: dict[str, Any], cluster: str) -> dict[str, Any]:
 def reservation(r: dict[str, Any], cluster: str) -> dict[str, Any]:
     """scontrol show reservation --json (v0.0.40 reservation_info), from the API's reservation."""
     return {"accounts": ",".join(r["accounts"]), "burst_buffer": "", "core_count": r["core_cnt"],
-            "core_specializations": [], "end_time": seconds(r["end_time"]), "features": "",
+            "core_specializations": [], "end_time": seconds(r["end_time"]), "features": r.get("features", ""),
             "flags": [f.upper() for f in r["flags"]], "groups": "", "licenses": "", "max_start_delay": 0,
             "name": r["name"], "node_count": r["node_cnt"], "node_list": r["nodes"], "partition": r["partition"],
             "purge_completed": {"time": number(None)}, "start_time": seconds(r["start_time"]),

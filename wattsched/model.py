@@ -366,6 +366,7 @@ class Reservation:
     partition: str = ""
     flags: list[str] = field(default_factory=list)
     watts: int | None = None
+    features: str = ""  # the node features its NodeCnt nodes must have (``a&b``, ``a|b``)
     created: float = 0.0
     deleted: bool = False
 

@@ -8,26 +8,42 @@ from typing import Any
 from wattsched import timefmt
 from wattsched.cli.common import Client, CLIError
 
-# scontrol's keys (lower case) -> the API's field names
-_KEYS = {"reservationname": "name", "reservation": "name", "starttime": "start_time", "endtime": "end_time",
-         "duration": "duration", "nodes": "nodes", "nodecnt": "node_cnt", "nodecount": "node_cnt",
-         "users": "users", "user": "users", "accounts": "accounts", "account": "accounts",
-         "partitionname": "partition", "partition": "partition", "flags": "flags", "flag": "flags",
-         "watts": "watts"}
+# scontrol's reservation keys in the order Slurm's scontrol tries them, each with the fewest letters
+# that name it (``start=`` is StartTime, ``user=`` Users) and the API's field (None: a key of Slurm's
+# that wattsched has no notion of)
+_KEYS: tuple[tuple[str, int, str | None], ...] = (
+    ("Accounts", 1, "accounts"), ("Comment", 3, None), ("Flags", 2, "flags"), ("Groups", 1, None),
+    ("Users", 1, "users"), ("ReservationName", 1, "name"), ("BurstBuffer", 2, None), ("StartTime", 2, "start_time"),
+    ("EndTime", 1, "end_time"), ("Duration", 1, "duration"), ("MaxStartDelay", 2, None), ("NodeCnt", 5, "node_cnt"),
+    ("NodeCount", 5, "node_cnt"), ("CoreCnt", 5, None), ("CoreCount", 5, None), ("CPUCnt", 5, None),
+    ("CPUCount", 5, None), ("Nodes", 5, "nodes"), ("Features", 2, "features"), ("Licenses", 2, None),
+    ("PartitionName", 1, "partition"), ("TRES", 1, None), ("TRESPerNode", 5, None), ("Watts", 1, "watts"))
 
 
-def spec_from_pairs(pairs: dict[str, str]) -> dict[str, Any]:
-    """The API body for ``scontrol create|update reservation`` from its Key=Value arguments."""
+def _key(given: str) -> tuple[str, str | None] | None:
+    """The key ``given`` names, as Slurm's scontrol matches it: its first letters, at least as many as
+    the key needs."""
+    lower = given.lower()
+    return next(((key, field) for key, fewest, field in _KEYS
+                 if len(lower) >= fewest and key.lower().startswith(lower)), None)
+
+
+def spec_from_pairs(pairs: dict[str, str], aborted: str) -> dict[str, Any]:
+    """The API body for ``scontrol create|update reservation`` from its Key=Value arguments;
+    ``aborted`` ends Slurm's message for a key it does not know."""
     body: dict[str, Any] = {}
-    for key, value in pairs.items():
-        if key not in _KEYS:
-            raise CLIError(f"Invalid input: {key}  Request aborted")
-        field = _KEYS[key]
+    for given, value in pairs.items():
+        known = _key(given)
+        if known is None:
+            raise CLIError(f"Unknown parameter {given}={value}.  {aborted}")
+        key, field = known
+        if field is None:
+            raise CLIError(f"{key} is not supported on reservations here")
         if field in ("node_cnt", "watts"):
             try:
                 body[field] = None if value.upper() in ("INFINITE", "UNLIMITED") and field == "watts" else int(value)
             except ValueError as exc:
-                raise CLIError(f"Invalid {key} value: {value}") from exc
+                raise CLIError(f"Invalid {given} value: {value}") from exc
         else:
             body[field] = value
     return body
@@ -35,14 +51,14 @@ def spec_from_pairs(pairs: dict[str, str]) -> dict[str, Any]:
 
 def create(client: Client, pairs: dict[str, str]) -> None:
     try:
-        reply = client.request("POST", "/v1/reservations", spec_from_pairs(pairs))
+        reply = client.request("POST", "/v1/reservations", spec_from_pairs(pairs, "No reservation created."))
     except CLIError as exc:
         raise CLIError(f"Error creating the reservation: {exc}") from exc
     print(f"Reservation created: {reply['name']}")
 
 
 def update(client: Client, pairs: dict[str, str]) -> None:
-    body = spec_from_pairs(pairs)
+    body = spec_from_pairs(pairs, "No reservation update.")
     name = body.pop("name", "")
     try:
         client.request("PATCH", f"/v1/reservations/{name}", body)
@@ -69,7 +85,7 @@ def lines(r: dict[str, Any]) -> list[str]:
     return [
         f"ReservationName={r['name']} StartTime={timefmt.ts_str(r['start_time'])} "
         f"EndTime={timefmt.ts_str(r['end_time'])} Duration={_duration(r['duration_s'])}",
-        f"Nodes={r['nodes']} NodeCnt={r['node_cnt']} CoreCnt={r['core_cnt']} Features=(null) "
+        f"Nodes={r['nodes']} NodeCnt={r['node_cnt']} CoreCnt={r['core_cnt']} Features={r.get('features') or '(null)'} "
         f"PartitionName={r['partition'] or '(null)'} Flags={','.join(r['flags'])}",
         f"TRES={r['tres']}",
         f"Users={','.join(r['users']) or '(null)'} Groups=(null) Accounts={','.join(r['accounts']) or '(null)'} "

@@ -98,6 +98,21 @@ def overlap(one: Reservation, other: Reservation) -> bool:
     return any(s1 < e2 and s2 < e1 for s1, e1 in mine for s2, e2 in theirs)
 
 
+def _features(text: str) -> list[frozenset[str]]:
+    """Slurm's reservation Features as alternatives (``|``) of features all required (``&``); empty,
+    none. Counts and brackets (``[a*2&b]``) are refused."""
+    if any(c in text for c in "[]*()"):
+        raise ReservationError(f"Invalid feature specification: {text} (counts and brackets are not supported)")
+    alternatives = [frozenset(f for f in part.split("&") if f) for part in text.split("|")] if text else []
+    if any(not alt for alt in alternatives):
+        raise ReservationError(f"Invalid feature specification: {text}")
+    return alternatives
+
+
+def _has_features(node: Node, alternatives: list[frozenset[str]]) -> bool:
+    return not alternatives or any(alt <= set(node.features) for alt in alternatives)
+
+
 def _names(text: str) -> list[str]:
     return [n.strip() for n in text.split(",") if n.strip()]
 
@@ -187,8 +202,10 @@ class ReservationBook:
         partition = spec.partition or default_partition
         if partition and partition not in partitions:
             raise ReservationError("Invalid partition name specified")
+        _features(spec.features or "")
         resv = Reservation(resv_id=self.next_id, name=name, start_time=start, end_time=end, users=users,
-                           accounts=accounts, partition=partition, flags=flags, created=now, watts=spec.watts)
+                           accounts=accounts, partition=partition, flags=flags, created=now, watts=spec.watts,
+                           features=spec.features or "")
         if spec.nodes or spec.node_cnt:
             resv.nodes = self._pick_nodes(resv, spec, nodes, partitions, partition, jobs, now)
         elif spec.watts is None:
@@ -217,6 +234,9 @@ class ReservationBook:
             changed.partition = spec.partition
         if spec.watts is not None:
             changed.watts = spec.watts
+        if spec.features is not None:
+            _features(spec.features)
+            changed.features = spec.features
         if spec.nodes or spec.node_cnt:
             changed.nodes = self._pick_nodes(changed, spec, nodes, partitions,
                                              changed.partition or default_partition, jobs, now)
@@ -289,6 +309,9 @@ class ReservationBook:
             unknown = [n for n in names if n not in nodes]
             if unknown:
                 raise ReservationError(f"Invalid node name specified: {unknown[0]}")
+            wanted = _features(resv.features)
+            if any(not _has_features(nodes[n], wanted) for n in names):
+                raise ReservationError("Requested node configuration is not available")
             if "SPEC_NODES" not in resv.flags:
                 resv.flags.append("SPEC_NODES")
             self._check_overlap(resv, names)
@@ -300,12 +323,13 @@ class ReservationBook:
         part = partitions.get(partition)
         if part is None:
             raise ReservationError("No partition specified or system default partition")
-        if (spec.node_cnt or 0) > len(part.nodes):
+        wanted = _features(resv.features)
+        if (spec.node_cnt or 0) > sum(1 for n in part.nodes if n in nodes and _has_features(nodes[n], wanted)):
             raise ReservationError("Requested node configuration is not available")
         taken = {n for other in self._overlapping(resv) for n in other.nodes}
         busy = {} if "IGNORE_JOBS" in resv.flags else _busy_until(part.nodes, jobs, now)
         usable = [nodes[n] for n in part.nodes if n in nodes and n not in taken and busy.get(n, 0.0) <= resv.start_time
-                  and not nodes[n].drain and nodes[n].base_state != NodeBase.DOWN]
+                  and not nodes[n].drain and nodes[n].base_state != NodeBase.DOWN and _has_features(nodes[n], wanted)]
         usable.sort(key=lambda n: n.weight)  # stable: name order within a weight, for compact hostlists
         if len(usable) < (spec.node_cnt or 0):
             raise ReservationError("Requested nodes are busy")
@@ -319,7 +343,7 @@ def show(resv: Reservation, nodes: Mapping[str, Node], now: float) -> dict:
         "name": resv.name, "id": resv.resv_id, "start_time": resv.start_time, "end_time": resv.end_time,
         "duration_s": resv.end_time - resv.start_time, "nodes": hostlist.compress(resv.nodes) if resv.nodes else "",
         "node_cnt": len(resv.nodes), "core_cnt": cores, "partition": resv.partition, "flags": resv.flags,
-        "users": resv.users, "accounts": resv.accounts, "watts": resv.watts,
+        "users": resv.users, "accounts": resv.accounts, "watts": resv.watts, "features": resv.features,
         "state": "ACTIVE" if resv.active(now) else "INACTIVE",
         "tres": f"cpu={cores}" if cores else "",
     }
