@@ -87,6 +87,14 @@ def test_energy_fairshare_ranks_the_green_user_first(fs_cluster: Cluster) -> Non
     assert c.run("sprio", "-l").stdout.split("\n")[0].split() == [
         "JOBID", "PARTITION", "USER", "ACCOUNT", "PRIORITY", "SITE", "AGE", "ASSOC", "FAIRSHARE", "JOBSIZE",
         "PARTITION", "QOSNAME", "QOS", "NICE", "TRES"]
+    # every code of Slurm's, the normalized ones of factors without a weight too; -v first says how it was asked
+    every = c.run("sprio", "-h", "-o", "%.15i %.10y %.10Y %.10S %.10a %.10A %.10b %.10B %.10f %.10F %.10j %.10J "
+                  "%.10p %.10P %.10q %.10Q %.6N", "-j", str(pending["green"])).stdout.split()
+    assert every[0] == str(pending["green"]) and every[6] == "0.0000000" and every[7] == "0"  # the ASSOC factor
+    verbose = c.run("sprio", "-v", "-j", str(pending["green"])).stdout.splitlines()
+    assert verbose[:8] == ["-----------------------------", "format     = (null)", "job_flag   = 1",
+                           f"jobs       = {pending['green']}", "partition  = (null)", "users      = (null)",
+                           "verbose    = 1", "-----------------------------"]
     json_rows = c.api("GET", "/v1/shares").json()["rows"]
     assert {r["user"] for r in json_rows} >= set(USERS)
     c.run("scancel", *map(str, pending.values()))

@@ -42,7 +42,7 @@ def _values(weights: dict[str, Any], normalized: bool):
     def value(code: str):
         if code in NORMALIZED:  # Slurm's lower-case codes: the factor itself
             factor = CODES[NORMALIZED[code]][1]
-            return lambda j: f"{j[factor]:.7f}"
+            return lambda j: f"{j.get(factor, 0.0):.7f}"
         if code in CODES:
             _title, factor, weight = CODES[code]
             if normalized:
@@ -91,6 +91,12 @@ def sprio(argv: list[str]) -> None:
     users, long, normalized = opts.get("user"), opts.get("long"), bool(opts.get("norm"))
     weights_only, fmt_, parsable = opts.get("weights"), opts.get("format"), opts.get("parsable")
     noheader, json_ = opts.get("noheader"), "json" in opts
+    if opts.get("verbose"):  # the parameters, as Slurm's sprio prints them (C's NULL as "(null)")
+        given = {"format": fmt_, "job_flag": int(jobs is not None), "jobs": ",".join(split_list(jobs)) or None,
+                 "partition": ",".join(opts.get("partition") or ()) or None,
+                 "users": ",".join(users or ()) or None, "verbose": opts["verbose"]}
+        lines = [f"{name:<10} = {'(null)' if value is None else value}" for name, value in given.items()]
+        print("\n".join(["-----------------------------", *lines, "-----------------------------\n\n"]))
     reply = Client().request("GET", "/v1/priority")
     weights = reply["weights"]
     rows = reply["jobs"]
