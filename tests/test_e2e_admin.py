@@ -16,6 +16,22 @@ def test_drain_resume_and_reasons(cluster: Cluster) -> None:
     reasons = cluster.run("sinfo", "-R", "-h").stdout
     assert "maintenance window" in reasons and "n[03-04]" in reasons
     assert "State=IDLE+DRAIN" in cluster.run("scontrol", "show", "node", "n03").stdout
+    # sinfo -t as Slurm's: a base state whatever the flags (idle is idle+drain too), drain the flag,
+    # a,b either, a&b both; StateComplete every flag
+    cluster.run("scontrol", "update", "nodename=n02", "state=down", "reason=cable")
+
+    def listed(states: str) -> dict[str, str]:
+        out = cluster.run("sinfo", "-Nh", "-O", "NodeList,StateComplete", f"--states={states}").stdout
+        return dict(line.split() for line in out.splitlines())
+
+    assert listed("idle") == {"n01": "idle", "n03": "idle+drain", "n04": "idle+drain"}
+    assert listed("drain") == {"n03": "idle+drain", "n04": "idle+drain"}
+    assert listed("down,drain") == {"n02": "down", "n03": "idle+drain", "n04": "idle+drain"}
+    assert listed("idle&drain") == {"n03": "idle+drain", "n04": "idle+drain"}
+    assert listed("down&drain") == {}
+    bad = cluster.run("sinfo", "-t", "sideways", check=False)
+    assert bad.returncode == 1 and 'Bad state string: "sideways"' in bad.stderr
+    cluster.run("scontrol", "update", "nodename=n02", "state=resume")
     job_id = cluster.sbatch("-w", "n03", "--wrap", "true")
     wait_for(lambda: cluster.job(job_id)["reason"] == "ReqNodeNotAvail", 10, what="ReqNodeNotAvail")
     cluster.run("scontrol", "update", "nodename=n[03-04]", "state=resume")

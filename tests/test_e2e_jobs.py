@@ -466,3 +466,15 @@ def test_the_controllers_folding_of_arrays_is_squeues(cluster: Cluster) -> None:
         assert len(everything) == 10
     finally:
         cluster.run("scancel", *map(str, held), check=False)
+
+
+def test_squeue_only_job_state_keeps_the_state_filter_with_jobs(cluster: Cluster) -> None:
+    """squeue -j lists its jobs in every state; --only-job-state (Slurm 24.05's) keeps the default
+    filter (pending, running...) unless --state says otherwise."""
+    job_id = cluster.sbatch("-H", "--wrap", "true")
+    listing = ["squeue", "--noheader", "--format=%i=%T", "-j", str(job_id)]
+    assert cluster.run(*listing, "--only-job-state").stdout.strip() == f"{job_id}=PENDING"
+    cluster.run("scancel", str(job_id))
+    assert cluster.run(*listing).stdout.strip() == f"{job_id}=CANCELLED"
+    assert cluster.run(*listing, "--only-job-state").stdout.strip() == ""
+    assert cluster.run(*listing, "--only-job-state", "--state=all").stdout.strip() == f"{job_id}=CANCELLED"

@@ -48,6 +48,7 @@ FIELDS: dict[str, tuple[str, Callable[[list[dict[str, Any]], dict[str, Any]], st
     "D": ("NODES", lambda ns, p: str(len(ns))),
     "t": ("STATE", lambda ns, p: ns[0]["state_short"] if ns else "n/a"),
     "T": ("STATE", lambda ns, p: ns[0]["state_sinfo"] if ns else "n/a"),
+    "statecomplete": ("STATECOMPLETE", lambda ns, p: ns[0]["state"].lower() if ns else "n/a"),
     "N": ("NODELIST", lambda ns, p: _compress([n["name"] for n in ns])),
     "n": ("HOSTNAMES", lambda ns, p: _compress([n["name"] for n in ns])),
     "c": ("CPUS", lambda ns, p: str(ns[0]["cpus"]) if ns else "0"),
@@ -72,8 +73,8 @@ FIELDS: dict[str, tuple[str, Callable[[list[dict[str, Any]], dict[str, Any]], st
     "B": ("MAX_CPUS_PER_NODE", lambda ns, p: "UNLIMITED"),
     "G": ("GRES", lambda ns, p: ns[0].get("gres", "(null)") if ns else "(null)"),
     "gresused": ("GRES_USED", lambda ns, p: ns[0].get("gres_used", "(null)") if ns else "(null)"),
-    "I": ("PRIO_JOB_FACTOR", lambda ns, p: "1"),
-    "p": ("PRIO_TIER", lambda ns, p: "1"),
+    "I": ("PRIO_JOB_FACTOR", lambda ns, p: str(p.get("priority_job_factor", 1))),
+    "p": ("PRIO_TIER", lambda ns, p: str(p.get("priority_tier", 1))),
     "S": ("ALLOCNODES", lambda ns, p: "all"),
     "M": ("PREEMPT_MODE", lambda ns, p: "OFF"),
     "V": ("CLUSTER", lambda ns, p: p.get("cluster", "")),
@@ -85,10 +86,43 @@ BY_NAME = {"available": "a", "cores": "Y", "cpus": "c", "cpusload": "O", "cpusst
            "maxcpuspernode": "B", "memory": "m", "nodeaddr": "o", "nodeai": "A", "nodeaiot": "F", "nodehost": "n",
            "nodelist": "N", "nodes": "D", "oversubscribe": "h", "partition": "P", "partitionname": "R",
            "preemptmode": "M", "priorityjobfactor": "I", "prioritytier": "p", "reason": "E", "root": "r",
-           "size": "s", "socketcorethread": "z", "sockets": "X", "statecompact": "t", "statelong": "T",
+           "size": "s", "socketcorethread": "z", "sockets": "X", "statecompact": "t", "statecomplete": "statecomplete",
+           "statelong": "T",
            "threads": "Z", "time": "l", "timestamp": "H", "user": "u", "weight": "w", "allocnodes": "S",
            "cluster": "V", "gresused": "gresused"}
 # -N -l shows the long title "AVAIL_FE" in an 8-wide column; titles are truncated by width anyway.
+
+
+# sinfo -t: Slurm's node state names and what each matches (a base state matches whatever the flags:
+# idle is idle+drain too; alloc is any node with CPUs allocated, mixed ones included)
+_BASE_NAMES = {"idle": "IDLE", "down": "DOWN", "mix": "MIXED", "mixed": "MIXED", "future": "FUTURE", "futr": "FUTURE",
+               "unknown": "UNKNOWN", "unk": "UNKNOWN"}
+_FLAG_TESTS: dict[str, Callable[[dict[str, Any]], bool]] = {
+    "alloc": lambda n: n["alloc_cpus"] > 0, "allocated": lambda n: n["alloc_cpus"] > 0,
+    "drain": lambda n: n["drain"],
+    "drained": lambda n: n["drain"] and not n["alloc_cpus"],
+    "draining": lambda n: n["drain"] and n["alloc_cpus"] > 0, "drng": lambda n: n["drain"] and n["alloc_cpus"] > 0,
+    "no_respond": lambda n: n["not_responding"], "not_responding": lambda n: n["not_responding"],
+    "resv": lambda n: "RESERVED" in n["state"], "reserved": lambda n: "RESERVED" in n["state"],
+    "maint": lambda n: "MAINT" in n["state"],
+    "comp": lambda n: "COMPLETING" in n["state"], "completing": lambda n: "COMPLETING" in n["state"],
+    **{flag: (lambda n, f=flag.upper(): n.get("power") == f)
+       for flag in ("power_down", "powered_down", "powering_up", "powering_down")},
+    # Slurm's, which nothing here ever has
+    **{flag: (lambda n: False) for flag in ("cloud", "fail", "planned", "plnd", "perfctrs", "npc", "reboot_requested",
+                                            "reboot_issued")},
+}
+
+
+def state_test(name: str) -> Callable[[dict[str, Any]], bool]:
+    """What ``sinfo -t name`` keeps; an unknown name is Slurm's error."""
+    lower = name.lower()
+    if lower in _BASE_NAMES:
+        return lambda n, base=_BASE_NAMES[lower]: n["base_state"] == base
+    if lower in _FLAG_TESTS:
+        return _FLAG_TESTS[lower]
+    raise CLIError(f'Bad state string: "{name}"\nsinfo: error: valid states: {", ".join(sorted(_BASE_NAMES))}, '
+                   f'{", ".join(sorted(_FLAG_TESTS))}')
 
 
 def _compress(names: list[str]) -> str:
@@ -127,6 +161,8 @@ def _group_key(codes: set[str], node: dict[str, Any]) -> tuple:
         key.append(node.get("gres"))
     if "gresused" in codes:
         key.append(node.get("gres_used"))
+    if "statecomplete" in codes:
+        key.append(node["state"])
     return tuple(key)
 
 
@@ -184,12 +220,12 @@ def render(client: Client, opts: dict[str, Any]) -> str:
 
         wanted_nodes = set(hostlist.expand(opts["nodes"]))
         node_rows = [n for n in node_rows if n["name"] in wanted_nodes]
-    wanted_states = {s.lower() for s in split_list(opts.get("states"))}
+    wanted_states = split_list(opts.get("states"))
     if wanted_states:
-        # a state names the base state whatever the suffix (idle matches idle~), or a power flag
-        node_rows = [n for n in node_rows if n["state_short"].rstrip("*~#%!") in wanted_states
-                     or n["state_sinfo"].rstrip("*~#%!") in wanted_states
-                     or (n.get("power") and n["power"].lower() in wanted_states)]
+        given = ",".join(wanted_states)
+        tests = [state_test(name) for name in given.replace("&", ",").split(",") if name]
+        every = "&" in given  # down&drain: all of them, as Slurm's sinfo
+        node_rows = [n for n in node_rows if (all if every else any)(test(n) for test in tests)]
     if opts.get("dead"):  # not responding: Slurm marks them with a trailing *
         node_rows = [n for n in node_rows if n["state_short"].endswith("*")]
     if opts.get("responding"):

@@ -31,6 +31,7 @@ COMMAND = Command("squeue", "[-A account] [--clusters names] [-i seconds] [--job
     Opt("A", "account", REQ, "comma separated list of accounts to view, default is all accounts",
         metavar="accounts", kind="list"),
     Opt("a", "all", NO, "display jobs in hidden partitions"),
+    Opt(None, "only-job-state", NO, "only request job states (the state filter holds with -j too)"),
     Opt("r", "array", NO, "display one job array element per line"),
     Opt("h", "noheader", NO, "no headers on output"),
     Opt("i", "iterate", REQ, "specify an interation period", metavar="seconds", kind="int"),
@@ -59,7 +60,7 @@ COMMAND = Command("squeue", "[-A account] [--clusters names] [-i seconds] [--job
     Opt("w", "nodelist", REQ, "list of nodes to view, default is all nodes", metavar="hostlist", kind="list"),
     ignored(None, "array-unique", NO), ignored(None, "federation", NO), ignored(None, "hide", NO),
     ignored(None, "local", NO), ignored(None, "noconvert", NO), ignored("P", "priority", NO),
-    ignored(None, "sibling", NO), ignored(None, "only-job-state", NO), ignored(None, "expand-patterns", NO),
+    ignored(None, "sibling", NO), ignored(None, "expand-patterns", NO),
     Opt("s", "steps", OPT, "comma separated list of job steps to view, default is all", metavar="step_id",
         kind="list", const=""),
     refused(None, "yaml", OPT, "YAML output is not supported; use --json"),
@@ -132,7 +133,10 @@ def render(client: Client, opts: dict) -> str:
 
         user_list.append(username(os.getuid()))
     job_list = split_list(opts.get("jobs"))
-    active = wanted_states or (list(st.JOB_STATES) if job_list else list(DEFAULT_STATES))
+    # -j shows its jobs in every state, unless only their states are asked for (Slurm 24.05's
+    # --only-job-state, which keeps the default filter)
+    active = wanted_states or (list(st.JOB_STATES) if job_list and not opts.get("only_job_state")
+                               else list(DEFAULT_STATES))
     params = {"user": user_list or None, "partition": split_list(opts.get("partition")) or None,
               "job": job_list or None, "state": active, "columns": "true"}
     parts: list = []
