@@ -464,6 +464,12 @@ def test_the_controllers_folding_of_arrays_is_squeues(cluster: Cluster) -> None:
             [f"{held[0]}_[1-5,7,9-12%3]", f"{held[1]}_4", str(held[2])]
         everything = cluster.run("squeue", "-r", "-h", "-o", "%i", "-j", str(held[0])).stdout.split()
         assert len(everything) == 10
+        # scontrol shows an array's pending tasks as Slurm keeps them: one record, the array's id
+        shown = cluster.run("scontrol", "-o", "show", "job", str(held[0])).stdout.splitlines()
+        assert len(shown) == 1 and shown[0].startswith(
+            f"JobId={held[0]} ArrayJobId={held[0]} ArrayTaskId=1-5,7,9-12 ArrayTaskThrottle=3 JobName=folded ")
+        one = cluster.run("scontrol", "-o", "show", "job", f"{held[0]}_7").stdout
+        assert one.startswith(f"JobId={held[0] + 5} ArrayJobId={held[0]} ArrayTaskId=7 ")
     finally:
         cluster.run("scancel", *map(str, held), check=False)
 

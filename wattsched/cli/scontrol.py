@@ -82,6 +82,20 @@ def job_lines(j: dict[str, Any], details: bool = False) -> list[str | None]:
     ]
 
 
+def _fold_pending_tasks(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each array's pending tasks as one record, as Slurm keeps and shows them until they start:
+    JobId the array's, ArrayTaskId their indexes (``0-7``), the rest the first task's."""
+    from wattsched import arrayfold
+
+    def pending_task(j: dict[str, Any]) -> tuple[int, int] | None:
+        return (j["array_job_id"], j["array_task_id"]) if j["state"] == "PENDING" and \
+            j["array_task_id"] is not None else None
+
+    folded = arrayfold.fold(jobs, pending_task, lambda j: (j["array_task_id"] or 0,))
+    return [{**j, "job_id": j["array_job_id"], "array_task_id": arrayfold.task_ranges(sorted(ids))}
+            if len(ids) > 1 else j for j, ids in folded]
+
+
 def _gres_details(j: dict[str, Any]) -> list[str]:
     """scontrol -d: the job's GPUs in all, and each node's with their numbers there."""
     if not j.get("alloc_gpus"):
@@ -214,6 +228,8 @@ def show(client: Client, args: list[str], oneliner: bool, as_json: bool, details
         if not jobs:
             print("No jobs in the system")
             return None
+        if not (rest and "_" in rest[0]):  # a task asked for by its index is shown alone
+            jobs = _fold_pending_tasks(jobs)
         return _emit([job_lines(j, details) for j in sorted(jobs, key=lambda j: j["job_id"])], oneliner)
     if what in ("node", "nodes"):
         nodes = client.request("GET", "/v1/nodes")["nodes"]

@@ -93,6 +93,10 @@ BY_NAME = {"available": "a", "cores": "Y", "cpus": "c", "cpusload": "O", "cpusst
 # -N -l shows the long title "AVAIL_FE" in an 8-wide column; titles are truncated by width anyway.
 
 
+def _field_is(key: str, value: str) -> Callable[[dict[str, Any]], bool]:
+    return lambda node: node.get(key) == value
+
+
 # sinfo -t: Slurm's node state names and what each matches (a base state matches whatever the flags:
 # idle is idle+drain too; alloc is any node with CPUs allocated, mixed ones included)
 _BASE_NAMES = {"idle": "IDLE", "down": "DOWN", "mix": "MIXED", "mixed": "MIXED", "future": "FUTURE", "futr": "FUTURE",
@@ -106,8 +110,8 @@ _FLAG_TESTS: dict[str, Callable[[dict[str, Any]], bool]] = {
     "resv": lambda n: "RESERVED" in n["state"], "reserved": lambda n: "RESERVED" in n["state"],
     "maint": lambda n: "MAINT" in n["state"],
     "comp": lambda n: "COMPLETING" in n["state"], "completing": lambda n: "COMPLETING" in n["state"],
-    **{flag: (lambda n, f=flag.upper(): n.get("power") == f)
-       for flag in ("power_down", "powered_down", "powering_up", "powering_down")},
+    **{flag: _field_is("power", flag.upper()) for flag in ("power_down", "powered_down", "powering_up",
+                                                           "powering_down")},
     # Slurm's, which nothing here ever has
     **{flag: (lambda n: False) for flag in ("cloud", "fail", "planned", "plnd", "perfctrs", "npc", "reboot_requested",
                                             "reboot_issued")},
@@ -118,7 +122,7 @@ def state_test(name: str) -> Callable[[dict[str, Any]], bool]:
     """What ``sinfo -t name`` keeps; an unknown name is Slurm's error."""
     lower = name.lower()
     if lower in _BASE_NAMES:
-        return lambda n, base=_BASE_NAMES[lower]: n["base_state"] == base
+        return _field_is("base_state", _BASE_NAMES[lower])
     if lower in _FLAG_TESTS:
         return _FLAG_TESTS[lower]
     raise CLIError(f'Bad state string: "{name}"\nsinfo: error: valid states: {", ".join(sorted(_BASE_NAMES))}, '
