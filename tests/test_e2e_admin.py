@@ -129,6 +129,13 @@ def test_scancel_signal_and_srun_task_output_files(cluster: Cluster) -> None:
     assert "caught USR1" in (cluster.work / f"usr1-{job_id}.out").read_text()
     cluster.run("srun", "-n", "3", "-o", "task-%t.out", "sh", "-c", "echo I am $SLURM_PROCID")
     assert [(cluster.work / f"task-{t}.out").read_text() for t in range(3)] == [f"I am {t}\n" for t in range(3)]
+    # in an array's task, a step's %A and %a are its array's id and its index
+    array = cluster.sbatch("-o", "/dev/null", "--array=1-2", "--wrap",
+                           "srun -o step-%A.%a.out echo $SLURM_ARRAY_TASK_ID")
+    for task in (1, 2):
+        out = cluster.work / f"step-{array}.{task}.out"
+        wait_for(lambda out=out, task=task: out.exists() and out.read_text() == f"{task}\n", 30,
+                 what=f"task {task}'s step file")
 
 
 def test_emulate_starts_and_stops_a_cluster(tmp_path) -> None:

@@ -329,6 +329,8 @@ class StepReply(BaseModel):
     placements: list[StepPlacement]
     credential: str
     job_environment: dict[str, str] = {}
+    array_job_id: int = 0  # the job's array, for %A and %a in the tasks' file patterns
+    array_task_id: int | None = None
 
 
 class BcastRequest(Strict):
@@ -580,7 +582,9 @@ class TaskLaunch(Strict):
     mpi: str = Field("none", pattern=r"^[a-z0-9_]{1,32}$")  # srun --mpi, resolved (wattsched.plugins.mpi)
     multi_prog: str = Field("", max_length=multiprog.MAX_BYTES)  # srun --multi-prog's file
     preserve_env: bool = False  # srun -E: SLURM_NNODES and SLURM_NTASKS as srun had them, not the step's
-    job_name: Name = ""  # for %x in the tasks' file patterns
+    job_name: Name = ""  # for %x in the tasks' file patterns, and the job's array for %A and %a
+    array_job_id: int = Field(0, ge=0, le=BIG)
+    array_task_id: int | None = Field(None, ge=0, le=INT32)
     rlimits: RLimits = {}  # srun's shell's, for the agent to choose from
     # srun --task-prolog/--task-epilog: the user's programs, run as the user around each task
     task_prolog: str = Field("", max_length=PATH_MAX)

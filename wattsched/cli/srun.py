@@ -312,6 +312,7 @@ def truncate_outputs(file_patterns: list[str], step: dict[str, Any], job_id: int
         for task in placement["task_ids"]:
             for pattern in filter(None, file_patterns):
                 path = patterns.expand(pattern, job_id=job_id, job_name=job_name, user=user, node=placement["node"],
+                                       array_job_id=step["array_job_id"], array_task_id=step["array_task_id"],
                                        step_id=str(step["step_id"]), task_id=task, node_id=node_index,
                                        work_dir=work_dir)
                 if path in done:
@@ -428,6 +429,7 @@ def run_step(client: Client, job_id: int, opts: dict[str, Any], command: list[st
                 "credential": step["credential"], "argv": command, "environment": env, "work_dir": work_dir,
                 "label": label and not pty, "unbuffered": unbuffered or pty, "output": opts.get("output") or "",
                 "error": opts.get("error") or "", "open_mode": open_mode, "job_name": job_name,
+                "array_job_id": step["array_job_id"], "array_task_id": step["array_task_id"],
                 "input": pattern, "stdin_tasks": [t for t in placement["task_ids"] if t in fed],
                 "pty": pty, "rows": rows, "cols": cols, "cpu_bind": cpu_bind, "mpi": opts["mpi"],
                 "multi_prog": opts.get("multi_prog_text", ""), "preserve_env": bool(opts.get("preserve_env")),

@@ -197,7 +197,8 @@ async def create_step(controller: Ctl, job_id: int, req: StepCreate, who: Who) -
     slurm_env = {k: v for k, v in batch_environment(state, job).items() if k.startswith("SLURM")}
     return StepReply(job_id=job_id, step_id=int(step.step_id), ntasks=step.ntasks, nodes=list(layout),
                      placements=placements, credential=state.step_credential(job, step, layout),
-                     job_environment=slurm_env)
+                     job_environment=slurm_env, array_job_id=job.array_job_id if job.array_task_id is not None else 0,
+                     array_task_id=job.array_task_id)
 
 
 @router.post("/v1/jobs/{job_id}/bcast", response_model=BcastGrant)

@@ -363,6 +363,7 @@ def step_event(req: TaskLaunch, results: dict[int, procs.Exit]) -> JobEvent:
 
 def _task_path(req: TaskLaunch, pattern: str, task_id: int, node_index: int, user: str) -> str:
     return patterns.expand(pattern, job_id=req.job_id, job_name=req.job_name, user=user, node=req.node,
+                           array_job_id=req.array_job_id, array_task_id=req.array_task_id,
                            step_id=str(req.step_id), task_id=task_id, node_id=node_index, work_dir=req.work_dir)
 
 
