@@ -611,6 +611,8 @@ class StepPmi(StepOnNode):
 
 class StepTerminate(StepOnNode):
     """srun ends a step's tasks on one node for a failure elsewhere in the step: a task's bad exit
-    under srun -K, or an MPI abort."""
+    under srun -K, or an MPI abort (SIGTERM, then SIGKILL); or, ``kill``, srun -W's time being up
+    (SIGKILL at once, as Slurm's srun ends a step)."""
 
     reason: str = Field("", max_length=1024)
+    kill: bool = False

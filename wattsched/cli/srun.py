@@ -36,14 +36,15 @@ class StepControl:
         self.lock = threading.Lock()
         self.terminated = False
 
-    def terminate(self, reason: str, skip: str = "") -> None:
-        """End the step's tasks on every node (but ``skip``, where they already end)."""
+    def terminate(self, reason: str, skip: str = "", kill: bool = False) -> None:
+        """End the step's tasks on every node (but ``skip``, where they already end): SIGTERM then
+        SIGKILL, or with ``kill`` SIGKILL at once."""
         with self.lock:
             if self.terminated:
                 return
             self.terminated = True
         sys.stderr.write(f"srun: Terminating StepId={self.job_id}.{self.step_id}\n")
-        self.post_all("/v1/steps/terminate", {"reason": reason[:1024]}, skip)
+        self.post_all("/v1/steps/terminate", {"reason": reason[:1024], "kill": kill}, skip)
 
     def post_all(self, path: str, fields: dict[str, Any], skip: str = "") -> None:
         for placement in self.placements:
@@ -131,7 +132,7 @@ class TaskStreams:
                 f"srun: {step} task{'s' if len(tasks) > 1 else ''} {task_ranges(tasks)}: {what}\n"
                 for what, tasks in groups if tasks))
             sys.stderr.flush()
-        self.control.terminate("the first task exited --wait seconds ago")
+        self.control.terminate("the first task exited --wait seconds ago", kill=True)  # Slurm's SIGKILL
 
     def write(self, task: int, fd_no: int, data: str) -> None:
         stream = sys.stdout if fd_no == 1 else sys.stderr
@@ -158,7 +159,7 @@ class TaskStreams:
                     if self.kill_bad and (msg["exit"] or msg["signal"]) and not self.control.terminated:
                         with self.lock:
                             self.told.add(msg["task"])
-                            sys.stderr.write(task_end(placement["node"], msg["task"], msg["exit"], msg["signal"]))
+                            sys.stderr.write(task_end(placement["node"], [msg["task"]], msg["exit"], msg["signal"]))
                         self.control.terminate(f"task {msg['task']} failed")
                 elif "pmi" in msg:
                     if relay is not None:
@@ -452,10 +453,13 @@ def run_step(client: Client, job_id: int, opts: dict[str, Any], command: list[st
     code, sig = 0, 0
     task_nodes = {t: p["node"] for p in step["placements"] for t in p["task_ids"]}
     cancelled = relay is not None and relay.aborted  # Slurm's srun is quiet on the signals it sent
+    ended: dict[tuple[str, int, int], list[int]] = {}  # a node's tasks that ended alike: one line, as Slurm's
     for task, (exit_code, term_signal) in sorted(streams.exits.items()):
         if task not in streams.told and (exit_code or (term_signal and not cancelled)):
-            sys.stderr.write(task_end(task_nodes.get(task, "?"), task, exit_code, term_signal))
+            ended.setdefault((task_nodes.get(task, "?"), exit_code, term_signal), []).append(task)
         code, sig = max(code, exit_code), max(sig, term_signal)
+    for (node, exit_code, term_signal), tasks in ended.items():
+        sys.stderr.write(task_end(node, tasks, exit_code, term_signal))
     if streams.errors or len(streams.exits) < step["ntasks"]:
         code = max(code, 1)
     done = {"exit_code": min(code, 255), "term_signal": sig}  # the tasks' usage comes from the agents
@@ -463,11 +467,13 @@ def run_step(client: Client, job_id: int, opts: dict[str, Any], command: list[st
     return code if not sig else 128 + sig
 
 
-def task_end(node: str, task: int, exit_code: int, term_signal: int) -> str:
-    """srun's line for a task that failed: its exit code, or its signal as strsignal(3) words it."""
+def task_end(node: str, tasks: list[int], exit_code: int, term_signal: int) -> str:
+    """srun's line for a node's tasks that failed alike: their exit code, or their signal as
+    strsignal(3) words it (``task 3``, ``tasks 0,2-9``)."""
+    which = f"task{'s' if len(tasks) > 1 else ''} {task_ranges(tasks)}"
     if term_signal:
-        return f"srun: error: {node}: task {task}: {signal_mod.strsignal(term_signal) or f'Signal {term_signal}'}\n"
-    return f"srun: error: {node}: task {task}: Exited with exit code {exit_code}\n"
+        return f"srun: error: {node}: {which}: {signal_mod.strsignal(term_signal) or f'Signal {term_signal}'}\n"
+    return f"srun: error: {node}: {which}: Exited with exit code {exit_code}\n"
 
 
 def kill_on_bad_exit(opts: dict[str, Any], default: bool) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import signal
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
@@ -144,12 +145,16 @@ def create_app(agent: Agent) -> FastAPI:
 
     @app.post("/v1/steps/terminate")
     async def step_terminate(req: StepTerminate, who: Who) -> dict[str, Any]:
-        """The step's tasks here end: a task failed elsewhere in the step (srun -K, an MPI abort)."""
+        """The step's tasks here end: a task failed elsewhere in the step (srun -K, an MPI abort), or
+        srun -W's time is up (killed)."""
         step_credential(agent, req, who)
         step = agent.live_steps.get((req.job_id, req.step_id, req.node))
         if step is None:
             return {"accepted": False}
-        step.terminate(req.reason)
+        if req.kill:
+            step.signal(signal.SIGKILL)
+        else:
+            step.terminate(req.reason)
         return {"accepted": True}
 
     @app.post("/v1/bcast")
