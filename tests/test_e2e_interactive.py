@@ -157,6 +157,13 @@ def test_tasks_writing_one_output_file_lose_nothing(cluster: Cluster) -> None:
         assert out.stat().st_size == 4 * 10_000
     cluster.run("srun", "-J", "named", "-n2", "-o", "x-%x-%t.out", "echo", "hi")
     assert [(cluster.work / f"x-named-{t}.out").read_text() for t in (0, 1)] == ["hi\n", "hi\n"]
+    # -o N: task N's output alone comes to srun, the others' is discarded; none: all of it is
+    only = cluster.run("srun", "-n4", "--output=2", "--error=3", "sh", "-c", "echo out $SLURM_PROCID; "
+                       "echo err $SLURM_PROCID >&2")
+    assert (only.stdout, only.stderr) == ("out 2\n", "err 3\n")
+    assert cluster.run("srun", "-n2", "--output=none", "echo", "hi").stdout == ""
+    beyond = cluster.run("srun", "-n2", "--output=5", "true", check=False)
+    assert beyond.returncode == 1 and "--output: task 5 is not part of this step" in beyond.stderr
 
 
 def test_bash_completes_options_partitions_jobs_nodes_and_fields(cluster: Cluster, tmp_path) -> None:

@@ -111,6 +111,7 @@ class TaskStreams:
         self.told: set[int] = set()  # tasks whose end is already said
         self.errors: list[str] = []
         self.control, self.kill_bad, self.max_wait = control, kill_bad, max_wait
+        self.shown: dict[int, set[int] | None] = {1: None, 2: None}  # by stream, the tasks printed (None: all)
 
     def first_exit(self) -> None:
         """srun -W: the step has ``max_wait`` seconds from its first task's end to finish."""
@@ -135,6 +136,9 @@ class TaskStreams:
         self.control.terminate("the first task exited --wait seconds ago", kill=True)  # Slurm's SIGKILL
 
     def write(self, task: int, fd_no: int, data: str) -> None:
+        shown = self.shown.get(fd_no)
+        if shown is not None and task not in shown:  # srun -o N: the other tasks' output is discarded
+            return
         stream = sys.stdout if fd_no == 1 else sys.stderr
         if self.label:
             lines = data.splitlines(keepends=True)
@@ -395,8 +399,11 @@ def run_step(client: Client, job_id: int, opts: dict[str, Any], command: list[st
     step = client.request("POST", f"/v1/jobs/{job_id}/steps", req)
     job_name = str(os.environ.get("SLURM_JOB_NAME", req["name"]) if not new_allocation else req["name"])
     open_mode = opts.get("open_mode") or "truncate"
-    if (opts.get("output") or opts.get("error")) and not open_mode.lower().startswith("a"):
-        truncate_outputs([opts.get("output") or "", opts.get("error") or ""], step, job_id, job_name,
+    (out_tasks, out_pattern), (err_tasks, err_pattern) = (output_targets(opts.get(key), step["ntasks"], option)
+                                                          for key, option in (("output", "--output"),
+                                                                              ("error", "--error")))
+    if (out_pattern or err_pattern) and not open_mode.lower().startswith("a"):
+        truncate_outputs([out_pattern, err_pattern], step, job_id, job_name,
                          os.path.abspath(opts.get("chdir") or os.getcwd()))
         open_mode = "append"  # (the tasks then all write at the end of what is there: nothing of another's lost)
     if opts.get("verbose"):
@@ -410,6 +417,7 @@ def run_step(client: Client, job_id: int, opts: dict[str, Any], command: list[st
     env["SLURM_LAUNCH_NODE_IPADDR"] = env["SLURM_SRUN_COMM_HOST"] = launch_address(client.host, client.port)
     control = StepControl(client, job_id, step["step_id"], step["credential"], step["placements"])
     streams = TaskStreams(label, step["ntasks"], control, opts["kill_on_bad_exit"], opts["max_wait"])
+    streams.shown = {1: out_tasks, 2: err_tasks}
     work_dir = os.path.abspath(opts.get("chdir") or os.getcwd())
     pty = "pty" in opts
     fed, pattern = stdin_targets(opts.get("input"), step["ntasks"], pty)
@@ -428,8 +436,8 @@ def run_step(client: Client, job_id: int, opts: dict[str, Any], command: list[st
     for placement in step["placements"]:
         body = {"job_id": job_id, "step_id": step["step_id"], "node": placement["node"],
                 "credential": step["credential"], "argv": command, "environment": env, "work_dir": work_dir,
-                "label": label and not pty, "unbuffered": unbuffered or pty, "output": opts.get("output") or "",
-                "error": opts.get("error") or "", "open_mode": open_mode, "job_name": job_name,
+                "label": label and not pty, "unbuffered": unbuffered or pty, "output": out_pattern,
+                "error": err_pattern, "open_mode": open_mode, "job_name": job_name,
                 "array_job_id": step["array_job_id"], "array_task_id": step["array_task_id"],
                 "input": pattern, "stdin_tasks": [t for t in placement["task_ids"] if t in fed],
                 "pty": pty, "rows": rows, "cols": cols, "cpu_bind": cpu_bind, "mpi": opts["mpi"],
@@ -522,6 +530,22 @@ def multi_prog(opts: dict[str, Any], command: list[str], inside: bool) -> None:
     except multiprog.MultiProgError as exc:
         raise CLIError(str(exc).replace("\n", "\nsrun: error: ")) from exc
     opts["multi_prog_text"] = text
+
+
+def output_targets(mode: str | None, ntasks: int, option: str) -> tuple[set[int] | None, str]:
+    """srun -o/--output (and -e/--error): the tasks whose stream srun prints (None: all, Slurm's
+    default ``all``; a task id: that task's alone, the others' discarded) and the file pattern the
+    tasks write to instead (``none``: /dev/null)."""
+    text = (mode or "all").strip()
+    if text.lower() == "all":
+        return None, ""
+    if text.lower() == "none":
+        return None, "/dev/null"
+    if text.isdigit():
+        if int(text) >= ntasks:
+            raise CLIError(f"{option}: task {text} is not part of this step of {ntasks} task(s)")
+        return {int(text)}, ""
+    return None, text
 
 
 def stdin_targets(mode: str | None, ntasks: int, pty: bool) -> tuple[set[int], str]:
