@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import subprocess
 import time
 
 import httpx
@@ -273,6 +276,17 @@ def test_srun_task_prolog_and_epilog_run_around_each_task(cluster: Cluster) -> N
     assert sorted(done.stdout.splitlines()) == ["HEADER"] * 3 + ["MINE=from_prolog DROP=gone"] * 3
     wait_for(lambda: ran.exists() and len(ran.read_text().splitlines()) == 3, 30, what="three epilogs")
     assert sorted(ran.read_text().splitlines()) == [f"{t} epilog_task from_prolog" for t in range(3)]
+    # what a prolog or an epilog leaves in the background is killed with it, as Slurm's slurmstepd
+    # does: it neither holds the step open nor outlives it
+    sleeper = cluster.work / f"background-sleep-{os.getpid()}"
+    sleeper.symlink_to(shutil.which("sleep") or "/bin/sleep")
+    marker = str(sleeper)
+    for script in (prolog, epilog):
+        script.write_text(f"#!/bin/sh\n{sleeper} 300 &\nexit 0\n")
+    done = cluster.run("srun", "-n2", "--task-prolog=user-prolog.sh", f"--task-epilog={epilog}", "echo", "ran",
+                       timeout=30)
+    assert done.stdout.split() == ["ran", "ran"]
+    assert subprocess.run(["pgrep", "-f", marker], capture_output=True).returncode == 1
 
 
 def test_a_steps_counts_are_its_own_unless_preserve_env(cluster: Cluster) -> None:

@@ -216,15 +216,15 @@ def run_task_prolog(spec: dict[str, Any]) -> None:
         path = spec.get(key)
         if not path:
             continue
-        import subprocess  # only with a task prolog: every task pays for what the step daemon imports
+        import tempfile  # only with a task prolog: every task pays for what the step daemon imports
 
-        try:
-            done = subprocess.run([path], env=_env(spec), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                  check=False)
-        except OSError as exc:
-            os.write(2, f"slurmstepd: error: {name} {path}: {exc.strerror}\n".encode())
-            continue
-        for line in done.stdout.decode(errors="replace").splitlines():
+        # its output to a file, not a pipe: what it leaves running in the background keeps a pipe open
+        with tempfile.TemporaryFile() as out:
+            if not _run_script(path, name, _env(spec), out, None):
+                continue
+            out.seek(0)
+            said = out.read(1 << 20)
+        for line in said.decode(errors="replace").splitlines():
             word, _, rest = line.strip().partition(" ")
             if word == "export" and "=" in rest:
                 variable, _, value = rest.strip().partition("=")
@@ -241,17 +241,30 @@ def run_task_epilog(spec: dict[str, Any]) -> None:
     for key, name, limit in (("user_task_epilog", "--task-epilog", USER_EPILOG_S),
                              ("task_epilog", "TaskEpilog", None)):
         path = spec.get(key)
-        if not path:
-            continue
-        import subprocess
+        if path:
+            _run_script(path, name, {**_env(spec), "SLURM_SCRIPT_CONTEXT": "epilog_task"}, None, limit)
 
-        try:
-            subprocess.run([path], env={**_env(spec), "SLURM_SCRIPT_CONTEXT": "epilog_task"},
-                           stdin=subprocess.DEVNULL, check=False, timeout=limit)
-        except subprocess.TimeoutExpired:
-            os.write(2, f"slurmstepd: error: {name} {path}: killed after {limit} s\n".encode())
-        except OSError as exc:
-            os.write(2, f"slurmstepd: error: {name} {path}: {exc.strerror}\n".encode())
+
+def _run_script(path: str, name: str, env: dict[str, str], out: Any, limit: float | None) -> bool:
+    """A task prolog or epilog in a process group of its own, killed whole once it has ended (or
+    after ``limit`` seconds), as Slurm's slurmstepd does: nothing it started in the background
+    outlives it, or holds the task's output open. False when it could not be run."""
+    import subprocess
+
+    try:
+        proc = subprocess.Popen([path], env=env, stdin=subprocess.DEVNULL, stdout=out, process_group=0)
+    except OSError as exc:
+        os.write(2, f"slurmstepd: error: {name} {path}: {exc.strerror}\n".encode())
+        return False
+    try:
+        proc.wait(timeout=limit)
+    except subprocess.TimeoutExpired:
+        os.write(2, f"slurmstepd: error: {name} {path}: killed after {limit} s\n".encode())
+    finally:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    return True
 
 
 def _env(spec: dict[str, Any]) -> dict[str, str]:
