@@ -499,3 +499,29 @@ def test_squeue_only_job_state_keeps_the_state_filter_with_jobs(cluster: Cluster
     assert cluster.run(*listing).stdout.strip() == f"{job_id}=CANCELLED"
     assert cluster.run(*listing, "--only-job-state").stdout.strip() == ""
     assert cluster.run(*listing, "--only-job-state", "--state=all").stdout.strip() == f"{job_id}=CANCELLED"
+
+
+def test_arbitrary_distribution_puts_each_task_where_the_hostfile_says(cluster: Cluster) -> None:
+    """-m arbitrary with SLURM_HOSTFILE, as Slurm's: task i on the file's i-th host, for a new
+    allocation and for a step in one; a host outside the allocation is refused."""
+    hostfile = cluster.work / "arbitrary.hosts"
+    hostfile.write_text("n02\nn03\nn01\nn02\n")
+    env = dict(cluster.env, SLURM_HOSTFILE=str(hostfile))
+
+    def placed(out: str) -> list[str]:
+        return [host for _task, host in sorted(line.split(": ") for line in out.splitlines())]
+
+    shown = cluster.run("srun", "-l", "-m", "arbitrary", "printenv", "SLURMD_NODENAME", env=env).stdout
+    assert placed(shown) == ["n02", "n03", "n01", "n02"]
+    job_id = cluster.sbatch("-N3", "-w", "n[01-03]", "-o", "arbitrary-%j.out", "--wrap",
+                            "srun -l -n3 --distribution=arbitrary printenv SLURMD_NODENAME", env=env)
+    cluster.wait_state(job_id, "COMPLETED")
+    assert placed((cluster.work / f"arbitrary-{job_id}.out").read_text()) == ["n02", "n03", "n01"]
+    hostfile.write_text("n04\n")
+    outside = cluster.sbatch("-w", "n01", "-o", "outside-%j.out", "--wrap",
+                             "srun -m arbitrary true; echo rc=$?", env=env)
+    cluster.wait_state(outside, "COMPLETED")
+    said = (cluster.work / f"outside-{outside}.out").read_text()
+    assert "Requested node configuration is not available" in said and "rc=1" in said
+    bad = cluster.run("srun", "-m", "sideways", "true", check=False)
+    assert bad.returncode == 1 and "Invalid --distribution specification" in bad.stderr

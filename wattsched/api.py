@@ -312,6 +312,8 @@ class StepCreate(Strict):
     cpus_per_task: Count = 1
     nodelist: list[Annotated[str, Field(max_length=128)]] = Field([], max_length=COUNT_MAX)  # srun -w
     exclude: list[Annotated[str, Field(max_length=128)]] = Field([], max_length=COUNT_MAX)  # srun -x
+    # srun -m arbitrary: each task's node, in task order (SLURM_HOSTFILE)
+    arbitrary: list[Annotated[str, Field(max_length=128)]] = Field([], max_length=COUNT_MAX)
 
 
 class StepPlacement(BaseModel):

@@ -100,7 +100,7 @@ def job_options(prog: str) -> list[Opt | str]:
         ignored(None, "bb", REQ), ignored(None, "bbf", REQ),
         ignored("B", "extra-node-info", REQ), ignored(None, "cluster-constraint", REQ),
         ignored(None, "contiguous", NO), ignored("S", "core-spec", REQ), ignored(None, "cores-per-socket", REQ),
-        ignored(None, "delay-boot", REQ), ignored("m", "distribution", REQ), ignored(None, "extra", REQ),
+        ignored(None, "delay-boot", REQ), ignored(None, "extra", REQ),
         ignored(None, "get-user-env", OPT), ignored(None, "gpu-freq", REQ),
         Opt(None, "gpu-bind", REQ, "task to gpu binding options", metavar="..."),
         ignored(None, "gres-flags", REQ), ignored(None, "hint", REQ), ignored("k", "no-kill", OPT),
@@ -114,6 +114,8 @@ def job_options(prog: str) -> list[Opt | str]:
         ignored(None, "time-min", REQ),
         Opt(None, "tmp", REQ, "minimum amount of temporary disk", metavar="MB"),
         Opt(None, "tres-bind", REQ, "task to tres binding options", metavar="..."),
+        Opt("m", "distribution", REQ, "distribution method for processes to nodes (arbitrary: as SLURM_HOSTFILE "
+            "lists them; the others lay tasks out by block)", metavar="type"),
         *([Opt(None, "test-only", NO, "validate the request and report when the job would start; nothing "
                "is run")] if not batch else []),
         ignored(None, "use-min-nodes", NO), ignored(None, "wait-all-nodes", REQ),
@@ -256,6 +258,43 @@ ALLOCATION_VARIABLES = frozenset({
     "SLURM_NPROCS", "SLURM_NTASKS", "SLURM_NTASKS_PER_NODE"})
 
 
+def arbitrary_hosts(opts: dict[str, Any]) -> list[str] | None:
+    """-m arbitrary: each task's node, in task order, as SLURM_HOSTFILE lists them (names separated
+    by newlines, commas or spaces; with -n, its first n); None for any other distribution, checked
+    as Slurm reads it (block, cyclic, plane=N, arbitrary or *, then :node:socket:core levels)."""
+    given = opts.get("distribution")
+    if not given:
+        return None
+    first = given.split(",")[0]
+    levels = first.split(":")
+    kind = levels[0].lower()
+    known = kind in ("*", "block", "cyclic", "arbitrary", "plane") or (kind.startswith("plane=") and kind[6:].isdigit())
+    if not known or len(levels) > 3 or any(level.lower() not in ("*", "block", "cyclic", "fcyclic")
+                                           for level in levels[1:]):
+        raise CLIError("Invalid --distribution specification")
+    if kind != "arbitrary":
+        return None
+    path = os.environ.get("SLURM_HOSTFILE")
+    if not path:
+        raise CLIError("--distribution=arbitrary needs SLURM_HOSTFILE, the file listing each task's node")
+    import re
+
+    from wattsched import hostlist
+
+    hosts = []
+    for entry in re.split(r",(?![^\[]*\])", read_nodefile(path)):  # commas outside brackets
+        try:
+            hosts.extend(hostlist.expand(entry) if entry else [])
+        except hostlist.HostlistError as exc:
+            raise CLIError(f"SLURM_HOSTFILE {path}: {exc}") from exc
+    if not hosts:
+        raise CLIError(f"SLURM_HOSTFILE {path} lists no host")
+    ntasks = opts.get("ntasks")
+    if ntasks is not None and ntasks > len(hosts):
+        raise CLIError(f"SLURM_HOSTFILE {path} lists {len(hosts)} hosts, fewer than the {ntasks} tasks asked for")
+    return hosts[:ntasks] if ntasks is not None else hosts
+
+
 def read_nodefile(path: str) -> str:
     """-F/--nodefile: the hosts listed in a file (names, commas or whitespace), as a node list."""
     try:
@@ -368,6 +407,7 @@ def submission(opts: dict[str, Any], **extra: Any) -> dict[str, Any]:
     if open_mode not in ("append", "truncate", "a", "t"):
         raise CLIError(f"Invalid --open-mode specification: {opts.get('open_mode')}")
     work_dir = os.path.abspath(opts.get("chdir") or os.getcwd())
+    arbitrary = arbitrary_hosts(opts)  # -m arbitrary: the job's nodes and tasks as SLURM_HOSTFILE lists them
     body: dict[str, Any] = {
         "name": opts.get("job_name") or "",
         "work_dir": work_dir,
@@ -378,7 +418,7 @@ def submission(opts: dict[str, Any], **extra: Any) -> dict[str, Any]:
         "qos": opts.get("qos") or "",
         "partition": opts.get("partition") or "",
         "nodes_min": nodes_min, "nodes_max": nodes_max,
-        "ntasks": opts.get("ntasks"),
+        "ntasks": opts.get("ntasks") if arbitrary is None else len(arbitrary),
         "ntasks_per_node": opts.get("ntasks_per_node") or 0,
         "cpus_per_task": opts.get("cpus_per_task") or 1,
         "mem_per_node_mb": mem_mb, "mem_per_cpu_mb": mem_cpu_mb,
@@ -390,7 +430,8 @@ def submission(opts: dict[str, Any], **extra: Any) -> dict[str, Any]:
         "dependency": opts.get("dependency") or "",
         "hold": bool(opts.get("hold")),
         "exclusive": bool(opts.get("exclusive")),
-        "nodelist": opts.get("nodelist") or (read_nodefile(opts["nodefile"]) if opts.get("nodefile") else ""),
+        "nodelist": opts.get("nodelist") or (read_nodefile(opts["nodefile"]) if opts.get("nodefile") else "")
+        or ",".join(dict.fromkeys(arbitrary or ())),
         "exclude": opts.get("exclude") or "",
         "constraint": opts.get("constraint") or "",
         "output": opts.get("output") or "",

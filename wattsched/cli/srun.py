@@ -394,6 +394,7 @@ def run_step(client: Client, job_id: int, opts: dict[str, Any], command: list[st
            "nodelist": step_hosts(opts.get("nodelist")), "exclude": step_hosts(opts.get("exclude"))}
     if new_allocation:  # the allocation was sized for this step: use all of it
         req.update(ntasks=None, nodes=None, ntasks_per_node=0, cpus_per_task=1, nodelist=[], exclude=[])
+    req["arbitrary"] = o.arbitrary_hosts(opts) or []
     if opts.get("verbose"):
         job_information(client, job_id)
     step = client.request("POST", f"/v1/jobs/{job_id}/steps", req)

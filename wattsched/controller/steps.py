@@ -147,9 +147,24 @@ def step_nodes(job: Job, req: StepCreate) -> list[str]:
     return [n for n in nodes if n in named] + [n for n in nodes if n not in named and n not in excluded]
 
 
+def arbitrary_layout(job: Job, hosts: list[str], max_tasks_per_node: int) -> dict[str, list[int]]:
+    """Task i on ``hosts[i]``, each of them the job's; the nodes in the allocation's order."""
+    if any(host not in job.alloc_cpus for host in hosts):
+        raise Refused("Requested node configuration is not available")
+    tasks: dict[str, list[int]] = {}
+    for task, host in enumerate(hosts):
+        tasks.setdefault(host, []).append(task)
+    if any(len(ids) > max_tasks_per_node for ids in tasks.values()):
+        raise Refused("Requested node configuration is not available")
+    return {node: tasks[node] for node in job.alloc_cpus if node in tasks}
+
+
 def step_layout(job: Job, req: StepCreate, max_tasks_per_node: int) -> dict[str, list[int]]:
-    """Place a step's tasks on the allocation: block by each node's CPUs, task ids in node order; at
-    most MaxTasksPerNode tasks on a node, checked before any placing."""
+    """Place a step's tasks on the allocation: each where srun -m arbitrary says, or block by each
+    node's CPUs, task ids in node order; at most MaxTasksPerNode tasks on a node, checked before any
+    placing."""
+    if req.arbitrary:
+        return arbitrary_layout(job, req.arbitrary, max_tasks_per_node)
     nodes = step_nodes(job, req)
     if (req.ntasks is not None and req.ntasks > max_tasks_per_node * len(nodes)) or \
             req.ntasks_per_node > max_tasks_per_node:
