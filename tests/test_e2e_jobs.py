@@ -525,3 +525,28 @@ def test_arbitrary_distribution_puts_each_task_where_the_hostfile_says(cluster: 
     assert "Requested node configuration is not available" in said and "rc=1" in said
     bad = cluster.run("srun", "-m", "sideways", "true", check=False)
     assert bad.returncode == 1 and "Invalid --distribution specification" in bad.stderr
+
+
+def test_steps_running_at_once_do_not_share_cpus(cluster: Cluster) -> None:
+    """As Slurm's: steps of a job running at once hold their tasks' CPUs, so background sruns spread
+    over the job's nodes, and one that finds them all busy waits for a step to end; --overlap
+    shares them."""
+    hold = "until [ -e go.$SLURM_JOB_ID ]; do sleep 0.1; done"
+    script = (f"for i in 1 2 3 4; do srun -n1 --exclusive sh -c 'echo $SLURMD_NODENAME > at.$SLURM_STEP_ID; {hold}' & "
+              "done; until [ $(ls at.* 2>/dev/null | wc -l) = 4 ]; do sleep 0.1; done; "
+              "srun -n1 --overlap hostname > /dev/null && echo overlap-ok; touch go.$SLURM_JOB_ID; wait; cat at.*")
+    (cluster.work / "spread").mkdir()
+    job_id = cluster.sbatch("-N4", "-D", str(cluster.work / "spread"), "-o", "out", "--wrap", script)
+    cluster.wait_state(job_id, "COMPLETED", timeout=60)
+    lines = (cluster.work / "spread" / "out").read_text().splitlines()
+    assert lines[0] == "overlap-ok" and sorted(lines[1:]) == ["n01", "n02", "n03", "n04"], lines
+    (cluster.work / "waits").mkdir()
+    waiter = (f"srun -n1 sh -c 'touch started; {hold}' & until [ -e started ]; do sleep 0.1; done; "
+              "srun -v -n1 echo second 2> err & "
+              "until grep -q 'temporarily disabled' err 2>/dev/null; do sleep 0.1; done; touch go.$SLURM_JOB_ID; wait")
+    job_id = cluster.sbatch("-n1", "-D", str(cluster.work / "waits"), "-o", "out", "--wrap", waiter)
+    cluster.wait_state(job_id, "COMPLETED", timeout=60)
+    said = (cluster.work / "waits" / "err").read_text()
+    assert "step creation temporarily disabled, retrying (Requested nodes are busy)" in said
+    assert f"srun: Step created for StepId={job_id}.1" in said
+    assert (cluster.work / "waits" / "out").read_text() == "second\n"

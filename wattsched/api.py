@@ -314,6 +314,7 @@ class StepCreate(Strict):
     exclude: list[Annotated[str, Field(max_length=128)]] = Field([], max_length=COUNT_MAX)  # srun -x
     # srun -m arbitrary: each task's node, in task order (SLURM_HOSTFILE)
     arbitrary: list[Annotated[str, Field(max_length=128)]] = Field([], max_length=COUNT_MAX)
+    overlap: bool = False  # srun --overlap: shares the CPUs other steps hold, and holds none
 
 
 class StepPlacement(BaseModel):

@@ -34,6 +34,8 @@ class Step:
     consumed_energy_j: float | None = None
     oom_killed: bool = False  # its memory limit ended a process of it on some node (OUT_OF_MEMORY)
     cancelled: bool = False  # scancel JOB.STEP ended it (CANCELLED)
+    # the job's CPUs it holds on each node while it runs (its tasks x their CPUs), none with --overlap
+    node_cpus: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(slots=True)

@@ -131,7 +131,8 @@ def job_options(prog: str) -> list[Opt | str]:
            Opt(None, "mpi", REQ, "type of MPI being used", metavar="type"),
            Opt(None, "multi-prog", NO, "if set the program name specified is the configuration specification "
                "for multiple programs"),
-           ignored(None, "overlap", NO), ignored(None, "exact", NO), ignored("r", "relative", REQ),
+           Opt(None, "overlap", NO, "share the CPUs other steps of the job hold (steps hold only their tasks' CPUs)"),
+           ignored(None, "exact", NO), ignored("r", "relative", REQ),
            ignored(None, "send-libs", OPT), ignored(None, "slurmd-debug", REQ), ignored(None, "compress", OPT),
            ignored(None, "accel-bind", REQ), ignored(None, "quit-on-interrupt", NO), ignored(None, "whole", NO),
            ignored(None, "external-launcher", NO), ignored(None, "resv-ports", OPT)] if step else []),

@@ -397,7 +397,8 @@ def run_step(client: Client, job_id: int, opts: dict[str, Any], command: list[st
     req["arbitrary"] = o.arbitrary_hosts(opts) or []
     if opts.get("verbose"):
         job_information(client, job_id)
-    step = client.request("POST", f"/v1/jobs/{job_id}/steps", req)
+    req["overlap"] = bool(opts.get("overlap"))
+    step = create_step(client, job_id, req, "immediate" in opts, bool(opts.get("verbose")))
     job_name = str(os.environ.get("SLURM_JOB_NAME", req["name"]) if not new_allocation else req["name"])
     open_mode = opts.get("open_mode") or "truncate"
     (out_tasks, out_pattern), (err_tasks, err_pattern) = (output_targets(opts.get(key), step["ntasks"], option)
@@ -531,6 +532,28 @@ def multi_prog(opts: dict[str, Any], command: list[str], inside: bool) -> None:
     except multiprog.MultiProgError as exc:
         raise CLIError(str(exc).replace("\n", "\nsrun: error: ")) from exc
     opts["multi_prog_text"] = text
+
+
+def create_step(client: Client, job_id: int, req: dict[str, Any], immediate: bool, verbose: bool) -> dict[str, Any]:
+    """The step, once the CPUs it needs are free of the job's other steps: while they are busy,
+    srun waits and asks again, as Slurm's does (srun -I fails at once)."""
+    tries = 0
+    while True:
+        try:
+            step = client.request("POST", f"/v1/jobs/{job_id}/steps", req)
+        except CLIError as exc:
+            if exc.status != 409 or "busy" not in str(exc) or immediate:
+                if exc.status == 409 and immediate:
+                    raise CLIError(f"Unable to create step for job {job_id}: {exc}") from exc
+                raise
+            if tries == 0 and verbose:
+                sys.stderr.write(f"srun: Job {job_id} step creation temporarily disabled, retrying ({exc})\n")
+            time.sleep(min(1.0, 0.1 * 2 ** min(tries, 4)))  # a step's end frees its CPUs: ask again soon
+            tries += 1
+            continue
+        if tries:
+            sys.stderr.write(f"srun: Step created for StepId={job_id}.{step['step_id']}\n")
+        return step
 
 
 def output_targets(mode: str | None, ntasks: int, option: str) -> tuple[set[int] | None, str]:

@@ -31,7 +31,9 @@ def create_step(state: ClusterState, job: Job, req: StepCreate, who: Identity,
     job.next_step_id += 1
     step = Step(step_id=str(step_id), name=req.name or job.name, nodes=list(layout),
                 ntasks=sum(len(t) for t in layout.values()),
-                cpus=sum(job.alloc_cpus[n] for n in layout), start_time=now)
+                cpus=sum(job.alloc_cpus[n] for n in layout), start_time=now,
+                node_cpus={} if req.overlap else {n: min(job.alloc_cpus[n], len(t) * req.cpus_per_task)
+                                                  for n, t in layout.items()})
     job.steps.append(step)
     state.touch(job)
     return step, layout
@@ -162,43 +164,86 @@ def arbitrary_layout(job: Job, hosts: list[str], max_tasks_per_node: int) -> dic
 def step_layout(job: Job, req: StepCreate, max_tasks_per_node: int) -> dict[str, list[int]]:
     """Place a step's tasks on the allocation: each where srun -m arbitrary says, or block by each
     node's CPUs, task ids in node order; at most MaxTasksPerNode tasks on a node, checked before any
-    placing."""
+    placing. Steps running at once do not share CPUs (unless --overlap), as Slurm's: a step that
+    would fit the job but not beside the steps running now is refused as busy (srun waits and asks
+    again); one that could never fit is placed over the job's CPUs round robin, as --overcommit."""
     if req.arbitrary:
         return arbitrary_layout(job, req.arbitrary, max_tasks_per_node)
     nodes = step_nodes(job, req)
     if (req.ntasks is not None and req.ntasks > max_tasks_per_node * len(nodes)) or \
             req.ntasks_per_node > max_tasks_per_node:
         raise Refused("Requested node configuration is not available")
-    if req.nodes is not None:
-        if req.nodes > len(nodes) or req.nodes < len(req.nodelist):
-            raise Refused("Requested node configuration is not available")
-        nodes = nodes[:req.nodes]
-    elif req.nodelist:
-        nodes = nodes[:len(set(req.nodelist))]
-    if req.ntasks is None:
-        if req.nodes is None and not req.ntasks_per_node and req.cpus_per_task == 1:
-            counts = {n: job.tasks_per_node.get(n, 1) for n in nodes}
-        else:
-            per = req.ntasks_per_node or max(1, min(job.alloc_cpus[n] for n in nodes) // req.cpus_per_task)
-            counts = dict.fromkeys(nodes, per)
-    else:
-        if req.ntasks < len(nodes):
-            nodes = nodes[:req.ntasks]
-        counts = dict.fromkeys(nodes, 1)
-        left = req.ntasks - len(nodes)
-        caps = {n: (req.ntasks_per_node or max(1, job.alloc_cpus[n] // req.cpus_per_task)) for n in nodes}
-        for n in nodes:
-            extra = min(left, caps[n] - 1)
-            counts[n] += extra
-            left -= extra
-        index = 0
-        while left > 0:  # oversubscribed: round robin, as srun --overcommit would
-            counts[nodes[index % len(nodes)]] += 1
-            left -= 1
-            index += 1
+    if req.nodes is not None and (req.nodes > len(nodes) or req.nodes < len(req.nodelist)):
+        raise Refused("Requested node configuration is not available")
+    held = {} if req.overlap else held_cpus(job)
+    free = {n: job.alloc_cpus[n] - held.get(n, 0) for n in nodes}
+    counts = _task_counts(job, req, nodes, free)
+    if counts is None:
+        if _task_counts(job, req, nodes, job.alloc_cpus) is not None:
+            raise Refused("Requested nodes are busy", 409)
+        counts = _task_counts(job, req, nodes, job.alloc_cpus, overcommit=True)
+        assert counts is not None  # (round robin always places every task)
     layout: dict[str, list[int]] = {}
     task = 0
-    for n in nodes:
-        layout[n] = list(range(task, task + counts[n]))
-        task += counts[n]
+    for n, count in counts.items():
+        layout[n] = list(range(task, task + count))
+        task += count
     return layout
+
+
+def held_cpus(job: Job) -> dict[str, int]:
+    """The CPUs the job's running steps hold on each of its nodes."""
+    held: dict[str, int] = {}
+    for step in job.steps:
+        if step.state == states.RUNNING:
+            for node, cpus in step.node_cpus.items():
+                held[node] = held.get(node, 0) + cpus
+    return held
+
+
+def _task_counts(job: Job, req: StepCreate, candidates: list[str], cpus: dict[str, int],
+                 overcommit: bool = False) -> dict[str, int] | None:
+    """How many of the step's tasks go on each node, given the CPUs usable on each (``cpus``); None
+    when they do not fit (with ``overcommit``, the tasks left over go round robin instead)."""
+    cpt = req.cpus_per_task
+    named = set(req.nodelist)
+    usable = candidates if overcommit else [n for n in candidates if cpus[n] >= cpt or n in named]
+    if any(cpus[n] < cpt for n in usable if not overcommit):
+        return None  # a node srun -w names has no room
+    if req.nodes is not None:
+        if len(usable) < req.nodes:
+            return None
+        nodes = usable[:req.nodes]
+    elif req.nodelist:
+        nodes = usable[:len(named)]
+    else:
+        nodes = usable
+    if not nodes:
+        return None
+    if req.ntasks is None:
+        if req.nodes is None and not req.ntasks_per_node and cpt == 1:
+            if len(usable) < len(candidates):  # the job's own layout needs every node it may use
+                return None
+            counts = {n: job.tasks_per_node.get(n, 1) for n in nodes}
+        else:
+            per = req.ntasks_per_node or max(1, min(job.alloc_cpus[n] for n in nodes) // cpt)
+            counts = dict.fromkeys(nodes, per)
+        fits = all(counts[n] * cpt <= cpus[n] for n in nodes)
+        return counts if fits or overcommit else None
+    if req.ntasks < len(nodes):
+        nodes = nodes[:req.ntasks]
+    counts = dict.fromkeys(nodes, 1)
+    left = req.ntasks - len(nodes)
+    caps = {n: max(1, req.ntasks_per_node or cpus[n] // cpt) for n in nodes}
+    for n in nodes:
+        extra = min(left, caps[n] - 1)
+        counts[n] += extra
+        left -= extra
+    if left and not overcommit:
+        return None
+    index = 0
+    while left > 0:  # oversubscribed: round robin, as srun --overcommit would
+        counts[nodes[index % len(nodes)]] += 1
+        left -= 1
+        index += 1
+    return counts
