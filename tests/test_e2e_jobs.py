@@ -196,16 +196,36 @@ def test_a_job_sent_sigstop_is_stopped_until_sigcont(cluster: Cluster) -> None:
     ticks = cluster.work / "stop-ticks"
     job_id = cluster.sbatch("-o", "/dev/null", "--wrap", f"exec sh -c 'while :; do echo x >> {ticks}; sleep 0.1; done'")
     wait_for(lambda: ticks.exists(), 30, what="the job ticking")
-    cluster.run("scancel", "-s", "STOP", str(job_id))
+    cluster.run("scancel", "--full", "-s", "STOP", str(job_id))  # the batch shell too: else only the steps
     cluster.wait_state(job_id, "STOPPED")
     assert cluster.run("squeue", "-h", "-o", "%i %t %T").stdout.split("\n").count(f"{job_id} ST STOPPED") == 1
     wait_for(lambda: _states_of(str(ticks)) == {"T"}, 30, what="the job's shell stopped (T)")
     size = ticks.stat().st_size
-    cluster.run("scancel", "-s", "CONT", str(job_id))
+    cluster.run("scancel", "--full", "-s", "CONT", str(job_id))
     cluster.wait_state(job_id, "RUNNING")
     wait_for(lambda: ticks.stat().st_size > size, 30, what="the job ticking again")
     cluster.run("scancel", str(job_id))
     cluster.wait_state(job_id, "CANCELLED")
+
+
+def test_scancel_signal_reaches_the_steps_or_the_batch_shell_as_slurms(cluster: Cluster) -> None:
+    """scancel --signal sends to the job's steps alone, -b to the batch shell alone (-f to both: see
+    the SIGSTOP test), as Slurm's scancel (its KILL_STEPS_ONLY default)."""
+    trap = "trap 'echo {who} got USR1' USR1; touch {who}.$SLURM_JOB_ID; while :; do sleep 0.1; done"
+    script = f"srun sh -c \"{trap.format(who='task')}\" & {trap.format(who='batch')}"
+    job_id = cluster.sbatch("-o", "sig-%j.out", "--wrap", script)
+    for who in ("task", "batch"):
+        wait_for(lambda w=who: (cluster.work / f"{w}.{job_id}").exists(), 30, what=f"the {who} trapping")
+    out = cluster.work / f"sig-{job_id}.out"
+
+    def got() -> list[str]:
+        return sorted(line for line in out.read_text().splitlines() if line.endswith("got USR1"))
+
+    cluster.run("scancel", "--signal=USR1", str(job_id))
+    wait_for(lambda: got() == ["task got USR1"], 30, what="the step's task alone signalled")
+    cluster.run("scancel", "--signal=USR1", "--batch", str(job_id))
+    wait_for(lambda: got() == ["batch got USR1", "task got USR1"], 30, what="the batch shell signalled")
+    cluster.run("scancel", str(job_id))
 
 
 def _states_of(text: str) -> set[str]:

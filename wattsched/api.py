@@ -264,7 +264,8 @@ class CancelRequest(Strict):
 
     job_ids: list[Annotated[str, Field(max_length=64)]] = Field(min_length=1, max_length=LIST_MAX)
     signal: int | None = Field(None, ge=1, le=64)
-    batch_only: bool = False
+    batch_only: bool = False  # scancel -b: the batch shell alone
+    full: bool = False  # scancel -f: the batch shell and every step (else, as Slurm's, the steps alone)
 
 
 class FreezeJob(Strict):
@@ -559,6 +560,7 @@ class SignalJob(Strict):
     batch_only: bool = False
     terminate: bool = False
     step_id: int | None = None  # one step's tasks only (scancel JOB.STEP)
+    full: bool = False  # the batch shell as well as the steps (else the steps alone)
 
 
 class TaskLaunch(Strict):

@@ -102,7 +102,7 @@ def _cancel(client: Client, refs: list[str], sig: int | None, opts: dict) -> boo
     """Cancel or signal ``refs`` in one request; when the controller refuses it (one of them is
     unknown or not the caller's: it then acts on none), one request each, so that each refusal is
     said as Slurm says it and the others still go. True if any failed."""
-    body: dict[str, object] = {"job_ids": refs, "batch_only": bool(opts.get("batch"))}
+    body: dict[str, object] = {"job_ids": refs, "batch_only": bool(opts.get("batch")), "full": bool(opts.get("full"))}
     if sig is not None:
         body["signal"] = sig
     try:

@@ -31,9 +31,10 @@ class Signal:
     job_id: int
     nodes: list[str]
     signal: int = signal_mod.SIGTERM
-    batch_only: bool = False
+    batch_only: bool = False  # the batch shell alone (scancel -b, --signal=B:)
     terminate: bool = False
     step_id: int | None = None  # one step's tasks only (scancel JOB.STEP)
+    full: bool = False  # the batch shell too: by default, as Slurm's, a job's steps alone (scancel -f)
 
 
 @dataclass(slots=True)

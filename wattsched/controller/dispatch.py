@@ -170,7 +170,7 @@ class Dispatcher:
 
     async def _signal(self, url: str, action: Signal, names: list[str]) -> None:
         body = SignalJob(job_id=action.job_id, nodes=names, signal=action.signal, batch_only=action.batch_only,
-                         terminate=action.terminate, step_id=action.step_id)
+                         terminate=action.terminate, step_id=action.step_id, full=action.full)
         reply = await self._post(f"{url}/v1/signal", body)
         if reply is not None and action.terminate:
             for name in reply.get("clean", []):

@@ -138,7 +138,9 @@ def with_account(state: ClusterState, req: JobSubmit, who: Identity) -> JobSubmi
 
 
 def cancel(state: ClusterState, jobs: Iterable[Job], who: Identity, sig: int | None, batch_only: bool,
-           now: float) -> list[Action]:
+           now: float, full: bool = False) -> list[Action]:
+    """scancel: cancel the jobs, or send them ``sig``: as Slurm's, to their steps alone, to the
+    batch shell alone (``batch_only``) or to both (``full``)."""
     jobs = list(jobs)
     for job in jobs:
         permissions.check_owner(state, job, who)
@@ -148,7 +150,7 @@ def cancel(state: ClusterState, jobs: Iterable[Job], who: Identity, sig: int | N
             continue
         if sig is not None and sig not in (signal_mod.SIGKILL,):
             if job.state == states.RUNNING:
-                actions.append(Signal(job.job_id, job.node_list, sig, batch_only))
+                actions.append(Signal(job.job_id, job.node_list, sig, batch_only, full=full))
                 if sig in (signal_mod.SIGSTOP, signal_mod.SIGCONT) and not batch_only:
                     job.stopped = sig == signal_mod.SIGSTOP  # Slurm's JOB_STOPPED flag
                     state.touch(job)

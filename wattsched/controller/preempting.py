@@ -77,7 +77,7 @@ def resume(state: ClusterState, now: float) -> list[Action]:
 
 def grace_signal(job: Job) -> Signal:
     """What a preempted job hears when its GraceTime begins."""
-    return Signal(job.job_id, job.node_list, signal_mod.SIGTERM)
+    return Signal(job.job_id, job.node_list, signal_mod.SIGTERM, full=True)
 
 
 def expire(state: ClusterState, job: Job, now: float) -> list[Action]:

@@ -250,7 +250,8 @@ async def cancel(controller: Ctl, request: Request, job_id: Annotated[str, Field
         if sig is None or not 1 <= int(sig) <= 64:
             raise Refused(f"Invalid signal: {signal}")
     found = state.resolve(job_id)
-    controller.act(state.cancel(found, who, int(sig) if sig else None, flags == "BATCH_JOB", time.time()))
+    controller.act(state.cancel(found, who, int(sig) if sig else None, flags == "BATCH_JOB", time.time(),
+                                flags == "FULL_JOB"))
     return answer(request, who, version, "kill", {"job_ids": [j.job_id for j in found]})
 
 

@@ -205,8 +205,8 @@ class ClusterState:
         return jobs.requeue(self, targets, who, now)
 
     def cancel(self, targets: Iterable[Job], who: Identity, sig: int | None, batch_only: bool,
-               now: float) -> list[Action]:
-        return jobs.cancel(self, targets, who, sig, batch_only, now)
+               now: float, full: bool = False) -> list[Action]:
+        return jobs.cancel(self, targets, who, sig, batch_only, now, full)
 
     def suspend(self, targets: Iterable[Job], resume: bool, who: Identity, now: float) -> list[Action]:
         return jobs.suspend(self, targets, resume, who, now)

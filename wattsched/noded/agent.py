@@ -500,9 +500,10 @@ class Agent:
     # --- signals ---------------------------------------------------------------------------------
 
     def signal_job(self, job_id: int, nodes: list[str], sig: int, batch_only: bool, terminate: bool,
-                   step_id: int | None = None) -> list[str]:
-        """Signal or terminate a job on some of our nodes (``step_id``: only that step's tasks, which
-        are running or already gone); returns the nodes now clean of it."""
+                   full: bool = False, step_id: int | None = None) -> list[str]:
+        """Signal or terminate a job on some of our nodes: its steps, or with ``batch_only`` its batch
+        shell, or with ``full`` both (``step_id``: only that step's tasks, which are running or
+        already gone); returns the nodes now clean of it."""
         if step_id is not None:
             for node in nodes:
                 step = self.live_steps.get((job_id, step_id, node))
@@ -532,7 +533,7 @@ class Agent:
                 if not batch_only:
                     for pgid in pgids:
                         procs.killpg(pgid, sig)
-                if on_node:
+                if on_node and (batch_only or full):
                     self.batch.signal(job_id, sig, batch_only)
         return clean
 

@@ -69,7 +69,7 @@ def create_app(agent: Agent) -> FastAPI:
 
     @app.post("/v1/signal")
     async def signal_job(req: SignalJob, who: Ctl) -> dict[str, Any]:
-        return {"clean": agent.signal_job(req.job_id, req.nodes, req.signal, req.batch_only, req.terminate,
+        return {"clean": agent.signal_job(req.job_id, req.nodes, req.signal, req.batch_only, req.terminate, req.full,
                                           req.step_id)}
 
     @app.post("/v1/freeze")
