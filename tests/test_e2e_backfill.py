@@ -181,5 +181,8 @@ def test_reservation_keys_abbreviate_and_features_choose_nodes(tmp_path: Path) -
             assert refused.returncode == 1 and message in refused.stderr, (args, refused.stderr)
         c.run("scontrol", "update", "reservationname=either", "features=")
         assert "Features=(null)" in c.run("scontrol", "show", "reservation", "either").stdout
+        c.run("scontrol", "create", "res", "ReservationName=tended", "StartTime=now+1hour", "Duration=10",
+              "NodeCnt=1", "Users=root", "Flags=DAILY,REPLACE_DOWN,PURGE_COMP=1")
+        assert "Flags=DAILY,REPLACE_DOWN,PURGE_COMP=00:01:00" in c.run("scontrol", "show", "res", "tended").stdout
     finally:
         c.stop()

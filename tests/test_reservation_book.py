@@ -76,3 +76,37 @@ def test_a_weekday_reservation_rolls_over_the_weekend() -> None:
     moved, ended = book.roll(friday.end_time + 1)
     assert moved == [friday] and not ended
     assert friday.start_time == MONDAY + 7 * DAY  # on to Monday, not Saturday
+
+
+def _book_of_three() -> tuple[ReservationBook, dict[str, Node], dict[str, PartitionSnap]]:
+    nodes = {f"n{i}": Node(name=f"n{i}", cpus=4, real_memory_mb=1000, base_state=NodeBase.IDLE) for i in (1, 2, 3)}
+    return ReservationBook(), nodes, {"p": PartitionSnap("p", ("n1", "n2", "n3"))}
+
+
+def test_replace_down_swaps_a_down_or_drained_node_for_a_free_one() -> None:
+    book, nodes, partitions = _book_of_three()
+    spec = ReservationSpec(name="r", start_time="now", duration="60", node_cnt=1, users="u", flags="REPLACE_DOWN")
+    made = book.create(spec, "root", MONDAY, nodes, partitions, "p", [])
+    assert made.nodes == ["n1"] and book.maintain(nodes, partitions, [], MONDAY + 1) == ([], [])
+    nodes["n1"].base_state = NodeBase.DOWN
+    changed, deleted = book.maintain(nodes, partitions, [], MONDAY + 2)
+    assert changed == [made] and deleted == [] and made.nodes == ["n2"]
+    nodes["n2"].drain = True
+    nodes["n3"].base_state = NodeBase.DOWN
+    assert book.maintain(nodes, partitions, [], MONDAY + 3) == ([], [])  # no node to take: it keeps n2
+    assert made.nodes == ["n2"]
+
+
+def test_purge_comp_deletes_a_reservation_idle_for_its_time() -> None:
+    book, nodes, partitions = _book_of_three()
+    spec = ReservationSpec(name="r", start_time="now", duration="60", node_cnt=1, users="u", flags="PURGE_COMP=1")
+    made = book.create(spec, "root", MONDAY, nodes, partitions, "p", [])
+    assert made.purge_comp_s == 60
+    assert book.maintain(nodes, partitions, [], MONDAY + 59) == ([], [])
+    assert book.maintain(nodes, partitions, [], MONDAY + 60) == ([], [made]) and "r" not in book.by_name
+    default = book.create(ReservationSpec(name="d", start_time="now", duration="60", node_cnt=1, users="u",
+                                          flags="PURGE_COMP"), "root", MONDAY, nodes, partitions, "p", [])
+    assert default.purge_comp_s == 300
+    with pytest.raises(ReservationError, match="Invalid reservation flag: DAILY=1"):
+        book.create(ReservationSpec(name="x", start_time="now", duration="60", node_cnt=1, users="u",
+                                    flags="DAILY=1"), "root", MONDAY, nodes, partitions, "p", [])

@@ -317,9 +317,10 @@ def reservation(r: dict[str, Any], cluster: str) -> dict[str, Any]:
     """scontrol show reservation --json (v0.0.40 reservation_info), from the API's reservation."""
     return {"accounts": ",".join(r["accounts"]), "burst_buffer": "", "core_count": r["core_cnt"],
             "core_specializations": [], "end_time": seconds(r["end_time"]), "features": r.get("features", ""),
-            "flags": [f.upper() for f in r["flags"]], "groups": "", "licenses": "", "max_start_delay": 0,
+            "flags": ["PURGE_COMPLETE" if f.startswith("PURGE_COMP") else f.upper() for f in r["flags"]],
+            "groups": "", "licenses": "", "max_start_delay": 0,
             "name": r["name"], "node_count": r["node_cnt"], "node_list": r["nodes"], "partition": r["partition"],
-            "purge_completed": {"time": number(None)}, "start_time": seconds(r["start_time"]),
+            "purge_completed": {"time": number(r.get("purge_comp_s") or None)}, "start_time": seconds(r["start_time"]),
             "watts": number(r["watts"]), "tres": r["tres"], "users": ",".join(r["users"])}
 
 

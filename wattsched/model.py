@@ -369,6 +369,8 @@ class Reservation:
     flags: list[str] = field(default_factory=list)
     watts: int | None = None
     features: str = ""  # the node features its NodeCnt nodes must have (``a&b``, ``a|b``)
+    purge_comp_s: int = 0  # PURGE_COMP: deleted once without a job for so long
+    idle_since: float = 0.0  # (when it last had a job waiting or running in it; 0: never)
     created: float = 0.0
     deleted: bool = False
 

@@ -22,7 +22,8 @@ from wattsched.model import Job, Node, Reservation
 from wattsched.nodestates import NodeBase
 
 FLAGS = ("MAINT", "IGNORE_JOBS", "HOURLY", "DAILY", "WEEKDAY", "WEEKEND", "WEEKLY", "FLEX", "OVERLAP", "SPEC_NODES",
-         "LICENSE_ONLY")
+         "LICENSE_ONLY", "REPLACE", "REPLACE_DOWN", "PURGE_COMP")
+PURGE_COMP_S = 300  # PURGE_COMP without a time: Slurm's five minutes
 # Slurm's recurring reservations: the step from one occurrence to the next; WEEKDAY and WEEKEND
 # ones are daily occurrences that fall on Monday-Friday, or Saturday-Sunday (local time)
 _ROLL_S = {"HOURLY": 3600, "DAILY": 86400, "WEEKDAY": 86400, "WEEKEND": 86400, "WEEKLY": 7 * 86400}
@@ -34,13 +35,22 @@ class ReservationError(ValueError):
     """A reservation request Slurm would refuse; the message is Slurm's wording."""
 
 
-def _flags(text: str, current: Iterable[str] = ()) -> list[str]:
-    """``MAINT,IGNORE_JOBS``; on update ``+DAILY`` adds and ``-DAILY`` removes a flag."""
-    result = list(current)
+def _flags(text: str, current: Iterable[str] = ()) -> tuple[list[str], int | None]:
+    """``MAINT,IGNORE_JOBS``; on update ``+DAILY`` adds and ``-DAILY`` removes a flag. Returns the
+    flags and PURGE_COMP's time in seconds where given (``PURGE_COMP=5``: minutes, or any Slurm
+    duration; alone, five minutes)."""
+    result, purge = list(current), None
     for raw in filter(None, (f.strip().upper() for f in text.split(","))):
         sign, name = (raw[0], raw[1:]) if raw[0] in "+-" else ("", raw)
-        if name not in FLAGS:
+        name, equals, value = name.partition("=")
+        if name not in FLAGS or (equals and name != "PURGE_COMP"):
             raise ReservationError(f"Invalid reservation flag: {raw}")
+        if name == "PURGE_COMP" and sign != "-":
+            try:
+                minutes = timefmt.parse_duration_min(value) if equals else None
+            except timefmt.TimeFormatError as exc:
+                raise ReservationError(f"Invalid reservation flag: {raw}") from exc
+            purge = PURGE_COMP_S if minutes is None else minutes * 60
         if sign == "-":
             result = [f for f in result if f != name]
         elif name not in result:
@@ -48,7 +58,7 @@ def _flags(text: str, current: Iterable[str] = ()) -> list[str]:
     recurring = [f for f in result if f in _ROLL_S]
     if len(recurring) > 1:
         raise ReservationError(f"Invalid reservation flag: {' and '.join(recurring)} together")
-    return result
+    return result, purge
 
 
 def _step(resv: Reservation) -> int:
@@ -192,7 +202,7 @@ class ReservationBook:
         name = spec.name or f"{creator}_{self.next_id}"
         if name in self.by_name:
             raise ReservationError(f"Reservation {name} already exists")
-        flags = _flags(spec.flags)
+        flags, purge = _flags(spec.flags)
         start, end = _window(spec, now, None, None)
         users, accounts = _names(spec.users), _names(spec.accounts)
         if not users and not accounts:
@@ -205,7 +215,7 @@ class ReservationBook:
         _features(spec.features or "")
         resv = Reservation(resv_id=self.next_id, name=name, start_time=start, end_time=end, users=users,
                            accounts=accounts, partition=partition, flags=flags, created=now, watts=spec.watts,
-                           features=spec.features or "")
+                           features=spec.features or "", purge_comp_s=purge or 0)
         if spec.nodes or spec.node_cnt:
             resv.nodes = self._pick_nodes(resv, spec, nodes, partitions, partition, jobs, now)
         elif spec.watts is None:
@@ -220,10 +230,11 @@ class ReservationBook:
         resv = self._get(name)
         if spec.name and spec.name != name:
             raise ReservationError("Reservation name can not be changed")
-        flags = _flags(spec.flags, resv.flags)
+        flags, purge = _flags(spec.flags, resv.flags)
         start, end = _window(spec, now, resv.start_time, resv.end_time)
         changed = Reservation.from_dict(resv.to_dict())
         changed.start_time, changed.end_time, changed.flags = start, end, flags
+        changed.purge_comp_s = 0 if "PURGE_COMP" not in flags else purge or changed.purge_comp_s or PURGE_COMP_S
         if spec.users:
             changed.users = _names(spec.users)
         if spec.accounts:
@@ -274,6 +285,57 @@ class ReservationBook:
         return moved, ended
 
     # --- helpers -----------------------------------------------------------------------------
+
+    def maintain(self, nodes: Mapping[str, Node], partitions: Mapping[str, scheduling.PartitionSnap],
+                 jobs: Iterable[Job], now: float) -> tuple[list[Reservation], list[Reservation]]:
+        """Slurm's REPLACE_DOWN and REPLACE: a NodeCnt reservation's nodes that are down or drained
+        (with REPLACE, also held by a job of no one in it) give way to usable ones of its partition,
+        where there are; and PURGE_COMP: one without a job waiting or running in it for its time
+        is deleted. Returns (changed, deleted)."""
+        changed: list[Reservation] = []
+        deleted: list[Reservation] = []
+        tending = [r for r in self.by_name.values() if {"REPLACE", "REPLACE_DOWN", "PURGE_COMP"} & set(r.flags)]
+        if not tending:
+            return changed, deleted
+        jobs = list(jobs)
+        for resv in tending:
+            if "PURGE_COMP" in resv.flags and resv.active(now):
+                if any(j.reservation == resv.name and j.state not in states.FINISHED for j in jobs):
+                    resv.idle_since = now  # (kept in memory only: not worth a write every second)
+                elif now - max(resv.idle_since, resv.start_time) >= resv.purge_comp_s:
+                    del self.by_name[resv.name]
+                    resv.deleted = True
+                    deleted.append(resv)
+                    continue
+            if ({"REPLACE", "REPLACE_DOWN"} & set(resv.flags) and "SPEC_NODES" not in resv.flags
+                    and self._replace_nodes(resv, nodes, partitions, jobs, now)):
+                changed.append(resv)
+        return changed, deleted
+
+    def _replace_nodes(self, resv: Reservation, nodes: Mapping[str, Node],
+                       partitions: Mapping[str, scheduling.PartitionSnap], jobs: list[Job], now: float) -> bool:
+        """Swap the reservation's unusable nodes for usable ones; whether any was swapped."""
+        busy = _busy_until(resv.nodes, [j for j in jobs if j.reservation != resv.name], now) \
+            if "REPLACE" in resv.flags else {}
+
+        def unusable(name: str) -> bool:
+            node = nodes.get(name)
+            return node is None or node.drain or node.base_state == NodeBase.DOWN or name in busy
+
+        gone = [n for n in resv.nodes if unusable(n)]
+        part = partitions.get(resv.partition)
+        if not gone or part is None:
+            return False
+        taken = {n for other in self._overlapping(resv) for n in other.nodes} | set(resv.nodes)
+        busy_now = _busy_until(part.nodes, [j for j in jobs if j.reservation != resv.name], now)
+        wanted = _features(resv.features)
+        spare = sorted((nodes[n] for n in part.nodes if n in nodes and n not in taken and n not in busy_now
+                        and not nodes[n].drain and nodes[n].base_state != NodeBase.DOWN
+                        and _has_features(nodes[n], wanted)), key=lambda n: n.weight)
+        swaps = list(zip(gone, spare, strict=False))
+        for old, new in swaps:
+            resv.nodes[resv.nodes.index(old)] = new.name
+        return bool(swaps)
 
     def _get(self, name: str) -> Reservation:
         resv = self.by_name.get(name)
@@ -342,8 +404,10 @@ def show(resv: Reservation, nodes: Mapping[str, Node], now: float) -> dict:
     return {
         "name": resv.name, "id": resv.resv_id, "start_time": resv.start_time, "end_time": resv.end_time,
         "duration_s": resv.end_time - resv.start_time, "nodes": hostlist.compress(resv.nodes) if resv.nodes else "",
-        "node_cnt": len(resv.nodes), "core_cnt": cores, "partition": resv.partition, "flags": resv.flags,
+        "node_cnt": len(resv.nodes), "core_cnt": cores, "partition": resv.partition,
         "users": resv.users, "accounts": resv.accounts, "watts": resv.watts, "features": resv.features,
+        "flags": [f"PURGE_COMP={timefmt.elapsed_str(resv.purge_comp_s)}" if f == "PURGE_COMP" else f
+                  for f in resv.flags], "purge_comp_s": resv.purge_comp_s,
         "state": "ACTIVE" if resv.active(now) else "INACTIVE",
         "tres": f"cpu={cores}" if cores else "",
     }

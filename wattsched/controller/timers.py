@@ -9,7 +9,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from wattsched import ledger, nodestates, states
-from wattsched.controller import acctpolicy, jobend, jobenergy, jobs, powercontrol, preempting
+from wattsched.controller import acctpolicy, jobend, jobenergy, jobs, powercontrol, preempting, snapshots
 from wattsched.controller.actions import Action, Signal
 
 if TYPE_CHECKING:
@@ -49,6 +49,8 @@ def check_timers(state: ClusterState, now: float) -> list[Action]:
         jobenergy.account_energy(state, now)  # the jobs whose nodes stopped reporting end without energy
     moved, ended = state.resv.roll(now)
     state.journal.resv_dirty.extend(moved + ended)
+    changed, purged = state.resv.maintain(state.nodes, snapshots.partition_snaps(state), state.jobs.values(), now)
+    state.journal.resv_dirty.extend(changed + purged)
     for node in state.nodes.values():
         # a node switched off (or switching) has no agent to hear from: its switch has its own timeouts
         if not node.not_responding and not node.power and now - node.last_seen > state.config.slurmd_timeout_s:
