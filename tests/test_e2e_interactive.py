@@ -131,6 +131,29 @@ def test_salloc_command_ends_when_the_allocation_is_cancelled(cluster: Cluster) 
     assert proc.returncode != 0
 
 
+def test_ctrl_c_shows_the_tasks_then_ends_the_step_as_slurms_srun(cluster: Cluster, terminal) -> None:
+    """Ctrl-C once: srun says so and lists its tasks' states; again within a second: it sends them
+    Ctrl-C and forces the step's end (a task ignoring SIGINT is killed); --quit-on-interrupt: at once."""
+    task = "trap '' INT; echo WAITING; sleep 1000"
+    term = terminal("srun", "-v", "-N1", "--unbuffered", "sh", "-c", task)
+    term.expect("WAITING")
+    term.type("\x03")
+    term.expect(r"srun: interrupt \(one more within 1 sec to abort\)\r?\nsrun: StepId=\d+\.0 task 0: running")
+    for _ in range(50):  # a second Ctrl-C within a second of the first (as often as a loaded machine needs)
+        term.type("\x03")
+        with contextlib.suppress(AssertionError):
+            term.expect("srun: forcing job termination", timeout=0.5)
+            break
+    term.expect(r"srun: sending Ctrl-C to StepId=\d+\.0")
+    term.expect("task 0: Killed")
+    assert term.wait() != 0
+    quick = terminal("srun", "-N1", "--quit-on-interrupt", "sh", "-c", task)
+    quick.expect("WAITING")
+    quick.type("\x03")
+    quick.expect("srun: forcing job termination")
+    assert quick.wait() != 0
+
+
 def test_stdin_goes_to_every_task_or_where_input_says(cluster: Cluster) -> None:
     assert cluster.run("srun", "cat", input="hello\n").stdout == "hello\n"
     # Slurm's default (srun(1), IO Redirection): stdin broadcast to all tasks, every byte to each

@@ -164,9 +164,16 @@ def test_example_2_exactly_as_the_prototype_with_the_idle_timeout(leaf_idle_time
 
 
 def _interrupt(proc: subprocess.Popen) -> None:
-    """Ctrl-C, as a user would: srun ends its step and gives its allocation back."""
-    proc.send_signal(signal.SIGINT)
-    proc.wait(30)
+    """Ctrl-C twice within a second, as a user would end a step (one prints the tasks' states, as
+    Slurm's srun): srun ends its step and gives its allocation back."""
+    for _ in range(100):
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(0.3)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+    raise AssertionError("srun did not end on Ctrl-C")
 
 
 def _user_token(leaf: Leaf) -> str:

@@ -616,8 +616,8 @@ class StepPmi(StepOnNode):
 
 class StepTerminate(StepOnNode):
     """srun ends a step's tasks on one node for a failure elsewhere in the step: a task's bad exit
-    under srun -K, or an MPI abort (SIGTERM, then SIGKILL); or, ``kill``, srun -W's time being up
-    (SIGKILL at once, as Slurm's srun ends a step)."""
+    under srun -K, or an MPI abort (SIGTERM, then SIGKILL); or sends them ``signal``: SIGKILL when
+    srun -W's time is up or Ctrl-C forces the step's end, SIGINT for Ctrl-C."""
 
     reason: str = Field("", max_length=1024)
-    kill: bool = False
+    signal: int = Field(0, ge=0, le=64)

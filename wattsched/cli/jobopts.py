@@ -121,7 +121,7 @@ def job_options(prog: str) -> list[Opt | str]:
         ignored(None, "use-min-nodes", NO), ignored(None, "wait-all-nodes", REQ),
         ignored(None, "propagate", OPT) if not alloc else ignored(None, "bell", NO),
         *([ignored(None, "ignore-pbs", NO), ignored(None, "kill-on-invalid-dep", REQ)] if batch else []),
-        *([ignored("X", "disable-status", NO),
+        *([Opt("X", "disable-status", NO, "Disable Ctrl-C status feature: each Ctrl-C goes to the tasks"),
            Opt("E", "preserve-env", NO, "env vars for node and task counts override command-line flags"),
            Opt("K", "kill-on-bad-exit", OPT, "kill the job if any task terminates with a non-zero exit code",
                kind="int", const=1, metavar="0|1"),
@@ -134,7 +134,8 @@ def job_options(prog: str) -> list[Opt | str]:
            Opt(None, "overlap", NO, "share the CPUs other steps of the job hold (steps hold only their tasks' CPUs)"),
            ignored(None, "exact", NO), ignored("r", "relative", REQ),
            ignored(None, "send-libs", OPT), ignored(None, "slurmd-debug", REQ), ignored(None, "compress", OPT),
-           ignored(None, "accel-bind", REQ), ignored(None, "quit-on-interrupt", NO), ignored(None, "whole", NO),
+           ignored(None, "accel-bind", REQ), Opt(None, "quit-on-interrupt", NO, "quit on single Ctrl-C"),
+           ignored(None, "whole", NO),
            ignored(None, "external-launcher", NO), ignored(None, "resv-ports", OPT)] if step else []),
         *([ignored(None, "no-bell", NO), ignored("K", "kill-command", OPT), ignored(None, "no-shell", NO)]
           if alloc else []),

@@ -44,7 +44,12 @@ class StepControl:
                 return
             self.terminated = True
         sys.stderr.write(f"srun: Terminating StepId={self.job_id}.{self.step_id}\n")
-        self.post_all("/v1/steps/terminate", {"reason": reason[:1024], "kill": kill}, skip)
+        self.post_all("/v1/steps/terminate", {"reason": reason[:1024], "signal": signal_mod.SIGKILL if kill else 0},
+                      skip)
+
+    def signal(self, sig: int) -> None:
+        """Send the step's tasks ``sig`` on every node (Ctrl-C's SIGINT, its forced end's SIGKILL)."""
+        self.post_all("/v1/steps/terminate", {"reason": "srun was interrupted", "signal": sig})
 
     def post_all(self, path: str, fields: dict[str, Any], skip: str = "") -> None:
         for placement in self.placements:
@@ -99,6 +104,43 @@ class PmiRelay:
             self.control.terminate(reason, skip=node)
 
 
+class Interrupts:
+    """Ctrl-C in srun, as Slurm's: the first prints the tasks' states ("one more within 1 sec to
+    abort"); a second within a second (or the first with --quit-on-interrupt) sends the tasks SIGINT
+    and forces the step's end (SIGKILL); with -X/--disable-status each is sent on to the tasks."""
+
+    def __init__(self, streams: TaskStreams, quit_at_once: bool, no_status: bool) -> None:
+        self.streams, self.quit_at_once, self.no_status = streams, quit_at_once, no_status
+        self.last = -10.0
+        self.forced = False
+
+    def __call__(self, _signum: int, _frame: object) -> None:
+        control = self.streams.control
+        step = f"StepId={control.job_id}.{control.step_id}"
+        now = time.monotonic()
+        if self.quit_at_once or now - self.last < 1.0:
+            if self.forced:
+                sys.stderr.write("srun: job abort in progress\n")
+                return
+            self.forced = True
+            sys.stderr.write(f"srun: sending Ctrl-C to {step}\nsrun: forcing job termination\n")
+            sys.stderr.flush()
+            threading.Thread(target=self._force, daemon=True).start()  # (not in a signal handler)
+            return
+        if self.no_status:
+            sys.stderr.write(f"srun: sending Ctrl-C to {step}\n")
+            threading.Thread(target=control.signal, args=(signal_mod.SIGINT,), daemon=True).start()
+        else:
+            sys.stderr.write("srun: interrupt (one more within 1 sec to abort)\n" + self.streams.status())
+        sys.stderr.flush()
+        self.last = now
+
+    def _force(self) -> None:
+        control = self.streams.control
+        control.signal(signal_mod.SIGINT)
+        control.signal(signal_mod.SIGKILL)
+
+
 class TaskStreams:
     """Collects task output from all nodes and prints it line by line, labelled with -l. With
     ``kill_bad`` (srun -K) the first task that fails ends the step on every node."""
@@ -122,18 +164,21 @@ class TaskStreams:
     def out_of_time(self) -> None:
         """Slurm's words when -W's time is up with tasks still running, then the step's end."""
         with self.lock:
-            exits = dict(self.exits)
-            if len(exits) >= self.ntasks or self.control.terminated:
+            if len(self.exits) >= self.ntasks or self.control.terminated:
                 return
-            step = f"StepId={self.control.job_id}.{self.control.step_id}"
-            groups = (("running", [t for t in range(self.ntasks) if t not in exits]),
-                      ("exited abnormally", [t for t, (code, sig) in exits.items() if code or sig]),
-                      ("exited", [t for t, (code, sig) in exits.items() if not code and not sig]))
-            sys.stderr.write(f"srun: First task exited {self.max_wait}s ago\n" + "".join(
-                f"srun: {step} task{'s' if len(tasks) > 1 else ''} {task_ranges(tasks)}: {what}\n"
-                for what, tasks in groups if tasks))
+            sys.stderr.write(f"srun: First task exited {self.max_wait}s ago\n" + self.status())
             sys.stderr.flush()
         self.control.terminate("the first task exited --wait seconds ago", kill=True)  # Slurm's SIGKILL
+
+    def status(self) -> str:
+        """Slurm's lines of the tasks' states: running, exited abnormally, exited."""
+        exits = dict(self.exits)
+        step = f"StepId={self.control.job_id}.{self.control.step_id}"
+        groups = (("running", [t for t in range(self.ntasks) if t not in exits]),
+                  ("exited abnormally", [t for t, (code, sig) in exits.items() if code or sig]),
+                  ("exited", [t for t, (code, sig) in exits.items() if not code and not sig]))
+        return "".join(f"srun: {step} task{'s' if len(tasks) > 1 else ''} {task_ranges(tasks)}: {what}\n"
+                       for what, tasks in groups if tasks)
 
     def write(self, task: int, fd_no: int, data: str) -> None:
         shown = self.shown.get(fd_no)
@@ -454,15 +499,21 @@ def run_step(client: Client, job_id: int, opts: dict[str, Any], command: list[st
     if targets:
         forwarder = StdinForwarder(client, job_id, step["step_id"], step["credential"], targets, threads)
         threading.Thread(target=forwarder.run, name="stdin", daemon=True).start()
-    with RawTerminal(pty):
-        for thread in threads:
-            while thread.is_alive():
-                thread.join(0.2)
+    interrupts = Interrupts(streams, bool(opts.get("quit_on_interrupt")), bool(opts.get("disable_status")))
+    previous = signal_mod.signal(signal_mod.SIGINT, interrupts)
+    try:
+        with RawTerminal(pty):
+            for thread in threads:
+                while thread.is_alive():
+                    thread.join(0.2)
+    finally:
+        signal_mod.signal(signal_mod.SIGINT, previous)
     for message in streams.errors:
         sys.stderr.write(f"srun: error: {message}\n")
     code, sig = 0, 0
     task_nodes = {t: p["node"] for p in step["placements"] for t in p["task_ids"]}
-    cancelled = relay is not None and relay.aborted  # Slurm's srun is quiet on the signals it sent
+    # Slurm's srun is quiet on the signals it sent (but under -v)
+    cancelled = (relay is not None and relay.aborted) or (interrupts.forced and not opts.get("verbose"))
     ended: dict[tuple[str, int, int], list[int]] = {}  # a node's tasks that ended alike: one line, as Slurm's
     for task, (exit_code, term_signal) in sorted(streams.exits.items()):
         if task not in streams.told and (exit_code or (term_signal and not cancelled)):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import signal
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
@@ -145,14 +144,14 @@ def create_app(agent: Agent) -> FastAPI:
 
     @app.post("/v1/steps/terminate")
     async def step_terminate(req: StepTerminate, who: Who) -> dict[str, Any]:
-        """The step's tasks here end: a task failed elsewhere in the step (srun -K, an MPI abort), or
-        srun -W's time is up (killed)."""
+        """The step's tasks here end: a task failed elsewhere in the step (srun -K, an MPI abort); or
+        srun sends them a signal (-W's time up, Ctrl-C)."""
         step_credential(agent, req, who)
         step = agent.live_steps.get((req.job_id, req.step_id, req.node))
         if step is None:
             return {"accepted": False}
-        if req.kill:
-            step.signal(signal.SIGKILL)
+        if req.signal:
+            step.signal(req.signal)
         else:
             step.terminate(req.reason)
         return {"accepted": True}
