@@ -152,6 +152,13 @@ def test_ctrl_c_shows_the_tasks_then_ends_the_step_as_slurms_srun(cluster: Clust
     quick.type("\x03")
     quick.expect("srun: forcing job termination")
     assert quick.wait() != 0
+    # the job cancelled under it: srun says its step was aborted, as Slurm's
+    cancelled = terminal("srun", "-v", "-N1", "sh", "-c", task)
+    job_id = cancelled.expect(r"srun: jobid (\d+)").group(1).decode()
+    cancelled.expect("WAITING")
+    cluster.run("scancel", job_id)
+    cancelled.expect(r"srun: Job step aborted: Waiting up to 3 seconds for job step to finish\.")
+    assert cancelled.wait() != 0
 
 
 def test_stdin_goes_to_every_task_or_where_input_says(cluster: Cluster) -> None:

@@ -75,7 +75,7 @@ def missing_part(command: str, exc: ModuleNotFoundError, shown: str = "") -> CLI
 # few values are kept in the user's cache, checked against every file read (path, size, mtime).
 CLIENT_SETTINGS = ("controller_url", "controller_urls", "slurmctld_hosts", "slurmctld_timeout_s",
                    "message_timeout_s", "cluster_name", "key_file", "auth_socket_path", "mpi_default",
-                   "kill_on_bad_exit", "wait_time_s")
+                   "kill_on_bad_exit", "wait_time_s", "kill_wait_s")
 
 
 class Settings:
@@ -93,6 +93,7 @@ class Settings:
         self.mpi_default: str = values["mpi_default"]
         self.kill_on_bad_exit = bool(values["kill_on_bad_exit"])
         self.wait_time_s = int(values["wait_time_s"])
+        self.kill_wait_s = int(values["kill_wait_s"])
 
 
 def _stamp(path: str) -> list[int]:

@@ -154,6 +154,8 @@ class TaskStreams:
         self.errors: list[str] = []
         self.control, self.kill_bad, self.max_wait = control, kill_bad, max_wait
         self.shown: dict[int, set[int] | None] = {1: None, 2: None}  # by stream, the tasks printed (None: all)
+        self.aborted = False  # the job ended under the step
+        self.abort_wait_s = 32  # Slurm's KillWait + 2, set from the site's KillWait
 
     def first_exit(self) -> None:
         """srun -W: the step has ``max_wait`` seconds from its first task's end to finish."""
@@ -213,6 +215,13 @@ class TaskStreams:
                 elif "pmi" in msg:
                     if relay is not None:
                         relay.receive(placement["node"], msg["pmi"])
+                elif "aborted" in msg:  # the job ends under the step (scancel, time limit): said once
+                    with self.lock:
+                        if not self.aborted:
+                            self.aborted = True
+                            sys.stderr.write(f"srun: Job step aborted: Waiting up to {self.abort_wait_s} seconds "
+                                             "for job step to finish.\n")
+                            sys.stderr.flush()
                 elif "stepd" in msg:  # the step daemon's own words (Slurm's slurmstepd lines)
                     with self.lock:
                         sys.stderr.write(msg["stepd"])
@@ -465,6 +474,7 @@ def run_step(client: Client, job_id: int, opts: dict[str, Any], command: list[st
     control = StepControl(client, job_id, step["step_id"], step["credential"], step["placements"])
     streams = TaskStreams(label, step["ntasks"], control, opts["kill_on_bad_exit"], opts["max_wait"])
     streams.shown = {1: out_tasks, 2: err_tasks}
+    streams.abort_wait_s = client.config.kill_wait_s + 2  # (Slurm's STEP_ABORT_TIME is 2 s)
     work_dir = os.path.abspath(opts.get("chdir") or os.getcwd())
     pty = "pty" in opts
     fed, pattern = stdin_targets(opts.get("input"), step["ntasks"], pty)

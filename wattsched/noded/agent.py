@@ -517,6 +517,9 @@ class Agent:
             pgids = self.step_pgids.get((node, job_id), set())
             on_node = job_id in self.batch.jobs and self.batch.jobs[job_id].node == node
             if terminate:
+                for (live_job, _step, live_node), live in list(self.live_steps.items()):
+                    if live_job == job_id and live_node == node:
+                        live.aborted()
                 self.throttle.release((node, job_id))  # a stopped process cannot act on SIGTERM
                 for pgid in pgids:
                     procs.killpg(pgid, signal.SIGTERM)

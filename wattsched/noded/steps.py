@@ -44,6 +44,7 @@ class LiveStep:
 
     terminate: Callable[[str], None]
     signal: Callable[[int], None]
+    aborted: Callable[[], None]  # the job ends under the step (scancel, its time limit): srun is told
     mpi: MpiServer | None = None
 
 
@@ -164,6 +165,14 @@ async def run_tasks(req: TaskLaunch, layout: dict[str, list[int]], uid: int, gid
             cancelled_line()
             _kill_all(alive())
 
+    def aborted() -> None:
+        """The job ends under the step: srun hears it first (Slurm's "Job step aborted"), then the
+        first node says the step is cancelled; the agent ends the tasks as it ends the job's."""
+        if not ended_by:
+            ended_by.append(signal.SIGTERM)
+            queue.put_nowait(_line({"aborted": True}))
+            cancelled_line()
+
     def started_late(proc: procs.StepDaemon) -> None:
         """A task whose daemon was started as the step ended: it ends as the others did."""
         procs.killpg(proc.pid, ended_by[0])
@@ -191,7 +200,7 @@ async def run_tasks(req: TaskLaunch, layout: dict[str, list[int]], uid: int, gid
         server = mpi.load(req.mpi, mpi.StepInfo(job_id=req.job_id, step_id=req.step_id, node=req.node,
                                                 layout=layout, abort=terminate, send=send, spawn=spawn,
                                                 secret=hashlib.sha256(req.credential.encode()).hexdigest()[:16]))
-    step = LiveStep(terminate, signal_tasks, server)
+    step = LiveStep(terminate, signal_tasks, aborted, server)
     if live is not None:
         live[key] = step
     try:
