@@ -103,3 +103,26 @@ def test_refusals_say_why_in_slurms_words(cluster: Cluster, job: int, tmp_path: 
     wait_for(lambda: cluster.job(ended)["state"] == "COMPLETED", 30, what="the job's end")
     late = sbcast(cluster, ended, str(source), str(tmp_path / "late"))
     assert (late.returncode, late.stderr) == (1, "sbcast: error: Job/step already completing or completed\n")
+
+
+def test_sgather_brings_each_nodes_file_back(cluster: Cluster) -> None:
+    """sgather SOURCE DEST inside a job: every node's SOURCE comes back as DEST.<node> (a folder with
+    -r, gzipped on the wire with -C, its times with -p), the source removed unless -k; a node
+    without it fails the command unless -f."""
+    folder = cluster.work / "gather"
+    (folder / "tree" / "sub").mkdir(parents=True)
+    (folder / "data.bin").write_bytes(bytes(range(256)) * 40)
+    (folder / "tree" / "sub" / "leaf").write_text("leaf\n")
+    os.utime(folder / "data.bin", (1_700_000_000, 1_700_000_000))
+    script = ("sgather -k -p data.bin got && sgather -k -r -C tree trees && sgather only-here none; echo rc=$?; "
+              "sgather -f only-here none; echo rc=$?; srun -N1 -w n01 touch once; sgather -F1 once back; echo rc=$?")
+    job_id = cluster.sbatch("-N2", "-D", str(folder), "-o", "out", "--wrap", script)
+    cluster.wait_state(job_id, "COMPLETED", timeout=60)
+    said = (folder / "out").read_text()
+    assert "rc=1\n" in said and "sgather(n01): error: Can't open only-here" in said
+    for node in ("n01", "n02"):
+        assert (folder / f"got.{node}").read_bytes() == bytes(range(256)) * 40
+        assert (folder / f"got.{node}").stat().st_mtime == 1_700_000_000
+        assert (folder / f"trees.{node}" / "sub" / "leaf").read_text() == "leaf\n"
+    assert said.count("rc=0\n") == 1 and said.endswith("rc=1\n")  # -f; then n02 had no "once"
+    assert (folder / "back.n01").exists() and not (folder / "once").exists()  # removed without -k
