@@ -230,6 +230,26 @@ def test_step_credentials_end_with_their_job(shared: Cluster, mallory: Account) 
     assert reply.status_code == 403 and "does not run" in reply.text
 
 
+def test_no_one_attaches_to_anothers_step(shared: Cluster, mallory: Account, victim: Account) -> None:
+    """sattach is the job owner's: the controller hands no one else the step's credential, and an
+    agent streams a step's output to no credential but that one (nor to more than a few at once)."""
+    job = victim.sbatch("-o", "/dev/null", "--wrap", "srun sleep 300")
+    wait_for(lambda: shared.api("GET", f"/v1/jobs/{job}/steps/0/attach").status_code == 200, 30,
+             what="the victim's step running")
+    refused = mallory.run("sattach", f"{job}.0")
+    assert refused.returncode != 0 and b"Access/permission denied" in refused.stderr
+    grant = shared.api("GET", f"/v1/jobs/{job}/steps/0/attach").json()
+    placement = grant["placements"][0]
+    forged = {"job_id": job, "step_id": 0, "node": placement["node"], "credential": grant["credential"][:-4] + "AAAA"}
+    headers = {"Authorization": f"Bearer {mallory.token()}"}
+    reply = httpx.post(f"{placement['agent_url']}/v1/steps/attach", json=forged, headers=headers, timeout=30)
+    assert reply.status_code == 403
+    stolen = {**forged, "credential": grant["credential"]}  # the real one, shown by a user who is not its owner
+    reply = httpx.post(f"{placement['agent_url']}/v1/steps/attach", json=stolen, headers=headers, timeout=30)
+    assert reply.status_code == 403 and "Access/permission denied" in reply.text
+    victim.run("scancel", str(job))
+
+
 def test_tokens_and_roles_cannot_be_forged(shared: Cluster, mallory: Account) -> None:
     base = f"http://127.0.0.1:{shared.port}"
     claims = {"uid": 0, "sun": "root", "role": "controller", "exp": int(time.time()) + 600}

@@ -11,7 +11,9 @@ import pty
 import re
 import select
 import shutil
+import signal
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 
@@ -221,3 +223,40 @@ def test_bash_completes_options_partitions_jobs_nodes_and_fields(cluster: Cluste
         assert term.wait() == 0
     finally:
         cluster.run("scancel", str(job))
+
+
+def test_sattach_shows_a_running_steps_output_and_feeds_its_input(cluster: Cluster) -> None:
+    """sattach JOB.STEP, as Slurm's: --layout prints where the tasks run; attached, the output from
+    then on comes (labelled, one task's with --output-filter) and what is typed reaches the tasks
+    that read srun's input; Ctrl-C detaches and the step runs on. Another user may not attach."""
+    script = "sleep 300 | srun -n2 sh -c 'while read line; do echo \"$SLURM_PROCID got $line\"; done'"
+    job_id = cluster.sbatch("-n2", "-o", "/dev/null", "--wrap", script)
+    wait_for(lambda: cluster.run("scontrol", "show", "step", f"{job_id}.0", check=False).returncode == 0, 30,
+             what="the step running")
+    shown = cluster.run("sattach", "--layout", f"{job_id}.0").stdout
+    assert shown == "Job step layout:\n\t2 tasks, 1 nodes (n01)\n\n\tNode 0 (n01), 2 task(s): 0 1 \n"
+    attached = subprocess.Popen([str(BIN / "sattach"), "-l", "--output-filter=1", f"{job_id}.0"], env=cluster.env,
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        seen: list[str] = []
+        reader = threading.Thread(target=lambda: seen.extend(iter(attached.stdout.readline, "")), daemon=True)
+        reader.start()
+        for word in ("hello", "again"):  # typed until it comes back: the attach may still be under way
+            for _ in range(30):
+                attached.stdin.write(f"{word}\n")
+                attached.stdin.flush()
+                with contextlib.suppress(AssertionError):
+                    wait_for(lambda w=word: f"1: 1 got {w}\n" in seen, 1, what=f"'{word}' echoed by task 1")
+                    break
+            assert f"1: 1 got {word}\n" in seen, seen
+        assert not any(line.startswith("0:") for line in seen)
+        attached.send_signal(signal.SIGINT)
+        assert attached.wait(30) == 0
+        assert cluster.job(job_id)["state"] == "RUNNING"
+    finally:
+        attached.kill()
+    other = cluster.run("sattach", f"{job_id}.0", env=cluster.user_env(), check=False)
+    assert other.returncode == 1 and "Access/permission denied" in other.stderr
+    missing = cluster.run("sattach", f"{job_id}.7", check=False)
+    assert missing.returncode == 1 and f"Job step {job_id}.7 not found or not running" in missing.stderr
+    cluster.run("scancel", str(job_id))

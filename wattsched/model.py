@@ -36,6 +36,7 @@ class Step:
     cancelled: bool = False  # scancel JOB.STEP ended it (CANCELLED)
     # the job's CPUs it holds on each node while it runs (its tasks x their CPUs), none with --overlap
     node_cpus: dict[str, int] = field(default_factory=dict)
+    layout: dict[str, list[int]] = field(default_factory=dict)  # srun's steps: each node's tasks (sattach)
 
 
 @dataclass(slots=True)

@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Annotated, Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Path, Query
 from fastapi.responses import Response
 
 from wattsched import arrayfold, states
@@ -28,6 +28,7 @@ from wattsched.api import (
 )
 from wattsched.auth import Identity
 from wattsched.controller import listings, permissions
+from wattsched.controller import steps as steps_mod
 from wattsched.controller.actions import Refused
 from wattsched.controller.dispatch import batch_environment
 from wattsched.controller.routedeps import Ctl
@@ -199,6 +200,19 @@ async def create_step(controller: Ctl, job_id: int, req: StepCreate, who: Who) -
                      placements=placements, credential=state.step_credential(job, step, layout),
                      job_environment=slurm_env, array_job_id=job.array_job_id if job.array_task_id is not None else 0,
                      array_task_id=job.array_task_id)
+
+
+@router.get("/v1/jobs/{job_id}/steps/{step_id}/attach", response_model=StepReply)
+async def attach_step(controller: Ctl, job_id: int, step_id: Annotated[str, Path(max_length=16)],
+                      who: Who) -> StepReply:
+    """sattach: where a running step's tasks are, and the credential their agents ask for."""
+    state = controller.state
+    job = one_job(state, job_id)
+    step, credential = steps_mod.attach(state, job, step_id, who)
+    placements = [StepPlacement(node=n, agent_url=state.nodes[n].agent_url, node_index=i, task_ids=t)
+                  for i, (n, t) in enumerate(step.layout.items()) if n in state.nodes]
+    return StepReply(job_id=job_id, step_id=int(step.step_id), ntasks=step.ntasks, nodes=list(step.layout),
+                     placements=placements, credential=credential)
 
 
 @router.post("/v1/jobs/{job_id}/bcast", response_model=BcastGrant)

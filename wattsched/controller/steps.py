@@ -33,10 +33,21 @@ def create_step(state: ClusterState, job: Job, req: StepCreate, who: Identity,
                 ntasks=sum(len(t) for t in layout.values()),
                 cpus=sum(job.alloc_cpus[n] for n in layout), start_time=now,
                 node_cpus={} if req.overlap else {n: min(job.alloc_cpus[n], len(t) * req.cpus_per_task)
-                                                  for n, t in layout.items()})
+                                                  for n, t in layout.items()},
+                layout=layout)
     job.steps.append(step)
     state.touch(job)
     return step, layout
+
+
+def attach(state: ClusterState, job: Job, step_id: str, who: Identity) -> tuple[Step, str]:
+    """sattach: a running srun step of the caller's (or, for an administrator, anyone's) job and a
+    credential for its agents, which then stream its tasks' output and take input for them."""
+    permissions.check_owner(state, job, who)
+    step = job.find_step(step_id)
+    if step is None or step.state != states.RUNNING or not step.layout:
+        raise Refused(f"Job step {job.job_id}.{step_id} not found or not running", 404)
+    return step, step_credential(state, job, step, step.layout)
 
 
 def require_running(job: Job) -> None:

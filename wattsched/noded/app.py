@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
@@ -115,6 +116,28 @@ def create_app(agent: Agent) -> FastAPI:
             finally:
                 if agent.step_inputs.get(key) is inputs:
                     del agent.step_inputs[key]
+
+        return StreamingResponse(stream(), media_type="application/x-ndjson")
+
+    @app.post("/v1/steps/attach")
+    async def step_attach(req: StepOnNode, who: Who) -> StreamingResponse:
+        """sattach: the step's tasks' output here from now on, as NDJSON lines, until it ends."""
+        step_credential(agent, req, who)
+        step = agent.live_steps.get((req.job_id, req.step_id, req.node))
+        if step is None:
+            raise HTTPException(404, f"Job step {req.job_id}.{req.step_id} is not running on {req.node}")
+        if len(step.watchers) >= steps.MAX_WATCHERS:
+            raise HTTPException(429, f"Job step {req.job_id}.{req.step_id} already has {steps.MAX_WATCHERS} sattach")
+        watcher: asyncio.Queue[bytes | None] = asyncio.Queue()  # (bounded by steps.WATCHER_BACKLOG)
+        step.watchers.append(watcher)
+
+        async def stream() -> AsyncIterator[bytes]:
+            try:
+                while (item := await watcher.get()) is not None:
+                    yield item
+            finally:
+                with contextlib.suppress(ValueError):
+                    step.watchers.remove(watcher)
 
         return StreamingResponse(stream(), media_type="application/x-ndjson")
 

@@ -21,7 +21,7 @@ import subprocess
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from wattsched import hostlist, multiprog, patterns
@@ -46,8 +46,12 @@ class LiveStep:
     signal: Callable[[int], None]
     aborted: Callable[[], None]  # the job ends under the step (scancel, its time limit): srun is told
     mpi: MpiServer | None = None
+    # sattach's: each gets the tasks' output from when it came, then None when the step is over
+    watchers: list[asyncio.Queue[bytes | None]] = field(default_factory=list)
 
 
+MAX_WATCHERS = 8  # sattach clients of one step on one node at once
+WATCHER_BACKLOG = 10_000  # output lines a sattach may fall behind by before it is let go
 IDENTITY = ("hostname", "hosts_file", "tmp_dir")  # a virtual node's, as extra_spec holds it
 
 
@@ -290,10 +294,19 @@ async def run_tasks(req: TaskLaunch, layout: dict[str, list[int]], uid: int, gid
             if item is None:
                 open_ends -= 1
             else:
+                if step.watchers and item.startswith(b'{"task"') and b'"fd"' in item:  # output, for sattach
+                    for watcher in list(step.watchers):
+                        if watcher.qsize() >= WATCHER_BACKLOG:  # one that does not read is let go
+                            step.watchers.remove(watcher)
+                            watcher.put_nowait(None)
+                        else:
+                            watcher.put_nowait(item)
                 yield item
     finally:
         if server is not None:
             server.close()
+        for watcher in step.watchers:
+            watcher.put_nowait(None)
         if live is not None and live.get(key) is step:
             del live[key]
         for _task, proc, fut in running:
