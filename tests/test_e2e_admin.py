@@ -29,6 +29,7 @@ def test_drain_resume_and_reasons(cluster: Cluster) -> None:
     assert listed("down,drain") == {"n02": "down", "n03": "idle+drain", "n04": "idle+drain"}
     assert listed("idle&drain") == {"n03": "idle+drain", "n04": "idle+drain"}
     assert listed("down&drain") == {}
+    assert len(listed("all")) == 4 and listed("reboot,boot") == {}
     bad = cluster.run("sinfo", "-t", "sideways", check=False)
     assert bad.returncode == 1 and 'Bad state string: "sideways"' in bad.stderr
     cluster.run("scontrol", "update", "nodename=n02", "state=resume")

@@ -114,7 +114,7 @@ _FLAG_TESTS: dict[str, Callable[[dict[str, Any]], bool]] = {
                                                            "powering_down")},
     # Slurm's, which nothing here ever has
     **{flag: (lambda n: False) for flag in ("cloud", "fail", "planned", "plnd", "perfctrs", "npc", "reboot_requested",
-                                            "reboot_issued")},
+                                            "reboot_issued", "reboot", "boot")},
 }
 
 
@@ -225,6 +225,8 @@ def render(client: Client, opts: dict[str, Any]) -> str:
         wanted_nodes = set(hostlist.expand(opts["nodes"]))
         node_rows = [n for n in node_rows if n["name"] in wanted_nodes]
     wanted_states = split_list(opts.get("states"))
+    if any(name.lower() == "all" for name in wanted_states):  # every state: no filter, as Slurm's
+        wanted_states = []
     if wanted_states:
         given = ",".join(wanted_states)
         tests = [state_test(name) for name in given.replace("&", ",").split(",") if name]
