@@ -133,6 +133,18 @@ def test_salloc_command_ends_when_the_allocation_is_cancelled(cluster: Cluster) 
     assert proc.returncode != 0
 
 
+def test_salloc_no_shell_leaves_the_allocation_for_steps(cluster: Cluster) -> None:
+    """salloc --no-shell: the allocation is granted and kept (steps run in it with --jobid) until
+    scancel or its time limit, as Slurm's."""
+    done = cluster.run("salloc", "--no-shell", "-N1", "-t", "5")
+    job_id = re.search(r"Granted job allocation (\d+)", done.stderr).group(1)
+    assert cluster.job(int(job_id))["state"] == "RUNNING" and "Relinquishing" not in done.stderr
+    assert cluster.run("srun", f"--jobid={job_id}", "echo", "in it").stdout == "in it\n"
+    assert cluster.job(int(job_id))["state"] == "RUNNING"
+    cluster.run("scancel", job_id)
+    cluster.wait_state(int(job_id), "CANCELLED")
+
+
 def test_ctrl_c_shows_the_tasks_then_ends_the_step_as_slurms_srun(cluster: Cluster, terminal) -> None:
     """Ctrl-C once: srun says so and lists its tasks' states; again within a second: it sends them
     Ctrl-C and forces the step's end (a task ignoring SIGINT is killed); --quit-on-interrupt: at once."""

@@ -137,7 +137,8 @@ def job_options(prog: str) -> list[Opt | str]:
            ignored(None, "accel-bind", REQ), Opt(None, "quit-on-interrupt", NO, "quit on single Ctrl-C"),
            ignored(None, "whole", NO),
            ignored(None, "external-launcher", NO), ignored(None, "resv-ports", OPT)] if step else []),
-        *([ignored(None, "no-bell", NO), ignored("K", "kill-command", OPT), ignored(None, "no-shell", NO)]
+        *([ignored(None, "no-bell", NO), ignored("K", "kill-command", OPT),
+           Opt(None, "no-shell", NO, "immediately exit after allocating resources, without running a command")]
           if alloc else []),
         refused(None, "gpus-per-socket", REQ, _GPU_BINDING),
         refused(None, "cpus-per-gpu", REQ, "--cpus-per-gpu is not supported; use -c with --gpus-per-task"),

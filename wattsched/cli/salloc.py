@@ -50,6 +50,8 @@ def salloc(argv: list[str]) -> int:
     if opts.get("test_only"):  # the allocation's plan: none is made
         return o.will_run(client, request_body(opts, command, False), "salloc")
     job_id = allocate(client, opts, "immediate" in opts, quiet, prog="salloc", command=command)
+    if opts.get("no_shell"):  # the allocation stays, for steps and scancel, until its time limit
+        return 0
     env = dict(os.environ)
     try:
         slurm_env = client.request("GET", f"/v1/jobs/{job_id}/environment")["environment"]
