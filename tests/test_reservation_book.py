@@ -8,9 +8,10 @@ import time
 
 import pytest
 
+from wattsched import states
 from wattsched.api import ReservationSpec
 from wattsched.controller.reservations import ReservationBook, ReservationError, overlap
-from wattsched.model import Node, Reservation
+from wattsched.model import Job, Node, Reservation
 from wattsched.nodestates import NodeBase
 from wattsched.scheduling import PartitionSnap
 
@@ -79,13 +80,16 @@ def test_a_weekday_reservation_rolls_over_the_weekend() -> None:
 
 
 def _book_of_three() -> tuple[ReservationBook, dict[str, Node], dict[str, PartitionSnap]]:
-    nodes = {f"n{i}": Node(name=f"n{i}", cpus=4, real_memory_mb=1000, base_state=NodeBase.IDLE) for i in (1, 2, 3)}
+    nodes = {f"n{i}": Node(name=f"n{i}", cpus=4, real_memory_mb=1000, base_state=NodeBase.IDLE, not_responding=False)
+             for i in (1, 2, 3)}
     return ReservationBook(), nodes, {"p": PartitionSnap("p", ("n1", "n2", "n3"))}
 
 
-def test_replace_down_swaps_a_down_or_drained_node_for_a_free_one() -> None:
+@pytest.mark.parametrize("flags", ["", "REPLACE_DOWN"])
+def test_a_down_or_drained_node_is_swapped_for_a_free_one(flags: str) -> None:
+    """As Slurm's, for any reservation of NodeCnt nodes (REPLACE_DOWN says so, and more)."""
     book, nodes, partitions = _book_of_three()
-    spec = ReservationSpec(name="r", start_time="now", duration="60", node_cnt=1, users="u", flags="REPLACE_DOWN")
+    spec = ReservationSpec(name="r", start_time="now", duration="60", node_cnt=1, users="u", flags=flags)
     made = book.create(spec, "root", MONDAY, nodes, partitions, "p", [])
     assert made.nodes == ["n1"] and book.maintain(nodes, partitions, [], MONDAY + 1) == ([], [])
     nodes["n1"].base_state = NodeBase.DOWN
@@ -95,6 +99,19 @@ def test_replace_down_swaps_a_down_or_drained_node_for_a_free_one() -> None:
     nodes["n3"].base_state = NodeBase.DOWN
     assert book.maintain(nodes, partitions, [], MONDAY + 3) == ([], [])  # no node to take: it keeps n2
     assert made.nodes == ["n2"]
+
+
+def test_replace_keeps_a_pool_of_idle_nodes_and_leaves_named_and_maint_ones_alone() -> None:
+    book, nodes, partitions = _book_of_three()
+    pool = book.create(ReservationSpec(name="pool", start_time="now", duration="60", node_cnt=1, users="u",
+                                       flags="REPLACE"), "root", MONDAY, nodes, partitions, "p", [])
+    job = Job(job_id=1, name="j", uid=1, user="u", state=states.RUNNING, reservation="pool", start_time=MONDAY,
+              alloc_cpus={"n1": 1})
+    assert book.maintain(nodes, partitions, [job], MONDAY + 1) == ([pool], []) and pool.nodes == ["n2"]
+    named = book.create(ReservationSpec(name="named", start_time="now", duration="60", nodes="n3", users="u"),
+                        "root", MONDAY, nodes, partitions, "p", [])
+    nodes["n3"].base_state = NodeBase.DOWN
+    assert book.maintain(nodes, partitions, [job], MONDAY + 2) == ([], []) and named.nodes == ["n3"]
 
 
 def test_purge_comp_deletes_a_reservation_idle_for_its_time() -> None:

@@ -288,13 +288,15 @@ class ReservationBook:
 
     def maintain(self, nodes: Mapping[str, Node], partitions: Mapping[str, scheduling.PartitionSnap],
                  jobs: Iterable[Job], now: float) -> tuple[list[Reservation], list[Reservation]]:
-        """Slurm's REPLACE_DOWN and REPLACE: a NodeCnt reservation's nodes that are down or drained
-        (with REPLACE, also held by a job of no one in it) give way to usable ones of its partition,
-        where there are; and PURGE_COMP: one without a job waiting or running in it for its time
-        is deleted. Returns (changed, deleted)."""
+        """As Slurm's: a reservation of NodeCnt nodes (not MAINT, not given its nodes by name) has
+        those that are down, drained or not responding replaced by usable ones of its partition
+        where there are (with REPLACE, also those its jobs run on: its pool of idle nodes stays
+        whole); and PURGE_COMP: one without a job waiting or running in it for its time is deleted.
+        Returns (changed, deleted)."""
         changed: list[Reservation] = []
         deleted: list[Reservation] = []
-        tending = [r for r in self.by_name.values() if {"REPLACE", "REPLACE_DOWN", "PURGE_COMP"} & set(r.flags)]
+        tending = [r for r in self.by_name.values() if "PURGE_COMP" in r.flags
+                   or (r.nodes and not {"SPEC_NODES", "MAINT"} & set(r.flags))]
         if not tending:
             return changed, deleted
         jobs = list(jobs)
@@ -307,31 +309,30 @@ class ReservationBook:
                     resv.deleted = True
                     deleted.append(resv)
                     continue
-            if ({"REPLACE", "REPLACE_DOWN"} & set(resv.flags) and "SPEC_NODES" not in resv.flags
-                    and self._replace_nodes(resv, nodes, partitions, jobs, now)):
+            if resv.nodes and not {"SPEC_NODES", "MAINT"} & set(resv.flags) and \
+                    self._replace_nodes(resv, nodes, partitions, jobs, now):
                 changed.append(resv)
         return changed, deleted
 
     def _replace_nodes(self, resv: Reservation, nodes: Mapping[str, Node],
                        partitions: Mapping[str, scheduling.PartitionSnap], jobs: list[Job], now: float) -> bool:
         """Swap the reservation's unusable nodes for usable ones; whether any was swapped."""
-        busy = _busy_until(resv.nodes, [j for j in jobs if j.reservation != resv.name], now) \
-            if "REPLACE" in resv.flags else {}
+        allocated = _busy_until(resv.nodes, jobs, now) if "REPLACE" in resv.flags and resv.active(now) else {}
 
-        def unusable(name: str) -> bool:
+        def usable(name: str) -> bool:
             node = nodes.get(name)
-            return node is None or node.drain or node.base_state == NodeBase.DOWN or name in busy
+            return node is not None and not (node.drain or node.base_state == NodeBase.DOWN or node.not_responding)
 
-        gone = [n for n in resv.nodes if unusable(n)]
+        gone = [n for n in resv.nodes if not usable(n) or n in allocated]
         part = partitions.get(resv.partition)
         if not gone or part is None:
             return False
         taken = {n for other in self._overlapping(resv) for n in other.nodes} | set(resv.nodes)
-        busy_now = _busy_until(part.nodes, [j for j in jobs if j.reservation != resv.name], now)
+        busy = {} if "IGNORE_JOBS" in resv.flags else _busy_until(part.nodes, jobs, now)
         wanted = _features(resv.features)
-        spare = sorted((nodes[n] for n in part.nodes if n in nodes and n not in taken and n not in busy_now
-                        and not nodes[n].drain and nodes[n].base_state != NodeBase.DOWN
-                        and _has_features(nodes[n], wanted)), key=lambda n: n.weight)
+        spare = sorted((nodes[n] for n in part.nodes if n in nodes and n not in taken and usable(n)
+                        and busy.get(n, 0.0) <= resv.start_time and _has_features(nodes[n], wanted)),
+                       key=lambda n: n.weight)
         swaps = list(zip(gone, spare, strict=False))
         for old, new in swaps:
             resv.nodes[resv.nodes.index(old)] = new.name
