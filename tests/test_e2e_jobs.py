@@ -505,6 +505,7 @@ def test_the_controllers_folding_of_arrays_is_squeues(cluster: Cluster) -> None:
             f"JobId={held[0]} ArrayJobId={held[0]} ArrayTaskId=1-5,7,9-12 ArrayTaskThrottle=3 JobName=folded ")
         one = cluster.run("scontrol", "-o", "show", "job", f"{held[0]}_7").stdout
         assert one.startswith(f"JobId={held[0] + 5} ArrayJobId={held[0]} ArrayTaskId=7 ")
+        assert cluster.run("scontrol", "-o", "show", "job", str(held[0] + 5)).stdout == one  # by its own id
     finally:
         cluster.run("scancel", *map(str, held), check=False)
 

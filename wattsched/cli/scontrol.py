@@ -228,7 +228,9 @@ def show(client: Client, args: list[str], oneliner: bool, as_json: bool, details
         if not jobs:
             print("No jobs in the system")
             return None
-        if not (rest and "_" in rest[0]):  # a task asked for by its index is shown alone
+        # an array asked for by its id (or every job): its pending tasks in one record; a task asked
+        # for by its index or its own job id is shown alone
+        if not rest or all(str(j["array_job_id"]) == rest[0] for j in jobs):
             jobs = _fold_pending_tasks(jobs)
         return _emit([job_lines(j, details) for j in sorted(jobs, key=lambda j: j["job_id"])], oneliner)
     if what in ("node", "nodes"):
