@@ -248,6 +248,8 @@ def test_no_one_attaches_to_anothers_step(shared: Cluster, mallory: Account, vic
     reply = httpx.post(f"{placement['agent_url']}/v1/steps/attach", json=stolen, headers=headers, timeout=30)
     assert reply.status_code == 403 and "Access/permission denied" in reply.text
     victim.run("scancel", str(job))
+    debug = mallory.run("srun", "--slurmd-debug=verbose", "true")  # root's, as Slurm's (root and SlurmUser)
+    assert debug.returncode != 0 and b"allowed only for root and SlurmUser" in debug.stderr
 
 
 def test_tokens_and_roles_cannot_be_forged(shared: Cluster, mallory: Account) -> None:

@@ -571,3 +571,17 @@ def test_steps_running_at_once_do_not_share_cpus(cluster: Cluster) -> None:
     assert "step creation temporarily disabled, retrying (Requested nodes are busy)" in said
     assert f"srun: Step created for StepId={job_id}.1" in said
     assert (cluster.work / "waits" / "out").read_text() == "second\n"
+
+
+def test_srun_slurmd_debug_shows_the_step_daemons_log(cluster: Cluster) -> None:
+    """srun --slurmd-debug=LEVEL (root's, as Slurm's: the hostile suite checks a user is refused): the
+    step daemon's own lines on the step's standard error, from verbose on (its levels, then each
+    task's start and end)."""
+    assert "debug levels" not in cluster.run("srun", "--slurmd-debug=info", "true").stderr
+    said = cluster.run("srun", "-n2", "--slurmd-debug=verbose", "true").stderr
+    assert "slurmstepd: debug levels are stderr='verbose'" in said and "slurmstepd: starting 2 tasks" in said
+    assert re.search(r"slurmstepd: task 1 \(\d+\) exited with exit code 0\.", said), said
+    assert "debug:" not in said
+    assert "slurmstepd: debug:  step " in cluster.run("srun", "--slurmd-debug=debug", "true").stderr
+    bad = cluster.run("srun", "--slurmd-debug=loud", "true", check=False)
+    assert bad.returncode == 1 and "Invalid --slurmd-debug level: loud" in bad.stderr

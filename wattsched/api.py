@@ -591,6 +591,7 @@ class TaskLaunch(Strict):
     array_job_id: int = Field(0, ge=0, le=BIG)
     array_task_id: int | None = Field(None, ge=0, le=INT32)
     rlimits: RLimits = {}  # srun's shell's, for the agent to choose from
+    slurmd_debug: int = Field(2, ge=0, le=7)  # srun --slurmd-debug: the step daemon's log level (LOG_LEVELS' index)
     # srun --task-prolog/--task-epilog: the user's programs, run as the user around each task
     task_prolog: str = Field("", max_length=PATH_MAX)
     task_epilog: str = Field("", max_length=PATH_MAX)

@@ -452,6 +452,7 @@ def run_step(client: Client, job_id: int, opts: dict[str, Any], command: list[st
     if opts.get("verbose"):
         job_information(client, job_id)
     req["overlap"] = bool(opts.get("overlap"))
+    debug_level = {"slurmd_debug": slurmd_debug(opts["slurmd_debug"])} if opts.get("slurmd_debug") else {}
     step = create_step(client, job_id, req, "immediate" in opts, bool(opts.get("verbose")))
     job_name = str(os.environ.get("SLURM_JOB_NAME", req["name"]) if not new_allocation else req["name"])
     open_mode = opts.get("open_mode") or "truncate"
@@ -499,7 +500,7 @@ def run_step(client: Client, job_id: int, opts: dict[str, Any], command: list[st
                 "input": pattern, "stdin_tasks": [t for t in placement["task_ids"] if t in fed],
                 "pty": pty, "rows": rows, "cols": cols, "cpu_bind": cpu_bind, "mpi": opts["mpi"],
                 "multi_prog": opts.get("multi_prog_text", ""), "preserve_env": bool(opts.get("preserve_env")),
-                "rlimits": rlimits.current(),
+                "rlimits": rlimits.current(), **debug_level,
                 **{key: os.path.abspath(opts[key]) for key in ("task_prolog", "task_epilog") if opts.get(key)}}
         if body["stdin_tasks"] or (pty and 0 in placement["task_ids"]):
             targets.append(placement)
@@ -545,6 +546,21 @@ def task_end(node: str, tasks: list[int], exit_code: int, term_signal: int) -> s
     if term_signal:
         return f"srun: error: {node}: {which}: {signal_mod.strsignal(term_signal) or f'Signal {term_signal}'}\n"
     return f"srun: error: {node}: {which}: Exited with exit code {exit_code}\n"
+
+
+def slurmd_debug(level: str) -> int:
+    """srun --slurmd-debug: the step daemon's log level (a name or Slurm's number) for its lines on
+    the tasks' standard error; root's alone (Slurm's: root and SlurmUser), but error, the default.
+    (Asked for only with the option: the configuration module costs a command ~50 ms to import.)"""
+    from wattsched.config import LOG_LEVELS
+
+    text = level.strip().lower()
+    index = int(text) if text.isdigit() else LOG_LEVELS.index(text) if text in LOG_LEVELS else -1
+    if not 0 <= index < len(LOG_LEVELS):
+        raise CLIError(f"Invalid --slurmd-debug level: {level} ({', '.join(LOG_LEVELS)})")
+    if os.getuid() != 0 and LOG_LEVELS[index] != "error":
+        raise CLIError("Use of --slurmd-debug is allowed only for root and SlurmUser(root)")
+    return index
 
 
 def kill_on_bad_exit(opts: dict[str, Any], default: bool) -> bool:

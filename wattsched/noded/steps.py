@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from wattsched import hostlist, multiprog, patterns
 from wattsched.api import JobEvent, TaskLaunch, TaskUsage
+from wattsched.config import LOG_LEVELS
 from wattsched.cpubind import TaskBinding
 from wattsched.noded import procs
 
@@ -183,10 +184,18 @@ async def run_tasks(req: TaskLaunch, layout: dict[str, list[int]], uid: int, gid
         if ended_by[0] == signal.SIGTERM:
             loop.call_later(kill_wait_s, _kill_all, [proc])
 
+    def said(level: str, text: str) -> None:
+        """The step daemon's log at srun --slurmd-debug's level, on the step's standard error."""
+        if req.slurmd_debug >= LOG_LEVELS.index(level):
+            prefix = "" if level == "verbose" else f"{level}:  "
+            queue.put_nowait(_line({"stepd": f"slurmstepd: {prefix}{text}\n"}))
+
     def exited(task_id: int, proc: procs.StepDaemon, reaped: asyncio.Future) -> None:
         if not reaped.cancelled() and reaped.exception() is None:
             result = results[task_id] = reaped.result()
             pgids.discard(proc.pid)
+            said("verbose", f"task {task_id} ({proc.pid}) exited. Killed by signal {result.term_signal}."
+                 if result.term_signal else f"task {task_id} ({proc.pid}) exited with exit code {result.exit_code}.")
             queue.put_nowait(_line({"task": task_id, "exit": result.exit_code, "signal": result.term_signal}))
         queue.put_nowait(None)
 
@@ -217,6 +226,10 @@ async def run_tasks(req: TaskLaunch, layout: dict[str, list[int]], uid: int, gid
                     results[task_id] = procs.Exit(2, 0)
                     yield _line({"task": task_id, "exit": 2, "signal": 0})
                 return
+        said("verbose", f"debug levels are stderr='{LOG_LEVELS[req.slurmd_debug]}', logfile='quiet', "
+             "syslog='quiet'")
+        said("verbose", f"starting {len(layout[req.node])} tasks")
+        said("debug", f"step {req.job_id}.{req.step_id} on {req.node}: tasks {','.join(map(str, layout[req.node]))}")
         for local_id, task_id in enumerate(layout[req.node]):
             env = task_environment(req, layout, task_id, local_id, node_index)
             argv, failure = req.argv, ""
@@ -280,6 +293,7 @@ async def run_tasks(req: TaskLaunch, layout: dict[str, list[int]], uid: int, gid
                 reaped.add_done_callback(functools.partial(_task_ended, server, local_id))
             reaped.add_done_callback(functools.partial(exited, task_id, proc))
             running.append((task_id, proc, reaped))
+            said("verbose", f"task {task_id} ({proc.pid}) started {time.strftime('%Y-%m-%dT%H:%M:%S')}")
             if ended_by:
                 started_late(proc)
             for fd_no, pipe in ((1, proc.stdout), (2, proc.stderr)):
