@@ -271,9 +271,15 @@ def test_refusals_say_only_why(shared: Cluster, mallory: Account, victim: Accoun
     assert b"Modified" not in refused.stdout, refused.stdout
     job = victim.sbatch("--profile=energy", "--acctg-freq=energy=1", "-o", "/dev/null", "--wrap", "true")
     shared.wait_state(job, "COMPLETED", timeout=60)
-    stolen = mallory.run("sh5util", "-j", str(job), "-u", victim.name)
-    assert stolen.returncode != 0 and b"Traceback" not in stolen.stderr, stolen.stderr
-    assert stolen.stderr.startswith(b"sh5util: error: "), stolen.stderr
+    from wattsched import config
+
+    merged = Path(config.load(str(shared.conf)).profile_dir) / victim.name / f"job_{job}.h5"
+    for ready in (False, True):  # before the controller merged the job's profiles, and after
+        if ready:
+            wait_for(merged.exists, 60, what="the job's profiles merged")
+        stolen = mallory.run("sh5util", "-j", str(job), "-u", victim.name)
+        assert stolen.returncode != 0 and b"Traceback" not in stolen.stderr, stolen.stderr
+        assert stolen.stderr.startswith(b"sh5util: error: "), stolen.stderr
 
 
 # --- every run accounted ----------------------------------------------------------------------------

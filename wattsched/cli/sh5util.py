@@ -90,16 +90,16 @@ def sh5util(argv: list[str]) -> None:
         raise CLIError("a job id is required (-j)")
     directory = profiledir or load_config().profile_dir
     owner = user or auth.username(os.getuid())
+    target = output or f"./job_{jobs}.h5"
     try:
         merged = h5profile.merge(directory, owner, jobs, keep=bool(savefiles))
-    except OSError as exc:  # another user's folder, or one that is not there: said, not a traceback
+        if merged is not None and os.path.abspath(target) != os.path.abspath(merged):
+            shutil.copyfile(merged, target)
+    except OSError as exc:  # another user's profiles (merged already or not), or none: said, not a traceback
         raise CLIError(f"Cannot read the profiles of job {jobs} in {os.path.join(directory, owner)}: "
                        f"{exc.strerror or exc}") from exc
     if merged is None:
         raise CLIError(f"No node-step files found for job {jobs} in {os.path.join(directory, owner)}")
-    target = output or f"./job_{jobs}.h5"
-    if os.path.abspath(target) != os.path.abspath(merged):
-        shutil.copyfile(merged, target)
     sys.stderr.write(f"sh5util: merged job {jobs} into {target}\n")
 
 
