@@ -14,7 +14,7 @@ deleted.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 
 from wattsched import hostlist, power, scheduling, states, timefmt
 from wattsched.api import ReservationSpec
@@ -287,7 +287,7 @@ class ReservationBook:
     # --- helpers -----------------------------------------------------------------------------
 
     def maintain(self, nodes: Mapping[str, Node], partitions: Mapping[str, scheduling.PartitionSnap],
-                 jobs: Iterable[Job], now: float) -> tuple[list[Reservation], list[Reservation]]:
+                 jobs: Collection[Job], now: float) -> tuple[list[Reservation], list[Reservation]]:
         """As Slurm's: a reservation of NodeCnt nodes (not MAINT, not given its nodes by name) has
         those that are down, drained or not responding replaced by usable ones of its partition
         where there are (with REPLACE, also those its jobs run on: its pool of idle nodes stays
@@ -297,9 +297,6 @@ class ReservationBook:
         deleted: list[Reservation] = []
         tending = [r for r in self.by_name.values() if "PURGE_COMP" in r.flags
                    or (r.nodes and not {"SPEC_NODES", "MAINT"} & set(r.flags))]
-        if not tending:
-            return changed, deleted
-        jobs = list(jobs)
         for resv in tending:
             if "PURGE_COMP" in resv.flags and resv.active(now):
                 if any(j.reservation == resv.name and j.state not in states.FINISHED for j in jobs):
@@ -315,9 +312,12 @@ class ReservationBook:
         return changed, deleted
 
     def _replace_nodes(self, resv: Reservation, nodes: Mapping[str, Node],
-                       partitions: Mapping[str, scheduling.PartitionSnap], jobs: list[Job], now: float) -> bool:
-        """Swap the reservation's unusable nodes for usable ones; whether any was swapped."""
-        allocated = _busy_until(resv.nodes, jobs, now) if "REPLACE" in resv.flags and resv.active(now) else {}
+                       partitions: Mapping[str, scheduling.PartitionSnap], jobs: Collection[Job],
+                       now: float) -> bool:
+        """Swap the reservation's unusable nodes for usable ones; whether any was swapped. Runs every
+        second: the jobs are read only once a node is to be replaced."""
+        replace_busy = "REPLACE" in resv.flags and resv.active(now)
+        allocated = {n for n in resv.nodes if replace_busy and n in nodes and nodes[n].alloc_cpus}
 
         def usable(name: str) -> bool:
             node = nodes.get(name)
