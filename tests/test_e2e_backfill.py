@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -184,5 +185,13 @@ def test_reservation_keys_abbreviate_and_features_choose_nodes(tmp_path: Path) -
         c.run("scontrol", "create", "res", "ReservationName=tended", "StartTime=now+1hour", "Duration=10",
               "NodeCnt=1", "Users=root", "Flags=DAILY,REPLACE_DOWN,PURGE_COMP=1")
         assert "Flags=DAILY,REPLACE_DOWN,PURGE_COMP=00:01:00" in c.run("scontrol", "show", "res", "tended").stdout
+        first = json.loads(c.run("scontrol", "--json", "show", "res", "tended").stdout)["reservations"][0]
+        assert c.run("scontrol", "update", "ReservationName=tended", "skip").stdout == "Reservation updated.\n"
+        skipped = json.loads(c.run("scontrol", "--json", "show", "res", "tended").stdout)["reservations"][0]
+        assert skipped["start_time"]["number"] == first["start_time"]["number"] + 86400
+        refused = c.run("scontrol", "update", "ReservationName=either", "sk", check=False)
+        assert refused.returncode == 1 and "not skipable, try deleting instead" in refused.stderr
+        refused = c.run("scontrol", "update", "NodeName=n1", "skip", check=False)
+        assert refused.returncode == 1 and "Invalid input: skip" in refused.stderr
     finally:
         c.stop()

@@ -128,3 +128,22 @@ def test_purge_comp_deletes_a_reservation_idle_for_its_time() -> None:
     with pytest.raises(ReservationError, match="Invalid reservation flag: DAILY=1"):
         book.create(ReservationSpec(name="x", start_time="now", duration="60", node_cnt=1, users="u",
                                     flags="DAILY=1"), "root", MONDAY, nodes, partitions, "p", [])
+
+
+def test_skip_moves_a_recurring_reservation_to_its_next_occurrence() -> None:
+    """scontrol update ReservationName=X skip: as Slurm's, the current or coming window is dropped
+    (a WEEKDAY one goes from Friday to Monday); a one-off or one in use is refused."""
+    book, nodes, partitions = _book_of_three()
+    friday = MONDAY + 4 * DAY
+    made = book.create(ReservationSpec(name="wd", start_time="now", duration="60", node_cnt=1, users="u",
+                                       flags="WEEKDAY"), "root", friday, nodes, partitions, "p", [])
+    skipped = book.update("wd", ReservationSpec(skip=True), friday + 1, nodes, partitions, "p", [])
+    assert skipped.start_time == made.start_time + 3 * DAY and skipped.end_time == skipped.start_time + 3600
+    book.create(ReservationSpec(name="once", start_time="now", duration="60", node_cnt=1, users="u"),
+                "root", friday, nodes, partitions, "p", [])
+    with pytest.raises(ReservationError, match="not skipable, try deleting instead"):
+        book.update("once", ReservationSpec(skip=True), friday + 1, nodes, partitions, "p", [])
+    job = Job(job_id=1, name="j", uid=1, user="u", state=states.RUNNING, reservation="wd", start_time=friday,
+              alloc_cpus={"n1": 1})
+    with pytest.raises(ReservationError, match="in use"):
+        book.update("wd", ReservationSpec(skip=True), friday + 2, nodes, partitions, "p", [job])

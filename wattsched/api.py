@@ -214,6 +214,7 @@ class ReservationSpec(Strict):
     flags: str = Field("", max_length=1024)
     watts: int | None = Field(None, ge=0, le=BIG)
     features: str | None = Field(None, max_length=1024)  # None: unchanged on update
+    skip: bool = False  # update of a recurring one: on to its next occurrence (scontrol's bare "skip")
 
 
 class PowerCapUpdate(Strict):

@@ -57,8 +57,10 @@ def create(client: Client, pairs: dict[str, str]) -> None:
     print(f"Reservation created: {reply['name']}")
 
 
-def update(client: Client, pairs: dict[str, str]) -> None:
+def update(client: Client, pairs: dict[str, str], skip: bool = False) -> None:
     body = spec_from_pairs(pairs, "No reservation update.")
+    if skip:
+        body["skip"] = True
     name = body.pop("name", "")
     try:
         client.request("PATCH", f"/v1/reservations/{name}", body)

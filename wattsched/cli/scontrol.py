@@ -391,8 +391,16 @@ def _show_named(client: Client, kind: str, title: str, rest: list[str],
     return _emit([lines(r) for r in found], oneliner)
 
 
+def _is_skip(arg: str) -> bool:
+    """scontrol's bare ``skip`` of a reservation update (``sk`` at least, as Slurm's matches it)."""
+    return "=" not in arg and len(arg) >= 2 and "skip".startswith(arg.lower())
+
+
 def update(client: Client, args: list[str]) -> None:
-    pairs = _pairs(args)
+    skip = any(_is_skip(arg) for arg in args)
+    pairs = _pairs([arg for arg in args if not _is_skip(arg)])
+    if skip and "reservationname" not in pairs and "reservation" not in pairs:
+        raise CLIError(f"Invalid input: {next(arg for arg in args if _is_skip(arg))}  Request aborted")
     if "powercap" in pairs:
         if "@" in pairs["powercap"] or len(pairs) > 1:  # a step of the schedule: the controller checks its keys
             step = {"power_cap": pairs.pop("powercap"), "end_time": pairs.pop("endtime", ""),
@@ -406,7 +414,7 @@ def update(client: Client, args: list[str]) -> None:
     if "reservationname" in pairs or "reservation" in pairs:
         from wattsched.cli import resv
 
-        return resv.update(client, pairs)
+        return resv.update(client, pairs, skip)
     if "partitionname" in pairs and "jobid" not in pairs and "job" not in pairs:
         return _update_partition(client, args)
     if "nodename" in pairs:

@@ -150,6 +150,11 @@ def _window(spec: ReservationSpec, now: float, start: float | None, end: float |
     return start, end
 
 
+def _refuse_in_use(name: str, jobs: Iterable[Job]) -> None:
+    if any(j.reservation == name and j.holds_nodes for j in jobs):
+        raise ReservationError("Requested reservation is in use")
+
+
 def _busy_until(nodes: Iterable[str], jobs: Iterable[Job], now: float) -> dict[str, float]:
     """Per node, when its running jobs will have ended at the latest (inf: no time limit)."""
     wanted = set(nodes)
@@ -245,6 +250,8 @@ class ReservationBook:
             changed.partition = spec.partition
         if spec.watts is not None:
             changed.watts = spec.watts
+        if spec.skip:
+            self._skip(changed, jobs)
         if spec.features is not None:
             _features(spec.features)
             changed.features = spec.features
@@ -256,10 +263,22 @@ class ReservationBook:
         self.by_name[name] = changed
         return changed
 
+    @staticmethod
+    def _skip(resv: Reservation, jobs: Iterable[Job]) -> None:
+        """``skip``: a recurring reservation moves from its coming (or current) occurrence to the
+        one after, as Slurm's; one in use by running jobs stays, as it cannot be deleted either."""
+        step = _step(resv)
+        if not step:
+            raise ReservationError("Reservation given is not skipable, try deleting instead")
+        _refuse_in_use(resv.name, jobs)
+        start = resv.start_time + step
+        while not _falls(resv, start):
+            start += step
+        resv.start_time, resv.end_time = start, start + resv.end_time - resv.start_time
+
     def delete(self, name: str, jobs: Iterable[Job]) -> Reservation:
         resv = self._get(name)
-        if any(j.reservation == name and j.holds_nodes for j in jobs):
-            raise ReservationError("Requested reservation is in use")
+        _refuse_in_use(name, jobs)
         del self.by_name[name]
         resv.deleted = True
         return resv
