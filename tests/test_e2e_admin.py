@@ -226,3 +226,61 @@ def test_scontrol_show_licenses_says_there_are_none(cluster: Cluster) -> None:
     assert cluster.run("scontrol", "show", "licenses").stdout == "No licenses configured in Slurm.\n"
     shown = json.loads(cluster.run("scontrol", "--json", "show", "licenses").stdout)
     assert shown["licenses"] == [] and shown["errors"] == []
+
+
+def test_strigger_runs_programs_on_node_job_and_config_events(cluster: Cluster, tmp_path) -> None:
+    """strigger as Slurm's: each program runs once its event happens, with the nodes or the job as its
+    last argument; a PERM trigger waits again and outlives a controller killed -9; --clear removes."""
+    out = tmp_path / "fired"
+    program = tmp_path / "notify"
+    program.write_text(f'#!/bin/sh\necho "$0 $*" >> {out}\n')
+    program.chmod(0o755)
+
+    def fired() -> list[str]:
+        return out.read_text().splitlines() if out.exists() else []
+
+    cluster.run("strigger", "--set", "--node=n02", "--down", "--flags=PERM", f"--program={program} down")
+    cluster.run("strigger", "--set", "-D", f"--program={program} drained")
+    cluster.run("strigger", "--set", "--reconfig", f"--program={program}")
+    job_id = cluster.sbatch("-o", "/dev/null", "--wrap", "sleep 300")
+    cluster.run("strigger", "--set", f"--jobid={job_id}", "--fini", f"--program={program} fini")
+    listed = cluster.run("strigger", "--get").stdout.splitlines()
+    assert listed[0] == "TRIG_ID RES_TYPE   RES_ID TYPE                                OFFSET USER     FLAGS PROGRAM"
+    assert re.fullmatch(rf" +1 node +n02 down +0 root +PERM +{program} down", listed[1])
+    assert re.fullmatch(rf" +4 job +{job_id} fini +0 root +{program} fini", listed[4])
+    assert len(cluster.run("strigger", "--get", "--down", "-N").stdout.splitlines()) == 1
+    for args, message in [
+        (["--set", "--jobid=99999", "--fini", f"--program={program}"], "slurm_set_trigger: Invalid job id specified"),
+        (["--set", "--node=n02", "--down", "--flags=PERM", f"--program={program} down"],
+         "slurm_set_trigger: Duplicate event trigger"),
+        (["--set", "--down", "--program=notify"], 'The --program value must start with "/"'),
+        (["--set", "--down", f"--program={tmp_path}/none"], "Invalid --program value, file not found"),
+        (["--set", "--node=n99", "--down", f"--program={program}"], "slurm_set_trigger: Invalid node name specified"),
+        (["--set", "--fail", f"--program={program}"], "nodes have no FAIL state here"),
+        (["--get", "--clear", "--id=1"], "You must use exactly one of the following options"),
+        (["--clear", "--id=77"], "slurm_clear_trigger: No such process"),
+    ]:
+        refused = cluster.run("strigger", *args, check=False)
+        assert refused.returncode != 0 and message in refused.stderr, (args, refused.stderr)
+    assert cluster.run("strigger", "--clear", "--id=77", "-Q", check=False).returncode == 0
+
+    cluster.run("scontrol", "update", "nodename=n02", "state=down", "reason=trigger test")
+    cluster.run("scontrol", "update", "nodename=n03", "state=drain", "reason=trigger test")
+    wait_for(lambda: {f"{program} down n02", f"{program} drained n03"} <= set(fired()), 20, what="node triggers")
+    cluster.run("scancel", str(job_id))
+    wait_for(lambda: f"{program} fini {job_id}" in fired(), 20, what="the job's fini trigger")
+    cluster.run("scontrol", "reconfigure")
+    wait_for(lambda: f"{program} reconfig" in fired(), 20, what="the reconfig trigger")
+    cluster.run("scontrol", "update", "nodename=n[02-03]", "state=resume")
+    # fired once each: only the PERM one is still there, and it outlives a controller killed -9
+    assert [line.split()[0] for line in cluster.run("strigger", "--get", "-N").stdout.splitlines()] == ["1"]
+    cluster.kill_controller()
+    cluster.start_controller()
+    kept = json.loads(cluster.run("strigger", "--get", "--json").stdout)["triggers"]
+    assert [(t["trig_id"], t["flags"], t["res_id"]) for t in kept] == [(1, "PERM", "n02")]
+    cluster.run("scontrol", "update", "nodename=n02", "state=down", "reason=again")
+    wait_for(lambda: fired().count(f"{program} down n02") == 2, 20, what="the PERM trigger again")
+    cluster.run("scontrol", "update", "nodename=n02", "state=resume")
+    cluster.run("strigger", "--clear", "--id=1")
+    assert cluster.run("strigger", "--get").stdout == ""
+    cluster.wait_nodes_up()

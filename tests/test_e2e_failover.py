@@ -194,6 +194,13 @@ def test_takeover_and_the_primary_taking_control_back(ha: Cluster) -> None:
                for _ in range(3)]
     for job in running:
         ha.wait_state(job, "RUNNING")
+    # strigger's controller events: kept with the shared state, fired by the controller taking control
+    events = ha.root.parent / "events"
+    notify = ha.root.parent / "notify"
+    notify.write_text(f"#!/bin/sh\necho \"$*\" >> {events}\n")
+    notify.chmod(0o755)
+    for flag in ("-a", "-C", "-b"):
+        ha.run("strigger", "--set", flag, f"--program={notify}")
     took = time.monotonic()
     ha.run("scontrol", "takeover")
     wait_for(lambda: ha.active() == "127.0.0.2", 30, 0.1, what="ctl2 in charge after scontrol takeover")
@@ -215,6 +222,9 @@ def test_takeover_and_the_primary_taking_control_back(ha: Cluster) -> None:
     switches = ha.root.parent / "switches"
     wait_for(lambda: Counter(switches.read_text().split()) == {"on": 3, "off": 2}, 30, 0.2,
              what=f"the switches' programs ({switches.read_text().split()})")
+    wait_for(lambda: events.exists() and sorted(events.read_text().split()) == [
+        "backup_slurmctld_assumed_control", "primary_slurmctld_failure", "primary_slurmctld_resumed_control"],
+        30, 0.2, what="the controllers' triggers")
 
 
 def test_a_standby_refuses_work_and_names_itself(ha: Cluster) -> None:

@@ -610,3 +610,63 @@ def test_another_user_cannot_join_a_steps_pmix_namespace(shared: Cluster, mallor
         assert final(shared, job)["state"] == "COMPLETED", out.read_text()
     finally:
         shutil.rmtree(tools, ignore_errors=True)
+
+
+# --- event triggers ---------------------------------------------------------------------------------
+
+def test_a_trigger_runs_as_its_setter_and_names_only_what_its_setter_may_run(
+        shared: Cluster, mallory: Account, victim: Account, tmp_path) -> None:
+    """strigger as a user: the program runs as that user with that user's groups (never root's); a
+    program the user may not execute is refused, checked as the user (root never looks at the path);
+    another user's triggers cannot be cleared; what is sent is bounded, and so is how many one user
+    keeps."""
+    seen = mallory.home / "trigger-ran"
+    program = mallory.home / "on-fini"
+    program.write_text(f"#!/bin/sh\necho \"$(id -u) $(id -G) $*\" > {seen}\n")
+    os.chown(program, mallory.uid, mallory.gid)
+    program.chmod(0o700)
+    job = mallory.sbatch("-o", "/dev/null", "--wrap", "sleep 300")
+    done = mallory.run("strigger", "--set", f"--jobid={job}", "--fini", f"--program={program} end")
+    assert done.returncode == 0, done.stderr
+    mine = json.loads(mallory.run("strigger", "--get", "--json").stdout)["triggers"][0]
+    assert (mine["user"], mine["uid"]) == (mallory.name, mallory.uid)
+    for args in (["--clear", f"--id={mine['trig_id']}"], ["--clear", f"--user={mallory.name}"],
+                 ["--clear", f"--jobid={job}"]):
+        refused = victim.run("strigger", *args)
+        assert refused.returncode == 1 and b"Access/permission denied" in refused.stderr, (args, refused.stderr)
+    # victim's own trigger on mallory's program, which victim may not execute (0700): refused
+    stolen = victim.run("strigger", "--set", f"--jobid={job}", "--fini", f"--program={program}")
+    assert stolen.returncode == 1 and b"slurm_set_trigger: Access/permission denied" in stolen.stderr
+    mallory.run("scancel", str(job))
+    ran = wait_for(lambda: seen.exists() and seen.read_text(), 20, what="the trigger's program")
+    uid, *rest = ran.split()
+    assert int(uid) == mallory.uid and rest[-2:] == ["end", str(job)]
+    assert sorted(map(int, rest[:-2])) == sorted(mallory.groups)
+    secret = tmp_path / "root-only"  # a folder only root may enter
+    secret.mkdir(mode=0o700)
+    (secret / "tool").write_text("#!/bin/sh\ntrue\n")
+    (secret / "tool").chmod(0o755)
+    headers = {"Authorization": f"Bearer {mallory.token()}"}
+    base = f"http://127.0.0.1:{shared.port}/v1/triggers"
+    for body in ({"res_type": "node", "types": ["down"], "program": f"{secret}/tool"},
+                 {"res_type": "node", "types": ["down"], "program": "/etc/shadow"}):
+        reply = httpx.post(base, headers=headers, json=body)
+        assert reply.status_code == 403 and "Access/permission denied" in reply.text, reply.text
+    for body in ({"res_type": "node", "types": ["down"], "program": "/" + "x" * 5000},
+                 {"res_type": "node", "types": ["down"] * 17, "program": str(program)},
+                 {"res_type": "node", "types": ["down"], "res_id": "n" * 9000, "program": str(program)},
+                 {"res_type": "node", "types": ["down"], "offset": 40000, "program": str(program)},
+                 {"res_type": "node", "types": ["fini"], "program": str(program)},
+                 {"res_type": "bogus", "types": ["down"], "program": str(program)}):
+        reply = httpx.post(base, headers=headers, json=body)
+        assert 400 <= reply.status_code < 500, (body, reply.text)
+    # idle for nine hours: none of these fires during the test; one user keeps at most USER_MAX of them
+    from wattsched.controller.triggerctl import USER_MAX
+
+    codes = [httpx.post(base, headers=headers, json={"res_type": "node", "types": ["idle"], "offset": 32000 - i,
+                                                     "program": str(program)}).status_code for i in range(USER_MAX + 1)]
+    assert codes.count(200) == USER_MAX and codes[-1] == 503
+    assert victim.run("strigger", "--set", "--idle", "--offset=32000", "--program=/bin/true").returncode == 0
+    assert mallory.run("strigger", "--clear", f"--user={mallory.name}").returncode == 0
+    assert victim.run("strigger", "--clear", f"--user={victim.name}").returncode == 0
+    assert shared.run("strigger", "--get").stdout == ""

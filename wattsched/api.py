@@ -217,6 +217,24 @@ class ReservationSpec(Strict):
     skip: bool = False  # update of a recurring one: on to its next occurrence (scontrol's bare "skip")
 
 
+def _program(text: str) -> str:
+    """A trigger's program: an absolute path, then its arguments (split at spaces, as Slurm's)."""
+    if not text.startswith("/") or "\0" in text:
+        raise ValueError('The --program value must start with "/"')
+    return text
+
+
+class TriggerSpec(Strict):
+    """``strigger --set``: what to wait for, on what, and the program to run (Slurm's trigger_info)."""
+
+    res_type: Literal["node", "job", "slurmctld", "slurmdbd", "database"]
+    types: list[Annotated[str, Field(max_length=64)]] = Field(min_length=1, max_length=16)
+    res_id: str = Field("*", min_length=1, max_length=TEXT_MAX)  # nodes ("*": all) or the job id
+    offset: int = Field(0, ge=-32000, le=32000)
+    perm: bool = False
+    program: Annotated[str, Field(min_length=2, max_length=PATH_MAX), AfterValidator(_program)]
+
+
 class PowerCapUpdate(Strict):
     """``scontrol update powercap=<watts>|<share>%|INFINITE``."""
 

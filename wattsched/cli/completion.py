@@ -16,7 +16,7 @@ from wattsched.cli.options import OPT, Command, Opt
 
 # the Slurm commands we have
 COMMANDS = ("sbatch", "srun", "salloc", "squeue", "scancel", "sinfo", "scontrol", "sacct", "sstat", "sprio",
-            "sshare", "sacctmgr", "sreport", "sdiag", "sh5util", "sbcast", "sgather", "sattach")
+            "sshare", "sacctmgr", "sreport", "sdiag", "sh5util", "sbcast", "sgather", "sattach", "strigger")
 NODE_METAVARS = {"nodes", "hostlist", "node_list", "hosts...", "host_list"}
 # what each kind of value is completed from, in bash (the first two ask the cluster)
 SOURCES = {

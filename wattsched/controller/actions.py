@@ -1,5 +1,6 @@
 """What a transition of the controller's state hands back: the actions the dispatcher carries out
-against the node agents (launch, signal, freeze, power programs, PrologSlurmctld), or Refused,
+against the node agents (launch, signal, freeze, power programs, PrologSlurmctld, a fired trigger's
+program), or Refused,
 which the API layer answers with its HTTP status."""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from wattsched import prologs
 from wattsched.config import Config
 from wattsched.controller.powersaving import PowerProgram
 from wattsched.model import Job
+from wattsched.triggers import Trigger
 
 
 class Refused(Exception):
@@ -76,4 +78,11 @@ def admin_program(config: Config, kind: str, job: Job) -> AdminProgram:
                         else config.epilog_slurmctld, env)
 
 
-Action = Launch | Signal | PowerProgram | AdminProgram | Freeze | SetFreq
+@dataclass(slots=True)
+class RunTrigger:
+    """A fired trigger's program, run as its setter on the controller's host."""
+
+    trigger: Trigger
+
+
+Action = Launch | Signal | PowerProgram | AdminProgram | Freeze | SetFreq | RunTrigger

@@ -1,7 +1,7 @@
 """The controller's HTTP application: its lifespan around the event loop that owns the state
 (loop.Controller), the limits every request meets, how a refusal or an accounting outage is
 answered, and the routers of its parts: jobs and steps (jobroutes), nodes and agents (noderoutes),
-reservations (resvroutes), the cluster's settings, statistics and metrics (clusterroutes), the
+reservations (resvroutes), triggers (triggerroutes), the cluster's settings, statistics and metrics (clusterroutes), the
 accounting database (acctroutes), associations and priorities (priorityapi), Slurm's REST API
 (restd) and the dashboard.
 
@@ -31,6 +31,7 @@ from wattsched.controller import (
     priorityapi,
     restd,
     resvroutes,
+    triggerroutes,
 )
 from wattsched.controller.actions import Refused
 from wattsched.controller.dispatch import Dispatcher
@@ -98,7 +99,8 @@ def create_app(controller: Controller) -> FastAPI:
     for outage in acctdb.UNAVAILABLE:
         app.add_exception_handler(outage, database_away)
 
-    for module in (jobroutes, noderoutes, resvroutes, clusterroutes, acctroutes, priorityapi, dashboard):
+    for module in (jobroutes, noderoutes, resvroutes, triggerroutes, clusterroutes, acctroutes, priorityapi,
+                   dashboard):
         app.include_router(module.router)
     restd.serve(app)
     dashboard.mount_page(app)

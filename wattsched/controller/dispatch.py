@@ -30,8 +30,8 @@ from wattsched.api import (
     SignalJob,
 )
 from wattsched.config import Config
-from wattsched.controller import failover
-from wattsched.controller.actions import Action, AdminProgram, Freeze, Launch, SetFreq, Signal
+from wattsched.controller import failover, triggerctl
+from wattsched.controller.actions import Action, AdminProgram, Freeze, Launch, RunTrigger, SetFreq, Signal
 from wattsched.controller.powersaving import PowerProgram, run_program
 from wattsched.controller.state import ClusterState
 from wattsched.controller.views import output_path
@@ -54,6 +54,7 @@ class Dispatcher:
         self._tasks: set[asyncio.Task] = set()
         self._loop: asyncio.AbstractEventLoop | None = None  # the loop power programs report back to
         self._stale: list[Action] = []  # actions held while this controller's lease may have ended
+        self.triggers = triggerctl.Runner()
 
     def _headers(self) -> dict[str, str]:
         now = time.time()
@@ -93,6 +94,8 @@ class Dispatcher:
                 run_program(self.state.config, action, self._power_finished_in_thread)
             elif isinstance(action, AdminProgram):
                 self._spawn(self._admin_program(action))
+            elif isinstance(action, RunTrigger):
+                self.triggers.start(action.trigger, time.time())
             elif isinstance(action, Freeze):
                 for url, names in self._by_agent(action.nodes).items():
                     self._spawn(self._post(f"{url}/v1/freeze", FreezeJob(job_id=action.job_id, nodes=names,
@@ -180,6 +183,7 @@ class Dispatcher:
     def retry(self) -> None:
         """Send again what no agent has confirmed yet (and what waited for the lease); nothing while
         the lease may have ended (the same orders would pile up, once a second, while they wait)."""
+        self.triggers.reap(time.time())
         if not self.state.store.fresh():
             return
         now = time.monotonic()

@@ -15,7 +15,7 @@ from wattsched import config as config_mod
 from wattsched.accounting.store import AccountingStore
 from wattsched.api import JobSubmit
 from wattsched.auth import Identity
-from wattsched.controller import failover
+from wattsched.controller import failover, triggerctl
 from wattsched.controller.acctsync import AccountingSync
 from wattsched.controller.actions import Refused
 from wattsched.controller.dispatch import Dispatcher
@@ -60,6 +60,7 @@ class Controller:
         except (config_mod.ConfigError, StartupError) as exc:
             raise Refused(str(exc), 400) from exc
         changes = self.state.reconfigure(config, plugins, time.time())
+        triggerctl.note(self.state, "reconfig")
         log.warning("configuration re-read", extra={"source": config.source, "changes": "; ".join(changes)})
         self.changed()
         return changes
@@ -138,6 +139,8 @@ class Controller:
             actions = []
             timers_due = now - last_timers >= TIMER_INTERVAL_S
             if timers_due:  # limits, warnings, node timeouts: a second's resolution is Slurm's too
+                if self.sync:
+                    triggerctl.database(self.state, self.sync.healthy)
                 actions += self.state.check_timers(now)
                 record_power(self.power_log, self.state, now)
                 last_timers = now

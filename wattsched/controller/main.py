@@ -12,7 +12,7 @@ from dataclasses import replace
 from wattsched import auth, authsocket, httpserve, logs
 from wattsched import config as config_mod
 from wattsched.accounting.store import AccountingStore
-from wattsched.controller import failover
+from wattsched.controller import failover, triggerctl
 from wattsched.controller.acctsync import AccountingSync
 from wattsched.controller.app import create_app
 from wattsched.controller.loop import Controller
@@ -42,6 +42,9 @@ def build(config: config_mod.Config, this: failover.Me, sock: socket.socket, cle
         forget_state(store)
     failover.run_program(config.slurmctld_primary_on_prog, "SlurmctldPrimaryOnProg")
     state = ClusterState.open(config, store, plugins, key, time.time())
+    # which controller held control before this one: a takeover is an event of strigger's
+    triggerctl.took_control(state, this.index, store.get_meta("active_controller", "") or "", this.name)
+    store.commit([], meta={"active_controller": this.name})
     accounting = sync = None
     if config.accounting_storage_type != "accounting_storage/none":
         accounting = AccountingStore(config.accounting_url)

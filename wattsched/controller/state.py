@@ -61,6 +61,7 @@ from wattsched.controller.powersaving import PowerSaving
 from wattsched.controller.priority import Shares
 from wattsched.controller.reservations import ReservationBook
 from wattsched.controller.store import StateStore
+from wattsched.controller.triggerctl import TriggerBook
 from wattsched.model import Job, Node, Reservation, Step
 from wattsched.nodestates import PowerState
 
@@ -143,6 +144,7 @@ class ClusterState:
     token_revocations: dict[str, float] = field(default_factory=dict)
     # the configuration file's partitions; config.partitions differs once scontrol changed them
     configured_partitions: tuple[PartitionConf, ...] = ()
+    triggers: TriggerBook = field(default_factory=TriggerBook)  # strigger's
 
     @classmethod
     def open(cls, config: Config, store: StateStore, plugins: Plugins, key: bytes, now: float) -> ClusterState:

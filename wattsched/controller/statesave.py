@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from wattsched import nodestates, states
 from wattsched.capschedule import CapStep
-from wattsched.controller import partitions, resources
+from wattsched.controller import partitions, resources, triggerctl
 from wattsched.controller.reservations import ReservationBook
 from wattsched.model import Job, Node, Reservation
 from wattsched.nodestates import NodeBase, PowerFlag
@@ -30,7 +30,7 @@ class Journal:
     node_events: list[dict] = field(default_factory=list)
     resv_dirty: list[Reservation] = field(default_factory=list)
     ended_runs: list[dict] = field(default_factory=list)  # runs a requeue ended (jobend.record_run)
-    meta_dirty: bool = False  # next ids, the power cap, token revocations, the nodes' drain/down/power metadata
+    meta_dirty: bool = False  # next ids, the power cap, token revocations, triggers, nodes' drain/down/power
 
     def pending(self) -> bool:
         return bool(self.dirty or self.purged or self.meta_dirty or self.node_events or self.resv_dirty
@@ -60,6 +60,7 @@ def restore(state: ClusterState) -> None:
     state.cap_steps = [CapStep.from_dict(s) for s in json.loads(store.get_meta("cap_schedule", "[]") or "[]")]
     state.next_cap_step = int(store.get_meta("next_cap_step", "1") or 1)
     state.token_revocations = json.loads(store.get_meta("token_revocations", "{}") or "{}")
+    state.triggers = triggerctl.restore(store.get_meta("triggers", "") or "")
     state.resv = ReservationBook([Reservation.from_dict(r) for r in store.load_reservations()],
                                  int(store.get_meta("next_resv_id", "1") or 1))
     for data in store.load_jobs():
@@ -77,6 +78,7 @@ def restore(state: ClusterState) -> None:
 
 def node_event(state: ClusterState, node: Node, now: float, label: str, reason: str | None = None) -> None:
     """Journal a node's state change for sacctmgr show event (and save the nodes' metadata)."""
+    triggerctl.note_node(state, node, label)
     state.journal.node_events.append({"node": node.name, "state": label, "time": now,
                               "reason": node.reason if reason is None else reason,
                               "uid": node.reason_uid, "cluster": state.config.cluster_name})
@@ -101,6 +103,7 @@ def flush(state: ClusterState) -> None:
                      "instance_id": n.instance_id, "instance_type": n.instance_type}
             for n in state.nodes.values() if n.drain or n.reason or n.power or n.instance_id or n.instance_type})
         meta["partitions"] = partitions.saved(state)
+        meta["triggers"] = json.dumps(state.triggers.to_json())
     saved = [state.jobs[j].to_dict() for j in journal.dirty if j in state.jobs]
     state.store.commit(saved, journal.purged, meta, journal.node_events, [r.to_dict() for r in journal.resv_dirty],
                        journal.ended_runs)

@@ -1,6 +1,6 @@
 """The controller's clock-driven transitions, once a second: time limits and --signal
 warnings, used-up budgets (once per new reading of the use, every PriorityCalcPeriod), purging
-old jobs, reservations rolling, unresponsive nodes, then power saving.
+old jobs, reservations rolling, unresponsive nodes, power saving, then the triggers.
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import logging
 from typing import TYPE_CHECKING
 
 from wattsched import ledger, nodestates, states
-from wattsched.controller import acctpolicy, jobend, jobenergy, jobs, powercontrol, preempting, snapshots
-from wattsched.controller.actions import Action, Signal
+from wattsched.controller import acctpolicy, jobend, jobenergy, jobs, powercontrol, preempting, snapshots, triggerctl
+from wattsched.controller.actions import Action, RunTrigger, Signal
 
 if TYPE_CHECKING:
     from wattsched.controller.state import ClusterState
@@ -59,6 +59,7 @@ def check_timers(state: ClusterState, now: float) -> list[Action]:
     actions.extend(state.cap.tick(state, now))
     if state.carbon is not None:
         state.carbon.poll(now)
+    actions.extend(RunTrigger(trig) for trig in triggerctl.tick(state, now))  # after the nodes' changes above
     return actions
 
 
