@@ -510,6 +510,24 @@ def test_the_controllers_folding_of_arrays_is_squeues(cluster: Cluster) -> None:
         cluster.run("scancel", *map(str, held), check=False)
 
 
+def test_a_pending_task_cancelled_by_its_index_leaves_the_array(cluster: Cluster) -> None:
+    """As Slurm's (its test_122_1): scancel J_7 of a pending array takes task 7 out of it, so no job
+    J_7 is left to show, while its record, CANCELLED, goes to accounting; the whole array cancelled
+    then is CANCELLED, its first task included, and scancel J still finds it once that one is gone."""
+    array = cluster.sbatch("-H", "--array=0-3", "-o", "/dev/null", "--wrap", "true")
+    cluster.run("scancel", f"{array}_3")
+    gone = cluster.run("scontrol", "show", "job", f"{array}_3", check=False)
+    assert gone.returncode == 1 and "Invalid job id specified" in gone.stderr
+    assert cluster.run("squeue", "-r", "-h", "-o", "%i", "-j", str(array)).stdout.split() == \
+        [f"{array}_{i}" for i in range(3)]
+    cluster.run("scancel", f"{array}_0")
+    assert cluster.run("scontrol", "show", "job", f"{array}_0", check=False).returncode == 1
+    cluster.run("scancel", str(array))  # the array by its id: its first task is gone already
+    assert {t["state"] for t in cluster.jobs(str(array))} == {"CANCELLED"}
+    records = cluster.accounted(array + 3)
+    assert records[0]["state"] == "CANCELLED"
+
+
 def test_squeue_only_job_state_keeps_the_state_filter_with_jobs(cluster: Cluster) -> None:
     """squeue -j lists its jobs in every state; --only-job-state (Slurm 24.05's) keeps the default
     filter (pending, running...) unless --state says otherwise."""

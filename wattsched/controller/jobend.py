@@ -218,7 +218,10 @@ def reset_for_requeue(state: ClusterState, job: Job, now: float) -> None:
 
 
 def purge(state: ClusterState, job: Job) -> None:
-    """An ended job leaves the controller (its record stays in the outbox until accounted)."""
+    """An ended job leaves the controller (its record stays in the outbox until accounted; one not
+    yet saved as it ended is saved with the purge)."""
+    if job.job_id in state.journal.dirty:
+        state.journal.gone.append(job.to_dict())
     del state.jobs[job.job_id]
     state.memo.job_changed(job.job_id)
     state.journal.purged.append(job.job_id)

@@ -138,9 +138,13 @@ def with_account(state: ClusterState, req: JobSubmit, who: Identity) -> JobSubmi
 
 
 def cancel(state: ClusterState, jobs: Iterable[Job], who: Identity, sig: int | None, batch_only: bool,
-           now: float, full: bool = False) -> list[Action]:
+           now: float, full: bool = False, by_task: frozenset[int] = frozenset()) -> list[Action]:
     """scancel: cancel the jobs, or send them ``sig``: as Slurm's, to their steps alone, to the
-    batch shell alone (``batch_only``) or to both (``full``)."""
+    batch shell alone (``batch_only``) or to both (``full``).
+
+    A pending array task cancelled by its index (``by_task``: ``12_7``) leaves the controller at
+    once while other tasks of its array still wait, as Slurm's takes it out of the array's pending
+    record: no job is left to show (its record, CANCELLED, still goes to accounting)."""
     jobs = list(jobs)
     for job in jobs:
         permissions.check_owner(state, job, who)
@@ -160,6 +164,10 @@ def cancel(state: ClusterState, jobs: Iterable[Job], who: Identity, sig: int | N
             job.cancelled_by = who.uid
             job.start_time = job.end_time = now
             state.touch(job)
+            if job.job_id in by_task and job.array_task_id is not None and not job.restart_count and any(
+                    other.array_job_id == job.array_job_id and other.state == states.PENDING
+                    for other in state.jobs.values()):
+                jobend.purge(state, job)
         elif job.state == states.RUNNING and job.cancelled_by is None:
             job.cancelled_by = who.uid
             state.touch(job)

@@ -37,10 +37,10 @@ def resolve(state: ClusterState, job_ref: str) -> list[Job]:
         else:
             job_id = int(job_ref)
             job = state.jobs.get(job_id)
-            if job is not None and job.array_job_id == job_id:
+            if job is None or job.array_job_id == job_id:  # an array's tasks (its first may be gone)
                 found = [j for j in state.jobs.values() if j.array_job_id == job_id]
             else:
-                found = [job] if job is not None else []
+                found = [job]
     except ValueError as exc:
         raise Refused(f"Invalid job id specified: {job_ref}") from exc
     if not found:

@@ -207,8 +207,8 @@ class ClusterState:
         return jobs.requeue(self, targets, who, now)
 
     def cancel(self, targets: Iterable[Job], who: Identity, sig: int | None, batch_only: bool,
-               now: float, full: bool = False) -> list[Action]:
-        return jobs.cancel(self, targets, who, sig, batch_only, now, full)
+               now: float, full: bool = False, by_task: frozenset[int] = frozenset()) -> list[Action]:
+        return jobs.cancel(self, targets, who, sig, batch_only, now, full, by_task)
 
     def suspend(self, targets: Iterable[Job], resume: bool, who: Identity, now: float) -> list[Action]:
         return jobs.suspend(self, targets, resume, who, now)

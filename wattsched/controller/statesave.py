@@ -30,11 +30,12 @@ class Journal:
     node_events: list[dict] = field(default_factory=list)
     resv_dirty: list[Reservation] = field(default_factory=list)
     ended_runs: list[dict] = field(default_factory=list)  # runs a requeue ended (jobend.record_run)
+    gone: list[dict] = field(default_factory=list)  # jobs purged before their last change was saved
     meta_dirty: bool = False  # next ids, the power cap, token revocations, triggers, nodes' drain/down/power
 
     def pending(self) -> bool:
         return bool(self.dirty or self.purged or self.meta_dirty or self.node_events or self.resv_dirty
-                    or self.ended_runs)
+                    or self.ended_runs or self.gone)
 
 
 def restore(state: ClusterState) -> None:
@@ -104,7 +105,7 @@ def flush(state: ClusterState) -> None:
             for n in state.nodes.values() if n.drain or n.reason or n.power or n.instance_id or n.instance_type})
         meta["partitions"] = partitions.saved(state)
         meta["triggers"] = json.dumps(state.triggers.to_json())
-    saved = [state.jobs[j].to_dict() for j in journal.dirty if j in state.jobs]
+    saved = [state.jobs[j].to_dict() for j in journal.dirty if j in state.jobs] + journal.gone
     state.store.commit(saved, journal.purged, meta, journal.node_events, [r.to_dict() for r in journal.resv_dirty],
                        journal.ended_runs)
     state.journal = Journal()
