@@ -70,7 +70,7 @@ def test_four_node_job_energy_profile_and_frequency(cluster: Cluster, tmp_path: 
                                         "JobID,ConsumedEnergyRaw,AveCPUFreq,ReqCPUFreqGov", check=False)).returncode
                     == 0 and (row := r.stdout.strip().split("|")) and int(row[1]) > 0 and row[2] != "0" and row,
                     15, what="sstat energy so far")
-    assert stat[0] == str(job_id) and stat[2] == "1.60G" and stat[3] == "UserSpace"
+    assert stat[0] == f"{job_id}.0" and stat[2] == "1.60G" and stat[3] == "UserSpace"  # its first srun step
     job = c.wait_state(job_id, "COMPLETED", timeout=60)
     for name in job["alloc_cpus"]:
         assert _cpufreq(c, name) == PRISTINE  # restored after the job
@@ -173,7 +173,7 @@ def test_bad_frequency_profile_and_acctg_requests_are_refused(cluster: Cluster) 
     refused = c.api("POST", "/v1/jobs", json={"work_dir": "/tmp", "script": "#!/bin/sh\n", "profile": 7})
     assert refused.status_code == 422
     for args, message in [(["sstat", "-j", "99999"], "Invalid job id specified"),
-                          (["sstat"], "use -j JOBID"),
+                          (["sstat"], "You didn't give me any jobs to stat."),
                           (["sreport", "cluster", "Nonsense"], "Unknown report"),
                           (["sreport", "user", "TopUsage", "--tres=watts"], "Invalid TRES"),
                           (["sreport", "user", "TopUsage", "start=now", "end=now-1hour"],

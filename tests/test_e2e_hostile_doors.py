@@ -498,6 +498,14 @@ def test_another_users_running_step_is_out_of_reach(shared: Cluster, mallory: Ac
                                 ("/v1/steps/stdin", {"data": "", "eof": True})):
                 reply = httpx.post(f"{agent}{path}", json={**target, **extra}, headers=headers, timeout=30)
                 assert reply.status_code == 403, (path, reply.status_code, reply.text)
+    # sstat's door: the victim's tasks are not read for mallory, with no credential or her own job's
+    granted = httpx.get(f"{base}/v1/jobs/{own}/steps/stat", params={"all_steps": "true"}, headers=headers).json()
+    for credential in ("", granted["steps"][0]["credential"]):
+        for node, agent in placements.items():
+            reply = httpx.post(f"{agent}/v1/steps/stat", headers=headers, timeout=30, json={
+                "job_id": job, "steps": ["0", "batch"], "nodes": [node], "credential": credential})
+            assert reply.status_code == 403, reply.text
+    assert httpx.get(f"{base}/v1/jobs/{job}/steps/stat", headers=headers).status_code == 403
     for args in ([], ["--signal=KILL"], ["--signal=USR1"]):  # nor through the controller
         refused = mallory.run("scancel", *args, f"{job}.0")
         assert refused.returncode == 1 and b"Access/permission denied" in refused.stderr, refused.stderr

@@ -5,6 +5,8 @@ scontrol's listpids/steps/hostnames/relative time limits, sbatch --parsable -M, 
 from __future__ import annotations
 
 import re
+import sys
+from pathlib import Path
 
 from wattsched.testing import Cluster, wait_for
 
@@ -121,6 +123,45 @@ def test_squeue_codes_sinfo_summary_and_scontrol_extras(cluster: Cluster) -> Non
     assert cluster.job(job_id)["time_limit_min"] == 5
     raised = cluster.run("scontrol", "update", f"JobId={job_id}", "TimeLimit=+10")  # root may raise it
     assert raised.returncode == 0 and cluster.job(job_id)["time_limit_min"] == 15
+    cluster.run("scancel", str(job_id))
+
+
+TASK = """import os, sys, time
+rank = int(os.environ["SLURM_PROCID"])
+held = bytearray((40 + 60 * rank) << 20)  # rank 1 holds the most
+held[::4096] = b"1" * len(held[::4096])
+with open(sys.argv[1] + str(rank), "wb") as out:
+    out.write(os.urandom(3 << 20)); out.flush(); os.fsync(out.fileno())
+open(sys.argv[1] + str(rank) + ".ready", "w").close()
+time.sleep(300)
+"""
+
+
+def test_sstat_reads_each_running_task(cluster: Cluster) -> None:
+    """sstat as Slurm's: -j JOB is the job's first srun step, -a every step (the batch script's too),
+    JOB.STEP that one; each task's figures as its node reads them now (memory resident and virtual,
+    disk written, pids), the largest with its node and task; -i the pids; -e Slurm's 51 fields."""
+    script = cluster.work / "sstat_task.py"
+    script.write_text(TASK)
+    out = cluster.work / "sstat_out"
+    job_id = cluster.sbatch("-N2", "-n2", "-o", "/dev/null", "--wrap", f"srun {sys.executable} {script} {out}")
+    wait_for(lambda: all(Path(f"{out}{rank}.ready").exists() for rank in (0, 1)), 30, what="tasks ready")
+    fields = "JobID,NTasks,Nodelist,MaxRSS,MaxRSSTask,MaxVMSizeTask,AveVMSize,MaxDiskWrite"
+    first = cluster.run("sstat", "-j", str(job_id), "-P", "-n", "--noconvert", "-o", fields).stdout.strip().split("|")
+    step, ntasks, nodes, max_rss, rss_task, vsize_task, ave_vsize, disk_write = first
+    assert (step, ntasks, nodes, rss_task, vsize_task) == (f"{job_id}.0", "2", "n[01-02]", "1", "1")
+    assert int(max_rss.rstrip("K")) >= 100 << 10 and int(ave_vsize.rstrip("K")) > int(max_rss.rstrip("K")) // 2
+    assert int(disk_write) >= 3 << 20
+    every = cluster.run("sstat", "-a", "-j", str(job_id), "-P", "-n", "-o", "JobID,NTasks").stdout.split()
+    assert every == [f"{job_id}.batch|1", f"{job_id}.0|2"]
+    pids = cluster.run("sstat", "-i", "-j", f"{job_id}.0", "-P", "-n").stdout.strip().split("|")
+    assert pids[0] == f"{job_id}.0" and all(Path(f"/proc/{pid}").exists() for pid in pids[2].split(","))
+    missing = cluster.run("sstat", "-j", f"{job_id}.7", "-n")
+    assert missing.stdout == "" and missing.stderr == f"sstat: error: StepId={job_id}.7 not found running.\n"
+    listed = cluster.run("sstat", "-e").stdout
+    assert re.fullmatch(r"(?:\w+\s+){51}", listed) and "MaxVMSizeTask" in listed
+    other = cluster.run("sstat", "-j", str(job_id), env=cluster.user_env(), check=False)
+    assert other.returncode == 1 and "Access/permission denied" in other.stderr
     cluster.run("scancel", str(job_id))
 
 

@@ -455,6 +455,24 @@ class TaskUsage(Strict):
     pages: int = Field(0, ge=0, le=BIG)  # major page faults
 
 
+class TaskStat(TaskUsage):
+    """sstat's view of one running task (TaskUsage's figures so far), with what only a live task has."""
+
+    step_id: str = Field(max_length=16)
+    vsize_kb: int = Field(0, ge=0, le=BIG)
+    pids: list[int] = Field([], max_length=LIST_MAX)
+
+
+class StatRequest(Strict):
+    """sstat asks an agent for the tasks of some running steps of a job on some of its nodes, with
+    the controller's leave (a credential naming the job, its steps and nodes, and its user)."""
+
+    job_id: int = Field(ge=1, le=BIG)
+    steps: list[Annotated[str, Field(max_length=16)]] = Field(min_length=1, max_length=LIST_MAX)
+    nodes: list[Annotated[str, Field(max_length=128)]] = Field(min_length=1, max_length=COUNT_MAX)
+    credential: str = Field(max_length=1 << 20)
+
+
 class StepOnNode(Strict):
     """srun addresses one node's part of a running step, with the step's credential."""
 

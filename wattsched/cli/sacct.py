@@ -106,14 +106,6 @@ def req_freq(spec: str, chosen_khz: int | None, part: str) -> str:
     return freq_text(int(value)) if value.isdigit() else value.capitalize().replace("m1", "M1")
 
 
-def tres_usage(cpu_s: float, joules: float | None, rss_kb: int) -> str:
-    """sstat's TRESUsageInTot of a running step: cpu, energy, mem."""
-    from wattsched import timefmt
-
-    return _tres([("cpu", timefmt.elapsed_str(int(cpu_s))), ("energy", round(joules) if joules is not None else None),
-                  ("mem", f"{rss_kb}K" if rss_kb else None)])
-
-
 _UNITS = "KMGTP"
 # --units / --noconvert of this run: set once by the command, read by the size columns
 CONVERT: dict[str, Any] = {"units": None, "noconvert": False}

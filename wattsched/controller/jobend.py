@@ -54,7 +54,6 @@ def finish(state: ClusterState, job: Job) -> None:
     is settled, so that the record that carries its final state carries its energy too."""
     if job.profile and state.config.acct_gather_profile_type == "acct_gather_profile/hdf5":
         state.profiles_due.append((job.user, job.uid, job.job_id))
-    state.job_usage.pop(job.job_id, None)
     resources.hold(state, job, -1)
     job.completing_nodes = []
     if job.energy_pending:

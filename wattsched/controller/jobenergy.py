@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from wattsched.controller import energy, jobend
-from wattsched.model import Job
+from wattsched.model import Job, Step
 
 if TYPE_CHECKING:
     from wattsched.controller.state import ClusterState
@@ -48,25 +48,22 @@ def energy_until(state: ClusterState, job: Job, now: float,
     return joules, until
 
 
+def step_energy_so_far(state: ClusterState, job: Job, step: Step, now: float) -> float | None:
+    """sstat: a running step's energy up to its nodes' latest common reading (its part of each node
+    as its job's, as an ended step's is figured)."""
+    histories = node_histories(state, step.nodes, now)
+    until = energy.covered_until(histories, list(step.nodes))
+    if not step.start_time or until <= step.start_time:
+        return None
+    return energy.job_energy(histories, step.start_time, until, {n: job.alloc_cpus.get(n, 1) for n in step.nodes},
+                             job.job_id)
+
+
 def energies_so_far(state: ClusterState, jobs: list[Job], now: float) -> dict[int, float]:
     """What fair share counts of running (or settling) jobs' energy: 0 before any reading. The
     nodes' histories are gathered once for them all (a pass over every job per node set)."""
     histories = node_histories(state, {n for job in jobs for n in job.alloc_cpus}, now)
     return {job.job_id: energy_until(state, job, now, histories)[0] or 0.0 for job in jobs}
-
-
-def job_stat(state: ClusterState, job: Job, now: float) -> dict:
-    """sstat: a running job's energy so far (up to its nodes' latest common sample), CPU time,
-    memory and CPU frequency, from what its nodes reported."""
-    usage = state.job_usage.get(job.job_id, {})
-    joules, until = energy_until(state, job, now)
-    rss_node = max(usage, key=lambda n: usage[n].rss_kb, default="")
-    return {"job_id": job.job_id, "display_id": job.display_id, "state": job.state,
-            "consumed_energy_j": round(joules) if joules is not None else None, "energy_until": until,
-            "total_cpu_s": sum(u.cpu_s for u in usage.values()), "ntasks": job.ntasks,
-            "nodes": list(job.alloc_cpus), "max_rss_kb": usage[rss_node].rss_kb if rss_node else 0,
-            "max_rss_node": rss_node, "ave_cpu_freq_khz": job.ave_cpu_freq_khz, "cpu_freq": job.cpu_freq,
-            "cpu_freq_khz": job.cpu_freq_khz, "alloc_cpus": job.num_cpus}
 
 
 def energy_settle_s(state: ClusterState) -> float:

@@ -255,12 +255,19 @@ async def complete_allocation(controller: Ctl, job_id: int, done: AllocationComp
     return {"status": "ok"}
 
 
-@router.get("/v1/jobs/{job_ref}/stat")
-async def job_stat(controller: Ctl, job_ref: str, who: Who) -> dict[str, Any]:
+@router.get("/v1/jobs/{job_ref}/steps/stat")
+async def steps_stat(controller: Ctl, job_ref: str, who: Who, step: Annotated[str, Query(max_length=16)] = "",
+                     all_steps: bool = False) -> dict[str, Any]:
+    """sstat: the running jobs' steps asked for, their nodes' agents and the credential those ask for
+    (each job's), and the steps' energy so far; the tasks' figures are the agents'."""
     state = controller.state
-    jobs = [j for j in state.resolve(job_ref) if j.state == states.RUNNING]
-    for job in jobs:
-        permissions.check_owner(state, job, who)
     now = time.time()
-    return {"jobs": [state.job_stat(job, now) for job in jobs]}
+    found: list[dict[str, Any]] = []
+    for job in state.resolve(job_ref):
+        if job.state == states.RUNNING:
+            rows, credential = steps_mod.stat_grant(state, job, step, all_steps, who, now)
+            found.extend({**row, "credential": credential} for row in rows)
+        else:
+            permissions.check_owner(state, job, who)
+    return {"steps": found}
 

@@ -148,12 +148,12 @@ def heartbeat(state: ClusterState, hb: AgentHeartbeat, now: float) -> tuple[list
 
 
 def job_usage_report(state: ClusterState, report: NodeReport) -> None:
-    """Running jobs' CPU frequency as their nodes report it (sacct/sstat AveCPUFreq)."""
+    """Running jobs' CPU frequency as their nodes report it (sacct/sstat AveCPUFreq), and their
+    energy policies' signatures and choices."""
     for usage in report.jobs:
         job = state.jobs.get(usage.job_id)
         if job is None or job.state != states.RUNNING:
             continue
-        state.job_usage.setdefault(job.job_id, {})[report.name] = usage
         if usage.cpu_freq_khz:
             job.freq_reports += 1
             job.ave_cpu_freq_khz += round((usage.cpu_freq_khz - job.ave_cpu_freq_khz) / job.freq_reports)

@@ -30,7 +30,6 @@ from wattsched.api import (
     JobEvent,
     JobSubmit,
     JobUpdate,
-    JobUsage,
     ReservationSpec,
     StepComplete,
     StepCreate,
@@ -135,7 +134,6 @@ class ClusterState:
     # (uid, submit key) -> the jobs that submission made: a retried submission gets them again
     submissions: dict[tuple[int, str], list[int]] = field(default_factory=dict)
     profiles_due: list[tuple[str, int, int]] = field(default_factory=list)  # (user, uid, job): profiles to merge
-    job_usage: dict[int, dict[str, JobUsage]] = field(default_factory=dict)  # running jobs, per node (sstat)
     journal: statesave.Journal = field(default_factory=statesave.Journal)
     memo: snapshots.Memos = field(default_factory=snapshots.Memos)
     cap: CapControl = field(default_factory=CapControl)  # meeting a lowered cap
@@ -237,9 +235,6 @@ class ClusterState:
 
     def energies_so_far(self, targets: list[Job], now: float) -> dict[int, float]:
         return jobenergy.energies_so_far(self, targets, now)
-
-    def job_stat(self, job: Job, now: float) -> dict:
-        return jobenergy.job_stat(self, job, now)
 
     def check_timers(self, now: float) -> list[Action]:
         return timers.check_timers(self, now)

@@ -5,12 +5,12 @@ ends as srun and the node agents report them, and salloc's release.
 from __future__ import annotations
 
 import signal as signal_mod
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from wattsched import auth, states
 from wattsched.api import JobEvent, StepComplete, StepCreate
 from wattsched.auth import Identity
-from wattsched.controller import jobend, jobs, permissions
+from wattsched.controller import jobend, jobenergy, jobs, permissions
 from wattsched.controller.actions import Action, Refused, Signal
 from wattsched.model import Job, Step
 from wattsched.usage import merge as merge_usage
@@ -48,6 +48,34 @@ def attach(state: ClusterState, job: Job, step_id: str, who: Identity) -> tuple[
     if step is None or step.state != states.RUNNING or not step.layout:
         raise Refused(f"Job step {job.job_id}.{step_id} not found or not running", 404)
     return step, step_credential(state, job, step, step.layout)
+
+
+STAT_LIFESPAN_S = 60  # sstat's leave to read a job's tasks on its nodes
+
+
+def stat_grant(state: ClusterState, job: Job, step_id: str, all_steps: bool, who: Identity,
+               now: float) -> tuple[list[dict[str, Any]], str]:
+    """sstat: the running steps asked for (``step_id``; else every one with ``all_steps``; else, as
+    Slurm's, the first srun step), where their nodes' agents are and what the controller knows of
+    them, with a short-lived credential for the agents, who then give the tasks' figures."""
+    permissions.check_owner(state, job, who)
+    running = [s for s in job.steps if s.state == states.RUNNING and s.nodes]
+    if step_id:
+        chosen = [s for s in running if s.step_id == step_id]
+    elif all_steps:
+        chosen = running
+    else:
+        chosen = [s for s in running if s.step_id.isdigit()][:1]
+    rows = [{"job_id": job.job_id, "display_id": f"{job.display_id}.{step.step_id}", "step_id": step.step_id,
+             "ntasks": step.ntasks, "nodes": [{"node": n, "agent_url": state.nodes[n].agent_url}
+                                              for n in step.nodes if n in state.nodes],
+             "consumed_energy_j": jobenergy.step_energy_so_far(state, job, step, now),
+             "cpu_freq": job.cpu_freq, "cpu_freq_khz": job.cpu_freq_khz, "ave_cpu_freq_khz": job.ave_cpu_freq_khz}
+            for step in chosen]
+    credential = auth.sign(state.key, {"job": job.job_id, "stat": [s.step_id for s in chosen],
+                                       "nodes": sorted({n for s in chosen for n in s.nodes}), "uid": job.uid,
+                                       "exp": int(now + STAT_LIFESPAN_S)})
+    return rows, credential
 
 
 def require_running(job: Job) -> None:

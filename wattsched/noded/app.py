@@ -18,6 +18,7 @@ from wattsched.api import (
     JobFreq,
     LaunchBatch,
     SignalJob,
+    StatRequest,
     StepOnNode,
     StepPmi,
     StepTerminate,
@@ -25,7 +26,7 @@ from wattsched.api import (
     TaskLaunch,
 )
 from wattsched.httpauth import Who, loop_lifespan, metrics_access, require_role
-from wattsched.noded import broadcast, procs, steps
+from wattsched.noded import broadcast, procs, procstat, steps
 from wattsched.noded.agent import Agent
 from wattsched.noded.metrics import AgentCollector
 from wattsched.plugins import mpi
@@ -184,6 +185,25 @@ def create_app(agent: Agent) -> FastAPI:
         """sbcast's file for the job's nodes here, written as the job's user (wattsched.noded.broadcast)."""
         return await broadcast.receive(agent, request.stream(), who)
 
+    @app.post("/v1/steps/stat")
+    async def step_stat(req: StatRequest, who: Who) -> dict[str, Any]:
+        """sstat: the tasks of the job's steps named, on its nodes here, so far (TaskStat records)."""
+        cred = stat_credential(agent, req, who)
+        uid, wanted = int(cred["uid"]), set(req.steps)
+
+        def sample() -> list[dict[str, Any]]:
+            found = []
+            for node in req.nodes:
+                for (step, rank), task in procstat.tasks(agent.job_pgids(node, req.job_id), uid).items():
+                    if step in wanted:
+                        found.append({"node": node, "step_id": step, "task": rank, "pids": task.pids,
+                                      "user_cpu_s": task.user_cpu_s, "system_cpu_s": task.system_cpu_s,
+                                      "max_rss_kb": task.rss_kb, "vsize_kb": task.vsize_kb, "pages": task.pages,
+                                      "disk_read_b": task.read_b, "disk_write_b": task.write_b})
+            return found
+
+        return {"tasks": await asyncio.get_running_loop().run_in_executor(None, sample)}
+
     @app.get("/v1/ping")
     async def ping(who: Who) -> dict[str, Any]:
         return {"status": "UP", "nodes": list(agent.nodes), "controller_connected": agent.connected}
@@ -208,6 +228,23 @@ def step_credential(agent: Agent, req: TaskLaunch | TaskInput | StepOnNode, who:
         raise HTTPException(403, "Invalid job credential: wrong job or step")
     if who.uid != cred.get("uid") and who.uid != 0:
         raise HTTPException(403, "Access/permission denied")
+    return cred
+
+
+def stat_credential(agent: Agent, req: StatRequest, who: auth.Identity) -> dict[str, Any]:
+    """sstat's leave from the controller: for this job, these steps and these nodes (all here), and
+    the caller the job's user or root; 403 otherwise."""
+    try:
+        cred = auth.verify(agent.key, req.credential)
+    except auth.AuthError as exc:
+        raise HTTPException(403, f"Invalid job credential: {exc}") from exc
+    granted, nodes = cred.get("stat"), cred.get("nodes")
+    if cred.get("job") != req.job_id or not isinstance(granted, list) or not isinstance(nodes, list):
+        raise HTTPException(403, "Invalid job credential: wrong job")
+    if who.uid != cred.get("uid") and who.uid != 0:
+        raise HTTPException(403, "Access/permission denied")
+    if not set(req.steps) <= set(granted) or any(n not in nodes or n not in agent.nodes for n in req.nodes):
+        raise HTTPException(403, "Invalid job credential: not for these steps or nodes here")
     return cred
 
 
