@@ -703,6 +703,7 @@ class Agent:
         self.energy.start()
         self.profiler.start()
         last_beat = 0.0
+        self._kick.set()  # the first heartbeat (the nodes' registration) goes at once, not a second later
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._kick.wait(), timeout=min(1.0, self.heartbeat_s))
