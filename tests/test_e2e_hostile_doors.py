@@ -506,6 +506,9 @@ def test_another_users_running_step_is_out_of_reach(shared: Cluster, mallory: Ac
                 "job_id": job, "steps": ["0", "batch"], "nodes": [node], "credential": credential})
             assert reply.status_code == 403, reply.text
     assert httpx.get(f"{base}/v1/jobs/{job}/steps/stat", headers=headers).status_code == 403
+    # nor may she run tasks of no job (srun -Z is root's)
+    refused = httpx.post(f"{base}/v1/steps/noalloc", json={"nodelist": list(placements)}, headers=headers)
+    assert refused.status_code == 403, refused.text
     for args in ([], ["--signal=KILL"], ["--signal=USR1"]):  # nor through the controller
         refused = mallory.run("scancel", *args, f"{job}.0")
         assert refused.returncode == 1 and b"Access/permission denied" in refused.stderr, refused.stderr

@@ -528,6 +528,27 @@ def test_a_pending_task_cancelled_by_its_index_leaves_the_array(cluster: Cluster
     assert records[0]["state"] == "CANCELLED"
 
 
+def test_srun_no_allocate_runs_roots_tasks_on_the_nodes_named_without_a_job(cluster: Cluster) -> None:
+    """srun -Z, as Slurm's (its test_116_23): root's tasks on the nodes -w names, one per node by
+    default, with no job in the queue and nothing accounted; the nodes' jobs go on beside them; a
+    user is refused, and -Z without -w or with -x is refused as Slurm's srun refuses it."""
+    before = {j["job_id"] for j in cluster.jobs()}
+    ran = cluster.run("srun", "-N2", "--nodelist=n01,n03", "--no-allocate", "printenv", "SLURMD_NODENAME")
+    assert sorted(ran.stdout.split()) == ["n01", "n03"] and "do not allocate resources" in ran.stderr
+    labelled = cluster.run("srun", "-Z", "-w", "n02", "-n3", "-l", "sh", "-c", "echo $SLURM_JOB_ID $SLURM_PROCID")
+    lines = sorted(labelled.stdout.splitlines())
+    assert [line.split()[-1] for line in lines] == ["0", "1", "2"]
+    assert all(0xFFFF0000 <= int(line.split()[1]) <= 0xFFFFFFFD for line in lines)  # Slurm's ids for these
+    assert {j["job_id"] for j in cluster.jobs()} == before
+    for args, message in [(["-Z", "true"], "must specify a node list with -Z, --no-allocate."),
+                          (["-Z", "-w", "n01", "-x", "n02", "true"], "can not specify --exclude list with -Z"),
+                          (["-Z", "-w", "n09", "true"], "Invalid node name specified")]:
+        refused = cluster.run("srun", *args, check=False)
+        assert refused.returncode == 1 and message in refused.stderr, (args, refused.stderr)
+    user = cluster.run("srun", "-Z", "-w", "n01", "true", env=cluster.user_env(), check=False)
+    assert user.returncode == 1 and "Access/permission denied" in user.stderr
+
+
 def test_squeue_only_job_state_keeps_the_state_filter_with_jobs(cluster: Cluster) -> None:
     """squeue -j lists its jobs in every state; --only-job-state (Slurm 24.05's) keeps the default
     filter (pending, running...) unless --state says otherwise."""

@@ -356,6 +356,13 @@ class StepReply(BaseModel):
     array_task_id: int | None = None
 
 
+class NoAllocationStep(Strict):
+    """srun -Z (root's): tasks on the nodes named, with no job and no allocation."""
+
+    nodelist: list[Annotated[str, Field(max_length=128)]] = Field(min_length=1, max_length=COUNT_MAX)
+    ntasks: Count | None = None  # one per node by default
+
+
 class BcastRequest(Strict):
     """sbcast asks for leave to write a file to a running job's nodes (-w: some of them)."""
 

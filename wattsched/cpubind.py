@@ -35,6 +35,11 @@ class TaskBinding:
     verbose: bool
 
 
+def unbound(tasks: int) -> TaskBinding:
+    """``tasks`` tasks bound to no CPU (without task/affinity, or a step on no allocation)."""
+    return TaskBinding([[] for _ in range(tasks)], {}, False)
+
+
 def parse(text: str) -> CpuBind:
     """``--cpu-bind=[{quiet|verbose},]TYPE``; a map_cpu or mask_cpu list takes the rest of the value
     (ValueError with Slurm's wording when it is wrong)."""

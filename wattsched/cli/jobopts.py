@@ -154,7 +154,7 @@ def job_options(prog: str) -> list[Opt | str]:
         refused(None, "gid", REQ, "jobs run with the submitting user's group only"),
         *([refused(None, "batch", REQ, "batch host features are not supported"),
            refused(None, "export-file", REQ, "--export-file is not supported; use --export")] if batch else []),
-        *([refused("Z", "no-allocate", NO, "running without an allocation is not supported"),
+        *([Opt("Z", "no-allocate", NO, "don't allocate resources (root's: run on the nodes -w names)"),
            refused(None, "prolog", REQ, "srun --prolog is not supported"),
            refused(None, "epilog", REQ, "srun --epilog is not supported"),
            Opt(None, "task-prolog", REQ, "run \"program\" before launching task", metavar="program"),

@@ -263,6 +263,8 @@ def srun(argv: list[str]) -> int:
     if opts.get("multi_prog"):
         multi_prog(opts, command, inside is not None)
     own_job = None
+    if opts.get("no_allocate"):
+        return run_step(client, 0, opts, command, label, unbuffered, False, no_allocation=True)
     if opts.get("test_only"):  # a new allocation's plan: none is made
         if inside is not None:
             raise CLIError("--test-only plans a new allocation; it does not apply to a step of job "
@@ -436,8 +438,22 @@ def mpi_type(requested: str | None, default: str) -> str:
         raise CLIError(str(exc)) from exc
 
 
+def no_allocation_step(client: Client, opts: dict[str, Any]) -> dict[str, Any]:
+    """srun -Z: tasks on the nodes -w names, with no job (root's), checked as Slurm's srun checks it."""
+    if not opts.get("nodelist"):
+        raise CLIError("must specify a node list with -Z, --no-allocate.")
+    if opts.get("exclude"):
+        raise CLIError("can not specify --exclude list with -Z, --no-allocate.")
+    if opts.get("relative") is not None:
+        raise CLIError("do not specify -r,--relative with -Z,--no-allocate.")
+    if not opts.get("quiet"):
+        sys.stderr.write("srun: do not allocate resources\n")
+    return client.request("POST", "/v1/steps/noalloc", {"nodelist": step_hosts(opts["nodelist"]),
+                                                         "ntasks": opts.get("ntasks")})
+
+
 def run_step(client: Client, job_id: int, opts: dict[str, Any], command: list[str], label: bool,
-             unbuffered: bool, new_allocation: bool) -> int:
+             unbuffered: bool, new_allocation: bool, no_allocation: bool = False) -> int:
     nodes_min, nodes_max = o.node_range(opts.get("nodes"))
     if nodes_max > nodes_min:  # a range: as many of the allocation's nodes as it may have, as Slurm's
         held = os.environ.get("SLURM_JOB_NUM_NODES", "")
@@ -449,11 +465,15 @@ def run_step(client: Client, job_id: int, opts: dict[str, Any], command: list[st
     if new_allocation:  # the allocation was sized for this step: use all of it
         req.update(ntasks=None, nodes=None, ntasks_per_node=0, cpus_per_task=1, nodelist=[], exclude=[])
     req["arbitrary"] = o.arbitrary_hosts(opts) or []
-    if opts.get("verbose"):
+    if opts.get("verbose") and not no_allocation:
         job_information(client, job_id)
     req["overlap"] = bool(opts.get("overlap"))
     debug_level = {"slurmd_debug": slurmd_debug(opts["slurmd_debug"])} if opts.get("slurmd_debug") else {}
-    step = create_step(client, job_id, req, "immediate" in opts, bool(opts.get("verbose")))
+    if no_allocation:
+        step = no_allocation_step(client, opts)
+        job_id = step["job_id"]
+    else:
+        step = create_step(client, job_id, req, "immediate" in opts, bool(opts.get("verbose")))
     job_name = str(os.environ.get("SLURM_JOB_NAME", req["name"]) if not new_allocation else req["name"])
     open_mode = opts.get("open_mode") or "truncate"
     (out_tasks, out_pattern), (err_tasks, err_pattern) = (output_targets(opts.get(key), step["ntasks"], option)
@@ -535,7 +555,8 @@ def run_step(client: Client, job_id: int, opts: dict[str, Any], command: list[st
     if streams.errors or len(streams.exits) < step["ntasks"]:
         code = max(code, 1)
     done = {"exit_code": min(code, 255), "term_signal": sig}  # the tasks' usage comes from the agents
-    client.request("POST", f"/v1/jobs/{job_id}/steps/{step['step_id']}/complete", done)
+    if not no_allocation:  # (a step of no job: the controller keeps nothing of it)
+        client.request("POST", f"/v1/jobs/{job_id}/steps/{step['step_id']}/complete", done)
     return code if not sig else 128 + sig
 
 

@@ -20,6 +20,7 @@ from wattsched.api import (
     CancelRequest,
     JobSubmit,
     JobUpdate,
+    NoAllocationStep,
     StepComplete,
     StepCreate,
     StepPlacement,
@@ -186,6 +187,17 @@ def one_job(state: ClusterState, job_id: int) -> Job:
     if job is None:
         raise Refused("Invalid job id specified", 404)
     return job
+
+
+@router.post("/v1/steps/noalloc", response_model=StepReply)
+async def no_allocation_step(controller: Ctl, req: NoAllocationStep, who: Who) -> StepReply:
+    """srun -Z: tasks on the nodes named with no job (root's); the agents launch them as a step's."""
+    state = controller.state
+    job_id, layout, credential = steps_mod.no_allocation(state, req.nodelist, req.ntasks, who, time.time())
+    placements = [StepPlacement(node=n, agent_url=state.nodes[n].agent_url, node_index=i, task_ids=t)
+                  for i, (n, t) in enumerate(layout.items())]
+    return StepReply(job_id=job_id, step_id=0, ntasks=sum(len(t) for t in layout.values()), nodes=list(layout),
+                     placements=placements, credential=credential)
 
 
 @router.post("/v1/jobs/{job_id}/steps", response_model=StepReply)

@@ -4,6 +4,8 @@ ends as srun and the node agents report them, and salloc's release.
 
 from __future__ import annotations
 
+import os
+import secrets
 import signal as signal_mod
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +50,32 @@ def attach(state: ClusterState, job: Job, step_id: str, who: Identity) -> tuple[
     if step is None or step.state != states.RUNNING or not step.layout:
         raise Refused(f"Job step {job.job_id}.{step_id} not found or not running", 404)
     return step, step_credential(state, job, step, step.layout)
+
+
+NO_ALLOCATION_JOB_IDS = (0xFFFF0000, 0xFFFFFFFD)  # Slurm's MIN_NOALLOC_JOBID..MAX_NOALLOC_JOBID
+
+
+def no_allocation(state: ClusterState, nodelist: list[str], ntasks: int | None, who: Identity,
+                  now: float) -> tuple[int, dict[str, list[int]], str]:
+    """srun -Z: a step of no job on the nodes named, for root (or the controller's own user, Slurm's
+    SlurmUser) alone, as Slurm's slurmd allows it: an id in Slurm's range for such steps, the tasks
+    laid out as Slurm's does (a block of ceil(ntasks/nodes) per node), and a credential the agents
+    honour without an allocation. Nothing is recorded or accounted."""
+    if who.uid not in (0, os.geteuid()):
+        raise Refused("Access/permission denied", 403)
+    nodes = list(dict.fromkeys(nodelist))
+    unknown = [n for n in nodes if n not in state.nodes or not state.nodes[n].agent_url]
+    if unknown:
+        raise Refused(f"Invalid node name specified: {unknown[0]}", 404)
+    count = ntasks or len(nodes)
+    per_node = -(-count // len(nodes))
+    layout = {n: list(range(i * per_node, min(count, (i + 1) * per_node))) for i, n in enumerate(nodes)}
+    layout = {n: tasks for n, tasks in layout.items() if tasks}
+    low, high = NO_ALLOCATION_JOB_IDS
+    job_id = low + secrets.randbelow(high - low + 1)
+    credential = auth.sign(state.key, {"job": job_id, "step": 0, "uid": who.uid, "layout": layout,
+                                       "noalloc": True, "exp": int(now + 86400)})
+    return job_id, layout, credential
 
 
 STAT_LIFESPAN_S = 60  # sstat's leave to read a job's tasks on its nodes

@@ -343,7 +343,7 @@ class Agent:
         type), the SLURM_CPU_BIND* variables and whether tasks report their binding; nothing
         without task/affinity. ValueError: a bad request, or CPUs outside the job's allocation."""
         if not self.binds:
-            return cpubind.TaskBinding([[] for _ in range(tasks)], {}, False)
+            return cpubind.unbound(tasks)
         bind = cpubind.parse(text)
         if not bind.kind:
             default = next((p.lower() for p in self.config.task_plugin_param if p in ("Cores", "Sockets", "Threads")),

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import Response, StreamingResponse
 
-from wattsched import auth, exposition, httplimits
+from wattsched import auth, cpubind, exposition, httplimits
 from wattsched.api import (
     EPOCH_HEADER,
     FreezeJob,
@@ -87,14 +87,17 @@ def create_app(agent: Agent) -> FastAPI:
         layout = {node: list(tasks) for node, tasks in cred["layout"].items()}
         if req.node not in layout or req.node not in agent.nodes:
             raise HTTPException(400, f"Node {req.node} is not part of this step on this agent")
-        if not await agent.runs_job(req.node, req.job_id):
+        # srun -Z (root's): a step of no job, on no allocation: nothing confines it, nothing accounts it
+        no_allocation = bool(cred.get("noalloc"))
+        if not no_allocation and not await agent.runs_job(req.node, req.job_id):
             raise HTTPException(403, f"Invalid job credential: job {req.job_id} does not run on {req.node}")
         uid = int(cred["uid"])
         try:
-            binding = agent.task_binding(req.node, req.job_id, req.cpu_bind, len(layout[req.node]))
+            binding = cpubind.unbound(len(layout[req.node])) if no_allocation else \
+                agent.task_binding(req.node, req.job_id, req.cpu_bind, len(layout[req.node]))
         except ValueError as exc:
             raise HTTPException(400, str(exc)) from exc
-        gpu_env = agent.gpu_environment(req.node, req.job_id)
+        gpu_env = {} if no_allocation else agent.gpu_environment(req.node, req.job_id)
         if gpu_env:  # the job's GPUs on this node, whatever the caller's environment says
             req = req.model_copy(update={"environment": {**req.environment, **gpu_env}})
         if req.mpi != "none" and req.mpi not in mpi.types():
@@ -108,7 +111,9 @@ def create_app(agent: Agent) -> FastAPI:
         async def stream() -> AsyncIterator[bytes]:
             try:
                 async for line in steps.run_tasks(req, layout, uid, gid, auth.username(uid),
-                                                  agent.config.kill_wait_s, pgids, agent.step_ended, inputs,
+                                                  agent.config.kill_wait_s, pgids,
+                                                  steps.unreported if no_allocation else agent.step_ended, inputs,
+                                                  [] if no_allocation else
                                                   agent.join_step(req.node, req.job_id, str(req.step_id)),
                                                   {**agent.task_scripts, **identity, **_user_task_scripts(req),
                                                    "rlimits": agent.propagated(req.rlimits)},
@@ -117,6 +122,9 @@ def create_app(agent: Agent) -> FastAPI:
             finally:
                 if agent.step_inputs.get(key) is inputs:
                     del agent.step_inputs[key]
+                if no_allocation:  # no job end will come for it: its traces go with its tasks
+                    agent.step_pgids.pop((req.node, req.job_id), None)
+                    agent.virtual.release(req.node, req.job_id)
 
         return StreamingResponse(stream(), media_type="application/x-ndjson")
 

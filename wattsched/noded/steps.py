@@ -51,6 +51,10 @@ class LiveStep:
     watchers: list[asyncio.Queue[bytes | None]] = field(default_factory=list)
 
 
+def unreported(_event: JobEvent) -> None:
+    """The end of a step of no job (srun -Z): nothing to account, no one to tell but srun."""
+
+
 MAX_WATCHERS = 8  # sattach clients of one step on one node at once
 WATCHER_BACKLOG = 10_000  # output lines a sattach may fall behind by before it is let go
 IDENTITY = ("hostname", "hosts_file", "tmp_dir")  # a virtual node's, as extra_spec holds it
