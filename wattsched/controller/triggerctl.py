@@ -130,13 +130,13 @@ def tick(state: ClusterState, now: float) -> list[Trigger]:
     the pending triggers matched against them, and the triggers due to fire, which are returned
     (their programs are the caller's to run)."""
     book = state.triggers
+    if not book.triggers:  # nothing waits: no view of the nodes is kept (the next one starts afresh)
+        book.node_events, book.named, book.seen = {}, set(), {}
+        return []
     current = {name: conditions(node) for name, node in state.nodes.items()}
     for event, names in triggers.node_events(book.seen or current, current).items():
         book.node_events.setdefault(event, set()).update(names)
     book.seen = current
-    if not book.triggers:
-        book.node_events, book.named = {}, set()
-        return []
     events = Events({k: frozenset(v) for k, v in book.node_events.items()}, frozenset(book.named))
     book.node_events, book.named = {}, set()
     jobs = _job_views(state, {t.job_id for t in book.triggers if t.job_id and not t.pulled}, now)
