@@ -266,7 +266,8 @@ def test_strigger_runs_programs_on_node_job_and_config_events(cluster: Cluster, 
 
     cluster.run("scontrol", "update", "nodename=n02", "state=down", "reason=trigger test")
     cluster.run("scontrol", "update", "nodename=n03", "state=drain", "reason=trigger test")
-    wait_for(lambda: {f"{program} down n02", f"{program} drained n03"} <= set(fired()), 20, what="node triggers")
+    wait_for(lambda: {f"{program} down n02", f"{program} drained n03"} <= set(fired()), 20,
+             what=f"node triggers ({fired()})")
     cluster.run("scancel", str(job_id))
     wait_for(lambda: f"{program} fini {job_id}" in fired(), 20, what="the job's fini trigger")
     cluster.run("scontrol", "reconfigure")

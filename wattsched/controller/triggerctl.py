@@ -130,7 +130,7 @@ def tick(state: ClusterState, now: float) -> list[Trigger]:
     the pending triggers matched against them, and the triggers due to fire, which are returned
     (their programs are the caller's to run)."""
     book = state.triggers
-    if not book.triggers:  # nothing waits: no view of the nodes is kept (the next one starts afresh)
+    if not book.triggers:  # nothing waits: no view of the nodes is kept (the first trigger takes one)
         book.node_events, book.named, book.seen = {}, set(), {}
         return []
     current = {name: conditions(node) for name, node in state.nodes.items()}
@@ -222,6 +222,8 @@ def add(state: ClusterState, spec: TriggerSpec, who: Identity, gid: int) -> Trig
             raise Refused("Invalid node name specified", 404)
     room(state, who)
     book = state.triggers
+    if not book.triggers:  # the first one: the nodes as they are now are what later events change
+        book.seen = {name: conditions(node) for name, node in state.nodes.items()}
     trig = Trigger(trig_id=book.next_id, res_type=spec.res_type, types=tuple(dict.fromkeys(spec.types)),
                    offset=spec.offset, uid=who.uid, gid=gid, user=who.user, program=spec.program, perm=spec.perm,
                    job_id=job_id, nodes=nodes, res_id=str(job_id) if job_id else spec.res_id)
