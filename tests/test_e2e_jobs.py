@@ -506,6 +506,16 @@ def test_the_controllers_folding_of_arrays_is_squeues(cluster: Cluster) -> None:
         one = cluster.run("scontrol", "-o", "show", "job", f"{held[0]}_7").stdout
         assert one.startswith(f"JobId={held[0] + 5} ArrayJobId={held[0]} ArrayTaskId=7 ")
         assert cluster.run("scontrol", "-o", "show", "job", str(held[0] + 5)).stdout == one  # by its own id
+        # a task released on its own is a record of its own, as Slurm splits it out of the array's
+        later = cluster.sbatch("-H", "--begin=now+1hour", "--array=1-4", "-J", "folded", "--wrap", "true")
+        held.append(later)
+        cluster.run("scontrol", "release", f"{later}_2")
+        split = sorted(cluster.run("squeue", "-h", "-o", "%i", "-j", str(later)).stdout.split())
+        assert split == [f"{later}_2", f"{later}_[1,3-4]"], split
+        by_squeue = sorted(cluster.run("squeue", "-h", "-o", "%i", "--name=folded", "-j", str(later)).stdout.split())
+        assert by_squeue == split  # folded by squeue itself alike
+        records = cluster.run("scontrol", "-o", "show", "job", str(later)).stdout.splitlines()
+        assert sorted(line.split()[0] for line in records) == [f"JobId={later}", f"JobId={later + 1}"], records
     finally:
         cluster.run("scancel", *map(str, held), check=False)
 

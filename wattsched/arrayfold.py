@@ -4,7 +4,9 @@ answers when squeue asks (``GET /v1/jobs?fold=true``), so that a queue of 100,00
 in a few arrays is a few records on the wire, not 100,000.
 
 The task that stands for its array's pending tasks is the one squeue's order puts first: the
-highest priority, then the lowest job id. Pure: the records in, the folded ones out.
+highest priority, then the lowest job id. A pending task held or released on its own is a record of
+its own, as Slurm splits it out of its array's pending record (``group``). Pure: the records in,
+the folded ones out.
 """
 
 from __future__ import annotations
@@ -31,13 +33,19 @@ def folded_id(array_job_id: int, task_ids: list[int], throttle: int) -> str:
     return f"{array_job_id}_[{task_ranges(sorted(task_ids))}{f'%{throttle}' if throttle else ''}]"
 
 
-def fold(records: Iterable[T], pending_task: Callable[[T], tuple[int, int] | None],
+def group(array_job_id: int, hold: str) -> tuple[int, str]:
+    """Which of its array's pending records a pending task is in: its array's, apart by its hold (a
+    task held or released while the others are not was split out of the array's record)."""
+    return array_job_id, hold
+
+
+def fold(records: Iterable[T], pending_task: Callable[[T], tuple[tuple[int, str], int] | None],
          rank: Callable[[T], tuple]) -> list[tuple[T, list[int]]]:
-    """Each record that is not a pending array task with [], and for each array one pending task,
-    the first by ``rank``, with the task ids of all its pending tasks (``pending_task``: the
-    record's (array job id, task id) when it is a pending task of an array, else None)."""
+    """Each record that is not a pending array task with [], and for each array's pending record
+    one pending task, the first by ``rank``, with the task ids of all its tasks (``pending_task``:
+    the record's (group, task id) when it is a pending task of an array, else None)."""
     result: list[tuple[T, list[int]]] = []
-    groups: dict[int, tuple[T, list[int]]] = {}
+    groups: dict[tuple[int, str], tuple[T, list[int]]] = {}
     for record in records:
         task = pending_task(record)
         if task is None:

@@ -87,8 +87,8 @@ def _fold_pending_tasks(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     JobId the array's, ArrayTaskId their indexes (``0-7``), the rest the first task's."""
     from wattsched import arrayfold
 
-    def pending_task(j: dict[str, Any]) -> tuple[int, int] | None:
-        return (j["array_job_id"], j["array_task_id"]) if j["state"] == "PENDING" and \
+    def pending_task(j: dict[str, Any]) -> tuple[tuple[int, str], int] | None:
+        return (arrayfold.group(j["array_job_id"], j["hold"]), j["array_task_id"]) if j["state"] == "PENDING" and \
             j["array_task_id"] is not None else None
 
     folded = arrayfold.fold(jobs, pending_task, lambda j: (j["array_task_id"] or 0,))

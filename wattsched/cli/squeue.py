@@ -190,7 +190,7 @@ def _step_rank(step_id: str) -> int:
 
 
 # what squeue reads of every record whatever its format: to sort, filter by state and fold arrays
-_ALWAYS = ("job_id", "state", "priority", "array_job_id", "array_task_id", "array_throttle", "display_id")
+_ALWAYS = ("job_id", "state", "priority", "array_job_id", "array_task_id", "array_throttle", "display_id", "hold")
 # the options _selected filters on, and the keys each reads
 _FILTERS = {"name": "name", "account": "account", "qos": "qos", "reservation": "reservation",
             "nodelist": "node_list"}
@@ -266,9 +266,9 @@ def collapse_pending_arrays(rows: list[dict]) -> list[dict]:
     return [job for _position, job in folded]
 
 
-def _pending_task(job: dict) -> tuple[int, int] | None:
+def _pending_task(job: dict) -> tuple[tuple[int, str], int] | None:
     if job["state"] == "PENDING" and job["array_task_id"] is not None:
-        return job["array_job_id"], job["array_task_id"]
+        return arrayfold.group(job["array_job_id"], job["hold"]), job["array_task_id"]
     return None
 
 

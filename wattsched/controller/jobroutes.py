@@ -137,10 +137,10 @@ async def _listing(state: ClusterState, who: Identity, user: list[str] | None, s
     return Response(body, media_type="application/json")
 
 
-def _pending_task(job: Any) -> tuple[int, int] | None:
-    """A pending task of an array: (its array's id, its task id)."""
+def _pending_task(job: Any) -> tuple[tuple[int, str], int] | None:
+    """A pending task of an array: (its array's pending record, its task id)."""
     if job.state == states.PENDING and job.array_task_id is not None:
-        return job.array_job_id, job.array_task_id
+        return arrayfold.group(job.array_job_id, job.hold), job.array_task_id
     return None
 
 
