@@ -245,3 +245,12 @@ def test_the_configuration_is_slurms_where_ours_is_absent(tmp_path: Path, monkey
     assert common.config_path() == str(ours)
     monkeypatch.setenv("SLURM_CONF", "/elsewhere.conf")
     assert common.config_path() == "/elsewhere.conf"
+
+
+def test_list_options_keep_a_bracketed_list_whole() -> None:
+    """-w n[01-02,05],n07 and 12_[1-4,6],13: a comma inside brackets belongs to its item, as Slurm's."""
+    from wattsched.cli.common import split_list
+
+    assert split_list(["n[01-02,05],n07", "a,,b"]) == ["n[01-02,05]", "n07", "a", "b"]
+    assert split_list(["12_[1-4,6],13"]) == ["12_[1-4,6]", "13"]
+    assert split_list(None) == []

@@ -516,6 +516,10 @@ def test_the_controllers_folding_of_arrays_is_squeues(cluster: Cluster) -> None:
         assert by_squeue == split  # folded by squeue itself alike
         records = cluster.run("scontrol", "-o", "show", "job", str(later)).stdout.splitlines()
         assert sorted(line.split()[0] for line in records) == [f"JobId={later}", f"JobId={later + 1}"], records
+        cluster.run("scontrol", "release", f"{later}_[3,4]")  # an array's index list, commas and all
+        assert sorted(cluster.run("squeue", "-h", "-o", "%i", "-j", f"{later}_[1-4]").stdout.split()) == \
+            [f"{later}_1", f"{later}_[2-4]"]
+        assert cluster.run("squeue", "-h", "-j", "0").stdout == ""  # no job 0, not every job out of an array
     finally:
         cluster.run("scancel", *map(str, held), check=False)
 

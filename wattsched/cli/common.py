@@ -433,8 +433,21 @@ def obtain_token(config) -> str:
 
 
 def split_list(values: list[str] | None) -> list[str]:
-    """Slurm list options accept repeats and commas: -u a,b -u c."""
-    return [item for value in values or [] for item in value.split(",") if item]
+    """Slurm list options accept repeats and commas: -u a,b -u c; a comma inside brackets belongs to
+    its item (a hostlist's ``n[01-02,05]``, an array's ``12_[1-4,6]``)."""
+    items = []
+    for value in values or []:
+        depth, start = 0, 0
+        for index, char in enumerate(value):
+            if char == "[":
+                depth += 1
+            elif char == "]":
+                depth = max(0, depth - 1)
+            elif char == "," and depth == 0:
+                items.append(value[start:index])
+                start = index + 1
+        items.append(value[start:])
+    return [item for item in items if item]
 
 
 def every(period: int | None, render: Callable[[], str]) -> int:

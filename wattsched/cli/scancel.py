@@ -63,7 +63,7 @@ def scancel(argv: list[str]) -> int:
     opts, operands = COMMAND.parse(argv)
     sig = parse_signal(opts["signal"]) if opts.get("signal") else None
     client = Client.for_options(opts)
-    ids = [i for arg in operands for i in arg.split(",") if i]
+    ids = split_list(operands)
     users = split_list(opts.get("user"))
     if opts.get("me"):
         from wattsched.auth import username

@@ -7,7 +7,7 @@ import os
 import sys
 import time
 
-from wattsched.cli.common import Client, CLIError, print_json, wants_json
+from wattsched.cli.common import Client, CLIError, print_json, split_list, wants_json
 from wattsched.cli.options import NO, OPT, REQ, Command, Opt, ignored, refused, run, standard
 from wattsched.usertext import printable
 
@@ -621,7 +621,7 @@ def execute(client: Client, args: list[str], opts: dict[str, Any]) -> int:
     elif command in ("hold", "uhold", "release", "requeue", "suspend", "resume"):
         if not rest:
             raise CLIError(f"too few arguments for keyword:{command}")
-        for job in ",".join(rest).split(","):
+        for job in split_list(rest):
             if command in ("suspend", "resume"):
                 client.request("POST", f"/v1/jobs/{job}/suspend", params={"resume": command == "resume"})
             elif command == "requeue":

@@ -38,7 +38,7 @@ def resolve(state: ClusterState, job_ref: str) -> list[Job]:
             job_id = int(job_ref)
             job = state.jobs.get(job_id)
             if job is None or job.array_job_id == job_id:  # an array's tasks (its first may be gone)
-                found = [j for j in state.jobs.values() if j.array_job_id == job_id]
+                found = [j for j in state.jobs.values() if j.array_job_id == job_id and j.array_task_id is not None]
             else:
                 found = [job]
     except ValueError as exc:
