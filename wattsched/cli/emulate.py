@@ -20,6 +20,10 @@ import time
 from wattsched.cli.common import CLIError
 from wattsched.noded.procs import alive, same_process, start_time
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from wattsched.cli.common import Client
+
 PIDFILE = "emulate.json"
 
 
@@ -145,12 +149,23 @@ def _wait_registered(config, total: int, procs: list[subprocess.Popen], quiet: b
             sys.stderr.write(f"\rwattsched: {up}/{total} nodes registered")
             sys.stderr.flush()
             last = up
-        if up >= total:
+        if up >= total and _controllers_answer(client):
             if not quiet:
                 sys.stderr.write("\n")
             return
         time.sleep(0.2)
     raise CLIError(f"only {last} of {total} nodes registered in {timeout_s:.0f} s")
+
+
+def _controllers_answer(client: Client) -> bool:
+    """Whether every controller answers its ping (the standbys too): the cluster is up once
+    ``scontrol ping`` shows them all UP, as a newcomer's first command may ask."""
+    for index in range(len(client.controllers)):
+        try:
+            client.only(index).request("GET", "/v1/ping", timeout=5.0)
+        except CLIError:
+            return False
+    return True
 
 
 def stop_pids(pids: list[int], timeout_s: float = 15) -> None:
