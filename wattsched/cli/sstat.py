@@ -37,53 +37,45 @@ def _sacct(name: str) -> Callable[[Row], str]:
     return lambda r: show(r, r)
 
 
-def _by_task(value: str, where: str) -> Callable[[Row], str]:
-    return lambda r: str(r[f"{value}_{where}"])
+def _req_freq(part: str) -> Callable[[Row], str]:
+    return lambda r: req_freq(r["cpu_freq"], r["cpu_freq_khz"], part)
 
 
-FIELDS: dict[str, tuple[int, Callable[[Row], str]]] = {
-    "AveCPU": (10, _sacct("AveCPU")),
-    "AveCPUFreq": (10, lambda r: freq_text(r["ave_cpu_freq_khz"]) if r["ave_cpu_freq_khz"] else "0"),
-    "AveDiskRead": (12, _sacct("AveDiskRead")),
-    "AveDiskWrite": (12, _sacct("AveDiskWrite")),
-    "AvePages": (10, lambda r: str(round(r["pages_total"] / max(1, r["ntasks"])))),
-    "AveRSS": (10, _sacct("AveRSS")),
-    "AveVMSize": (10, lambda r: size_text(r["ave_vsize_kb"])),
-    "ConsumedEnergy": (14, lambda r: fmt.num_unit(r["consumed_energy_j"])),
-    "ConsumedEnergyRaw": (17, lambda r: str(round(r["consumed_energy_j"] or 0))),
-    "JobID": (-12, lambda r: r["display_id"]),
-    "MaxDiskRead": (12, _sacct("MaxDiskRead")),
-    "MaxDiskReadNode": (15, _sacct("MaxDiskReadNode")),
-    "MaxDiskReadTask": (15, _sacct("MaxDiskReadTask")),
-    "MaxDiskWrite": (12, _sacct("MaxDiskWrite")),
-    "MaxDiskWriteNode": (16, _sacct("MaxDiskWriteNode")),
-    "MaxDiskWriteTask": (16, _sacct("MaxDiskWriteTask")),
-    "MaxPages": (8, lambda r: str(r["max_pages"])),
-    "MaxPagesNode": (12, lambda r: r["max_pages_node"]),
-    "MaxPagesTask": (14, _by_task("max_pages", "task")),
-    "MaxRSS": (10, _sacct("MaxRSS")),
-    "MaxRSSNode": (10, _sacct("MaxRSSNode")),
-    "MaxRSSTask": (10, _sacct("MaxRSSTask")),
-    "MaxVMSize": (10, lambda r: size_text(r["max_vsize_kb"])),
-    "MaxVMSizeNode": (14, lambda r: r["max_vsize_node"]),
-    "MaxVMSizeTask": (14, _by_task("max_vsize", "task")),
-    "MinCPU": (10, _sacct("MinCPU")),
-    "MinCPUNode": (10, _sacct("MinCPUNode")),
-    "MinCPUTask": (10, _sacct("MinCPUTask")),
-    "Nodelist": (20, lambda r: r["node_list"]),
-    "NTasks": (8, lambda r: str(r["ntasks"])),
-    "Pids": (20, lambda r: ",".join(map(str, r["pids"]))),
-    "ReqCPUFreq": (10, lambda r: req_freq(r["cpu_freq"], r["cpu_freq_khz"], "min")),
-    "ReqCPUFreqMin": (13, lambda r: req_freq(r["cpu_freq"], r["cpu_freq_khz"], "min")),
-    "ReqCPUFreqMax": (13, lambda r: req_freq(r["cpu_freq"], r["cpu_freq_khz"], "max")),
-    "ReqCPUFreqGov": (13, lambda r: req_freq(r["cpu_freq"], r["cpu_freq_khz"], "gov")),
-    **{name: (width, _sacct(name)) for name, width in (
-        ("TRESUsageInAve", 14), ("TRESUsageInMax", 14), ("TRESUsageInMaxNode", 18), ("TRESUsageInMaxTask", 18),
-        ("TRESUsageInMin", 14), ("TRESUsageInMinNode", 18), ("TRESUsageInMinTask", 18), ("TRESUsageInTot", 14),
-        ("TRESUsageOutAve", 15), ("TRESUsageOutMax", 15), ("TRESUsageOutMaxNode", 19),
-        ("TRESUsageOutMaxTask", 19), ("TRESUsageOutMin", 15), ("TRESUsageOutMinNode", 19),
-        ("TRESUsageOutMinTask", 19), ("TRESUsageOutTot", 15))},
+# the fields only a live step has, or that sstat prints otherwise than sacct
+_OWN: dict[str, Callable[[Row], str]] = {
+    "AveCPUFreq": lambda r: freq_text(r["ave_cpu_freq_khz"]) if r["ave_cpu_freq_khz"] else "0",
+    "AvePages": lambda r: str(round(r["pages_total"] / max(1, r["ntasks"]))),
+    "AveVMSize": lambda r: size_text(r["ave_vsize_kb"]),
+    "ConsumedEnergy": lambda r: fmt.num_unit(r["consumed_energy_j"]),
+    "ConsumedEnergyRaw": lambda r: str(round(r["consumed_energy_j"] or 0)),
+    "JobID": lambda r: r["display_id"],
+    "MaxPages": lambda r: str(r["max_pages"]),
+    "MaxPagesNode": lambda r: r["max_pages_node"],
+    "MaxPagesTask": lambda r: str(r["max_pages_task"]),
+    "MaxVMSize": lambda r: size_text(r["max_vsize_kb"]),
+    "MaxVMSizeNode": lambda r: r["max_vsize_node"],
+    "MaxVMSizeTask": lambda r: str(r["max_vsize_task"]),
+    "Nodelist": lambda r: r["node_list"],
+    "NTasks": lambda r: str(r["ntasks"]),
+    "Pids": lambda r: ",".join(map(str, r["pids"])),
+    "ReqCPUFreq": _req_freq("min"), "ReqCPUFreqMin": _req_freq("min"),
+    "ReqCPUFreqMax": _req_freq("max"), "ReqCPUFreqGov": _req_freq("gov"),
 }
+# Slurm's sstat fields in its order (sstat -e lists them so) with their widths; the rest are sacct's
+_ORDER = (("AveCPU", 10), ("AveCPUFreq", 10), ("AveDiskRead", 12), ("AveDiskWrite", 12), ("AvePages", 10),
+          ("AveRSS", 10), ("AveVMSize", 10), ("ConsumedEnergy", 14), ("ConsumedEnergyRaw", 17), ("JobID", -12),
+          ("MaxDiskRead", 12), ("MaxDiskReadNode", 15), ("MaxDiskReadTask", 15), ("MaxDiskWrite", 12),
+          ("MaxDiskWriteNode", 16), ("MaxDiskWriteTask", 16), ("MaxPages", 8), ("MaxPagesNode", 12),
+          ("MaxPagesTask", 14), ("MaxRSS", 10), ("MaxRSSNode", 10), ("MaxRSSTask", 10), ("MaxVMSize", 10),
+          ("MaxVMSizeNode", 14), ("MaxVMSizeTask", 14), ("MinCPU", 10), ("MinCPUNode", 10), ("MinCPUTask", 10),
+          ("Nodelist", 20), ("NTasks", 8), ("Pids", 20), ("ReqCPUFreq", 10), ("ReqCPUFreqMin", 13),
+          ("ReqCPUFreqMax", 13), ("ReqCPUFreqGov", 13), ("TRESUsageInAve", 14), ("TRESUsageInMax", 14),
+          ("TRESUsageInMaxNode", 18), ("TRESUsageInMaxTask", 18), ("TRESUsageInMin", 14), ("TRESUsageInMinNode", 18),
+          ("TRESUsageInMinTask", 18), ("TRESUsageInTot", 14), ("TRESUsageOutAve", 15), ("TRESUsageOutMax", 15),
+          ("TRESUsageOutMaxNode", 19), ("TRESUsageOutMaxTask", 19), ("TRESUsageOutMin", 15),
+          ("TRESUsageOutMinNode", 19), ("TRESUsageOutMinTask", 19), ("TRESUsageOutTot", 15))
+FIELDS: dict[str, tuple[int, Callable[[Row], str]]] = {
+    name: (width, _OWN[name] if name in _OWN else _sacct(name)) for name, width in _ORDER}
 
 COMMAND = Command("sstat", "[options] -j <job(.stepid)>\n\tUse --help for help", [
     Opt("a", "allsteps", NO, "print all steps for the given job(s) when no step is specified"),

@@ -150,10 +150,16 @@ async def cancel(controller: Ctl, req: CancelRequest, who: Who) -> dict[str, Any
     now = time.time()
     steps = [ref.rpartition(".") for ref in req.job_ids if "." in ref]  # JOB.STEP: that step alone
     targets = [(job, step_id) for job_ref, _, step_id in steps for job in state.resolve(job_ref)]
-    jobs = [j for ref in req.job_ids if "." not in ref for j in state.resolve(ref)]
-    by_task = frozenset(j.job_id for ref in req.job_ids if "_" in ref and "." not in ref for j in state.resolve(ref))
+    jobs: list[Job] = []
+    by_task: set[int] = set()  # named by an array index (12_7): see jobs.cancel
+    for ref in req.job_ids:
+        if "." not in ref:
+            found = state.resolve(ref)
+            jobs.extend(found)
+            if "_" in ref:
+                by_task.update(j.job_id for j in found)
     actions = [a for job, step_id in targets for a in state.cancel_step(job, step_id, who, req.signal)]
-    controller.act(actions + state.cancel(jobs, who, req.signal, req.batch_only, now, req.full, by_task))
+    controller.act(actions + state.cancel(jobs, who, req.signal, req.batch_only, now, req.full, frozenset(by_task)))
     return {"cancelled": [j.job_id for j in jobs], "steps": [f"{job.job_id}.{step}" for job, step in targets]}
 
 

@@ -148,6 +148,7 @@ def cancel(state: ClusterState, jobs: Iterable[Job], who: Identity, sig: int | N
     jobs = list(jobs)
     for job in jobs:
         permissions.check_owner(state, job, who)
+    waiting = _pending_tasks(state, {j.array_job_id for j in jobs if j.job_id in by_task}) if by_task else {}
     actions: list[Action] = []
     for job in jobs:
         if job.state in states.FINISHED:
@@ -164,10 +165,10 @@ def cancel(state: ClusterState, jobs: Iterable[Job], who: Identity, sig: int | N
             job.cancelled_by = who.uid
             job.start_time = job.end_time = now
             state.touch(job)
-            if job.job_id in by_task and job.array_task_id is not None and not job.restart_count and any(
-                    other.array_job_id == job.array_job_id and other.state == states.PENDING
-                    for other in state.jobs.values()):
-                jobend.purge(state, job)
+            if job.job_id in by_task and job.array_task_id is not None:
+                waiting[job.array_job_id] -= 1  # (counted pending above)
+                if not job.restart_count and waiting[job.array_job_id] > 0:
+                    jobend.purge(state, job)
         elif job.state == states.RUNNING and job.cancelled_by is None:
             job.cancelled_by = who.uid
             state.touch(job)
@@ -175,6 +176,15 @@ def cancel(state: ClusterState, jobs: Iterable[Job], who: Identity, sig: int | N
                 actions.extend(thaw(state, job, now))
             actions.extend(terminate(state, job, now))
     return actions
+
+
+def _pending_tasks(state: ClusterState, arrays: set[int]) -> dict[int, int]:
+    """How many tasks of each of ``arrays`` are pending (one pass over the jobs)."""
+    counts: dict[int, int] = {}
+    for job in state.jobs.values():
+        if job.array_job_id in arrays and job.array_task_id is not None and job.state == states.PENDING:
+            counts[job.array_job_id] = counts.get(job.array_job_id, 0) + 1
+    return counts
 
 
 def suspend(state: ClusterState, jobs: Iterable[Job], resume: bool, who: Identity, now: float) -> list[Action]:

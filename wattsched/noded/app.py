@@ -198,11 +198,13 @@ def create_app(agent: Agent) -> FastAPI:
         """sstat: the tasks of the job's steps named, on its nodes here, so far (TaskStat records)."""
         cred = stat_credential(agent, req, who)
         uid, wanted = int(cred["uid"]), set(req.steps)
+        # the job's process groups, read here on the loop that changes them; /proc in a worker thread
+        leaders = {node: agent.job_pgids(node, req.job_id) for node in req.nodes}
 
         def sample() -> list[dict[str, Any]]:
             found = []
-            for node in req.nodes:
-                for (step, rank), task in procstat.tasks(agent.job_pgids(node, req.job_id), uid).items():
+            for node, pgids in leaders.items():
+                for (step, rank), task in procstat.tasks(pgids, uid).items():
                     if step in wanted:
                         found.append({"node": node, "step_id": step, "task": rank, "pids": task.pids,
                                       "user_cpu_s": task.user_cpu_s, "system_cpu_s": task.system_cpu_s,
