@@ -63,6 +63,11 @@ PartitionName=all Nodes=ALL State=DOWN MaxTime=INFINITE
     ("GresTypes=gpu\nNodeName=a1 Gres=mps:100\n", 2, "Gres", "only gpu"),
     ("GresTypes=gpu\nNodeName=a1 Gres=gpu:a100:x\n", 2, "Gres", "Invalid GRES count"),
     ("GresTypes=license\n", 1, "GresTypes", "license"),
+    ("NodeName=a[1-3] Port=7001-7002\n", 1, "Port", "Port count must equal that of NodeName records or there "
+                                                   "must be no more than one (2 != 3)"),
+    ("NodeName=a[1-2] Port=70000\n", 1, "Port", "Invalid Port 70000"),
+    ("NodeName=a[1-3] NodeAddr=10.0.0.[1-2]\n", 1, "NodeAddr", "NodeAddr count must equal that of NodeName"),
+    ("NodeName=DEFAULT NodeHostname=h\n", 1, "NodeHostname", "NodeHostname not allowed with NodeName=DEFAULT"),
 ])
 def test_errors_name_file_line_and_key(tmp_path: Path, text: str, line: int, key: str, message: str) -> None:
     path = write(tmp_path, text)
@@ -232,3 +237,16 @@ def test_propagate_resource_limits_names_slurms_limits(tmp_path: Path) -> None:
     assert (conf.propagate_resource_limits, conf.propagate_resource_limits_except) == ("ALL", "CORE,MEMLOCK")
     with pytest.raises(config.ConfigError, match="Invalid resource limit name: NOPE"):
         config.load(str(write(tmp_path, "PropagateResourceLimits=CORE,NOPE\nNodeName=n1\n")))
+
+
+def test_many_slurmds_of_one_host_each_have_a_port_and_files_of_their_own(tmp_path: Path) -> None:
+    """Slurm's multiple slurmds: NodeAddr, NodeHostname and Port take one value per node (a range
+    without brackets for ports), or one for all; SlurmdSpoolDir and TmpFS take %n."""
+    conf = config.load(write(tmp_path, "SlurmdSpoolDir=/var/spool/d/%n\nTmpFS=/scratch/%n\n"
+                                       "NodeName=n[1-3] NodeHostname=host1 NodeAddr=10.0.0.[1-3] Port=7001-7003\n"
+                                       "NodeName=m1 Port=[7010]\n"))
+    assert [(n.name, n.node_hostname, n.node_addr, n.port) for n in conf.nodes] == [
+        ("n1", "host1", "10.0.0.1", 7001), ("n2", "host1", "10.0.0.2", 7002), ("n3", "host1", "10.0.0.3", 7003),
+        ("m1", None, None, 7010)]
+    assert (conf.slurmd_spool_dir, conf.tmp_fs) == ("/var/spool/d/%n", "/scratch/%n")
+    assert ("TmpFS", "/scratch/%n") in conf.as_pairs()

@@ -104,8 +104,11 @@ class NodeConf:
     weight: int = setting("Weight", integer, 1)
     features: tuple[str, ...] = setting("Feature", names, (), aliases=("Features",))
     state: str = setting("State", choice("unknown", "idle", "down", "drain", "future", "cloud"), "UNKNOWN")
+    # NodeAddr, NodeHostname and Port take a list on a line naming many nodes (one each, in order),
+    # as Slurm's do: multiple slurmds of one host, each on a port of its own
     node_addr: str | None = setting("NodeAddr", text, None)
-    port: int | None = setting("Port", integer, None)
+    node_hostname: str | None = setting("NodeHostname", text, None)
+    port: int | None = setting("Port", text, None)
     idle_watts: int | None = setting("IdleWatts", integer, None)
     max_watts: int | None = setting("MaxWatts", integer, None)
     power_save_watts: int | None = setting("PowerSaveWatts", integer, None)
@@ -182,6 +185,8 @@ class Config:
     # postgresql:// URL); empty: state.db, SQLite in StateSaveLocation
     state_storage_loc: str = setting("StateStorageLoc", text, "", restart=True)
     slurmd_spool_dir: str = setting("SlurmdSpoolDir", text, "/var/spool/wattsched/d", path=True)
+    # the file system jobs get for temporary storage (--tmp, a node's TmpDisk); both take %n
+    tmp_fs: str = setting("TmpFS", text, "/tmp", path=True)
     # the Slurm-named daemons' files (slurmctld, slurmd): their pid when in the background, and their
     # log (empty: standard error, or syslog in the background); slurmd's take %n, the node's name
     slurmctld_pid_file: str = setting("SlurmctldPidFile", text, "/var/run/slurmctld.pid", path=True)
@@ -747,6 +752,9 @@ def _read(path: str, globals_: dict, nodes: dict, node_lines: dict, partitions: 
             for key, value in pairs[1:]:
                 _set(values, _NODE_KEYS, _LOWER_NODE, key, value, path, lineno, "NodeName")
             if head_value.upper() == "DEFAULT":
+                for attr, key in (("node_hostname", "NodeHostname"), ("node_addr", "NodeAddr")):
+                    if attr in values:
+                        raise ConfigError(path, lineno, key, f"{key} not allowed with NodeName=DEFAULT")
                 node_default.clear()
                 node_default.update(values)
                 continue
@@ -790,12 +798,42 @@ def _add_nodes(expr: str, values: dict, nodes: dict, node_lines: dict, path: str
     values["state"] = values.get("state", "unknown").upper()
     if values["cpus"] < 1:
         raise ConfigError(path, lineno, "CPUs", "a node needs at least one CPU")
-    for name in names:
+    each = _per_node(names, values, path, lineno)
+    for index, name in enumerate(names):
         if name in nodes:
             raise ConfigError(path, lineno, "NodeName", f"node {name} defined twice "
                               f"(first at line {node_lines[name]})")
-        nodes[name] = NodeConf(name=name, **values)
+        nodes[name] = NodeConf(name=name, **values, **{attr: listed[min(index, len(listed) - 1)]
+                                                       for attr, listed in each.items()})
         node_lines[name] = lineno
+
+
+def _per_node(names: list[str], values: dict, path: str, lineno: int) -> dict[str, list[Any]]:
+    """NodeAddr, NodeHostname and Port of a line naming ``names``: each one value for every node,
+    or one per node in order (Slurm's rules and words, as built for many slurmds on a host). The
+    values are taken out of ``values``."""
+    each: dict[str, list[Any]] = {}
+    for attr, key in (("node_addr", "NodeAddr"), ("node_hostname", "NodeHostname"), ("port", "Port")):
+        given = values.pop(attr, None)
+        if given is None:
+            continue
+        # a port list without brackets (6819-6822) is a range too, as Slurm reads it
+        bracketed = f"[{given}]" if attr == "port" and given[:1] != "[" and ("-" in given or "," in given) else given
+        try:
+            listed: list[Any] = hostlist.expand(bracketed)
+        except hostlist.HostlistError as exc:
+            raise ConfigError(path, lineno, key, str(exc)) from exc
+        if len(listed) not in (1, len(names)):
+            message = (f"Port count must equal that of NodeName records or there must be no more than one "
+                       f"({len(listed)} != {len(names)})" if attr == "port" else
+                       f"{key} count must equal that of NodeName records of there must be no more than one")
+            raise ConfigError(path, lineno, key, message)
+        if attr == "port":
+            if not all(p.isdigit() and 0 < int(p) <= 0xFFFF for p in listed):
+                raise ConfigError(path, lineno, key, f"Invalid Port {given}")
+            listed = [int(p) for p in listed]
+        each[attr] = listed
+    return each
 
 
 def change_partition(part: PartitionConf, settings: Sequence[tuple[str, str]],
