@@ -315,6 +315,19 @@ def test_failover_controls_and_submission_keys_are_no_users(shared: Cluster, mal
         shared.api("POST", "/v1/jobs/cancel", json={"job_ids": [str(job)]})
 
 
+def test_a_user_shuts_nothing_down(shared: Cluster, mallory: Account) -> None:
+    """scontrol shutdown, the controller's and an agent's shutdown orders, are root's (Slurm's "Invalid
+    user id")."""
+    refused = mallory.run("scontrol", "shutdown")
+    assert (refused.returncode, refused.stderr) == (1, b"slurm_shutdown error: Invalid user id\n")
+    user = {"Authorization": f"Bearer {mallory.token()}"}
+    reply = httpx.post(f"http://127.0.0.1:{shared.port}/v1/shutdown", headers=user)
+    assert reply.status_code == 403
+    agent = shared.nodes()[0]["agent_url"]
+    assert httpx.post(f"{agent}/v1/shutdown", json={}, headers=user).status_code == 403
+    assert shared._ping()
+
+
 def test_cross_user_actions_are_refused(shared: Cluster, mallory: Account, victim: Account) -> None:
     job = victim.sbatch("-H", "--wrap", "true")
     for args in (("scancel", str(job)), ("scontrol", "hold", str(job)), ("scontrol", "release", str(job)),

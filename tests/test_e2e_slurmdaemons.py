@@ -90,6 +90,46 @@ def test_slurmctld_and_slurmd_start_as_slurms_do_and_c_forgets_the_queue(cluster
     assert (run / "slurmd.n01.log").exists()
 
 
+def test_a_daemon_started_again_replaces_the_first_and_scontrol_shutdown_stops_them(cluster: Cluster) -> None:
+    """As Slurm's: a slurmctld (or slurmd) started while its like runs sends it SIGTERM and waits
+    for it to go (its pid file stays locked while it lives) before serving; a user may not shut the
+    cluster down; ``scontrol shutdown slurmctld`` stops the controller alone, ``scontrol shutdown``
+    the slurmds first."""
+    run: Path = cluster.run_dir  # type: ignore[attr-defined]
+    assert _daemon(cluster, "slurmctld").returncode == 0
+    first = _pid(run / "slurmctld.pid")
+    wait_for(cluster._ping, 30, what="slurmctld answering")
+    assert _daemon(cluster, "slurmctld", "-c").returncode == 0  # returns at once, as before
+    wait_for(lambda: not _alive(first), 30, what="the first slurmctld stopped by the second")
+    wait_for(lambda: _pid(run / "slurmctld.pid") != first and cluster._ping(), 30, what="the second serving")
+    controller = _pid(run / "slurmctld.pid")
+    assert _daemon(cluster, "slurmd", "-N", "n01").returncode == 0
+    agent = _pid(run / "slurmd.n01.pid")
+    assert _daemon(cluster, "slurmd", "-N", "n01").returncode == 0
+    wait_for(lambda: not _alive(agent), 30, what="the first slurmd stopped by the second")
+    wait_for(lambda: _pid(run / "slurmd.n01.pid") != agent, 30, what="the second slurmd's pid")
+    agent = _pid(run / "slurmd.n01.pid")
+    cluster.wait_nodes_up()
+    refused = cluster.run("scontrol", "shutdown", check=False, env=cluster.user_env())
+    assert (refused.returncode, refused.stderr) == (1, "slurm_shutdown error: Invalid user id\n")
+    for bad, said in ((["nodes"], "invalid shutdown argument:nodes"),
+                      (["slurmctld", "now"], "too many arguments for keyword:shutdown")):
+        wrong = cluster.run("scontrol", "shutdown", *bad, check=False)
+        assert (wrong.returncode, wrong.stderr) == (1, said + "\n")
+    assert _alive(controller) and _alive(agent)
+    assert cluster.run("scontrol", "shutdown", "slurmctld").stdout == ""
+    wait_for(lambda: not _alive(controller), 30, what="slurmctld shut down")
+    assert _alive(agent)  # the slurmds stay
+    assert _daemon(cluster, "slurmctld").returncode == 0
+    wait_for(lambda: _alive(_pid(run / "slurmctld.pid")) and cluster._ping(), 30, what="started again")
+    controller = _pid(run / "slurmctld.pid")
+    cluster.wait_nodes_up()
+    assert cluster.run("scontrol", "shutdown").returncode == 0
+    wait_for(lambda: not _alive(controller) and not _alive(agent), 30, what="slurmctld and slurmd shut down")
+    gone = cluster.run("scontrol", "ping", check=False)
+    assert "DOWN" in gone.stdout
+
+
 def test_the_daemons_answer_v_h_and_bad_options_as_slurms(cluster: Cluster) -> None:
     for daemon in ("slurmctld", "slurmd"):
         version = _daemon(cluster, daemon, "-V")

@@ -295,6 +295,10 @@ class FreezeJob(Strict):
     frozen: bool
 
 
+class Shutdown(Strict):
+    """Controller -> agent, and scontrol -> controller: stop the daemon (scontrol shutdown)."""
+
+
 class JobFreq(Strict):
     """Controller -> agent: a running job's CPUs to another frequency (kHz; None: back to what they
     had), as the power cap's shedding decides (wattsched.capshed)."""

@@ -8,7 +8,10 @@ noded`` start with its defaults (in the foreground, logging as the configuration
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
+import signal
 import socket
 import sys
 from dataclasses import dataclass
@@ -56,18 +59,54 @@ def background() -> None:
         os.close(null)
 
 
+_pid_file_fd: list[int] = []  # the pid file, held open (and locked) for the daemon's life
+
+
 def write_pid_file(path: str) -> None:
     """The daemon's pid in ``path`` (the configuration's, an administrator's path), written whole
-    under another name and renamed over it; never through a symbolic link left in its place."""
+    under another name and renamed over it; never through a symbolic link left in its place. As
+    Slurm's daemons do, the file stays write-locked while the daemon lives: the next one started
+    tells a live daemon from a stale file by that lock (:func:`stop_previous`)."""
     folder = os.path.dirname(path) or "."
     temporary = os.path.join(folder, f".{os.path.basename(path)}.{os.getpid()}")
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         os.write(fd, f"{os.getpid()}\n".encode())
         os.fchmod(fd, 0o644)
+        os.replace(temporary, path)
+    except BaseException:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+    _pid_file_fd.append(fd)
+
+
+def stop_previous(path: str) -> int | None:
+    """Slurm's daemons' start: the same daemon still running, by its locked pid file, is sent
+    SIGTERM, and this one waits until it has gone (its lock released), so that a daemon restarted
+    at once never finds its port, pid file or state held. Returns the old daemon's pid, or None
+    where there was none (no file, or one no live daemon holds)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            return None  # nobody holds it: a file left by a daemon that is gone
+        except OSError:
+            pass
+        text = os.read(fd, 32).decode(errors="replace").strip()
+        if not text.isdigit() or int(text) in (0, os.getpid()):
+            return None
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(text), signal.SIGTERM)
+        fcntl.lockf(fd, fcntl.LOCK_SH)  # blocks until the old daemon has exited
+        return int(text)
     finally:
         os.close(fd)
-    os.replace(temporary, path)
 
 
 def without_unused_imports() -> None:

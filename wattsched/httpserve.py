@@ -120,8 +120,19 @@ def server(app: Any, host: str, port: int, message_timeout_s: float,
     connections than the descriptor limit allows (slurmrestd's --max-connections)."""
     limit = max(64, raise_fd_limit() - HEADROOM)
     protocol = guarded_protocol(message_timeout_s, min(limit, max_connections or limit))
-    return uvicorn.Server(uvicorn.Config(app, host=host, port=port, http=protocol, log_level="warning",
-                                         access_log=False, backlog=2048, timeout_graceful_shutdown=1))
+    served = uvicorn.Server(uvicorn.Config(app, host=host, port=port, http=protocol, log_level="warning",
+                                           access_log=False, backlog=2048, timeout_graceful_shutdown=1))
+    if hasattr(app, "state"):
+        app.state.server = served  # for stop(): the daemon stopped by a request of its own
+    return served
+
+
+def stop(app: Any) -> None:
+    """Stop serving ``app`` as on SIGTERM, once the request asking for it has been answered (a
+    daemon's shutdown order: scontrol shutdown)."""
+    served = getattr(app.state, "server", None)
+    if served is not None:
+        served.should_exit = True
 
 
 def listen(host: str, port: int) -> socket.socket:

@@ -3,6 +3,7 @@ layout."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -648,7 +649,9 @@ def execute(client: Client, args: list[str], opts: dict[str, Any]) -> int:
         return wait_job(client, rest)
     elif command in ("reconfigure", "reconfig"):
         client.request("POST", "/v1/reconfigure")
-    elif command in ("shutdown", "reboot", "reboot_nodes"):
+    elif command == "shutdown":
+        return shutdown(client, rest)
+    elif command in ("reboot", "reboot_nodes"):
         raise CLIError(f"{command} is not supported here: restart the controller (systemctl restart "
                        "wattsched-controller) to apply a new configuration")
     else:
@@ -751,6 +754,24 @@ def takeover(client: Client, rest: list[str]) -> int:
         return _said(f"slurm_takeover error: {exc}")
     if not reply.get("result", "").endswith("handed over"):  # silent when done, as Slurm's
         print(f"takeover: {reply.get('result', '')}", file=sys.stderr)
+    return 0
+
+
+def shutdown(client: Client, rest: list[str]) -> int:
+    """scontrol shutdown [slurmctld|controller]: every controller stops (the backups told first, as
+    Slurm's scontrol does), and, unless only the controllers are named, every slurmd before them."""
+    if len(rest) > 1:
+        return _said("too many arguments for keyword:shutdown")
+    if rest and rest[0] not in ("slurmctld", "controller"):
+        return _said(f"invalid shutdown argument:{rest[0]}")
+    params = {"slurmds": "false" if rest else "true"}
+    for index in range(1, len(client.controllers)):
+        with contextlib.suppress(CLIError):  # a backup that is down has nothing to stop
+            client.only(index).request("POST", "/v1/shutdown", params=params)
+    try:
+        client.only(0).request("POST", "/v1/shutdown", params=params)
+    except CLIError as exc:
+        return _said(f"slurm_shutdown error: {exc}")
     return 0
 
 

@@ -42,7 +42,7 @@ def start(command: DaemonCommand, argv: list[str],
     """Parse ``argv``, check the configuration, start as asked and ``run`` the daemon. ``files``:
     the configuration's pid file and the folder -s moves to (the log file's, else the spool's)."""
     from wattsched import config as config_mod
-    from wattsched.daemonstart import Start, background, write_pid_file
+    from wattsched.daemonstart import Start, background, stop_previous, write_pid_file
 
     opts, _ = command.parse(argv)
     if opts.get("help"):
@@ -70,6 +70,7 @@ def start(command: DaemonCommand, argv: list[str],
     pid_file, workdir = files(config, opts)
     if not foreground:
         background()
+    stop_previous(pid_file)  # as Slurm's: the daemon of the same pid file, still running, stops first
     try:
         write_pid_file(pid_file)
     except OSError as exc:  # as Slurm's: said, and the daemon runs on

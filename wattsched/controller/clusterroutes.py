@@ -13,10 +13,10 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import Response
 
-from wattsched import SLURM_RELEASE, __version__, auth, exposition, power, states
+from wattsched import SLURM_RELEASE, __version__, auth, exposition, httpserve, power, states
 from wattsched.api import PowerCapStepSpec, PowerCapUpdate
 from wattsched.capschedule import CapStep
-from wattsched.controller import failover, powercontrol, snapshots
+from wattsched.controller import failover, permissions, powercontrol, snapshots
 from wattsched.controller.actions import Refused
 from wattsched.controller.metrics import CATEGORIES, ControllerCollector
 from wattsched.controller.routedeps import Ctl
@@ -113,6 +113,22 @@ async def reconfigure(controller: Ctl, who: Who) -> dict[str, Any]:
     if not state.is_admin(who):
         raise Refused("Access/permission denied", 403)
     return {"changes": controller.reconfigure()}
+
+
+@router.post("/v1/shutdown")
+async def shutdown(controller: Ctl, who: Who, request: Request, slurmds: bool = True) -> dict[str, Any]:
+    """scontrol shutdown: the slurmds told to stop first (not with ``slurmds=false``: scontrol
+    shutdown slurmctld), then this controller stops as on SIGTERM, its state saved."""
+    state = controller.state
+    if not permissions.is_super_user(state, who):
+        log.error("Security violation, SHUTDOWN RPC", extra={"uid": who.uid, "user": who.user})
+        raise Refused("Invalid user id", 403)
+    log.warning("shutdown requested", extra={"user": who.user, "slurmds": slurmds})
+    if slurmds:
+        assert controller.dispatcher is not None  # made as the app starts
+        await controller.dispatcher.shutdown_agents()
+    httpserve.stop(request.app)
+    return {"shutdown": True}
 
 
 @router.get("/v1/ping")

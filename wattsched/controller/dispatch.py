@@ -27,6 +27,7 @@ from wattsched.api import (
     JobFreq,
     LaunchBatch,
     ProfileSeries,
+    Shutdown,
     SignalJob,
 )
 from wattsched.config import Config
@@ -204,6 +205,12 @@ class Dispatcher:
             del self._last_try[key]
         if actions or self._stale:
             self.run(actions)
+
+    async def shutdown_agents(self) -> None:
+        """Tell every agent to stop (scontrol shutdown), all at once; one that does not answer is
+        said and left."""
+        urls = {node.agent_url for node in self.state.nodes.values() if node.agent_url}
+        await asyncio.gather(*(self._post(f"{url}/v1/shutdown", Shutdown()) for url in sorted(urls)))
 
     async def close(self) -> None:
         await self.client.aclose()

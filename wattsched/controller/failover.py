@@ -198,6 +198,15 @@ def standby_app(config: Config, key: bytes, this: Me, store: StateStore) -> Fast
             raise HTTPException(403, "Access/permission denied")
         return {"result": await asyncio.to_thread(ask_handover, config, key, store, this)}
 
+    @app.post("/v1/shutdown")
+    async def shutdown(who: Who, request: Request) -> dict[str, Any]:
+        """scontrol shutdown reaches the backups too, as Slurm's: this standby stops."""
+        if who.uid != 0 and who.user not in config.admin_users and who.role != "controller":
+            raise HTTPException(403, "Invalid user id")
+        log.warning("shutdown requested", extra={"user": who.user})
+        httpserve.stop(request.app)
+        return {"shutdown": True}
+
     @app.api_route("/{path:path}", methods=["GET", "POST", "PATCH", "PUT", "DELETE"], include_in_schema=False)
     async def standby(request: Request) -> JSONResponse:
         return JSONResponse({"detail": STANDBY_DETAIL, "standby": True}, status_code=503)

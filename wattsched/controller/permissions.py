@@ -24,6 +24,13 @@ def is_admin(state: ClusterState, who: Identity) -> bool:
             or who.user in state.shares.admins)
 
 
+def is_super_user(state: ClusterState, who: Identity) -> bool:
+    """Slurm's super user, who alone may shut the cluster down: root, AdminUsers, the controller
+    itself, and users sacctmgr made Administrator (not Operator)."""
+    return (who.uid == 0 or who.user in state.config.admin_users or who.role == "controller"
+            or who.user in state.shares.administrators)
+
+
 def resolve(state: ClusterState, job_ref: str) -> list[Job]:
     """Jobs named by ``12`` (a job, or every task of array 12) or ``12_3`` (one task)."""
     if len(job_ref) > MAX_JOB_REF:

@@ -44,6 +44,7 @@ class Shares:
     qos_use: dict[str, limits.Use] = field(default_factory=dict)
     # what the jobs that ran before let expect of the same jobs (wattsched.prediction), by key
     predictions: dict[str, prediction.Prediction] = field(default_factory=dict)
+    administrators: frozenset[str] = frozenset()  # of ``admins``, those at AdminLevel=Administrator
 
 
 def compute(accounting: AccountingStore, config: Config, live: Live, now: float, origin: float,
@@ -69,12 +70,14 @@ def compute(accounting: AccountingStore, config: Config, live: Live, now: float,
         if a["user"]:
             user_accounts.setdefault(a["user"], set()).add(a["account"])
             default_account[a["user"]] = a["default_account"]
-    admins = frozenset(u["name"] for u in assocs.users() if u["admin_level"] in ("Operator", "Administrator"))
+    users = assocs.users()
+    admins = frozenset(u["name"] for u in users if u["admin_level"] in ("Operator", "Administrator"))
     qos, assoc_limits = assocs.qos_records(), assocs.assoc_limits()
     assoc_use, qos_use = limits.recorded_use([*assocs.use_records(since, live.keys), *live.use], assoc_limits, qos, now,
                                              since, half_life)
     return Shares(rows, fairshare.factors(rows), user_accounts, default_account, admins, now, qos, assoc_limits,
-                  assoc_use, qos_use, assocs.run_history())
+                  assoc_use, qos_use, assocs.run_history(),
+                  frozenset(u["name"] for u in users if u["admin_level"] == "Administrator"))
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,18 +5,20 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import logging
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import Response, StreamingResponse
 
-from wattsched import auth, cpubind, exposition, httplimits
+from wattsched import auth, cpubind, exposition, httplimits, httpserve
 from wattsched.api import (
     EPOCH_HEADER,
     FreezeJob,
     JobFreq,
     LaunchBatch,
+    Shutdown,
     SignalJob,
     StatRequest,
     StepOnNode,
@@ -30,6 +32,8 @@ from wattsched.noded import broadcast, procs, procstat, steps
 from wattsched.noded.agent import Agent
 from wattsched.noded.metrics import AgentCollector
 from wattsched.plugins import mpi
+
+log = logging.getLogger("wattsched.noded")
 
 Controller = Annotated[auth.Identity, require_role("controller")]
 
@@ -72,6 +76,13 @@ def create_app(agent: Agent) -> FastAPI:
     async def signal_job(req: SignalJob, who: Ctl) -> dict[str, Any]:
         return {"clean": agent.signal_job(req.job_id, req.nodes, req.signal, req.batch_only, req.terminate, req.full,
                                           req.step_id)}
+
+    @app.post("/v1/shutdown")
+    async def shutdown(req: Shutdown, who: Ctl, request: Request) -> dict[str, Any]:
+        """scontrol shutdown, through the controller: the agent stops as on SIGTERM."""
+        log.warning("shutdown ordered by the controller")
+        httpserve.stop(request.app)
+        return {"shutdown": True}
 
     @app.post("/v1/freeze")
     async def freeze(req: FreezeJob, who: Ctl) -> dict[str, Any]:
