@@ -27,7 +27,7 @@ import pytest
 from tests.adversary import SymlinkAdversary
 from tests.hostile import ENDED, GROUP, USERS, Account, final, needs_accounts, own_cluster
 from wattsched import auth
-from wattsched.testing import SILENT_CONNECTIONS, Cluster, wait_for
+from wattsched.testing import SILENT_CONNECTIONS, Cluster, free_port, wait_for
 
 pytestmark = needs_accounts
 
@@ -315,9 +315,10 @@ def test_failover_controls_and_submission_keys_are_no_users(shared: Cluster, mal
         shared.api("POST", "/v1/jobs/cancel", json={"job_ids": [str(job)]})
 
 
-def test_a_user_shuts_nothing_down(shared: Cluster, mallory: Account) -> None:
+def test_a_user_shuts_nothing_down_and_reads_no_accounting_behind_the_controller(
+        shared: Cluster, mallory: Account) -> None:
     """scontrol shutdown, the controller's and an agent's shutdown orders, are root's (Slurm's "Invalid
-    user id")."""
+    user id"); with no controller answering, sacctmgr reads the accounting database for root alone."""
     refused = mallory.run("scontrol", "shutdown")
     assert (refused.returncode, refused.stderr) == (1, b"slurm_shutdown error: Invalid user id\n")
     user = {"Authorization": f"Bearer {mallory.token()}"}
@@ -326,6 +327,10 @@ def test_a_user_shuts_nothing_down(shared: Cluster, mallory: Account) -> None:
     agent = shared.nodes()[0]["agent_url"]
     assert httpx.post(f"{agent}/v1/shutdown", json={}, headers=user).status_code == 403
     assert shared._ping()
+    cut_off = mallory.env(WATTSCHED_CONTROLLER=f"http://127.0.0.1:{free_port()}", SLURM_JWT=mallory.token())
+    alone = mallory.run("sacctmgr", "show", "account", env=cut_off)
+    assert (alone.returncode, alone.stdout) == (1, b"")
+    assert b"Unable to contact slurm controller" in alone.stderr
 
 
 def test_cross_user_actions_are_refused(shared: Cluster, mallory: Account, victim: Account) -> None:

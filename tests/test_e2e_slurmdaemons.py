@@ -130,6 +130,20 @@ def test_a_daemon_started_again_replaces_the_first_and_scontrol_shutdown_stops_t
     assert "DOWN" in gone.stdout
 
 
+def test_root_manages_the_accounts_before_any_controller_runs(cluster: Cluster) -> None:
+    """Slurm's sacctmgr needs only the accounting database: root adds and lists accounts before the
+    first slurmctld starts, and the controller, once started, has them (a user is not let in: the
+    hostile suite's)."""
+    added = cluster.run("sacctmgr", "-i", "add", "account", "physics")
+    assert "physics" in added.stdout
+    assert cluster.run("sacctmgr", "-n", "-P", "show", "cluster", "format=cluster").stdout.split() == ["testcluster"]
+    assert cluster.run("sacctmgr", "shutdown").returncode == 0  # no slurmdbd to stop
+    assert _daemon(cluster, "slurmctld").returncode == 0
+    wait_for(cluster._ping, 30, what="slurmctld answering")
+    listed = cluster.run("sacctmgr", "-n", "-P", "show", "account", "format=account").stdout.split()
+    assert listed == ["physics", "root"]
+
+
 def test_the_daemons_answer_v_h_and_bad_options_as_slurms(cluster: Cluster) -> None:
     for daemon in ("slurmctld", "slurmd"):
         version = _daemon(cluster, daemon, "-V")

@@ -24,6 +24,7 @@ from wattsched.accounting.models import (
     UserRecord,
     table,
 )
+from wattsched.api import AssocRequest
 from wattsched.fairshare import ROOT, Assoc, UsageRecord
 from wattsched.limits import AssocLimits, LimitError, Limits, Qos
 
@@ -68,6 +69,11 @@ class AssocStore:
         self.engine, self.cluster = engine, cluster
 
     # --- reading ------------------------------------------------------------------------------------
+
+    def listing(self) -> dict[str, list[dict[str, Any]]]:
+        """What sacctmgr show lists: associations, accounts, users, clusters and QOS."""
+        return {"associations": self.associations(), "accounts": self.accounts(), "users": self.users(),
+                "clusters": self.clusters(), "qos": self.qos()}
 
     def associations(self) -> list[dict[str, Any]]:
         """Every association with its user's default account, root first."""
@@ -153,6 +159,43 @@ class AssocStore:
         return [r for r in rows if (r.job_id, r.time_submit) not in skip] if skip else rows
 
     # --- changes ------------------------------------------------------------------------------------
+
+    def apply(self, req: AssocRequest, now: float) -> None:
+        """One sacctmgr change, for each name."""
+        values, account = req.values, req.where.get("account", "")
+        for name in req.names:
+            if req.entity == "qos":
+                if req.action == "add":
+                    self.add_qos(name, values)
+                elif req.action == "modify":
+                    self.modify_qos(name, values)
+                else:
+                    self.delete_qos(name)
+            elif req.entity == "cluster":
+                if req.action != "add":
+                    raise AssocError(f"{req.action} cluster is not supported: clusters are added, never changed")
+                self.add_cluster(name, now)
+            elif req.entity == "account":
+                if req.action == "add":
+                    unknown = set(values) - {"parent", "fairshare", "description", "organization"} - ASSOC_SETTINGS
+                    if unknown:
+                        raise AssocError(f"Unknown option: {sorted(unknown)[0]}")
+                    self.add_account(name, values.get("parent", "root"), values.get("fairshare", 1),
+                                      values.get("description", ""), values.get("organization", ""), values)
+                elif req.action == "modify":
+                    self.modify_account(name, values)
+                else:
+                    self.delete_account(name)
+            elif req.action == "add":
+                unknown = set(values) - {"account", "defaultaccount", "fairshare", "adminlevel"} - ASSOC_SETTINGS
+                if unknown:
+                    raise AssocError(f"Unknown option: {sorted(unknown)[0]}")
+                self.add_user(name, values.get("account", ""), values.get("defaultaccount", ""),
+                               values.get("fairshare", 1), values.get("adminlevel", ""), values)
+            elif req.action == "modify":
+                self.modify_user(name, values, account)
+            else:
+                self.delete_user(name, account)
 
     def add_cluster(self, name: str, now: float) -> None:
         with self.engine.begin() as conn:

@@ -25,6 +25,10 @@ class CLIError(Exception):
         self.status = status
 
 
+class Unreachable(CLIError):
+    """No controller answers (nor its credential service, which lives in the controller)."""
+
+
 def config_path() -> str:
     explicit = os.environ.get("WATTSCHED_CONF") or os.environ.get("SLURM_CONF")
     if explicit:
@@ -203,7 +207,7 @@ class Client:
             now = time.monotonic()
             deadline = deadline or now + 1.5 * self.config.slurmctld_timeout_s
             if len(self.controllers) == 1 or now >= deadline:
-                raise CLIError("Unable to contact slurm controller (connect failure)")
+                raise Unreachable("Unable to contact slurm controller (connect failure)")
             time.sleep(0.5)  # a takeover is seconds long: a finer poll answers sooner
 
     def request(self, method: str, path: str, body: Any = None, params: dict[str, Any] | None = None,
@@ -428,8 +432,8 @@ def obtain_token(config) -> str:
     try:
         return authsocket.fetch(sock)
     except OSError as exc:
-        raise CLIError(f"Unable to obtain a credential (no SLURM_JWT, key unreadable, {sock}: "
-                       f"{exc.strerror or exc})") from exc
+        raise Unreachable(f"Unable to obtain a credential (no SLURM_JWT, key unreadable, {sock}: "
+                          f"{exc.strerror or exc})") from exc
 
 
 def split_list(values: list[str] | None) -> list[str]:

@@ -4,7 +4,6 @@ factors, and the limits with what is held and used against them."""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import math
 import time
@@ -13,7 +12,7 @@ from typing import Any
 from fastapi import APIRouter
 
 from wattsched import limits
-from wattsched.accounting.assoc import ASSOC_SETTINGS, AssocError, AssocStore
+from wattsched.accounting.assoc import AssocError, AssocStore
 from wattsched.api import AssocRequest
 from wattsched.controller import acctdb, acctpolicy, permissions
 from wattsched.controller.actions import Refused
@@ -21,44 +20,6 @@ from wattsched.controller.loop import Controller
 from wattsched.controller.routedeps import Ctl
 from wattsched.httpauth import Who
 from wattsched.plugins.priority.multifactor import MultifactorPriority
-
-
-def _apply(store: AssocStore, req: AssocRequest, now: float) -> None:
-    """One sacctmgr change, for each name (blocking: run it in a thread)."""
-    values, account = req.values, req.where.get("account", "")
-    for name in req.names:
-        if req.entity == "qos":
-            if req.action == "add":
-                store.add_qos(name, values)
-            elif req.action == "modify":
-                store.modify_qos(name, values)
-            else:
-                store.delete_qos(name)
-        elif req.entity == "cluster":
-            if req.action != "add":
-                raise AssocError(f"{req.action} cluster is not supported: clusters are added, never changed")
-            store.add_cluster(name, now)
-        elif req.entity == "account":
-            if req.action == "add":
-                unknown = set(values) - {"parent", "fairshare", "description", "organization"} - ASSOC_SETTINGS
-                if unknown:
-                    raise AssocError(f"Unknown option: {sorted(unknown)[0]}")
-                store.add_account(name, values.get("parent", "root"), values.get("fairshare", 1),
-                                  values.get("description", ""), values.get("organization", ""), values)
-            elif req.action == "modify":
-                store.modify_account(name, values)
-            else:
-                store.delete_account(name)
-        elif req.action == "add":
-            unknown = set(values) - {"account", "defaultaccount", "fairshare", "adminlevel"} - ASSOC_SETTINGS
-            if unknown:
-                raise AssocError(f"Unknown option: {sorted(unknown)[0]}")
-            store.add_user(name, values.get("account", ""), values.get("defaultaccount", ""),
-                           values.get("fairshare", 1), values.get("adminlevel", ""), values)
-        elif req.action == "modify":
-            store.modify_user(name, values, account)
-        else:
-            store.delete_user(name, account)
 
 
 def _raw(used: dict[str, float]) -> str:
@@ -87,7 +48,7 @@ async def change_associations(controller: Ctl, req: AssocRequest, who: Who) -> d
         raise Refused("Access/permission denied", 403)
     store = accounting(controller)
     try:
-        await acctdb.call(_apply, store, req, time.time())
+        await acctdb.call(store.apply, req, time.time())
     except AssocError as exc:
         raise Refused(str(exc), 409) from exc
     if controller.fairshare is not None:
@@ -98,12 +59,10 @@ async def change_associations(controller: Ctl, req: AssocRequest, who: Who) -> d
 @router.get("/v1/associations")
 async def associations(controller: Ctl, who: Who) -> dict[str, Any]:
     state, store = controller.state, accounting(controller)
-    assocs, accounts, users, clusters, qos = await asyncio.gather(
-        acctdb.call(store.associations), acctdb.call(store.accounts), acctdb.call(store.users),
-        acctdb.call(store.clusters), acctdb.call(store.qos))
-    assocs, accounts, users = permissions.private_accounts(state, who, assocs, accounts, users)
-    return {"time": time.time(), "associations": assocs, "accounts": accounts, "users": users,
-            "clusters": clusters, "qos": qos}
+    listing = await acctdb.call(store.listing)
+    listing["associations"], listing["accounts"], listing["users"] = permissions.private_accounts(
+        state, who, listing["associations"], listing["accounts"], listing["users"])
+    return {"time": time.time(), **listing}
 
 
 @router.get("/v1/assoc_mgr")
