@@ -79,6 +79,20 @@ def test_jobs_share_nodes_cpu_by_cpu_and_pay_their_share_of_the_watts(tmp_path) 
     assert result.energy_by_state["computing"] == pytest.approx(300 * 100 + 6 / 4 * 300 * 200 + 100 * 0.5 * 200)
 
 
+@pytest.mark.parametrize(("parameters", "together"), [("", 2), ("SelectTypeParameters=CR_Core_Memory\n", 2),
+                                                     ("SelectTypeParameters=CR_CPU\n", 4)])
+def test_memory_is_held_against_a_node_only_where_select_type_parameters_say(tmp_path, parameters: str,
+                                                                            together: int) -> None:
+    """Slurm's default (CR_Core_Memory) holds each job's memory (DefMemPerCPU=500 here) against its
+    node's 1000 MB: two one-CPU jobs at a time; with CR_CPU only the CPUs count: all four."""
+    path = tmp_path / "mem.conf"
+    path.write_text(f"SchedulerParameters=bf_interval=1\nDefMemPerCPU=500\n{parameters}"
+                    "NodeName=c1 CPUs=4 RealMemory=1000\nPartitionName=p Nodes=c1 Default=YES\n")
+    jobs = Workload([SimJob(i, 0, 100, 100, 1, nodes=1) for i in range(1, 5)])
+    result = engine.Simulation(config.load(path), jobs, shared=True).run()
+    assert sum(r.start == 0.0 for r in result.records) == together
+
+
 def test_idle_timeout_in_virtual_time_switches_and_wakes_nodes(tmp_path) -> None:
     # SuspendTime=0: idle nodes go off at once (20 s at 100 W, then 10 W), and a job given off nodes
     # waits 10 s for them to switch on (120 W)

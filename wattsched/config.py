@@ -206,6 +206,10 @@ class Config:
     # site rules run on every submission and update (wattsched.plugins.job_submit)
     job_submit_plugins: tuple[str, ...] = setting("JobSubmitPlugins", plugin_list("job_submit"), ())
     select_type: str = setting("SelectType", plugin("select"), "select/cons_tres")
+    # the consumable resources, as Slurm's: memory is one with a *_Memory value (the default with
+    # cons_tres, CR_Core_Memory), not with CR_CPU or CR_Core; CPUs are given one by one either way
+    select_type_parameters: tuple[str, ...] = setting(
+        "SelectTypeParameters", flags("CR_CPU", "CR_CPU_Memory", "CR_Core", "CR_Core_Memory", "CR_Memory"), ())
     auth_alt: AuthAltParams = setting("AuthAltParameters", parse_auth_alt, AuthAltParams(), restart=True)
     # AuthInfo=socket=PATH; default: auth/auth.sock beside StateSaveLocation
     auth_socket: str = setting("AuthInfo", auth_socket, "", path=True, restart=True)
@@ -359,6 +363,13 @@ class Config:
     private_data: tuple[str, ...] = setting("PrivateData", flags("accounts", "jobs", "usage", "users"), ())
     nodes: tuple[NodeConf, ...] = ()
     partitions: tuple[PartitionConf, ...] = ()
+
+    @property
+    def memory_consumable(self) -> bool:
+        """Whether jobs' memory is held against their nodes' (SelectTypeParameters)."""
+        if not self.select_type_parameters:
+            return self.select_type != "select/linear"
+        return any(p.endswith("Memory") for p in self.select_type_parameters)
 
     @property
     def accounting_url(self) -> str:

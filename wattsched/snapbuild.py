@@ -108,11 +108,13 @@ def cap_state(flag: PowerFlag, held: bool, base: NodeBase = NodeBase.IDLE, not_r
     return power.cap_state(nodestates.power_state(flag, base, not_responding, held), held)
 
 
-def request(job: Job) -> JobRequest:
+def request(job: Job, memory: bool = True) -> JobRequest:
     """A pending job as the policies see it: the request's fields named as the job's take them
-    (model.Job is their one declaration); _REQUEST_VALUES lists the rest."""
-    return JobRequest(**{name: getattr(job, name) for name in _SAME_AS_JOB},
+    (model.Job is their one declaration); _REQUEST_VALUES lists the rest. Without ``memory`` (not a
+    consumable: SelectTypeParameters=CR_CPU) the job asks its nodes for none."""
+    made = JobRequest(**{name: getattr(job, name) for name in _SAME_AS_JOB},
                       **{name: compute(job) for name, compute in _REQUEST_VALUES.items()})
+    return made if memory else replace(made, mem_per_node_mb=0, mem_per_cpu_mb=0)
 
 
 # the one place a request differs from its job: immutable lists, and what is derived
@@ -153,7 +155,7 @@ def snapshot(config: Config, now: float, nodes: tuple[NodeSnap, ...], partition_
     backfill plan (``backfill_due``) or under a power cap (see :func:`carries_running`)."""
     preempt = preempt_settings(config)
     return Snapshot(now=now, nodes=nodes, partitions=partition_snaps, pending=pending, jobs=jobs or {},
-                    def_mem_per_cpu_mb=config.def_mem_per_cpu_mb,
+                    def_mem_per_cpu_mb=config.def_mem_per_cpu_mb if config.memory_consumable else 0,
                     running=running if carries_running(backfill_due, power_snap is not None, preempt.on) else (),
                     backfill_due=backfill_due, reservations=reservations or {}, fairshare=fairshare or {},
                     power=power_snap, changes=changes, accounts=accounts, preempt=preempt, greenness=greenness)

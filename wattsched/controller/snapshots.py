@@ -66,8 +66,8 @@ def node_snaps(state: ClusterState) -> dict[str, scheduling.NodeSnap]:
     """Each node as the policies see it. A node's NodeSnap is kept while what it is built from is
     the same (its configured fields change only with a reconfiguration, which drops the memos), so
     a pass builds only the changed nodes' and the core's node memo looks again only at those."""
-    kept = state.memo.nodes
-    return {n.name: _kept(kept, n, (n.alloc_cpus, n.alloc_mem_mb, n.power, n.base_state, n.drain,
+    kept, memory = state.memo.nodes, state.config.memory_consumable
+    return {n.name: _kept(kept, n, (n.alloc_cpus, n.alloc_mem_mb if memory else 0, n.power, n.base_state, n.drain,
                                     n.not_responding, n.free_gpus()), _node_snap)
             for n in state.nodes.values()}
 
@@ -88,7 +88,7 @@ def request(state: ClusterState, job: Job) -> scheduling.JobRequest:
     """A pending job as the policies see it (snapbuild.request), built once per change of the job."""
     cached = state.memo.requests.get(job.job_id)
     if cached is None:
-        cached = state.memo.requests[job.job_id] = snapbuild.request(job)
+        cached = state.memo.requests[job.job_id] = snapbuild.request(job, state.config.memory_consumable)
     return cached
 
 

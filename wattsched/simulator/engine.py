@@ -447,9 +447,9 @@ class Simulation:
         return limits.ActiveJob(record.job.job_id, record.job.user, account, self._qos(account, record.job.user),
                                 self._tres(record), self._limit_end(record))
 
-    @staticmethod
-    def _node_snap(node: SimNode) -> scheduling.NodeSnap:
-        return snapbuild.node_snap(node.conf, node.alloc_cpus, node.alloc_mem_mb, node.power)
+    def _node_snap(self, node: SimNode) -> scheduling.NodeSnap:
+        memory = node.alloc_mem_mb if self.config.memory_consumable else 0
+        return snapbuild.node_snap(node.conf, node.alloc_cpus, memory, node.power)
 
     def _changed(self, node: SimNode) -> None:
         self.dirty.add(node.conf.name)
