@@ -68,6 +68,10 @@ PartitionName=all Nodes=ALL State=DOWN MaxTime=INFINITE
     ("NodeName=a[1-2] Port=70000\n", 1, "Port", "Invalid Port 70000"),
     ("NodeName=a[1-3] NodeAddr=10.0.0.[1-2]\n", 1, "NodeAddr", "NodeAddr count must equal that of NodeName"),
     ("NodeName=DEFAULT NodeHostname=h\n", 1, "NodeHostname", "NodeHostname not allowed with NodeName=DEFAULT"),
+    ("DefMemPerCPU=100\nDefMemPerNode=200\n", 2, "DefMemPerNode", "DefMemPerCPU and DefMemPerNode are mutually"),
+    ("TaskPlugin=affinity,numa\n", 1, "TaskPlugin", "'numa' is not one of task/none, task/cgroup, task/affinity"),
+    ("SrunPortRange=60001\n", 1, "SrunPortRange", "is not a range of ports LOW-HIGH"),
+    ("JobAcctGatherType=jobacct_gather/none\n", 1, "JobAcctGatherType", "is not one of"),
 ])
 def test_errors_name_file_line_and_key(tmp_path: Path, text: str, line: int, key: str, message: str) -> None:
     path = write(tmp_path, text)
@@ -250,3 +254,11 @@ def test_many_slurmds_of_one_host_each_have_a_port_and_files_of_their_own(tmp_pa
         ("m1", None, None, 7010)]
     assert (conf.slurmd_spool_dir, conf.tmp_fs) == ("/var/spool/d/%n", "/scratch/%n")
     assert ("TmpFS", "/scratch/%n") in conf.as_pairs()
+
+
+def test_slurm_sites_name_plugins_whole_or_short_and_list_what_they_track(tmp_path: Path) -> None:
+    conf = config.load(write(tmp_path, "TaskPlugin=affinity,task/cgroup\nSrunPortRange=60001-63000\n"
+                                       "AccountingStorageTRES=gres/gpu,energy\nJobAcctGatherType=jobacct_gather/cgroup\n"
+                                       "SelectTypeParameters=cr_cpu\n"))
+    assert conf.task_plugin == ("task/affinity", "task/cgroup") and conf.srun_port_range == (60001, 63000)
+    assert conf.accounting_storage_tres == ("gres/gpu", "energy") and not conf.memory_consumable

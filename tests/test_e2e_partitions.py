@@ -86,3 +86,22 @@ def test_changes_outlive_a_kill_and_reconfigure_returns_to_the_file(fresh_cluste
     cluster.kill_controller(signal.SIGKILL)
     cluster.start_controller()
     assert set(_partitions(cluster)) == {"debug"}
+
+
+def test_partition_limits_refuse_at_submission_with_enforce_part_limits(tmp_path) -> None:
+    """EnforcePartLimits=ALL: a job beyond its partition's MaxTime or MaxNodes is refused with
+    Slurm's words (without it, it waits: PartitionTimeLimit); DefMemPerNode is a job's memory when
+    it asks none."""
+    cluster = Cluster(tmp_path, extra="EnforcePartLimits=ALL\nDefMemPerNode=128",
+                      partitions="PartitionName=short Nodes=ALL Default=YES MaxTime=10 MaxNodes=2").start()
+    try:
+        long = cluster.run("sbatch", "-t", "20", "--wrap", "true", check=False)
+        assert long.returncode == 1
+        assert "Requested time limit is invalid (missing or exceeds some limit)" in long.stderr
+        wide = cluster.run("sbatch", "-N", "3", "--wrap", "true", check=False)
+        assert wide.returncode == 1 and "Node count specification invalid" in wide.stderr
+        job = cluster.sbatch("-H", "-t", "5", "--wrap", "true")
+        assert "MinMemoryNode=128M" in cluster.run("scontrol", "show", "job", str(job)).stdout
+        cluster.run("scancel", str(job))
+    finally:
+        cluster.stop()

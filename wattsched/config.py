@@ -51,6 +51,7 @@ from wattsched.confvalues import (
     period_s,
     plugin,
     plugin_list,
+    port_range,
     positive,
     positive_number,
     power_save_types,
@@ -231,6 +232,19 @@ class Config:
     max_submit_jobs_per_user: int = setting("MaxSubmitJobsPerUser", bounded(0, 4_000_000), 5000)
     slurmctld_parameters: RateLimits = setting("SlurmctldParameters", parse_slurmctld_params, RateLimits())
     def_mem_per_cpu_mb: int = setting("DefMemPerCPU", memory, 0)
+    def_mem_per_node_mb: int = setting("DefMemPerNode", memory, 0)  # (one or the other, as Slurm's)
+    # whether a job beyond its partition's MaxTime or MaxNodes is refused at submission (else it waits)
+    enforce_part_limits: str = setting("EnforcePartLimits", choice("all", "any", "no", "yes"), "no")
+    # Slurm's: the ports srun listens on; srun here listens on none (its streams go over its own
+    # connections to the agents), so any range holds
+    srun_port_range: tuple[int, int] | None = setting("SrunPortRange", port_range, None)
+    # the TRES accounting keeps beyond Slurm's defaults: every one of these is kept here always
+    accounting_storage_tres: tuple[str, ...] = setting(
+        "AccountingStorageTRES", flags("cpu", "mem", "energy", "node", "billing", "gres/gpu", "fs/disk", "vmem",
+                                       "pages"), ())
+    # how jobs' use is gathered: both read each task's use from the kernel (/proc) on its node
+    job_acct_gather_type: str = setting("JobAcctGatherType", choice("jobacct_gather/linux", "jobacct_gather/cgroup"),
+                                        "jobacct_gather/linux")
     job_requeue: bool = setting("JobRequeue", yes_no, True)
     return_to_service: int = setting("ReturnToService", integer, 1)
     emulated_agents: int = setting("EmulatedAgents", integer, 1)
@@ -332,7 +346,7 @@ class Config:
     # process tracking and confinement (Slurm's keys); cgroup.conf beside the file sets the cgroup_*
     proctrack_type: str = setting("ProctrackType", choice("proctrack/pgid", "proctrack/cgroup", "proctrack/linuxproc"),
                                   "proctrack/pgid")
-    task_plugin: tuple[str, ...] = setting("TaskPlugin", flags("task/none", "task/cgroup", "task/affinity"),
+    task_plugin: tuple[str, ...] = setting("TaskPlugin", plugin_list("task", "none", "cgroup", "affinity"),
                                            ("task/none",))
     task_plugin_param: tuple[str, ...] = setting(
         "TaskPluginParam", flags("None", "Cores", "Sockets", "Threads", "Verbose", "Autobind=Cores",
@@ -630,6 +644,9 @@ def load(path: str | os.PathLike[str], globals_only: bool = False, switches_node
                     **globals_)
     if switches_nodes:
         _check_power_programs(config, where)
+    if config.def_mem_per_cpu_mb and config.def_mem_per_node_mb:
+        raise ConfigError(*where["DefMemPerNode"], "DefMemPerNode", "DefMemPerCPU and DefMemPerNode are mutually "
+                          "exclusive")
     if config.constrain_cores and config.emulated_nodes and not globals_only:
         raise ConfigError(*where.get("EmulatedNodes", (path, 0)), "EmulatedNodes",
                           "ConstrainCores (cgroup.conf) needs real nodes: virtual nodes' CPUs are not the host's")

@@ -140,12 +140,18 @@ def plugin(kind: str) -> Callable[[str], str]:
     return parse
 
 
-def plugin_list(kind: str) -> Callable[[str], tuple[str, ...]]:
-    """Slurm's comma-separated plugin names, with or without their ``kind/`` (JobSubmitPlugins=lua)."""
+def plugin_list(kind: str, *allowed: str) -> Callable[[str], tuple[str, ...]]:
+    """Slurm's comma-separated plugin names, with or without their ``kind/`` (JobSubmitPlugins=lua,
+    TaskPlugin=affinity), whole; of ``allowed`` alone where given."""
+    whole = [f"{kind}/{name}" for name in allowed]
+
     def parse(value: str) -> tuple[str, ...]:
         found = []
         for name in filter(None, (v.strip() for v in value.split(","))):
-            found.append(plugin(kind)(name if name.startswith(kind + "/") else f"{kind}/{name}"))
+            full = plugin(kind)(name if name.startswith(kind + "/") else f"{kind}/{name}")
+            if whole and full.lower() not in whole:
+                raise ValueError(f"'{name}' is not one of {', '.join(whole)}")
+            found.append(full.lower() if whole else full)
         return tuple(found)
     return parse
 
@@ -318,6 +324,14 @@ def flags(*allowed: str) -> Callable[[str], tuple[str, ...]]:
             flags.append(lookup[item.lower()])
         return tuple(flags)
     return parse
+
+
+def port_range(value: str) -> tuple[int, int]:
+    """``LOW-HIGH``: ports, LOW not above HIGH."""
+    low, sep, high = value.partition("-")
+    if not (sep and low.isdigit() and high.isdigit() and 0 < int(low) <= int(high) <= 65535):
+        raise ValueError(f"'{value}' is not a range of ports LOW-HIGH")
+    return int(low), int(high)
 
 
 def cpu_freq_spec(value: str) -> str:

@@ -3,12 +3,11 @@ layout."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 import time
 
-from wattsched.cli.common import Client, CLIError, print_json, split_list, wants_json
+from wattsched.cli.common import Client, CLIError, host_port, print_json, split_list, wants_json
 from wattsched.cli.options import NO, OPT, REQ, Command, Opt, ignored, refused, run, standard
 from wattsched.usertext import printable
 
@@ -765,14 +764,36 @@ def shutdown(client: Client, rest: list[str]) -> int:
     if rest and rest[0] not in ("slurmctld", "controller"):
         return _said(f"invalid shutdown argument:{rest[0]}")
     params = {"slurmds": "false" if rest else "true"}
-    for index in range(1, len(client.controllers)):
-        with contextlib.suppress(CLIError):  # a backup that is down has nothing to stop
-            client.only(index).request("POST", "/v1/shutdown", params=params)
-    try:
-        client.only(0).request("POST", "/v1/shutdown", params=params)
-    except CLIError as exc:
-        return _said(f"slurm_shutdown error: {exc}")
+    told: list[tuple[str, int]] = []  # every daemon that took the order
+    for index in [*range(1, len(client.controllers)), 0]:
+        try:
+            reply = client.only(index).request("POST", "/v1/shutdown", params=params)
+        except CLIError as exc:
+            if index == 0:
+                return _said(f"slurm_shutdown error: {exc}")
+            continue  # a backup that is down has nothing to stop
+        told += [client.controllers[index], *(host_port(url) for url in reply.get("agents", []))]
+    _wait_gone(told)
     return 0
+
+
+SHUTDOWN_WAIT_S = 60.0
+
+
+def _wait_gone(daemons: list[tuple[str, int]]) -> None:
+    """Return once every daemon told to stop has stopped (its port refuses connections), for at
+    most SHUTDOWN_WAIT_S: Slurm's scontrol returns at once, but then a script that starts the
+    daemons again at once (Slurm's test suite does) may still reach the old ones."""
+    import socket
+
+    deadline = time.monotonic() + SHUTDOWN_WAIT_S
+    for host, port in daemons:
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection((host, port), timeout=1).close()
+            except OSError:
+                break
+            time.sleep(0.1)
 
 
 def _said(message: str) -> int:

@@ -124,11 +124,12 @@ async def shutdown(controller: Ctl, who: Who, request: Request, slurmds: bool = 
         log.error("Security violation, SHUTDOWN RPC", extra={"uid": who.uid, "user": who.user})
         raise Refused("Invalid user id", 403)
     log.warning("shutdown requested", extra={"user": who.user, "slurmds": slurmds})
+    agents: list[str] = []
     if slurmds:
         assert controller.dispatcher is not None  # made as the app starts
-        await controller.dispatcher.shutdown_agents()
+        agents = await controller.dispatcher.shutdown_agents()
     httpserve.stop(request.app)
-    return {"shutdown": True}
+    return {"shutdown": True, "agents": agents}
 
 
 @router.get("/v1/ping")

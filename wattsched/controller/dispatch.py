@@ -206,11 +206,12 @@ class Dispatcher:
         if actions or self._stale:
             self.run(actions)
 
-    async def shutdown_agents(self) -> None:
+    async def shutdown_agents(self) -> list[str]:
         """Tell every agent to stop (scontrol shutdown), all at once; one that does not answer is
-        said and left."""
-        urls = {node.agent_url for node in self.state.nodes.values() if node.agent_url}
-        await asyncio.gather(*(self._post(f"{url}/v1/shutdown", Shutdown()) for url in sorted(urls)))
+        said and left. The agents told, by URL."""
+        urls = sorted({node.agent_url for node in self.state.nodes.values() if node.agent_url})
+        replies = await asyncio.gather(*(self._post(f"{url}/v1/shutdown", Shutdown()) for url in urls))
+        return [url for url, reply in zip(urls, replies, strict=True) if reply is not None]
 
     async def close(self) -> None:
         await self.client.aclose()

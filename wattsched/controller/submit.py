@@ -191,6 +191,12 @@ def build_jobs(req: JobSubmit, who: Identity, gid: int, group: str, config: Conf
         nodes_min = ntasks
     if req.nodes_max and req.nodes_max < nodes_min:
         raise SubmitError("Node count specification invalid")
+    if config.enforce_part_limits != "no":  # (ALL and ANY alike: a job has one partition here)
+        if part.max_time_min is not None and time_limit is not None and time_limit > part.max_time_min:
+            raise SubmitError("Requested time limit is invalid (missing or exceeds some limit)")
+        if part.max_nodes is not None and nodes_min > part.max_nodes:
+            raise SubmitError("Node count specification invalid")
+    mem_per_node = req.mem_per_node_mb or (0 if req.mem_per_cpu_mb else config.def_mem_per_node_mb)
 
     template = Job(
         job_id=first_id, name=req.name or ("interactive" if req.interactive else "sbatch"), uid=who.uid,
@@ -200,7 +206,7 @@ def build_jobs(req: JobSubmit, who: Identity, gid: int, group: str, config: Conf
         environment={k: v for k, v in req.environment.items() if k not in auth.SECRET_ENV},
         submit_host=req.submit_host, submit_line=req.submit_line, nodes_min=nodes_min,
         nodes_max=req.nodes_max, ntasks=ntasks, ntasks_set=ntasks_set, ntasks_per_node=req.ntasks_per_node,
-        cpus_per_task=req.cpus_per_task, mem_per_node_mb=req.mem_per_node_mb,
+        cpus_per_task=req.cpus_per_task, mem_per_node_mb=mem_per_node,
         mem_per_cpu_mb=req.mem_per_cpu_mb, min_cpus_per_node=req.min_cpus_per_node, tmp_mb=req.tmp_mb,
         rlimits=dict(req.rlimits),
         time_limit_min=time_limit, begin_time=begin,
