@@ -110,6 +110,7 @@ def test_a_daemon_started_again_replaces_the_first_and_scontrol_shutdown_stops_t
     wait_for(lambda: _pid(run / "slurmd.n01.pid") != agent, 30, what="the second slurmd's pid")
     agent = _pid(run / "slurmd.n01.pid")
     cluster.wait_nodes_up()
+    assert "NodeAddr=127.0.0.1 NodeHostName=n01\n" in cluster.run("scontrol", "show", "node", "n01").stdout
     refused = cluster.run("scontrol", "shutdown", check=False, env=cluster.user_env())
     assert (refused.returncode, refused.stderr) == (1, "slurm_shutdown error: Invalid user id\n")
     for bad, said in ((["nodes"], "invalid shutdown argument:nodes"),

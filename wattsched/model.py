@@ -260,6 +260,11 @@ class Node:
     features: tuple[str, ...] = ()
     partitions: tuple[str, ...] = ()
     tmp_disk_mb: int = 0
+    # NodeAddr, NodeHostname and Port as configured (Slurm's defaults: the host name is the node's
+    # name, the address its host name; no port: SlurmdPort)
+    address: str = ""
+    hostname: str = ""
+    port: int = 0
     base_state: NodeBase = NodeBase.UNKNOWN
     drain: bool = False
     not_responding: bool = True

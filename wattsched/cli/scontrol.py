@@ -115,7 +115,7 @@ def node_lines(n: dict[str, Any], details: bool = False) -> list[str | None]:
         f"ActiveFeatures={features}",
         f"Gres={n.get('gres', '(null)')}",
         f"GresDrain=N/A GresUsed={n.get('gres_used', '(null)')}" if details and n.get("gpus") else None,
-        f"NodeAddr={n['name']} NodeHostName={n['name']}",
+        f"NodeAddr={n.get('address', n['name'])} NodeHostName={n.get('hostname', n['name'])}",
         f"RealMemory={n['real_memory_mb']} AllocMem={n['alloc_mem_mb']} FreeMem=N/A Sockets={n['sockets']} "
         "Boards=1",
         f"State={n['state']} ThreadsPerCore={n['threads_per_core']} TmpDisk={n['tmp_disk_mb']} Weight={n['weight']} "

@@ -235,7 +235,8 @@ def configured_fields(conf: NodeConf, partitions: tuple[str, ...]) -> dict:
     """A node's fields that come from the configuration (the rest is its live state)."""
     return dict(cpus=conf.cpus, real_memory_mb=conf.real_memory_mb, sockets=conf.sockets,
                 cores_per_socket=conf.cores_per_socket, threads_per_core=conf.threads_per_core, weight=conf.weight,
-                tmp_disk_mb=conf.tmp_disk_mb,
+                tmp_disk_mb=conf.tmp_disk_mb, hostname=conf.node_hostname or conf.name,
+                address=conf.node_addr or conf.node_hostname or conf.name, port=conf.port or 0,
                 features=conf.features, partitions=partitions, idle_watts=conf.idle_watts, max_watts=conf.max_watts,
                 power_save_watts=conf.power_save_watts, down_watts=conf.down_watts,
                 power_cap_priority=conf.power_cap_priority, cpu_freq_watts=conf.cpu_freq_watts, gres=conf.gres,

@@ -82,7 +82,8 @@ def node_view(node: Node, now: float, reserved: str = "") -> dict[str, Any]:
     return {
         "gres": gres.format_node(node.gres), "gpus": gres.total(node.gres), "alloc_gpus": len(node.alloc_gpus),
         "gres_used": gres.format_used(node.gpus, node.gres, node.alloc_gpus),
-        "name": node.name, "cpus": node.cpus, "alloc_cpus": node.alloc_cpus,
+        "name": node.name, "address": node.address or node.name, "hostname": node.hostname or node.name,
+        "port": node.port, "cpus": node.cpus, "alloc_cpus": node.alloc_cpus,
         "real_memory_mb": node.real_memory_mb, "alloc_mem_mb": node.alloc_mem_mb, "tmp_disk_mb": node.tmp_disk_mb,
         "sockets": node.sockets, "cores_per_socket": node.cores_per_socket,
         "threads_per_core": node.threads_per_core, "weight": node.weight, "features": list(node.features),
