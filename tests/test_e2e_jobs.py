@@ -638,3 +638,14 @@ def test_srun_slurmd_debug_shows_the_step_daemons_log(cluster: Cluster) -> None:
     assert "slurmstepd: debug:  step " in cluster.run("srun", "--slurmd-debug=debug", "true").stderr
     bad = cluster.run("srun", "--slurmd-debug=loud", "true", check=False)
     assert bad.returncode == 1 and "Invalid --slurmd-debug level: loud" in bad.stderr
+
+
+def test_overcommit_allocates_a_cpu_a_node_and_runs_every_task(cluster: Cluster) -> None:
+    """srun/sbatch -O, as Slurm's: the CPUs of one task per node (one CPU for 6 tasks), the tasks
+    sharing them, SLURM_OVERCOMMIT=1 and the tasks per node counted in the batch environment."""
+    out = cluster.run("srun", "-N1", "-n6", "-O", "-l", "printenv", "SLURM_OVERCOMMIT").stdout
+    assert sorted(out.splitlines()) == [f"{task}: 1" for task in range(6)]
+    job = cluster.sbatch("-N1", "-n6", "-O", "-o", "/dev/null", "--wrap",
+                         "echo $SLURM_OVERCOMMIT $SLURM_TASKS_PER_NODE $SLURM_JOB_CPUS_PER_NODE > out")
+    cluster.wait_state(job, "COMPLETED")
+    assert (cluster.work / "out").read_text() == "1 6 1\n"

@@ -132,6 +132,7 @@ class JobSubmit(Strict):
     array: str = Field("", max_length=TEXT_MAX)
     hold: bool = False
     exclusive: bool = False
+    overcommit: bool = False  # -O: CPUs as for one task per node, the tasks sharing them
     nodelist: str = Field("", max_length=TEXT_MAX)
     exclude: str = Field("", max_length=TEXT_MAX)
     constraint: Name = ""

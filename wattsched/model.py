@@ -75,6 +75,7 @@ class Job:
     begin_time: float = 0.0
     dependency: str = ""
     exclusive: bool = False
+    overcommit: bool = False  # -O: CPUs allocated as for one task per node (Slurm's --overcommit)
     req_nodes: list[str] = field(default_factory=list)
     exc_nodes: list[str] = field(default_factory=list)
     features: list[str] = field(default_factory=list)

@@ -122,6 +122,9 @@ _REQUEST_VALUES: dict[str, Callable[[Job], Any]] = {
     "req_nodes": lambda j: tuple(j.req_nodes), "exc_nodes": lambda j: tuple(j.exc_nodes),
     "features": lambda j: tuple(j.features), "cpu_freq_pinned": lambda j: bool(j.cpu_freq),
     "gpus": lambda j: j.gpu_request,
+    # --overcommit: the CPUs of one task per node (of -c CPUs each), whatever the tasks' count
+    "ntasks": lambda j: j.nodes_min if j.overcommit else j.ntasks,
+    "ntasks_per_node": lambda j: min(j.ntasks_per_node, 1) if j.overcommit else j.ntasks_per_node,
 }
 _SAME_AS_JOB = tuple(f.name for f in fields(JobRequest) if f.name in JOB_FIELD_NAMES and f.name not in _REQUEST_VALUES)
 if _UNDERIVED := {f.name for f in fields(JobRequest)} - set(_SAME_AS_JOB) - set(_REQUEST_VALUES):

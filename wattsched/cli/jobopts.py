@@ -106,7 +106,8 @@ def job_options(prog: str) -> list[Opt | str]:
         ignored(None, "gres-flags", REQ), ignored(None, "hint", REQ), ignored("k", "no-kill", OPT),
         ignored(None, "mail-type", REQ), ignored(None, "mail-user", REQ), ignored(None, "mcs-label", REQ),
         ignored(None, "mem-bind", REQ), ignored(None, "network", REQ), ignored(None, "ntasks-per-core", REQ),
-        ignored(None, "ntasks-per-socket", REQ), ignored("O", "overcommit", NO), ignored("s", "oversubscribe", NO),
+        ignored(None, "ntasks-per-socket", REQ), ignored("s", "oversubscribe", NO),
+        Opt("O", "overcommit", NO, "overcommit resources: CPUs as for one task per node"),
         ignored(None, "oom-kill-step", OPT), ignored(None, "prefer", REQ), ignored(None, "priority", REQ),
         ignored(None, "power", REQ), ignored(None, "reboot", NO), ignored(None, "segment", REQ),
         ignored(None, "sockets-per-node", REQ), ignored(None, "spread-job", NO), ignored(None, "stepmgr", NO),
@@ -434,6 +435,7 @@ def submission(opts: dict[str, Any], **extra: Any) -> dict[str, Any]:
         "dependency": opts.get("dependency") or "",
         "hold": bool(opts.get("hold")),
         "exclusive": bool(opts.get("exclusive")),
+        "overcommit": bool(opts.get("overcommit")),
         "nodelist": opts.get("nodelist") or (read_nodefile(opts["nodefile"]) if opts.get("nodefile") else "")
         or ",".join(dict.fromkeys(arbitrary or ())),
         "exclude": opts.get("exclude") or "",

@@ -96,6 +96,10 @@ def start(state: ClusterState, job: Job, alloc: scheduling.Allocation, now: floa
     job.alloc_cpus = dict(alloc.cpus)
     job.nodes_expr = hostlist.compress(alloc.cpus)
     job.tasks_per_node = dict(alloc.tasks)
+    if job.overcommit:  # its CPUs are one task's a node: its tasks go over the nodes in blocks, as Slurm's
+        names = list(alloc.cpus)
+        share, extra = divmod(job.ntasks, len(names))
+        job.tasks_per_node = {name: share + (index < extra) for index, name in enumerate(names)}
     if not job.ntasks_set:  # a node range given more nodes than its minimum: a task on each, as Slurm's
         job.ntasks = max(job.ntasks, sum(alloc.tasks.values()))
     job.alloc_mem_mb = max(alloc.mem_mb.values(), default=0)
