@@ -79,3 +79,22 @@ def test_sighup_re_reads_the_configuration(fresh_cluster: Cluster) -> None:
     wait_for(lambda: "late" in cluster.run("sinfo", "-h", "-o", "%P").stdout.split(), 20, what="partition late")
     job = cluster.sbatch("-p", "late", "--wrap", "true")
     assert cluster.wait_state(job, "COMPLETED")["node_list"] == "n04"
+
+
+def test_the_agents_take_a_new_prolog_from_scontrol_reconfigure(fresh_cluster: Cluster, tmp_path: Path) -> None:
+    """As Slurm's slurmds: scontrol reconfigure reaches the agents, and the next job runs the Prolog
+    the file now names."""
+    cluster = fresh_cluster
+    cluster.start()
+    prolog, touched = tmp_path / "prolog.sh", tmp_path / "prolog-ran"
+    prolog.write_text(f"#!/bin/sh\necho $SLURM_JOB_ID > {touched}\n")
+    prolog.chmod(0o755)
+    cluster.conf.write_text(cluster.conf.read_text() + f"Prolog={prolog}\n")
+    cluster.run("scontrol", "reconfigure")
+    logs = list(cluster.logs.glob("noded*.log"))
+    assert logs
+    wait_for(lambda: all("configuration re-read" in log.read_text() for log in logs), 20,
+             what="every agent re-read its configuration")
+    job = cluster.sbatch("-o", "/dev/null", "--wrap", "true")
+    cluster.wait_state(job, "COMPLETED")
+    assert touched.read_text() == f"{job}\n"

@@ -296,8 +296,9 @@ class FreezeJob(Strict):
     frozen: bool
 
 
-class Shutdown(Strict):
-    """Controller -> agent, and scontrol -> controller: stop the daemon (scontrol shutdown)."""
+class Order(Strict):
+    """Controller -> agent: stop (scontrol shutdown), or read the configuration again (scontrol
+    reconfigure); an order with nothing more to say."""
 
 
 class JobFreq(Strict):

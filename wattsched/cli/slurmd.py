@@ -67,7 +67,7 @@ COMMAND = DaemonCommand("slurmd", USAGE, [
 
 
 def files(config: Config, opts: dict[str, Any]) -> tuple[str, str]:
-    from wattsched.noded.main import node_path
+    from wattsched.noded.agent import node_path
 
     node = opts.get("node") or os.uname().nodename.split(".")[0]
     log_file = node_path(config.slurmd_log_file, node)

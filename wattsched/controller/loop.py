@@ -60,6 +60,8 @@ class Controller:
         except (config_mod.ConfigError, StartupError) as exc:
             raise Refused(str(exc), 400) from exc
         changes = self.state.reconfigure(config, plugins, time.time())
+        if self.dispatcher is not None:
+            self.dispatcher.reconfigure_agents()
         triggerctl.note(self.state, "reconfig")
         log.warning("configuration re-read", extra={"source": config.source, "changes": "; ".join(changes)})
         self.changed()

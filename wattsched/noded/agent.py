@@ -16,8 +16,10 @@ import json
 import logging
 import os
 import signal
+import socket
 import threading
 import time
+from dataclasses import replace
 
 import httpx
 
@@ -55,6 +57,19 @@ def confinement(config: Config, nodes: dict[str, NodeConf]) -> JobCgroups | None
         log.warning("control groups unavailable here: jobs are tracked by process group (a process that "
                     "leaves its group outlives its job, and no pids limit applies)", extra={"error": str(exc)})
         return None
+
+
+def for_node(config: Config, node: str) -> Config:
+    """The configuration as the agent of ``node`` reads it: SlurmdSpoolDir and TmpFS take %n as
+    Slurm's do, each of many slurmds on one host its own."""
+    return replace(config, slurmd_spool_dir=node_path(config.slurmd_spool_dir, node),
+                   tmp_fs=node_path(config.tmp_fs, node))
+
+
+def node_path(path: str, node: str) -> str:
+    """SlurmdLogFile's, SlurmdPidFile's, SlurmdSpoolDir's and TmpFS's %n (the node's name) and %h
+    (the host's), as Slurm's."""
+    return path.replace("%n", node).replace("%h", socket.gethostname().split(".")[0])
 
 
 class Agent:
@@ -196,6 +211,15 @@ class Agent:
                ) -> list[JobUsage]:
         """The node's jobs' usage, with the signatures and policies' choices of those ``signed``."""
         return [u.model_copy(update=fields) if (fields := signed.get((node, u.job_id))) else u for u in usage]
+
+    def reconfigure(self, config: Config) -> None:
+        """scontrol reconfigure: what the agent reads job by job takes the file's new values at once
+        (Prolog, Epilog and their timeout, TaskProlog, TaskEpilog); its nodes, port, spool,
+        confinement and meters change at its next start, as Slurm's slurmd needs a restart for them."""
+        self.config = for_node(config, next(iter(self.nodes)))
+        self.task_scripts.clear()  # (the batch runner holds this very dict)
+        self.task_scripts.update({k: v for k, v in (("task_prolog", config.task_prolog),
+                                                    ("task_epilog", config.task_epilog)) if v})
 
     def allocate(self, alloc: JobAllocation) -> None:
         """A job starts on some of our nodes: its CPUs, frequency and profile there."""

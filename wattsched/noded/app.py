@@ -13,12 +13,13 @@ from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import Response, StreamingResponse
 
 from wattsched import auth, cpubind, exposition, httplimits, httpserve
+from wattsched import config as config_mod
 from wattsched.api import (
     EPOCH_HEADER,
     FreezeJob,
     JobFreq,
     LaunchBatch,
-    Shutdown,
+    Order,
     SignalJob,
     StatRequest,
     StepOnNode,
@@ -78,11 +79,24 @@ def create_app(agent: Agent) -> FastAPI:
                                           req.step_id)}
 
     @app.post("/v1/shutdown")
-    async def shutdown(req: Shutdown, who: Ctl, request: Request) -> dict[str, Any]:
+    async def shutdown(req: Order, who: Ctl, request: Request) -> dict[str, Any]:
         """scontrol shutdown, through the controller: the agent stops as on SIGTERM."""
         log.warning("shutdown ordered by the controller")
         httpserve.stop(request.app)
         return {"shutdown": True}
+
+    @app.post("/v1/reconfigure")
+    async def reconfigure(req: Order, who: Ctl) -> dict[str, Any]:
+        """scontrol reconfigure, through the controller: the agent reads its configuration file again
+        (an error in it leaves the agent as it was, and is said)."""
+        try:
+            config = await asyncio.to_thread(config_mod.load, agent.config.source)
+        except config_mod.ConfigError as exc:
+            log.error("configuration not re-read", extra={"error": str(exc)})
+            raise HTTPException(400, str(exc)) from exc
+        agent.reconfigure(config)
+        log.warning("configuration re-read", extra={"source": config.source})
+        return {"done": True}
 
     @app.post("/v1/freeze")
     async def freeze(req: FreezeJob, who: Ctl) -> dict[str, Any]:

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import os
 import socket
-from dataclasses import replace
 
 from wattsched import auth, hostlist, httpserve, logs
 from wattsched import config as config_mod
 from wattsched.daemonstart import Start
-from wattsched.noded.agent import Agent
+from wattsched.noded.agent import Agent, for_node, node_path
 from wattsched.noded.app import create_app
 from wattsched.noded.cgroup import CgroupError
 from wattsched.noded.gpus import GpuError
@@ -29,19 +28,12 @@ def select_nodes(config: config_mod.Config, expression: str | None) -> list[conf
     return [by_name[n] for n in names]
 
 
-def node_path(path: str, node: str) -> str:
-    """SlurmdLogFile's and SlurmdPidFile's %n (the node's name) and %h (the host's), as Slurm's."""
-    return path.replace("%n", node).replace("%h", socket.gethostname().split(".")[0])
-
-
 def run(config_path: str, nodes: str | None, host: str, port: int | None, advertise: str | None,
         start: Start = Start()) -> None:
     os.umask(0o077)  # spool records, outbox and profiles are root's alone; jobs apply their own umask
     config = config_mod.load(config_path)
     selected = select_nodes(config, nodes)
-    # SlurmdSpoolDir and TmpFS take %n as Slurm's do: each of many slurmds on one host its own
-    config = replace(config, slurmd_spool_dir=node_path(config.slurmd_spool_dir, selected[0].name),
-                     tmp_fs=node_path(config.tmp_fs, selected[0].name))
+    config = for_node(config, selected[0].name)
     log_file = start.log_file or node_path(config.slurmd_log_file, selected[0].name)
     logs.setup(logs.louder(config.slurmd_log_level, start.verbose), log_file or None, start.syslog)
     listen_port = port or selected[0].port or config.slurmd_port
