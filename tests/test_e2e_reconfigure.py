@@ -98,3 +98,16 @@ def test_the_agents_take_a_new_prolog_from_scontrol_reconfigure(fresh_cluster: C
     job = cluster.sbatch("-o", "/dev/null", "--wrap", "true")
     cluster.wait_state(job, "COMPLETED")
     assert touched.read_text() == f"{job}\n"
+    # SIGHUP to an agent re-reads its file too, as to Slurm's slurmd
+    second = tmp_path / "prolog2.sh"
+    second.write_text(f"#!/bin/sh\necho second $SLURM_JOB_ID > {touched}\n")
+    second.chmod(0o755)
+    cluster.conf.write_text(cluster.conf.read_text().replace(f"Prolog={prolog}\n", f"Prolog={second}\n"))
+    before = {log: log.read_text().count("configuration re-read") for log in logs}
+    for agent in cluster.agent_procs:
+        agent.send_signal(signal.SIGHUP)
+    wait_for(lambda: all(log.read_text().count("configuration re-read") > seen for log, seen in before.items()), 20,
+             what="the agents re-read their file")
+    again = cluster.sbatch("-o", "/dev/null", "--wrap", "true")
+    cluster.wait_state(again, "COMPLETED")
+    assert touched.read_text() == f"second {again}\n"

@@ -6,6 +6,7 @@ import asyncio
 import base64
 import contextlib
 import logging
+import signal
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
@@ -52,8 +53,30 @@ async def _current_controller(request: Request, who: Controller) -> auth.Identit
 Ctl = Annotated[auth.Identity, Depends(_current_controller)]
 
 
+def reread(agent: Agent) -> None:
+    """Read the configuration file again (scontrol reconfigure, SIGHUP); an error in it leaves the
+    agent as it was (ConfigError)."""
+    try:
+        config = config_mod.load(agent.config.source)
+    except config_mod.ConfigError as exc:
+        log.error("configuration not re-read", extra={"error": str(exc)})
+        raise
+    agent.reconfigure(config)
+    log.warning("configuration re-read", extra={"source": config.source})
+
+
+def _on_hangup(agent: Agent) -> None:
+    """SIGHUP re-reads the file, as it does Slurm's slurmd."""
+    def hangup() -> None:
+        with contextlib.suppress(config_mod.ConfigError):  # (said in the log)
+            reread(agent)
+
+    with contextlib.suppress(RuntimeError, NotImplementedError, ValueError):  # not the main thread (tests)
+        asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, hangup)
+
+
 def create_app(agent: Agent) -> FastAPI:
-    lifespan = loop_lifespan(agent.run, stop=agent.close)
+    lifespan = loop_lifespan(agent.run, lambda: _on_hangup(agent), stop=agent.close)
 
     app = FastAPI(title="wattsched node agent", version="1", lifespan=lifespan)
     # the controller's launch messages carry whole batches of scripts; users reach only step launches
@@ -89,13 +112,10 @@ def create_app(agent: Agent) -> FastAPI:
     async def reconfigure(req: Order, who: Ctl) -> dict[str, Any]:
         """scontrol reconfigure, through the controller: the agent reads its configuration file again
         (an error in it leaves the agent as it was, and is said)."""
-        try:
-            config = await asyncio.to_thread(config_mod.load, agent.config.source)
+        try:  # on the loop, where jobs are launched: none sees a half-changed agent (a small file)
+            reread(agent)
         except config_mod.ConfigError as exc:
-            log.error("configuration not re-read", extra={"error": str(exc)})
             raise HTTPException(400, str(exc)) from exc
-        agent.reconfigure(config)
-        log.warning("configuration re-read", extra={"source": config.source})
         return {"done": True}
 
     @app.post("/v1/freeze")
