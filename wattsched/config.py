@@ -186,7 +186,8 @@ class Config:
     # postgresql:// URL); empty: state.db, SQLite in StateSaveLocation
     state_storage_loc: str = setting("StateStorageLoc", text, "", restart=True)
     slurmd_spool_dir: str = setting("SlurmdSpoolDir", text, "/var/spool/wattsched/d", path=True)
-    # the file system jobs get for temporary storage (--tmp, a node's TmpDisk); both take %n
+    # Slurm's file system for jobs' temporary storage: each agent reads it with its %n expanded, as
+    # SlurmdSpoolDir; a node's TmpDisk (for --tmp) is configured on its NodeName line, not measured
     tmp_fs: str = setting("TmpFS", text, "/tmp", path=True)
     # the Slurm-named daemons' files (slurmctld, slurmd): their pid when in the background, and their
     # log (empty: standard error, or syslog in the background); slurmd's take %n, the node's name
