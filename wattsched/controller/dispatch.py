@@ -209,15 +209,19 @@ class Dispatcher:
     async def shutdown_agents(self) -> list[str]:
         """Tell every agent to stop (scontrol shutdown), all at once; one that does not answer is
         said and left. The agents told, by URL."""
-        urls = sorted({node.agent_url for node in self.state.nodes.values() if node.agent_url})
+        urls = self._agent_urls()
         replies = await asyncio.gather(*(self._post(f"{url}/v1/shutdown", Order()) for url in urls))
         return [url for url, reply in zip(urls, replies, strict=True) if reply is not None]
 
     def reconfigure_agents(self) -> None:
         """Tell every agent to read the configuration again (scontrol reconfigure), as Slurm's
         controller tells its slurmds; one that does not answer reads it at its next start."""
-        for url in sorted({node.agent_url for node in self.state.nodes.values() if node.agent_url}):
+        for url in self._agent_urls():
             self._spawn(self._post(f"{url}/v1/reconfigure", Order()))
+
+    def _agent_urls(self) -> list[str]:
+        """Every agent heard from, once each."""
+        return sorted({node.agent_url for node in self.state.nodes.values() if node.agent_url})
 
     async def close(self) -> None:
         await self.client.aclose()

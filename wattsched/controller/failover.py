@@ -201,7 +201,7 @@ def standby_app(config: Config, key: bytes, this: Me, store: StateStore) -> Fast
     @app.post("/v1/shutdown")
     async def shutdown(who: Who, request: Request) -> dict[str, Any]:
         """scontrol shutdown reaches the backups too, as Slurm's: this standby stops."""
-        if who.uid != 0 and who.user not in config.admin_users and who.role != "controller":
+        if not _is_admin(config, who):
             raise HTTPException(403, "Invalid user id")
         log.warning("shutdown requested", extra={"user": who.user})
         httpserve.stop(request.app)
