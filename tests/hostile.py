@@ -106,7 +106,8 @@ def shared(accounts) -> Iterator[Cluster]:
     """A cluster in a folder every user can reach (the controller makes its state folder private)."""
     root = Path(tempfile.mkdtemp(prefix="wattsched-hostile-"))
     os.chmod(root, 0o755)
-    cluster = Cluster(root, nodes=2, cpus=4, extra="AcctGatherProfileType=acct_gather_profile/hdf5").start()
+    cluster = Cluster(root, nodes=2, cpus=4,
+                      extra="AcctGatherProfileType=acct_gather_profile/hdf5\nLicenses=matlab:1").start()
     os.chmod(cluster.conf, 0o644)
     yield cluster
     cluster.stop()

@@ -337,6 +337,7 @@ def test_cross_user_actions_are_refused(shared: Cluster, mallory: Account, victi
     job = victim.sbatch("-H", "--wrap", "true")
     for args in (("scancel", str(job)), ("scontrol", "hold", str(job)), ("scontrol", "release", str(job)),
                  ("scontrol", "requeue", str(job)), ("scontrol", "update", f"jobid={job}", "TimeLimit=1"),
+                 ("scontrol", "update", f"jobid={job}", "Licenses=matlab"),
                  ("scontrol", "update", "nodename=n01", "state=drain", "reason=x")):
         result = mallory.run(*args)
         assert result.returncode != 0 and b"Access/permission denied" in result.stderr, args
@@ -344,6 +345,20 @@ def test_cross_user_actions_are_refused(shared: Cluster, mallory: Account, victi
     nice = mallory.run("sbatch", "--nice=-5", "--wrap", "true")
     assert nice.returncode != 0 and b"negative nice" in nice.stderr
     victim.run("scancel", str(job))
+
+
+def test_a_user_takes_no_license_beyond_what_the_scheduler_gave(shared: Cluster, mallory: Account) -> None:
+    """Licenses are taken by the scheduler alone: a user's running job cannot be given more (only
+    cleared, as Slurm's), and a request beyond the totals or of a made-up name is refused."""
+    job = mallory.sbatch("--wrap", "sleep 300")
+    wait_for(lambda: shared.job(job)["state"] == "RUNNING", 30, what="mallory's job runs")
+    raised = mallory.run("scontrol", "update", f"jobid={job}", "Licenses=matlab")
+    assert raised.returncode != 0 and b"Access/permission denied" in raised.stderr
+    for spec in ("matlab:2", "nosuch", "matlab:99999999999", "m" * 9000):
+        refused = mallory.run("sbatch", "-L", spec, "--wrap", "true")
+        assert refused.returncode == 1 and b"error" in refused.stderr, spec
+    assert shared.api("GET", "/v1/licenses").json()["licenses"][0]["used"] == 0
+    mallory.run("scancel", str(job))
 
 
 def test_qos_and_limits_are_the_administrators(shared: Cluster, mallory: Account) -> None:

@@ -160,6 +160,7 @@ class JobSubmit(Strict):
     gpus_per_node: str = Field("", max_length=128)
     gpus_per_task: str = Field("", max_length=128)
     tres_bind: str = Field("", max_length=tresbind.MAX_LEN)  # --tres-bind, --gpu-bind
+    licenses: str = Field("", max_length=TEXT_MAX)  # -L name[:count],... (wattsched.licenses)
 
 
 class WillRun(BaseModel):
@@ -196,6 +197,7 @@ class JobUpdate(Strict):
     admin_comment: Comment | None = None  # AdminComment (administrators only)
     partition: Short | None = None
     tres_bind: str | None = Field(None, max_length=tresbind.MAX_LEN)  # "": cleared
+    licenses: str | None = Field(None, max_length=TEXT_MAX)  # "": cleared
 
 
 class ReservationSpec(Strict):

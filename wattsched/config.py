@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from wattsched import cpufreq, energypolicy, gres, hostlist, rlimits, switching
+from wattsched import cpufreq, energypolicy, gres, hostlist, licenses, rlimits, switching
 from wattsched.confvalues import (
     AuthAltParams,
     SchedulerParams,
@@ -34,6 +34,7 @@ from wattsched.confvalues import (
     governors,
     hosts,
     integer,
+    license_list,
     memory,
     minutes,
     mpi_params,
@@ -58,6 +59,7 @@ from wattsched.confvalues import (
     preempt_mode,
     suspend_time,
     text,
+    tres_names,
     yes_no,
 )
 from wattsched.gres import Device, Inventory
@@ -241,11 +243,13 @@ class Config:
     srun_port_range: tuple[int, int] | None = setting("SrunPortRange", port_range, None)
     # the TRES accounting keeps beyond Slurm's defaults: every one of these is kept here always
     accounting_storage_tres: tuple[str, ...] = setting(
-        "AccountingStorageTRES", flags("cpu", "mem", "energy", "node", "billing", "gres/gpu", "fs/disk", "vmem",
-                                       "pages"), ())
+        "AccountingStorageTRES", tres_names("cpu", "mem", "energy", "node", "billing", "gres/gpu", "fs/disk", "vmem",
+                                            "pages"), ())
     # how jobs' use is gathered: both read each task's use from the kernel (/proc) on its node
     job_acct_gather_type: str = setting("JobAcctGatherType", choice("jobacct_gather/linux", "jobacct_gather/cgroup"),
                                         "jobacct_gather/linux")
+    # the cluster's licenses (wattsched.licenses), counted apart from any node: name[:count],...
+    licenses: str = setting("Licenses", license_list, "")
     job_requeue: bool = setting("JobRequeue", yes_no, True)
     return_to_service: int = setting("ReturnToService", integer, 1)
     emulated_agents: int = setting("EmulatedAgents", integer, 1)
@@ -385,6 +389,11 @@ class Config:
         if not self.select_type_parameters:
             return self.select_type != "select/linear"
         return any(p.endswith("Memory") for p in self.select_type_parameters)
+
+    @property
+    def license_totals(self) -> dict[str, int]:
+        """Each configured license's count."""
+        return dict(licenses.parse(self.licenses))
 
     @property
     def accounting_url(self) -> str:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from wattsched import cpufreq, energypolicy, hostlist, timefmt
+from wattsched import cpufreq, energypolicy, hostlist, licenses, timefmt
 
 CANDIDATE_ORDERS = ("first", "shortest", "longest", "most_cpus", "fewest_cpus")
 
@@ -323,6 +323,28 @@ def flags(*allowed: str) -> Callable[[str], tuple[str, ...]]:
                 raise ValueError(f"'{item}' is not one of {', '.join(allowed)}")
             flags.append(lookup[item.lower()])
         return tuple(flags)
+    return parse
+
+
+def license_list(value: str) -> str:
+    """Licenses=name[:count],... (wattsched.licenses), kept as written: Slurm shows it so."""
+    try:
+        licenses.parse(value)
+    except licenses.LicenseError as exc:
+        raise ValueError(f"'{exc}' is not a license name[:count]") from exc
+    return value
+
+
+def tres_names(*allowed: str) -> Callable[[str], tuple[str, ...]]:
+    """As :func:`flags`, and ``license/NAME`` besides: a license's TRES."""
+    known = flags(*allowed)
+
+    def parse(value: str) -> tuple[str, ...]:
+        items = [v.strip() for v in value.split(",") if v.strip()]
+        ours = [v for v in items if not v.lower().startswith("license/")]
+        if any(not v[len("license/"):] for v in items if v not in ours):
+            raise ValueError("license/ without a license name")
+        return known(",".join(ours)) + tuple(v for v in items if v not in ours)
     return parse
 
 

@@ -131,7 +131,7 @@ def queue_job(j: dict[str, Any], cluster: str) -> dict[str, Any]:
         "het_job_id_set": "", "het_job_offset": number(0), "job_id": j["job_id"],
         "job_resources": _job_resources(j), "job_size_str": [], "job_state": [state],
         "last_sched_evaluation": number(0),
-        "licenses": "", "mail_type": [], "mail_user": j.get("user", ""), "max_cpus": number(0),
+        "licenses": j.get("licenses", ""), "mail_type": [], "mail_user": j.get("user", ""), "max_cpus": number(0),
         "max_nodes": number(0), "mcs_label": "", "memory_per_tres": "", "name": j["name"], "network": "",
         "nodes": j.get("node_list", ""), "nice": j.get("nice", 0), "tasks_per_core": number(INFINITE),
         "tasks_per_tres": number(0), "tasks_per_node": number(j.get("ntasks_per_node", 0)),
@@ -231,7 +231,7 @@ def accounting_job(j: dict[str, Any]) -> dict[str, Any]:
         "exit_code": exit_code(j["exit_code"], j["term_signal"], state), "extra": "", "failed_node": "",
         "flags": ["STARTED_ON_SCHEDULE"] if j["time_start"] else [], "group": j["group"],
         "het": {"job_id": 0, "job_offset": number(None)}, "job_id": j["job_id"], "name": j["name"],
-        "licenses": "", "mcs": {"label": ""}, "nodes": j["node_list"], "partition": j["partition"],
+        "licenses": j.get("licenses", ""), "mcs": {"label": ""}, "nodes": j["node_list"], "partition": j["partition"],
         "hold": False, "priority": number(j["priority"]), "qos": j.get("qos", ""),
         "required": {"CPUs": j["req_cpus"], "memory_per_cpu": number(j["req_mem_per_cpu"] or None),
                      "memory_per_node": number(j["req_mem_mb"] or None)},
@@ -311,6 +311,12 @@ def partition(p: dict[str, Any], cluster: str) -> dict[str, Any]:
             "priority": {"job_factor": p.get("priority_job_factor", 1), "tier": p.get("priority_tier", 1)},
             "timeouts": {"resume": number(None), "suspend": number(None)},
             "partition": {"state": [p["state"]]}, "suspend_time": number(None)}
+
+
+def license_record(lic: dict[str, Any]) -> dict[str, Any]:
+    """scontrol show licenses --json (v0.0.40 license), from the API's license."""
+    return {"LicenseName": lic["name"], "Total": lic["total"], "Used": lic["used"], "Free": lic["free"],
+            "Remote": False, "Reserved": lic["reserved"], "LastConsumed": 0, "LastDeficit": 0, "LastUpdate": 0}
 
 
 def reservation(r: dict[str, Any], cluster: str) -> dict[str, Any]:

@@ -122,6 +122,11 @@ def _step_43(obj: Object, source: Object) -> None:
         obj["step"][stream] = obj["step"][f"{stream}_expanded"] = ""
 
 
+def _licenses_allocated_43(obj: Object, source: Object) -> None:
+    """The licenses an allocated job holds (a pending one holds none)."""
+    obj["licenses_allocated"] = source.get("licenses", "") if source.get("alloc_cpus") else ""
+
+
 # --- v0.0.44 (Slurm 25.11) ------------------------------------------------------------------------
 
 def _step_id_44(obj: Object, source: Object) -> None:
@@ -187,7 +192,7 @@ CHANGES: dict[str, dict[str, list[Change]]] = {
         "slurmdb_job": [_restart_42],
     },
     "v0.0.43": {
-        "job_info": [_expanded_43, _add(licenses_allocated="", segment_size=0)],
+        "job_info": [_expanded_43, _licenses_allocated_43, _add(segment_size=0)],
         "node": [_add(tls_cert_last_renewal=_unset, topology="", cert_flags=list)],
         "partition": [_add(topology="")],
         "slurmdb_job": [_db_job_43],
@@ -195,6 +200,7 @@ CHANGES: dict[str, dict[str, list[Change]]] = {
     },
     "v0.0.44": {
         "job_info": [_step_id_44],
+        "license": [_add(Nodes="")],
         "user": [_user_default_qos_44],
     },
     "v0.0.45": {

@@ -114,6 +114,7 @@ class Job:
     gpus_per_job: int = 0
     gpu_type: str = ""
     tres_bind: str = ""  # how tasks are bound to their GPUs, as given (wattsched.tresbind)
+    licenses: str = ""  # -L: the cluster's licenses it takes, as Slurm shows them (name:count,...)
     array_job_id: int = 0
     array_task_id: int | None = None
     array_task_count: int = 0

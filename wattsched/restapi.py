@@ -132,6 +132,18 @@ class ReservationsDoc(Document):
     last_update: NoVal
 
 
+class LicenseInfo(Open):
+    LicenseName: str
+    Total: int
+    Used: int
+    Free: int
+
+
+class LicensesDoc(Document):
+    licenses: list[LicenseInfo]
+    last_update: NoVal
+
+
 class Ping(Open):
     hostname: str
     latency: int

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Generic, NamedTuple, Protocol, TypeVar, runtime_checkable
 
 from wattsched import gres, ledger, limits, states
+from wattsched import licenses as licenses_mod
 from wattsched import power as power_mod
 from wattsched.nodestates import PowerFlag, PowerState
 from wattsched.power import PowerSnap
@@ -113,6 +114,7 @@ class JobRequest:
     gpus: gres.GpuRequest = gres.NO_GPUS
     exp_watts: float = 0.0  # its earlier runs' mean watts (wattsched.prediction; 0: none)
     deadline: float = 0.0  # --deadline (0: none)
+    licenses: licenses_mod.Counts = ()  # -L: the cluster's licenses it takes while it runs
 
     @property
     def min_cpus(self) -> int:
@@ -214,6 +216,8 @@ class Snapshot:
     preempt: PreemptSettings = PreemptSettings()
     # how green the grid is now, 0 (the day's dirtiest hour) to 1 (its greenest) (wattsched.carbon)
     greenness: float = 0.0
+    # the cluster's licenses and the allocated jobs' holdings (None: no Licenses configured)
+    licenses: licenses_mod.LicenseSnap | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,51 +275,69 @@ class NodeIndex(Protocol):
         ...
 
 
+# the reasons a backfill plan looks past: the job is planned for when its power or licenses come back
+PLANNED_REASONS = ledger.POWER_REASONS | {states.R_LICENSES}
+
+
 class Throttle:
     """What else than nodes decides whether a job may start in a pass, kept current while the
-    pass starts jobs: the array throttle (running tasks per job array) and, when the snapshot
-    carries accounts with limits on, the QOS and association limits (:class:`ledger.Ledger`)."""
+    pass starts jobs: the array throttle (running tasks per job array), when the snapshot
+    carries accounts with limits on, the QOS and association limits (:class:`ledger.Ledger`),
+    and the cluster's licenses (:class:`licenses.Book`)."""
 
-    __slots__ = ("_asks", "ledger", "running", "watts_per_cpu")
+    __slots__ = ("_asks", "ledger", "licenses", "now", "running", "watts_per_cpu")
 
     def __init__(self, running: dict[int, int], accounts: limits.AccountsSnap | None = None, now: float = 0.0,
-                 fairshare: Mapping[tuple[str, str], tuple[float, float]] | None = None):
-        self.running = running
+                 fairshare: Mapping[tuple[str, str], tuple[float, float]] | None = None,
+                 licenses: licenses_mod.LicenseSnap | None = None):
+        self.running, self.now = running, now
         self.ledger = ledger.Ledger(accounts, now, fairshare or {}) \
             if accounts is not None and accounts.limits_on else None
         self.watts_per_cpu = accounts.watts_per_cpu if accounts is not None else {}
         self._asks: dict[int, limits.Ask] = {}
+        # a job may ask for a license the configuration no longer has: it waits, with no book to fit
+        self.licenses = licenses_mod.Book(licenses or licenses_mod.LicenseSnap({}), now)
 
     @property
     def limits_on(self) -> bool:
         return self.ledger is not None
 
     def refusal(self, job: JobRequest) -> str | None:
-        """Why the job may not start now besides its nodes, or None."""
+        """Why the job may not start now besides its nodes, or None. Its licenses are checked
+        after its limits, as Slurm's: over its whole run, so that it takes none a job the plan
+        reserved was promised."""
         if job.array_throttle and self.running.get(job.array_job_id, 0) >= job.array_throttle:
             return states.R_ARRAY_LIMIT
-        if self.ledger is not None:
-            return self.ledger.refusal(self._ask(job))
+        if self.ledger is not None and (refused := self.ledger.refusal(self._ask(job))) is not None:
+            return refused
+        if job.licenses and not self.licenses.fits(job.licenses, self.now, job_end(job, self.now)):
+            return states.R_LICENSES
         return None
 
-    def power_times(self, job: JobRequest) -> list[float]:
-        """When power comes back to the groups whose power limits hold the job (none: [])."""
-        return self.ledger.power_times(self._ask(job)) if self.ledger is not None else []
+    def return_times(self, job: JobRequest, until: float) -> list[float]:
+        """When power comes back to the groups whose power limits hold the job, and licenses to the
+        cluster when it asks for some, up to ``until`` (none: [])."""
+        times = [t for t in self.ledger.power_times(self._ask(job)) if t <= until] if self.ledger is not None else []
+        return times + self.licenses.release_times(until) if job.licenses else times
 
-    def power_fits(self, job: JobRequest, start: float) -> bool:
-        """Whether the job's power fits its power limits over its run from ``start``."""
-        return self.ledger is None or self.ledger.power_fits(self._ask(job), start)
+    def fits_at(self, job: JobRequest, start: float) -> bool:
+        """Whether the job's power fits its power limits, and its licenses are free, over its run
+        from ``start``."""
+        return (self.ledger is None or self.ledger.power_fits(self._ask(job), start)) and \
+            (not job.licenses or self.licenses.fits(job.licenses, start, job_end(job, start)))
 
     def planned(self, job: JobRequest, start: float) -> None:
-        """The backfill plan reserved the job from ``start``: its power is kept for it."""
+        """The backfill plan reserved the job from ``start``: its power and licenses are kept for it."""
         if self.ledger is not None:
             self.ledger.plan(self._ask(job), start)
+        self.licenses.hold(job.licenses, start, job_end(job, start))
 
     def started(self, job: JobRequest) -> None:
         if job.array_job_id:
             self.running[job.array_job_id] = self.running.get(job.array_job_id, 0) + 1
         if self.ledger is not None:
             self.ledger.started(self._ask(job))
+        self.licenses.hold(job.licenses, self.now, job_end(job, self.now))
 
     def _ask(self, job: JobRequest) -> limits.Ask:
         ask = self._asks.get(job.job_id)
@@ -357,7 +379,8 @@ def schedule(snapshot: Snapshot, priority: PriorityPlugin, scheduler: SchedulerP
                                                         j.submit_time, j.job_id))
         ineligible = {job.job_id: reason for job in order if (reason := ineligibility(job, snapshot)) is not None}
     decisions = Decisions(priorities=prio)
-    throttle = Throttle(_running_per_array(snapshot.jobs), snapshot.accounts, snapshot.now, snapshot.fairshare)
+    throttle = Throttle(_running_per_array(snapshot.jobs), snapshot.accounts, snapshot.now, snapshot.fairshare,
+                        snapshot.licenses)
     scheduler.plan(snapshot, order, ineligible, select, throttle, decisions)
     return decisions
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 from dataclasses import fields, replace
 from typing import Any, Generic, Protocol, TypeVar
 
-from wattsched import capschedule, gres, limits, nodestates, power, scheduling
+from wattsched import capschedule, gres, licenses, limits, nodestates, power, scheduling
 from wattsched.capschedule import CapStep
 from wattsched.config import Config
 from wattsched.model import JOB_FIELD_NAMES, Job
@@ -121,7 +121,7 @@ def request(job: Job, memory: bool = True) -> JobRequest:
 _REQUEST_VALUES: dict[str, Callable[[Job], Any]] = {
     "req_nodes": lambda j: tuple(j.req_nodes), "exc_nodes": lambda j: tuple(j.exc_nodes),
     "features": lambda j: tuple(j.features), "cpu_freq_pinned": lambda j: bool(j.cpu_freq),
-    "gpus": lambda j: j.gpu_request,
+    "gpus": lambda j: j.gpu_request, "licenses": lambda j: licenses.parse(j.licenses) if j.licenses else (),
     # --overcommit: the CPUs of one task per node (of -c CPUs each), whatever the tasks' count
     "ntasks": lambda j: j.nodes_min if j.overcommit else j.ntasks,
     "ntasks_per_node": lambda j: min(j.ntasks_per_node, 1) if j.overcommit else j.ntasks_per_node,
@@ -143,6 +143,16 @@ def running_job(job_id: int, cpus: Mapping[str, int], mem_mb: Mapping[str, int],
                       reservation, node_watts)
 
 
+def license_snap(config: Config, held: Iterable[tuple[str, float, int | None]]) -> licenses.LicenseSnap | None:
+    """The cluster's licenses, and what the allocated jobs hold of them (``held``: each one's
+    licenses as its job shows them, its start and time limit); None when none are configured."""
+    if not config.licenses:
+        return None
+    return licenses.LicenseSnap(config.license_totals, tuple(
+        licenses.Holding(licenses.parse(text), start + limit * 60 if limit is not None else None)
+        for text, start, limit in held))
+
+
 def preempt_settings(config: Config) -> PreemptSettings:
     return PreemptSettings(config.preempt_type, config.preempt_mode, config.preempt_exempt_time_s)
 
@@ -153,7 +163,7 @@ def snapshot(config: Config, now: float, nodes: tuple[NodeSnap, ...], partition_
              reservations: Mapping[str, ResvSnap] | None = None,
              fairshare: Mapping[tuple[str, str], tuple[float, float]] | None = None,
              changes: Changes | None = None, accounts: limits.AccountsSnap | None = None,
-             greenness: float = 0.0) -> Snapshot:
+             greenness: float = 0.0, license_snap: licenses.LicenseSnap | None = None) -> Snapshot:
     """The snapshot of one pass. Running jobs are given only when a policy reads them: for a
     backfill plan (``backfill_due``) or under a power cap (see :func:`carries_running`)."""
     preempt = preempt_settings(config)
@@ -161,7 +171,8 @@ def snapshot(config: Config, now: float, nodes: tuple[NodeSnap, ...], partition_
                     def_mem_per_cpu_mb=config.def_mem_per_cpu_mb if config.memory_consumable else 0,
                     running=running if carries_running(backfill_due, power_snap is not None, preempt.on) else (),
                     backfill_due=backfill_due, reservations=reservations or {}, fairshare=fairshare or {},
-                    power=power_snap, changes=changes, accounts=accounts, preempt=preempt, greenness=greenness)
+                    power=power_snap, changes=changes, accounts=accounts, preempt=preempt, greenness=greenness,
+                    licenses=license_snap)
 
 
 def carries_running(backfill_due: bool, capped: bool, preempting: bool = False) -> bool:

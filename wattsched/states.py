@@ -57,5 +57,6 @@ R_RESERVATION = "Reservation"
 R_RESV_DELETED = "ReservationDeleted"
 R_MAINT = "ReqNodeNotAvail, Reserved for maintenance"
 R_POWER = "PowerNotAvail"
+R_LICENSES = "Licenses"  # the licenses it asked for are held by other jobs
 R_POWER_RESERVED = "PowerReserved"
 R_DEADLINE = "DeadLine"  # the reason a job ended DEADLINE

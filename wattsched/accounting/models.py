@@ -68,6 +68,7 @@ class JobRecord(Base):
     submit_line: Mapped[str] = mapped_column(Text, default="")
     comment: Mapped[str] = mapped_column(Text, default="")
     wckey: Mapped[str] = mapped_column(String(64), default="")
+    licenses: Mapped[str] = mapped_column(Text, default="")  # -L as given (Slurm's job licenses)
     constraints: Mapped[str] = mapped_column(String(1024), default="")
     consumed_energy_j: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     reservation: Mapped[str] = mapped_column(String(256), default="")

@@ -115,7 +115,7 @@ FIELDS: dict[str, tuple[str, str, Callable[[dict[str, Any], float], str]]] = {
     "O": ("CONTIGUOUS", "Contiguous", lambda j, n: "0"),
     "p": ("PRIORITY", "Priority", lambda j, n: _priority_fraction(j)),
     "s": ("SELECT_JOB_INFO", "SelectJobInfo", lambda j, n: "N/A"),
-    "W": ("LICENSES", "Licenses", lambda j, n: "(null)"),
+    "W": ("LICENSES", "Licenses", lambda j, n: j.get("licenses") or "(null)"),
     "X": ("CORE_SPEC", "CoreSpec", lambda j, n: "N/A"),
     "Y": ("SCHEDNODES", "SchedNodes", lambda j, n: "(null)"),
     "z": ("S:C:T", "SCT", lambda j, n: "*:*:*"),
@@ -139,7 +139,7 @@ KEYS: dict[str, tuple[str, ...]] = {
     "B": ("batch_host",), "q": ("qos",), "x": ("exc_nodes",), "n": ("req_nodes",), "w": ("wckey",),
     "v": ("reservation",), "b": ("tres_per_node",), "c": ("ntasks_per_node", "cpus_per_task"),
     "f": ("features",), "G": ("gid",), "h": ("exclusive",), "m": ("mem_per_node_mb", "mem_per_cpu_mb"),
-    "p": ("priority",), "energy_policy": ("energy_policy",), "exp_elapsed": ("exp_elapsed_s",),
+    "p": ("priority",), "W": ("licenses",), "energy_policy": ("energy_policy",), "exp_elapsed": ("exp_elapsed_s",),
     "exp_energy": ("exp_elapsed_s", "exp_energy_j"), "exp_watts": ("exp_elapsed_s", "exp_watts"),
 }
 # -O names with no %-code of their own (Slurm's squeue -O table), mapped to one that shows the same

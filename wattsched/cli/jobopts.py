@@ -147,7 +147,7 @@ def job_options(prog: str) -> list[Opt | str]:
         refused(None, "mem-per-gpu", REQ, "--mem-per-gpu is not supported; use --mem"),
         refused(None, "ntasks-per-gpu", REQ, "--ntasks-per-gpu is not supported; use --gpus-per-task"),
         refused(None, "tres-per-task", REQ, "per-task TRES requests are not supported"),
-        refused("L", "licenses", REQ, "licenses are not configured on this cluster"),
+        Opt("L", "licenses", REQ, "required license, comma separated", metavar="names"),
         Opt(None, "mincpus", REQ, "minimum number of logical processors per node", metavar="n", kind="int"),
         refused(None, "container", REQ, "containers (oci.conf) are not supported"),
         refused(None, "container-id", REQ, "containers (oci.conf) are not supported"),
@@ -457,6 +457,7 @@ def submission(opts: dict[str, Any], **extra: Any) -> dict[str, Any]:
         "gres": opts.get("gres") or "", "gpus": opts.get("gpus") or "",
         "gpus_per_node": opts.get("gpus_per_node") or "", "gpus_per_task": opts.get("gpus_per_task") or "",
         "tres_bind": tres_bind(opts),
+        "licenses": opts.get("licenses") or "",
         # one per command: sent again to a backup controller, it finds the jobs already made
         "submit_key": os.urandom(16).hex(),
     }

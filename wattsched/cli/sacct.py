@@ -274,7 +274,7 @@ FIELDS: dict[str, tuple[int, Callable[[Row, Row | None], str]]] = {
     "JobIDRaw": (-12, lambda j, s: _job_id(j, s, raw=True)),
     "JobName": (10, lambda j, s: (s or j)["name"]),
     "Layout": (9, lambda j, s: "Block" if s and s["step_id"] not in ("batch", "extern") else ""),
-    "Licenses": (10, _blank),
+    "Licenses": (10, lambda j, s: "" if s else j.get("licenses") or ""),
     "MaxDiskRead": (12, _step(lambda s: size_text(s["max_disk_read_b"], ""))),
     "MaxDiskReadNode": (15, _step(lambda s: s["max_disk_read_node"])),
     "MaxDiskReadTask": (15, _step(lambda s: str(s["max_disk_read_task"]))),

@@ -69,7 +69,8 @@ def job_lines(j: dict[str, Any], details: bool = False) -> list[str | None]:
         f"MinMemoryCPU={j['mem_per_cpu_mb']}M MinTmpDiskNode={j['tmp_mb']}",
         f"Features={'&'.join(j['features']) or '(null)'} DelayBoot=00:00:00",
         f"Reservation={j['reservation']}" if j["reservation"] else None,
-        f"OverSubscribe={'NO' if j['exclusive'] else 'OK'} Contiguous=0 Licenses=(null) Network=(null)",
+        f"OverSubscribe={'NO' if j['exclusive'] else 'OK'} Contiguous=0 Licenses={j.get('licenses') or '(null)'} "
+        "Network=(null)",
         f"Command={j['command']}",
         f"WorkDir={j['work_dir']}",
         f"Comment={j['comment'] or '(null)'}" if j["comment"] else None,
@@ -217,7 +218,9 @@ def token(client: Client, args: list[str]) -> int:
 def show(client: Client, args: list[str], oneliner: bool, as_json: bool, details: bool = False) -> None:
     if not args:
         raise CLIError("too few arguments for keyword:show")
-    what, rest = args[0].lower(), args[1:]
+    # Slurm's show takes ENTITY=NAME as ENTITY NAME
+    head, eq, value = args[0].partition("=")
+    what, rest = head.lower(), ([value] if eq else []) + args[1:]
     if what in ("job", "jobs"):
         params = {"job": rest[:1] or None, "detail": "true"}
         jobs = client.request("GET", "/v1/jobs", params=params)["jobs"]
@@ -247,14 +250,8 @@ def show(client: Client, args: list[str], oneliner: bool, as_json: bool, details
         return _emit([node_lines(n, details) for n in nodes], oneliner)
     if what in ("step", "steps"):
         return _show_steps(client, rest, oneliner, as_json)
-    if what in ("license", "licenses", "lic"):  # licenses are not configurable here: there are none
-        if as_json:
-            from wattsched import dataparser
-
-            cluster = client.config.cluster_name
-            return print_json(dataparser.document("licenses", [], ["scontrol", *sys.argv[1:]], cluster))
-        print("No licenses configured in Slurm.")
-        return None
+    if what in ("license", "licenses", "lic"):
+        return _show_licenses(client, rest[0] if rest else None, oneliner, as_json)
     if what in ("hostnames", "hostlist", "hostlistsorted"):
         return _show_hosts(what, rest)
     if what in ("partition", "partitions"):
@@ -341,6 +338,26 @@ def _expand(expr: str) -> list[str]:
     from wattsched import hostlist
 
     return hostlist.expand(expr) if expr else []
+
+
+def _show_licenses(client: Client, name: str | None, oneliner: bool, as_json: bool) -> None:
+    """Slurm's show licenses: by name; one asked for by a name there is not prints nothing."""
+    found = client.request("GET", "/v1/licenses")["licenses"]
+    if name is not None:
+        found = [lic for lic in found if lic["name"] == name]
+    if as_json:
+        from wattsched import dataparser
+
+        return print_json(dataparser.document("licenses", [dataparser.license_record(lic) for lic in found],
+                                              ["scontrol", *sys.argv[1:]], client.config.cluster_name,
+                                              {"last_update": dataparser.number(int(time.time()))}))
+    if not found and name is None:
+        print("No licenses configured in Slurm.")
+    for lic in found:
+        sep = " " if oneliner else "\n    "
+        print(f"LicenseName={lic['name']}{sep}Total={lic['total']} Used={lic['used']} Free={lic['free']} "
+              f"Reserved={lic['reserved']} Remote=no")
+    return None
 
 
 def _show_hosts(what: str, rest: list[str]) -> None:
@@ -436,7 +453,7 @@ def update(client: Client, args: list[str]) -> None:
     body: dict[str, Any] = {}
     names = {"timelimit": "time_limit", "priority": "priority", "nice": "nice", "jobname": "name",
              "name": "name", "comment": "comment", "partition": "partition", "admincomment": "admin_comment",
-             "tresbind": "tres_bind"}
+             "tresbind": "tres_bind", "licenses": "licenses", "license": "licenses"}
     for key, value in pairs.items():
         if key not in names:
             raise CLIError(f"Update of this parameter is not supported: {key}")

@@ -193,7 +193,7 @@ def _step_rank(step_id: str) -> int:
 _ALWAYS = ("job_id", "state", "priority", "array_job_id", "array_task_id", "array_throttle", "display_id", "hold")
 # the options _selected filters on, and the keys each reads
 _FILTERS = {"name": "name", "account": "account", "qos": "qos", "reservation": "reservation",
-            "nodelist": "node_list"}
+            "nodelist": "node_list", "licenses": "licenses"}
 
 
 def _keys(parts: list, opts: dict) -> set[str]:
@@ -213,7 +213,7 @@ def _selector(opts: dict) -> Callable[[dict], bool] | None:
     """The filters the controller does not apply (names, accounts, QOS, reservation, nodes,
     licenses) as one test, read from the options once; None when there are none."""
     names, accounts, qos = split_list(opts.get("name")), split_list(opts.get("account")), split_list(opts.get("qos"))
-    reservation, licenses = opts.get("reservation"), opts.get("licenses")
+    reservation, licenses = opts.get("reservation"), set(split_list(opts.get("licenses")))
     wanted_nodes = split_list(opts.get("nodelist"))
     if not (names or accounts or qos or reservation or licenses or wanted_nodes):
         return None
@@ -225,8 +225,8 @@ def _selector(opts: dict) -> Callable[[dict], bool] | None:
         if (names and job["name"] not in names) or (accounts and job["account"] not in accounts) \
                 or (qos and job.get("qos", "") not in qos) or (reservation and job["reservation"] != reservation):
             return False
-        if licenses:  # no licenses are configured, so no job holds any
-            return False
+        if licenses and licenses.isdisjoint(n.partition(":")[0] for n in job.get("licenses", "").split(",")):
+            return False  # (a job asking for any of them is shown, by name, whatever its count)
         if nodes_wanted:
             return bool(nodes_wanted.intersection(hostlist.expand(job["node_list"]) if job["node_list"] else ()))
         return True

@@ -1,5 +1,5 @@
 """The cluster-wide routes of the controller's API (v1): the configuration (scontrol show config),
-the power cap and its schedule, sdiag's statistics, scontrol reconfigure, ping, tokens and their
+the licenses, the power cap and its schedule, sdiag's statistics, scontrol reconfigure, ping, tokens and their
 revocation, and the Prometheus metrics as MetricsType says."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from fastapi.responses import Response
 from wattsched import SLURM_RELEASE, __version__, auth, exposition, httpserve, power, states
 from wattsched.api import PowerCapStepSpec, PowerCapUpdate
 from wattsched.capschedule import CapStep
-from wattsched.controller import failover, permissions, powercontrol, snapshots
+from wattsched.controller import failover, permissions, powercontrol, snapshots, views
 from wattsched.controller.actions import Refused
 from wattsched.controller.metrics import CATEGORIES, ControllerCollector
 from wattsched.controller.routedeps import Ctl
@@ -33,6 +33,12 @@ async def config(controller: Ctl, who: Who) -> dict[str, Any]:
             "wattsched_version": __version__,
             "settings": [[k, v] for k, v in state.config.as_pairs()],
             "accounting_healthy": controller.sync.healthy if controller.sync else None}
+
+
+@router.get("/v1/licenses")
+async def show_licenses(controller: Ctl, who: Who) -> dict[str, Any]:
+    """scontrol show licenses: every user may read them, as Slurm's."""
+    return {"licenses": views.license_view(snapshots.license_snap(controller.state)), "last_update": time.time()}
 
 
 @router.get("/v1/powercap")

@@ -290,6 +290,8 @@ def batch_environment(state: ClusterState, job: Job) -> dict[str, str]:
         env["SLURM_CPU_FREQ_REQ"] = job.cpu_freq or str(job.cpu_freq_khz)
     if job.overcommit:
         env["SLURM_OVERCOMMIT"] = "1"
+    if job.licenses:
+        env["SLURM_JOB_LICENSES"] = job.licenses
     if job.time_limit_min is not None:
         env["SLURM_JOB_END_TIME"] = str(int(job.start_time + job.time_limit_min * 60))
     env["SLURM_JOB_START_TIME"] = str(int(job.start_time))

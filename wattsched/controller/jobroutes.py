@@ -43,7 +43,8 @@ if TYPE_CHECKING:
 
 # --immediate refusals by pending reason (the power-capping prototype's wording, Hautreux 2013)
 IMMEDIATE_REFUSAL = {states.R_POWER: "Required power not available now",
-                     states.R_POWER_RESERVED: "Required power at least partially reserved"}
+                     states.R_POWER_RESERVED: "Required power at least partially reserved",
+                     states.R_LICENSES: "Licenses currently unavailable"}
 
 
 router = APIRouter()

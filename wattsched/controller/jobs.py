@@ -270,7 +270,24 @@ def update(state: ClusterState, jobs: Iterable[Job], upd: JobUpdate, who: Identi
             if not tresbind.valid(upd.tres_bind):
                 raise Refused(submit_mod.INVALID_TRES, 400)
             job.tres_bind = upd.tres_bind
+        if upd.licenses is not None and upd.licenses != job.licenses:
+            update_licenses(state, job, upd.licenses, admin)
         state.touch(job)
+
+
+def update_licenses(state: ClusterState, job: Job, spec: str, admin: bool) -> None:
+    """A job's licenses changed, as Slurm's: a pending job's by its owner; a running job's by an
+    administrator (who may so hold more than the totals for a while), or cleared by its owner."""
+    try:
+        submit_mod.check_licenses(spec, state.config)
+    except submit_mod.SubmitError as exc:
+        raise Refused(str(exc)) from exc
+    if job.state == states.RUNNING:
+        if spec and not admin:
+            raise Refused("Access/permission denied", 403)
+    elif job.state != states.PENDING:
+        raise Refused("Job is not pending nor running", 409)
+    job.licenses = spec
 
 
 def move_to_partition(state: ClusterState, job: Job, name: str, admin: bool) -> None:

@@ -1,7 +1,7 @@
 """Slurm's REST API (slurmrestd's paths and payloads, data_parser v0.0.40 to v0.0.45), served by the controller.
 
 ``/slurm/{version}/...`` (ping, diag, jobs, job/{id}, job/submit, nodes, node/{name}, partitions,
-partition/{name}, reservations, reservation/{name}) and ``/slurmdb/{version}/...`` (jobs, job/{id},
+partition/{name}, licenses, reservations, reservation/{name}) and ``/slurmdb/{version}/...`` (jobs, job/{id},
 associations, accounts, account/{name}, users, user/{name}) for every version in
 wattsched.dataversions, with or without the trailing slash Slurm's document gives some of them.
 Callers authenticate as slurmrestd's JWT mode takes them: ``X-SLURM-USER-NAME`` and
@@ -29,7 +29,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from wattsched import dataparser, dataversions, states
 from wattsched.accounting.store import AccountingStore, JobQuery
 from wattsched.api import BIG, ID_MAX, LIST_MAX, TEXT_MAX
-from wattsched.controller import acctdb, failover, listings, permissions
+from wattsched.controller import acctdb, failover, listings, permissions, snapshots, views
 from wattsched.controller import reservations as reservations_mod
 from wattsched.controller.actions import Refused
 from wattsched.controller.loop import Controller
@@ -45,6 +45,7 @@ from wattsched.restapi import (
     Document,
     JobDesc,
     JobsDoc,
+    LicensesDoc,
     NodeChange,
     NodesDoc,
     PartitionsDoc,
@@ -323,6 +324,14 @@ def reservations_answer(state: ClusterState, request: Request, who: Any, version
     return answer(request, who, version,
                   reservations=[dataversions.upgrade("reservation", dataparser.reservation(r, cluster), r, version)
                                 for r in shown],
+                  last_update=dataparser.number(int(time.time())))
+
+
+@slurm.get("/licenses", response_model=LicensesDoc)
+async def licenses(controller: Ctl, request: Request, who: Who, version: Version) -> Response:
+    shown = views.license_view(snapshots.license_snap(controller.state))
+    return answer(request, who, version, licenses=[dataversions.upgrade("license", dataparser.license_record(lic), lic,
+                                                                        version) for lic in shown],
                   last_update=dataparser.number(int(time.time())))
 
 

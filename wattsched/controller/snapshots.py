@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
-from wattsched import memos, power, scheduling, snapbuild, states
+from wattsched import licenses, memos, power, scheduling, snapbuild, states
 from wattsched.controller import acctpolicy, views
 from wattsched.model import Job, Node
 from wattsched.nodestates import PowerState
@@ -110,7 +110,20 @@ def snapshot(state: ClusterState, now: float, backfill_due: bool = True) -> sche
     return snapbuild.snapshot(state.config, now, tuple(node_snaps(state).values()), partition_snaps(state), pending,
                               running, backfill_due, power_snap(state, now), briefs, state.resv.snapshots(),
                               state.shares.factors, accounts=acctpolicy.snapshot(state),
-                              greenness=greenness(state, now))
+                              greenness=greenness(state, now), license_snap=license_snap(state))
+
+
+def license_snap(state: ClusterState) -> licenses.LicenseSnap | None:
+    """The cluster's licenses and the allocated jobs' holdings (Slurm's jobs hold theirs from
+    their start until their nodes are clean, suspended or not); None when none are configured."""
+    if not state.config.licenses:
+        return None
+    return snapbuild.license_snap(state.config, ((j.licenses, j.start_time, j.time_limit_min)
+                                                 for j in state.jobs.values() if j.licenses and holds_licenses(j)))
+
+
+def holds_licenses(job: Job) -> bool:
+    return job.holds_nodes or job.state == states.SUSPENDED
 
 
 def greenness(state: ClusterState, now: float) -> float:

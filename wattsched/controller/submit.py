@@ -19,6 +19,7 @@ from wattsched import (
     energypolicy,
     gres,
     hostlist,
+    licenses,
     patterns,
     prediction,
     scheduling,
@@ -147,6 +148,7 @@ def build_jobs(req: JobSubmit, who: Identity, gid: int, group: str, config: Conf
         raise SubmitError(str(exc)) from exc
     if not tresbind.valid(req.tres_bind):
         raise SubmitError(INVALID_TRES)
+    check_licenses(req.licenses, config)
     if req.script is None and not req.interactive:
         raise SubmitError("Batch script is empty!")
     if req.script is not None and not req.script.startswith("#!"):
@@ -220,7 +222,7 @@ def build_jobs(req: JobSubmit, who: Identity, gid: int, group: str, config: Conf
         reason=states.R_HELD_USER if req.hold else states.R_NONE,  # at once, as Slurm: no pass needed
         reservation=req.reservation, power_fit=req.power_fit,
         gpus_per_node=gpus.per_node, gpus_per_task=gpus.per_task, gpus_per_job=gpus.per_job, gpu_type=gpus.kind,
-        tres_bind=req.tres_bind)
+        tres_bind=req.tres_bind, licenses=req.licenses)
     # the request as the policies will see it (snapbuild.request), checked before the other options
     if not scheduling.feasible(snapbuild.request(template), partitions[part.name], node_snaps, select,
                                config.def_mem_per_cpu_mb):
@@ -252,6 +254,14 @@ def build_jobs(req: JobSubmit, who: Identity, gid: int, group: str, config: Conf
         job.array_throttle = array.throttle
         jobs.append(job)
     return jobs
+
+
+def check_licenses(spec: str, config: Config) -> None:
+    """A job's -L: Slurm's grammar, every license configured and none asked for beyond its total."""
+    try:
+        licenses.validate(licenses.parse(spec), config.license_totals)
+    except licenses.LicenseError as exc:
+        raise SubmitError(licenses.INVALID) from exc
 
 
 def check_partition_access(part: PartitionConf, account: str, who: Identity, gid: int) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from wattsched import gres, hostlist, nodestates, patterns, states
+from wattsched import gres, hostlist, licenses, nodestates, patterns, states
 from wattsched.config import Config
 from wattsched.model import Job, Node
 
@@ -19,7 +19,7 @@ _BRIEF = ("job_id", "array_job_id", "array_task_id", "array_throttle", "name", "
           "wckey", "exit_code", "term_signal", "expected_start", "reservation", "gid", "features",
           "mem_per_node_mb", "mem_per_cpu_mb", "cpus_per_task", "ntasks", "ntasks_per_node", "exclusive", "tmp_mb",
           "requeue", "restart_count", "eligible_time", "consumed_energy_j", "interactive", "energy_policy",
-          "exp_elapsed_s", "exp_energy_j", "exp_watts")
+          "exp_elapsed_s", "exp_energy_j", "exp_watts", "licenses")
 
 
 def job_brief(job: Job, now: float) -> dict[str, Any]:
@@ -68,6 +68,17 @@ def run_time(job: Job, now: float) -> float:
     if job.state in (states.RUNNING,):
         return now - job.start_time - job.suspended_until(now)
     return max(0.0, (job.end_time or now) - job.start_time - job.suspended_s)
+
+
+def license_view(snap: licenses.LicenseSnap | None) -> list[dict[str, Any]]:
+    """The cluster's licenses by name (scontrol show licenses): each one's total, what the allocated
+    jobs hold (Used; an administrator's update may take it past the total for a while) and what
+    is left (Free). None are reserved or served by the accounting database here."""
+    if snap is None:
+        return []
+    used = snap.used()
+    return [{"name": name, "total": total, "used": used.get(name, 0), "free": max(0, total - used.get(name, 0)),
+             "reserved": 0, "remote": False} for name, total in sorted(snap.totals.items())]
 
 
 def job_gpus(job: Job, nodes: dict[str, Node]) -> dict[str, Any]:

@@ -50,7 +50,7 @@ FIELDS: dict[str, tuple[str, bool]] = {
     "num_tasks": ("ntasks", True), "partition": ("partition", True), "priority": ("priority", True),
     "qos": ("qos", True), "req_nodes": ("nodelist", True), "requeue": ("requeue", True),
     "reservation": ("reservation", True), "time_limit": ("time_limit", True), "wckey": ("wckey", True),
-    "cpu_freq": ("cpu_freq", True), "profile": ("profile", True),
+    "cpu_freq": ("cpu_freq", True), "profile": ("profile", True), "licenses": ("licenses", True),
     "script": ("script", False), "work_dir": ("work_dir", False), "std_out": ("output", False),
     "std_err": ("error", False), "std_in": ("input", False), "environment": ("environment", False),
     "argv": ("argv", False), "immediate": ("immediate", False),

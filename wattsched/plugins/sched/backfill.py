@@ -64,13 +64,14 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from wattsched import ledger, preemption, states
+from wattsched import preemption, states
 from wattsched.confvalues import SchedulerParams
 from wattsched.memos import NodeMemo
 from wattsched.plugins.sched.builtin import BuiltinScheduler
 from wattsched.plugins.sched.powerplan import PowerPlan
 from wattsched.plugins.sched.timeline import Profile, ReleaseMemo, among
 from wattsched.scheduling import (
+    PLANNED_REASONS,
     Allocation,
     Candidates,
     Decisions,
@@ -115,7 +116,7 @@ class _Requests:
     """Per pending request, what the first-fit tail of a pass compares in bulk, kept from pass to
     pass while the request is the same object: its shape (a number standing for :func:`_shape`),
     minimum node count, task count, CPUs needed at least, time limit in seconds (inf: none),
-    whether an array throttle applies, and its job id. A memo: the rows say what the requests say."""
+    whether an array throttle or licenses apply, and its job id. A memo: the rows say what the requests say."""
 
     SHAPE, NODES, TASKS, NEED, LIMIT, THROTTLED, JOB_ID = range(7)
 
@@ -140,7 +141,8 @@ class _Requests:
             added = np.array([(self.shape_id(_shape(job)), job.nodes_min, job.ntasks,
                                job.min_cpus,
                                job.time_limit_min * 60 if job.time_limit_min is not None else _FOREVER,
-                               bool(job.array_throttle), job.job_id) for job in new], dtype=np.float64)
+                               bool(job.array_throttle or job.licenses), job.job_id) for job in new],
+                              dtype=np.float64)
             self.table = np.concatenate((self.table, added))
         return self.table[rows]
 
@@ -239,7 +241,7 @@ class _Pass:
         window_end = now + params.bf_window_min * 60
         times = set(self.profile.release_times(now, window_end, params.bf_resolution_s))
         if power_share is not None:
-            times.update(t for t in power_share.power_times(job) if t <= window_end)
+            times.update(power_share.return_times(job, window_end))
         for resv in self.snapshot.reservations.values():
             times.update(t for t in (resv.start, resv.end) if now < t <= window_end)
         if self.power is not None:
@@ -249,7 +251,7 @@ class _Pass:
         for start, total in zip(ordered, self.profile.total_free_at(ordered), strict=True):
             if total < need:  # not enough CPUs in the whole machine at that moment
                 continue
-            if power_share is not None and not power_share.power_fits(job, start):
+            if power_share is not None and not power_share.fits_at(job, start):
                 continue
             alloc = self._place(job, start, job_end(job, start))
             if alloc is not None:
@@ -318,9 +320,9 @@ class BackfillScheduler:
             tested += 1
             if (refusal := throttle.refusal(job)) is not None:
                 decisions.reasons[job.job_id] = refusal
-                if refusal in ledger.POWER_REASONS and (params.bf_reservations == 0 or
-                                                        reserved < params.bf_reservations):
-                    # held by a power share: planned like the cap, when both its nodes and its power are free
+                if refusal in PLANNED_REASONS and (params.bf_reservations == 0 or reserved < params.bf_reservations):
+                    # held by a power share or its licenses: planned like the cap, when both its
+                    # nodes and its power (or licenses) are free
                     found = bf.earliest(job, throttle)
                     if found is not None:
                         self._reserve(job, *found, bf, throttle, decisions)

@@ -64,8 +64,9 @@ class BuiltinScheduler:
             if reason is not None:
                 decisions.reasons[job.job_id] = reason
                 continue
-            if (job.array_throttle or throttle.limits_on) and (refusal := throttle.refusal(job)) is not None:
-                decisions.reasons[job.job_id] = refusal  # (most jobs are in no throttled array)
+            if (job.array_throttle or throttle.limits_on or job.licenses) \
+                    and (refusal := throttle.refusal(job)) is not None:
+                decisions.reasons[job.job_id] = refusal  # (most jobs are in no throttled array, want no license)
                 continue
             if depth >= self.params.default_queue_depth:
                 # Slurm's "already tested N jobs, breaking out": the rest keep their reasons, but
