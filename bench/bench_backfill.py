@@ -29,7 +29,8 @@ from wattsched.confvalues import SchedulerParams
 from wattsched.plugins.priority.basic import BasicPriority
 from wattsched.plugins.sched.backfill import BackfillScheduler
 from wattsched.plugins.select.cons_tres import ConsTresSelect
-from wattsched.scheduling import JobRequest, NodeSnap, PartitionSnap, RunningJob, Snapshot, schedule
+from wattsched.scheduling.cycle import schedule
+from wattsched.scheduling.records import JobRequest, NodeSnap, PartitionSnap, RunningJob, Snapshot
 
 ETC = Path(__file__).resolve().parent.parent / "etc"
 NOW = 1_800_000_000.0

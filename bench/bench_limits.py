@@ -28,7 +28,8 @@ from wattsched.limits import AccountsSnap, ActiveJob, AssocLimits, Limits, Qos, 
 from wattsched.plugins.priority.basic import BasicPriority
 from wattsched.plugins.sched.backfill import BackfillScheduler
 from wattsched.plugins.select.cons_tres import ConsTresSelect
-from wattsched.scheduling import Snapshot, schedule
+from wattsched.scheduling.cycle import schedule
+from wattsched.scheduling.records import Snapshot
 
 
 def with_accounts(snapshot: Snapshot, enforce: frozenset[str], seed: int = 7) -> Snapshot:

@@ -32,7 +32,8 @@ from wattsched.nodestates import PowerState
 from wattsched.plugins.priority.basic import BasicPriority
 from wattsched.plugins.sched.backfill import BackfillScheduler
 from wattsched.plugins.select.cons_tres import ConsTresSelect
-from wattsched.scheduling import JobRequest, NodeSnap, PartitionSnap, RunningJob, Snapshot, schedule
+from wattsched.scheduling.cycle import schedule
+from wattsched.scheduling.records import JobRequest, NodeSnap, PartitionSnap, RunningJob, Snapshot
 
 NODES, CORES, IDLE, MAX = 64, 32, 450, 950
 FREQ_WATTS = ((2_400_000, 950), (2_000_000, 820), (1_600_000, 700))  # CpuFreqWatts of every node

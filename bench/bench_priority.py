@@ -20,7 +20,7 @@ from machine import report
 from wattsched import fairshare
 from wattsched.config import Config
 from wattsched.plugins.priority.multifactor import MultifactorPriority
-from wattsched.scheduling import JobRequest, NodeSnap, PartitionSnap, Snapshot
+from wattsched.scheduling.records import JobRequest, NodeSnap, PartitionSnap, Snapshot
 
 NOW = 1_800_000_000.0
 

@@ -17,15 +17,8 @@ from wattsched.plugins.sched import backfill
 from wattsched.plugins.sched.backfill import BackfillScheduler
 from wattsched.plugins.sched.builtin import BuiltinScheduler
 from wattsched.plugins.select.cons_tres import ConsTresSelect
-from wattsched.scheduling import (
-    JobRequest,
-    NodeSnap,
-    PartitionSnap,
-    ResvSnap,
-    RunningJob,
-    Snapshot,
-    schedule,
-)
+from wattsched.scheduling.cycle import schedule
+from wattsched.scheduling.records import JobRequest, NodeSnap, PartitionSnap, ResvSnap, RunningJob, Snapshot
 
 NOW = 1_000_000.0
 HOUR = 3600.0
@@ -437,7 +430,7 @@ def test_jobs_admitted_at_their_predicted_power_let_more_run_under_the_cap(kind)
     from dataclasses import replace
 
     from wattsched import capshed, power
-    from wattsched.scheduling import PreemptSettings
+    from wattsched.scheduling.records import PreemptSettings
 
     watts = {n: power.NodePower(100, 300, 100, 300) for n in ("n01", "n02", "n03", "n04")}
     idle = dict.fromkeys(watts, PowerState.IDLE)

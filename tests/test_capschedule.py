@@ -100,7 +100,7 @@ def _dipped(cap: float, dip_from: float, dip_to: float, dip_cap: float) -> power
 
 @pytest.mark.parametrize("kind", ["builtin", "admit", "plan"])
 def test_jobs_that_would_run_into_a_dip_wait_and_short_ones_run_before_it(kind: str) -> None:
-    from wattsched.scheduling import NodeSnap
+    from wattsched.scheduling.records import NodeSnap
 
     base = cluster(4, 4, [])
     now = base.now

@@ -7,7 +7,7 @@ from wattsched import capshed
 from wattsched.limits import Qos
 from wattsched.nodestates import PowerState
 from wattsched.power import NodePower, PowerSnap
-from wattsched.scheduling import PreemptSettings, RunningJob
+from wattsched.scheduling.records import PreemptSettings, RunningJob
 
 TABLE = ((2_000_000, 300), (1_500_000, 220), (1_000_000, 160))
 REQUEUE = PreemptSettings("preempt/none", "REQUEUE")

@@ -10,7 +10,7 @@ import pytest
 from wattsched import carbon
 from wattsched.carbon import CarbonError
 from wattsched.plugins.priority.multifactor import MultifactorPriority, Weights, flexibility
-from wattsched.scheduling import JobRequest, NodeSnap, PartitionSnap, Snapshot
+from wattsched.scheduling.records import JobRequest, NodeSnap, PartitionSnap, Snapshot
 
 T0 = 1_800_000_000.0  # 2027-01-15T08:00:00Z
 HOUR = 3600.0

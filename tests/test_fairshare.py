@@ -97,7 +97,7 @@ def test_hierarchy_multiplies_shares_and_fair_tree_ranks_users() -> None:
 def test_multifactor_priority_is_the_weighted_sum() -> None:
     from wattsched.config import Config
     from wattsched.plugins.priority.multifactor import MultifactorPriority
-    from wattsched.scheduling import JobRequest, NodeSnap, PartitionSnap, Snapshot
+    from wattsched.scheduling.records import JobRequest, NodeSnap, PartitionSnap, Snapshot
 
     nodes = tuple(NodeSnap(f"n{i}", 10, 10, 1000, 1000) for i in range(10))  # 100 CPUs
     parts = {"low": PartitionSnap("low", ("n0",), priority_job_factor=1),

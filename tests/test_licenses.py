@@ -14,7 +14,8 @@ from wattsched.plugins.priority.basic import BasicPriority
 from wattsched.plugins.sched.backfill import BackfillScheduler
 from wattsched.plugins.sched.builtin import BuiltinScheduler
 from wattsched.plugins.select.cons_tres import ConsTresSelect
-from wattsched.scheduling import JobRequest, NodeSnap, PartitionSnap, RunningJob, Snapshot, schedule
+from wattsched.scheduling.cycle import schedule
+from wattsched.scheduling.records import JobRequest, NodeSnap, PartitionSnap, RunningJob, Snapshot
 
 NOW = 1_000_000.0
 HOUR = 3600.0

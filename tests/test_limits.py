@@ -8,9 +8,10 @@ from dataclasses import replace
 
 import pytest
 
-from wattsched import ledger, limits, scheduling
+from wattsched import ledger, limits
 from wattsched.limits import AccountsSnap, Ask, AssocLimits, Limits, Qos, UseRecord
-from wattsched.scheduling import JobRequest, RunningJob, Throttle
+from wattsched.scheduling.records import JobRequest, RunningJob
+from wattsched.scheduling.throttle import Throttle, limits_ask
 
 ON = frozenset({"associations", "limits", "qos"})
 
@@ -171,7 +172,7 @@ def test_submit_limits_and_default_qos() -> None:
 
 
 def test_worst_case_of_an_unlimited_job_is_infinite() -> None:
-    ask = scheduling.limits_ask(_job(1, minutes=None), 100.0)
+    ask = limits_ask(_job(1, minutes=None), 100.0)
     assert ask.tres["power"] == 100 and math.isinf(ledger._worst_minutes("energy", ask))
 
 
@@ -179,7 +180,8 @@ def test_qos_flags_partition_time_limit_no_reserve() -> None:
     from wattsched.plugins.priority.basic import BasicPriority
     from wattsched.plugins.sched.backfill import BackfillScheduler
     from wattsched.plugins.select.cons_tres import ConsTresSelect
-    from wattsched.scheduling import NodeSnap, PartitionSnap, Snapshot, schedule
+    from wattsched.scheduling.cycle import schedule
+    from wattsched.scheduling.records import NodeSnap, PartitionSnap, Snapshot
 
     qos = {"normal": Qos("normal"), "long": Qos("long", flags=frozenset({"PartitionTimeLimit"})),
            "filler": Qos("filler", flags=frozenset({"NoReserve"}))}
@@ -208,7 +210,8 @@ def test_a_power_share_is_planned_in_the_backfill_timeline() -> None:
     from wattsched.plugins.priority.basic import BasicPriority
     from wattsched.plugins.sched.backfill import BackfillScheduler
     from wattsched.plugins.select.cons_tres import ConsTresSelect
-    from wattsched.scheduling import NodeSnap, PartitionSnap, Snapshot, schedule
+    from wattsched.scheduling.cycle import schedule
+    from wattsched.scheduling.records import NodeSnap, PartitionSnap, Snapshot
 
     qos = {"normal": Qos("normal", limits=Limits(grp_tres={"power": 1000}))}
     # a running job of the QOS draws 300 W until 600 s (it is elsewhere: these nodes are free)

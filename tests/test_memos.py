@@ -16,15 +16,8 @@ from wattsched.plugins.priority.basic import BasicPriority
 from wattsched.plugins.sched.backfill import BackfillScheduler
 from wattsched.plugins.sched.builtin import BuiltinScheduler
 from wattsched.plugins.select.cons_tres import ConsTresSelect
-from wattsched.scheduling import (
-    Decisions,
-    JobRequest,
-    NodeSnap,
-    PartitionSnap,
-    RunningJob,
-    Snapshot,
-    schedule,
-)
+from wattsched.scheduling.cycle import schedule
+from wattsched.scheduling.records import Decisions, JobRequest, NodeSnap, PartitionSnap, RunningJob, Snapshot
 from wattsched.snapbuild import JobTable, Series
 
 NAMES = tuple(f"n{i:02d}" for i in range(1, 7))

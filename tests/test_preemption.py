@@ -9,15 +9,8 @@ from wattsched.plugins.priority.basic import BasicPriority
 from wattsched.plugins.sched.backfill import BackfillScheduler
 from wattsched.plugins.sched.builtin import BuiltinScheduler
 from wattsched.plugins.select.cons_tres import ConsTresSelect
-from wattsched.scheduling import (
-    JobRequest,
-    NodeSnap,
-    PartitionSnap,
-    PreemptSettings,
-    RunningJob,
-    Snapshot,
-    schedule,
-)
+from wattsched.scheduling.cycle import schedule
+from wattsched.scheduling.records import JobRequest, NodeSnap, PartitionSnap, PreemptSettings, RunningJob, Snapshot
 
 QOS = {"normal": Qos("normal"), "low": Qos("low"), "high": Qos("high", priority=10, preempt=frozenset({"low"}))}
 ASSOCS = {("root", ""): AssocLimits("root", "", "")}

@@ -13,7 +13,7 @@ from wattsched.api import ReservationSpec
 from wattsched.controller.reservations import ReservationBook, ReservationError, overlap
 from wattsched.model import Job, Node, Reservation
 from wattsched.nodestates import NodeBase
-from wattsched.scheduling import PartitionSnap
+from wattsched.scheduling.records import PartitionSnap
 
 HOUR, DAY, WEEK = 3600, 86400, 7 * 86400
 # a Monday at 10:00, local time: WEEKDAY and WEEKEND follow the local calendar

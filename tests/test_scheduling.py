@@ -13,17 +13,10 @@ from wattsched.plugins.priority.basic import BasicPriority
 from wattsched.plugins.sched.builtin import BuiltinScheduler
 from wattsched.plugins.select.cons_tres import ConsTresSelect
 from wattsched.plugins.select.linear import LinearSelect
-from wattsched.scheduling import (
-    Candidates,
-    JobBrief,
-    JobRequest,
-    NodeSnap,
-    PartitionSnap,
-    Snapshot,
-    dependency_state,
-    feasible,
-    schedule,
-)
+from wattsched.scheduling.candidates import Candidates, feasible
+from wattsched.scheduling.cycle import schedule
+from wattsched.scheduling.eligibility import dependency_state
+from wattsched.scheduling.records import JobBrief, JobRequest, NodeSnap, PartitionSnap, Snapshot
 
 NOW = 1_000_000.0
 

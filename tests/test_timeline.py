@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from wattsched.memos import NodeMemo
 from wattsched.plugins.sched import timeline
 from wattsched.plugins.sched.timeline import Profile, ReleaseMemo
-from wattsched.scheduling import Allocation, NodeSnap, PartitionSnap, RunningJob, Snapshot
+from wattsched.scheduling.records import Allocation, NodeSnap, PartitionSnap, RunningJob, Snapshot
 
 NOW = 1_000_000.0
 

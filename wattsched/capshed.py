@@ -30,7 +30,7 @@ from wattsched import preemption
 from wattsched.limits import Qos
 from wattsched.nodestates import PowerState
 from wattsched.power import NodePower, PowerSnap
-from wattsched.scheduling import PartitionSnap, PreemptSettings, RunningJob
+from wattsched.scheduling.records import PartitionSnap, PreemptSettings, RunningJob
 
 STEPS = ("cpufreq", "suspend", "requeue", "cancel")
 Draw = tuple[int | None, float | None]  # a job on a node: its kHz, and the watts it was admitted at

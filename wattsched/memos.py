@@ -18,20 +18,19 @@ from typing import TypeVar
 
 import numpy as np
 
-from wattsched.scheduling import (
+from wattsched.scheduling.cycle import tier
+from wattsched.scheduling.eligibility import ineligibility
+from wattsched.scheduling.plugins import NodeIndex, PriorityPlugin
+from wattsched.scheduling.records import (
     Changes,
     Delta,
     JobRequest,
     NodeDelta,
-    NodeIndex,
     NodeSnap,
     PartitionSnap,
-    PriorityPlugin,
     ResvSnap,
     RunningJob,
     Snapshot,
-    ineligibility,
-    tier,
 )
 
 _Job = TypeVar("_Job", JobRequest, RunningJob)

@@ -31,18 +31,18 @@ from collections.abc import Set as AbstractSet
 from wattsched import states
 from wattsched.limits import Qos
 from wattsched.memos import NodeMemo
-from wattsched.scheduling import (
+from wattsched.scheduling.candidates import Candidates
+from wattsched.scheduling.cycle import tier
+from wattsched.scheduling.plugins import SelectPlugin
+from wattsched.scheduling.records import (
     Allocation,
-    Candidates,
     Decisions,
     JobRequest,
     NodeSnap,
     PartitionSnap,
     PreemptSettings,
     RunningJob,
-    SelectPlugin,
     Snapshot,
-    tier,
 )
 
 # pending jobs looked at for preemption in one pass (Slurm looks at every job its schedulers reach)

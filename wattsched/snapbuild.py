@@ -18,13 +18,13 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 from dataclasses import fields, replace
 from typing import Any, Generic, Protocol, TypeVar
 
-from wattsched import capschedule, gres, licenses, limits, nodestates, power, scheduling
+from wattsched import capschedule, gres, licenses, limits, nodestates, power
 from wattsched.capschedule import CapStep
 from wattsched.config import Config
 from wattsched.model import JOB_FIELD_NAMES, Job
 from wattsched.nodestates import NodeBase, PowerFlag, PowerState
 from wattsched.power import INFINITE, NodePower, PowerResv, PowerSnap
-from wattsched.scheduling import (
+from wattsched.scheduling.records import (
     Changes,
     Delta,
     JobBrief,
@@ -36,6 +36,7 @@ from wattsched.scheduling import (
     ResvSnap,
     RunningJob,
     Snapshot,
+    wake,
 )
 
 
@@ -84,7 +85,7 @@ def node_snap(node: NodeShape, alloc_cpus: int, alloc_mem_mb: int, flag: PowerFl
     """A node as a policy sees it. ``free_gpus``: None when no job holds any of its GPUs."""
     return NodeSnap(node.name, node.cpus, node.cpus - alloc_cpus, node.real_memory_mb,
                     node.real_memory_mb - alloc_mem_mb, node.weight, frozenset(node.features),
-                    nodestates.schedulable(flag, base, drain, not_responding), scheduling.wake(flag), node.gres,
+                    nodestates.schedulable(flag, base, drain, not_responding), wake(flag), node.gres,
                     node.gres if free_gpus is None else free_gpus, node.tmp_disk_mb)
 
 

@@ -11,13 +11,15 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from wattsched import limits, memos, scheduling, snapbuild, states, tresbind
+from wattsched import limits, memos, snapbuild, states, tresbind
 from wattsched.api import JobSubmit, JobUpdate, WillRun
 from wattsched.auth import Identity
 from wattsched.controller import acctpolicy, jobend, jobsubmit, permissions, snapshots
 from wattsched.controller import submit as submit_mod
 from wattsched.controller.actions import Action, Freeze, Refused, Signal
 from wattsched.model import Job
+from wattsched.scheduling.candidates import feasible
+from wattsched.scheduling.cycle import schedule
 
 if TYPE_CHECKING:
     from wattsched.controller.state import ClusterState
@@ -109,7 +111,7 @@ def will_run(state: ClusterState, req: JobSubmit, who: Identity, now: float) -> 
     try:
         snap = snapshots.snapshot(state, now, backfill_due=True)
         snap = replace(snap, pending=(*snap.pending, snapshots.request(state, job)))
-        decisions = scheduling.schedule(snap, state.plugins.priority, state.plugins.scheduler,
+        decisions = schedule(snap, state.plugins.priority, state.plugins.scheduler,
                                         state.plugins.select, memos.QueueMemo())
     finally:
         state.memo.requests.pop(job.job_id, None)
@@ -304,7 +306,7 @@ def move_to_partition(state: ClusterState, job: Job, name: str, admin: bool) -> 
     if state.shares.qos and job.qos and not acctpolicy.qos_allowed(part, job.qos):
         raise Refused(limits.INVALID_QOS)
     moved = Job.from_dict(dict(job.to_dict(), partition=name))
-    if not scheduling.feasible(snapbuild.request(moved), partitions[name], snapshots.node_snaps(state),
+    if not feasible(snapbuild.request(moved), partitions[name], snapshots.node_snaps(state),
                                state.plugins.select, state.config.def_mem_per_cpu_mb):
         raise Refused("Requested node configuration is not available")
     if not admin:

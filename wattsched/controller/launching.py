@@ -9,13 +9,15 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from wattsched import gres, hostlist, prologs, scheduling, states
+from wattsched import gres, hostlist, prologs, states
 from wattsched.api import JobEvent
 from wattsched.controller import jobend, preempting, resources, snapshots, statesave
 from wattsched.controller.actions import Action, AdminProgram, Launch, admin_program
 from wattsched.controller.powersaving import PowerProgram
 from wattsched.model import Job, Step
 from wattsched.nodestates import PowerFlag
+from wattsched.scheduling import cycle
+from wattsched.scheduling.records import Allocation
 
 if TYPE_CHECKING:
     from wattsched.controller.state import ClusterState
@@ -40,7 +42,7 @@ def schedule(state: ClusterState, now: float) -> list[Action]:
         state.stats.depth = 0
         return resumed
     snap = snapshots.snapshot(state, now, due)
-    decisions = scheduling.schedule(snap, state.plugins.priority, state.plugins.scheduler, state.plugins.select,
+    decisions = cycle.schedule(snap, state.plugins.priority, state.plugins.scheduler, state.plugins.select,
                                     state.memo.queue)
     if due:
         state.stats.backfill_done(now, (time.perf_counter() - started) * 1000, decisions.backfilled,
@@ -83,7 +85,7 @@ def energy_policy(state: ClusterState, job: Job) -> str:
             or state.config.energy_policy)
 
 
-def start(state: ClusterState, job: Job, alloc: scheduling.Allocation, now: float) -> list[Action]:
+def start(state: ClusterState, job: Job, alloc: Allocation, now: float) -> list[Action]:
     job.state = states.RUNNING
     job.reason = states.R_NONE
     job.start_time = now

@@ -11,10 +11,11 @@ import logging
 import signal as signal_mod
 from typing import TYPE_CHECKING
 
-from wattsched import preemption, scheduling, states
+from wattsched import preemption, states
 from wattsched.controller import jobend, jobs, resources, snapshots
 from wattsched.controller.actions import Action, Freeze, Signal
 from wattsched.model import Job
+from wattsched.scheduling.records import Decisions, Snapshot
 
 if TYPE_CHECKING:
     from wattsched.controller.state import ClusterState
@@ -23,7 +24,7 @@ log = logging.getLogger("wattsched.controller")
 SLURM_USER = 0  # who cancelled a preempted job, as sacct's CANCELLED by shows it
 
 
-def preempt(state: ClusterState, snap: scheduling.Snapshot, decisions: scheduling.Decisions,
+def preempt(state: ClusterState, snap: Snapshot, decisions: Decisions,
             now: float) -> list[Action]:
     """Preempt what the pass's pending jobs need, as the core chooses."""
     settings = snap.preempt

@@ -16,10 +16,11 @@ from __future__ import annotations
 import time
 from collections.abc import Collection, Iterable, Mapping
 
-from wattsched import hostlist, power, scheduling, states, timefmt
+from wattsched import hostlist, power, states, timefmt
 from wattsched.api import ReservationSpec
 from wattsched.model import Job, Node, Reservation
 from wattsched.nodestates import NodeBase
+from wattsched.scheduling.records import PartitionSnap, ResvSnap
 
 FLAGS = ("MAINT", "IGNORE_JOBS", "HOURLY", "DAILY", "WEEKDAY", "WEEKEND", "WEEKLY", "FLEX", "OVERLAP", "SPEC_NODES",
          "LICENSE_ONLY", "REPLACE", "REPLACE_DOWN", "PURGE_COMP")
@@ -180,8 +181,8 @@ class ReservationBook:
 
     # --- views -------------------------------------------------------------------------------
 
-    def snapshots(self) -> dict[str, scheduling.ResvSnap]:
-        return {r.name: scheduling.ResvSnap(r.name, r.start_time, r.end_time, frozenset(r.nodes),
+    def snapshots(self) -> dict[str, ResvSnap]:
+        return {r.name: ResvSnap(r.name, r.start_time, r.end_time, frozenset(r.nodes),
                                             frozenset(r.users), frozenset(r.accounts), frozenset(r.flags))
                 for r in self.by_name.values() if r.nodes}
 
@@ -202,7 +203,7 @@ class ReservationBook:
     # --- changes -----------------------------------------------------------------------------
 
     def create(self, spec: ReservationSpec, creator: str, now: float, nodes: Mapping[str, Node],
-               partitions: Mapping[str, scheduling.PartitionSnap], default_partition: str,
+               partitions: Mapping[str, PartitionSnap], default_partition: str,
                jobs: Iterable[Job]) -> Reservation:
         name = spec.name or f"{creator}_{self.next_id}"
         if name in self.by_name:
@@ -230,7 +231,7 @@ class ReservationBook:
         return resv
 
     def update(self, name: str, spec: ReservationSpec, now: float, nodes: Mapping[str, Node],
-               partitions: Mapping[str, scheduling.PartitionSnap], default_partition: str,
+               partitions: Mapping[str, PartitionSnap], default_partition: str,
                jobs: Iterable[Job]) -> Reservation:
         resv = self._get(name)
         if spec.name and spec.name != name:
@@ -305,7 +306,7 @@ class ReservationBook:
 
     # --- helpers -----------------------------------------------------------------------------
 
-    def maintain(self, nodes: Mapping[str, Node], partitions: Mapping[str, scheduling.PartitionSnap],
+    def maintain(self, nodes: Mapping[str, Node], partitions: Mapping[str, PartitionSnap],
                  jobs: Collection[Job], now: float) -> tuple[list[Reservation], list[Reservation]]:
         """As Slurm's: a reservation of NodeCnt nodes (not MAINT, not given its nodes by name) has
         those that are down, drained or not responding replaced by usable ones of its partition
@@ -331,7 +332,7 @@ class ReservationBook:
         return changed, deleted
 
     def _replace_nodes(self, resv: Reservation, nodes: Mapping[str, Node],
-                       partitions: Mapping[str, scheduling.PartitionSnap], jobs: Collection[Job],
+                       partitions: Mapping[str, PartitionSnap], jobs: Collection[Job],
                        now: float) -> bool:
         """Swap the reservation's unusable nodes for usable ones; whether any was swapped. Runs every
         second: the jobs are read only once a node is to be replaced."""
@@ -377,7 +378,7 @@ class ReservationBook:
                 and overlap(resv, o)]
 
     def _pick_nodes(self, resv: Reservation, spec: ReservationSpec, nodes: Mapping[str, Node],
-                    partitions: Mapping[str, scheduling.PartitionSnap], partition: str, jobs: Iterable[Job],
+                    partitions: Mapping[str, PartitionSnap], partition: str, jobs: Iterable[Job],
                     now: float) -> list[str]:
         jobs = [j for j in jobs if j.reservation != resv.name]
         if spec.nodes:

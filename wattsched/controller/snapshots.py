@@ -9,10 +9,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
-from wattsched import licenses, memos, power, scheduling, snapbuild, states
+from wattsched import licenses, memos, power, snapbuild, states
 from wattsched.controller import acctpolicy, views
 from wattsched.model import Job, Node
 from wattsched.nodestates import PowerState
+from wattsched.scheduling.records import JobBrief, JobRequest, NodeSnap, PartitionSnap, RunningJob, Snapshot
 
 T = TypeVar("T")
 
@@ -28,11 +29,11 @@ class Memos:
     and the queue memo that keeps the core's eligibility verdicts from pass to pass. A
     reconfiguration drops them all."""
 
-    requests: dict[int, scheduling.JobRequest] = field(default_factory=dict)
+    requests: dict[int, JobRequest] = field(default_factory=dict)
     briefs: dict[int, dict] = field(default_factory=dict)
-    nodes: dict[str, tuple[tuple, scheduling.NodeSnap]] = field(default_factory=dict)  # what each was built from
+    nodes: dict[str, tuple[tuple, NodeSnap]] = field(default_factory=dict)  # what each was built from
     node_power: dict[str, tuple[tuple, power.NodePower]] = field(default_factory=dict)  # by its jobs' frequencies
-    partitions: dict[str, scheduling.PartitionSnap] | None = None
+    partitions: dict[str, PartitionSnap] | None = None
     queue: memos.QueueMemo = field(default_factory=memos.QueueMemo)
     watts_per_cpu: dict[str, float] | None = None  # per partition (acctpolicy), from the configuration
     cpu_watts: dict[str, float] = field(default_factory=dict)  # per node: MaxWatts / CPUs
@@ -54,7 +55,7 @@ def brief(state: ClusterState, job: Job, now: float) -> dict:
     return cached
 
 
-def partition_snaps(state: ClusterState) -> dict[str, scheduling.PartitionSnap]:
+def partition_snaps(state: ClusterState) -> dict[str, PartitionSnap]:
     """Built once: partitions come from the configuration alone, and one mapping from pass to
     pass lets the queue memo keep its eligibility verdicts."""
     if state.memo.partitions is None:
@@ -62,7 +63,7 @@ def partition_snaps(state: ClusterState) -> dict[str, scheduling.PartitionSnap]:
     return state.memo.partitions
 
 
-def node_snaps(state: ClusterState) -> dict[str, scheduling.NodeSnap]:
+def node_snaps(state: ClusterState) -> dict[str, NodeSnap]:
     """Each node as the policies see it. A node's NodeSnap is kept while what it is built from is
     the same (its configured fields change only with a reconfiguration, which drops the memos), so
     a pass builds only the changed nodes' and the core's node memo looks again only at those."""
@@ -80,11 +81,11 @@ def _kept(memo: dict[str, tuple[tuple, T]], node: Node, key: tuple, build: Calla
     return have[1]
 
 
-def _node_snap(node: Node, key: tuple) -> scheduling.NodeSnap:
+def _node_snap(node: Node, key: tuple) -> NodeSnap:
     return snapbuild.node_snap(node, *key)
 
 
-def request(state: ClusterState, job: Job) -> scheduling.JobRequest:
+def request(state: ClusterState, job: Job) -> JobRequest:
     """A pending job as the policies see it (snapbuild.request), built once per change of the job."""
     cached = state.memo.requests.get(job.job_id)
     if cached is None:
@@ -92,7 +93,7 @@ def request(state: ClusterState, job: Job) -> scheduling.JobRequest:
     return cached
 
 
-def snapshot(state: ClusterState, now: float, backfill_due: bool = True) -> scheduling.Snapshot:
+def snapshot(state: ClusterState, now: float, backfill_due: bool = True) -> Snapshot:
     # a requeued job waits until its previous run is gone from every node (Slurm's COMPLETING flag)
     # (one pass over every job, 100,000 on the largest queues: the memo is read inline)
     kept = state.memo.requests
@@ -100,7 +101,7 @@ def snapshot(state: ClusterState, now: float, backfill_due: bool = True) -> sche
                     if j.state == states.PENDING and not j.completing_nodes
                     and not (j.preempted_by and preemptor_waits(state, j)))
     needs_briefs = any(r.dependency or r.array_throttle for r in pending)
-    briefs = {j.job_id: scheduling.JobBrief(j.job_id, j.state, j.user, j.name, j.exit_code, j.term_signal,
+    briefs = {j.job_id: JobBrief(j.job_id, j.state, j.user, j.name, j.exit_code, j.term_signal,
                                             j.array_job_id, j.array_task_id, j.start_time)
               for j in state.jobs.values()} if needs_briefs else {}
     running = tuple(running_job(state, j) for j in state.jobs.values()
@@ -134,7 +135,7 @@ def greenness(state: ClusterState, now: float) -> float:
     return series.greenness(now)
 
 
-def running_job(state: ClusterState, job: Job) -> scheduling.RunningJob:
+def running_job(state: ClusterState, job: Job) -> RunningJob:
     """A job that holds nodes as the policies see it (snapbuild.running_job)."""
     return snapbuild.running_job(job.job_id, job.alloc_cpus, {n: job.alloc_mem_mb for n in job.alloc_cpus},
                                  job.start_time, job.time_limit_min, gpus_by_type(state, job), job.qos,

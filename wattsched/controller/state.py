@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from wattsched import power, scheduling
+from wattsched import power
 from wattsched.api import (
     AgentHeartbeat,
     JobEvent,
@@ -63,13 +63,15 @@ from wattsched.controller.store import StateStore
 from wattsched.controller.triggerctl import TriggerBook
 from wattsched.model import Job, Node, Reservation, Step
 from wattsched.nodestates import PowerState
+from wattsched.scheduling.plugins import PriorityPlugin, SchedulerPlugin, SelectPlugin
+from wattsched.scheduling.records import Snapshot
 
 
 @dataclass(slots=True)
 class Plugins:
-    priority: scheduling.PriorityPlugin
-    scheduler: scheduling.SchedulerPlugin
-    select: scheduling.SelectPlugin
+    priority: PriorityPlugin
+    scheduler: SchedulerPlugin
+    select: SelectPlugin
     job_submit: tuple[Any, ...] = ()  # JobSubmitPlugins, in order (wattsched.plugins.job_submit)
 
 
@@ -174,7 +176,7 @@ class ClusterState:
     def brief(self, job: Job, now: float) -> dict:
         return snapshots.brief(self, job, now)
 
-    def snapshot(self, now: float, backfill_due: bool = True) -> scheduling.Snapshot:
+    def snapshot(self, now: float, backfill_due: bool = True) -> Snapshot:
         return snapshots.snapshot(self, now, backfill_due)
 
     def node_power(self) -> dict[str, power.NodePower]:

@@ -22,7 +22,6 @@ from wattsched import (
     licenses,
     patterns,
     prediction,
-    scheduling,
     snapbuild,
     states,
     timefmt,
@@ -33,6 +32,10 @@ from wattsched.auth import Identity
 from wattsched.config import Config, PartitionConf
 from wattsched.confvalues import parse_acctg_freq
 from wattsched.model import Job, Reservation
+from wattsched.scheduling.candidates import feasible
+from wattsched.scheduling.eligibility import parse_dependency
+from wattsched.scheduling.plugins import SelectPlugin
+from wattsched.scheduling.records import NodeSnap, PartitionSnap
 
 INVALID_TRES = "Invalid Trackable RESource (TRES) specification"  # Slurm's ESLURM_INVALID_TRES
 
@@ -126,8 +129,8 @@ def parse_signal(spec: str) -> tuple[int, int, bool]:
 
 
 def build_jobs(req: JobSubmit, who: Identity, gid: int, group: str, config: Config, now: float,
-               first_id: int, node_snaps: dict[str, scheduling.NodeSnap], select: scheduling.SelectPlugin,
-               partitions: dict[str, scheduling.PartitionSnap],
+               first_id: int, node_snaps: dict[str, NodeSnap], select: SelectPlugin,
+               partitions: dict[str, PartitionSnap],
                reservations: Mapping[str, Reservation]) -> list[Job]:
     """Validate ``req`` and return its job records (several for an array), ids from ``first_id``."""
     part = partition_open(req.partition, config, partitions)
@@ -171,7 +174,7 @@ def build_jobs(req: JobSubmit, who: Identity, gid: int, group: str, config: Conf
         raise SubmitError("Requested time limit is invalid (missing or exceeds some limit)")
     if req.dependency:
         try:
-            scheduling.parse_dependency(req.dependency)
+            parse_dependency(req.dependency)
         except ValueError as exc:
             raise SubmitError(str(exc)) from exc
     kill_signal, kill_secs, kill_batch = parse_signal(req.signal) if req.signal else (0, 0, False)
@@ -224,7 +227,7 @@ def build_jobs(req: JobSubmit, who: Identity, gid: int, group: str, config: Conf
         gpus_per_node=gpus.per_node, gpus_per_task=gpus.per_task, gpus_per_job=gpus.per_job, gpu_type=gpus.kind,
         tres_bind=req.tres_bind, licenses=req.licenses)
     # the request as the policies will see it (snapbuild.request), checked before the other options
-    if not scheduling.feasible(snapbuild.request(template), partitions[part.name], node_snaps, select,
+    if not feasible(snapbuild.request(template), partitions[part.name], node_snaps, select,
                                config.def_mem_per_cpu_mb):
         raise SubmitError("Requested node configuration is not available")
     template.cpu_freq = check_cpu_freq(req.cpu_freq, config)
@@ -290,7 +293,7 @@ def in_groups(user: str, gid: int, groups: tuple[str, ...]) -> bool:
     return False
 
 
-def partition_open(name: str, config: Config, partitions: dict[str, scheduling.PartitionSnap]) -> PartitionConf:
+def partition_open(name: str, config: Config, partitions: dict[str, PartitionSnap]) -> PartitionConf:
     """The partition a job asks for (the default one for ""), refused when it does not exist or takes
     no jobs (inactive or drained)."""
     if name:

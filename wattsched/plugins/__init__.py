@@ -11,7 +11,7 @@ from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # (not at run time: the power command and the BMC import this package)
-    from wattsched.scheduling import PriorityPlugin, SchedulerPlugin, SelectPlugin
+    from wattsched.scheduling.plugins import PriorityPlugin, SchedulerPlugin, SelectPlugin
 
 
 class PluginError(LookupError):
@@ -36,7 +36,7 @@ def scheduling(config: Any) -> tuple[PriorityPlugin, SchedulerPlugin, SelectPlug
     """The configured priority, scheduler and selection plugins (PriorityType, SchedulerType,
     SelectType): the same objects for the controller and the simulator. A plugin that lacks what
     its Protocol declares (wattsched.scheduling) is refused here, not at the first pass."""
-    from wattsched.scheduling import PriorityPlugin, SchedulerPlugin, SelectPlugin
+    from wattsched.scheduling.plugins import PriorityPlugin, SchedulerPlugin, SelectPlugin
 
     priority = load(config.priority_type, config=config)
     scheduler = load(config.scheduler_type, params=config.scheduler_parameters)

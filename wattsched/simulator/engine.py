@@ -29,10 +29,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from wattsched import capschedule, limits, memos, plugins, power, powersave, preemption, scheduling, snapbuild
+from wattsched import capschedule, limits, memos, plugins, power, powersave, preemption, snapbuild
 from wattsched.config import Config, NodeConf
 from wattsched.fairshare import UsageRecord
 from wattsched.nodestates import NodeBase, PowerFlag, PowerState, power_state
+from wattsched.scheduling.cycle import schedule
+from wattsched.scheduling.records import Allocation, Decisions, JobRequest, NodeSnap, RunningJob, Snapshot
 from wattsched.simulator.accounts import SimAccounts
 from wattsched.simulator.shares import DEFAULT_ACCOUNT, SimShares
 from wattsched.simulator.workload import SimJob, Workload
@@ -61,7 +63,7 @@ class SimNode:
     draws: dict[int, float] = field(default_factory=dict)
     # its snapshot in each state it has been in, (allocated CPUs, memory, power) -> NodeSnap: a node goes
     # back and forth between a few, and an unchanged snapshot is the very same object (NodeMemo skips it)
-    snaps: dict[tuple[int, int, str], scheduling.NodeSnap] = field(default_factory=dict)
+    snaps: dict[tuple[int, int, str], NodeSnap] = field(default_factory=dict)
     alloc_cpus: int = 0  # what those jobs' allocations hold here, as the controller counts it
     alloc_mem_mb: int = 0
     idle_since: float = 0.0
@@ -190,7 +192,7 @@ class Simulation:
                 self.infeasible += 1
                 continue
             self.records[job.job_id] = JobRecord(job, nodes, job.submit)
-        self.pending = snapbuild.JobTable[scheduling.JobRequest]()
+        self.pending = snapbuild.JobTable[JobRequest]()
         fair = config.priority_type == "priority/multifactor" and \
             (config.priority_weight_fairshare or config.priority_weight_energy)
         self.shares = SimShares(config, ((r.job.account or DEFAULT_ACCOUNT, r.job.user) for r in self.records.values()),
@@ -219,12 +221,12 @@ class Simulation:
         self.last_backfill = -math.inf
         self.backfill_wake = -math.inf
         self.node_snaps = {name: self._node_snap(node) for name, node in self.nodes.items()}
-        self.nodes_tuple: tuple[scheduling.NodeSnap, ...] | None = None
+        self.nodes_tuple: tuple[NodeSnap, ...] | None = None
         self.series = snapbuild.Series()  # the snapshots, numbered, with what changed since the last
         self.position = {name: i for i, name in enumerate(self.node_snaps)}
         self.dirty: set[str] = set()  # nodes changed since the last snapshot: their NodeSnap is rebuilt then
         # what each running job (or one waiting for its nodes to power up) holds, as snapshots show it
-        self.holding = snapbuild.JobTable[scheduling.RunningJob]()
+        self.holding = snapbuild.JobTable[RunningJob]()
         self.period = min((p.period for _n, p in self.policies if hasattr(p, "period")), default=None)
         self.t_idle = next((p.t_idle for _n, p in self.policies if hasattr(p, "t_idle")), None)
         # the cap and its schedule (PowerCapSchedule, read at the first submission), and the draw against it
@@ -327,22 +329,22 @@ class Simulation:
             found = self.qos[(account, user)] = self.accounts.qos_of(account, user)
         return found
 
-    def _request(self, record: JobRecord) -> scheduling.JobRequest:
+    def _request(self, record: JobRecord) -> JobRequest:
         job = record.job
         account, limit = job.account or DEFAULT_ACCOUNT, max(1, math.ceil(job.walltime / 60))
         qos = self._qos(account, job.user)
         if job.nodes:  # its own shape: so many cores on each of so many nodes, shared with other jobs
             # (a task of that many CPUs a node: only nodes with that many free cores are candidates)
-            return scheduling.JobRequest(job_id=job.job_id, user=job.user, partition=self.partition,
+            return JobRequest(job_id=job.job_id, user=job.user, partition=self.partition,
                                          submit_time=record.submit, nodes_min=job.nodes, nodes_max=job.nodes,
                                          ntasks=job.nodes, ntasks_set=True, ntasks_per_node=1,
                                          cpus_per_task=job.procs // job.nodes, account=account, qos=qos,
                                          time_limit_min=limit)
         if self.shared:
-            return scheduling.JobRequest(job_id=job.job_id, user=job.user, partition=self.partition,
+            return JobRequest(job_id=job.job_id, user=job.user, partition=self.partition,
                                          submit_time=record.submit, ntasks=job.procs, ntasks_set=True,
                                          account=account, qos=qos, time_limit_min=limit)
-        return scheduling.JobRequest(job_id=job.job_id, user=job.user, partition=self.partition,
+        return JobRequest(job_id=job.job_id, user=job.user, partition=self.partition,
                                      submit_time=record.submit, nodes_min=record.nodes, ntasks=record.nodes,
                                      ntasks_set=True, exclusive=True, account=account, qos=qos, time_limit_min=limit)
 
@@ -364,7 +366,7 @@ class Simulation:
         if self.suspended:
             self._resume(now)
         snap = self.snapshot(now, due)
-        decisions = scheduling.schedule(snap, self.priority, self.scheduler, self.select, self.queue_memo)
+        decisions = schedule(snap, self.priority, self.scheduler, self.select, self.queue_memo)
         self.reasons = decisions.reasons
         if due:
             self.expected = decisions.expected_start
@@ -378,7 +380,7 @@ class Simulation:
                                                                                  j.job_id))]
             self._power_tick(now, snap.power)
 
-    def _queue(self, request: scheduling.JobRequest) -> None:
+    def _queue(self, request: JobRequest) -> None:
         self.pending.put(request)
         heapq.heappush(self.needs, (request.min_cpus, request.job_id))
 
@@ -397,7 +399,7 @@ class Simulation:
             heapq.heappop(self.needs)  # (entries of jobs gone are dropped when they come to the top)
         return not self.needs or self.needs[0][0] > self.free_cpus
 
-    def snapshot(self, now: float, backfill_due: bool = True) -> scheduling.Snapshot:
+    def snapshot(self, now: float, backfill_due: bool = True) -> Snapshot:
         changed: list[int] = []
         for name in self.dirty:
             node = self.nodes[name]
@@ -447,7 +449,7 @@ class Simulation:
         return limits.ActiveJob(record.job.job_id, record.job.user, account, self._qos(account, record.job.user),
                                 self._tres(record), self._limit_end(record))
 
-    def _node_snap(self, node: SimNode) -> scheduling.NodeSnap:
+    def _node_snap(self, node: SimNode) -> NodeSnap:
         memory = node.alloc_mem_mb if self.config.memory_consumable else 0
         return snapbuild.node_snap(node.conf, node.alloc_cpus, memory, node.power)
 
@@ -477,7 +479,7 @@ class Simulation:
 
     # --- jobs ------------------------------------------------------------------------------------------
 
-    def _start(self, record: JobRecord, alloc: scheduling.Allocation, now: float) -> None:
+    def _start(self, record: JobRecord, alloc: Allocation, now: float) -> None:
         self.pending.remove(record.job.job_id)
         for victim in self.requeued.pop(record.job.job_id, []):  # what it preempted may wait again
             self._queue(self._request(victim))
@@ -520,14 +522,14 @@ class Simulation:
 
     def _hold(self, record: JobRecord) -> None:
         account = record.job.account or DEFAULT_ACCOUNT
-        self.holding.put(scheduling.RunningJob(record.job.job_id, record.alloc_cpus, record.alloc_mem_mb,
+        self.holding.put(RunningJob(record.job.job_id, record.alloc_cpus, record.alloc_mem_mb,
                                                self._limit_end(record), qos=self._qos(account, record.job.user),
                                                start=max(record.start, 0.0), ending=bool(record.preempted),
                                                partition=self.partition))
 
     # --- preemption: the controller's choice (wattsched.preemption), carried out in virtual time ----------
 
-    def _preempt(self, snap: scheduling.Snapshot, decisions: scheduling.Decisions, now: float) -> None:
+    def _preempt(self, snap: Snapshot, decisions: Decisions, now: float) -> None:
         """The victims the core chose hear of it now and go after their GraceTime, or (SUSPEND) are
         suspended at once, their CPUs lent to the preemptor, as the controller does."""
         assert self.accounts is not None

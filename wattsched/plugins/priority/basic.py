@@ -8,7 +8,7 @@ it; a held job shows priority 0.
 from __future__ import annotations
 
 from wattsched.config import Config
-from wattsched.scheduling import Snapshot
+from wattsched.scheduling.records import Snapshot
 
 # Slurm's basic plugin starts from this value (NO_VAL - 2^16 - 1) and counts down by job id.
 BASE_PRIORITY = 4294901760

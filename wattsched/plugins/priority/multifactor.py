@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from wattsched.config import Config
-from wattsched.scheduling import JobRequest, Snapshot
+from wattsched.scheduling.records import JobRequest, Snapshot
 
 
 @dataclass(frozen=True, slots=True)

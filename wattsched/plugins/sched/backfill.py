@@ -15,7 +15,7 @@ BBF variants of Mämmelä et al. 2011, repeatedly the best candidate that fits:
 ``shortest`` or ``longest`` time limit, ``most_cpus`` or ``fewest_cpus``.
 
 Reservations. Advanced reservations are honoured by node selection itself (see
-:class:`wattsched.scheduling.Candidates`): a job's candidate nodes for a window exclude every
+:class:`wattsched.scheduling.candidates.Candidates`): a job's candidate nodes for a window exclude every
 reservation it is not a member of that overlaps the window, and a reservation's boundaries
 are among the start times tried.
 
@@ -70,22 +70,12 @@ from wattsched.memos import NodeMemo
 from wattsched.plugins.sched.builtin import BuiltinScheduler
 from wattsched.plugins.sched.powerplan import PowerPlan
 from wattsched.plugins.sched.timeline import Profile, ReleaseMemo, among
-from wattsched.scheduling import (
-    PLANNED_REASONS,
-    Allocation,
-    Candidates,
-    Decisions,
-    JobRequest,
-    PowerMeter,
-    SelectPlugin,
-    Snapshot,
-    Throttle,
-    fit_power,
-    gpu_ledger,
-    job_end,
-    qos_flag,
-    unplaced_reason,
-)
+from wattsched.scheduling.candidates import Candidates, unplaced_reason
+from wattsched.scheduling.eligibility import qos_flag
+from wattsched.scheduling.ledgers import PowerMeter, fit_power, gpu_ledger
+from wattsched.scheduling.plugins import SelectPlugin
+from wattsched.scheduling.records import Allocation, Decisions, JobRequest, Snapshot, job_end
+from wattsched.scheduling.throttle import PLANNED_REASONS, Throttle
 
 _FOREVER = math.inf
 # what became of a first-fit candidate (BackfillScheduler._first_fit)

@@ -22,19 +22,11 @@ from collections.abc import Mapping, Sequence
 from wattsched import states
 from wattsched.confvalues import SchedulerParams
 from wattsched.memos import NodeMemo
-from wattsched.scheduling import (
-    Candidates,
-    Decisions,
-    JobRequest,
-    PowerMeter,
-    SelectPlugin,
-    Snapshot,
-    Throttle,
-    fit_power,
-    gpu_ledger,
-    job_end,
-    unplaced_reason,
-)
+from wattsched.scheduling.candidates import Candidates, unplaced_reason
+from wattsched.scheduling.ledgers import PowerMeter, fit_power, gpu_ledger
+from wattsched.scheduling.plugins import SelectPlugin
+from wattsched.scheduling.records import Decisions, JobRequest, Snapshot, job_end
+from wattsched.scheduling.throttle import Throttle
 
 
 class BuiltinScheduler:

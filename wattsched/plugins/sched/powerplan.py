@@ -24,7 +24,8 @@ import numpy as np
 from wattsched import states
 from wattsched.nodestates import PowerState
 from wattsched.power import PowerSnap, verdict
-from wattsched.scheduling import Allocation, JobRequest, PowerMeter, RunningJob, job_end
+from wattsched.scheduling.ledgers import PowerMeter
+from wattsched.scheduling.records import Allocation, JobRequest, RunningJob, job_end
 
 
 class PowerPlan:

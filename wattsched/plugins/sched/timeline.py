@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from wattsched.memos import NodeMemo, Seen, job_changes
-from wattsched.scheduling import Allocation, Changes, RunningJob
+from wattsched.scheduling.records import Allocation, Changes, RunningJob
 
 _FOREVER = math.inf
 _FEW = 64  # up to this many values, Python's sort and set outrun numpy's (per-call set-up, measured)

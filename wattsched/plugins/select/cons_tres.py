@@ -25,7 +25,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 
 from wattsched import gres
-from wattsched.scheduling import Allocation, Candidates, JobRequest, NodeSnap
+from wattsched.scheduling.candidates import Candidates
+from wattsched.scheduling.records import Allocation, JobRequest, NodeSnap
 
 _MANY = 1 << 30
 _second = operator.itemgetter(1)
