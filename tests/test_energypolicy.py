@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from wattsched import energypolicy, prediction
+from wattsched.controller import jobs, launching
+from wattsched.controller import nodes as nodes_mod
 from wattsched.energypolicy import NodePower, Settings, Signature
 
 # etc/emulated.conf's node: 95 W idle, 190 W busy at 2.4 GHz, 116 W at 1.2 GHz
@@ -105,8 +107,7 @@ def test_the_choice_a_job_end_carries_is_recorded(tmp_path) -> None:
     from wattsched import auth, config, states
     from wattsched.api import AgentHeartbeat, JobEvent, JobSubmit, JobUsage, NodeReport
     from wattsched.auth import Identity
-    from wattsched.controller.startup import load_plugins
-    from wattsched.controller.state import ClusterState
+    from wattsched.controller.startup import load_plugins, open_state
     from wattsched.controller.store import StateStore
 
     path = tmp_path / "c.conf"
@@ -114,17 +115,17 @@ def test_the_choice_a_job_end_carries_is_recorded(tmp_path) -> None:
                     "NodeName=a1 CPUs=1 RealMemory=1000\nPartitionName=p Nodes=a1 Default=YES MaxTime=INFINITE\n")
     conf = config.load(path)
     now = 1_800_000_000.0
-    state = ClusterState.open(conf, StateStore(str(tmp_path / "ctld")), load_plugins(conf),
-                              auth.ensure_key(str(tmp_path / "key")), now)
-    state.heartbeat(AgentHeartbeat(agent_url="http://agent", boot_time=now, nodes=[
+    state = open_state(conf, StateStore(str(tmp_path / "ctld")), load_plugins(conf),
+                       auth.ensure_key(str(tmp_path / "key")), now)
+    nodes_mod.heartbeat(state, AgentHeartbeat(agent_url="http://agent", boot_time=now, nodes=[
         NodeReport(name="a1", cpus=1, real_memory_mb=1000)]), now)
-    job = state.submit(JobSubmit(work_dir="/tmp", script="#!/bin/sh\n", energy_policy="min_energy"),
+    job = jobs.submit(state, JobSubmit(work_dir="/tmp", script="#!/bin/sh\n", energy_policy="min_energy"),
                        Identity(0, "root"), now)[0]
-    state.schedule(now)
-    state.launched(job.job_id)
+    launching.schedule(state, now)
+    jobs.launched(state, job.job_id)
     assert job.state == states.RUNNING and job.policy_freq_khz == 0
     chosen = JobUsage(job_id=job.job_id, policy_khz=1_600_000, time_factor=1.075, energy_factor=0.8)
-    state.heartbeat(AgentHeartbeat(agent_url="http://agent", boot_time=now, nodes=[], events=[
+    nodes_mod.heartbeat(state, AgentHeartbeat(agent_url="http://agent", boot_time=now, nodes=[], events=[
         JobEvent(job_id=job.job_id, node="a1", end_time=now + 5, policy=chosen)]), now + 5)
     assert job.state != states.RUNNING
     assert (job.policy_freq_khz, job.pred_time_factor, job.pred_energy_factor) == (1_600_000, 1.075, 0.8)

@@ -11,10 +11,10 @@ from wattsched import auth, config
 from wattsched.accounting.store import AccountingStore
 from wattsched.api import AgentHeartbeat, JobEvent, JobSubmit, NodeReport
 from wattsched.auth import Identity
-from wattsched.controller import jobend, priority
+from wattsched.controller import jobend, jobs, launching, priority, statesave
+from wattsched.controller import nodes as nodes_mod
 from wattsched.controller.acctsync import AccountingSync
-from wattsched.controller.startup import load_plugins
-from wattsched.controller.state import ClusterState
+from wattsched.controller.startup import load_plugins, open_state
 from wattsched.controller.store import StateStore
 
 EPOCH = 1_800_000_000.0
@@ -42,21 +42,21 @@ def test_an_ended_job_counts_once_before_during_and_after_its_record_reaches_acc
     assocs.add_account("phys")
     assocs.add_user("alice", "phys", "phys")
     store = StateStore(str(tmp_path / "ctld"))
-    state = ClusterState.open(conf, store, load_plugins(conf), auth.ensure_key(str(tmp_path / "key")), EPOCH)
-    state.heartbeat(AgentHeartbeat(agent_url="http://agent", boot_time=EPOCH, nodes=[
+    state = open_state(conf, store, load_plugins(conf), auth.ensure_key(str(tmp_path / "key")), EPOCH)
+    nodes_mod.heartbeat(state, AgentHeartbeat(agent_url="http://agent", boot_time=EPOCH, nodes=[
         NodeReport(name=n.name, cpus=n.cpus, real_memory_mb=n.real_memory_mb) for n in conf.nodes]), EPOCH)
-    job = state.submit(JobSubmit(work_dir="/tmp", script="#!/bin/sh\n", ntasks=4, account="phys",
+    job = jobs.submit(state, JobSubmit(work_dir="/tmp", script="#!/bin/sh\n", ntasks=4, account="phys",
                                  time_limit="10"), ALICE, EPOCH)[0]
-    state.schedule(EPOCH)
+    launching.schedule(state, EPOCH)
     assert job.start_time == EPOCH
     running = priority.live_use(state, EPOCH + 60)
     assert _usage(priority.compute(accounting, conf, running, EPOCH + 60, EPOCH - 100)) == pytest.approx(240, rel=1e-3)
 
-    state.batch_ended(JobEvent(job_id=job.job_id, node=job.batch_host, exit_code=0, end_time=EPOCH + 100),
+    jobend.batch_ended(state, JobEvent(job_id=job.job_id, node=job.batch_host, exit_code=0, end_time=EPOCH + 100),
                       EPOCH + 100)
     for node in list(job.completing_nodes):
-        state.node_clean(job.job_id, node)
-    state.flush()  # ended, saved, in the outbox: accounting has not got it yet
+        jobend.node_clean(state, job.job_id, node)
+    statesave.flush(state)  # ended, saved, in the outbox: accounting has not got it yet
     now = EPOCH + 200
     live = priority.live_use(state, now)
     assert live.keys == {(job.job_id, job.submit_time)} and [u.end for u in live.usage] == [EPOCH + 100]
@@ -69,7 +69,7 @@ def test_an_ended_job_counts_once_before_during_and_after_its_record_reaches_acc
     assert _usage(priority.compute(accounting, conf, live, now, EPOCH - 100)) == pytest.approx(400, rel=1e-3)
 
     jobend.purge(state, job)  # let go: counted from accounting alone
-    state.flush()
+    statesave.flush(state)
     gone = priority.live_use(state, now)
     assert gone.keys == frozenset()
     assert _usage(priority.compute(accounting, conf, gone, now, EPOCH - 100, sync.flush)) == pytest.approx(

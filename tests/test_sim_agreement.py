@@ -15,8 +15,10 @@ import pytest
 from wattsched import auth, config, states
 from wattsched.api import AgentHeartbeat, JobEvent, JobSubmit, NodeReport
 from wattsched.auth import Identity
-from wattsched.controller.startup import load_plugins
-from wattsched.controller.state import ClusterState
+from wattsched.controller import jobend, launching
+from wattsched.controller import jobs as jobs_mod
+from wattsched.controller import nodes as nodes_mod
+from wattsched.controller.startup import load_plugins, open_state
 from wattsched.controller.store import StateStore
 from wattsched.simulator import engine, workload
 from wattsched.simulator.workload import SimJob, Workload
@@ -36,9 +38,9 @@ def _config(tmp_path, extra: str = "", bf_interval: int = 1) -> config.Config:
 
 
 def _replay(conf: config.Config, jobs: Workload, result: engine.Result, tmp_path) -> None:
-    state = ClusterState.open(conf, StateStore(str(tmp_path / "ctld")), load_plugins(conf), auth.ensure_key(
+    state = open_state(conf, StateStore(str(tmp_path / "ctld")), load_plugins(conf), auth.ensure_key(
         str(tmp_path / "key")), EPOCH)
-    state.heartbeat(AgentHeartbeat(agent_url="http://agent", boot_time=EPOCH, nodes=[
+    nodes_mod.heartbeat(state, AgentHeartbeat(agent_url="http://agent", boot_time=EPOCH, nodes=[
         NodeReport(name=n.name, cpus=n.cpus, real_memory_mb=n.real_memory_mb) for n in conf.nodes]), EPOCH)
     records = {r.job.job_id: r for r in result.records}
     submits, ends, starts = defaultdict(list), defaultdict(list), defaultdict(set)
@@ -51,17 +53,17 @@ def _replay(conf: config.Config, jobs: Workload, result: engine.Result, tmp_path
     for now in sorted(set(submits) | set(ends) | set(result.pass_times)):
         for record in ends.get(now, []):
             job = state.jobs[ids[record.job.job_id]]
-            state.batch_ended(JobEvent(job_id=job.job_id, node=job.batch_host, exit_code=0, end_time=now), now)
+            jobend.batch_ended(state, JobEvent(job_id=job.job_id, node=job.batch_host, exit_code=0, end_time=now), now)
             for node in list(job.completing_nodes):
-                state.node_clean(job.job_id, node)
+                jobend.node_clean(state, job.job_id, node)
         for record in sorted(submits.get(now, []), key=lambda r: r.job.job_id):
-            job = state.submit(JobSubmit(work_dir="/tmp", script="#!/bin/sh\n", nodes_min=record.nodes,
+            job = jobs_mod.submit(state, JobSubmit(work_dir="/tmp", script="#!/bin/sh\n", nodes_min=record.nodes,
                                          ntasks=record.nodes, exclusive=True,
                                          time_limit=str(math.ceil(record.job.walltime / 60))), ROOT, now)[0]
             ids[record.job.job_id] = job.job_id
         if now == result.last_end:
             break
-        state.schedule(now)
+        launching.schedule(state, now)
         started = {sim_id for sim_id, job_id in ids.items() if state.jobs[job_id].start_time == now
                    and state.jobs[job_id].state == states.RUNNING}
         assert started == starts.get(now, set()), f"at t={now}: controller {started}, simulator {starts.get(now)}"
@@ -99,19 +101,20 @@ def test_a_job_between_two_power_ticks_starts_its_nodes_idle_time_again(tmp_path
     from wattsched.controller import powercontrol
 
     conf = _config(tmp_path, "SuspendTime=45\nSuspendProgram=/bin/true\nResumeProgram=/bin/true")
-    state = ClusterState.open(conf, StateStore(str(tmp_path / "ctld")), load_plugins(conf), auth.ensure_key(
+    state = open_state(conf, StateStore(str(tmp_path / "ctld")), load_plugins(conf), auth.ensure_key(
         str(tmp_path / "key")), EPOCH)
-    state.heartbeat(AgentHeartbeat(agent_url="http://agent", boot_time=EPOCH, nodes=[
+    nodes_mod.heartbeat(state, AgentHeartbeat(agent_url="http://agent", boot_time=EPOCH, nodes=[
         NodeReport(name=n.name, cpus=n.cpus, real_memory_mb=n.real_memory_mb) for n in conf.nodes]), EPOCH)
     powercontrol.power_tick(state, EPOCH)
     assert {n.idle_since for n in state.nodes.values()} == {EPOCH}
-    job = state.submit(JobSubmit(work_dir="/tmp", script="#!/bin/sh\n", nodes_min=2, ntasks=2, exclusive=True,
+    job = jobs_mod.submit(state, JobSubmit(work_dir="/tmp", script="#!/bin/sh\n", nodes_min=2, ntasks=2, exclusive=True,
                                  time_limit="1"), ROOT, EPOCH + 1)[0]
-    state.schedule(EPOCH + 1)
+    launching.schedule(state, EPOCH + 1)
     assert state.jobs[job.job_id].state == states.RUNNING
-    state.batch_ended(JobEvent(job_id=job.job_id, node=job.batch_host, exit_code=0, end_time=EPOCH + 2), EPOCH + 2)
+    jobend.batch_ended(state, JobEvent(job_id=job.job_id, node=job.batch_host, exit_code=0, end_time=EPOCH + 2),
+                       EPOCH + 2)
     for node in list(job.completing_nodes):
-        state.node_clean(job.job_id, node)
+        jobend.node_clean(state, job.job_id, node)
     powercontrol.power_tick(state, EPOCH + 3)
     ran = set(job.alloc_cpus)
     assert {state.nodes[n].idle_since for n in ran} == {EPOCH + 3}

@@ -31,6 +31,7 @@ from wattsched.controller import (
     priorityapi,
     restd,
     resvroutes,
+    statesave,
     triggerroutes,
 )
 from wattsched.controller.actions import Refused
@@ -66,7 +67,7 @@ def create_app(controller: Controller) -> FastAPI:
 
     async def stop() -> None:
         with contextlib.suppress(Fenced):  # another controller is in charge: nothing of ours to save
-            state.flush()
+            statesave.flush(state)
         assert controller.dispatcher is not None
         await controller.dispatcher.close()
         if controller.sync:

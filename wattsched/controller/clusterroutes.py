@@ -44,7 +44,7 @@ async def show_licenses(controller: Ctl, who: Who) -> dict[str, Any]:
 @router.get("/v1/powercap")
 async def show_powercap(controller: Ctl, who: Who) -> dict[str, Any]:
     state, now = controller.state, time.time()
-    figures = power.summary(state.node_power(), state.power_states())
+    figures = power.summary(snapshots.node_power(state), snapshots.power_states(state))
     snap = snapshots.power_snap(state, now)
     steps = sorted([*state.cap_steps, *state.cap_file_steps], key=lambda s: (s.start, s.step_id))
     return {"time": now, "enabled": snap is not None,
@@ -70,7 +70,7 @@ def _watts(cap: float) -> int | str:
 @router.patch("/v1/powercap")
 async def update_powercap(controller: Ctl, upd: PowerCapUpdate, who: Who) -> dict[str, Any]:
     state = controller.state
-    state.set_power_cap(upd.power_cap, who)
+    powercontrol.set_power_cap(state, upd.power_cap, who)
     controller.changed()
     return {"power_cap": upd.power_cap}
 
@@ -81,7 +81,7 @@ async def add_powercap_step(controller: Ctl, spec: PowerCapStepSpec, who: Who) -
     pairs = {"powercap": spec.power_cap, "endtime": spec.end_time, "duration": spec.duration, "flags": spec.flags}
     step = powercontrol.add_cap_step(state, {k: v for k, v in pairs.items() if v}, who, time.time())
     controller.changed()
-    return {"step": _step(step, sum(n.max for n in state.node_power().values()))}
+    return {"step": _step(step, sum(n.max for n in snapshots.node_power(state).values()))}
 
 
 @router.delete("/v1/powercap/schedule/{step_id}")
@@ -110,13 +110,13 @@ async def diag(controller: Ctl, who: Who) -> dict[str, Any]:
             "bf_mean_depth": stats.bf_depth_total / max(1, stats.bf_cycles), "bf_queue_len": stats.bf_queue_len,
             "scheduler_type": state.config.scheduler_type, "accounting_backlog": state.store.backlog(),
             "accounting_rejected": state.store.rejected_count(),
-            "accounting_rejected_recent": state.store.rejected(10) if state.is_admin(who) else []}
+            "accounting_rejected_recent": state.store.rejected(10) if permissions.is_admin(state, who) else []}
 
 
 @router.post("/v1/reconfigure")
 async def reconfigure(controller: Ctl, who: Who) -> dict[str, Any]:
     state = controller.state
-    if not state.is_admin(who):
+    if not permissions.is_admin(state, who):
         raise Refused("Access/permission denied", 403)
     return {"changes": controller.reconfigure()}
 
@@ -142,14 +142,14 @@ async def shutdown(controller: Ctl, who: Who, request: Request, slurmds: bool = 
 async def ping(controller: Ctl, who: Who) -> dict[str, Any]:
     state = controller.state
     return {"status": "UP", "cluster": state.config.cluster_name, "user": who.user, "uid": who.uid,
-            "admin": state.is_admin(who), "host": controller.me.name, "index": controller.me.index,
+            "admin": permissions.is_admin(state, who), "host": controller.me.name, "index": controller.me.index,
             "active": True}
 
 
 @router.post("/v1/takeover")
 async def takeover(controller: Ctl, who: Who) -> dict[str, str]:
     """scontrol takeover sent to the controller in charge: there is nothing to take over."""
-    if not controller.state.is_admin(who):
+    if not permissions.is_admin(controller.state, who):
         raise Refused("Access/permission denied", 403)
     raise Refused(f"{controller.me.name} is already in control", 409)
 
@@ -159,7 +159,7 @@ async def relinquish(controller: Ctl, who: Who, heir: str = Query("", max_length
     """Hand control to ``heir`` (a standby asked for it: scontrol takeover, or the primary back):
     the state is saved, the lease given up, and this process starts again as a standby."""
     state = controller.state
-    if not state.is_admin(who):  # an administrator, or the controller asking for control
+    if not permissions.is_admin(state, who):  # an administrator, or the controller asking for control
         raise Refused("Access/permission denied", 403)
     if heir and heir not in dict(state.config.slurmctld_hosts):
         raise Refused(f"{heir} is not a configured controller (SlurmctldHost)", 400)
@@ -180,7 +180,7 @@ async def token(controller: Ctl, who: Who, username: str = Query("", max_length=
     if params.disable_token_creation and not unbounded:
         raise Refused("Access/permission denied", 403)
     target = username or who.user
-    if target != who.user and not state.is_admin(who):
+    if target != who.user and not permissions.is_admin(state, who):
         raise Refused("Access/permission denied", 403)
     uid = who.uid if target == who.user else auth.lookup_uid(target)
     if uid is None:
@@ -198,7 +198,7 @@ async def revoke_tokens(controller: Ctl, who: Who, username: str = Query(min_len
         -> dict[str, str]:
     """Every token of ``username`` issued until now stops working (root and AdminUsers only)."""
     state = controller.state
-    if not state.is_admin(who):
+    if not permissions.is_admin(state, who):
         raise Refused("Access/permission denied", 403)
     state.token_revocations[username] = time.time()
     state.journal.meta_dirty = True

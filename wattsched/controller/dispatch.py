@@ -31,7 +31,8 @@ from wattsched.api import (
     SignalJob,
 )
 from wattsched.config import Config
-from wattsched.controller import failover, triggerctl
+from wattsched.controller import failover, jobend, launching, powercontrol, triggerctl
+from wattsched.controller import jobs as jobs_mod
 from wattsched.controller.actions import Action, AdminProgram, Freeze, Launch, RunTrigger, SetFreq, Signal
 from wattsched.controller.powersaving import PowerProgram, run_program
 from wattsched.controller.state import ClusterState
@@ -128,7 +129,7 @@ class Dispatcher:
     def _power_finished(self, program: PowerProgram, error: str) -> None:
         assert self.state.power_saving is not None
         if error:
-            self.run(self.state.power_program_failed(program.kind, program.nodes, time.time()))
+            self.run(powercontrol.power_program_failed(self.state, program.kind, program.nodes, time.time()))
         self.state.power_saving.program_done(program.kind, program.nodes)
         self.on_change()
 
@@ -136,7 +137,7 @@ class Dispatcher:
         """PrologSlurmctld / EpilogSlurmctld in a thread; its end goes back to the state."""
         code, error = await asyncio.to_thread(prologs.run_program, program.path, program.env,
                                               self.state.config.prolog_epilog_timeout_s)
-        self.run(self.state.admin_program_done(program, code, error, time.time()))
+        self.run(launching.admin_program_done(self.state, program, code, error, time.time()))
         self.on_change()
 
     def _spawn(self, coro) -> None:
@@ -161,7 +162,7 @@ class Dispatcher:
         if reply is None:
             return
         for job_id in reply.get("accepted", []):
-            self.state.launched(job_id)
+            jobs_mod.launched(self.state, job_id)
         self.on_change()
 
     def _batch(self, job: Job) -> BatchLaunch:
@@ -178,7 +179,7 @@ class Dispatcher:
         reply = await self._post(f"{url}/v1/signal", body)
         if reply is not None and action.terminate:
             for name in reply.get("clean", []):
-                self.state.node_clean(action.job_id, name)
+                jobend.node_clean(self.state, action.job_id, name)
             self.on_change()
 
     def retry(self) -> None:

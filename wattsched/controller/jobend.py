@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import logging
 import signal as signal_mod
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from wattsched import states
 from wattsched.api import JobEvent
-from wattsched.controller import resources, statesave
+from wattsched.controller import jobenergy, resources, statesave
 from wattsched.controller.actions import Action, Signal, admin_program
 from wattsched.model import Job, Node
 from wattsched.nodestates import NodeBase
@@ -66,6 +67,13 @@ def finish(state: ClusterState, job: Job) -> None:
 def settle(state: ClusterState, job: Job) -> None:
     job.state = job.final_state or states.COMPLETED
     state.touch(job)
+
+
+def end_settled(state: ClusterState, jobs: Iterable[Job]) -> None:
+    """Jobs whose energy is now known (jobenergy.account_energy): those that only awaited it end."""
+    for job in jobs:
+        if settling(state, job):
+            settle(state, job)
 
 
 def settling(state: ClusterState, job: Job) -> bool:
@@ -195,7 +203,7 @@ def record_run(state: ClusterState, job: Job, final: str, now: float) -> None:
             if step["state"] == states.RUNNING:
                 step["state"], step["end_time"] = states.CANCELLED, now
         if job.start_time and any(state.nodes[n].energy_samples for n in job.alloc_cpus if n in state.nodes):
-            run["consumed_energy_j"] = round(state.energies_so_far([job], now)[job.job_id])
+            run["consumed_energy_j"] = round(jobenergy.energies_so_far(state, [job], now)[job.job_id])
     state.journal.ended_runs.append(run)
 
 

@@ -9,7 +9,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
-from wattsched.controller import energy, jobend
+from wattsched.controller import energy
 from wattsched.model import Job, Step
 
 if TYPE_CHECKING:
@@ -72,11 +72,12 @@ def energy_settle_s(state: ClusterState) -> float:
     return 10.0 + 2 * max(state.config.acct_gather_node_freq_s, state.config.energy_ipmi_frequency_s or 0)
 
 
-def account_energy(state: ClusterState, now: float) -> None:
+def account_energy(state: ClusterState, now: float) -> list[Job]:
     """Give ended jobs (and their steps) their energy once every node's samples cover their
-    end, and end the ones that were only waiting for it; after energy_settle_s() a job ends
-    without energy (a node that stopped reporting)."""
-    ready = []
+    end; after energy_settle_s() a job goes without energy (a node that stopped reporting).
+    Returns the jobs whose energy is settled now: those only waiting for it may end
+    (jobend.end_settled)."""
+    ready, settled = [], []
     for job_id in list(state.energy_due):
         job = state.jobs.get(job_id)
         if job is None or now - job.end_time > energy_settle_s(state):
@@ -85,11 +86,12 @@ def account_energy(state: ClusterState, now: float) -> None:
                 log.warning("job ended without its energy: no reading past its end",
                             extra={"job_id": job_id, "nodes": ",".join(job.alloc_cpus)})
                 energy_settled(state, job)
+                settled.append(job)
         elif all(n in state.nodes and state.nodes[n].energy_samples
                  and state.nodes[n].energy_samples[-1][0] >= job.end_time for n in job.alloc_cpus):
             ready.append(job)
     if not ready:
-        return
+        return settled
     histories = node_histories(state, {n for job in ready for n in job.alloc_cpus}, now)
     for job in ready:
         joules = energy.job_energy(histories, job.start_time, job.end_time, job.alloc_cpus, job.job_id)
@@ -103,6 +105,8 @@ def account_energy(state: ClusterState, now: float) -> None:
                 step.consumed_energy_j = round(part) if part is not None else None
         state.energy_due.discard(job.job_id)
         energy_settled(state, job)
+        settled.append(job)
+    return settled
 
 
 def energy_settled(state: ClusterState, job: Job) -> None:
@@ -112,6 +116,4 @@ def energy_settled(state: ClusterState, job: Job) -> None:
         job.co2e_g = series.emissions_g(job.consumed_energy_j, job.start_time, job.end_time)
     state.energy_totals.add(job.user, job.account, job.partition, job.consumed_energy_j)
     state.touch(job, request_changed=False)
-    if jobend.settling(state, job):
-        jobend.settle(state, job)
 

@@ -4,6 +4,7 @@ list, cancel, update, suspend, requeue, steps, salloc's environment and release,
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Annotated, Any
@@ -28,7 +29,8 @@ from wattsched.api import (
     SubmitReply,
 )
 from wattsched.auth import Identity
-from wattsched.controller import listings, permissions
+from wattsched.controller import jobs as jobs_mod
+from wattsched.controller import launching, listings, permissions, snapshots
 from wattsched.controller import steps as steps_mod
 from wattsched.controller.actions import Refused
 from wattsched.controller.dispatch import batch_environment
@@ -55,20 +57,20 @@ async def submit(controller: Ctl, req: JobSubmit, who: Who) -> SubmitReply:
     state = controller.state
     now = time.time()
     if req.test_only:
-        job, plan = state.will_run(req, who, now)
+        job, plan = jobs_mod.will_run(state, req, who, now)
         return SubmitReply(job_id=job.job_id, will_run=plan)
     jobs = controller.submit(req, who, now)
     if req.immediate:
-        actions = state.schedule(now)
+        actions = launching.schedule(state, now)
         job = jobs[0]
         if job.state != states.RUNNING:
             why = IMMEDIATE_REFUSAL.get(job.reason, "Requested nodes are busy")
-            state.cancel([job], who, None, False, now)
+            jobs_mod.cancel(state, [job], who, None, False, now)
             controller.act(actions)
             raise Refused(f"Unable to allocate resources: {why}", 503)
         controller.act(actions)
     elif req.interactive:  # srun and salloc wait on this answer: try to place the job at once
-        controller.act(state.schedule(now))
+        controller.act(launching.schedule(state, now))
     arrays = [j.job_id for j in jobs] if jobs[0].array_task_id is not None else []
     return SubmitReply(job_id=jobs[0].job_id, array_task_ids=arrays)
 
@@ -97,7 +99,7 @@ async def _listing(state: ClusterState, who: Identity, user: list[str] | None, s
         wanted: dict[int, Any] = {}
         for ref in job:
             try:
-                for j in state.resolve(ref):
+                for j in permissions.resolve(state, ref):
                     wanted[j.job_id] = j
             except Refused:
                 continue
@@ -107,7 +109,7 @@ async def _listing(state: ClusterState, who: Identity, user: list[str] | None, s
     def detailed(j: Any, at: float) -> dict[str, Any]:
         return {**job_view(j, at), **job_gpus(j, state.nodes)}
 
-    view = detailed if detail else state.brief
+    view = detailed if detail else functools.partial(snapshots.brief, state)
     chosen = [j for j in selected if (not users or j.user in users) and (not parts or j.partition in parts)
               and (not states_ or j.state in states_ or j.shown_state in states_)]
     if fold:
@@ -150,25 +152,26 @@ async def cancel(controller: Ctl, req: CancelRequest, who: Who) -> dict[str, Any
     state = controller.state
     now = time.time()
     steps = [ref.rpartition(".") for ref in req.job_ids if "." in ref]  # JOB.STEP: that step alone
-    targets = [(job, step_id) for job_ref, _, step_id in steps for job in state.resolve(job_ref)]
+    targets = [(job, step_id) for job_ref, _, step_id in steps for job in permissions.resolve(state, job_ref)]
     jobs: list[Job] = []
     by_task: set[int] = set()  # named by an array index (12_7): see jobs.cancel
     for ref in req.job_ids:
         if "." not in ref:
-            found = state.resolve(ref)
+            found = permissions.resolve(state, ref)
             jobs.extend(found)
             if "_" in ref:
                 by_task.update(j.job_id for j in found)
-    actions = [a for job, step_id in targets for a in state.cancel_step(job, step_id, who, req.signal)]
-    controller.act(actions + state.cancel(jobs, who, req.signal, req.batch_only, now, req.full, frozenset(by_task)))
+    actions = [a for job, step_id in targets for a in steps_mod.cancel_step(state, job, step_id, who, req.signal)]
+    controller.act(actions + jobs_mod.cancel(state, jobs, who, req.signal, req.batch_only, now, req.full,
+                                             frozenset(by_task)))
     return {"cancelled": [j.job_id for j in jobs], "steps": [f"{job.job_id}.{step}" for job, step in targets]}
 
 
 @router.patch("/v1/jobs/{job_ref}")
 async def update_job(controller: Ctl, job_ref: str, upd: JobUpdate, who: Who) -> dict[str, Any]:
     state = controller.state
-    jobs = state.resolve(job_ref)
-    state.update(jobs, upd, who, time.time())
+    jobs = permissions.resolve(state, job_ref)
+    jobs_mod.update(state, jobs, upd, who, time.time())
     controller.changed()
     return {"updated": [j.job_id for j in jobs]}
 
@@ -176,16 +179,16 @@ async def update_job(controller: Ctl, job_ref: str, upd: JobUpdate, who: Who) ->
 @router.post("/v1/jobs/{job_ref}/suspend")
 async def suspend(controller: Ctl, job_ref: str, who: Who, resume: bool = False) -> dict[str, Any]:
     state = controller.state
-    jobs = state.resolve(job_ref)
-    controller.act(state.suspend(jobs, resume, who, time.time()))
+    jobs = permissions.resolve(state, job_ref)
+    controller.act(jobs_mod.suspend(state, jobs, resume, who, time.time()))
     return {"jobs": [j.job_id for j in jobs], "suspended": not resume}
 
 
 @router.post("/v1/jobs/{job_ref}/requeue")
 async def requeue(controller: Ctl, job_ref: str, who: Who) -> dict[str, Any]:
     state = controller.state
-    jobs = state.resolve(job_ref)
-    controller.act(state.requeue(jobs, who, time.time()))
+    jobs = permissions.resolve(state, job_ref)
+    controller.act(jobs_mod.requeue(state, jobs, who, time.time()))
     return {"requeued": [j.job_id for j in jobs]}
 
 
@@ -211,13 +214,13 @@ async def no_allocation_step(controller: Ctl, req: NoAllocationStep, who: Who) -
 async def create_step(controller: Ctl, job_id: int, req: StepCreate, who: Who) -> StepReply:
     state = controller.state
     job = one_job(state, job_id)
-    step, layout = state.create_step(job, req, who, time.time())
+    step, layout = steps_mod.create_step(state, job, req, who, time.time())
     controller.changed()
     placements = [StepPlacement(node=n, agent_url=state.nodes[n].agent_url, node_index=i, task_ids=t)
                   for i, (n, t) in enumerate(layout.items())]
     slurm_env = {k: v for k, v in batch_environment(state, job).items() if k.startswith("SLURM")}
     return StepReply(job_id=job_id, step_id=int(step.step_id), ntasks=step.ntasks, nodes=list(layout),
-                     placements=placements, credential=state.step_credential(job, step, layout),
+                     placements=placements, credential=steps_mod.step_credential(state, job, step, layout),
                      job_environment=slurm_env, array_job_id=job.array_job_id if job.array_task_id is not None else 0,
                      array_task_id=job.array_task_id)
 
@@ -241,7 +244,7 @@ async def bcast(controller: Ctl, job_id: int, req: BcastRequest, who: Who) -> Bc
     state = controller.state
     job = one_job(state, job_id)
     chosen = list(dict.fromkeys(req.nodelist)) or job.node_list
-    credential = state.bcast_credential(job, chosen, who, time.time())
+    credential = steps_mod.bcast_credential(state, job, chosen, who, time.time())
     nodes = [BcastNode(node=n, agent_url=state.nodes[n].agent_url) for n in chosen]
     return BcastGrant(job_id=job_id, nodes=nodes, credential=credential)
 
@@ -251,7 +254,7 @@ async def job_environment(controller: Ctl, job_id: int, who: Who) -> dict[str, A
     """The SLURM_* variables of a running job (salloc sets them for its command)."""
     state = controller.state
     job = one_job(state, job_id)
-    if job.uid != who.uid and not state.is_admin(who):
+    if job.uid != who.uid and not permissions.is_admin(state, who):
         raise Refused("Access/permission denied", 403)
     if job.state != states.RUNNING:
         raise Refused("Job is not running", 409)
@@ -261,7 +264,7 @@ async def job_environment(controller: Ctl, job_id: int, who: Who) -> dict[str, A
 @router.post("/v1/jobs/{job_id}/steps/{step_id}/complete")
 async def complete_step(controller: Ctl, job_id: int, step_id: str, done: StepComplete, who: Who) -> dict[str, str]:
     state = controller.state
-    state.complete_step(one_job(state, job_id), step_id, done, who, time.time())
+    steps_mod.complete_step(state, one_job(state, job_id), step_id, done, who, time.time())
     controller.changed()
     return {"status": "ok"}
 
@@ -269,7 +272,7 @@ async def complete_step(controller: Ctl, job_id: int, step_id: str, done: StepCo
 @router.post("/v1/jobs/{job_id}/allocation/complete")
 async def complete_allocation(controller: Ctl, job_id: int, done: AllocationComplete, who: Who) -> dict[str, str]:
     state = controller.state
-    controller.act(state.complete_allocation(one_job(state, job_id), done.exit_code, done.term_signal, who,
+    controller.act(steps_mod.complete_allocation(state, one_job(state, job_id), done.exit_code, done.term_signal, who,
                                              time.time()))
     return {"status": "ok"}
 
@@ -282,7 +285,7 @@ async def steps_stat(controller: Ctl, job_ref: str, who: Who, step: Annotated[st
     state = controller.state
     now = time.time()
     found: list[dict[str, Any]] = []
-    for job in state.resolve(job_ref):
+    for job in permissions.resolve(state, job_ref):
         if job.state == states.RUNNING:
             rows, credential = steps_mod.stat_grant(state, job, step, all_steps, who, now)
             found.extend({**row, "credential": credential} for row in rows)

@@ -15,7 +15,8 @@ from wattsched import config as config_mod
 from wattsched.accounting.store import AccountingStore
 from wattsched.api import JobSubmit
 from wattsched.auth import Identity
-from wattsched.controller import failover, triggerctl
+from wattsched.controller import failover, launching, nodes, statesave, timers, triggerctl
+from wattsched.controller import jobs as jobs_mod
 from wattsched.controller.acctsync import AccountingSync
 from wattsched.controller.actions import Refused
 from wattsched.controller.dispatch import Dispatcher
@@ -59,7 +60,7 @@ class Controller:
             plugins = load_plugins(config)
         except (config_mod.ConfigError, StartupError) as exc:
             raise Refused(str(exc), 400) from exc
-        changes = self.state.reconfigure(config, plugins, time.time())
+        changes = nodes.reconfigure(self.state, config, plugins, time.time())
         if self.dispatcher is not None:
             self.dispatcher.reconfigure_agents()
         triggerctl.note(self.state, "reconfig")
@@ -92,11 +93,11 @@ class Controller:
         A held submission gives the scheduler nothing to do (its reason is set at submission, its
         priority is 0): no pass for it, which a stream of ``sbatch -H`` would otherwise get every
         MIN_PASS_INTERVAL_S, each over the whole queue."""
-        jobs = self.state.submit(req, who, now)
+        jobs = jobs_mod.submit(self.state, req, who, now)
         try:
             self.changed(schedule=not req.hold)
         except Refused as exc:
-            self.state.withdraw(jobs)
+            jobs_mod.withdraw(self.state, jobs)
             raise Refused(f"Slurm temporarily unable to accept job: {exc}", 503) from exc
         return jobs
 
@@ -105,7 +106,7 @@ class Controller:
         controller whose lease another took saves nothing and sends nothing: it starts again as a
         standby, and the request that found it out is never answered (its client tries the next)."""
         try:
-            self.state.flush()
+            statesave.flush(self.state)
         except Fenced as exc:
             failover.give_up(self.state.config, str(exc))
             raise
@@ -143,10 +144,10 @@ class Controller:
             if timers_due:  # limits, warnings, node timeouts: a second's resolution is Slurm's too
                 if self.sync:
                     triggerctl.database(self.state, self.sync.healthy)
-                actions += self.state.check_timers(now)
+                actions += timers.check_timers(self.state, now)
                 record_power(self.power_log, self.state, now)
                 last_timers = now
-            actions += self.state.schedule(now)
+            actions += launching.schedule(self.state, now)
             elapsed_ms = (time.perf_counter() - started) * 1000
             self.state.stats.pass_done(elapsed_ms)
             self._unsaved.extend(actions)

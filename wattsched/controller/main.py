@@ -16,8 +16,7 @@ from wattsched.controller import failover, triggerctl
 from wattsched.controller.acctsync import AccountingSync
 from wattsched.controller.app import create_app
 from wattsched.controller.loop import Controller
-from wattsched.controller.startup import load_plugins
-from wattsched.controller.state import ClusterState
+from wattsched.controller.startup import load_plugins, open_state
 from wattsched.controller.store import StateStore
 from wattsched.daemonstart import Start
 from wattsched.private import private_dir
@@ -41,7 +40,7 @@ def build(config: config_mod.Config, this: failover.Me, sock: socket.socket, cle
     if clear_state:  # only once in charge: a standby must not erase the active controller's state
         forget_state(store)
     failover.run_program(config.slurmctld_primary_on_prog, "SlurmctldPrimaryOnProg")
-    state = ClusterState.open(config, store, plugins, key, time.time())
+    state = open_state(config, store, plugins, key, time.time())
     # which controller held control before this one: a takeover is an event of strigger's
     triggerctl.took_control(state, this.index, store.get_meta("active_controller", "") or "", this.name)
     store.commit([], meta={"active_controller": this.name})

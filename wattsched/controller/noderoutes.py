@@ -12,7 +12,9 @@ from fastapi.responses import JSONResponse
 
 from wattsched import auth, hostlist
 from wattsched.api import AgentHeartbeat, HeartbeatReply, NodeUpdate, PartitionChange
+from wattsched.controller import nodes as nodes_mod
 from wattsched.controller import partitions as partitions_mod
+from wattsched.controller import permissions
 from wattsched.controller.actions import Refused
 from wattsched.controller.routedeps import Ctl
 from wattsched.controller.views import node_views, partition_views
@@ -46,7 +48,7 @@ async def update_nodes(controller: Ctl, node_expr: str, upd: NodeUpdate, who: Wh
         names = list(state.nodes) if node_expr.upper() == "ALL" else hostlist.expand(node_expr, len(state.nodes))
     except hostlist.HostlistError as exc:
         raise Refused(str(exc)) from exc
-    controller.act(state.update_nodes(names, upd.state, upd.reason, who, time.time(),
+    controller.act(nodes_mod.update_nodes(state, names, upd.state, upd.reason, who, time.time(),
                                       (upd.instance_id, upd.instance_type)))
     return {"updated": names}
 
@@ -82,13 +84,13 @@ async def delete_partition(controller: Ctl, name: str, who: Who) -> dict[str, An
 
 
 def _admin_only(controller: Ctl, who: auth.Identity) -> None:
-    if not controller.state.is_admin(who):
+    if not permissions.is_admin(controller.state, who):
         raise Refused("Access/permission denied", 403)
 
 
 @router.post("/v1/agents/heartbeat", response_model=HeartbeatReply)
 async def heartbeat(controller: Ctl, hb: AgentHeartbeat, who: NodeAgent) -> HeartbeatReply:
     state = controller.state
-    acked, to_kill, actions = state.heartbeat(hb, time.time())
+    acked, to_kill, actions = nodes_mod.heartbeat(state, hb, time.time())
     controller.act(actions)
     return HeartbeatReply(acknowledged=acked, cancel=to_kill, lease=state.store.fencing_token)

@@ -75,6 +75,7 @@ def reconfigure(state: ClusterState, config: Config, plugins: Plugins, now: floa
     if config.carbon_intensity != state.config.carbon_intensity:
         state.carbon = CarbonFeed(config) if config.carbon_intensity else None
     state.config, state.plugins = config, plugins
+    state.configured_partitions = config.partitions  # what scontrol changed in them is gone
     assert state.power_saving is not None
     state.power_saving.reconfigure(config)
     # every memo of the old configuration goes
@@ -143,7 +144,7 @@ def heartbeat(state: ClusterState, hb: AgentHeartbeat, now: float) -> tuple[list
     if woken:
         actions.extend(launching.configured(state, now))
     if hb.nodes and state.energy_due:
-        jobenergy.account_energy(state, now)
+        jobend.end_settled(state, jobenergy.account_energy(state, now))
     return acked, to_kill, actions
 
 

@@ -19,7 +19,7 @@ from wattsched import fairshare, limits, prediction, states
 from wattsched.accounting.assoc import JobKey
 from wattsched.accounting.store import AccountingStore
 from wattsched.config import Config
-from wattsched.controller import acctpolicy
+from wattsched.controller import acctpolicy, jobenergy
 from wattsched.fairshare import ShareRow, UsageRecord
 
 if TYPE_CHECKING:
@@ -97,7 +97,7 @@ def live_use(state: ClusterState, now: float) -> Live:
     leaves no moment in which its use is counted nowhere."""
     ran = [j for j in state.jobs.values() if j.start_time and (j.state == states.RUNNING or j.end_time)]
     metered = [j for j in ran if j.state == states.RUNNING or j.energy_pending]
-    joules = state.energies_so_far(metered, now)
+    joules = jobenergy.energies_so_far(state, metered, now)
     usage, use = [], []
     for j in ran:
         end = None if j.state == states.RUNNING else j.end_time

@@ -14,7 +14,7 @@ from fastapi import APIRouter
 from wattsched import limits
 from wattsched.accounting.assoc import AssocError, AssocStore
 from wattsched.api import AssocRequest
-from wattsched.controller import acctdb, acctpolicy, permissions
+from wattsched.controller import acctdb, acctpolicy, permissions, snapshots
 from wattsched.controller.actions import Refused
 from wattsched.controller.loop import Controller
 from wattsched.controller.routedeps import Ctl
@@ -44,7 +44,7 @@ def accounting(controller: Controller) -> AssocStore:
 @router.post("/v1/associations")
 async def change_associations(controller: Ctl, req: AssocRequest, who: Who) -> dict[str, Any]:
     state = controller.state
-    if not state.is_admin(who):
+    if not permissions.is_admin(state, who):
         raise Refused("Access/permission denied", 403)
     store = accounting(controller)
     try:
@@ -100,7 +100,7 @@ async def priority(controller: Ctl, who: Who) -> dict[str, Any]:
         raise Refused(f"You are not running a supported priority plugin ({state.config.priority_type}). "
                       "Only 'priority/multifactor' is supported.", 400)
     now = time.time()
-    factors = plugin.breakdown(state.snapshot(now, backfill_due=False))
+    factors = plugin.breakdown(snapshots.snapshot(state, now, backfill_due=False))
     if not permissions.sees_all(state, who, "jobs"):  # PrivateData=jobs: one's own
         factors = {job_id: f for job_id, f in factors.items() if state.jobs[job_id].uid == who.uid}
     return {"time": now, "weights": dataclasses.asdict(plugin.weights),

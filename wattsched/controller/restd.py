@@ -30,6 +30,8 @@ from wattsched import dataparser, dataversions, states
 from wattsched.accounting.store import AccountingStore, JobQuery
 from wattsched.api import BIG, ID_MAX, LIST_MAX, TEXT_MAX
 from wattsched.controller import acctdb, failover, listings, permissions, snapshots, views
+from wattsched.controller import jobs as jobs_mod
+from wattsched.controller import nodes as nodes_mod
 from wattsched.controller import reservations as reservations_mod
 from wattsched.controller.actions import Refused
 from wattsched.controller.loop import Controller
@@ -206,7 +208,7 @@ async def job(controller: Ctl, request: Request, job_id: Annotated[str, Field(ma
     state = controller.state
     now = time.time()
     head = jobs_head(state, request, who, version, now)
-    found = permissions.visible(state, who, state.resolve(job_id))
+    found = permissions.visible(state, who, permissions.resolve(state, job_id))
     if not found:  # PrivateData=jobs: another user's job is not there for this one
         raise Refused(f"Invalid job id specified: {job_id}", 404)
     return Response(orjson.dumps({**head, "jobs": [job_record(state, j, now, version) for j in found]}),
@@ -229,8 +231,8 @@ async def submit(controller: Ctl, request: Request, req: SubmitRequest, who: Who
 async def update(controller: Ctl, request: Request, job_id: Annotated[str, Field(max_length=64)], desc: JobDesc,
                  who: Who, version: Version) -> Response:
     state = controller.state
-    found = state.resolve(job_id)
-    state.update(found, _converted(job_update, desc), who, time.time())
+    found = permissions.resolve(state, job_id)
+    jobs_mod.update(state, found, _converted(job_update, desc), who, time.time())
     controller.changed()
     first = str(found[0].job_id) if found else ""
     return answer(request, who, version, "update", job_id=first, step_id="batch", job_submit_user_msg="",
@@ -250,8 +252,8 @@ async def cancel(controller: Ctl, request: Request, job_id: Annotated[str, Field
         sig = int(signal) if signal.isdigit() else getattr(signal_mod, f"SIG{name}", None)
         if sig is None or not 1 <= int(sig) <= 64:
             raise Refused(f"Invalid signal: {signal}")
-    found = state.resolve(job_id)
-    controller.act(state.cancel(found, who, int(sig) if sig else None, flags == "BATCH_JOB", time.time(),
+    found = permissions.resolve(state, job_id)
+    controller.act(jobs_mod.cancel(state, found, who, int(sig) if sig else None, flags == "BATCH_JOB", time.time(),
                                 flags == "FULL_JOB"))
     return answer(request, who, version, "kill", {"job_ids": [j.job_id for j in found]})
 
@@ -283,12 +285,12 @@ async def node(controller: Ctl, request: Request, name: Name, who: Who, version:
 async def change_node(controller: Ctl, request: Request, name: Name, change: NodeChange,
                       who: Who, version: Version) -> Response:
     state = controller.state
-    if not state.is_admin(who):
+    if not permissions.is_admin(state, who):
         raise Refused("Access/permission denied", 403)
     if name not in state.nodes:
         raise Refused(f"Invalid node name specified: {name}", 404)
     upd = _converted(node_update, change)
-    controller.act(state.update_nodes([name], upd.state, upd.reason, who, time.time()))
+    controller.act(nodes_mod.update_nodes(state, [name], upd.state, upd.reason, who, time.time()))
     return answer(request, who, version)
 
 

@@ -10,6 +10,7 @@ from fastapi import APIRouter
 
 from wattsched.api import ReservationSpec
 from wattsched.controller import reservations as reservations_mod
+from wattsched.controller import resvcontrol
 from wattsched.controller.routedeps import Ctl
 from wattsched.httpauth import Who
 
@@ -28,7 +29,7 @@ async def reservations(controller: Ctl, who: Who) -> dict[str, Any]:
 async def create_reservation(controller: Ctl, spec: ReservationSpec, who: Who) -> dict[str, Any]:
     state = controller.state
     now = time.time()
-    resv = state.create_reservation(spec, who, now)
+    resv = resvcontrol.create(state, spec, who, now)
     controller.changed()
     return reservations_mod.show(resv, state.nodes, now)
 
@@ -37,7 +38,7 @@ async def create_reservation(controller: Ctl, spec: ReservationSpec, who: Who) -
 async def update_reservation(controller: Ctl, name: str, spec: ReservationSpec, who: Who) -> dict[str, Any]:
     state = controller.state
     now = time.time()
-    resv = state.update_reservation(name, spec, who, now)
+    resv = resvcontrol.update(state, name, spec, who, now)
     controller.changed()
     return reservations_mod.show(resv, state.nodes, now)
 
@@ -45,6 +46,6 @@ async def update_reservation(controller: Ctl, name: str, spec: ReservationSpec, 
 @router.delete("/v1/reservations/{name}")
 async def delete_reservation(controller: Ctl, name: str, who: Who) -> dict[str, Any]:
     state = controller.state
-    state.delete_reservation(name, who)
+    resvcontrol.delete(state, name, who)
     controller.changed()
     return {"deleted": name}

@@ -1,9 +1,10 @@
-"""The controller's live state, and the facade the API layer calls.
+"""The controller's live state: the record every transition reads and changes.
 
 ``ClusterState`` holds the records (jobs, nodes, reservations, shares, power) and the few
 objects that own a concern's own bookkeeping (the journal of unsaved changes, the snapshot
-memos); the transitions live in modules named for what they own, as slurmctld's job_mgr,
-node_mgr, step_mgr and power_save do:
+memos). It has no behaviour of its own beyond marking a job changed: the transitions live in
+modules named for what they own, as slurmctld's job_mgr, node_mgr, step_mgr and power_save do,
+and their callers (the routes, the loop, the dispatcher) call them by name:
 
 - jobs: submission, updates, requeue, cancel, suspend;  jobend: how a job ends and settles;
 - launching: the scheduling pass and a job's start;  steps: job steps and salloc's release;
@@ -14,46 +15,22 @@ node_mgr, step_mgr and power_save do:
 
 All mutations happen on the controller's event loop; each takes ``now`` explicitly and
 returns the actions (wattsched.controller.actions) that the dispatcher then carries out
-against the node agents. Changed jobs are written to the state store by :meth:`flush` before a
-request is answered.
+against the node agents. Changed jobs are written to the state store by statesave.flush before
+a request is answered.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from wattsched import power
-from wattsched.api import (
-    AgentHeartbeat,
-    JobEvent,
-    JobSubmit,
-    JobUpdate,
-    ReservationSpec,
-    StepComplete,
-    StepCreate,
-    WillRun,
-)
-from wattsched.auth import Identity
 from wattsched.capschedule import CapStep
 from wattsched.config import Config, PartitionConf
 from wattsched.controller import (
     energy,
-    jobend,
-    jobenergy,
-    jobs,
-    launching,
-    nodes,
-    permissions,
-    powercontrol,
-    resvcontrol,
     snapshots,
     statesave,
-    steps,
-    timers,
 )
-from wattsched.controller.actions import Action, AdminProgram
 from wattsched.controller.capcontrol import CapControl
 from wattsched.controller.carbonfeed import CarbonFeed
 from wattsched.controller.powersaving import PowerSaving
@@ -61,10 +38,8 @@ from wattsched.controller.priority import Shares
 from wattsched.controller.reservations import ReservationBook
 from wattsched.controller.store import StateStore
 from wattsched.controller.triggerctl import TriggerBook
-from wattsched.model import Job, Node, Reservation, Step
-from wattsched.nodestates import PowerState
+from wattsched.model import Job, Node
 from wattsched.scheduling.plugins import PriorityPlugin, SchedulerPlugin, SelectPlugin
-from wattsched.scheduling.records import Snapshot
 
 
 @dataclass(slots=True)
@@ -146,136 +121,12 @@ class ClusterState:
     configured_partitions: tuple[PartitionConf, ...] = ()
     triggers: TriggerBook = field(default_factory=TriggerBook)  # strigger's
 
-    @classmethod
-    def open(cls, config: Config, store: StateStore, plugins: Plugins, key: bytes, now: float) -> ClusterState:
-        state = cls(config=config, store=store, plugins=plugins, key=key, power_saving=PowerSaving(config),
-                    configured_partitions=config.partitions)
-        member = config.node_partitions()
-        for conf in config.nodes:
-            state.nodes[conf.name] = nodes.new_node(conf, member.get(conf.name, ()), now)
-        statesave.restore(state)
-        state.cap_file_steps = powercontrol.read_schedule_file(config, now)
-        state.carbon = CarbonFeed(config) if config.carbon_intensity else None
-        return state
-
     def touch(self, job: Job, request_changed: bool = True) -> None:
         """Mark a job changed: to be saved, and its cached views rebuilt."""
         self.journal.dirty.add(job.job_id)
         self.memo.job_changed(job.job_id, request_changed)
 
-    # --- the facade: what the API layer, the dispatcher and the loop call ---------------------
-
-    def flush(self) -> None:
-        statesave.flush(self)
-
-    def reconfigure(self, config: Config, plugins: Plugins, now: float) -> list[str]:
-        changes = nodes.reconfigure(self, config, plugins, now)
-        self.configured_partitions = config.partitions  # what scontrol changed in them is gone
-        return changes
-
-    def brief(self, job: Job, now: float) -> dict:
-        return snapshots.brief(self, job, now)
-
-    def snapshot(self, now: float, backfill_due: bool = True) -> Snapshot:
-        return snapshots.snapshot(self, now, backfill_due)
-
-    def node_power(self) -> dict[str, power.NodePower]:
-        return snapshots.node_power(self)
-
-    def power_states(self) -> dict[str, PowerState]:
-        return snapshots.power_states(self)
-
-    def schedule(self, now: float) -> list[Action]:
-        return launching.schedule(self, now)
-
-    def admin_program_done(self, program: AdminProgram, code: int, error: str, now: float) -> list[Action]:
-        return launching.admin_program_done(self, program, code, error, now)
-
-    def submit(self, req: JobSubmit, who: Identity, now: float) -> list[Job]:
-        return jobs.submit(self, req, who, now)
-
-    def withdraw(self, submitted: list[Job]) -> None:
-        jobs.withdraw(self, submitted)
-
-    def will_run(self, req: JobSubmit, who: Identity, now: float) -> tuple[Job, WillRun]:
-        return jobs.will_run(self, req, who, now)
-
-    def update(self, targets: Iterable[Job], upd: JobUpdate, who: Identity, now: float) -> None:
-        jobs.update(self, targets, upd, who, now)
-
-    def requeue(self, targets: Iterable[Job], who: Identity, now: float) -> list[Action]:
-        return jobs.requeue(self, targets, who, now)
-
-    def cancel(self, targets: Iterable[Job], who: Identity, sig: int | None, batch_only: bool,
-               now: float, full: bool = False, by_task: frozenset[int] = frozenset()) -> list[Action]:
-        return jobs.cancel(self, targets, who, sig, batch_only, now, full, by_task)
-
-    def suspend(self, targets: Iterable[Job], resume: bool, who: Identity, now: float) -> list[Action]:
-        return jobs.suspend(self, targets, resume, who, now)
-
-    def launched(self, job_id: int) -> None:
-        jobs.launched(self, job_id)
-
-    def batch_ended(self, event: JobEvent, now: float) -> list[Action]:
-        return jobend.batch_ended(self, event, now)
-
-    def node_clean(self, job_id: int, node: str) -> None:
-        jobend.node_clean(self, job_id, node)
-
-    def is_admin(self, who: Identity) -> bool:
-        return permissions.is_admin(self, who)
-
-    def resolve(self, job_ref: str) -> list[Job]:
-        return permissions.resolve(self, job_ref)
-
-    def heartbeat(self, hb: AgentHeartbeat, now: float) -> tuple[list[int], list[int], list[Action]]:
-        return nodes.heartbeat(self, hb, now)
-
-    def update_nodes(self, names: list[str], new_state: str, reason: str, who: Identity,
-                     now: float, instance: tuple[str | None, str | None] = (None, None)) -> list[Action]:
-        return nodes.update_nodes(self, names, new_state, reason, who, now, instance)
-
-    def energies_so_far(self, targets: list[Job], now: float) -> dict[int, float]:
-        return jobenergy.energies_so_far(self, targets, now)
-
-    def check_timers(self, now: float) -> list[Action]:
-        return timers.check_timers(self, now)
-
-    def set_power_cap(self, value: str, who: Identity) -> None:
-        powercontrol.set_power_cap(self, value, who)
-
     @property
     def capping(self) -> bool:
         """Whether the cap is on now or scheduled (the scheduler then counts power)."""
         return self.power_cap is not None or bool(self.cap_steps or self.cap_file_steps)
-
-    def power_program_failed(self, kind: str, names: list[str], now: float) -> list[Action]:
-        return powercontrol.power_program_failed(self, kind, names, now)
-
-    def create_reservation(self, spec: ReservationSpec, who: Identity, now: float) -> Reservation:
-        return resvcontrol.create(self, spec, who, now)
-
-    def update_reservation(self, name: str, spec: ReservationSpec, who: Identity, now: float) -> Reservation:
-        return resvcontrol.update(self, name, spec, who, now)
-
-    def delete_reservation(self, name: str, who: Identity) -> Reservation:
-        return resvcontrol.delete(self, name, who)
-
-    def create_step(self, job: Job, req: StepCreate, who: Identity, now: float) -> tuple[Step, dict[str, list[int]]]:
-        return steps.create_step(self, job, req, who, now)
-
-    def step_credential(self, job: Job, step: Step, layout: dict[str, list[int]]) -> str:
-        return steps.step_credential(self, job, step, layout)
-
-    def bcast_credential(self, job: Job, nodelist: list[str], who: Identity, now: float) -> str:
-        return steps.bcast_credential(self, job, nodelist, who, now)
-
-    def cancel_step(self, job: Job, step_id: str, who: Identity, sig: int | None) -> list[Action]:
-        return steps.cancel_step(self, job, step_id, who, sig)
-
-    def complete_step(self, job: Job, step_id: str, done: StepComplete, who: Identity, now: float) -> None:
-        steps.complete_step(self, job, step_id, done, who, now)
-
-    def complete_allocation(self, job: Job, exit_code: int, term_signal: int, who: Identity,
-                            now: float) -> list[Action]:
-        return steps.complete_allocation(self, job, exit_code, term_signal, who, now)

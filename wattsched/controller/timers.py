@@ -46,7 +46,8 @@ def check_timers(state: ClusterState, now: float) -> list[Action]:
         state.memo.budgets_read = state.shares
         actions.extend(end_overruns(state, now))
     if state.energy_due:
-        jobenergy.account_energy(state, now)  # the jobs whose nodes stopped reporting end without energy
+        # the jobs whose nodes stopped reporting end without energy
+        jobend.end_settled(state, jobenergy.account_energy(state, now))
     moved, ended = state.resv.roll(now)
     state.journal.resv_dirty.extend(moved + ended)
     changed, purged = state.resv.maintain(state.nodes, snapshots.partition_snaps(state), state.jobs.values(), now)
