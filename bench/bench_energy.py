@@ -37,8 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import cpu_seconds, report
 
 from wattsched.config import Config, NodeConf
-from wattsched.controller.energy import NodeHistory, Occupant, job_energy
-from wattsched.noded.energy import EnergyMeter
+from wattsched.controller.energysplit import NodeHistory, Occupant, job_energy
+from wattsched.noded.energymeter import EnergyMeter
 from wattsched.plugins.acct_gather_energy.emulated import EmulatedEnergy
 
 NODE = NodeConf(name="v1", cpus=16, idle_watts=100, max_watts=300)

@@ -15,7 +15,7 @@ import h5py
 import pytest
 
 from wattsched import h5profile
-from wattsched.controller.energy import counter_at
+from wattsched.controller.energysplit import counter_at
 from wattsched.testing import Cluster, wait_for
 
 FREQS = "CpuFreqWatts=2400000:190,2000000:158,1600000:134,1200000:116"

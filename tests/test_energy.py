@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from wattsched.config import Config, NodeConf
-from wattsched.controller.energy import NodeHistory, Occupant, counter_at, job_energy
-from wattsched.noded.energy import EnergyMeter
+from wattsched.controller.energysplit import NodeHistory, Occupant, counter_at, job_energy
+from wattsched.noded.energymeter import EnergyMeter
 from wattsched.plugins.acct_gather_energy.emulated import EmulatedEnergy
 from wattsched.plugins.acct_gather_energy.rapl import RaplEnergy
 from wattsched.testing import Cluster, wait_for

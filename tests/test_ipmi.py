@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from wattsched import config as config_mod
-from wattsched.noded.energy import EnergyMeter
+from wattsched.noded.energymeter import EnergyMeter
 from wattsched.plugins.acct_gather_energy.ipmi import IpmiEnergy
 from wattsched.testing import Cluster, wait_for
 

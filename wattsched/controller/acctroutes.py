@@ -13,7 +13,7 @@ from pydantic import Field
 from wattsched import powerreport
 from wattsched.accounting.store import JobQuery
 from wattsched.api import BIG, LIST_MAX
-from wattsched.controller import acctdb, energy, permissions
+from wattsched.controller import acctdb, energysplit, permissions
 from wattsched.controller.routedeps import Ctl
 from wattsched.httpauth import Who
 
@@ -57,7 +57,7 @@ async def power_report(controller: Ctl, who: Who, start: Annotated[float | None,
     state = controller.state
     accounting = acctdb.store(controller.accounting)
     now = time.time()
-    span = energy.metered_span(state.nodes.values())
+    span = energysplit.metered_span(state.nodes.values())
     if end is None:
         end = min(now, span[1]) if span and span[1] > span[0] else now
     if start is None:
@@ -69,7 +69,7 @@ async def power_report(controller: Ctl, who: Who, start: Annotated[float | None,
         n.power_save_watts if n.power_save_watts is not None else n.idle_watts or 0), n.switching)
         for n in state.config.nodes}
     report = powerreport.saving(events, watts, start, end).as_dict()
-    measured = energy.cluster_joules(state.nodes.values(), start, end)
+    measured = energysplit.cluster_joules(state.nodes.values(), start, end)
     report["cluster_j"] = measured
     report["always_on_j"] = None if measured is None else measured + report["saved_j"]
     report["saved_pct"] = None if not report["always_on_j"] else 100 * report["saved_j"] / report["always_on_j"]

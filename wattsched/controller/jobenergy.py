@@ -9,7 +9,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
-from wattsched.controller import energy
+from wattsched.controller import energysplit
 from wattsched.model import Job, Step
 
 if TYPE_CHECKING:
@@ -18,32 +18,32 @@ if TYPE_CHECKING:
 log = logging.getLogger("wattsched.controller")
 
 
-def node_histories(state: ClusterState, nodes: Iterable[str], now: float) -> dict[str, energy.NodeHistory]:
+def node_histories(state: ClusterState, nodes: Iterable[str], now: float) -> dict[str, energysplit.NodeHistory]:
     """The energy history of ``nodes`` with the jobs that ran on them (for the split)."""
     wanted = {n for n in nodes if n in state.nodes}
-    occupants: dict[str, list[energy.Occupant]] = {n: [] for n in wanted}
+    occupants: dict[str, list[energysplit.Occupant]] = {n: [] for n in wanted}
     for other in state.jobs.values():  # one pass over the jobs for every node being settled
         if other.start_time:
             for n in wanted.intersection(other.alloc_cpus):
-                occupants[n].append(energy.Occupant(other.start_time, other.end_time or now,
+                occupants[n].append(energysplit.Occupant(other.start_time, other.end_time or now,
                                                     other.alloc_cpus[n], other.job_id))
     # RAPL meters CPU packages and DRAM alone: GPUs' energy is then added to their jobs' shares
     gpus_apart = state.config.acct_gather_energy_type.endswith("/rapl")
-    return {n: energy.NodeHistory(state.nodes[n].energy_samples, state.nodes[n].job_cpu_samples,
+    return {n: energysplit.NodeHistory(state.nodes[n].energy_samples, state.nodes[n].job_cpu_samples,
                                   state.nodes[n].idle_watts, occupants[n], state.nodes[n].job_gpu_samples,
                                   gpus_apart) for n in wanted}
 
 
 def energy_until(state: ClusterState, job: Job, now: float,
-                  histories: Mapping[str, energy.NodeHistory] | None = None) -> tuple[float | None, float]:
+                  histories: Mapping[str, energysplit.NodeHistory] | None = None) -> tuple[float | None, float]:
     """A started job's energy up to its nodes' latest common reading (or its end), and that time
     (``histories``: of its nodes at least, when the caller has them already)."""
     if histories is None:
         histories = node_histories(state, job.alloc_cpus, now)
-    until = energy.covered_until(histories, list(job.alloc_cpus))
+    until = energysplit.covered_until(histories, list(job.alloc_cpus))
     if job.end_time:
         until = min(until, job.end_time)
-    joules = energy.job_energy(histories, job.start_time, until, job.alloc_cpus, job.job_id) \
+    joules = energysplit.job_energy(histories, job.start_time, until, job.alloc_cpus, job.job_id) \
         if job.start_time and until > job.start_time else None
     return joules, until
 
@@ -52,10 +52,10 @@ def step_energy_so_far(state: ClusterState, job: Job, step: Step, now: float) ->
     """sstat: a running step's energy up to its nodes' latest common reading (its part of each node
     as its job's, as an ended step's is figured)."""
     histories = node_histories(state, step.nodes, now)
-    until = energy.covered_until(histories, list(step.nodes))
+    until = energysplit.covered_until(histories, list(step.nodes))
     if not step.start_time or until <= step.start_time:
         return None
-    return energy.job_energy(histories, step.start_time, until, {n: job.alloc_cpus.get(n, 1) for n in step.nodes},
+    return energysplit.job_energy(histories, step.start_time, until, {n: job.alloc_cpus.get(n, 1) for n in step.nodes},
                              job.job_id)
 
 
@@ -94,13 +94,13 @@ def account_energy(state: ClusterState, now: float) -> list[Job]:
         return settled
     histories = node_histories(state, {n for job in ready for n in job.alloc_cpus}, now)
     for job in ready:
-        joules = energy.job_energy(histories, job.start_time, job.end_time, job.alloc_cpus, job.job_id)
+        joules = energysplit.job_energy(histories, job.start_time, job.end_time, job.alloc_cpus, job.job_id)
         if joules is None:
             continue
         job.consumed_energy_j = round(joules)
         for step in job.steps:
             if step.start_time and step.end_time:
-                part = energy.job_energy(histories, step.start_time, step.end_time,
+                part = energysplit.job_energy(histories, step.start_time, step.end_time,
                                          {n: job.alloc_cpus.get(n, 1) for n in step.nodes}, job.job_id)
                 step.consumed_energy_j = round(part) if part is not None else None
         state.energy_due.discard(job.job_id)

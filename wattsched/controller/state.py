@@ -26,11 +26,7 @@ from typing import Any
 
 from wattsched.capschedule import CapStep
 from wattsched.config import Config, PartitionConf
-from wattsched.controller import (
-    energy,
-    snapshots,
-    statesave,
-)
+from wattsched.controller import energysplit, snapshots, statesave
 from wattsched.controller.capcontrol import CapControl
 from wattsched.controller.carbonfeed import CarbonFeed
 from wattsched.controller.powersaving import PowerSaving
@@ -105,7 +101,7 @@ class ClusterState:
     cap_file_steps: list[CapStep] = field(default_factory=list)
     next_cap_step: int = 1
     power_saving: PowerSaving | None = None
-    energy_totals: energy.EnergyTotals = field(default_factory=energy.EnergyTotals)
+    energy_totals: energysplit.EnergyTotals = field(default_factory=energysplit.EnergyTotals)
     energy_due: set[int] = field(default_factory=set)  # the jobs whose energy_pending is set
     with_deadline: set[int] = field(default_factory=set)  # pending jobs with a --deadline (checked each second)
     # (uid, submit key) -> the jobs that submission made: a retried submission gets them again

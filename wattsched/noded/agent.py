@@ -30,7 +30,7 @@ from wattsched.noded import chassis, gpus, policies, procs, steps
 from wattsched.noded.allocations import Allocations, NodeJob
 from wattsched.noded.batch import BatchRunner
 from wattsched.noded.cgroup import CgroupError, JobCgroups
-from wattsched.noded.energy import EnergyMeter, JobLoad
+from wattsched.noded.energymeter import EnergyMeter, JobLoad
 from wattsched.noded.gpus import GpuMeter
 from wattsched.noded.policies import Policies, Sample
 from wattsched.noded.profiler import Profiler

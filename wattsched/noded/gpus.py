@@ -8,7 +8,7 @@ py): nvmlDeviceGetTotalEnergyConsumption, millijoules since the driver loaded, o
 minor number is the GPU's (gres.conf File= /dev/nvidiaN), else of the device at the GPU's number.
 
 A job's GPU energy on a node is the rise of its GPUs' counters while it held them; the controller
-gives it to that job alone when it splits a shared node's energy (controller.energy).
+gives it to that job alone when it splits a shared node's energy (controller.energysplit).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ import threading
 import time
 
 from wattsched.noded.allocations import Allocations
-from wattsched.noded.energy import EnergyMeter
+from wattsched.noded.energymeter import EnergyMeter
 from wattsched.noded.policies import Policies
 
 log = logging.getLogger("wattsched.noded")
