@@ -120,7 +120,7 @@ def test_the_choice_a_job_end_carries_is_recorded(tmp_path) -> None:
     nodes_mod.heartbeat(state, AgentHeartbeat(agent_url="http://agent", boot_time=now, nodes=[
         NodeReport(name="a1", cpus=1, real_memory_mb=1000)]), now)
     job = jobs.submit(state, JobSubmit(work_dir="/tmp", script="#!/bin/sh\n", energy_policy="min_energy"),
-                       Identity(0, "root"), now)[0]
+                      Identity(0, "root"), now)[0]
     launching.schedule(state, now)
     jobs.launched(state, job.job_id)
     assert job.state == states.RUNNING and job.policy_freq_khz == 0

@@ -46,14 +46,14 @@ def test_an_ended_job_counts_once_before_during_and_after_its_record_reaches_acc
     nodes_mod.heartbeat(state, AgentHeartbeat(agent_url="http://agent", boot_time=EPOCH, nodes=[
         NodeReport(name=n.name, cpus=n.cpus, real_memory_mb=n.real_memory_mb) for n in conf.nodes]), EPOCH)
     job = jobs.submit(state, JobSubmit(work_dir="/tmp", script="#!/bin/sh\n", ntasks=4, account="phys",
-                                 time_limit="10"), ALICE, EPOCH)[0]
+                                       time_limit="10"), ALICE, EPOCH)[0]
     launching.schedule(state, EPOCH)
     assert job.start_time == EPOCH
     running = priority.live_use(state, EPOCH + 60)
     assert _usage(priority.compute(accounting, conf, running, EPOCH + 60, EPOCH - 100)) == pytest.approx(240, rel=1e-3)
 
     jobend.batch_ended(state, JobEvent(job_id=job.job_id, node=job.batch_host, exit_code=0, end_time=EPOCH + 100),
-                      EPOCH + 100)
+                       EPOCH + 100)
     for node in list(job.completing_nodes):
         jobend.node_clean(state, job.job_id, node)
     statesave.flush(state)  # ended, saved, in the outbox: accounting has not got it yet

@@ -58,8 +58,8 @@ def _replay(conf: config.Config, jobs: Workload, result: engine.Result, tmp_path
                 jobend.node_clean(state, job.job_id, node)
         for record in sorted(submits.get(now, []), key=lambda r: r.job.job_id):
             job = jobs_mod.submit(state, JobSubmit(work_dir="/tmp", script="#!/bin/sh\n", nodes_min=record.nodes,
-                                         ntasks=record.nodes, exclusive=True,
-                                         time_limit=str(math.ceil(record.job.walltime / 60))), ROOT, now)[0]
+                                                   ntasks=record.nodes, exclusive=True,
+                                                   time_limit=str(math.ceil(record.job.walltime / 60))), ROOT, now)[0]
             ids[record.job.job_id] = job.job_id
         if now == result.last_end:
             break
@@ -108,7 +108,7 @@ def test_a_job_between_two_power_ticks_starts_its_nodes_idle_time_again(tmp_path
     powercontrol.power_tick(state, EPOCH)
     assert {n.idle_since for n in state.nodes.values()} == {EPOCH}
     job = jobs_mod.submit(state, JobSubmit(work_dir="/tmp", script="#!/bin/sh\n", nodes_min=2, ntasks=2, exclusive=True,
-                                 time_limit="1"), ROOT, EPOCH + 1)[0]
+                                           time_limit="1"), ROOT, EPOCH + 1)[0]
     launching.schedule(state, EPOCH + 1)
     assert state.jobs[job.job_id].state == states.RUNNING
     jobend.batch_ended(state, JobEvent(job_id=job.job_id, node=job.batch_host, exit_code=0, end_time=EPOCH + 2),

@@ -26,12 +26,12 @@ def node_histories(state: ClusterState, nodes: Iterable[str], now: float) -> dic
         if other.start_time:
             for n in wanted.intersection(other.alloc_cpus):
                 occupants[n].append(energysplit.Occupant(other.start_time, other.end_time or now,
-                                                    other.alloc_cpus[n], other.job_id))
+                                                         other.alloc_cpus[n], other.job_id))
     # RAPL meters CPU packages and DRAM alone: GPUs' energy is then added to their jobs' shares
     gpus_apart = state.config.acct_gather_energy_type.endswith("/rapl")
     return {n: energysplit.NodeHistory(state.nodes[n].energy_samples, state.nodes[n].job_cpu_samples,
-                                  state.nodes[n].idle_watts, occupants[n], state.nodes[n].job_gpu_samples,
-                                  gpus_apart) for n in wanted}
+                                       state.nodes[n].idle_watts, occupants[n], state.nodes[n].job_gpu_samples,
+                                       gpus_apart) for n in wanted}
 
 
 def energy_until(state: ClusterState, job: Job, now: float,
@@ -56,7 +56,7 @@ def step_energy_so_far(state: ClusterState, job: Job, step: Step, now: float) ->
     if not step.start_time or until <= step.start_time:
         return None
     return energysplit.job_energy(histories, step.start_time, until, {n: job.alloc_cpus.get(n, 1) for n in step.nodes},
-                             job.job_id)
+                                  job.job_id)
 
 
 def energies_so_far(state: ClusterState, jobs: list[Job], now: float) -> dict[int, float]:
@@ -101,7 +101,7 @@ def account_energy(state: ClusterState, now: float) -> list[Job]:
         for step in job.steps:
             if step.start_time and step.end_time:
                 part = energysplit.job_energy(histories, step.start_time, step.end_time,
-                                         {n: job.alloc_cpus.get(n, 1) for n in step.nodes}, job.job_id)
+                                              {n: job.alloc_cpus.get(n, 1) for n in step.nodes}, job.job_id)
                 step.consumed_energy_j = round(part) if part is not None else None
         state.energy_due.discard(job.job_id)
         energy_settled(state, job)

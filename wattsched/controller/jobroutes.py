@@ -273,7 +273,7 @@ async def complete_step(controller: Ctl, job_id: int, step_id: str, done: StepCo
 async def complete_allocation(controller: Ctl, job_id: int, done: AllocationComplete, who: Who) -> dict[str, str]:
     state = controller.state
     controller.act(steps_mod.complete_allocation(state, one_job(state, job_id), done.exit_code, done.term_signal, who,
-                                             time.time()))
+                                                 time.time()))
     return {"status": "ok"}
 
 

@@ -112,7 +112,7 @@ def will_run(state: ClusterState, req: JobSubmit, who: Identity, now: float) -> 
         snap = snapshots.snapshot(state, now, backfill_due=True)
         snap = replace(snap, pending=(*snap.pending, snapshots.request(state, job)))
         decisions = schedule(snap, state.plugins.priority, state.plugins.scheduler,
-                                        state.plugins.select, memos.QueueMemo())
+                             state.plugins.select, memos.QueueMemo())
     finally:
         state.memo.requests.pop(job.job_id, None)
     expect(state, job)
@@ -307,7 +307,7 @@ def move_to_partition(state: ClusterState, job: Job, name: str, admin: bool) -> 
         raise Refused(limits.INVALID_QOS)
     moved = Job.from_dict(dict(job.to_dict(), partition=name))
     if not feasible(snapbuild.request(moved), partitions[name], snapshots.node_snaps(state),
-                               state.plugins.select, state.config.def_mem_per_cpu_mb):
+                    state.plugins.select, state.config.def_mem_per_cpu_mb):
         raise Refused("Requested node configuration is not available")
     if not admin:
         acctpolicy.check_submit(state, [moved], skip=job.job_id)

@@ -43,7 +43,7 @@ def schedule(state: ClusterState, now: float) -> list[Action]:
         return resumed
     snap = snapshots.snapshot(state, now, due)
     decisions = cycle.schedule(snap, state.plugins.priority, state.plugins.scheduler, state.plugins.select,
-                                    state.memo.queue)
+                               state.memo.queue)
     if due:
         state.stats.backfill_done(now, (time.perf_counter() - started) * 1000, decisions.backfilled,
                                  decisions.backfill_depth, len(snap.pending))

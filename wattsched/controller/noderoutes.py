@@ -49,7 +49,7 @@ async def update_nodes(controller: Ctl, node_expr: str, upd: NodeUpdate, who: Wh
     except hostlist.HostlistError as exc:
         raise Refused(str(exc)) from exc
     controller.act(nodes_mod.update_nodes(state, names, upd.state, upd.reason, who, time.time(),
-                                      (upd.instance_id, upd.instance_type)))
+                                          (upd.instance_id, upd.instance_type)))
     return {"updated": names}
 
 

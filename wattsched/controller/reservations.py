@@ -183,7 +183,7 @@ class ReservationBook:
 
     def snapshots(self) -> dict[str, ResvSnap]:
         return {r.name: ResvSnap(r.name, r.start_time, r.end_time, frozenset(r.nodes),
-                                            frozenset(r.users), frozenset(r.accounts), frozenset(r.flags))
+                                 frozenset(r.users), frozenset(r.accounts), frozenset(r.flags))
                 for r in self.by_name.values() if r.nodes}
 
     def power_snapshots(self) -> tuple[power.PowerResv, ...]:

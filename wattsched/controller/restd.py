@@ -254,7 +254,7 @@ async def cancel(controller: Ctl, request: Request, job_id: Annotated[str, Field
             raise Refused(f"Invalid signal: {signal}")
     found = permissions.resolve(state, job_id)
     controller.act(jobs_mod.cancel(state, found, who, int(sig) if sig else None, flags == "BATCH_JOB", time.time(),
-                                flags == "FULL_JOB"))
+                                   flags == "FULL_JOB"))
     return answer(request, who, version, "kill", {"job_ids": [j.job_id for j in found]})
 
 

@@ -102,7 +102,7 @@ def snapshot(state: ClusterState, now: float, backfill_due: bool = True) -> Snap
                     and not (j.preempted_by and preemptor_waits(state, j)))
     needs_briefs = any(r.dependency or r.array_throttle for r in pending)
     briefs = {j.job_id: JobBrief(j.job_id, j.state, j.user, j.name, j.exit_code, j.term_signal,
-                                            j.array_job_id, j.array_task_id, j.start_time)
+                                 j.array_job_id, j.array_task_id, j.start_time)
               for j in state.jobs.values()} if needs_briefs else {}
     running = tuple(running_job(state, j) for j in state.jobs.values()
                     if j.state != states.PENDING and j.holds_nodes and not j.preempt_suspended) \

@@ -228,7 +228,7 @@ def build_jobs(req: JobSubmit, who: Identity, gid: int, group: str, config: Conf
         tres_bind=req.tres_bind, licenses=req.licenses)
     # the request as the policies will see it (snapbuild.request), checked before the other options
     if not feasible(snapbuild.request(template), partitions[part.name], node_snaps, select,
-                               config.def_mem_per_cpu_mb):
+                    config.def_mem_per_cpu_mb):
         raise SubmitError("Requested node configuration is not available")
     template.cpu_freq = check_cpu_freq(req.cpu_freq, config)
     try:

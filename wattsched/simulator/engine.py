@@ -336,17 +336,17 @@ class Simulation:
         if job.nodes:  # its own shape: so many cores on each of so many nodes, shared with other jobs
             # (a task of that many CPUs a node: only nodes with that many free cores are candidates)
             return JobRequest(job_id=job.job_id, user=job.user, partition=self.partition,
-                                         submit_time=record.submit, nodes_min=job.nodes, nodes_max=job.nodes,
-                                         ntasks=job.nodes, ntasks_set=True, ntasks_per_node=1,
-                                         cpus_per_task=job.procs // job.nodes, account=account, qos=qos,
-                                         time_limit_min=limit)
+                              submit_time=record.submit, nodes_min=job.nodes, nodes_max=job.nodes,
+                              ntasks=job.nodes, ntasks_set=True, ntasks_per_node=1,
+                              cpus_per_task=job.procs // job.nodes, account=account, qos=qos,
+                              time_limit_min=limit)
         if self.shared:
             return JobRequest(job_id=job.job_id, user=job.user, partition=self.partition,
-                                         submit_time=record.submit, ntasks=job.procs, ntasks_set=True,
-                                         account=account, qos=qos, time_limit_min=limit)
+                              submit_time=record.submit, ntasks=job.procs, ntasks_set=True,
+                              account=account, qos=qos, time_limit_min=limit)
         return JobRequest(job_id=job.job_id, user=job.user, partition=self.partition,
-                                     submit_time=record.submit, nodes_min=record.nodes, ntasks=record.nodes,
-                                     ntasks_set=True, exclusive=True, account=account, qos=qos, time_limit_min=limit)
+                          submit_time=record.submit, nodes_min=record.nodes, ntasks=record.nodes,
+                          ntasks_set=True, exclusive=True, account=account, qos=qos, time_limit_min=limit)
 
     # --- one pass: the controller's loop in virtual time --------------------------------------------
 
@@ -523,9 +523,9 @@ class Simulation:
     def _hold(self, record: JobRecord) -> None:
         account = record.job.account or DEFAULT_ACCOUNT
         self.holding.put(RunningJob(record.job.job_id, record.alloc_cpus, record.alloc_mem_mb,
-                                               self._limit_end(record), qos=self._qos(account, record.job.user),
-                                               start=max(record.start, 0.0), ending=bool(record.preempted),
-                                               partition=self.partition))
+                                    self._limit_end(record), qos=self._qos(account, record.job.user),
+                                    start=max(record.start, 0.0), ending=bool(record.preempted),
+                                    partition=self.partition))
 
     # --- preemption: the controller's choice (wattsched.preemption), carried out in virtual time ----------
 
