@@ -72,6 +72,10 @@ PartitionName=all Nodes=ALL State=DOWN MaxTime=INFINITE
     ("TaskPlugin=affinity,numa\n", 1, "TaskPlugin", "'numa' is not one of task/none, task/cgroup, task/affinity"),
     ("SrunPortRange=60001\n", 1, "SrunPortRange", "is not a range of ports LOW-HIGH"),
     ("JobAcctGatherType=jobacct_gather/none\n", 1, "JobAcctGatherType", "is not one of"),
+    ("NodeName=a1\nPartitionName=p Nodes=a1 OverSubscribe=FORCE:4\n", 2, "OverSubscribe",
+     "CPUs shared by several jobs (YES, FORCE) are not supported here"),
+    ("NodeName=a1\nPartitionName=p Nodes=a1 Shared=maybe\n", 2, "Shared", "is not NO, EXCLUSIVE"),
+    ("Licenses=fluent:lots\n", 1, "Licenses", "is not a license name[:count]"),
 ])
 def test_errors_name_file_line_and_key(tmp_path: Path, text: str, line: int, key: str, message: str) -> None:
     path = write(tmp_path, text)
@@ -79,6 +83,15 @@ def test_errors_name_file_line_and_key(tmp_path: Path, text: str, line: int, key
         config.load(path)
     assert str(caught.value).startswith(f"{path}:{line}: {key}: ")
     assert message in str(caught.value)
+
+
+def test_partition_oversubscribe_no_or_exclusive(tmp_path: Path) -> None:
+    """Slurm's partition OverSubscribe (and its old name Shared): EXCLUSIVE gives each job whole nodes."""
+    path = write(tmp_path, "NodeName=a1\nPartitionName=p Nodes=a1 OverSubscribe=exclusive\n"
+                           "PartitionName=q Nodes=a1 Shared=NO\nPartitionName=r Nodes=a1\n")
+    parts = {p.name: p for p in config.load(path).partitions}
+    assert [parts[n].over_subscribe for n in "pqr"] == ["EXCLUSIVE", "NO", "NO"]
+    assert config.load(path).whole_node_partitions() == {"p"}
 
 
 @pytest.mark.parametrize(("gres_conf", "line", "key", "message"), [

@@ -47,6 +47,25 @@ def test_a_partition_is_created_used_changed_and_deleted(cluster: Cluster) -> No
     assert cluster.accounted(job_id)[0]["partition"] == "spare"
 
 
+def test_an_exclusive_partition_gives_each_job_whole_nodes(cluster: Cluster) -> None:
+    """OverSubscribe=EXCLUSIVE: a one-CPU job holds its whole node, so a second waits for it;
+    Slurm's YES and FORCE (CPUs shared by jobs) are refused, naming the key."""
+    cluster.run("scontrol", "create", "PartitionName=whole", "Nodes=n03", "OverSubscribe=EXCLUSIVE")
+    assert cluster.run("sinfo", "-h", "-p", "whole", "-o", "%P %h").stdout.split() == ["whole", "EXCLUSIVE"]
+    assert "OverSubscribe=EXCLUSIVE" in cluster.run("scontrol", "show", "partition", "whole").stdout
+    assert _partitions(cluster)["whole"]["maximums"]["oversubscribe"] == {"jobs": 0, "flags": []}
+    first = cluster.sbatch("-p", "whole", "-n1", "--wrap", "sleep 300")
+    assert cluster.wait_state(first, "RUNNING")["num_cpus"] == 4
+    second = cluster.sbatch("-p", "whole", "-n1", "--wrap", "true")
+    wait_for(lambda: cluster.job(second)["reason"] == "Resources", 20, what="the second job waits for the node")
+    refused = cluster.run("scontrol", "update", "PartitionName=whole", "OverSubscribe=FORCE:2", check=False)
+    assert refused.returncode == 1 and "OverSubscribe=FORCE:2" in refused.stderr \
+        and "not supported here" in refused.stderr, refused.stderr
+    cluster.run("scancel", str(first))
+    cluster.wait_state(second, "COMPLETED")
+    cluster.run("scontrol", "delete", "PartitionName=whole")
+
+
 def test_bad_changes_and_users_are_refused_and_change_nothing(cluster: Cluster) -> None:
     before = _partitions(cluster)
     for args, message in [

@@ -42,6 +42,7 @@ from wattsched.confvalues import (
     names,
     non_negative_number,
     opt_integer,
+    over_subscribe,
     parse_acctg_freq,
     parse_auth_alt,
     parse_freq_watts,
@@ -163,6 +164,13 @@ class PartitionConf:
     priority_tier: int = setting("PriorityTier", bounded(0, 65533), 1)
     preempt_mode: str = setting("PreemptMode", preempt_mode, "")  # "": the cluster's
     energy_policy: str = setting("EnergyPolicy", energy_policy, "")  # "": the cluster's
+    # NO, or EXCLUSIVE: every job of the partition gets whole nodes, as with --exclusive (Shared= is
+    # Slurm's old name for it)
+    over_subscribe: str = setting("OverSubscribe", over_subscribe, "NO", aliases=("Shared",))
+
+    @property
+    def whole_nodes(self) -> bool:
+        return self.over_subscribe == "EXCLUSIVE"
 
 
 @dataclass(frozen=True, slots=True)
@@ -467,6 +475,10 @@ class Config:
             for name in part.nodes:
                 member.setdefault(name, {})[part.name] = None
         return {name: tuple(parts) for name, parts in member.items()}
+
+    def whole_node_partitions(self) -> frozenset[str]:
+        """The partitions whose jobs get whole nodes (OverSubscribe=EXCLUSIVE)."""
+        return frozenset(p.name for p in self.partitions if p.whole_nodes)
 
     def default_partition(self) -> PartitionConf | None:
         for part in self.partitions:

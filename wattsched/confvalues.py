@@ -326,6 +326,19 @@ def flags(*allowed: str) -> Callable[[str], tuple[str, ...]]:
     return parse
 
 
+def over_subscribe(value: str) -> str:
+    """A partition's OverSubscribe: NO (jobs share nodes, never CPUs) or EXCLUSIVE (whole nodes to
+    each job). Slurm's YES[:N] and FORCE[:N] put several jobs on the same CPUs; this scheduler
+    counts each CPU once, so they are refused rather than read as NO."""
+    upper = value.upper()
+    if upper in ("NO", "EXCLUSIVE"):
+        return upper
+    if upper.split(":")[0] in ("YES", "FORCE"):
+        raise ValueError(f"'{value}': CPUs shared by several jobs (YES, FORCE) are not supported here; "
+                         "NO or EXCLUSIVE")
+    raise ValueError(f"'{value}' is not NO, EXCLUSIVE, YES[:N] or FORCE[:N]")
+
+
 def license_list(value: str) -> str:
     """Licenses=name[:count],... (wattsched.licenses), kept as written: Slurm shows it so."""
     try:

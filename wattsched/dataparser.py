@@ -305,7 +305,8 @@ def partition(p: dict[str, Any], cluster: str) -> dict[str, Any]:
                                           "memory_per_cpu": 0, "partition_memory_per_cpu": number(None),
                                           "partition_memory_per_node": number(None),
                                           "nodes": number(INFINITE if p["max_nodes"] is None else p["max_nodes"]),
-                                          "shares": 1, "oversubscribe": {"jobs": 1, "flags": []},
+                                          "shares": 1, "oversubscribe": {
+                                              "jobs": 0 if p.get("over_subscribe") == "EXCLUSIVE" else 1, "flags": []},
                                           "time": _limit(p["max_time_min"]), "over_time_limit": number(None)},
             "minimums": {"nodes": 0}, "name": p["name"], "node_sets": "",
             "priority": {"job_factor": p.get("priority_job_factor", 1), "tier": p.get("priority_tier", 1)},

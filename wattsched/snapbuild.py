@@ -109,12 +109,15 @@ def cap_state(flag: PowerFlag, held: bool, base: NodeBase = NodeBase.IDLE, not_r
     return power.cap_state(nodestates.power_state(flag, base, not_responding, held), held)
 
 
-def request(job: Job, memory: bool = True) -> JobRequest:
+def request(job: Job, memory: bool = True, whole_nodes: bool = False) -> JobRequest:
     """A pending job as the policies see it: the request's fields named as the job's take them
     (model.Job is their one declaration); _REQUEST_VALUES lists the rest. Without ``memory`` (not a
-    consumable: SelectTypeParameters=CR_CPU) the job asks its nodes for none."""
+    consumable: SelectTypeParameters=CR_CPU) the job asks its nodes for none; with ``whole_nodes``
+    (its partition's OverSubscribe=EXCLUSIVE) it asks for its nodes whole, as --exclusive."""
     made = JobRequest(**{name: getattr(job, name) for name in _SAME_AS_JOB},
                       **{name: compute(job) for name, compute in _REQUEST_VALUES.items()})
+    if whole_nodes and not made.exclusive:
+        made = replace(made, exclusive=True)
     return made if memory else replace(made, mem_per_node_mb=0, mem_per_cpu_mb=0)
 
 

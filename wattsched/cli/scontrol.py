@@ -162,7 +162,7 @@ def partition_lines(p: dict[str, Any]) -> list[str | None]:
         "MinNodes=0 LLN=NO MaxCPUsPerNode=UNLIMITED",
         f"Nodes={p['nodes']}",
         f"PriorityJobFactor={p.get('priority_job_factor', 1)} PriorityTier={p.get('priority_tier', 1)} RootOnly=NO "
-        "ReqResv=NO OverSubscribe=NO",
+        f"ReqResv=NO OverSubscribe={p.get('over_subscribe', 'NO')}",
         f"OverTimeLimit=NONE PreemptMode={p.get('preempt_mode') or 'OFF'}",
         f"State={p['state']} TotalCPUs={p['total_cpus']} TotalNodes={p['total_nodes']} SelectTypeParameters=NONE",
         "JobDefaults=(null)",

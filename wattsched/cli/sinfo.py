@@ -43,7 +43,7 @@ FIELDS: dict[str, tuple[str, Callable[[list[dict[str, Any]], dict[str, Any]], st
     "L": ("DEFAULTTIME", lambda ns, p: "n/a" if p["default_time_min"] is None else _limit(p["default_time_min"])),
     "s": ("JOB_SIZE", lambda ns, p: f"1-{p['max_nodes'] if p['max_nodes'] is not None else 'infinite'}"),
     "r": ("ROOT", lambda ns, p: "no"),
-    "h": ("OVERSUBS", lambda ns, p: "NO"),
+    "h": ("OVERSUBS", lambda ns, p: p.get("over_subscribe", "NO")),
     "g": ("GROUPS", lambda ns, p: "all"),
     "D": ("NODES", lambda ns, p: str(len(ns))),
     "t": ("STATE", lambda ns, p: ns[0]["state_short"] if ns else "n/a"),

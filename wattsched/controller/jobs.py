@@ -306,8 +306,8 @@ def move_to_partition(state: ClusterState, job: Job, name: str, admin: bool) -> 
     if state.shares.qos and job.qos and not acctpolicy.qos_allowed(part, job.qos):
         raise Refused(limits.INVALID_QOS)
     moved = Job.from_dict(dict(job.to_dict(), partition=name))
-    if not feasible(snapbuild.request(moved), partitions[name], snapshots.node_snaps(state),
-                    state.plugins.select, state.config.def_mem_per_cpu_mb):
+    if not feasible(snapbuild.request(moved, whole_nodes=part.whole_nodes), partitions[name],
+                    snapshots.node_snaps(state), state.plugins.select, state.config.def_mem_per_cpu_mb):
         raise Refused("Requested node configuration is not available")
     if not admin:
         acctpolicy.check_submit(state, [moved], skip=job.job_id)

@@ -89,7 +89,8 @@ def request(state: ClusterState, job: Job) -> JobRequest:
     """A pending job as the policies see it (snapbuild.request), built once per change of the job."""
     cached = state.memo.requests.get(job.job_id)
     if cached is None:
-        cached = state.memo.requests[job.job_id] = snapbuild.request(job, state.config.memory_consumable)
+        cached = state.memo.requests[job.job_id] = snapbuild.request(
+            job, state.config.memory_consumable, job.partition in state.config.whole_node_partitions())
     return cached
 
 

@@ -227,8 +227,8 @@ def build_jobs(req: JobSubmit, who: Identity, gid: int, group: str, config: Conf
         gpus_per_node=gpus.per_node, gpus_per_task=gpus.per_task, gpus_per_job=gpus.per_job, gpu_type=gpus.kind,
         tres_bind=req.tres_bind, licenses=req.licenses)
     # the request as the policies will see it (snapbuild.request), checked before the other options
-    if not feasible(snapbuild.request(template), partitions[part.name], node_snaps, select,
-                    config.def_mem_per_cpu_mb):
+    request = snapbuild.request(template, whole_nodes=part.whole_nodes)
+    if not feasible(request, partitions[part.name], node_snaps, select, config.def_mem_per_cpu_mb):
         raise SubmitError("Requested node configuration is not available")
     template.cpu_freq = check_cpu_freq(req.cpu_freq, config)
     try:

@@ -140,6 +140,6 @@ def partition_views(config: Config, nodes: dict[str, Node]) -> list[dict[str, An
             "allow_accounts": ",".join(part.allow_accounts), "deny_accounts": ",".join(part.deny_accounts),
             "allow_groups": ",".join(part.allow_groups),
             "priority_job_factor": part.priority_job_factor, "priority_tier": part.priority_tier,
-            "preempt_mode": part.preempt_mode or config.preempt_mode,
+            "preempt_mode": part.preempt_mode or config.preempt_mode, "over_subscribe": part.over_subscribe,
         })
     return result
