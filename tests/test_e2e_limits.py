@@ -237,6 +237,24 @@ def test_sacctmgr_shows_qos_as_slurm(cluster: Cluster) -> None:
     assert denied.returncode != 0
 
 
+def test_a_deleted_qos_leaves_the_associations_that_listed_it(cluster: Cluster) -> None:
+    """As Slurm's: a QOS removed goes from every association's list (and default), not refused;
+    sacctmgr -s (or WithAssoc) lists accounts and users with their associations."""
+    c = cluster
+    c.run("sacctmgr", "-i", "add", "qos", "gone1,gone2,gone3")
+    c.run("sacctmgr", "-i", "add", "account", "qacct")
+    c.run("sacctmgr", "-i", "modify", "account", "qacct", "set", "qos=gone1,gone2,gone3", "DefaultQOS=gone2")
+    assert c.run("sacctmgr", "-ns", "show", "account", "qacct", "format=qos").stdout.split() == ["gone1,gone2,gone3"]
+    c.run("sacctmgr", "-i", "remove", "qos", "gone2")
+    assert c.run("sacctmgr", "-nP", "show", "account", "qacct", "withassoc", "format=account,qos,defaultqos") \
+        .stdout.split() == ["qacct|gone1,gone3|"]
+    assert "gone2" not in c.run("sacctmgr", "-nP", "show", "qos", "format=name").stdout.split()
+    listed = c.run("sacctmgr", "-s", "show", "user", "alice").stdout.splitlines()
+    assert listed[0].split()[:5] == ["User", "Def", "Acct", "Admin", "Cluster"] and "proj" in listed[2]
+    c.run("sacctmgr", "-i", "remove", "account", "qacct")
+    c.run("sacctmgr", "-i", "remove", "qos", "gone1,gone3")
+
+
 def test_a_partition_qos_holds_every_job_of_the_partition(cluster: Cluster) -> None:
     c = cluster
     # QOS=capped on the partition: its MaxJobsPerUser=2 holds jobs of any QOS there

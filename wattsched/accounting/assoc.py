@@ -337,15 +337,16 @@ class AssocStore:
             self._set_qos(conn, name, values)
 
     def delete_qos(self, name: str) -> None:
+        """As Slurm's: the QOS goes from every association that lists it (and is no longer a default),
+        and from every QOS that may preempt it."""
         with self.engine.begin() as conn:
             if not conn.execute(select(_QOS.c.id).where(_QOS.c.name == name)).first():
                 raise AssocError(f"Qos {name} doesn't exist.")
-            users = [r for r in conn.execute(select(_ASSOC.c.account, _ASSOC.c.user, _ASSOC.c.qos,
-                                                    _ASSOC.c.default_qos))
-                     if name in _names(r.qos) or r.default_qos == name]
-            if users:
-                raise AssocError(f"Qos {name} is still used by the association of account {users[0].account}"
-                                 f"{' user ' + users[0].user if users[0].user else ''}: take it out first.")
+            for assoc in conn.execute(select(_ASSOC.c.id, _ASSOC.c.qos, _ASSOC.c.default_qos)).all():
+                if name in _names(assoc.qos) or assoc.default_qos == name:
+                    conn.execute(update(_ASSOC).where(_ASSOC.c.id == assoc.id).values(
+                        qos=",".join(n for n in _names(assoc.qos) if n != name),
+                        default_qos="" if assoc.default_qos == name else assoc.default_qos))
             conn.execute(delete(_QOS).where(_QOS.c.name == name))
             for row in conn.execute(select(_QOS.c.name, _QOS.c.preempt)):  # nobody preempts what is gone
                 if name in _names(row.preempt):

@@ -106,6 +106,15 @@ def canonical_fields(entity: str, spec: str) -> str:
     return ",".join(out)
 
 
+def with_associations(entity: str, names: list[str]) -> bool:
+    """Whether ``names`` holds Slurm's WithAssoc keyword (5 letters of it at least, any case), which
+    ``show account`` and ``show user`` take as -s; it is taken out of ``names``."""
+    found = [n for n in names if len(n) >= 5 and "withassoc".startswith(n.lower())]
+    for word in found:
+        names.remove(word)
+    return bool(found) and entity in ("account", "user")
+
+
 def parse_command(words: list[str]) -> tuple[str, str, list[str], dict[str, str], dict[str, str]]:
     """(action, entity, names, where, set) from ``add account physics Parent=root``,
     ``modify user where name=alice account=physics set fairshare=2`` and the like."""
@@ -160,7 +169,8 @@ COMMAND = Command("sacctmgr", "[<OPTION>] [<COMMAND>]", [
     Opt("p", "parsable", NO, "output will be '|' delimited with a '|' at the end"),
     Opt("P", "parsable2", NO, "output will be '|' delimited without a '|' at the end"),
     Opt("v", "verbose", NO, "enable detailed logging", kind="count"),
-    ignored("Q", "quiet", NO), ignored("r", "readonly", NO), ignored("s", "associations", NO),
+    ignored("Q", "quiet", NO), ignored("r", "readonly", NO),
+    Opt("s", "associations", NO, "with accounts and users, show their associations too"),
     ignored("o", "oneliner", NO), ignored("M", "cluster", REQ), ignored(None, "local", NO),
     refused(None, "yaml", OPT, "YAML output is not supported; use --json"),
     Opt("h", "help", NO, "show this help message", kind="help"),
@@ -223,7 +233,8 @@ def sacctmgr(argv: list[str]) -> None:
     action, entity, names, where, values = parse_command(words)
     client = Client()
     if action == "show":
-        return _show(client, entity, names, where, noheader, parsable, parsable2, json_)
+        assoc = with_associations(entity, names) or (bool(opts.get("associations")) and entity in ("account", "user"))
+        return _show(client, entity, names, where, noheader, parsable, parsable2, json_, assoc)
     if not names:
         raise CLIError(f"No {entity} name given.  Nothing {'added' if action == 'add' else 'changed'}.")
     if action == "modify" and not values:
@@ -255,7 +266,7 @@ def _ask(client: Client, method: str, path: str, body: dict[str, Any] | None = N
 
 
 def _show(client: Client, entity: str, names: list[str], where: dict[str, str], noheader: bool, parsable: bool,
-          parsable2: bool, as_json: bool) -> None:
+          parsable2: bool, as_json: bool, assoc: bool = False) -> None:
     if entity == "tres":  # the trackable resources this system counts, with Slurm's ids
         from wattsched.dataparser import tres
 
@@ -275,12 +286,34 @@ def _show(client: Client, entity: str, names: list[str], where: dict[str, str], 
     if as_json:
         print_json({ROWS[entity]: rows})
         return
-    spec = canonical_fields(entity, where.pop("format", "") or DEFAULTS[entity])
+    catalogue, default = FIELDS[entity], DEFAULTS[entity]
+    spec = where.pop("format", "")
+    if assoc:  # each account's (user's) associations, a line each, its own fields first
+        rows = _with_associations(client, entity, rows)
+        catalogue, default = {**FIELDS["assoc"], **FIELDS[entity]}, WITH_ASSOC[entity]
+        spec = canonical_fields("assoc", spec or default)
+    spec = canonical_fields(entity, spec or default)
     try:
-        lines = fmt.field_table(rows, spec, FIELDS[entity], parsable, parsable2, header=not noheader)
+        lines = fmt.field_table(rows, spec, catalogue, parsable, parsable2, header=not noheader)
     except ValueError as exc:
         raise CLIError(str(exc)) from exc
     print("\n".join(lines))
+
+
+# Slurm's default fields of show account/user with their associations (-s, WithAssoc)
+WITH_ASSOC = {"account": "Account,Descr,Org,Cluster,ParentName,User,Share,Priority,GrpJ,GrpTRES,GrpS,GrpWall,"
+                         "GrpTRESMins,MaxJ,MaxTRES,MaxS,MaxW,MaxTRESMins,QOS,Def QOS",
+              "user": "User,Def Acct,Admin,Cluster,Account,Partition,Share,Priority,MaxJ,MaxTRES,MaxS,MaxW,"
+                      "MaxTRESMins,QOS,Def QOS"}
+
+
+def _with_associations(client: Client, entity: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each account's (or user's) row once per association of it, the association's fields beside
+    its own: an account's are its own and its users', a user's those it is a member by."""
+    associations = _ask(client, "GET", "/v1/associations")["associations"]
+    key = "account" if entity == "account" else "user"
+    return [{**a, **{k: v for k, v in row.items() if k not in a or k == "name"}}
+            for row in rows for a in associations if a[key] == row["name"]]
 
 
 def main() -> None:
