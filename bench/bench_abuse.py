@@ -33,7 +33,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import describe
 
-from wattsched.testing import SILENT_CONNECTIONS, Cluster
+from wattsched.harness.testing import SILENT_CONNECTIONS, Cluster
 
 SAMPLES = 40
 ATTACKER, VICTIM = (1000, "mallory"), (1001, "victim")

@@ -21,8 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import report
 
 from wattsched import config as config_mod
+from wattsched.harness.testing import Cluster, wait_for
 from wattsched.noded.cgroup import JobCgroups
-from wattsched.testing import Cluster, wait_for
 
 CONFINED = "ProctrackType=proctrack/cgroup\nTaskPlugin=task/cgroup"
 

@@ -27,7 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import report, rss_mib
 
-from wattsched.testing import BIN, Cluster
+from wattsched.harness.testing import BIN, Cluster
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -121,7 +121,7 @@ def _status_kb(pid: int, key: str) -> int:
 
 
 def overhead(minutes: float) -> None:
-    from wattsched.testing import Cluster, wait_for
+    from wattsched.harness.testing import Cluster, wait_for
 
     root = Path(tempfile.mkdtemp(prefix="bench-energy-"))
     profile = "AcctGatherProfileType=acct_gather_profile/hdf5\nProfileHDF5Dir={}\n"
@@ -200,7 +200,7 @@ def ipmi_latency() -> None:
 
 def freqcurve() -> None:
     from wattsched.cpufreq import DEFAULT_LADDER, busy_watts
-    from wattsched.testing import Cluster, wait_for
+    from wattsched.harness.testing import Cluster, wait_for
 
     root = Path(tempfile.mkdtemp(prefix="bench-freq-"))
     cluster = Cluster(root, nodes=1, cpus=1, extra="EmulatedNodes=YES\nAcctGatherEnergyType=acct_gather_energy/"

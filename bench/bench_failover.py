@@ -34,8 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_throughput import concurrent_submissions
 from machine import report
 
-from wattsched.netns import Hosts, netns_usable
-from wattsched.testing import BIN, Cluster, free_port, wait_for
+from wattsched.harness.netns import Hosts, netns_usable
+from wattsched.harness.testing import BIN, Cluster, free_port, wait_for
 
 PG = "postgresql://postgres@127.0.0.1:5432"
 TIMEOUT_S = 5

@@ -21,7 +21,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import describe
 
-from wattsched.testing import Cluster
+from wattsched.harness.testing import Cluster
 
 PINGS = 2000
 BIG = "x" * (20 * 1024 * 1024)

@@ -27,7 +27,7 @@ from bench_vs_slurm import Emulated, ratio
 from loopback_slurm import LoopbackSlurm, prepare
 from machine import describe
 
-from wattsched.testing import BIN
+from wattsched.harness.testing import BIN
 
 NODES, CPUS = 8, 8
 PROGRAM = r"""

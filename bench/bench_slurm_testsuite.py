@@ -51,7 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_vs_slurm import Emulated
 from machine import describe
 
-from wattsched.testing import free_port, wait_for
+from wattsched.harness.testing import free_port, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / ".venv-slurm-testsuite"

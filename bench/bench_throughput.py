@@ -20,7 +20,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import report
 
-from wattsched.testing import BIN, Cluster, wait_for
+from wattsched.harness.testing import BIN, Cluster, wait_for
 
 
 def concurrent_submissions(cluster: Cluster, body: dict, total: int, clients: int) -> float:

@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from loopback_slurm import LoopbackSlurm, prepare
 from machine import describe, rss_mib
 
-from wattsched.testing import BIN, Cluster, free_port
+from wattsched.harness.testing import BIN, Cluster, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -17,8 +17,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from wattsched import testing
-from wattsched.testing import free_port
+from wattsched.harness import testing
+from wattsched.harness.testing import free_port
 
 SBIN = Path("/usr/sbin")
 
@@ -37,7 +37,7 @@ def ensure_installed() -> str | None:
 
 
 def ensure_munge() -> None:
-    """munged answering (Slurm's auth/munge): wattsched.testing starts it where it is not."""
+    """munged answering (Slurm's auth/munge): wattsched.harness.testing starts it where it is not."""
     why = testing.ensure_munge()
     if why:
         raise RuntimeError(why)

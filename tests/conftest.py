@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from wattsched.testing import Cluster
+from wattsched.harness.testing import Cluster
 
 pytest_plugins = ["tests.hostile"]  # the hostile modules' accounts and shared cluster
 

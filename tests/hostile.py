@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from wattsched.testing import BIN, Cluster, reachable_by_all, restore_modes
+from wattsched.harness.testing import BIN, Cluster, reachable_by_all, restore_modes
 
 USERS = ("wsmallory", "wsvictim")
 GROUP = "wsproject"

@@ -98,7 +98,7 @@ def test_node_events(store: AccountingStore) -> None:
 
 @pytest.mark.e2e
 def test_controller_accounts_into_each_database(db_url: str, tmp_path) -> None:
-    from wattsched.testing import Cluster
+    from wattsched.harness.testing import Cluster
 
     cluster = Cluster(tmp_path / "c", nodes=2, accounting_url=db_url).start()
     try:

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from wattsched import auth, authsocket
-from wattsched.testing import wait_for
+from wattsched import auth
+from wattsched.harness.testing import wait_for
+from wattsched.service import authsocket
 
 KEY = b"k" * 32
 

@@ -15,7 +15,7 @@ from wattsched.cli import jobopts, options
 from wattsched.cli.sacct import COMMAND as SACCT
 from wattsched.cli.sbatch import COMMAND as SBATCH
 from wattsched.cli.squeue import COMMAND as SQUEUE
-from wattsched.testing import BIN
+from wattsched.harness.testing import BIN
 
 SLURM_COMMANDS = ("sbatch", "srun", "salloc", "squeue", "scancel", "sinfo", "scontrol", "sacct", "sstat", "sprio",
                   "sshare", "sacctmgr", "sreport", "sdiag", "sh5util")

@@ -128,8 +128,8 @@ def test_throttle_never_leaves_a_job_stopped() -> None:
     import subprocess
     import time
 
+    from wattsched.harness.testing import wait_for
     from wattsched.noded.throttle import PERIOD_S, Throttle
-    from wattsched.testing import wait_for
 
     procs = [subprocess.Popen(["sh", "-c", "while :; do :; done"], start_new_session=True) for _ in range(2)]
     try:

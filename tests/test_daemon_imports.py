@@ -9,7 +9,7 @@ import sys
 
 PROBE = """
 import sys
-from wattsched.daemonstart import without_unused_imports
+from wattsched.service.daemonstart import without_unused_imports
 without_unused_imports()
 from wattsched.controller.app import create_app
 from wattsched.noded.agent import Agent

@@ -6,7 +6,7 @@ import json
 import re
 import time
 
-from wattsched.testing import Cluster, wait_for
+from wattsched.harness.testing import Cluster, wait_for
 
 
 def test_drain_resume_and_reasons(cluster: Cluster) -> None:
@@ -143,7 +143,7 @@ def test_emulate_starts_and_stops_a_cluster(tmp_path) -> None:
     import os
     import subprocess
 
-    from wattsched.testing import BIN, free_port
+    from wattsched.harness.testing import BIN, free_port
 
     conf = tmp_path / "emu.conf"
     conf.write_text(f"ClusterName=emu\nSlurmctldPort={free_port()}\nStateSaveLocation=state/ctld\n"
@@ -175,8 +175,8 @@ def test_emulate_stop_signals_only_the_processes_it_started(tmp_path) -> None:
     import os
     import subprocess
 
+    from wattsched.harness.testing import BIN, free_port
     from wattsched.noded.procs import alive, start_time
-    from wattsched.testing import BIN, free_port
 
     conf = tmp_path / "emu.conf"
     conf.write_text(f"ClusterName=emu\nSlurmctldPort={free_port()}\nStateSaveLocation={tmp_path}/ctld\n"

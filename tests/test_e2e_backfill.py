@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from wattsched.accounting.store import AccountingStore
-from wattsched.testing import Cluster, wait_for
+from wattsched.harness.testing import Cluster, wait_for
 
 BACKFILL = "SchedulerType=sched/backfill\nSchedulerParameters=bf_interval=1,bf_resolution=1"
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from wattsched.testing import Cluster
+from wattsched.harness.testing import Cluster
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +107,7 @@ def test_controller_unreachable(tmp_path) -> None:
     conf.write_text(f"SlurmctldHost=localhost(127.0.0.1)\nSlurmctldPort=1\nStateSaveLocation={tmp_path}\n"
                     f"AuthAltParameters=jwt_key={tmp_path}/key\n")
     (tmp_path / "key").write_text("0123456789abcdef0123456789abcdef\n")
-    from wattsched.testing import BIN
+    from wattsched.harness.testing import BIN
 
     result = subprocess.run([str(BIN / "squeue")], env={"WATTSCHED_CONF": str(conf), "PATH": "/usr/bin:/bin"},
                             capture_output=True, text=True)

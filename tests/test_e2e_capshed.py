@@ -19,7 +19,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from wattsched.testing import Cluster, wait_for
+from wattsched.harness.testing import Cluster, wait_for
 
 NODE = "IdleWatts=100 MaxWatts=300 CpuFreqWatts=2000000:300,1500000:220,1000000:160"
 SETTINGS = """AcctGatherEnergyType=acct_gather_energy/emulated

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from wattsched.testing import Cluster, wait_for
+from wattsched.harness.testing import Cluster, wait_for
 
 GREEN = 1000.0  # gCO2e/kWh now, the greenest of the day around it (high: a test job's few joules show)
 

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from wattsched.harness.testing import BIN, Cluster, wait_for
 from wattsched.noded.cpufreq import CpuFreqSysfs, layout_tree
-from wattsched.testing import BIN, Cluster, wait_for
 
 V1 = "/sys/fs/cgroup"
 V1_MEMORY = os.path.join(V1, "memory")

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from wattsched.testing import BIN, Cluster, wait_for
+from wattsched.harness.testing import BIN, Cluster, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / ".venv-clients"

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from wattsched import cpubind
-from wattsched.testing import Cluster
+from wattsched.harness.testing import Cluster
 
 pytestmark = pytest.mark.skipif(sorted(os.sched_getaffinity(0))[:2] != [0, 1], reason="needs CPUs 0 and 1")
 ALLOWED = "grep Cpus_allowed_list /proc/self/status | cut -f2"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from wattsched.testing import ALICE, Cluster
+from wattsched.harness.testing import ALICE, Cluster
 
 CHROMIUM = shutil.which("chromium")
 pytestmark = pytest.mark.skipif(not CHROMIUM, reason="needs Debian's chromium package (.ci/run installs it)")

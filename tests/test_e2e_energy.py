@@ -14,9 +14,9 @@ from pathlib import Path
 import h5py
 import pytest
 
-from wattsched import h5profile
 from wattsched.controller.energysplit import counter_at
-from wattsched.testing import Cluster, wait_for
+from wattsched.harness.testing import Cluster, wait_for
+from wattsched.profiles import h5profile
 
 FREQS = "CpuFreqWatts=2400000:190,2000000:158,1600000:134,1200000:116"
 BURN = "python3 -c 'import time\nend = time.time() + {s}\nwhile time.time() < end: pass'"

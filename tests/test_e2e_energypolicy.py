@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from wattsched import h5profile
-from wattsched.testing import Cluster, wait_for
+from wattsched.harness.testing import Cluster, wait_for
+from wattsched.profiles import h5profile
 
 FREQS = "CpuFreqWatts=2400000:190,2000000:158,1600000:134,1200000:116"
 # a fixed amount of work (not a fixed time): a slower clock makes it last longer

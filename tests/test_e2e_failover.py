@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from wattsched.testing import Cluster, wait_for
+from wattsched.harness.testing import Cluster, wait_for
 
 PG = "postgresql://postgres@127.0.0.1:5432"
 TIMEOUT_S = 5  # SlurmctldTimeout: the lease's length

@@ -27,8 +27,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from wattsched.netns import Hosts, netns_usable, postgres_bin, running
-from wattsched.testing import wait_for
+from wattsched.harness.netns import Hosts, netns_usable, postgres_bin, running
+from wattsched.harness.testing import wait_for
 
 REASON = netns_usable() or ("" if postgres_bin() else "needs PostgreSQL's server programs (postgresql)")
 pytestmark = pytest.mark.skipif(bool(REASON), reason=REASON or "-")

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 import pytest
 
 from wattsched.accounting.store import AccountingStore
+from wattsched.harness.testing import Cluster, wait_for
 from wattsched.model import Job
-from wattsched.testing import Cluster, wait_for
 
 SETTINGS = """PriorityType=priority/multifactor
 PriorityWeightFairshare=1000

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from wattsched.testing import Cluster, reachable_by_all, restore_modes, wait_for
+from wattsched.harness.testing import Cluster, reachable_by_all, restore_modes, wait_for
 
 GPU_NODES = "Gres=gpu:a100:2,gpu:v100:1 GpuIdleWatts=30 GpuMaxWatts=250 IdleWatts=100 MaxWatts=200"
 

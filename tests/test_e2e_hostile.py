@@ -27,7 +27,7 @@ import pytest
 from tests.adversary import SymlinkAdversary
 from tests.hostile import ENDED, GROUP, USERS, Account, final, needs_accounts, own_cluster
 from wattsched import auth
-from wattsched.testing import SILENT_CONNECTIONS, Cluster, free_port, wait_for
+from wattsched.harness.testing import SILENT_CONNECTIONS, Cluster, free_port, wait_for
 
 pytestmark = needs_accounts
 

@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from tests.hostile import USERS, Account, final, needs_accounts, own_cluster
-from wattsched.testing import Cluster, ensure_munge, wait_for
+from wattsched.harness.testing import Cluster, ensure_munge, wait_for
 
 pytestmark = needs_accounts
 

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from wattsched.testing import BIN, Cluster, wait_for
+from wattsched.harness.testing import BIN, Cluster, wait_for
 
 
 class Terminal:

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from wattsched.testing import Cluster, wait_for
+from wattsched.harness.testing import Cluster, wait_for
 
 RULES = '''
 def job_submit(job_desc, part_list, submit_uid):

@@ -11,7 +11,7 @@ import time
 import httpx
 
 from wattsched.cli.jobfields import FIELDS
-from wattsched.testing import Cluster, wait_for
+from wattsched.harness.testing import Cluster, wait_for
 
 TIMED: dict[str, int] = {}
 
@@ -350,7 +350,7 @@ def test_the_submitting_shells_limits_go_with_its_jobs_and_steps(cluster: Cluste
     the tasks' and the script's (never above the node's hard limits)."""
     import subprocess
 
-    from wattsched.testing import BIN
+    from wattsched.harness.testing import BIN
 
     def under_limits(command: str) -> str:
         shell = f"ulimit -S -n 300; ulimit -S -c 0; ulimit -S -s 4096; exec {BIN}/{command}"

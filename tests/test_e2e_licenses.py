@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from wattsched.testing import Cluster, wait_for
+from wattsched.harness.testing import Cluster, wait_for
 
 LICENSES = ("Licenses=fluent:2,ansys\nSchedulerType=sched/backfill\n"
             "SchedulerParameters=bf_interval=1,bf_resolution=1")

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from wattsched.accounting.store import AccountingStore
+from wattsched.harness.testing import Cluster, wait_for
 from wattsched.model import Job
-from wattsched.testing import Cluster, wait_for
 
 SETTINGS = """PriorityType=priority/multifactor
 PriorityWeightQOS=10000

@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from wattsched.testing import ALICE, Cluster, free_port, wait_for
+from wattsched.harness.testing import ALICE, Cluster, free_port, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from wattsched.testing import Cluster, ensure_munge
+from wattsched.harness.testing import Cluster, ensure_munge
 
 pytestmark = pytest.mark.e2e
 

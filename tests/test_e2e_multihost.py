@@ -21,8 +21,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from wattsched.netns import Hosts, netns_usable, running
-from wattsched.testing import wait_for
+from wattsched.harness.netns import Hosts, netns_usable, running
+from wattsched.harness.testing import wait_for
 
 REASON = netns_usable()
 pytestmark = pytest.mark.skipif(bool(REASON), reason=REASON or "-")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import signal
 
-from wattsched.testing import Cluster, wait_for
+from wattsched.harness.testing import Cluster, wait_for
 
 
 def _partitions(cluster: Cluster) -> dict[str, dict]:

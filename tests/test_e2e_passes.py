@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from wattsched.testing import Cluster, wait_for
+from wattsched.harness.testing import Cluster, wait_for
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from wattsched.testing import ALICE, BIN, free_port, wait_for
+from wattsched.harness.testing import ALICE, BIN, free_port, wait_for
 
 ETC = Path(__file__).resolve().parent.parent / "etc"
 
@@ -210,7 +210,7 @@ def test_example_3_power_reservation(leaf: Leaf) -> None:
 
 
 def test_power_fit_runs_a_job_at_a_lower_frequency(tmp_path) -> None:
-    from wattsched.testing import Cluster
+    from wattsched.harness.testing import Cluster
 
     c = Cluster(tmp_path, extra="PowerCap=550",
                 node_extra="IdleWatts=100 MaxWatts=300 CpuFreqWatts=2000000:300,1500000:220,1000000:160").start()
@@ -251,7 +251,7 @@ def test_jobs_admitted_at_their_predicted_power_run_more_under_the_same_cap(tmp_
     """PowerCapAdmission=predicted: a job whose earlier runs drew little is counted at that (plus
     PowerCapMargin) instead of MaxWatts, so more such jobs run under the same cap, and the
     metered draw stays under it; a job with no history is still counted at MaxWatts."""
-    from wattsched.testing import Cluster
+    from wattsched.harness.testing import Cluster
 
     c = Cluster(tmp_path, extra="\n".join(["AcctGatherEnergyType=acct_gather_energy/emulated",
                                            "AcctGatherNodeFreq=1", "PowerCap=INFINITE", "PriorityCalcPeriod=0:01",

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from wattsched.testing import ALICE, BIN, Cluster, free_port, wait_for
+from wattsched.harness.testing import ALICE, BIN, Cluster, free_port, wait_for
 
 pytestmark = pytest.mark.slow
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from wattsched.testing import Cluster, wait_for
+from wattsched.harness.testing import Cluster, wait_for
 
 SETTINGS = """PriorityType=priority/multifactor
 PriorityWeightQOS=10000

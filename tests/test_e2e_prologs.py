@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from wattsched.testing import BIN, Cluster, reachable_by_all, restore_modes, wait_for
+from wattsched.harness.testing import BIN, Cluster, reachable_by_all, restore_modes, wait_for
 
 NOBODY = (65534, "nobody")
 

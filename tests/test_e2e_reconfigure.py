@@ -8,7 +8,7 @@ import re
 import signal
 from pathlib import Path
 
-from wattsched.testing import Cluster, free_port, wait_for
+from wattsched.harness.testing import Cluster, free_port, wait_for
 
 
 def rewrite(cluster: Cluster, old: str, new: str) -> None:

@@ -7,7 +7,7 @@ import signal
 import time
 from pathlib import Path
 
-from wattsched.testing import Cluster, wait_for
+from wattsched.harness.testing import Cluster, wait_for
 
 FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"}
 

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from wattsched import dataversions
-from wattsched.testing import ALICE, Cluster, wait_for
+from wattsched.harness.testing import ALICE, Cluster, wait_for
 
 schemathesis = pytest.importorskip("schemathesis")
 V = "v0.0.40"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from wattsched.testing import Cluster, wait_for
+from wattsched.harness.testing import Cluster, wait_for
 
 pytestmark = pytest.mark.e2e
 

@@ -7,7 +7,7 @@ import os
 import httpx
 
 from wattsched import auth
-from wattsched.testing import ALICE, Cluster
+from wattsched.harness.testing import ALICE, Cluster
 
 
 def test_unauthenticated_and_forged_requests_get_401(cluster: Cluster) -> None:

@@ -8,7 +8,7 @@ import re
 import sys
 from pathlib import Path
 
-from wattsched.testing import Cluster, wait_for
+from wattsched.harness.testing import Cluster, wait_for
 
 BURN = "i=0; while [ $i -lt 400000 ]; do i=$((i+1)); done"
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from wattsched.testing import BIN, Cluster, free_port, wait_for
+from wattsched.harness.testing import BIN, Cluster, free_port, wait_for
 
 pytestmark = pytest.mark.e2e
 

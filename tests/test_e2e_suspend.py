@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from wattsched.testing import Cluster, wait_for
+from wattsched.harness.testing import Cluster, wait_for
 
 
 def proc_state(pid: int) -> str:

@@ -11,10 +11,10 @@ import pytest
 
 from wattsched.config import Config, NodeConf
 from wattsched.controller.energysplit import NodeHistory, Occupant, counter_at, job_energy
+from wattsched.harness.testing import Cluster, wait_for
 from wattsched.noded.energymeter import EnergyMeter
 from wattsched.plugins.acct_gather_energy.emulated import EmulatedEnergy
 from wattsched.plugins.acct_gather_energy.rapl import RaplEnergy
-from wattsched.testing import Cluster, wait_for
 
 
 def _zone(root: Path, name: str, label: str, uj: int, wrap: int) -> Path:

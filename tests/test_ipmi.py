@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from wattsched import config as config_mod
+from wattsched.harness.testing import Cluster, wait_for
 from wattsched.noded.energymeter import EnergyMeter
 from wattsched.plugins.acct_gather_energy.ipmi import IpmiEnergy
-from wattsched.testing import Cluster, wait_for
 
 
 def _udp_port() -> int:

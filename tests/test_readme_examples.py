@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from wattsched.testing import BIN, free_port
+from wattsched.harness.testing import BIN, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from wattsched import config
+from wattsched.harness.testing import BIN
 from wattsched.simulator import engine, report, workload
 from wattsched.simulator.plotter import PlotError, Plotter, beside
 from wattsched.simulator.workload import SimJob, Workload
-from wattsched.testing import BIN
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
 KTH = TRACES / "KTH-SP2-1996-2.1-cln.swf.gz"

@@ -426,7 +426,7 @@ def obtain_token(config) -> str:
             return auth.user_token(auth.read_key(config.key_file), os.getuid(), lifespan_s=300)
         except (OSError, auth.AuthError):
             pass
-    from wattsched import authsocket
+    from wattsched.service import authsocket
 
     sock = config.auth_socket_path
     try:

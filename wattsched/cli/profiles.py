@@ -9,7 +9,8 @@ from wattsched.cli.common import CLIError, load_config
 
 def find_merged(job_id: int, user: str | None) -> str:
     """The job's merged profile in ProfileHDF5Dir, merging node files left there first."""
-    from wattsched import auth, h5profile
+    from wattsched import auth
+    from wattsched.profiles import h5profile
 
     config = load_config()
     owner = user or auth.username(os.getuid())
@@ -26,7 +27,7 @@ def plot_power(path: str, job_id: int, out: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from wattsched import h5profile
+    from wattsched.profiles import h5profile
 
     if not os.path.exists(path):
         raise CLIError(f"{path}: no such file")

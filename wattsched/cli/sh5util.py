@@ -55,7 +55,8 @@ def sh5util(argv: list[str]) -> None:
         opts.get("input")
     node, level, series, data = opts.get("node"), opts.get("level", "Node:TimeSeries"), opts.get("series"), \
         opts.get("data")
-    from wattsched import auth, h5profile
+    from wattsched import auth
+    from wattsched.profiles import h5profile
 
     if series is not None and series not in h5profile.SERIES:
         raise CLIError(f"Invalid series {series}: {', '.join(h5profile.SERIES)}")

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from wattsched.config import Config
-    from wattsched.daemonstart import Start
+    from wattsched.service.daemonstart import Start
 
 USAGE = """\
 Usage: slurmctld [OPTIONS]
@@ -54,7 +54,7 @@ def files(config: Config, _opts: dict[str, Any]) -> tuple[str, str]:
 
 
 def run(path: str, _config: Config, _opts: dict[str, Any], how: Start) -> None:
-    from wattsched.daemonstart import without_unused_imports
+    from wattsched.service.daemonstart import without_unused_imports
 
     without_unused_imports()  # before the daemon's libraries are imported
     from wattsched.controller.main import run as run_controller

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from wattsched.config import Config
-    from wattsched.daemonstart import Start
+    from wattsched.service.daemonstart import Start
 
 USAGE = """\
 Usage: slurmd [OPTIONS]
@@ -85,7 +85,7 @@ def address(config: Config, node: str | None) -> tuple[str, str]:
 
 
 def run(path: str, config: Config, opts: dict[str, Any], how: Start) -> None:
-    from wattsched.daemonstart import without_unused_imports
+    from wattsched.service.daemonstart import without_unused_imports
 
     without_unused_imports()  # before the daemon's libraries are imported
     from wattsched.noded.main import run as run_agent

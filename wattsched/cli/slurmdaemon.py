@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from wattsched.config import Config
-    from wattsched.daemonstart import Start
+    from wattsched.service.daemonstart import Start
 
 
 class DaemonCommand(QuietCommand):
@@ -42,7 +42,7 @@ def start(command: DaemonCommand, argv: list[str],
     """Parse ``argv``, check the configuration, start as asked and ``run`` the daemon. ``files``:
     the configuration's pid file and the folder -s moves to (the log file's, else the spool's)."""
     from wattsched import config as config_mod
-    from wattsched.daemonstart import Start, background, stop_previous, write_pid_file
+    from wattsched.service.daemonstart import Start, background, stop_previous, write_pid_file
 
     opts, _ = command.parse(argv)
     if opts.get("help"):

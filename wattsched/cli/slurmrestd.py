@@ -1,6 +1,6 @@
 """slurmrestd: Slurm's REST API daemon under its name and options (slurmrestd(8)), listening where
 the site says (``slurmrestd [OPTIONS] [host]:port|unix:/path ...``, or SLURMRESTD_LISTEN) and
-sending each request on to the controller, which serves the API itself (wattsched.restproxy).
+sending each request on to the controller, which serves the API itself (wattsched.service.restproxy).
 Without an address it answers the requests on its standard input (inetd's way).
 
 As Slurm's, it refuses to run as root, its group or nobody unless told (-u/-g to drop to after the
@@ -151,10 +151,10 @@ def slurmrestd(argv: list[str]) -> int:
     except (CLIError, config_mod.ConfigError) as exc:
         fatal(str(exc))
     from wattsched import logs
-    from wattsched.daemonstart import without_unused_imports
+    from wattsched.service.daemonstart import without_unused_imports
 
     without_unused_imports()  # before uvicorn and httpx
-    from wattsched import restproxy
+    from wattsched.service import restproxy
 
     if not addresses:  # inetd's way, or a request on a pipe: standard input and output
         _lock_down(uid, gid, security)

@@ -13,7 +13,7 @@ from wattsched.cli.common import CLIError, config_file, die, missing_part
 from wattsched.cli.plaintyper import typer
 from wattsched.cli.power import app as power_app
 from wattsched.cli.simulate import simulate
-from wattsched.daemonstart import without_unused_imports
+from wattsched.service.daemonstart import without_unused_imports
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="wattsched daemons and tools.")
 

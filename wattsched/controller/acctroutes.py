@@ -15,7 +15,7 @@ from wattsched.accounting.store import JobQuery
 from wattsched.api import BIG, LIST_MAX
 from wattsched.controller import acctdb, energysplit, permissions
 from wattsched.controller.routedeps import Ctl
-from wattsched.httpauth import Who
+from wattsched.service.httpauth import Who
 
 router = APIRouter()
 

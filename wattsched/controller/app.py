@@ -20,7 +20,6 @@ import signal
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from wattsched import httplimits
 from wattsched.controller import (
     acctdb,
     acctroutes,
@@ -38,8 +37,9 @@ from wattsched.controller.actions import Refused
 from wattsched.controller.dispatch import Dispatcher
 from wattsched.controller.loop import Controller
 from wattsched.controller.store import Fenced
-from wattsched.httpauth import loop_lifespan
 from wattsched.ratelimit import RateLimiter
+from wattsched.service import httplimits
+from wattsched.service.httpauth import loop_lifespan
 
 log = logging.getLogger("wattsched.controller")
 

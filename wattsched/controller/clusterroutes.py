@@ -13,14 +13,15 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import Response
 
-from wattsched import SLURM_RELEASE, __version__, auth, exposition, httpserve, power, states
+from wattsched import SLURM_RELEASE, __version__, auth, power, states
 from wattsched.api import PowerCapStepSpec, PowerCapUpdate
 from wattsched.capschedule import CapStep
 from wattsched.controller import failover, permissions, powercontrol, snapshots, views
 from wattsched.controller.actions import Refused
 from wattsched.controller.metrics import CATEGORIES, ControllerCollector
 from wattsched.controller.routedeps import Ctl
-from wattsched.httpauth import Who, metrics_access
+from wattsched.service import exposition, httpserve
+from wattsched.service.httpauth import Who, metrics_access
 
 log = logging.getLogger("wattsched.controller")
 router = APIRouter()

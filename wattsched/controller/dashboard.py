@@ -26,7 +26,7 @@ from wattsched.controller.actions import Refused
 from wattsched.controller.powerlog import DAY_S
 from wattsched.controller.routedeps import Ctl
 from wattsched.controller.views import job_brief
-from wattsched.httpauth import Who
+from wattsched.service.httpauth import Who
 
 PAGE_DIR = os.path.join(os.path.dirname(__file__), "dashboard")
 WEEK_S = 7 * DAY_S

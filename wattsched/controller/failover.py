@@ -27,11 +27,12 @@ import httpx
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
 
-from wattsched import auth, httplimits, httpserve
+from wattsched import auth
 from wattsched.config import Config
 from wattsched.controller.startup import StartupError
 from wattsched.controller.store import Fenced, StateStore
-from wattsched.httpauth import Who
+from wattsched.service import httplimits, httpserve
+from wattsched.service.httpauth import Who
 
 log = logging.getLogger("wattsched.controller")
 

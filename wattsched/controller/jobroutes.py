@@ -36,8 +36,8 @@ from wattsched.controller.actions import Refused
 from wattsched.controller.dispatch import batch_environment
 from wattsched.controller.routedeps import Ctl
 from wattsched.controller.views import job_gpus, job_view
-from wattsched.httpauth import Who
 from wattsched.model import Job
+from wattsched.service.httpauth import Who
 
 if TYPE_CHECKING:
     from wattsched.controller.state import ClusterState

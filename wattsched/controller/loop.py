@@ -181,7 +181,7 @@ def merge_profile(profile_dir: str, user: str, uid: int, job_id: int) -> bool:
     """Merge a job's node profiles, handing the merged file to its user; False when a node file is
     still locked (try again later). h5py is imported here, at the first merge: a controller whose
     cluster keeps no profiles never holds it (about 13 MiB of its memory, measured)."""
-    from wattsched import h5profile
+    from wattsched.profiles import h5profile
 
     try:
         h5profile.merge(profile_dir, user, job_id, owner_uid=uid)

@@ -9,7 +9,7 @@ import socket
 import time
 from dataclasses import replace
 
-from wattsched import auth, authsocket, httpserve, logs
+from wattsched import auth, logs
 from wattsched import config as config_mod
 from wattsched.accounting.store import AccountingStore
 from wattsched.controller import failover, triggerctl
@@ -18,8 +18,9 @@ from wattsched.controller.app import create_app
 from wattsched.controller.loop import Controller
 from wattsched.controller.startup import load_plugins, open_state
 from wattsched.controller.store import StateStore
-from wattsched.daemonstart import Start
 from wattsched.private import private_dir
+from wattsched.service import authsocket, httpserve
+from wattsched.service.daemonstart import Start
 
 log = logging.getLogger("wattsched.controller")
 

@@ -18,7 +18,7 @@ from wattsched.controller import permissions
 from wattsched.controller.actions import Refused
 from wattsched.controller.routedeps import Ctl
 from wattsched.controller.views import node_views, partition_views
-from wattsched.httpauth import Who, require_role
+from wattsched.service.httpauth import Who, require_role
 
 NodeAgent = Annotated[auth.Identity, require_role("node")]
 router = APIRouter()

@@ -18,8 +18,8 @@ from wattsched.controller import acctdb, acctpolicy, permissions, snapshots
 from wattsched.controller.actions import Refused
 from wattsched.controller.loop import Controller
 from wattsched.controller.routedeps import Ctl
-from wattsched.httpauth import Who
 from wattsched.plugins.priority.multifactor import MultifactorPriority
+from wattsched.service.httpauth import Who
 
 
 def _raw(used: dict[str, float]) -> str:

@@ -38,7 +38,6 @@ from wattsched.controller.loop import Controller
 from wattsched.controller.routedeps import Ctl
 from wattsched.controller.state import ClusterState
 from wattsched.controller.views import job_gpus, job_view, node_views, partition_views
-from wattsched.httpauth import Who
 from wattsched.restapi import (
     AccountsDoc,
     AssociationsDoc,
@@ -60,6 +59,7 @@ from wattsched.restapi import (
     job_update,
     node_update,
 )
+from wattsched.service.httpauth import Who
 
 PREFIXES = ("/slurm/", "/slurmdb/")
 

@@ -12,7 +12,7 @@ from wattsched.api import ReservationSpec
 from wattsched.controller import reservations as reservations_mod
 from wattsched.controller import resvcontrol
 from wattsched.controller.routedeps import Ctl
-from wattsched.httpauth import Who
+from wattsched.service.httpauth import Who
 
 router = APIRouter()
 

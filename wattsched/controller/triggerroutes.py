@@ -12,7 +12,7 @@ from wattsched.controller import triggerctl
 from wattsched.controller.actions import Refused
 from wattsched.controller.jobs import primary_group
 from wattsched.controller.routedeps import Ctl
-from wattsched.httpauth import Who
+from wattsched.service.httpauth import Who
 
 router = APIRouter()
 

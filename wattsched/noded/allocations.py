@@ -17,10 +17,11 @@ import logging
 import os
 from dataclasses import asdict, dataclass, field
 
-from wattsched import cpufreq, energypolicy, h5profile
+from wattsched import cpufreq, energypolicy
 from wattsched.api import JobAllocation
 from wattsched.config import Config, NodeConf
 from wattsched.noded.cpufreq import CpuFreqSysfs, layout_tree
+from wattsched.profiles import h5profile
 
 log = logging.getLogger("wattsched.noded")
 

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import Response, StreamingResponse
 
-from wattsched import auth, cpubind, exposition, httplimits, httpserve
+from wattsched import auth, cpubind
 from wattsched import config as config_mod
 from wattsched.api import (
     EPOCH_HEADER,
@@ -29,11 +29,12 @@ from wattsched.api import (
     TaskInput,
     TaskLaunch,
 )
-from wattsched.httpauth import Who, loop_lifespan, metrics_access, require_role
 from wattsched.noded import broadcast, procs, procstat, steps
 from wattsched.noded.agent import Agent
 from wattsched.noded.metrics import AgentCollector
 from wattsched.plugins import mpi
+from wattsched.service import exposition, httplimits, httpserve
+from wattsched.service.httpauth import Who, loop_lifespan, metrics_access, require_role
 
 log = logging.getLogger("wattsched.noded")
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 import socket
 
-from wattsched import auth, hostlist, httpserve, logs
+from wattsched import auth, hostlist, logs
 from wattsched import config as config_mod
-from wattsched.daemonstart import Start
 from wattsched.noded.agent import Agent, for_node, node_path
 from wattsched.noded.app import create_app
 from wattsched.noded.cgroup import CgroupError
 from wattsched.noded.gpus import GpuError
+from wattsched.service import httpserve
+from wattsched.service.daemonstart import Start
 
 
 class AgentStartError(RuntimeError):

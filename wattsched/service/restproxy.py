@@ -21,8 +21,8 @@ import httpx
 import orjson
 from starlette.types import Receive, Scope, Send
 
-from wattsched import httpserve
-from wattsched.httplimits import BodyLimit
+from wattsched.service import httpserve
+from wattsched.service.httplimits import BodyLimit
 
 MAX_BODY_BYTES = 16 * 1024 * 1024  # the controller's own limit (wattsched.controller.app)
 HEAD_MAX_BYTES = 64 * 1024  # a request's line and headers on standard input (inetd's clients are the network's)

@@ -23,7 +23,7 @@ from typing import TextIO
 import h5py
 import numpy as np
 
-from wattsched import dirfd
+from wattsched.service import dirfd
 
 SERIES = {
     "Energy": np.dtype([("ElapsedTime", "f8"), ("EpochTime", "f8"), ("Power", "f8"), ("Energy", "f8"),
@@ -54,7 +54,7 @@ def merged_path(profile_dir: str, user: str, job_id: int) -> str:
 # ProfileHDF5Dir and its per-user folders are root's (0711): users traverse them but cannot list or
 # write them, so no user can plant a link where root writes; each user reaches only the merged
 # profiles handed to them. Root opens every file there by descriptor, never following a link
-# (wattsched.dirfd), and reads back only files it wrote itself.
+# (wattsched.service.dirfd), and reads back only files it wrote itself.
 FOLDER_MODE = 0o711
 
 

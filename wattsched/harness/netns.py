@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from wattsched import auth
-from wattsched.testing import BIN, reachable_by_all, restore_modes, wait_for
+from wattsched.harness.testing import BIN, reachable_by_all, restore_modes, wait_for
 
 H = TypeVar("H", bound="Hosts")
 
