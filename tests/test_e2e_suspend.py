@@ -58,6 +58,35 @@ def test_suspend_stops_the_job_and_its_clock_and_resume_lets_it_finish(cluster: 
     assert suspended not in ("", "00:00:00"), suspended  # the 1.5 s and more it spent suspended
 
 
+def test_a_suspended_job_gives_its_cpus_to_another_and_takes_them_back(fresh_cluster: Cluster) -> None:
+    """As Slurm's scontrol suspend: the suspended job's CPUs (not its memory) go to a waiting job;
+    the two swap with suspend and resume, and both end. A controller killed meanwhile keeps the books."""
+    cluster = fresh_cluster.start()
+    whole = ("-N1", "-w", "n01", "-c", "4", "--mem=100", "-o", "/dev/null", "--wrap", "sleep 30")
+    first = cluster.sbatch(*whole)
+    cluster.wait_state(first, "RUNNING")
+    second = cluster.sbatch(*whole)
+    wait_for(lambda: cluster.job(second)["reason"] == "Resources", 20, what="the second job waits for the CPUs")
+    cluster.run("scontrol", "suspend", str(first))
+    cluster.wait_state(second, "RUNNING")
+    node = next(n for n in cluster.nodes() if n["name"] == "n01")
+    assert node["alloc_cpus"] == 4 and node["alloc_mem_mb"] == 200, node  # the CPUs once, both memories
+    cluster.kill_controller()
+    cluster.start_controller()
+    wait_for(lambda: next(n for n in cluster.nodes() if n["name"] == "n01")["alloc_cpus"] == 4, 30,
+             what="the books restored as they were")
+    cluster.run("scontrol", "suspend", str(second))
+    cluster.run("scontrol", "resume", str(first))
+    assert cluster.job(first)["state"] == "RUNNING" and cluster.job(second)["state"] == "SUSPENDED"
+    cluster.run("scancel", str(first))
+    cluster.wait_state(first, "CANCELLED")
+    cluster.run("scontrol", "resume", str(second))
+    cluster.run("scancel", str(second))
+    cluster.wait_state(second, "CANCELLED")
+    wait_for(lambda: next(n for n in cluster.nodes() if n["name"] == "n01")["alloc_cpus"] == 0, 30,
+             what="every CPU given back")
+
+
 def test_a_suspended_job_can_be_cancelled_and_users_cannot_suspend(cluster: Cluster, tmp_path: Path) -> None:
     job_id = counting_job(cluster, tmp_path)
     user = cluster.run("scontrol", "suspend", str(job_id), env=cluster.user_env(), check=False)

@@ -140,6 +140,7 @@ class Job:
     preempted: str = ""  # preempted this run: CANCEL or REQUEUE (wattsched.preemption)
     preempt_deadline: float = 0.0  # its GraceTime ends then: killed, or requeued
     preempt_suspended: bool = False  # suspended by a preemptor: its CPUs went to it, its memory stays
+    suspend_released: bool = False  # scontrol suspend gave its CPUs back (Slurm's), its memory stays
     # the job that preempted it: a suspended victim resumes, a requeued one may start again, only
     # once that job no longer waits for what it took
     preempted_by: int = 0

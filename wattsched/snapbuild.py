@@ -83,7 +83,8 @@ def node_snap(node: NodeShape, alloc_cpus: int, alloc_mem_mb: int, flag: PowerFl
               base: NodeBase = NodeBase.IDLE, drain: bool = False, not_responding: bool = False,
               free_gpus: gres.Inventory | None = None) -> NodeSnap:
     """A node as a policy sees it. ``free_gpus``: None when no job holds any of its GPUs."""
-    return NodeSnap(node.name, node.cpus, node.cpus - alloc_cpus, node.real_memory_mb,
+    # (a job resumed from scontrol suspend takes its CPUs again whoever holds them: none is free then)
+    return NodeSnap(node.name, node.cpus, max(0, node.cpus - alloc_cpus), node.real_memory_mb,
                     node.real_memory_mb - alloc_mem_mb, node.weight, frozenset(node.features),
                     nodestates.schedulable(flag, base, drain, not_responding), wake(flag), node.gres,
                     node.gres if free_gpus is None else free_gpus, node.tmp_disk_mb)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from wattsched import limits, memos, snapbuild, states, tresbind
 from wattsched.api import JobSubmit, JobUpdate, WillRun
 from wattsched.auth import Identity
-from wattsched.controller import acctpolicy, jobend, jobsubmit, permissions, snapshots
+from wattsched.controller import acctpolicy, jobend, jobsubmit, permissions, resources, snapshots
 from wattsched.controller import submit as submit_mod
 from wattsched.controller.actions import Action, Freeze, Refused, Signal
 from wattsched.model import Job
@@ -191,7 +191,9 @@ def _pending_tasks(state: ClusterState, arrays: set[int]) -> dict[int, int]:
 
 def suspend(state: ClusterState, jobs: Iterable[Job], resume: bool, who: Identity, now: float) -> list[Action]:
     """scontrol suspend|resume (operators and administrators only, as in Slurm): a suspended
-    job keeps its nodes, its processes are frozen, and its time limit does not run."""
+    job's processes are frozen, its time limit does not run, and its CPUs go back for other jobs
+    while it keeps its memory and GPUs (Slurm's indefinite suspend). It takes its CPUs again when
+    resumed, whoever runs on them then, as Slurm's does."""
     if not permissions.is_admin(state, who):
         raise Refused("Access/permission denied", 403)
     actions: list[Action] = []
@@ -205,9 +207,15 @@ def suspend(state: ClusterState, jobs: Iterable[Job], resume: bool, who: Identit
             raise Refused(f"Job {job.display_id} is already suspended", 409)
     for job in jobs:
         if resume:
+            if job.suspend_released:
+                job.suspend_released = False
+                resources.hold(state, job, +1, only_cpus=True)
             actions.extend(thaw(state, job, now))
         else:
             job.suspended_at = now
+            if not job.preempt_suspended:
+                job.suspend_released = True
+                resources.hold(state, job, -1, only_cpus=True)
             state.touch(job)
             actions.append(Freeze(job.job_id, job.node_list, True))
     return actions

@@ -1,6 +1,6 @@
 """What a job holds on its nodes' books (CPUs, memory, GPUs by number): taken when it starts or when
 a saved state is restored, given back when its nodes are clean or it is requeued; its CPUs alone
-lent while preemption keeps it suspended."""
+lent while preemption or scontrol suspend keeps it suspended."""
 
 from __future__ import annotations
 
@@ -12,12 +12,17 @@ if TYPE_CHECKING:
     from wattsched.controller.state import ClusterState
 
 
+def lent(job: Job) -> bool:
+    """Whether the job is suspended with its CPUs given back (it keeps its memory and GPUs)."""
+    return job.preempt_suspended or job.suspend_released
+
+
 def hold(state: ClusterState, job: Job, sign: int, only_cpus: bool = False) -> None:
     """Take (+1) or give back (-1) what the job holds on its nodes; ``only_cpus``: its CPUs alone
-    (a job suspended by preemption gives its CPUs to its preemptor and keeps its memory)."""
+    (a suspended job, by preemption or scontrol suspend, gives its CPUs back and keeps its memory)."""
     with_cpus = True
-    if sign < 0 and job.preempt_suspended and not only_cpus:  # its CPUs went back when it was suspended
-        job.preempt_suspended, with_cpus = False, False
+    if sign < 0 and lent(job) and not only_cpus:  # its CPUs went back when it was suspended
+        job.preempt_suspended = job.suspend_released = with_cpus = False
     for name, cpus in job.alloc_cpus.items():
         node = state.nodes.get(name)
         if node is None:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
 from wattsched import licenses, memos, power, snapbuild, states
-from wattsched.controller import acctpolicy, views
+from wattsched.controller import acctpolicy, resources, views
 from wattsched.model import Job, Node
 from wattsched.nodestates import PowerState
 from wattsched.scheduling.records import JobBrief, JobRequest, NodeSnap, PartitionSnap, RunningJob, Snapshot
@@ -106,7 +106,7 @@ def snapshot(state: ClusterState, now: float, backfill_due: bool = True) -> Snap
                                  j.array_job_id, j.array_task_id, j.start_time)
               for j in state.jobs.values()} if needs_briefs else {}
     running = tuple(running_job(state, j) for j in state.jobs.values()
-                    if j.state != states.PENDING and j.holds_nodes and not j.preempt_suspended) \
+                    if j.state != states.PENDING and j.holds_nodes and not resources.lent(j)) \
         if snapbuild.carries_running(backfill_due, state.capping,
                                      snapbuild.preempt_settings(state.config).on) else ()
     return snapbuild.snapshot(state.config, now, tuple(node_snaps(state).values()), partition_snaps(state), pending,

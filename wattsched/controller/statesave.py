@@ -73,6 +73,8 @@ def restore(state: ClusterState) -> None:
             state.with_deadline.add(job.job_id)
         if job.holds_nodes:
             resources.hold(state, job, +1)
+            if resources.lent(job):  # suspended: its CPUs are not its own until it resumes
+                resources.hold(state, job, -1, only_cpus=True)
         if job.submit_key:
             state.submissions.setdefault((job.uid, job.submit_key), []).append(job.job_id)
 
