@@ -78,6 +78,7 @@ def test_energy_fairshare_ranks_the_green_user_first(fs_cluster: Cluster) -> Non
     assert float(by_user["green"][4]) > float(by_user["glutton"][4])
     weights = c.run("sprio", "-w").stdout.splitlines()[1].split()
     assert weights[0] == "Weights" and "1000" in weights
+    assert weights[1] == "1"  # SITE's, as Slurm's sprio -w prints it: the site factor counts once
     # Slurm's layouts: by default a column for each weighted factor (ENERGY ours), USER with -u;
     # -l the fixed long one
     assert c.run("sprio").stdout.split("\n")[0].split() == ["JOBID", "PARTITION", "PRIORITY", "SITE", "AGE",

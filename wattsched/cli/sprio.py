@@ -117,7 +117,7 @@ def sprio(argv: list[str]) -> None:
         parts = [x for p in columns for x in (p, "|")][:-1]
     lines = [] if noheader else [fmt.render_header(parts, TITLES)]
     if weights_only:
-        weight_row = {"job_id": "Weights", "partition": "", "user": "", "priority": "", "site": "", "nice": "",
+        weight_row = {"job_id": "Weights", "partition": "", "user": "", "priority": "", "site": 1, "nice": "",
                       **{f: 1.0 for _t, f, _w in CODES.values()}}
         value = _values(weights, False)
 
