@@ -66,6 +66,28 @@ def test_an_exclusive_partition_gives_each_job_whole_nodes(cluster: Cluster) -> 
     cluster.run("scontrol", "delete", "PartitionName=whole")
 
 
+def test_who_may_submit_and_how_small_a_job_may_be(cluster: Cluster) -> None:
+    """Slurm's RootOnly, ReqResv and DisableRootJobs refuse at submission with Slurm's words;
+    MinNodes pends a smaller job (PartitionNodeLimit), as MaxNodes does a larger one."""
+    cluster.run("scontrol", "create", "PartitionName=rootonly", "Nodes=n04", "RootOnly=YES", "MinNodes=1")
+    cluster.run("scontrol", "create", "PartitionName=resv", "Nodes=n04", "ReqResv=YES")
+    cluster.run("scontrol", "create", "PartitionName=noroot", "Nodes=n04", "DisableRootJobs=YES")
+    cluster.run("scontrol", "create", "PartitionName=big", "Nodes=n[01-04]", "MinNodes=2")
+    shown = cluster.run("scontrol", "-o", "show", "partition", "rootonly").stdout
+    assert "RootOnly=YES ReqResv=NO" in shown and "MinNodes=1 " in shown and "DisableRootJobs=NO" in shown
+    for part, env, message in (("rootonly", cluster.user_env(), "Access/permission denied"),
+                               ("resv", None, "Access/permission denied"), ("noroot", None, "Invalid user id")):
+        refused = cluster.run("sbatch", "-H", "-p", part, "--wrap", "true", env=env, check=False)
+        assert refused.returncode == 1 and f"Batch job submission failed: {message}" in refused.stderr, \
+            (part, refused.stderr)
+    held = cluster.sbatch("-H", "-p", "rootonly", "--wrap", "true")  # root may
+    small = cluster.sbatch("-p", "big", "-N1", "--wrap", "true")
+    wait_for(lambda: cluster.job(small)["reason"] == "PartitionNodeLimit", 20, what="the one-node job pends")
+    cluster.run("scancel", str(held), str(small))
+    for part in ("rootonly", "resv", "noroot", "big"):
+        cluster.run("scontrol", "delete", f"PartitionName={part}")
+
+
 def test_bad_changes_and_users_are_refused_and_change_nothing(cluster: Cluster) -> None:
     before = _partitions(cluster)
     for args, message in [

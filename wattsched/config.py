@@ -167,6 +167,12 @@ class PartitionConf:
     # NO, or EXCLUSIVE: every job of the partition gets whole nodes, as with --exclusive (Shared= is
     # Slurm's old name for it)
     over_subscribe: str = setting("OverSubscribe", over_subscribe, "NO", aliases=("Shared",))
+    min_nodes: int = setting("MinNodes", integer, 0)  # a smaller job pends (PartitionNodeLimit), as MaxNodes
+    # who may submit, as Slurm's: root alone (RootOnly), anyone but root (DisableRootJobs), jobs that
+    # name a reservation only (ReqResv)
+    root_only: bool = setting("RootOnly", yes_no, False)
+    disable_root_jobs: bool = setting("DisableRootJobs", yes_no, False)
+    req_resv: bool = setting("ReqResv", yes_no, False)
 
     @property
     def whole_nodes(self) -> bool:

@@ -308,7 +308,7 @@ def partition(p: dict[str, Any], cluster: str) -> dict[str, Any]:
                                           "shares": 1, "oversubscribe": {
                                               "jobs": 0 if p.get("over_subscribe") == "EXCLUSIVE" else 1, "flags": []},
                                           "time": _limit(p["max_time_min"]), "over_time_limit": number(None)},
-            "minimums": {"nodes": 0}, "name": p["name"], "node_sets": "",
+            "minimums": {"nodes": p.get("min_nodes", 0)}, "name": p["name"], "node_sets": "",
             "priority": {"job_factor": p.get("priority_job_factor", 1), "tier": p.get("priority_tier", 1)},
             "timeouts": {"resume": number(None), "suspend": number(None)},
             "partition": {"state": [p["state"]]}, "suspend_time": number(None)}

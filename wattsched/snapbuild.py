@@ -75,7 +75,7 @@ def partitions(config: Config) -> dict[str, PartitionSnap]:
     """The partitions, from the configuration alone (a shell keeps the mapping from pass to pass:
     the queue memo keeps its eligibility verdicts while it is the same object)."""
     return {p.name: PartitionSnap(p.name, p.nodes, p.state, p.max_time_min, p.max_nodes, p.priority_job_factor,
-                                  p.priority_tier, p.preempt_mode)
+                                  p.priority_tier, p.preempt_mode, p.min_nodes)
             for p in config.partitions}
 
 

@@ -147,6 +147,10 @@ def _allow_deny(p: dict[str, Any], key: str, label: str) -> str:
     return f"Deny{label}={p[f'deny_{key}']}" if allow == "ALL" and p.get(f"deny_{key}") else f"Allow{label}={allow}"
 
 
+def _yes(record: dict[str, Any], key: str) -> str:
+    return "YES" if record.get(key) else "NO"
+
+
 def partition_lines(p: dict[str, Any]) -> list[str | None]:
     from wattsched import timefmt
 
@@ -157,12 +161,13 @@ def partition_lines(p: dict[str, Any]) -> list[str | None]:
         f"AllowGroups={p.get('allow_groups') or 'ALL'} {_allow_deny(p, 'accounts', 'Accounts')} "
         f"{_allow_deny(p, 'qos', 'Qos')}",
         f"AllocNodes=ALL Default={'YES' if p['default'] else 'NO'} QoS={p.get('qos') or 'N/A'}",
-        f"DefaultTime={default_time} DisableRootJobs=NO ExclusiveUser=NO GraceTime=0 Hidden=NO",
+        f"DefaultTime={default_time} DisableRootJobs={_yes(p, 'disable_root_jobs')} ExclusiveUser=NO GraceTime=0 "
+        "Hidden=NO",
         f"MaxNodes={p['max_nodes'] if p['max_nodes'] is not None else 'UNLIMITED'} MaxTime={max_time} "
-        "MinNodes=0 LLN=NO MaxCPUsPerNode=UNLIMITED",
+        f"MinNodes={p.get('min_nodes', 0)} LLN=NO MaxCPUsPerNode=UNLIMITED",
         f"Nodes={p['nodes']}",
-        f"PriorityJobFactor={p.get('priority_job_factor', 1)} PriorityTier={p.get('priority_tier', 1)} RootOnly=NO "
-        f"ReqResv=NO OverSubscribe={p.get('over_subscribe', 'NO')}",
+        f"PriorityJobFactor={p.get('priority_job_factor', 1)} PriorityTier={p.get('priority_tier', 1)} "
+        f"RootOnly={_yes(p, 'root_only')} ReqResv={_yes(p, 'req_resv')} OverSubscribe={p.get('over_subscribe', 'NO')}",
         f"OverTimeLimit=NONE PreemptMode={p.get('preempt_mode') or 'OFF'}",
         f"State={p['state']} TotalCPUs={p['total_cpus']} TotalNodes={p['total_nodes']} SelectTypeParameters=NONE",
         "JobDefaults=(null)",

@@ -308,7 +308,7 @@ def move_to_partition(state: ClusterState, job: Job, name: str, admin: bool) -> 
     partitions = snapshots.partition_snaps(state)
     try:
         part = submit_mod.partition_open(name, state.config, partitions)
-        submit_mod.check_partition_access(part, job.account, Identity(job.uid, job.user), job.gid)
+        submit_mod.check_partition_access(part, job.account, Identity(job.uid, job.user), job.gid, job.reservation)
     except submit_mod.SubmitError as exc:
         raise Refused(str(exc)) from exc
     if state.shares.qos and job.qos and not acctpolicy.qos_allowed(part, job.qos):

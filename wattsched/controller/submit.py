@@ -134,7 +134,7 @@ def build_jobs(req: JobSubmit, who: Identity, gid: int, group: str, config: Conf
                reservations: Mapping[str, Reservation]) -> list[Job]:
     """Validate ``req`` and return its job records (several for an array), ids from ``first_id``."""
     part = partition_open(req.partition, config, partitions)
-    check_partition_access(part, req.account, who, gid)
+    check_partition_access(part, req.account, who, gid, req.reservation)
     if req.reservation:
         resv = reservations.get(req.reservation)
         if resv is None:
@@ -199,7 +199,7 @@ def build_jobs(req: JobSubmit, who: Identity, gid: int, group: str, config: Conf
     if config.enforce_part_limits != "no":  # (ALL and ANY alike: a job has one partition here)
         if part.max_time_min is not None and time_limit is not None and time_limit > part.max_time_min:
             raise SubmitError("Requested time limit is invalid (missing or exceeds some limit)")
-        if part.max_nodes is not None and nodes_min > part.max_nodes:
+        if (part.max_nodes is not None and nodes_min > part.max_nodes) or nodes_min < part.min_nodes:
             raise SubmitError("Node count specification invalid")
     mem_per_node = req.mem_per_node_mb or (0 if req.mem_per_cpu_mb else config.def_mem_per_node_mb)
 
@@ -267,13 +267,18 @@ def check_licenses(spec: str, config: Config) -> None:
         raise SubmitError(licenses.INVALID) from exc
 
 
-def check_partition_access(part: PartitionConf, account: str, who: Identity, gid: int) -> None:
+def check_partition_access(part: PartitionConf, account: str, who: Identity, gid: int, reservation: str) -> None:
     """The partition's AllowGroups (root always passes, as in Slurm), AllowAccounts and DenyAccounts,
-    refused as Slurm refuses them when EnforcePartLimits is on."""
+    refused as Slurm refuses them when EnforcePartLimits is on; ReqResv, RootOnly and
+    DisableRootJobs, in Slurm's order and words."""
     if "ALL" not in part.allow_groups and who.uid != 0 and not in_groups(who.user, gid, part.allow_groups):
         raise SubmitError("User's group not permitted to use this partition")
     if ("ALL" not in part.allow_accounts and account not in part.allow_accounts) or account in part.deny_accounts:
         raise SubmitError("Invalid account or account/partition combination specified")
+    if (part.req_resv and not reservation) or (part.root_only and who.uid != 0):
+        raise SubmitError("Access/permission denied")
+    if part.disable_root_jobs and who.uid == 0:
+        raise SubmitError("Invalid user id")
 
 
 def in_groups(user: str, gid: int, groups: tuple[str, ...]) -> bool:

@@ -141,5 +141,7 @@ def partition_views(config: Config, nodes: dict[str, Node]) -> list[dict[str, An
             "allow_groups": ",".join(part.allow_groups),
             "priority_job_factor": part.priority_job_factor, "priority_tier": part.priority_tier,
             "preempt_mode": part.preempt_mode or config.preempt_mode, "over_subscribe": part.over_subscribe,
+            "min_nodes": part.min_nodes, "root_only": part.root_only, "disable_root_jobs": part.disable_root_jobs,
+            "req_resv": part.req_resv,
         })
     return result

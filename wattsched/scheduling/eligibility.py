@@ -43,7 +43,7 @@ def ineligibility(job: JobRequest, snapshot: Snapshot) -> str | None:
     if part.max_time_min is not None and (job.time_limit_min is None or job.time_limit_min > part.max_time_min) \
             and not qos_flag(snapshot, job, "PartitionTimeLimit"):  # a QOS that may go over MaxTime
         return states.R_PART_TIME
-    if part.max_nodes is not None and job.nodes_min > part.max_nodes:
+    if (part.max_nodes is not None and job.nodes_min > part.max_nodes) or job.nodes_min < part.min_nodes:
         return states.R_PART_NODES
     return None
 

@@ -63,6 +63,7 @@ class PartitionSnap:
     # preempt/partition_prio, may preempt a lower tier's; PreemptMode ("": the cluster's)
     priority_tier: int = 1
     preempt_mode: str = ""
+    min_nodes: int = 0
 
 
 @dataclass(frozen=True, slots=True, eq=False)
