@@ -127,6 +127,26 @@ def test_node_failure_requeues_or_fails_jobs(fresh_cluster: Cluster) -> None:
     cluster.run("scancel", str(requeued))
 
 
+def test_a_no_kill_job_runs_on_without_its_failed_node(fresh_cluster: Cluster) -> None:
+    """sbatch -k: a node of the job set DOWN leaves its allocation, and the job runs on (Slurm's
+    --no-kill); without -k the same failure requeues it. -k=off is as no -k."""
+    cluster = fresh_cluster.start()
+    kept = cluster.sbatch("-k", "-N2", "-w", "n[01-02]", "-o", "/dev/null", "--wrap", "sleep 300")
+    requeued = cluster.sbatch("--no-kill=off", "-N2", "-w", "n[03-04]", "-o", "/dev/null", "--wrap", "sleep 300")
+    for job_id in (kept, requeued):
+        cluster.wait_state(job_id, "RUNNING")
+    lost = next(n for n in ("n01", "n02") if n != cluster.job(kept)["batch_host"])
+    cluster.run("scontrol", "update", f"nodename={lost},n04", "state=down", "reason=test")
+    job = wait_for(lambda: (j := cluster.job(kept))["node_list"] != "n[01-02]" and j, 20, what="the node leaves")
+    assert job["state"] == "RUNNING" and job["restart_count"] == 0 and lost not in job["node_list"]
+    assert cluster.wait_state(requeued, "PENDING")["restart_count"] == 1
+    node = next(n for n in cluster.nodes() if n["name"] == lost)
+    assert node["alloc_cpus"] == 0, node  # what the job held there went back
+    cluster.run("scancel", str(kept), str(requeued))
+    refused = cluster.run("sbatch", "--no-kill=maybe", "--wrap", "true", check=False)
+    assert refused.returncode != 0 and "Invalid --no-kill specification" in refused.stderr
+
+
 def test_accounting_outage_loses_nothing(fresh_cluster: Cluster, tmp_path) -> None:
     cluster = fresh_cluster.start()
     db = cluster.root / "ctld" / "accounting.db"

@@ -133,6 +133,7 @@ class JobSubmit(Strict):
     hold: bool = False
     exclusive: bool = False
     overcommit: bool = False  # -O: CPUs as for one task per node, the tasks sharing them
+    no_kill: bool = False  # -k: a failed node leaves the job, which runs on without it
     nodelist: str = Field("", max_length=TEXT_MAX)
     exclude: str = Field("", max_length=TEXT_MAX)
     constraint: Name = ""

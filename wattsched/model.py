@@ -90,6 +90,7 @@ class Job:
     admin_comment: str = ""
     wckey: str = ""
     requeue: bool = True
+    no_kill: bool = False  # -k: a failed node leaves the job, which runs on without it (Slurm's --no-kill)
     interactive: bool = False
     nice: int = 0
     reservation: str = ""

@@ -345,7 +345,8 @@ def job_submit(desc: JobDesc, script: str | None) -> JobSubmit:
         "open_mode": "append" if "APPEND" in [f.upper() for f in desc.open_mode or ()] else "truncate",
         "comment": desc.comment or "", "wckey": desc.wckey or "", "requeue": desc.requeue,
         "immediate": bool(desc.immediate), "nice": desc.nice or 0, "reservation": desc.reservation or "",
-        "cpu_freq": desc.cpu_frequency or "", "profile": ",".join(desc.profile or ()),
+        "no_kill": desc.kill_on_node_fail is False, "cpu_freq": desc.cpu_frequency or "",
+        "profile": ",".join(desc.profile or ()),
         "gres": desc.tres_per_node or "", "gpus": (desc.tres_per_job or "").removeprefix("gres/"),
         "gpus_per_task": (desc.tres_per_task or "").removeprefix("gres/"), "tres_bind": desc.tres_bind or "",
     }

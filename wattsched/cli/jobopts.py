@@ -103,7 +103,8 @@ def job_options(prog: str) -> list[Opt | str]:
         ignored(None, "delay-boot", REQ), ignored(None, "extra", REQ),
         ignored(None, "get-user-env", OPT), ignored(None, "gpu-freq", REQ),
         Opt(None, "gpu-bind", REQ, "task to gpu binding options", metavar="..."),
-        ignored(None, "gres-flags", REQ), ignored(None, "hint", REQ), ignored("k", "no-kill", OPT),
+        ignored(None, "gres-flags", REQ), ignored(None, "hint", REQ),
+        Opt("k", "no-kill", OPT, "do not kill job on node failure", metavar="on|off"),
         ignored(None, "mail-type", REQ), ignored(None, "mail-user", REQ), ignored(None, "mcs-label", REQ),
         ignored(None, "mem-bind", REQ), ignored(None, "network", REQ), ignored(None, "ntasks-per-core", REQ),
         ignored(None, "ntasks-per-socket", REQ), ignored("s", "oversubscribe", NO),
@@ -379,6 +380,16 @@ def job_environment(export: str | None) -> dict[str, str]:
     return env
 
 
+def no_kill(value: Any) -> bool:
+    """-k/--no-kill[=on|off]: given alone, on (its value is then True); "off" turns it off, as Slurm's."""
+    if value is None or value is True:
+        return value is True
+    word = str(value).strip().lower()
+    if word not in ("on", "off", "yes", "no", "1", "0"):
+        raise CLIError(f"Invalid --no-kill specification: {value}")
+    return word in ("on", "yes", "1")
+
+
 def nice(text: str | None) -> int:
     """--nice[=adjustment]: Slurm's bounds (+-2147483645); no value means 100."""
     if text is None:
@@ -436,6 +447,7 @@ def submission(opts: dict[str, Any], **extra: Any) -> dict[str, Any]:
         "hold": bool(opts.get("hold")),
         "exclusive": bool(opts.get("exclusive")),
         "overcommit": bool(opts.get("overcommit")),
+        "no_kill": no_kill(opts.get("no_kill")),
         "nodelist": opts.get("nodelist") or (read_nodefile(opts["nodefile"]) if opts.get("nodefile") else "")
         or ",".join(dict.fromkeys(arbitrary or ())),
         "exclude": opts.get("exclude") or "",

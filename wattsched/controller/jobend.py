@@ -10,7 +10,7 @@ import signal as signal_mod
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from wattsched import states
+from wattsched import hostlist, states
 from wattsched.api import JobEvent
 from wattsched.controller import jobenergy, resources, statesave
 from wattsched.controller.actions import Action, Signal, admin_program
@@ -142,9 +142,26 @@ def node_failed_job(state: ClusterState, job: Job, now: float) -> list[Action]:
     if job.cancelled_by is not None or job.timed_out:
         final = states.TIMEOUT if job.timed_out else states.CANCELLED
         return end(state, job, final, job.exit_code, job.term_signal, now, live)
+    if job.no_kill and live and not job.configuring and job.batch_host in live:
+        return lose_nodes(state, job, [n for n in job.node_list if n not in live])
     if (job.configuring or (job.requeue and state.config.job_requeue)) and not job.interactive:
         return requeue_running(state, job, now, states.NODE_FAIL)
     return end(state, job, states.NODE_FAIL, 0, 0, now, live)
+
+
+def lose_nodes(state: ClusterState, job: Job, lost: list[str]) -> list[Action]:
+    """A --no-kill job runs on without its failed nodes, as Slurm's: they leave its allocation (and
+    what it held on them goes back), its batch host and the rest keep running it."""
+    resources.hold(state, job, -1)
+    for name in lost:
+        job.alloc_cpus.pop(name, None)
+        job.tasks_per_node.pop(name, None)
+        job.alloc_gpus.pop(name, None)
+    resources.hold(state, job, +1)
+    job.nodes_expr = hostlist.compress(job.node_list)
+    state.touch(job)
+    log.warning("job lost nodes and runs on (--no-kill)", extra={"job": job.job_id, "nodes": ",".join(lost)})
+    return []
 
 
 def node_down(state: ClusterState, node: Node, reason: str, now: float, not_responding: bool = False,
