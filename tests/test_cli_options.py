@@ -85,10 +85,10 @@ def test_numbers_are_checked_as_slurm_does(capsys: pytest.CaptureFixture[str]) -
 
 
 def test_ignored_options_are_noted_under_verbose_refused_ones_fail(capsys: pytest.CaptureFixture[str]) -> None:
-    opts, _ = SBATCH.parse(["--mail-type=END", "--reboot", "x.sh"])
+    opts, _ = SBATCH.parse(["--mcs-label=x", "--reboot", "x.sh"])
     assert opts == {} and capsys.readouterr().err == ""
-    SBATCH.parse(["-v", "--mail-type=END", "x.sh"])
-    assert "option --mail-type is not supported by this site and is ignored" in capsys.readouterr().err
+    SBATCH.parse(["-v", "--mcs-label=x", "x.sh"])
+    assert "option --mcs-label is not supported by this site and is ignored" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         SBATCH.parse(["--mem-per-gpu=4G", "x.sh"])
     assert "sbatch: error: --mem-per-gpu: --mem-per-gpu is not supported; use --mem" in capsys.readouterr().err

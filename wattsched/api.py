@@ -134,6 +134,8 @@ class JobSubmit(Strict):
     exclusive: bool = False
     overcommit: bool = False  # -O: CPUs as for one task per node, the tasks sharing them
     no_kill: bool = False  # -k: a failed node leaves the job, which runs on without it
+    mail_type: str = Field("", max_length=256)  # --mail-type (wattsched.mailtypes)
+    mail_user: str = Field("", max_length=256)  # --mail-user
     nodelist: str = Field("", max_length=TEXT_MAX)
     exclude: str = Field("", max_length=TEXT_MAX)
     constraint: Name = ""

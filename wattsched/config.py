@@ -262,6 +262,10 @@ class Config:
     # how jobs' use is gathered: both read each task's use from the kernel (/proc) on its node
     job_acct_gather_type: str = setting("JobAcctGatherType", choice("jobacct_gather/linux", "jobacct_gather/cgroup"),
                                         "jobacct_gather/linux")
+    # e-mail on jobs' events (--mail-type): the program run as ``MailProg -s SUBJECT USER``, and the
+    # domain added to a user name without one
+    mail_prog: str = setting("MailProg", text, "/bin/mail", path=True)
+    mail_domain: str = setting("MailDomain", text, "")
     # the cluster's licenses (wattsched.licenses), counted apart from any node: name[:count],...
     licenses: str = setting("Licenses", license_list, "")
     job_requeue: bool = setting("JobRequeue", yes_no, True)

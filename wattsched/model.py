@@ -91,6 +91,9 @@ class Job:
     wckey: str = ""
     requeue: bool = True
     no_kill: bool = False  # -k: a failed node leaves the job, which runs on without it (Slurm's --no-kill)
+    mail_type: tuple[str, ...] = ()  # --mail-type's events (wattsched.mailtypes), mailed to mail_user
+    mail_user: str = ""  # --mail-user ("": the job's user)
+    mail_sent: tuple[str, ...] = ()  # the once-a-run events already mailed (time limits, invalid dependency)
     interactive: bool = False
     nice: int = 0
     reservation: str = ""

@@ -105,7 +105,9 @@ def job_options(prog: str) -> list[Opt | str]:
         Opt(None, "gpu-bind", REQ, "task to gpu binding options", metavar="..."),
         ignored(None, "gres-flags", REQ), ignored(None, "hint", REQ),
         Opt("k", "no-kill", OPT, "do not kill job on node failure", metavar="on|off"),
-        ignored(None, "mail-type", REQ), ignored(None, "mail-user", REQ), ignored(None, "mcs-label", REQ),
+        Opt(None, "mail-type", REQ, "notify on state change: BEGIN, END, FAIL or ALL", metavar="type"),
+        Opt(None, "mail-user", REQ, "who to send email notification for job state changes", metavar="user"),
+        ignored(None, "mcs-label", REQ),
         ignored(None, "mem-bind", REQ), ignored(None, "network", REQ), ignored(None, "ntasks-per-core", REQ),
         ignored(None, "ntasks-per-socket", REQ), ignored("s", "oversubscribe", NO),
         Opt("O", "overcommit", NO, "overcommit resources: CPUs as for one task per node"),
@@ -448,6 +450,7 @@ def submission(opts: dict[str, Any], **extra: Any) -> dict[str, Any]:
         "exclusive": bool(opts.get("exclusive")),
         "overcommit": bool(opts.get("overcommit")),
         "no_kill": no_kill(opts.get("no_kill")),
+        "mail_type": opts.get("mail_type") or "", "mail_user": opts.get("mail_user") or "",
         "nodelist": opts.get("nodelist") or (read_nodefile(opts["nodefile"]) if opts.get("nodefile") else "")
         or ",".join(dict.fromkeys(arbitrary or ())),
         "exclude": opts.get("exclude") or "",

@@ -80,6 +80,8 @@ def job_lines(j: dict[str, Any], details: bool = False) -> list[str | None]:
         *(f"{label}={j[key]}" for label, key in (("TresPerJob", "tres_per_job"), ("TresPerNode", "tres_per_node"),
                                                   ("TresPerTask", "tres_per_task"), ("TresBind", "tres_bind"))
           if j.get(key)),
+        f"MailUser={j.get('mail_user') or j['user']} MailType={','.join(j['mail_type'])}"
+        if j.get("mail_type") else None,
     ]
 
 

@@ -79,10 +79,20 @@ def admin_program(config: Config, kind: str, job: Job) -> AdminProgram:
 
 
 @dataclass(slots=True)
+class Mail:
+    """MailProg ``-s subject recipient`` about a job (wattsched.controller.mail), run in a thread."""
+
+    job_id: int
+    subject: str
+    recipient: str
+    env: dict[str, str]
+
+
+@dataclass(slots=True)
 class RunTrigger:
     """A fired trigger's program, run as its setter on the controller's host."""
 
     trigger: Trigger
 
 
-Action = Launch | Signal | PowerProgram | AdminProgram | Freeze | SetFreq | RunTrigger
+Action = Launch | Signal | PowerProgram | AdminProgram | Freeze | SetFreq | RunTrigger | Mail

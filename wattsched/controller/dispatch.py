@@ -33,13 +33,14 @@ from wattsched.api import (
 from wattsched.config import Config
 from wattsched.controller import failover, jobend, launching, powercontrol, triggerctl
 from wattsched.controller import jobs as jobs_mod
-from wattsched.controller.actions import Action, AdminProgram, Freeze, Launch, RunTrigger, SetFreq, Signal
+from wattsched.controller.actions import Action, AdminProgram, Freeze, Launch, Mail, RunTrigger, SetFreq, Signal
 from wattsched.controller.powersaving import PowerProgram, run_program
 from wattsched.controller.state import ClusterState
 from wattsched.controller.views import output_path
 from wattsched.model import Job
 
 log = logging.getLogger("wattsched.controller.dispatch")
+MAIL_PROG_TIMEOUT_S = 120  # Slurm's MAIL_PROG_TIMEOUT: a MailProg that hangs is killed then
 
 RETRY_AFTER_S = 5.0
 
@@ -98,6 +99,8 @@ class Dispatcher:
                 self._spawn(self._admin_program(action))
             elif isinstance(action, RunTrigger):
                 self.triggers.start(action.trigger, time.time())
+            elif isinstance(action, Mail):
+                self._spawn(self._mail(action))
             elif isinstance(action, Freeze):
                 for url, names in self._by_agent(action.nodes).items():
                     self._spawn(self._post(f"{url}/v1/freeze", FreezeJob(job_id=action.job_id, nodes=names,
@@ -139,6 +142,16 @@ class Dispatcher:
                                               self.state.config.prolog_epilog_timeout_s)
         self.run(launching.admin_program_done(self.state, program, code, error, time.time()))
         self.on_change()
+
+    async def _mail(self, mail: Mail) -> None:
+        """MailProg in a thread, as root runs the site's programs: its arguments are the subject and
+        the recipient, each one argument (no shell), so a job's name or --mail-user cannot become
+        another option or command."""
+        program = self.state.config.mail_prog
+        code, error = await asyncio.to_thread(prologs.run_program, program, mail.env, MAIL_PROG_TIMEOUT_S,
+                                              ["-s", mail.subject, mail.recipient])
+        if code:
+            log.warning("MailProg failed", extra={"job": mail.job_id, "error": error})
 
     def _spawn(self, coro) -> None:
         task = asyncio.get_running_loop().create_task(coro)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from wattsched import hostlist, states
 from wattsched.api import JobEvent
-from wattsched.controller import jobenergy, resources, statesave
+from wattsched.controller import jobenergy, mail, resources, statesave
 from wattsched.controller.actions import Action, Signal, admin_program
 from wattsched.model import Job, Node
 from wattsched.nodestates import NodeBase
@@ -42,6 +42,8 @@ def end(state: ClusterState, job: Job, final: str, exit_code: int, term_signal: 
         state.energy_due.add(job.job_id)
         job.energy_pending = True
     after: list[Action] = [admin_program(state.config, "epilog", job)] if state.config.epilog_slurmctld else []
+    if job.mail_type:
+        after += mail.ended(state, job)
     if completing_nodes:
         job.state = states.COMPLETING
         job.completing_nodes = list(completing_nodes)
@@ -187,10 +189,11 @@ def requeue_running(state: ClusterState, job: Job, now: float, cause: str = stat
     live = [] if job.configuring else [n for n in nodes if state.nodes[n].base_state != NodeBase.DOWN
                                        and not state.nodes[n].not_responding]
     record_run(state, job, cause, now)
+    notices = mail.requeued(state, job) if job.mail_type else []
     resources.hold(state, job, -1)
     reset_for_requeue(state, job, now)
     job.completing_nodes = live
-    return [Signal(job.job_id, nodes, signal_mod.SIGKILL, terminate=True)]
+    return [Signal(job.job_id, nodes, signal_mod.SIGKILL, terminate=True), *notices]
 
 
 def requeue_completing(state: ClusterState, job: Job, now: float) -> None:
@@ -236,6 +239,7 @@ def reset_for_requeue(state: ClusterState, job: Job, now: float) -> None:
     job.cancelled_by, job.timed_out, job.warn_signal_sent, job.stopped = None, False, False, False
     job.preempted, job.preempt_deadline = "", 0.0  # (preempt_suspended: cleared as its resources went back)
     job.cap_slowed, job.cap_freq_before, job.cap_suspended = False, None, False
+    job.mail_sent = ()
     job.exit_code = job.term_signal = 0
     job.steps, job.next_step_id, job.completing_nodes = [], 0, []
     state.touch(job)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from wattsched import gres, hostlist, prologs, states
 from wattsched.api import JobEvent
-from wattsched.controller import jobend, preempting, resources, snapshots, statesave
+from wattsched.controller import jobend, mail, preempting, resources, snapshots, statesave
 from wattsched.controller.actions import Action, AdminProgram, Launch, admin_program
 from wattsched.controller.powersaving import PowerProgram
 from wattsched.model import Job, Step
@@ -57,14 +57,19 @@ def schedule(state: ClusterState, now: float) -> list[Action]:
         if job.priority != prio:
             job.priority = prio
             state.memo.job_changed(job_id, request_changed=False)
+    actions: list[Action] = []
     for job_id, reason in decisions.reasons.items():
         job = state.jobs[job_id]
         if job.reason != reason:
             job.reason = reason
             state.touch(job, request_changed=False)
-    actions: list[Action] = []
+            if reason == states.R_DEP_NEVER and job.mail_type:
+                actions.extend(mail.invalid_dependency(state, job))
     for job_id, alloc in decisions.starts:
-        actions.extend(start(state, state.jobs[job_id], alloc, now))
+        job = state.jobs[job_id]
+        actions.extend(start(state, job, alloc, now))
+        if job.mail_type:
+            actions.extend(mail.began(state, job))
     if snap.running and snap.accounts is not None:
         actions.extend(preempting.preempt(state, snap, decisions, now))
     state.stats.started += len(decisions.starts)

@@ -20,6 +20,7 @@ from wattsched import (
     gres,
     hostlist,
     licenses,
+    mailtypes,
     patterns,
     prediction,
     snapbuild,
@@ -152,6 +153,7 @@ def build_jobs(req: JobSubmit, who: Identity, gid: int, group: str, config: Conf
     if not tresbind.valid(req.tres_bind):
         raise SubmitError(INVALID_TRES)
     check_licenses(req.licenses, config)
+    mail_type = check_mail(req.mail_type, req.mail_user)
     if req.script is None and not req.interactive:
         raise SubmitError("Batch script is empty!")
     if req.script is not None and not req.script.startswith("#!"):
@@ -226,7 +228,7 @@ def build_jobs(req: JobSubmit, who: Identity, gid: int, group: str, config: Conf
         reason=states.R_HELD_USER if req.hold else states.R_NONE,  # at once, as Slurm: no pass needed
         reservation=req.reservation, power_fit=req.power_fit,
         gpus_per_node=gpus.per_node, gpus_per_task=gpus.per_task, gpus_per_job=gpus.per_job, gpu_type=gpus.kind,
-        tres_bind=req.tres_bind, licenses=req.licenses)
+        tres_bind=req.tres_bind, licenses=req.licenses, mail_type=mail_type, mail_user=req.mail_user)
     # the request as the policies will see it (snapbuild.request), checked before the other options
     request = snapbuild.request(template, whole_nodes=part.whole_nodes)
     if not feasible(request, partitions[part.name], node_snaps, select, config.def_mem_per_cpu_mb):
@@ -258,6 +260,20 @@ def build_jobs(req: JobSubmit, who: Identity, gid: int, group: str, config: Conf
         job.array_throttle = array.throttle
         jobs.append(job)
     return jobs
+
+
+# a mail recipient is one argument of MailProg: no leading '-' (an option), no blank or control character
+_MAIL_USER = re.compile(r"[A-Za-z0-9_.+][^\s\x00-\x1f\x7f]{0,254}")
+
+
+def check_mail(types: str, user: str) -> tuple[str, ...]:
+    """--mail-type's events (Slurm's error for none known) and --mail-user, which MailProg gets as an argument."""
+    if user and not _MAIL_USER.fullmatch(user):
+        raise SubmitError("Invalid --mail-user specification")
+    try:
+        return mailtypes.parse(types) if types else ()
+    except ValueError as exc:
+        raise SubmitError(mailtypes.INVALID) from exc
 
 
 def check_licenses(spec: str, config: Config) -> None:

@@ -9,7 +9,17 @@ import logging
 from typing import TYPE_CHECKING
 
 from wattsched import ledger, nodestates, states
-from wattsched.controller import acctpolicy, jobend, jobenergy, jobs, powercontrol, preempting, snapshots, triggerctl
+from wattsched.controller import (
+    acctpolicy,
+    jobend,
+    jobenergy,
+    jobs,
+    mail,
+    powercontrol,
+    preempting,
+    snapshots,
+    triggerctl,
+)
 from wattsched.controller.actions import Action, RunTrigger, Signal
 
 if TYPE_CHECKING:
@@ -30,6 +40,8 @@ def check_timers(state: ClusterState, now: float) -> list[Action]:
             actions.extend(preempting.expire(state, job, now))
         elif job.state == states.RUNNING and job.time_limit_min is not None and not job.configuring \
                 and not job.suspended_at:
+            if job.mail_type:
+                actions.extend(mail.time_limit(state, job, now))
             deadline = job.start_time + job.suspended_s + job.time_limit_min * 60  # suspended time is not run time
             if job.kill_signal and not job.warn_signal_sent and now >= deadline - job.kill_signal_secs:
                 job.warn_signal_sent = True
