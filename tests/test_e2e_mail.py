@@ -41,6 +41,12 @@ def test_a_job_mails_when_it_begins_and_ends(mail_cluster: tuple[Cluster, Path])
     assert mails[1][1].endswith(", FAILED, ExitCode 3") and mails[1][4:] == ["Failed", "FAILED"]
     shown = c.run("scontrol", "show", "job", str(job)).stdout
     assert "MailUser=lab MailType=INVALID_DEPEND,BEGIN,END,FAIL,REQUEUE,STAGE_OUT" in shown
+    held = c.sbatch("-H", "--wrap", "true")
+    c.run("scontrol", "update", f"JobId={held}", "MailType=END,FAIL", "MailUser=ops")
+    assert "MailUser=ops MailType=END,FAIL" in c.run("scontrol", "show", "job", str(held)).stdout
+    bad = c.run("scontrol", "update", f"JobId={held}", "MailType=never", check=False)
+    assert bad.returncode == 1 and "Invalid --mail-type specification" in bad.stderr
+    c.run("scancel", str(held))
     quiet = c.sbatch("--wrap", "true")
     c.wait_state(quiet, "COMPLETED")
     assert _mails(log, quiet) == []  # no --mail-type: no mail

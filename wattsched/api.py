@@ -201,6 +201,8 @@ class JobUpdate(Strict):
     partition: Short | None = None
     tres_bind: str | None = Field(None, max_length=tresbind.MAX_LEN)  # "": cleared
     licenses: str | None = Field(None, max_length=TEXT_MAX)  # "": cleared
+    mail_type: str | None = Field(None, max_length=256)  # MailType=
+    mail_user: str | None = Field(None, max_length=256)  # MailUser=
 
 
 class ReservationSpec(Strict):

@@ -460,7 +460,8 @@ def update(client: Client, args: list[str]) -> None:
     body: dict[str, Any] = {}
     names = {"timelimit": "time_limit", "priority": "priority", "nice": "nice", "jobname": "name",
              "name": "name", "comment": "comment", "partition": "partition", "admincomment": "admin_comment",
-             "tresbind": "tres_bind", "licenses": "licenses", "license": "licenses"}
+             "tresbind": "tres_bind", "licenses": "licenses", "license": "licenses", "mailtype": "mail_type",
+             "mailuser": "mail_user"}
     for key, value in pairs.items():
         if key not in names:
             raise CLIError(f"Update of this parameter is not supported: {key}")

@@ -282,6 +282,15 @@ def update(state: ClusterState, jobs: Iterable[Job], upd: JobUpdate, who: Identi
             job.tres_bind = upd.tres_bind
         if upd.licenses is not None and upd.licenses != job.licenses:
             update_licenses(state, job, upd.licenses, admin)
+        if upd.mail_type is not None or upd.mail_user is not None:
+            try:
+                types = submit_mod.check_mail(upd.mail_type or "", upd.mail_user or "")
+            except submit_mod.SubmitError as exc:
+                raise Refused(str(exc)) from exc
+            if upd.mail_type is not None:
+                job.mail_type = types
+            if upd.mail_user is not None:
+                job.mail_user = upd.mail_user
         state.touch(job)
 
 
