@@ -143,6 +143,20 @@ def test_a_no_kill_job_runs_on_without_its_failed_node(fresh_cluster: Cluster) -
     node = next(n for n in cluster.nodes() if n["name"] == lost)
     assert node["alloc_cpus"] == 0, node  # what the job held there went back
     cluster.run("scancel", str(kept), str(requeued))
+    # suspended when its node fails: the CPUs it lent stay lent, and come back on its last node alone
+    cluster.run("scontrol", "update", f"nodename={lost}", "state=resume")
+    suspended = cluster.sbatch("-k", "-N2", "-w", "n[01-02]", "-o", "/dev/null", "--wrap", "sleep 300")
+    cluster.wait_state(suspended, "RUNNING")
+    batch = cluster.job(suspended)["batch_host"]
+    other = "n02" if batch == "n01" else "n01"
+    cluster.run("scontrol", "suspend", str(suspended))
+    cluster.run("scontrol", "update", f"nodename={other}", "state=down", "reason=test")
+    wait_for(lambda: cluster.job(suspended)["node_list"] == batch, 20, what="the suspended job loses its node")
+    cpus = {n["name"]: n["alloc_cpus"] for n in cluster.nodes()}
+    assert cpus[batch] == 0 and cpus[other] == 0, cpus
+    cluster.run("scontrol", "resume", str(suspended))
+    assert {n["name"]: n["alloc_cpus"] for n in cluster.nodes()}[batch] == 1
+    cluster.run("scancel", str(suspended))
     refused = cluster.run("sbatch", "--no-kill=maybe", "--wrap", "true", check=False)
     assert refused.returncode != 0 and "Invalid --no-kill specification" in refused.stderr
 

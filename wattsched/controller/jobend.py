@@ -154,12 +154,16 @@ def node_failed_job(state: ClusterState, job: Job, now: float) -> list[Action]:
 def lose_nodes(state: ClusterState, job: Job, lost: list[str]) -> list[Action]:
     """A --no-kill job runs on without its failed nodes, as Slurm's: they leave its allocation (and
     what it held on them goes back), its batch host and the rest keep running it."""
+    suspended = job.preempt_suspended, job.suspend_released  # (a suspended job's CPUs are already back)
     resources.hold(state, job, -1)
     for name in lost:
         job.alloc_cpus.pop(name, None)
         job.tasks_per_node.pop(name, None)
         job.alloc_gpus.pop(name, None)
     resources.hold(state, job, +1)
+    if any(suspended):
+        resources.hold(state, job, -1, only_cpus=True)
+        job.preempt_suspended, job.suspend_released = suspended
     job.nodes_expr = hostlist.compress(job.node_list)
     state.touch(job)
     log.warning("job lost nodes and runs on (--no-kill)", extra={"job": job.job_id, "nodes": ",".join(lost)})
