@@ -31,6 +31,12 @@ def parse(text: str) -> tuple[str, ...]:
     return tuple(t for t in TYPES if t in chosen)
 
 
+def recipient(user: str, domain: str) -> str:
+    """Who is mailed, as Slurm stores it with the job: --mail-user (else the job's user), with
+    MailDomain added to a name that has no domain."""
+    return f"{user}@{domain}" if domain and "@" not in user else user
+
+
 def show(types: tuple[str, ...]) -> str:
     """print_mail_type: the events by name, or NONE."""
     return ",".join(types) or "NONE"

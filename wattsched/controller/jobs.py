@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from wattsched import limits, memos, snapbuild, states, tresbind
+from wattsched import limits, mailtypes, memos, snapbuild, states, tresbind
 from wattsched.api import JobSubmit, JobUpdate, WillRun
 from wattsched.auth import Identity
 from wattsched.controller import acctpolicy, jobend, jobsubmit, permissions, resources, snapshots
@@ -290,7 +290,7 @@ def update(state: ClusterState, jobs: Iterable[Job], upd: JobUpdate, who: Identi
             if upd.mail_type is not None:
                 job.mail_type = types
             if upd.mail_user is not None:
-                job.mail_user = upd.mail_user
+                job.mail_user = mailtypes.recipient(upd.mail_user or job.user, state.config.mail_domain)
         state.touch(job)
 
 

@@ -144,7 +144,5 @@ def _summary(state: ClusterState, job: Job, tasks: list[Job], event: str) -> Mai
 
 
 def _recipient(state: ClusterState, job: Job) -> str:
-    """--mail-user, else the job's user, with MailDomain where the name has none."""
-    user = job.mail_user or job.user
-    domain = state.config.mail_domain
-    return f"{user}@{domain}" if domain and "@" not in user else user
+    """The address the job was given at submission (one saved before it had none: its user's)."""
+    return job.mail_user or mailtypes.recipient(job.user, state.config.mail_domain)

@@ -228,7 +228,8 @@ def build_jobs(req: JobSubmit, who: Identity, gid: int, group: str, config: Conf
         reason=states.R_HELD_USER if req.hold else states.R_NONE,  # at once, as Slurm: no pass needed
         reservation=req.reservation, power_fit=req.power_fit,
         gpus_per_node=gpus.per_node, gpus_per_task=gpus.per_task, gpus_per_job=gpus.per_job, gpu_type=gpus.kind,
-        tres_bind=req.tres_bind, licenses=req.licenses, mail_type=mail_type, mail_user=req.mail_user)
+        tres_bind=req.tres_bind, licenses=req.licenses, mail_type=mail_type,
+        mail_user=mailtypes.recipient(req.mail_user or who.user, config.mail_domain))
     # the request as the policies will see it (snapbuild.request), checked before the other options
     request = snapbuild.request(template, whole_nodes=part.whole_nodes)
     if not feasible(request, partitions[part.name], node_snaps, select, config.def_mem_per_cpu_mb):
