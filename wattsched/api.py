@@ -460,6 +460,8 @@ class NodeReport(Strict):
     # on, off, switching_on or switching_off (wattsched.switching), and since when it has been up
     power: str = "on"
     up_since: float = 0.0
+    # why the node's energy is unknown: its sensor's last read failed ("" while readings come)
+    energy_error: str = Field("", max_length=256)
 
 
 class TaskUsage(Strict):

@@ -307,6 +307,7 @@ class Node:
     job_gpu_samples: list[dict[int, float]] = field(default_factory=list)  # per sample: job -> its GPUs' joules
     energy_first: tuple[float, float] | None = None
     current_watts: float = 0.0
+    energy_error: str = ""  # why its sensor's last read failed: its power is unknown until one succeeds
 
     def add_energy_sample(self, when: float, joules: float, watts: float,
                           job_cpu: dict[int, float] | None = None, job_gpu: dict[int, float] | None = None) -> None:

@@ -131,6 +131,8 @@ def node_lines(n: dict[str, Any], details: bool = False) -> list[str | None]:
         "AllocTRES=" + ",".join(([f"cpu={n['alloc_cpus']}"] if n["alloc_cpus"] else [])
                                 + ([f"gres/gpu={n['alloc_gpus']}"] if n.get("alloc_gpus") else [])),
         "CapWatts=n/a",
+        # Slurm's words for a power not known; ours says why on a line of its own, as Reason does
+        "CurrentWatts=n/a AveWatts=n/a" if n.get("energy_error") else
         f"CurrentWatts={n['current_watts']} AveWatts={n['ave_watts']}",
         f"LowestJoules={n['lowest_joules']} ConsumedJoules={n['consumed_joules']}" if n["metered"] else None,
         "ExtSensorsJoules=n/s ExtSensorsWatts=0 ExtSensorsTemp=n/s",
@@ -140,6 +142,8 @@ def node_lines(n: dict[str, Any], details: bool = False) -> list[str | None]:
                                                                      ("InstanceType", "instance_type")) if n[field]))
     if n["reason"]:
         lines.append(f"Reason={n['reason']} [{_user(n['reason_uid'])}@{_ts(n['reason_time'])}]")
+    if n.get("energy_error"):
+        lines.append(f"EnergyReason={n['energy_error']}")
     return lines
 
 

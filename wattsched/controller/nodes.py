@@ -115,6 +115,7 @@ def heartbeat(state: ClusterState, hb: AgentHeartbeat, now: float) -> tuple[list
             node.idle_since = first_idle(state, node, now)
         node.agent_url, node.last_seen, node.boot_time = hb.agent_url, now, hb.boot_time
         node.registered = True
+        node.energy_error = report.energy_error
         if report.energy is not None:
             node.add_energy_sample(report.energy.time, report.energy.joules, report.energy.watts,
                                    {u.job_id: u.cpu_s for u in report.jobs},

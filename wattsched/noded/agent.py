@@ -625,6 +625,7 @@ class Agent:
 
     def report(self, with_events: bool = True, with_nodes: bool = True) -> AgentHeartbeat:
         energy = self.energy.samples() if with_nodes else {}
+        failing = self.energy.errors() if with_nodes else {}
         now = time.time()
         # each walk over the jobs once for all the nodes, not once per node: an agent may host a
         # thousand nodes and their jobs
@@ -637,7 +638,8 @@ class Agent:
                 running = self._running()
         nodes = [NodeReport(name=n.name, cpus=n.cpus, real_memory_mb=n.real_memory_mb,
                             running_jobs=sorted(running.get(n.name, ())), energy=energy.get(n.name),
-                            jobs=self._usage(n.name, usage.get(n.name, []), signed), **self._power(n, now))
+                            jobs=self._usage(n.name, usage.get(n.name, []), signed),
+                            energy_error=failing.get(n.name, ""), **self._power(n, now))
                  for n in self.nodes.values()] if with_nodes else []
         return AgentHeartbeat(agent_url=self.url, boot_time=self.boot_time, nodes=nodes,
                               events=self.pending_events() if with_events else [])

@@ -53,6 +53,7 @@ class NodeEnergy:
     time: float = 0.0
     stale: bool = False
     base: float = 0.0  # an energy plugin's reading that corresponds to joules=0 here
+    error: str = ""  # why the last read failed, while it does
 
 
 class EnergyMeter:
@@ -154,6 +155,11 @@ class EnergyMeter:
         with self._lock:
             return {n: self._adjusted(e, now) for n, e in self.nodes.items() if e.time}
 
+    def errors(self) -> dict[str, str]:
+        """Why each node whose sensor fails is unread (its energy is unknown, not zero)."""
+        with self._lock:
+            return {n: e.error for n, e in self.nodes.items() if e.error}
+
     def _adjusted(self, e: NodeEnergy, now: float) -> EnergySample:
         if self.calc_adjustment and not e.stale and now > e.time:
             return EnergySample(time=now, joules=e.joules + e.watts * (now - e.time), watts=e.watts)
@@ -247,6 +253,7 @@ class EnergyMeter:
             pending = self._pending.get(name)
             if pending is not None and not pending.done():
                 self.nodes[name].stale = True  # still stuck in its last read
+                self.nodes[name].error = self.nodes[name].error or "sensor read still running"
                 continue
             futures[name] = self._pool.submit(self._timed_read, name, now, began, loads.get(name, []))
         done, _late = concurrent.futures.wait(futures.values(), timeout=self.read_timeout_s)
@@ -254,13 +261,16 @@ class EnergyMeter:
             for name, future in futures.items():
                 state = self.nodes[name]
                 if future not in done or future.exception() is not None:
-                    if not state.stale:  # once per episode: a flapping sensor must not flood the log
-                        error = future.exception() if future in done else "no answer in time"
-                        log.warning("energy reading failed", extra={"node": name, "error": str(error)})
-                    state.stale = True
+                    error = str(future.exception() if future in done
+                                else f"no answer within {self.read_timeout_s:g} s")[:256]
+                    if error != state.error:  # once per cause: a flapping sensor must not flood the log
+                        log.warning("energy reading failed", extra={"node": name, "error": error})
+                    state.stale, state.error = True, error
                     self._pending[name] = future
                     continue
                 self._pending.pop(name, None)
+                if state.error:
+                    log.warning("energy reading back", extra={"node": name})
                 self._update(state, *future.result())
 
     def _timed_read(self, node: str, now: float, began: float, load) -> tuple[float, float]:
@@ -285,7 +295,7 @@ class EnergyMeter:
             if state.time and now > state.time:
                 state.watts = (joules - state.joules) / (now - state.time)
             state.joules = joules
-        state.time, state.stale = now, False
+        state.time, state.stale, state.error = now, False, ""
 
     def _run(self) -> None:
         while not self._stop.is_set():
