@@ -221,6 +221,48 @@ def test_emulated_bmcs_get_one_random_password_per_cluster(tmp_path: Path) -> No
     assert bmcauth.emulated_password(str(other)) != password  # another cluster, another password
 
 
+def test_redfish_credentials_fall_back_to_the_ipmi_ones_and_stay_secret(tmp_path: Path) -> None:
+    from wattsched import bmcauth
+
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("EnergyRedfishPassword=hunter2\nNodeName=n1\nPartitionName=p Nodes=ALL\n")
+    with pytest.raises(config.ConfigError, match=r"EnergyRedfishPassword: belongs in acct_gather.conf"):
+        config.load(conf)
+    conf.write_text("NodeName=n1\nPartitionName=p Nodes=ALL\n")
+    secrets = tmp_path / "acct_gather.conf"
+    secrets.write_text("EnergyIPMIUsername=ops\nEnergyIPMIPassword=hunter2\nEnergyRedfishCAFile=bmc-ca.pem\n")
+    secrets.chmod(0o600)
+    loaded = config.load(conf)
+    assert bmcauth.credentials(loaded, "redfish") == ("ops", "hunter2")  # one BMC, one set of accounts
+    assert loaded.energy_redfish_ca_file == str(tmp_path / "bmc-ca.pem")  # beside the file
+    secrets.write_text("EnergyIPMIUsername=ops\nEnergyIPMIPassword=hunter2\nEnergyRedfishUsername=rf\n"
+                       "EnergyRedfishPassword=s3cret\n")
+    loaded = config.load(conf)
+    assert bmcauth.credentials(loaded, "redfish") == ("rf", "s3cret")
+    assert bmcauth.credentials(loaded, "ipmi") == ("ops", "hunter2")
+    assert dict(loaded.as_pairs())["EnergyRedfishPassword"] == "*****"
+
+
+@pytest.mark.parametrize(("keys", "protocols", "switching"), [
+    ("AcctGatherEnergyType=acct_gather_energy/ipmi", {"ipmi"}, "ipmi"),
+    ("AcctGatherEnergyType=acct_gather_energy/redfish", {"redfish"}, "redfish"),
+    ("AcctGatherEnergyType=acct_gather_energy/redfish\nSuspendTime=60", {"redfish"}, "redfish"),
+    ("AcctGatherEnergyType=acct_gather_energy/ipmi\nSuspendTime=60\nBmcProtocol=Redfish", {"ipmi", "redfish"},
+     "redfish"),
+    ("AcctGatherEnergyType=acct_gather_energy/emulated\nSuspendTime=60", {"ipmi"}, "ipmi"),
+    ("AcctGatherEnergyType=acct_gather_energy/emulated\nSuspendTime=60\nSuspendProgram=/bin/true\n"
+     "ResumeProgram=/bin/true", set(), "ipmi"),
+    ("AcctGatherEnergyType=acct_gather_energy/emulated", set(), "ipmi"),
+])
+def test_the_emulated_bmcs_speak_what_the_cluster_reads_and_switches_them_with(
+        tmp_path: Path, keys: str, protocols: set[str], switching: str) -> None:
+    conf = tmp_path / "slurm.conf"
+    conf.write_text(f"EmulatedNodes=YES\n{keys}\nNodeName=n1\nPartitionName=p Nodes=ALL\n")
+    loaded = config.load(conf)
+    assert (set(loaded.emulated_bmc_protocols), loaded.switching_protocol) == (protocols, switching)
+    assert loaded.emulated_bmcs == bool(protocols)
+
+
 @pytest.mark.parametrize("name", ["emulated.conf", "ha.conf", "leaf257.conf"])
 def test_the_shipped_emulated_clusters_confine_jobs_in_control_groups(name: str) -> None:
     """Nothing a job starts outlives it there (where the host has no cgroups the agent falls back to

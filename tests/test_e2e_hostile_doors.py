@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from tests.hostile import USERS, Account, final, needs_accounts, own_cluster
-from wattsched.harness.testing import Cluster, ensure_munge, wait_for
+from wattsched.harness.testing import Cluster, ensure_munge, free_port, wait_for
 
 pytestmark = needs_accounts
 
@@ -232,6 +232,59 @@ def test_no_file_a_user_can_read_holds_a_bmc_secret(accounts) -> None:
             assert tried.stdout.startswith(b"refused:"), tried.stdout + tried.stderr
         status = cluster.run("wattsched", "power", "status", "n01").stdout
         assert "on" in status and "off" not in status, status
+
+
+# asks a Redfish BMC as the user running it, over TLS checked against the given authority (or not at
+# all: a user may skip the check); prints each answer's status
+REDFISH_CLIENT = """import base64, http.client, socket, ssl, sys
+port, password = int(sys.argv[1]), sys.argv[2]
+context = ssl.create_default_context()
+context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+def ask(method, path, body=b"", auth=None, extra=None):
+    conn = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=20)
+    headers = dict(extra or {})
+    if auth is not None:
+        headers["Authorization"] = "Basic " + base64.b64encode(auth.encode()).decode()
+    try:
+        conn.request(method, path, body=body, headers=headers)
+        return conn.getresponse().status
+    except OSError as exc:
+        return type(exc).__name__
+reset = "/redfish/v1/Systems/n01/Actions/ComputerSystem.Reset"
+print("reset", *(ask("POST", reset, b'{"ResetType": "ForceOff"}', auth=f"admin:{guess}") for guess in (password, "")))
+print("login", ask("POST", "/redfish/v1/SessionService/Sessions", b'{"UserName": "admin", "Password": "admin"}'))
+print("huge", ask("POST", "/redfish/v1/SessionService/Sessions", b"x" * 10_000_000))
+print("lies", ask("POST", "/redfish/v1/SessionService/Sessions", b"{}", extra={"Content-Length": "99999999999"}))
+print("token", ask("GET", "/redfish/v1/Systems/n01", extra={"X-Auth-Token": "a" * 100_000}))
+silent = [socket.create_connection(("127.0.0.1", port)) for _ in range(200)]  # never say a word
+print("still", ask("GET", "/redfish/v1/", auth=None))
+"""
+
+
+def test_a_redfish_bmc_switches_nothing_for_a_user_and_survives_her(accounts) -> None:
+    """Emulated BMCs metered over Redfish: their TLS key and password are root's alone; a user who
+    guesses, sends absurd requests and holds silent connections switches nothing off, and the
+    nodes stay metered."""
+    port = free_port()
+    extra = (f"EmulatedNodes=YES\nEmulatedBMCPort={port}\nAcctGatherEnergyType=acct_gather_energy/redfish\n"
+             "AcctGatherNodeFreq=1")
+    with own_cluster(extra, bmc=True, node_extra="IdleWatts=100 MaxWatts=200") as cluster:
+        wait_for(lambda: all(n["metered"] for n in cluster.nodes()), 30, what="nodes metered over Redfish")
+        attacker = Account(USERS[0], cluster)
+        for secret in ("bmc_password", "bmc_tls_key.pem", "bmc_tls"):
+            peeked = attacker.run("cat", str(cluster.root / "ctld" / secret))
+            assert peeked.returncode != 0 and b"Permission denied" in peeked.stderr, secret
+        script = attacker.home / "redfish_client.py"
+        script.write_text(REDFISH_CLIENT)
+        tried = attacker.run(sys.executable, str(script), str(port), "admin", timeout=120)
+        assert tried.stdout.split(b"\n")[:6] == [b"reset 401 401", b"login 401", b"huge 413", b"lies 413",
+                                                  b"token 401", b"still 200"], tried.stdout + tried.stderr
+        status = cluster.run("wattsched", "power", "status", "n01").stdout
+        assert status == "n01 on\n", status
+        before = cluster.run("scontrol", "show", "node", "n01").stdout
+        wait_for(lambda: cluster.run("scontrol", "show", "node", "n01").stdout != before, 20,
+                 what="n01 read again after her attempts")
+        assert "EnergyReason=" not in cluster.run("scontrol", "show", "node", "n01").stdout
 
 
 # --- what listings print and what a request may hold ------------------------------------------------

@@ -1,7 +1,7 @@
 """Slurm's power saving on an emulated cluster, through the real controller, agents, emulated BMCs
-(IPMI chassis control over RMCP+ on loopback) and commands: idle nodes go to ``idle~``, a job
-on them is CONFIGURING while they power up, a node that never comes back goes DOWN and its job
-is requeued, and the saving is reported."""
+(IPMI chassis control over RMCP+, or Redfish's Reset over HTTPS, on loopback) and commands: idle
+nodes go to ``idle~``, a job on them is CONFIGURING while they power up, a node that never comes
+back goes DOWN and its job is requeued, and the saving is reported."""
 
 from __future__ import annotations
 
@@ -102,8 +102,9 @@ def test_a_job_goes_to_nodes_that_are_on_before_switched_off_ones(tmp_path) -> N
     # n01-n04 never power down, n05-n08 do. A job on n05-n07 wakes those three; then a one-node
     # job finds n01-n04 on and idle, and n08 off, alone between busy nodes (the tightest fit): it
     # runs on n01, and n08 stays off. (The simulator makes the same choice: test_simulator.py.)
-    cluster = _cluster(tmp_path, "SuspendTime=2\nSuspendTimeout=2\nResumeTimeout=30\nSuspendExcNodes=n[01-04]",
-                       bmc=True, nodes=8, cpus=1)
+    # The BMCs are switched over Redfish here (over IPMI in the test above).
+    cluster = _cluster(tmp_path, "SuspendTime=2\nSuspendTimeout=2\nResumeTimeout=30\nSuspendExcNodes=n[01-04]\n"
+                       "BmcProtocol=Redfish", bmc=True, nodes=8, cpus=1)
     try:
         wait_for(lambda: _sinfo(cluster) == {**{f"n0{i}": "idle" for i in range(1, 5)},
                                              **{f"n0{i}": "idle~" for i in range(5, 9)}}, 30,

@@ -322,8 +322,19 @@ class Config:
     energy_ipmi_calc_adjustment: bool = setting("EnergyIPMICalcAdjustment", yes_no, False, conf=ACCT_GATHER)
     energy_ipmi_power_sensors: tuple[str, ...] = setting("EnergyIPMIPowerSensors", names, (), conf=ACCT_GATHER)
     energy_ipmi_timeout_s: int = setting("EnergyIPMITimeout", positive, 10, conf=ACCT_GATHER)
+    # ours, beside Slurm's IPMI keys: acct_gather_energy/redfish and Redfish power switching. Without a
+    # user or password of its own, Redfish logs in with the IPMI ones (a BMC has one set of accounts);
+    # its certificate is checked against EnergyRedfishCAFile, else the host's trust store (emulated
+    # BMCs: the cluster's own authority, wattsched.bmcauth), and never not checked
+    energy_redfish_username: str = setting("EnergyRedfishUsername", text, "", conf=ACCT_GATHER)
+    energy_redfish_password: str = setting("EnergyRedfishPassword", text, "", conf=ACCT_GATHER)
+    energy_redfish_ca_file: str = setting("EnergyRedfishCAFile", text, "", conf=ACCT_GATHER, path=True)
+    energy_redfish_timeout_s: int = setting("EnergyRedfishTimeout", positive, 10, conf=ACCT_GATHER)
     emulated_nodes: bool = setting("EmulatedNodes", yes_no, False, restart=True)
     emulated_bmc_port: int = setting("EmulatedBMCPort", positive, 16230, restart=True)
+    # ours: how the default Suspend/ResumeProgram (wattsched power) switches nodes; empty: Redfish
+    # when the energy is read over Redfish, IPMI otherwise
+    bmc_protocol: str = setting("BmcProtocol", choice("ipmi", "redfish"), "")
     cpu_freq_def: str = setting("CpuFreqDef", cpu_freq_spec, "")
     cpu_freq_governors: tuple[str, ...] = setting("CpuFreqGovernors", governors, cpufreq.DEFAULT_GOVERNORS)
     cpu_freq_sysfs_root: str = setting("CpuFreqSysfsRoot", text, "", path=True)
@@ -449,11 +460,27 @@ class Config:
 
     @property
     def emulated_bmcs(self) -> bool:
-        """Whether virtual nodes need their emulated BMCs: read by acct_gather_energy/ipmi, or
-        switched by the default Suspend/ResumeProgram (``wattsched power``)."""
-        default_programs = self.power_saving and not (self.suspend_program and self.resume_program)
-        return self.emulated_nodes and (self.acct_gather_energy_type == "acct_gather_energy/ipmi"
-                                        or default_programs)
+        """Whether virtual nodes need their emulated BMCs: read by acct_gather_energy/ipmi or
+        /redfish, or switched by the default Suspend/ResumeProgram (``wattsched power``)."""
+        return bool(self.emulated_bmc_protocols)
+
+    @property
+    def switching_protocol(self) -> str:
+        """How the default Suspend/ResumeProgram reach the BMCs: BmcProtocol, else the energy's."""
+        if self.bmc_protocol:
+            return self.bmc_protocol
+        return "redfish" if self.acct_gather_energy_type == "acct_gather_energy/redfish" else "ipmi"
+
+    @property
+    def emulated_bmc_protocols(self) -> frozenset[str]:
+        """What the emulated BMCs of virtual nodes must speak: the energy plugin's protocol, and the
+        switching one where power saving uses the default programs."""
+        if not self.emulated_nodes:
+            return frozenset()
+        wanted = {kind for kind in ("ipmi", "redfish") if self.acct_gather_energy_type == f"acct_gather_energy/{kind}"}
+        if self.power_saving and not (self.suspend_program and self.resume_program):
+            wanted.add(self.switching_protocol)
+        return frozenset(wanted)
 
     @property
     def auth_socket_path(self) -> str:
@@ -511,7 +538,7 @@ class Config:
 
 # what every user may read of the configuration (scontrol show config) leaves out secrets: the BMCs'
 # password, and the password a database URL may carry
-_SECRET_KEYS = frozenset({"EnergyIPMIPassword"})
+_SECRET_KEYS = frozenset({"EnergyIPMIPassword", "EnergyRedfishPassword"})
 _URL_PASSWORD = re.compile(r"(://[^:/@]*:)[^@/]*@")
 
 
@@ -789,7 +816,7 @@ def _check_power_programs(config: Config, where: dict[str, tuple[str, int]]) -> 
         key = "SuspendTime" if "SuspendTime" in where else "PowerSaveType"
         raise ConfigError(*where.get(key, (config.source, 0)), key,
                           "power saving needs SuspendProgram and ResumeProgram, or a BmcAddr for every node it "
-                          f"may switch (the default programs use IPMI); none for {hostlist.compress(missing)}")
+                          f"may switch (the default programs use its BMC); none for {hostlist.compress(missing)}")
 
 
 def _read(path: str, globals_: dict, nodes: dict, node_lines: dict, partitions: list,

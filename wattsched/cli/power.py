@@ -1,14 +1,18 @@
-"""``wattsched power``: switch nodes through their BMCs (on, off, status), the default
-Suspend/ResumeProgram of virtual nodes, and the power-saving report from accounting."""
+"""``wattsched power``: switch nodes through their BMCs (on, off, status) over IPMI or Redfish
+(BmcProtocol), the default Suspend/ResumeProgram, and the power-saving report from accounting."""
 
 from __future__ import annotations
 
 import json
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 from wattsched.cli.common import CLIError, config_file
 from wattsched.cli.plaintyper import typer
+
+if TYPE_CHECKING:
+    from wattsched.plugins.acct_gather_energy.ipmi import IpmiEnergy
+    from wattsched.plugins.acct_gather_energy.redfish import RedfishEnergy
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Switch nodes through their BMCs; report what power saving saved.")
@@ -17,7 +21,6 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
 def _switch(nodes: str, config: str | None, target: str | None) -> None:
     from wattsched import hostlist
     from wattsched.config import ConfigError, load
-    from wattsched.plugins.acct_gather_energy.ipmi import IpmiEnergy
 
     try:
         conf = load(config_file(config))
@@ -29,7 +32,15 @@ def _switch(nodes: str, config: str | None, target: str | None) -> None:
     if unknown:
         raise CLIError(f"Invalid node name specified: {unknown[0]}")
     try:
-        client = IpmiEnergy(conf, [by_name[n] for n in names])
+        if conf.switching_protocol == "redfish":
+            from wattsched.plugins.acct_gather_energy.redfish import SWITCH_RETRIES, RedfishEnergy
+
+            client: IpmiEnergy | RedfishEnergy = RedfishEnergy(conf, [by_name[n] for n in names],
+                                                               retries=SWITCH_RETRIES)
+        else:
+            from wattsched.plugins.acct_gather_energy.ipmi import IpmiEnergy
+
+            client = IpmiEnergy(conf, [by_name[n] for n in names])
     except ValueError as exc:
         raise CLIError(str(exc)) from exc
     failed = []
@@ -52,13 +63,13 @@ Nodes = Annotated[str, typer.Argument(help="Hostlist, e.g. leaf[1000-1009].")]
 
 @app.command()
 def on(nodes: Nodes, config: ConfigOpt = None) -> None:
-    """Power the nodes on (IPMI chassis control)."""
+    """Power the nodes on (IPMI chassis control or Redfish ComputerSystem.Reset)."""
     _switch(nodes, config, "on")
 
 
 @app.command()
 def off(nodes: Nodes, config: ConfigOpt = None) -> None:
-    """Power the nodes off (IPMI chassis control)."""
+    """Power the nodes off (IPMI chassis control or Redfish ComputerSystem.Reset)."""
     _switch(nodes, config, "off")
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import sys
@@ -110,21 +111,31 @@ def emulate(config: Annotated[str | None, typer.Argument(help="Cluster configura
 def bmc(config: Annotated[str | None, typer.Argument(help="Configuration file.")] = None,
         nodes: Annotated[str | None, typer.Option(help="Hostlist of the nodes to serve (default: all).")] = None,
         ) -> None:
-    """Run the emulated BMCs (IPMI over RMCP+ on loopback) of the configured virtual nodes, each in a
-    process of its own (pyghmi's event loop stalls when one process serves many), forked from one."""
+    """Run the emulated BMCs of the configured virtual nodes on loopback: over IPMI (RMCP+), each in a
+    process of its own (pyghmi's event loop stalls when one process serves many), forked from one;
+    over Redfish (HTTPS), all in the first, where the cluster reads or switches them so."""
     from wattsched import hostlist
     from wattsched.config import ConfigError, load
-    from wattsched.noded.bmc import serve
+    from wattsched.noded import bmc as emulated
 
     try:
         path = config_file(config)
         conf = load(path)
         names = hostlist.expand(nodes) if nodes else [n.name for n in conf.nodes]
-        if len(names) == 1:
-            serve(conf, names)
-            return
     except (ConfigError, OSError) as exc:
         raise CLIError(str(exc)) from exc
+    protocols = conf.emulated_bmc_protocols or frozenset({"ipmi"})
+    redfish = None
+    if "redfish" in protocols:
+        from wattsched.noded import redfishbmc
+
+        redfish = functools.partial(redfishbmc.serve, conf, emulated.views(conf, names))
+    if "ipmi" not in protocols and redfish is not None:
+        redfish()
+        return
+    if len(names) == 1 and redfish is None:
+        emulated.serve_ipmi(conf, names)
+        return
     children = []
     for name in names:  # forked after pyghmi is imported, before it has a socket or a thread
         parent = os.getpid()
@@ -132,7 +143,7 @@ def bmc(config: Annotated[str | None, typer.Argument(help="Configuration file.")
         if pid == 0:
             try:
                 _die_with(parent)
-                serve(conf, [name])
+                emulated.serve_ipmi(conf, [name])
             finally:
                 os._exit(1)
         children.append(pid)
@@ -145,6 +156,10 @@ def bmc(config: Annotated[str | None, typer.Argument(help="Configuration file.")
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    if redfish is not None:  # after the forks: a thread does not survive one
+        import threading
+
+        threading.Thread(target=redfish, name="redfish", daemon=True).start()
     os.wait()  # one BMC died: take the others down with it
     stop(0, None)
 

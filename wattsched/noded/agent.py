@@ -128,8 +128,10 @@ class Agent:
             model.chassis_state = self._chassis_state
         self.base_interval_s = float(config.energy_ipmi_frequency_s or config.acct_gather_node_freq_s) \
             if config.acct_gather_energy_type.endswith("/ipmi") else float(config.acct_gather_node_freq_s)
+        read_timeout_s = config.energy_redfish_timeout_s if config.acct_gather_energy_type.endswith("/redfish") \
+            else config.energy_ipmi_timeout_s
         self.energy = EnergyMeter(plugin, {n.name: n.cpus for n in nodes}, self.spool, self.base_interval_s,
-                                  self._job_loads, read_timeout_s=float(config.energy_ipmi_timeout_s), model=model,
+                                  self._job_loads, read_timeout_s=float(read_timeout_s), model=model,
                                   calc_adjustment=config.energy_ipmi_calc_adjustment
                                   and config.acct_gather_energy_type.endswith("/ipmi"),
                                   cgroup_usage=self.cgroups.job_usage if self.cgroups else None,

@@ -1,5 +1,8 @@
 """Emulated BMCs: one RMCP+ (IPMI 2.0 over UDP) server per virtual node on a loopback port, all
-in one process (pyghmi keeps one event loop per process), started by ``wattsched bmc``.
+in one process (pyghmi keeps one event loop per process), started by ``wattsched bmc``. Where the
+cluster reads or switches its BMCs over Redfish, ``wattsched bmc`` also serves Redfish over HTTPS on
+the same port numbers over TCP (wattsched.noded.redfishbmc), from the same view of each node
+(NodeView).
 
 Each answers what acct_gather_energy/ipmi and power saving ask of a real BMC:
 
@@ -25,6 +28,7 @@ from __future__ import annotations
 import collections
 import os
 import struct
+import threading
 import time
 
 from pyghmi.ipmi import bmc as pyghmi_bmc
@@ -41,12 +45,64 @@ WAKE_S = 0.5
 _HMAC_SHA1 = 1
 
 
-class EmulatedBmc(pyghmi_bmc.Bmc):
-    def __init__(self, node: NodeConf, port: int, spool: str, users: dict[str, str], response: Response):
-        super().__init__(users, port=port, address="127.0.0.1")
+class NodeView:
+    """What any emulated BMC of a virtual node knows of it, whatever it speaks: its chassis power
+    state and switching, and its power as a BMC shows it."""
+
+    def __init__(self, node: NodeConf, spool: str, response: Response):
         self.node, self.spool, self.response = node, spool, response
-        self.readings: collections.deque[tuple[float, float]] = collections.deque()
+        self._lock = threading.Lock()
         os.makedirs(os.path.join(spool, node.name), exist_ok=True)
+
+    def power_state(self) -> str:
+        """``on`` or ``off``: what the chassis was last told to be."""
+        return chassis.read(self.spool, self.node.name).target
+
+    def state(self, now: float) -> str:
+        """on, off, or switching one way or the other."""
+        return chassis.read(self.spool, self.node.name).state(now, self.node.switching)
+
+    def set_power(self, target: str) -> None:
+        with self._lock:  # IPMI's and Redfish's threads both switch
+            current = chassis.read(self.spool, self.node.name)
+            chassis.write(self.spool, self.node.name, switching.command(current, target, time.time(),
+                                                                         self.node.switching))
+
+    def watts(self, now: float) -> float:
+        """The node's power as this BMC shows it now: its agent's model while it is on, the
+        switching or off watts otherwise (the agent may be gone with the node)."""
+        fixed = switched_watts(self.node, self.state(now))
+        if fixed is not None:
+            return self.response.shown(self.node.name, fixed, now)
+        try:
+            with open(os.path.join(self.spool, self.node.name, "model_watts")) as handle:
+                model = float(handle.read())
+        except (OSError, ValueError):
+            model = float(self.node.idle_watts or 0)
+        return self.response.shown(self.node.name, model, now)
+
+
+class PowerStats:
+    """A BMC's power statistics: the readings of the last STATS_PERIOD_S, as DCMI and Redfish's
+    PowerMetrics report them (current, least, most, mean over the period)."""
+
+    def __init__(self) -> None:
+        self.readings: collections.deque[tuple[float, float]] = collections.deque()
+
+    def add(self, now: float, watts: float) -> tuple[float, float, float, float]:
+        """Record a reading; returns (least, most, mean, period in seconds)."""
+        self.readings.append((now, watts))
+        while self.readings and now - self.readings[0][0] > STATS_PERIOD_S:
+            self.readings.popleft()
+        values = [w for _t, w in self.readings]
+        return min(values), max(values), sum(values) / len(values), now - self.readings[0][0]
+
+
+class EmulatedBmc(pyghmi_bmc.Bmc):
+    def __init__(self, view: NodeView, port: int, users: dict[str, str]):
+        super().__init__(users, port=port, address="127.0.0.1")
+        self.view = view
+        self.stats = PowerStats()
 
     # --- RMCP+: refuse what cannot be honoured --------------------------------------------------
 
@@ -64,12 +120,10 @@ class EmulatedBmc(pyghmi_bmc.Bmc):
     # --- chassis ---------------------------------------------------------------------------------
 
     def get_power_state(self):
-        return chassis.read(self.spool, self.node.name).target
+        return self.view.power_state()
 
     def _set_power(self, target: str) -> int:
-        current = chassis.read(self.spool, self.node.name)
-        chassis.write(self.spool, self.node.name, switching.command(current, target, time.time(),
-                                                                     self.node.switching))
+        self.view.set_power(target)
         return 0
 
     def power_on(self):
@@ -89,29 +143,11 @@ class EmulatedBmc(pyghmi_bmc.Bmc):
 
     # --- DCMI power reading ----------------------------------------------------------------------
 
-    def watts(self, now: float) -> float:
-        """The node's power as this BMC shows it now: its agent's model while it is on, the
-        switching or off watts otherwise (the agent may be gone with the node)."""
-        state = chassis.read(self.spool, self.node.name).state(now, self.node.switching)
-        fixed = switched_watts(self.node, state)
-        if fixed is not None:
-            return self.response.shown(self.node.name, fixed, now)
-        try:
-            with open(os.path.join(self.spool, self.node.name, "model_watts")) as handle:
-                model = float(handle.read())
-        except (OSError, ValueError):
-            model = float(self.node.idle_watts or 0)
-        return self.response.shown(self.node.name, model, now)
-
     def power_reading(self, now: float) -> list[int]:
-        current = self.watts(now)
-        self.readings.append((now, current))
-        while self.readings and now - self.readings[0][0] > STATS_PERIOD_S:
-            self.readings.popleft()
-        values = [w for _t, w in self.readings]
-        period_ms = max(1, int((now - self.readings[0][0]) * 1000))
-        body = struct.pack("<BHHHHIIB", 0xDC, round(current), round(min(values)), round(max(values)),
-                           round(sum(values) / len(values)), int(now), period_ms, 0x40)
+        current = self.view.watts(now)
+        least, most, mean, period_s = self.stats.add(now, current)
+        body = struct.pack("<BHHHHIIB", 0xDC, round(current), round(least), round(most), round(mean), int(now),
+                           max(1, int(period_s * 1000)), 0x40)
         return list(body)
 
     def handle_raw_request(self, request, session):
@@ -123,14 +159,18 @@ class EmulatedBmc(pyghmi_bmc.Bmc):
         return super().handle_raw_request(request, session)
 
 
-def serve(config: Config, names: list[str] | None = None) -> None:
-    """Run the emulated BMCs of the configured (or the named) nodes until killed."""
-    user, password = bmcauth.credentials(config)
-    users = {user: password}
+def views(config: Config, names: list[str]) -> dict[int, NodeView]:
+    """The named nodes' views, by their BMC port."""
     response = Response(config.energy_emulated_lag_s, config.energy_emulated_noise)
-    for node in config.nodes:
-        if names is None or node.name in names:
-            EmulatedBmc(node, bmc_port(config, node), config.slurmd_spool_dir, users, response)
+    return {bmc_port(config, node): NodeView(node, config.slurmd_spool_dir, response)
+            for node in config.nodes if node.name in names}
+
+
+def serve_ipmi(config: Config, names: list[str]) -> None:
+    """Run the IPMI services of the named nodes until killed."""
+    user, password = bmcauth.credentials(config, "ipmi")
+    for port, view in views(config, names).items():
+        EmulatedBmc(view, port, {user: password})
     while True:
         # pyghmi's loop can miss its IO thread's wake-up and then sleep for its whole timeout
         # with packets queued: a bounded timeout bounds such a stall

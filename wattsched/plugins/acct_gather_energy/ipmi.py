@@ -60,13 +60,14 @@ def bmc_port(config: Config, node: NodeConf) -> int:
     return config.emulated_bmc_port + [n.name for n in config.nodes].index(node.name)
 
 
-def bmc_endpoint(config: Config, node: NodeConf) -> tuple[str, int]:
+def bmc_endpoint(config: Config, node: NodeConf, default_port: int = 623) -> tuple[str, int]:
+    """(host, port) of the node's BMC: its BmcAddr, the port the protocol's unless it names one."""
     if node.bmc_addr:
         host, _, port = node.bmc_addr.replace("%n", node.name).partition(":")
-        return host, int(port or 623)
+        return host, int(port or default_port)
     if config.emulated_nodes:
         return "127.0.0.1", bmc_port(config, node)
-    raise ValueError(f"node {node.name} has no BmcAddr for acct_gather_energy/ipmi")
+    raise ValueError(f"node {node.name} has no BmcAddr for its BMC")
 
 
 class IpmiEnergy:
