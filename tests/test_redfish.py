@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
+import os
 import shutil
 import socket
 import ssl
@@ -328,3 +329,58 @@ def test_power_switching_drives_a_redfish_service_nobody_here_wrote(sushy_emulat
     secrets.write_text(f"EnergyRedfishUsername=operator\nEnergyRedfishPassword=wrong\nEnergyRedfishCAFile={ca}\n")
     refused = power("status", "far01")
     assert refused.returncode != 0 and "BMC of far01" in refused.stderr and "401" in refused.stderr
+
+
+def _publications() -> Path:
+    """DMTF's Redfish publications (github.com/DMTF/Redfish-Publications: its csdl/ schemas and
+    mockups/), which neither PyPI nor Debian carry: named by WATTSCHED_REDFISH_PUBLICATIONS."""
+    folder = Path(os.environ.get("WATTSCHED_REDFISH_PUBLICATIONS", "/nonexistent"))
+    if not (folder / "csdl").is_dir() or not (folder / "mockups").is_dir():
+        pytest.skip("DMTF's Redfish publications are not on this machine (set WATTSCHED_REDFISH_PUBLICATIONS "
+                    "to a checkout of DMTF/Redfish-Publications)")
+    return folder
+
+
+def test_dmtf_validator_finds_no_failure_in_the_emulated_bmcs(bmcs, tmp_path: Path) -> None:
+    schemas = _publications() / "csdl"
+    config, _plugin, _spool, base = bmcs
+    validated = subprocess.run([str(BIN / "rf_service_validator"), "--rhost", f"https://127.0.0.1:{base}",
+                                "-u", "operator", "-p", "s3cret", "--authtype", "Session", "--skipschema",
+                                "--schema_directory", str(schemas), "--logdir", str(tmp_path / "report")],
+                               capture_output=True, text=True, timeout=300,
+                               env=dict(os.environ, REQUESTS_CA_BUNDLE=bmcauth.emulated_tls(
+                                   config.state_save_location)[0]))
+    assert validated.returncode == 0, validated.stdout[-3000:]
+    assert "Fail: 0" in validated.stdout and "Validating /redfish/v1/Chassis/v1/EnvironmentMetrics" in validated.stdout
+
+
+@pytest.mark.parametrize("mockup", ["public-rackmount1", "public-tower"])
+def test_readings_from_dmtf_mockups_served_by_sushy_static(tmp_path: Path, mockup: str) -> None:
+    """DMTF's own example BMCs, served by sushy-tools' static emulator: the reading is the one
+    their chassis keeps, whichever resource holds it."""
+    folder = _publications() / "mockups" / mockup
+    ca, cert, key = bmcauth.emulated_tls(str(tmp_path / "tls"))
+    port = free_port()
+    with open(tmp_path / "sushy.log", "w") as log:
+        proc = subprocess.Popen([str(BIN / "sushy-static"), "-i", "127.0.0.1", "-p", str(port), "-m", str(folder),
+                                 "-c", cert, "-k", key], stdout=log, stderr=log)
+    try:
+        conf = tmp_path / "slurm.conf"
+        conf.write_text(f"ClusterName=m\nStateSaveLocation={tmp_path / 'ctld'}\nSlurmdSpoolDir={tmp_path / 'spool'}\n"
+                        f"NodeName=far1 CPUs=4 BmcAddr=127.0.0.1:{port}\nPartitionName=p Nodes=ALL Default=YES\n")
+        secrets = tmp_path / "acct_gather.conf"
+        secrets.write_text(f"EnergyRedfishCAFile={ca}\nEnergyRedfishUsername=u\nEnergyRedfishPassword=p\n")
+        secrets.chmod(0o600)
+        loaded = config_mod.load(conf)
+        plugin = RedfishEnergy(loaded, list(loaded.nodes))
+        watts = wait_for(lambda: _reads(plugin, "far1") and plugin.read("far1", 0, []), 20, interval=0.3,
+                         what="the static emulator up")
+        chassis = next((folder / "Chassis").glob("*/index.json"))
+        kept = json.loads((chassis.parent / "EnvironmentMetrics" / "index.json").read_text())["PowerWatts"]["Reading"] \
+            if (chassis.parent / "EnvironmentMetrics" / "index.json").exists() else \
+            json.loads((chassis.parent / "Power" / "index.json").read_text())["PowerControl"][0]["PowerConsumedWatts"]
+        assert watts == float(kept)
+        assert plugin.chassis("far1") == "on"
+    finally:
+        proc.kill()
+        proc.wait()

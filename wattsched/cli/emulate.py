@@ -1,11 +1,10 @@
 """``wattsched emulate``: a whole cluster of virtual nodes on this host.
 
 Starts the controller, the emulated BMCs when the nodes are metered or switched through them
-(IPMI or Redfish), and
-``EmulatedAgents`` agent processes, each hosting a slice of the configured nodes on its own
-loopback port, waits for every node to register, prints the
-shell line that points the CLI at the cluster, and stops everything on Ctrl-C, SIGTERM or
-``wattsched emulate --stop``.
+(IPMI or Redfish), and ``EmulatedAgents`` agent processes, each hosting a slice of the configured
+nodes on its own loopback port, waits for every node to register, prints the shell line that
+points the CLI at the cluster, and stops everything on Ctrl-C, SIGTERM or ``wattsched emulate
+--stop``.
 """
 
 from __future__ import annotations

@@ -4,8 +4,9 @@ and JSON), with OpenStack's sushy as the client.
 The reading is the node's chassis power, where the BMC offers it: the current schema's
 ``Chassis/<id>/EnvironmentMetrics`` (``PowerWatts.Reading``), else the older ``Chassis/<id>/Power``
 (``PowerControl[0].PowerConsumedWatts``), which BMCs sold before 2021 offer alone. Which one a BMC
-has is found once per session from its chassis, and again after a failed read. The agent
-integrates the watts into joules as it does IPMI's (Georgiou et al. 2014, eq. 1).
+has is found once per session from its chassis (the first that answers with a reading), and
+again after a failed read. The agent integrates the watts into joules as it does IPMI's
+(Georgiou et al. 2014, eq. 1).
 
 Each node's BMC is its ``BmcAddr`` (``host[:port]``, port 443 by default, ``%n`` for the node
 name); with ``EmulatedNodes=YES`` and no BmcAddr, the node's emulated BMC on 127.0.0.1
@@ -114,30 +115,43 @@ class RedfishEnergy:
 
 
 def _watts(link: _Link) -> float:
-    if not link.power:
-        link.power = _power_path(link)
-    document = link.conn.get(link.power).json()
-    if link.power.endswith("/EnvironmentMetrics"):
+    """The node's watts from where its BMC keeps them, found on first use: the first of the
+    chassis' power resources that answers with a reading (a BMC may link a resource it does not
+    serve, as DMTF's own rackmount mockup links EnvironmentMetrics and serves Power alone)."""
+    if link.power:
+        return _reading(link, link.power)
+    failures = []
+    for path in _power_paths(link):
+        try:
+            watts = _reading(link, path)
+        except (sushy_errors.SushyError, ValueError, KeyError, IndexError, TypeError) as exc:
+            failures.append(f"{path}: {_why(exc)}")
+            continue
+        link.power = path
+        return watts
+    raise ValueError("; ".join(failures) or "its chassis offers neither EnvironmentMetrics nor Power")
+
+
+def _reading(link: _Link, path: str) -> float:
+    document = link.conn.get(path).json()
+    if path.endswith("/EnvironmentMetrics"):
         reading = (document.get("PowerWatts") or {}).get("Reading")
     else:
         reading = ((document.get("PowerControl") or [{}])[0]).get("PowerConsumedWatts")
     if isinstance(reading, bool) or not isinstance(reading, int | float) or not math.isfinite(reading) \
             or not 0 <= reading < WATTS_MAX:
-        raise ValueError(f"no power reading in {link.power} (got {str(reading)[:40]!r})")
+        raise ValueError(f"no power reading in {path} (got {str(reading)[:40]!r})")
     return float(reading)
 
 
-def _power_path(link: _Link) -> str:
-    """Where this BMC's chassis keeps its power: EnvironmentMetrics, else the deprecated Power."""
+def _power_paths(link: _Link) -> list[str]:
+    """Where this BMC's chassis may keep its power: EnvironmentMetrics, then the deprecated Power."""
     members = link.root.get_chassis_collection().members_identities
     if not members:
         raise ValueError("the BMC lists no chassis")
     chassis = link.conn.get(sorted(members)[0]).json()
-    for name in ("EnvironmentMetrics", "Power"):
-        target = (chassis.get(name) or {}).get("@odata.id")
-        if isinstance(target, str) and target.startswith("/redfish/"):
-            return target
-    raise ValueError("its chassis offers neither EnvironmentMetrics nor Power")
+    return [target for name in ("EnvironmentMetrics", "Power")
+            if isinstance(target := (chassis.get(name) or {}).get("@odata.id"), str) and target.startswith("/redfish/")]
 
 
 def _why(exc: BaseException) -> str:
