@@ -338,7 +338,8 @@ def test_cross_user_actions_are_refused(shared: Cluster, mallory: Account, victi
     for args in (("scancel", str(job)), ("scontrol", "hold", str(job)), ("scontrol", "release", str(job)),
                  ("scontrol", "requeue", str(job)), ("scontrol", "update", f"jobid={job}", "TimeLimit=1"),
                  ("scontrol", "update", f"jobid={job}", "Licenses=matlab"),
-                 ("scontrol", "update", "nodename=n01", "state=drain", "reason=x")):
+                 ("scontrol", "update", "nodename=n01", "state=drain", "reason=x"),
+                 ("scontrol", "update", "nodename=n01", "capwatts=100")):
         result = mallory.run(*args)
         assert result.returncode != 0 and b"Access/permission denied" in result.stderr, args
     assert shared.job(job)["state"] == "PENDING"

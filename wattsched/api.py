@@ -324,6 +324,7 @@ class NodeUpdate(Strict):
     # set as given on every node named (Slurm 23.11's rule: no list of one value per node); "" clears
     instance_id: Short | None = None
     instance_type: Short | None = None
+    cap_watts: Short | None = None  # watts its hardware is to hold it to, or NONE (ours)
 
 
 class PartitionChange(Strict):
@@ -462,6 +463,9 @@ class NodeReport(Strict):
     up_since: float = 0.0
     # why the node's energy is unknown: its sensor's last read failed ("" while readings come)
     energy_error: str = Field("", max_length=256)
+    # the limit its hardware holds it to (None: the site's own settings), and why not the one ordered
+    power_limit_w: float | None = Field(None, ge=0, le=1e7)
+    power_limit_error: str = Field("", max_length=256)
 
 
 class TaskUsage(Strict):
@@ -551,6 +555,8 @@ def fencing(token: str) -> tuple[str, int] | None:
 class HeartbeatReply(BaseModel):
     acknowledged: list[int] = []
     cancel: list[int] = []
+    # per node, the limit its hardware is to hold it to (None: lift it), for the nodes limited or to be lifted
+    power_limits: dict[str, float | None] = {}
     lease: str = ""  # the controller's fencing token: agents take orders from the newest lease only
 
 

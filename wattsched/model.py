@@ -308,6 +308,11 @@ class Node:
     energy_first: tuple[float, float] | None = None
     current_watts: float = 0.0
     energy_error: str = ""  # why its sensor's last read failed: its power is unknown until one succeeds
+    # its power limit (noded.powerlimits): the watts ordered (scontrol update CapWatts=, None: the
+    # site's own settings), what its hardware reports holding, and why not the one ordered
+    cap_watts: float | None = None
+    limit_watts: float | None = None
+    limit_error: str = ""
 
     def add_energy_sample(self, when: float, joules: float, watts: float,
                           job_cpu: dict[int, float] | None = None, job_gpu: dict[int, float] | None = None) -> None:
@@ -324,6 +329,13 @@ class Node:
             del self.energy_samples[:cut]
             del self.job_cpu_samples[:cut]
             del self.job_gpu_samples[:cut]
+
+    @property
+    def held_limit(self) -> float | None:
+        """The limit the cap may count on: the one ordered, once the hardware reports holding it."""
+        if self.cap_watts is None or self.limit_watts is None or abs(self.limit_watts - self.cap_watts) > 0.5:
+            return None
+        return self.cap_watts
 
     @property
     def consumed_joules(self) -> float:

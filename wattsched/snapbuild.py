@@ -90,14 +90,20 @@ def node_snap(node: NodeShape, alloc_cpus: int, alloc_mem_mb: int, flag: PowerFl
                     node.gres if free_gpus is None else free_gpus, node.tmp_disk_mb)
 
 
-def node_power(node: NodeShape, job_draws: Collection[tuple[int | None, float | None]] = ()) -> NodePower:
+def node_power(node: NodeShape, job_draws: Collection[tuple[int | None, float | None]] = (),
+               limit: float | None = None) -> NodePower:
     """A node's watts by state (PowerSaveWatts defaults to IdleWatts, DownWatts to MaxWatts); a
     busy node counts the most of its jobs' watts (``job_draws``: each job's CPU frequency, None at
-    full speed, and the watts a node it was admitted at, None for MaxWatts)."""
+    full speed, and the watts a node it was admitted at, None for MaxWatts). A node its hardware
+    holds to ``limit`` watts (noded.powerlimits) draws no more than that, however busy."""
     idle, most = node.idle_watts or 0, node.max_watts or 0
+    freq_watts = node.cpu_freq_watts
+    if limit is not None and limit < most:
+        most = max(idle, int(limit))
+        freq_watts = tuple((khz, min(w, most)) for khz, w in freq_watts)
     watts = NodePower(idle, most, idle if node.power_save_watts is None else node.power_save_watts,
                       most if node.down_watts is None else node.down_watts, node.power_cap_priority == 0,
-                      freq_watts=node.cpu_freq_watts)
+                      freq_watts=freq_watts)
     if job_draws:
         busy = max(watts.busy_for(khz, predicted) for khz, predicted in job_draws)
         return watts if busy == most else replace(watts, busy=busy)

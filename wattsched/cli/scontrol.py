@@ -130,7 +130,7 @@ def node_lines(n: dict[str, Any], details: bool = False) -> list[str | None]:
         + (f",gres/gpu={n['gpus']}" if n.get("gpus") else ""),
         "AllocTRES=" + ",".join(([f"cpu={n['alloc_cpus']}"] if n["alloc_cpus"] else [])
                                 + ([f"gres/gpu={n['alloc_gpus']}"] if n.get("alloc_gpus") else [])),
-        "CapWatts=n/a",
+        f"CapWatts={n['cap_watts']:g}" if n.get("cap_watts") is not None else "CapWatts=n/a",
         # Slurm's words for a power not known; ours says why on a line of its own, as Reason does
         "CurrentWatts=n/a AveWatts=n/a" if n.get("energy_error") else
         f"CurrentWatts={n['current_watts']} AveWatts={n['ave_watts']}",
@@ -144,6 +144,8 @@ def node_lines(n: dict[str, Any], details: bool = False) -> list[str | None]:
         lines.append(f"Reason={n['reason']} [{_user(n['reason_uid'])}@{_ts(n['reason_time'])}]")
     if n.get("energy_error"):
         lines.append(f"EnergyReason={n['energy_error']}")
+    if n.get("limit_error"):
+        lines.append(f"CapWattsReason={n['limit_error']}")
     return lines
 
 
@@ -449,7 +451,8 @@ def update(client: Client, args: list[str]) -> None:
         node = pairs.pop("nodename")
         state = pairs.pop("state", "").lower()
         instance = {key: pairs.pop(name) for key, name in (("instance_id", "instanceid"),
-                                                           ("instance_type", "instancetype")) if name in pairs}
+                                                           ("instance_type", "instancetype"),
+                                                           ("cap_watts", "capwatts")) if name in pairs}
         if state not in ("drain", "resume", "down", "idle", "undrain", "power_down", "power_down_asap",
                          "power_up") and not (instance and not state):
             raise CLIError(f"Invalid node state specified: {state or '(none)'}")

@@ -49,7 +49,7 @@ async def update_nodes(controller: Ctl, node_expr: str, upd: NodeUpdate, who: Wh
     except hostlist.HostlistError as exc:
         raise Refused(str(exc)) from exc
     controller.act(nodes_mod.update_nodes(state, names, upd.state, upd.reason, who, time.time(),
-                                          (upd.instance_id, upd.instance_type)))
+                                          (upd.instance_id, upd.instance_type), upd.cap_watts))
     return {"updated": names}
 
 
@@ -93,4 +93,5 @@ async def heartbeat(controller: Ctl, hb: AgentHeartbeat, who: NodeAgent) -> Hear
     state = controller.state
     acked, to_kill, actions = nodes_mod.heartbeat(state, hb, time.time())
     controller.act(actions)
-    return HeartbeatReply(acknowledged=acked, cancel=to_kill, lease=state.store.fencing_token)
+    return HeartbeatReply(acknowledged=acked, cancel=to_kill, lease=state.store.fencing_token,
+                          power_limits=nodes_mod.power_limits(state, hb))

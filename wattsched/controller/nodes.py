@@ -84,6 +84,19 @@ def reconfigure(state: ClusterState, config: Config, plugins: Plugins, now: floa
     return changes
 
 
+def power_limits(state: ClusterState, hb: AgentHeartbeat) -> dict[str, float | None]:
+    """The limits an agent's nodes are to be held at: each limited node's, again at every
+    heartbeat (a real node's packages follow what the rest of it draws), and None for a node
+    still held to one no longer ordered."""
+    ordered: dict[str, float | None] = {}
+    for report in hb.nodes:
+        node = state.nodes.get(report.name)
+        if node is not None and (node.cap_watts is not None or report.power_limit_w is not None
+                                 or report.power_limit_error):
+            ordered[node.name] = node.cap_watts
+    return ordered
+
+
 def heartbeat(state: ClusterState, hb: AgentHeartbeat, now: float) -> tuple[list[int], list[int], list[Action]]:
     """Register or refresh an agent's nodes; returns (acked events, jobs to kill, actions)."""
     actions: list[Action] = []
@@ -116,6 +129,7 @@ def heartbeat(state: ClusterState, hb: AgentHeartbeat, now: float) -> tuple[list
         node.agent_url, node.last_seen, node.boot_time = hb.agent_url, now, hb.boot_time
         node.registered = True
         node.energy_error = report.energy_error
+        node.limit_watts, node.limit_error = report.power_limit_w, report.power_limit_error
         if report.energy is not None:
             node.add_energy_sample(report.energy.time, report.energy.joules, report.energy.watts,
                                    {u.job_id: u.cpu_s for u in report.jobs},
@@ -194,8 +208,10 @@ def node_up(state: ClusterState, node: Node, report: NodeReport, now: float) -> 
 
 
 def update_nodes(state: ClusterState, names: list[str], new_state: str, reason: str, who: Identity,
-                 now: float, instance: tuple[str | None, str | None] = (None, None)) -> list[Action]:
-    """scontrol update NodeName=: a new state (with its reason), and or the instance id and type."""
+                 now: float, instance: tuple[str | None, str | None] = (None, None),
+                 cap_watts: str | None = None) -> list[Action]:
+    """scontrol update NodeName=: a new state (with its reason), and or the instance id and type,
+    and or the watts its hardware holds it to (``CapWatts``, ours: a number, or NONE to lift it)."""
     if not permissions.is_admin(state, who):
         raise Refused("Access/permission denied", 403)
     unknown = [n for n in names if n not in state.nodes]
@@ -203,6 +219,16 @@ def update_nodes(state: ClusterState, names: list[str], new_state: str, reason: 
         raise Refused(f"Invalid node name specified: {unknown[0]}", 404)
     if new_state in ("drain", "down") and not reason:
         raise Refused("You must specify a reason when DOWNING or DRAINING a node. Request denied")
+    if cap_watts is not None:
+        limit = _cap_watts(cap_watts)
+        for name in names:
+            floor = state.nodes[name].idle_watts or 0
+            if limit is not None and limit < floor:
+                raise Refused(f"CapWatts={limit:g} is under {name}'s IdleWatts ({floor}): no hardware holds "
+                              "a node under what it draws idle")
+        for name in names:
+            state.nodes[name].cap_watts = limit
+        state.journal.meta_dirty = True
     instance_id, instance_type = instance
     if instance != (None, None):  # kept with the saved node records
         for name in names:
@@ -253,3 +279,16 @@ def new_node(conf: NodeConf, partitions: tuple[str, ...], now: float) -> Node:
         if conf.state == "DOWN":
             node.base_state, node.reason = NodeBase.DOWN, "Configured DOWN"
     return node
+
+
+def _cap_watts(text: str) -> float | None:
+    """CapWatts= as given: watts, or NONE (n/a, INFINITE, 0) for the site's own settings."""
+    if text.strip().lower() in ("none", "n/a", "infinite", "unlimited", "0", ""):
+        return None
+    try:
+        watts = float(text)
+    except ValueError:
+        watts = -1.0
+    if not 0 < watts < 1e7 or watts != watts:
+        raise Refused(f"Invalid CapWatts value: {text}")
+    return watts

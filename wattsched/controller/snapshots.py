@@ -175,8 +175,13 @@ def node_power(state: ClusterState) -> dict[str, power.NodePower]:
         if job.state != states.PENDING and job.holds_nodes:
             for name in job.alloc_cpus:
                 draws.setdefault(name, []).append((job.cpu_freq_khz, job.admit_watts or None))
-    kept = state.memo.node_power  # a node's watts change with its jobs' draws alone (and the configuration)
-    return {n.name: _kept(kept, n, tuple(draws.get(n.name, ())), snapbuild.node_power) for n in state.nodes.values()}
+    kept = state.memo.node_power  # a node's watts change with its jobs' draws and its limit alone
+    return {n.name: _kept(kept, n, (tuple(draws.get(n.name, ())), n.held_limit), _node_power)
+            for n in state.nodes.values()}
+
+
+def _node_power(node: Node, key: tuple) -> power.NodePower:
+    return snapbuild.node_power(node, *key)
 
 
 def power_states(state: ClusterState) -> dict[str, PowerState]:

@@ -33,6 +33,7 @@ from wattsched.noded.cgroup import CgroupError, JobCgroups
 from wattsched.noded.energymeter import EnergyMeter, JobLoad
 from wattsched.noded.gpus import GpuMeter
 from wattsched.noded.policies import Policies, Sample
+from wattsched.noded.powerlimits import NodeLimits
 from wattsched.noded.profiler import Profiler
 from wattsched.noded.throttle import Throttle
 from wattsched.noded.virtualhost import VirtualHosts
@@ -86,6 +87,7 @@ class Agent:
         os.chmod(self.outbox, 0o700)
         # proctrack/cgroup, task/cgroup: every job and step in its own cgroup (CgroupError: no start)
         self.cgroups = confinement(config, self.nodes)
+        self.limits = NodeLimits(self.nodes, self.spool, config.energy_sysfs_root or "/", config.emulated_nodes)
         self.task_scripts = {k: v for k, v in (("task_prolog", config.task_prolog),
                                                 ("task_epilog", config.task_epilog)) if v}
         self.batch = BatchRunner(self.spool, config.kill_wait_s, self._job_ended, self.confine_batch,
@@ -120,6 +122,7 @@ class Agent:
         # own lock, never while a thread holds that one
         self.lock = threading.Lock()
         self.allocations = Allocations(config, self.nodes, self.spool)
+        self.allocations.power_limit = self.limits.emulated_limit
         plugin = plugins.load(config.acct_gather_energy_type, config=config, nodes=nodes)
         model = plugin if isinstance(plugin, EmulatedEnergy) else (
             EmulatedEnergy(config, nodes) if config.emulated_nodes else None)
@@ -165,7 +168,7 @@ class Agent:
         loads: dict[str, dict[int, JobLoad]] = {name: {} for name in self.nodes}
         with self.lock:
             for (node, job_id), held in self.allocations.jobs.items():
-                khz, f_max = self.allocations.freq_of(held)
+                khz, f_max = self.allocations.running_freq(held)
                 loads[node][job_id] = (self.job_pgids(node, job_id), khz, f_max, policies.speed(held, khz, f_max))
         for batch in list(self.batch.jobs.values()):  # jobs launched before their allocation arrived
             if pgid := self.batch.script_pgid(batch):
@@ -177,7 +180,7 @@ class Agent:
     def _throttle(self, held: NodeJob) -> None:
         """A virtual node's job gets the share of the CPU its frequency and application model give it."""
         if self.config.emulated_nodes:
-            khz, f_max = self.allocations.freq_of(held)
+            khz, f_max = self.allocations.running_freq(held)
             if khz and f_max:
                 self.throttle.set((held.node, held.job_id), policies.speed(held, khz, f_max))
 
@@ -641,7 +644,8 @@ class Agent:
         nodes = [NodeReport(name=n.name, cpus=n.cpus, real_memory_mb=n.real_memory_mb,
                             running_jobs=sorted(running.get(n.name, ())), energy=energy.get(n.name),
                             jobs=self._usage(n.name, usage.get(n.name, []), signed),
-                            energy_error=failing.get(n.name, ""), **self._power(n, now))
+                            energy_error=failing.get(n.name, ""), power_limit_w=self.limits.held(n.name),
+                            power_limit_error=self.limits.errors.get(n.name, ""), **self._power(n, now))
                  for n in self.nodes.values()] if with_nodes else []
         return AgentHeartbeat(agent_url=self.url, boot_time=self.boot_time, nodes=nodes,
                               events=self.pending_events() if with_events else [])
@@ -703,9 +707,27 @@ class Agent:
             self.energy.wake()  # the controller has recorded these ends: a reading past them settles their energy
         for job_id in body.get("cancel", []):
             self.signal_job(job_id, [n.name for n in hb.nodes], signal.SIGKILL, False, True)
+        self._power_limits(body.get("power_limits") or {})
+
+    def _power_limits(self, ordered: dict) -> None:
+        """Hold each node at the limit the controller orders (None: the site's own settings), again
+        at every reply, so that a real node's packages follow what the rest of it draws."""
+        watts = {name: sample.watts for name, sample in self.energy.samples().items() if not sample.stale}
+        now = time.time()
+        for node, limit in ordered.items():
+            if node in self.nodes and (limit is None or isinstance(limit, int | float)):
+                before = self.limits.held(node)
+                self.limits.order(node, None if limit is None else float(limit), watts.get(node), now)
+                if self.limits.held(node) != before:
+                    log.info("power limit", extra={"node": node, "watts": self.limits.held(node)})
+                    with self.lock:  # a virtual node's jobs now run at what the limit lets them
+                        for held in self.allocations.on_node(node):
+                            self._throttle(held)
 
     async def run(self) -> None:
         """Heartbeats every few seconds; job ends as soon as they happen (in small batches)."""
+        for node in self.limits.recover():
+            log.warning("power limit left by a stopped agent lifted", extra={"node": node})
         self.batch.recover(list(self.nodes))
         for job in list(self.batch.jobs.values()):
             if pgid := self.batch.script_pgid(job):

@@ -15,11 +15,13 @@ import contextlib
 import json
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 from wattsched import cpufreq, energypolicy
 from wattsched.api import JobAllocation
 from wattsched.config import Config, NodeConf
+from wattsched.noded import powerlimits
 from wattsched.noded.cpufreq import CpuFreqSysfs, layout_tree
 from wattsched.profiles import h5profile
 
@@ -63,6 +65,7 @@ class Allocations:
         self.sysfs = {name: self._sysfs(node) for name, node in nodes.items()}  # laid out on first use
         self.profiles: dict[tuple[str, int], h5profile.NodeProfile] = {}
         self._warned = False
+        self.power_limit: Callable[[str], float | None] | None = None  # a virtual node's limit (watts)
 
     def _sysfs(self, node: NodeConf) -> CpuFreqSysfs:
         if self.config.emulated_nodes:
@@ -210,6 +213,13 @@ class Allocations:
             return sysfs.current_khz(job.cpu_ids[0]), sysfs.max_khz(job.cpu_ids[0])
         except (OSError, ValueError, IndexError):
             return 0, 0
+
+    def running_freq(self, job: NodeJob) -> tuple[int, int]:
+        """(kHz, highest kHz) the job's CPUs run at: as set, or on a virtual node whose power is
+        limited, as slow as the limit makes them (noded.powerlimits)."""
+        khz, f_max = self.freq_of(job)
+        limit = self.power_limit(job.node) if self.power_limit is not None else None
+        return powerlimits.emulated_khz(self.nodes[job.node], khz, f_max, limit), f_max
 
     def on_node(self, node: str) -> list[NodeJob]:
         return [job for (n, _j), job in self.jobs.items() if n == node]

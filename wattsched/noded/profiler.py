@@ -51,7 +51,7 @@ class Profiler:
                 job = self.allocations.jobs.get(key)
                 if job is None:
                     continue
-                khz, f_max = self.allocations.freq_of(job)
+                khz, f_max = self.allocations.running_freq(job)
                 if "energy" in job.profile and self._is_due(key, "energy", job.energy_s, now):
                     state = self.meter.nodes.get(job.node)
                     if state is not None and state.time:

@@ -1,0 +1,73 @@
+"""A node's power limit on the emulated cluster, through the real controller, agents and commands:
+scontrol update CapWatts= has the node's agent hold it there through its (kernel-shaped) RAPL tree,
+the virtual node then draws no more and its job runs slower; the limit survives a kill -9 of the
+agent (which gives the site its settings back first) and is lifted with NONE."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from wattsched.harness.testing import Cluster, wait_for
+
+pytestmark = pytest.mark.e2e
+
+FREQS = "CpuFreqWatts=2400000:190,2000000:158,1600000:134,1200000:116"
+BURN = "python3 -c 'import time\nend = time.time() + {s}\nwhile time.time() < end: pass'"
+
+
+def _watts(c: Cluster, node: str) -> int:
+    shown = c.run("scontrol", "show", "node", node).stdout
+    found = re.search(r"CurrentWatts=(\d+)", shown)
+    return int(found.group(1)) if found else -1
+
+
+def _limit_uw(c: Cluster, node: str) -> str:
+    zone = c.root / "spool" / node / "sysfs" / "sys" / "class" / "powercap" / "intel-rapl:0"
+    if not zone.exists():
+        return "absent"  # laid out at the first limit
+    if (zone / "enabled").read_text().strip() != "1":
+        return "off"
+    return (zone / "constraint_0_power_limit_uw").read_text().strip()
+
+
+def test_capwatts_holds_a_busy_virtual_node_and_outlives_its_agent(tmp_path: Path) -> None:
+    c = Cluster(tmp_path, nodes=2, cpus=1, extra="EmulatedNodes=YES\nAcctGatherEnergyType=acct_gather_energy/emulated\n"
+                "AcctGatherNodeFreq=1", node_extra=f"IdleWatts=95 MaxWatts=190 {FREQS}").start()
+    try:
+        job = c.sbatch("-w", "n01", "-t", "5", "--wrap", BURN.format(s=240))
+        c.wait_state(job, "RUNNING", timeout=15)
+        wait_for(lambda: _watts(c, "n01") >= 180, 30, what="n01 busy at full speed")
+        refused = c.run("scontrol", "update", "nodename=n01", "capwatts=50", check=False)
+        assert refused.returncode != 0 and "under n01's IdleWatts (95)" in refused.stderr
+        assert c.run("scontrol", "update", "nodename=n01", "capwatts=140").returncode == 0
+        wait_for(lambda: _limit_uw(c, "n01") == "140000000", 15, what="n01's RAPL limit written")
+        assert "CapWatts=140\n" in c.run("scontrol", "show", "node", "n01").stdout
+        # the hardware holds 140 W: the virtual CPUs drop to 1.6 GHz (134 W busy) and the node with them
+        wait_for(lambda: 120 <= _watts(c, "n01") <= 140, 30, what="n01 drawing what its limit allows")
+        assert "CapWatts=n/a" in c.run("scontrol", "show", "node", "n02").stdout
+        # kill -9 of the agent: the next one gives the site its settings back, then holds the order again
+        c.kill_agent(0)
+        c.start_agent(0)
+        wait_for(lambda: "power limit left by a stopped agent lifted" in (c.logs / "noded0.log").read_text(), 20,
+                 what="the dead agent's limit lifted at start")
+        wait_for(lambda: _limit_uw(c, "n01") == "140000000", 20, what="the limit held again")
+        assert c.job(job)["state"] == "RUNNING"
+        assert c.run("scontrol", "update", "nodename=n01", "capwatts=none").returncode == 0
+        wait_for(lambda: _limit_uw(c, "n01") == "off", 15, what="the site's own settings back")
+        assert not (c.root / "spool" / "n01" / "powerlimit.saved").exists()
+        wait_for(lambda: _watts(c, "n01") >= 180, 30, what="n01 at full speed again")
+        assert "CapWatts=n/a" in c.run("scontrol", "show", "node", "n01").stdout
+        # kept with the controller's state: an order survives its restart
+        assert c.run("scontrol", "update", "nodename=n01", "capwatts=150").returncode == 0
+        c.kill_controller()
+        c.start_controller()
+        assert "CapWatts=150\n" in c.run("scontrol", "show", "node", "n01").stdout
+        started = time.time()
+        wait_for(lambda: _limit_uw(c, "n01") == "150000000", 20, what="the order held after a controller restart")
+        assert time.time() - started < 20
+    finally:
+        c.stop()

@@ -1,0 +1,232 @@
+"""A node's power limit held by its hardware: RAPL's package limits through the kernel's powercap
+tree, set by the agent (root) to the watts the controller orders (the node's CapWatts).
+
+The tree is the kernel's (``<root>/sys/class/powercap/intel-rapl:N``, root ``EnergySysfsRoot``,
+"/" on a real node), or for a virtual node one laid out the same way in its spool folder
+(:func:`layout_tree`), which the emulated node honours as hardware would
+(:func:`emulated_khz`). A node's limit is shared equally by its packages, as their long-term
+constraint (``constraint_0_power_limit_uw``, the zone ``enabled``); on a real node each package
+gets the node's limit less what the rest of the node draws, measured (the node's watts, as its
+energy plugin reads them, less the packages' own, from their ``energy_uj``).
+
+Before the first change the site's own settings of every package (limit, time window, enabled)
+are saved in ``<spool>/<node>/powerlimit.saved``; lifting the limit writes them back and removes
+the file. An agent that starts and finds the file died while a limit was set: it writes the
+site's settings back before anything else, and the controller's order comes again with the next
+heartbeat reply. A limit is never set under the node's IdleWatts (the hardware cannot hold less
+than the idle node draws), nor over what a package allows (``constraint_0_max_power_uw``); the
+value is read back after writing, and a limit the hardware did not take is reported as such,
+never taken as held.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from wattsched import cpufreq
+from wattsched.config import NodeConf
+
+SAVED = "powerlimit.saved"
+LIMIT = "constraint_0_power_limit_uw"
+WINDOW = "constraint_0_time_window_us"
+EMULATED_WINDOW_US = 976_563  # the long-term window a Xeon's firmware sets by default (about a second)
+
+
+class LimitError(OSError):
+    """The hardware refused a limit, or took another value than the one written."""
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    """What a node's hardware holds: the node's limit in watts (None: the site's own settings)."""
+
+    watts: float | None
+    error: str = ""
+
+
+class PowercapTree:
+    """One node's RAPL packages under a powercap tree."""
+
+    def __init__(self, root: str, spool: str, node: NodeConf):
+        self.base = os.path.join(root, "sys", "class", "powercap")
+        self.saved_path = os.path.join(spool, node.name, SAVED)
+        self.node = node
+        self.watts: float | None = None  # the node's limit now held
+        self._energy: tuple[float, int] | None = None  # (time, the packages' energy_uj summed)
+
+    def packages(self) -> list[str]:
+        """The package zones (``intel-rapl:N``), in order; none without a powercap tree."""
+        if not os.path.isdir(self.base):
+            return []
+        return [os.path.join(self.base, name) for name in sorted(os.listdir(self.base))
+                if name.startswith("intel-rapl:") and name.count(":") == 1]
+
+    def recover(self) -> bool:
+        """Write back the site's settings a dead agent left limited; True when there were any."""
+        if not os.path.exists(self.saved_path):
+            return False
+        self.lift()
+        return True
+
+    def package_watts(self, now: float) -> float | None:
+        """The packages' power since the last call (None on the first, or without counters)."""
+        total = 0
+        for zone in self.packages():
+            text = _read(os.path.join(zone, "energy_uj"))
+            if not text.isdigit():
+                return None
+            total += int(text)
+        previous, self._energy = self._energy, (now, total)
+        if previous is None or now <= previous[0] or total < previous[1]:  # first, or a counter wrapped
+            return None
+        return (total - previous[1]) / 1e6 / (now - previous[0])
+
+    def hold(self, watts: float, rest_watts: float = 0.0) -> Applied:
+        """Hold the node at ``watts`` (never under its IdleWatts): each package gets its share of
+        the watts less ``rest_watts``, what the rest of the node draws."""
+        zones = self.packages()
+        if not zones:
+            raise LimitError(f"no RAPL package under {self.base}")
+        watts = max(watts, float(self.node.idle_watts or 0))
+        self._save(zones)
+        share = max(0.0, watts - rest_watts) / len(zones)
+        for zone in zones:
+            ceiling = _read(os.path.join(zone, "constraint_0_max_power_uw"))
+            wanted = int(share * 1e6)
+            if ceiling.isdigit() and int(ceiling) > 0:
+                wanted = min(wanted, int(ceiling))
+            _write(os.path.join(zone, LIMIT), str(wanted))
+            _write(os.path.join(zone, "enabled"), "1")
+            taken = _read(os.path.join(zone, LIMIT))
+            if taken != str(wanted):
+                self.watts = None
+                raise LimitError(f"{os.path.basename(zone)} took {taken or 'nothing'} uW for {wanted} uW")
+        self.watts = watts
+        return Applied(watts)
+
+    def lift(self) -> Applied:
+        """The site's own settings back, as saved before the first change."""
+        try:
+            with open(self.saved_path) as handle:
+                saved = json.load(handle)
+        except FileNotFoundError:
+            self.watts = None
+            return Applied(None)
+        except (OSError, ValueError) as exc:
+            raise LimitError(f"the site's saved limits are unreadable: {exc}") from exc
+        for zone, values in saved.items():
+            for name in (WINDOW, LIMIT, "enabled"):
+                if name in values:
+                    _write(os.path.join(self.base, zone, name), values[name])
+        os.unlink(self.saved_path)
+        self.watts = None
+        return Applied(None)
+
+    def _save(self, zones: Sequence[str]) -> None:
+        """The site's settings, saved once before the first change (whole, then renamed into place)."""
+        if os.path.exists(self.saved_path):
+            return
+        saved = {os.path.basename(zone): {name: value for name in (LIMIT, WINDOW, "enabled")
+                                          if (value := _read(os.path.join(zone, name)))}
+                 for zone in zones}
+        os.makedirs(os.path.dirname(self.saved_path), exist_ok=True)
+        draft = self.saved_path + ".tmp"
+        fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            json.dump(saved, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(draft, self.saved_path)
+
+
+def layout_tree(root: str, node: NodeConf) -> None:
+    """A kernel-shaped powercap tree for a virtual node (kept if present): one package zone that
+    stands for the whole node, as its BMC measures it, limited to MaxWatts by its firmware."""
+    zone = os.path.join(root, "sys", "class", "powercap", "intel-rapl:0")
+    if os.path.isdir(zone):
+        return
+    os.makedirs(zone, exist_ok=True)
+    most = int(float(node.max_watts or node.idle_watts or 0) * 1e6)
+    files = {"name": "package-0", "enabled": "0", "energy_uj": "0", "max_energy_range_uj": "262143328850",
+             "constraint_0_name": "long_term", LIMIT: str(most), WINDOW: str(EMULATED_WINDOW_US),
+             "constraint_0_max_power_uw": str(most), "constraint_1_name": "short_term",
+             "constraint_1_power_limit_uw": str(int(most * 1.2)), "constraint_1_time_window_us": "2440",
+             "constraint_1_max_power_uw": "0"}
+    for name, value in files.items():
+        _write(os.path.join(zone, name), value)
+
+
+def emulated_limit(root: str) -> float | None:
+    """The watts a virtual node's package zone is held to (None: not limited)."""
+    zone = os.path.join(root, "sys", "class", "powercap", "intel-rapl:0")
+    if _read(os.path.join(zone, "enabled")) != "1":
+        return None
+    text = _read(os.path.join(zone, LIMIT))
+    return int(text) / 1e6 if text.isdigit() else None
+
+
+def emulated_khz(node: NodeConf, khz: int, f_max: int, limit: float | None) -> int:
+    """The frequency a virtual node's CPUs run at under its power limit: the highest of its
+    frequencies, at most ``khz``, at which the busy node draws no more than the limit (as RAPL
+    lowers the clock to hold its average), or the lowest when even that draws more."""
+    if limit is None or not khz or not f_max:
+        return khz
+    idle, most = float(node.idle_watts or 0), float(node.max_watts or node.idle_watts or 0)
+    ladder = [f for f in sorted(cpufreq.ladder(node.cpu_freq_watts) or [khz], reverse=True) if f <= khz] or [khz]
+    for f in ladder:
+        if cpufreq.busy_watts(f, f_max, idle, most, node.cpu_freq_watts) <= limit:
+            return f
+    return ladder[-1]
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path) as handle:
+            return handle.read().strip()
+    except OSError:
+        return ""
+
+
+def _write(path: str, value: str) -> None:
+    with open(path, "w") as handle:
+        handle.write(f"{value}\n")
+
+
+class NodeLimits:
+    """The limits of the nodes an agent hosts: each node's tree, what it holds, and why not."""
+
+    def __init__(self, nodes: dict[str, NodeConf], spool: str, sysfs_root: str, emulated: bool):
+        self.emulated = emulated
+        self.roots = {name: os.path.join(spool, name, "sysfs") if emulated else sysfs_root for name in nodes}
+        self.trees = {name: PowercapTree(self.roots[name], spool, node) for name, node in nodes.items()}
+        self.errors: dict[str, str] = {}
+
+    def recover(self) -> list[str]:
+        """The site's settings back on every node a dead agent left limited; returns those nodes."""
+        return [name for name, tree in self.trees.items() if tree.recover()]
+
+    def order(self, node: str, watts: float | None, node_watts: float | None, now: float) -> None:
+        """Hold the node at the controller's ``watts`` (None: lift it); ``node_watts``: its power as
+        its energy plugin last read it, so that the rest of a real node is left its part."""
+        tree = self.trees[node]
+        try:
+            if watts is None:
+                tree.lift()
+            else:
+                if self.emulated:
+                    layout_tree(self.roots[node], tree.node)
+                packages = None if self.emulated else tree.package_watts(now)
+                rest = max(0.0, node_watts - packages) if node_watts is not None and packages is not None else 0.0
+                tree.hold(watts, rest)
+            self.errors.pop(node, None)
+        except OSError as exc:
+            self.errors[node] = str(exc)[:200]
+
+    def held(self, node: str) -> float | None:
+        return self.trees[node].watts
+
+    def emulated_limit(self, node: str) -> float | None:
+        return emulated_limit(self.roots[node]) if self.emulated and self.trees[node].watts is not None else None
