@@ -169,17 +169,27 @@ def emulated_limit(root: str) -> float | None:
 
 
 def emulated_khz(node: NodeConf, khz: int, f_max: int, limit: float | None) -> int:
-    """The frequency a virtual node's CPUs run at under its power limit: the highest of its
-    frequencies, at most ``khz``, at which the busy node draws no more than the limit (as RAPL
-    lowers the clock to hold its average), or the lowest when even that draws more."""
+    """The frequency a virtual node's CPUs run at under its power limit: as set when the busy
+    node then draws no more than the limit, else the one at which it draws the limit exactly (RAPL
+    holds an average, moving between its clock steps: the mean frequency is between them), and
+    no lower than the node's lowest."""
     if limit is None or not khz or not f_max:
         return khz
     idle, most = float(node.idle_watts or 0), float(node.max_watts or node.idle_watts or 0)
-    ladder = [f for f in sorted(cpufreq.ladder(node.cpu_freq_watts) or [khz], reverse=True) if f <= khz] or [khz]
-    for f in ladder:
-        if cpufreq.busy_watts(f, f_max, idle, most, node.cpu_freq_watts) <= limit:
-            return f
-    return ladder[-1]
+
+    def draws(f: float) -> float:
+        return cpufreq.busy_watts(int(f), f_max, idle, most, node.cpu_freq_watts)
+
+    if draws(khz) <= limit:
+        return khz
+    low = float(min(cpufreq.ladder(node.cpu_freq_watts)))
+    if low >= khz or draws(low) >= limit:
+        return int(min(low, khz))
+    high = float(khz)
+    for _ in range(40):  # the watts grow with the frequency: halve the interval to the kHz
+        middle = (low + high) / 2
+        low, high = (middle, high) if draws(middle) <= limit else (low, middle)
+    return int(low)
 
 
 def _read(path: str) -> str:
