@@ -71,3 +71,48 @@ def test_capwatts_holds_a_busy_virtual_node_and_outlives_its_agent(tmp_path: Pat
         assert time.time() - started < 20
     finally:
         c.stop()
+
+
+HALF = ("python3 -c 'import time\nend = time.time() + {s}\nwhile time.time() < end:\n    t = time.time() + 0.05\n"
+        "    while time.time() < t: pass\n    time.sleep(0.05)'")  # busy half the time: draws less than it may
+
+
+def _limits(c: Cluster) -> dict[str, float | None]:
+    return {n["name"]: n["cap_watts"] for n in c.nodes()}
+
+
+def test_the_budget_moves_from_a_node_that_leaves_power_unused_to_one_that_would_use_it(tmp_path: Path) -> None:
+    """PowerPlugin=power/balance under PowerCap=330: a compute-bound job on n01 and a job busy half
+    the time on n02 start with even limits; the half-busy node's unused watts move to n01, the
+    limits never sum over the cap, nor does the measured draw."""
+    c = Cluster(tmp_path, nodes=2, cpus=1, extra="EmulatedNodes=YES\nAcctGatherEnergyType=acct_gather_energy/emulated\n"
+                "AcctGatherNodeFreq=1\nPowerCap=330\nPowerPlugin=power/balance\n"
+                "PowerParameters=balance_interval=2,recent_job=4",
+                node_extra=f"IdleWatts=95 MaxWatts=190 {FREQS}").start()
+    try:
+        shown = c.run("scontrol", "show", "config").stdout
+        assert re.search(r"^PowerParameters\s+= balance_interval=2,lower_threshold=90,", shown, re.M), shown
+        compute = c.sbatch("-w", "n01", "-t", "5", "--wrap", BURN.format(s=240))
+        c.wait_state(compute, "RUNNING", timeout=15)
+        # at MaxWatts the second would pass the cap (190 + 190): --power-fit starts it at 1.6 GHz (134 W)
+        half = c.sbatch("-w", "n02", "-t", "5", "--power-fit", "--wrap", HALF.format(s=240))
+        c.wait_state(half, "RUNNING", timeout=30)
+        wait_for(lambda: all(w is not None for w in _limits(c).values()), 15, what="both nodes limited")
+        first = _limits(c)
+        assert sum(first.values()) <= 330 + 0.5, first
+        # the half-busy node is lowered step by step, and n01 raised with what it leaves
+        moved = wait_for(lambda: (lim := _limits(c))["n01"] >= 185 and lim["n02"] <= 140 and lim, 60, interval=0.5,
+                         what="the budget moved to the compute-bound node")
+        assert sum(moved.values()) <= 330 + 0.5, moved
+        for _ in range(10):  # the measured draw stays under the cap, sample after sample
+            shown = {n["name"]: n["current_watts"] for n in c.nodes()}
+            assert sum(shown.values()) <= 330 + 1, shown
+            time.sleep(0.5)
+        limits = _limits(c)
+        assert _watts(c, "n01") <= limits["n01"] + 1  # held by its hardware
+        c.run("scancel", str(compute), str(half))
+        wait_for(lambda: set(_limits(c).values()) == {None}, 30, what="the limits lifted once the jobs ended")
+        wait_for(lambda: _limit_uw(c, "n01") == "off" and _limit_uw(c, "n02") == "off", 15,
+                 what="the site's settings back on both nodes")
+    finally:
+        c.stop()

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from wattsched import cpufreq, energypolicy, gres, hostlist, licenses, rlimits, switching
+from wattsched import cpufreq, energypolicy, gres, hostlist, licenses, powerbalance, rlimits, switching
 from wattsched.confvalues import (
     AuthAltParams,
     SchedulerParams,
@@ -299,6 +299,10 @@ class Config:
     power_cap_shed: tuple[str, ...] = setting("PowerCapShed", flags("cpufreq", "suspend", "requeue", "cancel"),
                                               ("cpufreq", "suspend"))
     power_cap_shed_time_s: int = setting("PowerCapShedTime", bounded(1, 3600), 30)
+    # Slurm's keys of its power/cray_aries: PowerPlugin=power/balance (ours, on any node with a
+    # powercap tree) moves the cap between the busy nodes' hardware limits (wattsched.powerbalance)
+    power_plugin: str = setting("PowerPlugin", choice("power/none", "power/balance"), "power/none")
+    power_parameters: powerbalance.Params = setting("PowerParameters", powerbalance.parse, powerbalance.Params())
     power_cap: float | None = setting("PowerCap", parse_power_cap,
                                       None)  # watts; math.inf for INFINITE; None: capping off
     # ours: jobs admitted under the cap at MaxWatts, or at what their earlier runs drew plus a margin
@@ -551,7 +555,7 @@ def _masked(key: str, shown: str) -> str:
 def _show(value: Any) -> str:
     if isinstance(value, float) and math.isinf(value):
         return "INFINITE"
-    if isinstance(value, SchedulerParams):
+    if isinstance(value, SchedulerParams | powerbalance.Params):
         return ",".join(f"{k}={getattr(value, k)}" for k in value.__slots__)
     if isinstance(value, AuthAltParams):  # as Slurm shows it
         return ",".join(filter(None, (f"jwt_key={value.jwt_key}" if value.jwt_key else "",

@@ -308,9 +308,11 @@ class Node:
     energy_first: tuple[float, float] | None = None
     current_watts: float = 0.0
     energy_error: str = ""  # why its sensor's last read failed: its power is unknown until one succeeds
-    # its power limit (noded.powerlimits): the watts ordered (scontrol update CapWatts=, None: the
-    # site's own settings), what its hardware reports holding, and why not the one ordered
+    # its power limit (noded.powerlimits): the administrator's (scontrol update CapWatts=) and the
+    # moving budget's (controller.budgetcontrol), None where there is none; what its hardware
+    # reports holding (None: the site's own settings), and why not the one ordered
     cap_watts: float | None = None
+    balance_watts: float | None = None
     limit_watts: float | None = None
     limit_error: str = ""
 
@@ -331,11 +333,18 @@ class Node:
             del self.job_gpu_samples[:cut]
 
     @property
+    def ordered_limit(self) -> float | None:
+        """The limit its hardware is to hold it to: the lower of the administrator's and the budget's."""
+        given = [w for w in (self.cap_watts, self.balance_watts) if w is not None]
+        return min(given) if given else None
+
+    @property
     def held_limit(self) -> float | None:
         """The limit the cap may count on: the one ordered, once the hardware reports holding it."""
-        if self.cap_watts is None or self.limit_watts is None or abs(self.limit_watts - self.cap_watts) > 0.5:
+        ordered = self.ordered_limit
+        if ordered is None or self.limit_watts is None or abs(self.limit_watts - ordered) > 0.5:
             return None
-        return self.cap_watts
+        return ordered
 
     @property
     def consumed_joules(self) -> float:

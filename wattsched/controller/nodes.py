@@ -91,9 +91,9 @@ def power_limits(state: ClusterState, hb: AgentHeartbeat) -> dict[str, float | N
     ordered: dict[str, float | None] = {}
     for report in hb.nodes:
         node = state.nodes.get(report.name)
-        if node is not None and (node.cap_watts is not None or report.power_limit_w is not None
+        if node is not None and (node.ordered_limit is not None or report.power_limit_w is not None
                                  or report.power_limit_error):
-            ordered[node.name] = node.cap_watts
+            ordered[node.name] = node.ordered_limit
     return ordered
 
 

@@ -27,6 +27,7 @@ from typing import Any
 from wattsched.capschedule import CapStep
 from wattsched.config import Config, PartitionConf
 from wattsched.controller import energysplit, snapshots, statesave
+from wattsched.controller.budgetcontrol import BudgetControl
 from wattsched.controller.capcontrol import CapControl
 from wattsched.controller.carbonfeed import CarbonFeed
 from wattsched.controller.powersaving import PowerSaving
@@ -110,6 +111,7 @@ class ClusterState:
     journal: statesave.Journal = field(default_factory=statesave.Journal)
     memo: snapshots.Memos = field(default_factory=snapshots.Memos)
     cap: CapControl = field(default_factory=CapControl)  # meeting a lowered cap
+    budget: BudgetControl = field(default_factory=BudgetControl)  # moving the cap between busy nodes' limits
     carbon: CarbonFeed | None = None  # the grid's carbon intensity (CarbonIntensity)
     # user -> when root revoked their tokens: a user's token issued at or before it is refused
     token_revocations: dict[str, float] = field(default_factory=dict)

@@ -113,7 +113,7 @@ def node_view(node: Node, now: float, reserved: str = "") -> dict[str, Any]:
         "idle_watts": node.idle_watts, "max_watts": node.max_watts, "power_save_watts": node.power_save_watts,
         "down_watts": node.down_watts, "power_cap_priority": node.power_cap_priority,
         "current_watts": round(node.current_watts), "ave_watts": round(node.ave_watts),
-        "energy_error": node.energy_error, "cap_watts": node.cap_watts, "limit_watts": node.limit_watts,
+        "energy_error": node.energy_error, "cap_watts": node.ordered_limit, "limit_watts": node.limit_watts,
         "limit_error": node.limit_error,
         "consumed_joules": round(node.consumed_joules), "metered": bool(node.energy_samples),
         "lowest_joules": round(node.energy_first[1]) if node.energy_first else 0,

@@ -1,0 +1,64 @@
+"""The controller's side of the moving budget (PowerPlugin=power/balance, wattsched.powerbalance):
+every PowerParameters balance_interval seconds while a cap is in force, the busy nodes' hardware
+limits are moved by their measured draw within what the cap leaves them, and each node's agent is
+told its limit with its next heartbeat reply (noded.powerlimits). A node no longer busy is given
+its site's own settings back; with the plugin off, or capping off, every limit it set is lifted.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from wattsched import powerbalance
+from wattsched.controller import snapshots
+
+if TYPE_CHECKING:
+    from wattsched.controller.state import ClusterState
+
+log = logging.getLogger("wattsched.controller")
+FRESH_READINGS = 3  # a reading older than this many AcctGatherNodeFreq is no measure of the node's draw
+
+
+class BudgetControl:
+    def __init__(self) -> None:
+        self.balanced_at = 0.0
+        self.cap = 0.0  # the cap the last balance met
+
+    def tick(self, state: ClusterState, now: float) -> None:
+        config = state.config
+        params = config.power_parameters
+        snap = snapshots.power_snap(state, now) if config.power_plugin == "power/balance" else None
+        if snap is None:
+            for node in state.nodes.values():
+                node.balance_watts = None
+            return
+        if now - self.balanced_at < params.balance_interval and snap.limit() == self.cap:
+            return  # (a cap that changed is met at once, not at the next interval)
+        self.balanced_at, self.cap = now, snap.limit()
+        started: dict[str, float] = {}
+        for job in state.jobs.values():
+            if job.holds_nodes:
+                for name in job.alloc_cpus:
+                    started[name] = max(started.get(name, 0.0), job.start_time)
+        busy = {name for name in started if snap.states.get(name) == "busy"}
+        others = sum(snap.nodes[n].watts(snap.states[n]) for n in snap.nodes if n not in busy)
+        reserved = sum(r.watts for r in snap.reservations if r.start <= now <= r.end)
+        budget = snap.limit() - others - reserved
+        stale_s = FRESH_READINGS * max(1, config.acct_gather_node_freq_s)
+        nodes = {}
+        for name in busy:
+            node = state.nodes[name]
+            fresh = bool(node.energy_samples) and not node.energy_error \
+                and now - node.energy_samples[-1][0] <= stale_s
+            top = float(node.max_watts or node.idle_watts or 0)
+            if node.cap_watts is not None:
+                top = min(top, node.cap_watts)
+            nodes[name] = powerbalance.BusyNode(name, float(node.idle_watts or 0), top, node.balance_watts,
+                                                node.current_watts if fresh else None, started[name])
+        limits = powerbalance.balance(budget, nodes, params, now)
+        for node in state.nodes.values():
+            node.balance_watts = limits.get(node.name)
+        if limits:
+            log.debug("power budget balanced", extra={"budget": round(budget), "nodes": len(limits),
+                                                      "limits": round(sum(limits.values()))})
