@@ -9,6 +9,7 @@ import re
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from wattsched.harness.testing import Cluster, wait_for
@@ -36,7 +37,8 @@ def _limit_uw(c: Cluster, node: str) -> str:
 
 def test_capwatts_holds_a_busy_virtual_node_and_outlives_its_agent(tmp_path: Path) -> None:
     c = Cluster(tmp_path, nodes=2, cpus=1, extra="EmulatedNodes=YES\nAcctGatherEnergyType=acct_gather_energy/emulated\n"
-                "AcctGatherNodeFreq=1", node_extra=f"IdleWatts=95 MaxWatts=190 {FREQS}").start()
+                "AcctGatherNodeFreq=1\nMetricsType=metrics/openmetrics",
+                node_extra=f"IdleWatts=95 MaxWatts=190 {FREQS}").start()
     try:
         job = c.sbatch("-w", "n01", "-t", "5", "--wrap", BURN.format(s=240))
         c.wait_state(job, "RUNNING", timeout=15)
@@ -49,6 +51,9 @@ def test_capwatts_holds_a_busy_virtual_node_and_outlives_its_agent(tmp_path: Pat
         # the hardware holds 140 W: the virtual CPUs drop to 1.6 GHz (134 W busy) and the node with them
         wait_for(lambda: 120 <= _watts(c, "n01") <= 140, 30, what="n01 drawing what its limit allows")
         assert "CapWatts=n/a" in c.run("scontrol", "show", "node", "n02").stdout
+        metrics = httpx.get(f"http://127.0.0.1:{c.port}/metrics", headers={"Authorization": f"Bearer {c.token()}"},
+                            timeout=30).text
+        assert 'wattsched_node_power_limit_watts{held="yes",node="n01"} 140.0' in metrics, metrics
         # kill -9 of the agent: the next one gives the site its settings back, then holds the order again
         c.kill_agent(0)
         c.start_agent(0)

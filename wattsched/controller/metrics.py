@@ -234,6 +234,13 @@ class ControllerCollector(Collector):
             joules.add_metric([n.name], n.consumed_joules)
             age.add_metric([n.name], max(0.0, now - n.energy_samples[-1][0]))
         yield from (watts, joules, age)
+        limits = GaugeMetricFamily("wattsched_node_power_limit_watts",
+                                   "The limit the node's hardware is to hold it to (CapWatts), and whether it does",
+                                   labels=["node", "held"])
+        for n in state.nodes.values():
+            if n.ordered_limit is not None:
+                limits.add_metric([n.name, "yes" if n.held_limit is not None else "no"], n.ordered_limit)
+        yield limits
         ended = GaugeMetricFamily("wattsched_job_energy_joules",
                                   "Energy of each ended job the controller still holds (for MinJobAge)",
                                   labels=["job_id", "user", "account", "partition"])
