@@ -86,3 +86,11 @@ def test_the_limits_never_pass_the_budget_nor_a_nodes_bounds(specs, budget: floa
     assert set(limits) == set(nodes)
     assert all(100 - 1e-6 <= limits[n] <= 400 + 1e-6 for n in limits)
     assert sum(limits.values()) <= max(budget, 100 * len(nodes)) + 1e-6
+
+
+def test_a_reading_taken_partly_under_an_older_limit_judges_nothing() -> None:
+    """Just raised, a node's reading still shows part of the old limit: it keeps the new one."""
+    raised = BusyNode("a", floor=100.0, top=400.0, limit=300, watts=200, job_start=OLD, settled=False)
+    assert powerbalance.balance(1000, {"a": raised}, Params(), NOW) == {"a": 300}
+    judged = BusyNode("a", floor=100.0, top=400.0, limit=300, watts=200, job_start=OLD)
+    assert powerbalance.balance(1000, {"a": judged}, Params(), NOW) == {"a": 250}

@@ -8,6 +8,9 @@ the thresholds and rates of Slurm's power/cray_aries (PowerParameters, its names
 
 - a node that ran a job started in the last ``recent_job`` seconds, or that has no limit yet or
   no reading, is to be *raised* to an even share of what is left (its workload is new);
+- a node whose last reading does not yet cover a whole interval under its limit *keeps* it (a
+  reading that straddles a change measures the old limit: judged by it, a node just raised would
+  look as if it did not use its new watts, and be lowered again);
 - under ``lower_threshold`` % of its limit, it is *lowered* by the smaller of ``decrease_rate`` %
   of its span (MaxWatts - IdleWatts) and half of what it leaves unused;
 - up to ``upper_threshold`` % of its limit, it *keeps* it;
@@ -74,6 +77,7 @@ class BusyNode:
     limit: float | None  # the limit it is held to now (None: none yet)
     watts: float | None  # its measured power over the last interval (None: unknown)
     job_start: float  # when its newest job started
+    settled: bool = True  # its last reading was taken wholly under its limit
 
 
 def balance(budget: float, nodes: Mapping[str, BusyNode], params: Params, now: float) -> dict[str, float]:
@@ -86,7 +90,9 @@ def balance(budget: float, nodes: Mapping[str, BusyNode], params: Params, now: f
             raise_to[name] = None
             continue
         span = max(0.0, node.top - node.floor)
-        if node.watts < node.limit * params.lower_threshold / 100:
+        if not node.settled:
+            settled[name] = _bounded(node.limit, node)
+        elif node.watts < node.limit * params.lower_threshold / 100:
             lowered = node.limit - min(span * params.decrease_rate / 100, (node.limit - node.watts) / 2)
             settled[name] = _bounded(lowered, node)
         elif node.watts <= node.limit * params.upper_threshold / 100:

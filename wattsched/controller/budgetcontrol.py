@@ -8,6 +8,7 @@ its site's own settings back; with the plugin off, or capping off, every limit i
 from __future__ import annotations
 
 import logging
+import math
 from typing import TYPE_CHECKING
 
 from wattsched import powerbalance
@@ -24,6 +25,7 @@ class BudgetControl:
     def __init__(self) -> None:
         self.balanced_at = 0.0
         self.cap = 0.0  # the cap the last balance met
+        self.since: dict[str, float] = {}  # when each node's limit last changed
 
     def tick(self, state: ClusterState, now: float) -> None:
         config = state.config
@@ -45,7 +47,8 @@ class BudgetControl:
         others = sum(snap.nodes[n].watts(snap.states[n]) for n in snap.nodes if n not in busy)
         reserved = sum(r.watts for r in snap.reservations if r.start <= now <= r.end)
         budget = snap.limit() - others - reserved
-        stale_s = FRESH_READINGS * max(1, config.acct_gather_node_freq_s)
+        interval = float(max(1, config.acct_gather_node_freq_s))
+        stale_s = FRESH_READINGS * interval
         nodes = {}
         for name in busy:
             node = state.nodes[name]
@@ -54,11 +57,17 @@ class BudgetControl:
             top = float(node.max_watts or node.idle_watts or 0)
             if node.cap_watts is not None:
                 top = min(top, node.cap_watts)
+            # the order reaches the agent with a heartbeat reply, and a reading covers the interval
+            # before it: one taken two intervals after the change measures the new limit alone
+            settled = fresh and node.energy_samples[-1][0] >= self.since.get(name, 0.0) + 2 * interval
             nodes[name] = powerbalance.BusyNode(name, float(node.idle_watts or 0), top, node.balance_watts,
-                                                node.current_watts if fresh else None, started[name])
+                                                node.current_watts if fresh else None, started[name], settled)
         limits = powerbalance.balance(budget, nodes, params, now)
         for node in state.nodes.values():
-            node.balance_watts = limits.get(node.name)
+            limit = math.floor(limits[node.name]) if node.name in limits else None  # whole watts, within the budget
+            if limit != node.balance_watts:
+                self.since[node.name] = now
+            node.balance_watts = limit
         if limits:
             log.debug("power budget balanced", extra={"budget": round(budget), "nodes": len(limits),
                                                       "limits": round(sum(limits.values()))})
