@@ -27,6 +27,7 @@ import base64
 import binascii
 import hmac
 import json
+import logging
 import secrets
 import threading
 import time
@@ -41,6 +42,7 @@ from wattsched.config import Config
 from wattsched.noded.bmc import NodeView, PowerStats
 from wattsched.service import httplimits, httpserve
 
+log = logging.getLogger("wattsched.bmc")
 ROOT = "/redfish/v1"
 BODY_MAX = 4096
 SESSIONS_MAX = 16
@@ -309,7 +311,17 @@ def serve(config: Config, views: dict[int, NodeView]) -> None:
     bmcs = {port: Bmc(view) for port, view in views.items()}
     limit = max(64, httpserve.raise_fd_limit() - httpserve.HEADROOM - len(bmcs))
     protocol = httpserve.guarded_protocol(float(config.message_timeout_s), limit)
+    sockets = []
+    for port, bmc in list(bmcs.items()):
+        try:
+            sockets.append(httpserve.listen("127.0.0.1", port))
+        except OSError as exc:  # that node's BMC is unreachable, as a real one may be; the others serve
+            log.error("emulated BMC cannot listen", extra={"node": bmc.view.node.name, "port": port,
+                                                            "error": str(exc)})
+            del bmcs[port]
+    if not sockets:
+        raise OSError("no emulated Redfish BMC could listen on its port")
     server = uvicorn.Server(uvicorn.Config(app(bmcs, {user: password}), http=protocol, log_level="warning",
                                            access_log=False, ssl_certfile=cert, ssl_keyfile=key,
                                            timeout_graceful_shutdown=1))
-    server.run(sockets=[httpserve.listen("127.0.0.1", port) for port in bmcs])
+    server.run(sockets=sockets)
