@@ -88,7 +88,7 @@ def test_immediate_fails_when_resources_are_busy(cluster: Cluster) -> None:
 def test_show_config_partition_and_json(cluster: Cluster) -> None:
     config = cluster.run("scontrol", "show", "config").stdout
     assert config.startswith("Configuration data as of ")
-    assert "ClusterName             = testcluster" in config
+    assert f"ClusterName             = {cluster.name}" in config
     assert "SchedulerType           = sched/backfill" in config
     from wattsched import SLURM_RELEASE, __version__
 

@@ -98,7 +98,7 @@ def test_reservation_life_cycle(bf_cluster: Cluster) -> None:
     rows = c.accounted(inside)
     assert rows[0]["reservation"] == "maint"
     store = AccountingStore(f"sqlite:///{c.root / 'ctld' / 'accounting.db'}")
-    recorded = wait_for(lambda: [r for r in store.reservations("testcluster") if r["name"] == "maint"
+    recorded = wait_for(lambda: [r for r in store.reservations(c.name) if r["name"] == "maint"
                                  and r["deleted"]], 15, what="reservation accounted")
     assert recorded[0]["nodes"] == "n04" and recorded[0]["flags"].startswith("MAINT")
     assert recorded[0]["users"] == "root,alice"

@@ -64,8 +64,8 @@ def sweep(root: str) -> None:
                 os.rmdir(top)
 
 
-def job_cgroup(node: str, job_id: int, controller: str = "memory") -> str:
-    return os.path.join(V1, controller, "wattsched", "testcluster", f"node_{node}", f"job_{job_id}")
+def job_cgroup(cluster: Cluster, node: str, job_id: int, controller: str = "memory") -> str:
+    return os.path.join(V1, controller, "wattsched", cluster.name, f"node_{node}", f"job_{job_id}")
 
 
 def processes_with(marker: str) -> list[int]:
@@ -84,7 +84,7 @@ def test_a_job_over_its_memory_ends_out_of_memory_and_its_neighbour_runs_on(memo
     neighbour = memory_cluster.sbatch("-w", "n01", "--mem=50M", "-o", str(tmp_path / "neighbour.out"),
                                       "--wrap", "sleep 3; echo neighbour done")
     memory_cluster.wait_state(neighbour, "RUNNING")
-    limit = Path(job_cgroup("n01", neighbour), "memory.limit_in_bytes")
+    limit = Path(job_cgroup(memory_cluster, "n01", neighbour), "memory.limit_in_bytes")
     wait_for(limit.exists, 20, what="the job's cgroup")  # RUNNING comes before the agent has launched it
     assert int(limit.read_text()) == 50 * 1024 * 1024
     hog = memory_cluster.sbatch("-w", "n01", "--mem=100M", "-o", str(tmp_path / "hog.out"), "--wrap",
@@ -100,7 +100,7 @@ def test_a_job_over_its_memory_ends_out_of_memory_and_its_neighbour_runs_on(memo
     assert rows[0][1:] == ["OUT_OF_MEMORY", "0:125"] and rows[1] == [f"{hog}.batch", "OUT_OF_MEMORY", "0:125"]
     rss_kb = max(s["max_rss_kb"] for s in record["steps"])
     assert 50 * 1024 <= rss_kb <= 110 * 1024  # the cgroup's peak: at its 100 MiB limit, not 500 MB
-    wait_for(lambda: not os.path.exists(job_cgroup("n01", hog)), 20, what="the job's cgroup removed")
+    wait_for(lambda: not os.path.exists(job_cgroup(memory_cluster, "n01", hog)), 20, what="the job's cgroup removed")
 
 
 def test_a_double_forked_daemon_dies_with_its_job(memory_cluster: Cluster, tmp_path: Path) -> None:
@@ -110,7 +110,7 @@ def test_a_double_forked_daemon_dies_with_its_job(memory_cluster: Cluster, tmp_p
     wait_for(lambda: processes_with(f"sleep\0{marker}"), 20, what="the daemon started")
     memory_cluster.wait_state(job_id, "COMPLETED")
     wait_for(lambda: not processes_with(f"sleep\0{marker}"), 20, what="the daemon killed with its job")
-    wait_for(lambda: not os.path.exists(job_cgroup("n02", job_id, "pids")), 20, what="cgroup removed")
+    wait_for(lambda: not os.path.exists(job_cgroup(memory_cluster, "n02", job_id, "pids")), 20, what="cgroup removed")
 
 
 def test_an_unprivileged_job_cannot_leave_its_cgroup(memory_cluster: Cluster) -> None:
@@ -124,7 +124,7 @@ def test_an_unprivileged_job_cannot_leave_its_cgroup(memory_cluster: Cluster) ->
         memory_cluster.wait_state(job_id, "COMPLETED")
         text = (out / f"{job_id}.out").read_text()
         assert "moved=1" in text or "moved=2" in text, text
-        assert f"/wattsched/testcluster/node_n02/job_{job_id}/step_batch" in text
+        assert f"/wattsched/{memory_cluster.name}/node_n02/job_{job_id}/step_batch" in text
     finally:
         shutil.rmtree(out, ignore_errors=True)
 
@@ -196,10 +196,10 @@ def test_cgroup_v2_tracks_and_kills_a_jobs_processes(tmp_path: Path) -> None:
                                 ">/dev/null 2>&1; sleep 1")
         wait_for(lambda: processes_with(f"sleep\0{marker}"), 20, what="the daemon started")
         pid = processes_with(f"sleep\0{marker}")[0]
-        assert f"wattsched/testcluster/node_n01/job_{job_id}/step_batch" in Path(f"/proc/{pid}/cgroup").read_text()
+        assert f"wattsched/{cluster.name}/node_n01/job_{job_id}/step_batch" in Path(f"/proc/{pid}/cgroup").read_text()
         cluster.wait_state(job_id, "COMPLETED")
         wait_for(lambda: not processes_with(f"sleep\0{marker}"), 20, what="the daemon killed with its job")
-        assert not os.path.exists(os.path.join(mount, "wattsched", "testcluster", "node_n01", f"job_{job_id}"))
+        assert not os.path.exists(os.path.join(mount, "wattsched", cluster.name, "node_n01", f"job_{job_id}"))
     finally:
         cluster.stop()
         sweep(mount)

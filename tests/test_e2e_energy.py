@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import csv
 import io
-import socket
 import time
 from pathlib import Path
 
@@ -15,24 +14,18 @@ import h5py
 import pytest
 
 from wattsched.controller.energysplit import counter_at
-from wattsched.harness.testing import Cluster, wait_for
+from wattsched.harness.testing import Cluster, free_port_block, wait_for
 from wattsched.profiles import h5profile
 
 FREQS = "CpuFreqWatts=2400000:190,2000000:158,1600000:134,1200000:116"
 BURN = "python3 -c 'import time\nend = time.time() + {s}\nwhile time.time() < end: pass'"
 
 
-def _udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     root = tmp_path_factory.mktemp("energy")
     c = Cluster(root, nodes=4, cpus=4, agents=2, bmc=True, extra="\n".join([
-        "EmulatedNodes=YES", f"EmulatedBMCPort={_udp_port()}", "AcctGatherEnergyType=acct_gather_energy/ipmi",
+        "EmulatedNodes=YES", f"EmulatedBMCPort={free_port_block(4)}", "AcctGatherEnergyType=acct_gather_energy/ipmi",
         "AcctGatherNodeFreq=1",
         "AcctGatherProfileType=acct_gather_profile/hdf5", f"ProfileHDF5Dir={root / 'profile'}",
         "CpuFreqGovernors=OnDemand,Performance,PowerSave,UserSpace"]),

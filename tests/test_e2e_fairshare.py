@@ -49,7 +49,7 @@ def test_energy_fairshare_ranks_the_green_user_first(fs_cluster: Cluster) -> Non
                       state="COMPLETED", submit_time=now - 4000, eligible_time=now - 4000, start_time=now - 3600,
                       end_time=now - 600, alloc_cpus={"n01": 4}, consumed_energy_j=factor * 1.2e6)
             history.append(job.to_dict())
-    store.upsert_jobs("testcluster", history)
+    store.upsert_jobs(c.name, history)
     pending = {user: c.sbatch("--begin=now+1hour", "-t", "5", "--wrap", "true", env=c.user_env(uid, user))
                for user, (uid, _f) in USERS.items()}
 

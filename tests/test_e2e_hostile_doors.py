@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from tests.hostile import USERS, Account, final, needs_accounts, own_cluster
-from wattsched.harness.testing import Cluster, ensure_munge, free_port, wait_for
+from wattsched.harness.testing import Cluster, ensure_munge, free_port_block, wait_for
 
 pytestmark = needs_accounts
 
@@ -206,11 +206,7 @@ except Exception as exc:
 def test_no_file_a_user_can_read_holds_a_bmc_secret(accounts) -> None:
     """Emulated BMCs metered over IPMI: their password is random, kept where only root reads it; no
     file the user can read holds it, and the factory password switches no node off."""
-    import socket
-
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port_block(1)
     extra = (f"EmulatedNodes=YES\nEmulatedBMCPort={port}\nAcctGatherEnergyType=acct_gather_energy/ipmi\n"
              "AcctGatherNodeFreq=1")
     with own_cluster(extra, bmc=True, node_extra="IdleWatts=100 MaxWatts=200") as cluster:
@@ -265,7 +261,7 @@ def test_a_redfish_bmc_switches_nothing_for_a_user_and_survives_her(accounts) ->
     """Emulated BMCs metered over Redfish: their TLS key and password are root's alone; a user who
     guesses, sends absurd requests and holds silent connections switches nothing off, and the
     nodes stay metered."""
-    port = free_port()
+    port = free_port_block(1)
     extra = (f"EmulatedNodes=YES\nEmulatedBMCPort={port}\nAcctGatherEnergyType=acct_gather_energy/redfish\n"
              "AcctGatherNodeFreq=1")
     with own_cluster(extra, bmc=True, node_extra="IdleWatts=100 MaxWatts=200") as cluster:

@@ -146,7 +146,7 @@ def test_an_energy_budget_used_up_pends_the_next_job_until_raised(cluster: Clust
     spent = Job(job_id=9901, name="spent", uid=BOB[0], user=BOB[1], account="green", qos="normal", partition="debug",
                 state="COMPLETED", submit_time=now - 700, eligible_time=now - 700, start_time=now - 650,
                 end_time=now - 50, alloc_cpus={"n01": 4}, consumed_energy_j=3.0e6)
-    store.upsert_jobs("testcluster", [spent.to_dict()])
+    store.upsert_jobs(c.name, [spent.to_dict()])
     # use is read from the history every PriorityCalcPeriod (1 s here), as in Slurm
     wait_for(lambda: any(line.startswith("green||") and float(line.split("|")[7] or 0) > 1e6 for line in
                          c.run("sshare", "-a", "-P", "-n").stdout.replace(" ", "").splitlines()), 20, 0.2,

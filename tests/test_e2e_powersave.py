@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from wattsched.harness.testing import ALICE, BIN, Cluster, free_port, wait_for
+from wattsched.harness.testing import ALICE, BIN, Cluster, free_port, free_port_block, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -23,7 +23,7 @@ NODE_WATTS = "IdleWatts=95 MaxWatts=190 PowerSaveWatts=10 SwitchOnTime=2 SwitchO
 def _cluster(tmp_path, extra: str, bmc: bool, nodes: int = 3, cpus: int = 2) -> Cluster:
     return Cluster(tmp_path, nodes=nodes, cpus=cpus, bmc=bmc, node_extra=NODE_WATTS,
                    extra="EmulatedNodes=YES\nAcctGatherEnergyType=acct_gather_energy/emulated\nAcctGatherNodeFreq=1\n"
-                         f"EmulatedBMCPort={free_port()}\n{extra}").start()
+                         f"EmulatedBMCPort={free_port_block(nodes)}\n{extra}").start()
 
 
 def _run(cluster: Cluster, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -193,8 +193,8 @@ def test_the_shipped_leaf257_config_with_an_idle_timeout_suspends_and_resumes(tm
     conf = tmp_path / "leaf.conf"
     # ResumeTimeout well above the ~10 s a wake takes here: on a loaded 2-core machine 257 virtual
     # nodes, 4 agents and the controller share the CPUs, and a wake past it would requeue the job
-    conf.write_text(f"{text}\nEmulatedBMCPort={free_port()}\nSuspendTime=3\nSuspendTimeout=2\nResumeTimeout=600\n"
-                    "SuspendRate=0\n")
+    conf.write_text(f"{text}\nEmulatedBMCPort={free_port_block(257)}\nSuspendTime=3\nSuspendTimeout=2\n"
+                    "ResumeTimeout=600\nSuspendRate=0\n")
     env = dict(os.environ, WATTSCHED_CONF=str(conf), SLURM_CONF=str(conf),
                PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
     env.pop("SLURM_JOB_ID", None)

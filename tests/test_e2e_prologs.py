@@ -79,7 +79,7 @@ def test_every_program_runs_where_and_as_whom_slurm_runs_it(cluster: tuple[Clust
         prolog = saw(seen, f"prolog_slurmd.{job_id}.{node}")
         assert prolog["SLURM_JOB_USER"] == "nobody" and prolog["SLURM_JOB_UID"] == "65534"
         assert prolog["SLURMD_NODENAME"] == node and prolog["SLURM_JOB_NODELIST"] == "n[01-02]"
-        assert prolog["SLURM_JOB_PARTITION"] == "debug" and prolog["SLURM_CLUSTER_NAME"] == "testcluster"
+        assert prolog["SLURM_JOB_PARTITION"] == "debug" and prolog["SLURM_CLUSTER_NAME"] == c.name
         assert saw(seen, f"epilog_slurmd.{job_id}.{node}")["SLURM_JOB_ID"] == str(job_id)
     ctld = saw(seen, f"prolog_slurmctld.{job_id}.ctld")
     assert ctld["SLURM_JOB_NAME"] == "pe" and ctld["SLURM_JOB_NODELIST"] == "n[01-02]"

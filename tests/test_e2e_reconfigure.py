@@ -47,7 +47,7 @@ def test_what_needs_a_restart_a_broken_file_or_a_user_is_refused(cluster: Cluste
     before = cluster.run("sinfo", "-h").stdout
     original = cluster.conf.read_text()
     try:
-        rewrite(cluster, "ClusterName=testcluster", "ClusterName=othername")
+        rewrite(cluster, f"ClusterName={cluster.name}", "ClusterName=othername")
         refused = cluster.run("scontrol", "reconfigure", check=False)
         assert refused.returncode == 1 and "ClusterName cannot change without restarting" in refused.stderr
         cluster.conf.write_text(original + "NoSuchKey=1\n")

@@ -166,12 +166,12 @@ def test_sstat_reads_each_running_task(cluster: Cluster) -> None:
 
 
 def test_sbatch_parsable_with_cluster_and_sreport_defaults(cluster: Cluster) -> None:
-    out = cluster.run("sbatch", "--parsable", "-M", "testcluster", "--wrap", "true", check=False)
+    out = cluster.run("sbatch", "--parsable", "-M", cluster.name, "--wrap", "true", check=False)
     job_id, _, name = out.stdout.strip().partition(";")
-    assert out.returncode == 0 and job_id.isdigit() and name == "testcluster"
+    assert out.returncode == 0 and job_id.isdigit() and name == cluster.name
     cluster.wait_state(int(job_id), "COMPLETED")
     report = cluster.run("sreport", "user", "TopUsage", "start=today", "-P", "-n")
-    assert report.returncode == 0 and report.stdout.startswith("testcluster|")
+    assert report.returncode == 0 and report.stdout.startswith(f"{cluster.name}|")
     yesterday = cluster.run("sreport", "cluster", "AccountUtilizationByUser", "-n", "-P")
     assert yesterday.returncode == 0
 

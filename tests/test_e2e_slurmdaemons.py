@@ -137,7 +137,7 @@ def test_root_manages_the_accounts_before_any_controller_runs(cluster: Cluster) 
     hostile suite's)."""
     added = cluster.run("sacctmgr", "-i", "add", "account", "physics")
     assert "physics" in added.stdout
-    assert cluster.run("sacctmgr", "-n", "-P", "show", "cluster", "format=cluster").stdout.split() == ["testcluster"]
+    assert cluster.run("sacctmgr", "-n", "-P", "show", "cluster", "format=cluster").stdout.split() == [cluster.name]
     assert cluster.run("sacctmgr", "shutdown").returncode == 0  # no slurmdbd to stop
     assert _daemon(cluster, "slurmctld").returncode == 0
     wait_for(cluster._ping, 30, what="slurmctld answering")

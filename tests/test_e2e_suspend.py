@@ -110,7 +110,7 @@ def test_suspend_freezes_the_jobs_cgroup(fresh_cluster: Cluster, tmp_path: Path)
     cluster.start()
     job_id = counting_job(cluster, tmp_path)
     node = cluster.job(job_id)["node_list"]
-    freezer = Path(V1_FREEZER, "wattsched", "testcluster", f"node_{node}", f"job_{job_id}", "freezer.state")
+    freezer = Path(V1_FREEZER, "wattsched", cluster.name, f"node_{node}", f"job_{job_id}", "freezer.state")
     wait_for(freezer.exists, 20, what="the job's cgroup")
     cluster.run("scontrol", "suspend", str(job_id))
     wait_for(lambda: freezer.read_text().strip() == "FROZEN", 20, what="frozen")

@@ -14,21 +14,15 @@ from pathlib import Path
 import pytest
 
 from wattsched import config as config_mod
-from wattsched.harness.testing import Cluster, wait_for
+from wattsched.harness.testing import Cluster, free_port_block, wait_for
 from wattsched.noded.energymeter import EnergyMeter
 from wattsched.plugins.acct_gather_energy.ipmi import IpmiEnergy
-
-
-def _udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture()
 def bmcs(tmp_path):
     """Two virtual nodes' emulated BMCs in their own process, as ``wattsched bmc`` runs them."""
-    base = _udp_port()
+    base = free_port_block(2)
     conf = tmp_path / "bmc.conf"
     conf.write_text(f"ClusterName=t\nSlurmdSpoolDir={tmp_path / 'spool'}\nStateSaveLocation={tmp_path / 'ctld'}\n"
                     f"EmulatedNodes=YES\nEmulatedBMCPort={base}\n"
@@ -140,7 +134,7 @@ def test_a_bmc_that_never_answers_leaves_only_its_node_stale(bmcs, tmp_path) -> 
 @pytest.mark.e2e
 def test_hung_bmc_delays_neither_job_launch_nor_heartbeats(tmp_path: Path) -> None:
     """n02's BMC never answers; its jobs still start at once and the node stays up."""
-    base = _udp_port()
+    base = free_port_block(2)
     c = Cluster(tmp_path, nodes=2, extra=f"EmulatedNodes=YES\nEmulatedBMCPort={base}\n"
                 "AcctGatherEnergyType=acct_gather_energy/ipmi\nAcctGatherNodeFreq=1",
                 node_extra="IdleWatts=100 MaxWatts=200", acct_gather="EnergyIPMITimeout=2")

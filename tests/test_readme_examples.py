@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -22,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from wattsched.harness.testing import BIN, free_port
+from wattsched.harness.testing import BIN, free_port, free_port_block
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -90,26 +89,12 @@ def same(shown: list[str], printed: str) -> bool:
         for a, e in zip(actual, expected, strict=True))
 
 
-def _free_block(size: int) -> int:
-    """A first port of ``size`` free ports in a row (the emulated BMCs take one each)."""
-    for _ in range(50):
-        base = free_port()
-        try:
-            for port in range(base, base + size):
-                with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-                    probe.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-    raise RuntimeError("no block of free ports")
-
-
 @pytest.fixture(scope="module")
 def emulated(tmp_path_factory) -> Iterator[tuple[dict[str, str], Path]]:
     """etc/emulated.conf on ports and in folders of its own, started as `make emulate` starts it."""
     root = tmp_path_factory.mktemp("readme")
     text = (ROOT / "etc" / "emulated.conf").read_text()
-    text = re.sub(r"(?m)^EmulatedBMCPort=.*$", f"EmulatedBMCPort={_free_block(16)}", text)
+    text = re.sub(r"(?m)^EmulatedBMCPort=.*$", f"EmulatedBMCPort={free_port_block(16)}", text)
     yield from _emulate(root, "emulated", text)
 
 

@@ -23,7 +23,7 @@ import pytest
 
 from wattsched import bmcauth
 from wattsched import config as config_mod
-from wattsched.harness.testing import BIN, Cluster, free_port, wait_for
+from wattsched.harness.testing import BIN, Cluster, free_port, free_port_block, wait_for
 from wattsched.noded.energymeter import EnergyMeter
 from wattsched.noded.redfishbmc import BODY_MAX, SESSIONS_MAX
 from wattsched.plugins.acct_gather_energy.redfish import RedfishEnergy
@@ -35,7 +35,7 @@ NODES = ("NodeName=v[1-2] CPUs=4 RealMemory=4000 IdleWatts=100 MaxWatts=200 Powe
 @pytest.fixture()
 def bmcs(tmp_path):
     """Two virtual nodes' emulated BMCs over Redfish, as ``wattsched bmc`` runs them."""
-    base = free_port()
+    base = free_port_block(2)
     conf = tmp_path / "bmc.conf"
     conf.write_text(f"ClusterName=t\nSlurmdSpoolDir={tmp_path / 'spool'}\nStateSaveLocation={tmp_path / 'ctld'}\n"
                     f"EmulatedNodes=YES\nEmulatedBMCPort={base}\nAcctGatherEnergyType=acct_gather_energy/redfish\n"
@@ -252,7 +252,7 @@ def test_a_bmc_answering_nonsense_leaves_its_node_stale_never_zero(bmcs, tmp_pat
 def test_a_cluster_metered_over_redfish_says_why_a_nodes_power_is_unknown(tmp_path: Path) -> None:
     """Energy over Redfish from the emulated BMCs to sacct; the BMCs gone, each node's power is
     n/a in scontrol show node, with why, and comes back with them."""
-    c = Cluster(tmp_path, nodes=2, bmc=True, extra=f"EmulatedNodes=YES\nEmulatedBMCPort={free_port()}\n"
+    c = Cluster(tmp_path, nodes=2, bmc=True, extra=f"EmulatedNodes=YES\nEmulatedBMCPort={free_port_block(2)}\n"
                 "AcctGatherEnergyType=acct_gather_energy/redfish\nAcctGatherNodeFreq=1",
                 node_extra="IdleWatts=100 MaxWatts=200", acct_gather="EnergyRedfishTimeout=2").start()
     try:
@@ -384,3 +384,29 @@ def test_readings_from_dmtf_mockups_served_by_sushy_static(tmp_path: Path, mocku
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_bmc_port_taken_by_another_program_leaves_the_other_bmcs_serving(tmp_path: Path) -> None:
+    base = free_port_block(2)
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", base + 1))  # v2's port, held by someone else
+    taken.listen(1)
+    conf = tmp_path / "bmc.conf"
+    conf.write_text(f"ClusterName=t\nSlurmdSpoolDir={tmp_path / 'spool'}\nStateSaveLocation={tmp_path / 'ctld'}\n"
+                    f"EmulatedNodes=YES\nEmulatedBMCPort={base}\nAcctGatherEnergyType=acct_gather_energy/redfish\n"
+                    f"{NODES}PartitionName=p Nodes=ALL Default=YES\n")
+    with open(tmp_path / "bmc.log", "w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "wattsched.cli.wattsched", "bmc", str(conf)], stdout=log,
+                                stderr=log)
+    try:
+        config = config_mod.load(conf)
+        plugin = RedfishEnergy(config_mod.with_overrides(config, energy_redfish_timeout_s=2), list(config.nodes))
+        wait_for(lambda: _reads(plugin, "v1"), 20, interval=0.3, what="v1's BMC answering")
+        assert proc.poll() is None
+        with pytest.raises(OSError, match="BMC of v2"):
+            plugin.read("v2", 0, [])
+        assert "emulated BMC cannot listen" in (tmp_path / "bmc.log").read_text()
+    finally:
+        proc.kill()
+        proc.wait()
+        taken.close()

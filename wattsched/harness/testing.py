@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import socket
 import stat
@@ -96,6 +97,30 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def free_port_block(size: int = 32) -> int:
+    """The first of ``size`` ports in a row free over both TCP and UDP (emulated BMCs take one of
+    each per node), below the kernel's ephemeral range: a port from free_port() may be taken a
+    moment later as the local end of some connection, which a block of BMC ports would collide
+    with."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as handle:
+            ephemeral = int(handle.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral = 32768
+    rng = random.Random()
+    for _ in range(200):
+        base = rng.randrange(10000, max(10001, ephemeral - size))
+        try:
+            for port in range(base, base + size):
+                for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM):
+                    with socket.socket(socket.AF_INET, kind) as probe:
+                        probe.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+    raise RuntimeError(f"no {size} free ports in a row below {ephemeral}")
+
+
 def wait_for(predicate: Callable[[], Any], timeout: float = 20.0, interval: float = 0.1, what: str = "") -> Any:
     deadline = time.time() + timeout
     while True:
@@ -117,10 +142,13 @@ class Cluster:
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
+        # a name of its own (its port's): clusters running at once on this host keep out of each
+        # other's control groups (wattsched/<cluster>/node_<node>), though their nodes are named alike
+        self.name = f"testcluster{self.port}"
         self.conf = root / "wattsched.conf"
         self.node_names = [f"n{i:02d}" for i in range(1, nodes + 1)]
         lines = [
-            "ClusterName=testcluster",
+            f"ClusterName={self.name}",
             *(["SlurmctldHost=localhost(127.0.0.1)"] if controllers == 1 else
               [f"SlurmctldHost=ctl{i}(127.0.0.{i})" for i in range(1, controllers + 1)]),
             f"SlurmctldPort={self.port}",
