@@ -130,7 +130,7 @@ def node_lines(n: dict[str, Any], details: bool = False) -> list[str | None]:
         + (f",gres/gpu={n['gpus']}" if n.get("gpus") else ""),
         "AllocTRES=" + ",".join(([f"cpu={n['alloc_cpus']}"] if n["alloc_cpus"] else [])
                                 + ([f"gres/gpu={n['alloc_gpus']}"] if n.get("alloc_gpus") else [])),
-        f"CapWatts={n['cap_watts']:g}" if n.get("cap_watts") is not None else "CapWatts=n/a",
+        f"CapWatts={round(n['cap_watts'])}" if n.get("cap_watts") is not None else "CapWatts=n/a",
         # Slurm's words for a power not known; ours says why on a line of its own, as Reason does
         "CurrentWatts=n/a AveWatts=n/a" if n.get("energy_error") else
         f"CurrentWatts={n['current_watts']} AveWatts={n['ave_watts']}",
