@@ -55,6 +55,7 @@ def test_dashboard_shows_power_against_the_cap_nodes_and_queue(capped: Cluster, 
     capped.wait_state(first, "RUNNING")
     capped.run("sacctmgr", "-i", "modify", "account", "root", "set", "GrpTRES=power=1500",
                "GrpTRESMins=energy=50000000")
+    capped.run("scontrol", "update", "nodename=n03", "capwatts=200")  # a node held to a limit shows it
     page = browser.new_page(viewport={"width": 1280, "height": 1100})
     page.goto(f"http://127.0.0.1:{capped.port}/dashboard/#token={capped.token()}")
     # the power series is drawn and current, under the cap line, with the reservation's planned cap ahead
@@ -68,6 +69,8 @@ def test_dashboard_shows_power_against_the_cap_nodes_and_queue(capped: Cluster, 
     assert "token" not in page.url  # taken out of the address bar once kept
     page.wait_for_selector("#node-map .node[data-name=n01][data-state=busy]")
     assert page.get_attribute("#node-map .node[data-name=n05]", "data-state") == "idle"
+    page.wait_for_selector("#node-map .node[data-name=n03][data-cap='200']")
+    assert "/ 200 W" in page.inner_text("#node-map .node[data-name=n03]")
     page.wait_for_selector(f"#queue-rows tr[data-job='{first}'][data-state=RUNNING]")
     # energy of the jobs that ended today, by user: the quick job's, summed by the database
     assert float(page.get_attribute("#energy-users tr[data-name=root] td[data-joules]", "data-joules")) == joules > 0

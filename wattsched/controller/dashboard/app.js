@@ -122,9 +122,15 @@ async function refreshNodes() {
   map.replaceChildren(...data.nodes.map((n) => {
     const cls = nodeClass(n);
     counts[cls] = (counts[cls] || 0) + 1;
-    const box = el("div", {class: "node " + cls, "data-name": n.name, "data-state": cls,
-                           title: `${n.name}: ${n.state}, ${n.alloc_cpus}/${n.cpus} CPUs, ${n.current_watts} W`});
-    box.append(el("b", {}, n.name), el("br"), document.createTextNode(n.metered ? n.current_watts + " W" : "–"));
+    // a node its hardware holds to a limit (CapWatts) shows it beside its power
+    const cap = n.cap_watts == null ? null : Math.round(n.cap_watts);
+    const attrs = {class: "node " + cls, "data-name": n.name, "data-state": cls,
+                   title: `${n.name}: ${n.state}, ${n.alloc_cpus}/${n.cpus} CPUs, ${n.current_watts} W` +
+                          (cap == null ? "" : `, held to ${cap} W`)};
+    if (cap != null) attrs["data-cap"] = String(cap);
+    const box = el("div", attrs);
+    box.append(el("b", {}, n.name), el("br"),
+               document.createTextNode((n.metered ? n.current_watts + " W" : "–") + (cap == null ? "" : ` / ${cap} W`)));
     return box;
   }));
   document.getElementById("node-summary").textContent = Object.entries(counts).map(([k, v]) => `${v} ${k}`).join(", ");
