@@ -44,7 +44,6 @@ class Applied:
     """What a node's hardware holds: the node's limit in watts (None: the site's own settings)."""
 
     watts: float | None
-    error: str = ""
 
 
 class PowercapTree:

@@ -256,26 +256,30 @@ def app(bmcs: dict[int, Bmc], users: dict[str, str]) -> FastAPI:
                         Power={"@odata.id": f"{path}/Power"},
                         Links={"ComputerSystems": [{"@odata.id": f"{ROOT}/Systems/{name}"}]})
 
-    @api.get(ROOT + "/Chassis/{name}/EnvironmentMetrics")
-    def environment(request: Request, name: str) -> JSONResponse:
+    def reading(request: Request, name: str) -> tuple[float, tuple[float, float, float, float]] | JSONResponse:
+        """The chassis' watts now and its minute's statistics, or 404 for another node's chassis."""
         bmc = bmc_of(request)
         if name != bmc.view.node.name:
             return error(404, "ResourceMissingAtURI", f"No chassis {name!r} here")
         now = time.time()
         watts = bmc.view.watts(now)
-        bmc.stats.add(now, watts)
+        return watts, bmc.stats.add(now, watts)
+
+    @api.get(ROOT + "/Chassis/{name}/EnvironmentMetrics")
+    def environment(request: Request, name: str) -> JSONResponse:
+        read = reading(request, name)
+        if isinstance(read, JSONResponse):
+            return read
         path = f"{ROOT}/Chassis/{name}/EnvironmentMetrics"
         return resource("#EnvironmentMetrics.v1_3_2.EnvironmentMetrics", path, Id="EnvironmentMetrics",
-                        Name="Chassis Environment Metrics", PowerWatts={"Reading": round(watts, 2)})
+                        Name="Chassis Environment Metrics", PowerWatts={"Reading": round(read[0], 2)})
 
     @api.get(ROOT + "/Chassis/{name}/Power")
     def power(request: Request, name: str) -> JSONResponse:
-        bmc = bmc_of(request)
-        if name != bmc.view.node.name:
-            return error(404, "ResourceMissingAtURI", f"No chassis {name!r} here")
-        now = time.time()
-        watts = bmc.view.watts(now)
-        least, most, mean, _period = bmc.stats.add(now, watts)
+        read = reading(request, name)
+        if isinstance(read, JSONResponse):
+            return read
+        watts, (least, most, mean, _period) = read
         path = f"{ROOT}/Chassis/{name}/Power"
         control = {"@odata.id": f"{path}#/PowerControl/0", "MemberId": "0", "Name": "System Power Control",
                    "PowerConsumedWatts": round(watts, 2),
