@@ -11,8 +11,7 @@ import logging
 import math
 from typing import TYPE_CHECKING
 
-from wattsched import powerbalance
-from wattsched.controller import snapshots
+from wattsched import power, powerbalance
 
 if TYPE_CHECKING:
     from wattsched.controller.state import ClusterState
@@ -26,14 +25,17 @@ class BudgetControl:
         self.balanced_at = 0.0
         self.cap = 0.0  # the cap the last balance met
         self.since: dict[str, float] = {}  # when each node's limit last changed
+        self.limited = False  # whether any node has a limit of the budget's
 
-    def tick(self, state: ClusterState, now: float) -> None:
+    def tick(self, state: ClusterState, snap: power.PowerSnap | None, now: float) -> None:
+        """``snap``: the cap's snapshot of this second (CapControl's; None: capping off)."""
         config = state.config
         params = config.power_parameters
-        snap = snapshots.power_snap(state, now) if config.power_plugin == "power/balance" else None
-        if snap is None:
-            for node in state.nodes.values():
-                node.balance_watts = None
+        if config.power_plugin != "power/balance" or snap is None:
+            if self.limited:  # once, not every second: a site without the plugin pays nothing
+                for node in state.nodes.values():
+                    node.balance_watts = None
+                self.limited = False
             return
         if now - self.balanced_at < params.balance_interval and snap.limit() == self.cap:
             return  # (a cap that changed is met at once, not at the next interval)
@@ -68,6 +70,7 @@ class BudgetControl:
             if limit != node.balance_watts:
                 self.since[node.name] = now
             node.balance_watts = limit
+        self.limited = bool(limits)
         if limits:
             log.debug("power budget balanced", extra={"budget": round(budget), "nodes": len(limits),
                                                       "limits": round(sum(limits.values()))})

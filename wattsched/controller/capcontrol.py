@@ -14,7 +14,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from wattsched import capshed, preemption, snapbuild, states
+from wattsched import capshed, power, preemption, snapbuild, states
 from wattsched.controller import jobs, powercontrol, preempting, snapshots
 from wattsched.controller.actions import Action, Freeze, SetFreq
 from wattsched.model import Job
@@ -43,10 +43,11 @@ class CapControl:
     def __init__(self) -> None:
         self.actions: collections.deque[CapAction] = collections.deque(maxlen=500)
         self.last_resend = 0.0
+        self.snap: power.PowerSnap | None = None  # this second's, which the moving budget reads too
 
     def tick(self, state: ClusterState, now: float) -> list[Action]:
         powercontrol.roll_schedule(state, now)
-        snap = snapshots.power_snap(state, now)
+        snap = self.snap = snapshots.power_snap(state, now)
         if snap is None:
             return self._release_all(state, now)
         running = [snapshots.running_job(state, j) for j in state.jobs.values() if j.holds_nodes]

@@ -70,7 +70,7 @@ def check_timers(state: ClusterState, now: float) -> list[Action]:
             actions.extend(jobend.node_down(state, node, nodestates.NODE_NOT_RESPONDING, now, not_responding=True))
     actions.extend(powercontrol.power_tick(state, now))
     actions.extend(state.cap.tick(state, now))
-    state.budget.tick(state, now)
+    state.budget.tick(state, state.cap.snap, now)
     if state.carbon is not None:
         state.carbon.poll(now)
     actions.extend(RunTrigger(trig) for trig in triggerctl.tick(state, now))  # after the nodes' changes above

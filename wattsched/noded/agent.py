@@ -712,6 +712,8 @@ class Agent:
     def _power_limits(self, ordered: dict) -> None:
         """Hold each node at the limit the controller orders (None: the site's own settings), again
         at every reply, so that a real node's packages follow what the rest of it draws."""
+        if not ordered:
+            return
         watts = {name: sample.watts for name, sample in self.energy.samples().items() if not sample.stale}
         now = time.time()
         for node, limit in ordered.items():

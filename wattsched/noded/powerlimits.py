@@ -3,8 +3,8 @@ tree, set by the agent (root) to the watts the controller orders (the node's Cap
 
 The tree is the kernel's (``<root>/sys/class/powercap/intel-rapl:N``, root ``EnergySysfsRoot``,
 "/" on a real node), or for a virtual node one laid out the same way in its spool folder
-(:func:`layout_tree`), which the emulated node honours as hardware would
-(:func:`emulated_khz`). A node's limit is shared equally by its packages, as their long-term
+(:func:`layout_tree`), whose limit, as written and read back, the emulated node honours as
+hardware would (:func:`emulated_khz`). A node's limit is shared equally by its packages, as their long-term
 constraint (``constraint_0_power_limit_uw``, the zone ``enabled``); on a real node each package
 gets the node's limit less what the rest of the node draws, measured (the node's watts, as its
 energy plugin reads them, less the packages' own, from their ``energy_uj``).
@@ -158,15 +158,6 @@ def layout_tree(root: str, node: NodeConf) -> None:
         _write(os.path.join(zone, name), value)
 
 
-def emulated_limit(root: str) -> float | None:
-    """The watts a virtual node's package zone is held to (None: not limited)."""
-    zone = os.path.join(root, "sys", "class", "powercap", "intel-rapl:0")
-    if _read(os.path.join(zone, "enabled")) != "1":
-        return None
-    text = _read(os.path.join(zone, LIMIT))
-    return int(text) / 1e6 if text.isdigit() else None
-
-
 def emulated_khz(node: NodeConf, khz: int, f_max: int, limit: float | None) -> int:
     """The frequency a virtual node's CPUs run at under its power limit: as set when the busy
     node then draws no more than the limit, else the one at which it draws the limit exactly (RAPL
@@ -238,4 +229,6 @@ class NodeLimits:
         return self.trees[node].watts
 
     def emulated_limit(self, node: str) -> float | None:
-        return emulated_limit(self.roots[node]) if self.emulated and self.trees[node].watts is not None else None
+        """The watts a virtual node's hardware holds it to: what its tree was given and read back
+        (kept here: the emulated CPUs ask for it at every poll of every job)."""
+        return self.trees[node].watts if self.emulated else None
