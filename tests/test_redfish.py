@@ -354,11 +354,17 @@ def test_dmtf_validator_finds_no_failure_in_the_emulated_bmcs(bmcs, tmp_path: Pa
     assert "Fail: 0" in validated.stdout and "Validating /redfish/v1/Chassis/v1/EnvironmentMetrics" in validated.stdout
 
 
-@pytest.mark.parametrize("mockup", ["public-rackmount1", "public-tower"])
-def test_readings_from_dmtf_mockups_served_by_sushy_static(tmp_path: Path, mockup: str) -> None:
+@pytest.mark.parametrize(("mockup", "unserved"), [("public-rackmount1", False), ("public-tower", False),
+                                                   ("public-tower", True)])
+def test_readings_from_dmtf_mockups_served_by_sushy_static(tmp_path: Path, mockup: str, unserved: bool) -> None:
     """DMTF's own example BMCs, served by sushy-tools' static emulator: the reading is the one
-    their chassis keeps, whichever resource holds it."""
+    their chassis keeps, whichever resource holds it; a chassis that links EnvironmentMetrics and
+    does not serve it (``unserved``: the mockup without that folder) is read through Power."""
     folder = _publications() / "mockups" / mockup
+    if unserved:
+        folder = Path(shutil.copytree(folder, tmp_path / mockup))
+        for gone in folder.glob("Chassis/*/EnvironmentMetrics"):
+            shutil.rmtree(gone)
     ca, cert, key = bmcauth.emulated_tls(str(tmp_path / "tls"))
     port = free_port()
     with open(tmp_path / "sushy.log", "w") as log:
@@ -380,6 +386,7 @@ def test_readings_from_dmtf_mockups_served_by_sushy_static(tmp_path: Path, mocku
             if (chassis.parent / "EnvironmentMetrics" / "index.json").exists() else \
             json.loads((chassis.parent / "Power" / "index.json").read_text())["PowerControl"][0]["PowerConsumedWatts"]
         assert watts == float(kept)
+        assert plugin._links["far1"].power.endswith("/Power" if unserved else "/EnvironmentMetrics")
         assert plugin.chassis("far1") == "on"
     finally:
         proc.kill()

@@ -112,6 +112,11 @@ def app(bmcs: dict[int, Bmc], users: dict[str, str]) -> FastAPI:
     def bmc_of(request: Request) -> Bmc:
         return bmcs[request.scope["server"][1]]
 
+    def own(request: Request, name: str, what: str) -> Bmc | JSONResponse:
+        """The BMC reached, if ``name`` is its node; else 404: each BMC is its own node's alone."""
+        bmc = bmc_of(request)
+        return bmc if name == bmc.view.node.name else error(404, "ResourceMissingAtURI", f"No {what} {name!r} here")
+
     def valid(user: str, password: str) -> bool:
         known = users.get(user)
         return known is not None and hmac.compare_digest(known.encode(), password.encode())
@@ -213,10 +218,10 @@ def app(bmcs: dict[int, Bmc], users: dict[str, str]) -> FastAPI:
 
     @api.get(ROOT + "/Systems/{name}")
     def system(request: Request, name: str) -> JSONResponse:
-        view = bmc_of(request).view
-        if name != view.node.name:
-            return error(404, "ResourceMissingAtURI", f"No system {name!r} here")
-        path = f"{ROOT}/Systems/{name}"
+        bmc = own(request, name, "system")
+        if isinstance(bmc, JSONResponse):
+            return bmc
+        view, path = bmc.view, f"{ROOT}/Systems/{name}"
         return resource("#ComputerSystem.v1_20_0.ComputerSystem", path, Id=name, Name=name, UUID=_uuid(name),
                         SystemType="Physical", PowerState=_power_state(view),
                         ProcessorSummary={"Count": view.node.sockets, "LogicalProcessorCount": view.node.cpus},
@@ -228,14 +233,14 @@ def app(bmcs: dict[int, Bmc], users: dict[str, str]) -> FastAPI:
 
     @api.post(ROOT + "/Systems/{name}/Actions/ComputerSystem.Reset")
     async def reset(request: Request, name: str) -> Response:
-        view = bmc_of(request).view
-        if name != view.node.name:
-            return error(404, "ResourceMissingAtURI", f"No system {name!r} here")
+        bmc = own(request, name, "system")
+        if isinstance(bmc, JSONResponse):
+            return bmc
         kind = (await _json(request)).get("ResetType")
         if kind not in RESET_TYPES:
             return error(400, "ActionParameterValueNotInList",
                          f"ResetType must be one of {', '.join(RESET_TYPES)}")
-        view.set_power(RESET_TYPES[kind])
+        bmc.view.set_power(RESET_TYPES[kind])
         return Response(status_code=204)
 
     @api.get(ROOT + "/Chassis")
@@ -246,21 +251,21 @@ def app(bmcs: dict[int, Bmc], users: dict[str, str]) -> FastAPI:
 
     @api.get(ROOT + "/Chassis/{name}")
     def chassis(request: Request, name: str) -> JSONResponse:
-        view = bmc_of(request).view
-        if name != view.node.name:
-            return error(404, "ResourceMissingAtURI", f"No chassis {name!r} here")
+        bmc = own(request, name, "chassis")
+        if isinstance(bmc, JSONResponse):
+            return bmc
         path = f"{ROOT}/Chassis/{name}"
         return resource("#Chassis.v1_23_0.Chassis", path, Id=name, Name=name, ChassisType="RackMount",
-                        PowerState=_power_state(view),
+                        PowerState=_power_state(bmc.view),
                         EnvironmentMetrics={"@odata.id": f"{path}/EnvironmentMetrics"},
                         Power={"@odata.id": f"{path}/Power"},
                         Links={"ComputerSystems": [{"@odata.id": f"{ROOT}/Systems/{name}"}]})
 
     def reading(request: Request, name: str) -> tuple[float, tuple[float, float, float, float]] | JSONResponse:
         """The chassis' watts now and its minute's statistics, or 404 for another node's chassis."""
-        bmc = bmc_of(request)
-        if name != bmc.view.node.name:
-            return error(404, "ResourceMissingAtURI", f"No chassis {name!r} here")
+        bmc = own(request, name, "chassis")
+        if isinstance(bmc, JSONResponse):
+            return bmc
         now = time.time()
         watts = bmc.view.watts(now)
         return watts, bmc.stats.add(now, watts)

@@ -117,7 +117,7 @@ class RedfishEnergy:
 def _watts(link: _Link) -> float:
     """The node's watts from where its BMC keeps them, found on first use: the first of the
     chassis' power resources that answers with a reading (a BMC may link a resource it does not
-    serve, as DMTF's own rackmount mockup links EnvironmentMetrics and serves Power alone)."""
+    serve, or serve one without the reading)."""
     if link.power:
         return _reading(link, link.power)
     failures = []
