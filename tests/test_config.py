@@ -45,6 +45,15 @@ PartitionName=all Nodes=ALL State=DOWN MaxTime=INFINITE
     assert ("ClusterName", "alpha") in conf.as_pairs()
 
 
+def test_cpus_of_nodename_default_stand_unless_a_line_says_otherwise(tmp_path: Path) -> None:
+    """Slurm's NodeName=DEFAULT CPUs= applies to the lines that follow; without CPUs anywhere, a
+    node has its sockets x cores x threads."""
+    conf = config.load(write(tmp_path, "NodeName=DEFAULT CPUs=32\nNodeName=a1\nNodeName=a2 CPUs=8\n"))
+    assert [n.cpus for n in conf.nodes] == [32, 8]
+    conf = config.load(write(tmp_path, "NodeName=DEFAULT Sockets=2 CoresPerSocket=4\nNodeName=a1\n"))
+    assert conf.nodes[0].cpus == 8
+
+
 @pytest.mark.parametrize(("text", "line", "key", "message"), [
     ("ClusterName=a\nNoSuchKey=1\n", 2, "NoSuchKey", "unknown configuration key"),
     ("SlurmctldPort=abc\n", 1, "SlurmctldPort", "is not an integer"),

@@ -849,7 +849,7 @@ def _read(path: str, globals_: dict, nodes: dict, node_lines: dict, partitions: 
                 node_default.clear()
                 node_default.update(values)
                 continue
-            _add_nodes(head_value, values, nodes, node_lines, path, lineno, pairs)
+            _add_nodes(head_value, values, nodes, node_lines, path, lineno)
         elif head_key.lower() == "partitionname":
             values = dict(part_default)
             for key, value in pairs[1:]:
@@ -876,14 +876,12 @@ def _controller_host(entry: str) -> tuple[str, str]:
     return entry, "127.0.0.1" if entry == "localhost" else entry
 
 
-def _add_nodes(expr: str, values: dict, nodes: dict, node_lines: dict, path: str, lineno: int,
-               pairs: list[tuple[str, str]]) -> None:
+def _add_nodes(expr: str, values: dict, nodes: dict, node_lines: dict, path: str, lineno: int) -> None:
     try:
         names = hostlist.expand(expr)
     except hostlist.HostlistError as exc:
         raise ConfigError(path, lineno, "NodeName", str(exc)) from exc
-    given = {key.lower() for key, _ in pairs}
-    if "cpus" not in given:
+    if "cpus" not in values:  # (given on the line or by NodeName=DEFAULT, it stands)
         values["cpus"] = values.get("sockets", 1) * values.get("cores_per_socket", 1) * \
             values.get("threads_per_core", 1)
     values["state"] = values.get("state", "unknown").upper()
