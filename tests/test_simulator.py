@@ -480,3 +480,15 @@ def test_passes_that_can_start_nothing_are_skipped_and_the_schedule_is_the_same(
         [(r.job.job_id, r.start, r.end, sorted(r.alloc)) for r in reference.records]
     assert (result.passes, result.pass_times, result.energy_by_state) == (reference.passes, reference.pass_times,
                                                                           reference.energy_by_state)
+
+
+def test_a_cap_step_beyond_the_planners_horizon_comes_when_its_time_comes(tmp_path) -> None:
+    """The planner sees the schedule 8 days ahead; a step further away still becomes the cap."""
+    (tmp_path / "caps").write_text("PowerCap=200@now+9days\n")
+    day = 86400
+    jobs = Workload([SimJob(1, 0, 10 * day, 20 * day, 1)])  # started: the step is not yet in sight
+    result = engine.Simulation(_platform(tmp_path, f"PowerCap=1000\nPowerCapSchedule={tmp_path / 'caps'}"),
+                               jobs).run()
+    assert result.cap_changes == [(0, 1000), (9 * day, 200)]
+    # one node busy (191 W) and three idle (95 W): 476 W over 200 W for the last day
+    assert result.over_cap_s == pytest.approx(day) and result.over_cap_w == pytest.approx(476 - 200)

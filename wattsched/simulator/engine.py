@@ -723,8 +723,10 @@ class Simulation:
         if not self.cap_changes or self.cap_changes[-1][1] != self.cap_now:
             self.cap_changes.append((now, self.cap_now))
         self._against_cap()
-        if ahead and ahead[0][0] != self.cap_event and self.idle_caps <= len(ahead):
-            self.cap_event = ahead[0][0]
+        # the next change, or a step beyond the planner's horizon (it is looked at again when it comes)
+        upcoming = ahead[0][0] if ahead else min((s.start for s in self.cap_steps if s.start > now), default=None)
+        if upcoming is not None and upcoming != self.cap_event and self.idle_caps <= max(1, len(ahead)):
+            self.cap_event = upcoming
             self._push(self.cap_event, CAP)
 
     def _account(self, node: SimNode, now: float) -> None:
