@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from wattsched import powermodel
 from wattsched.config import NodeConf
 from wattsched.noded import powerlimits
 from wattsched.noded.powerlimits import NodeLimits, PowercapTree
@@ -115,8 +116,8 @@ def test_the_rest_of_a_real_node_is_measured_and_left_its_part(tmp_path: Path) -
                                             (100.0, 1200000)])
 def test_a_virtual_node_runs_as_fast_as_its_limit_lets_it(limit: float | None, khz: int) -> None:
     """Between the clock steps RAPL holds its average: the mean frequency draws the limit exactly."""
-    assert powerlimits.emulated_khz(NODE, 2400000, 2400000, limit) == pytest.approx(khz, abs=2)
-    assert powerlimits.emulated_khz(NODE, 1600000, 2400000, limit) == pytest.approx(min(khz, 1600000), abs=2)
+    assert powermodel.limited_khz(NODE, 2400000, 2400000, limit) == pytest.approx(khz, abs=2)
+    assert powermodel.limited_khz(NODE, 1600000, 2400000, limit) == pytest.approx(min(khz, 1600000), abs=2)
 
 
 def test_a_virtual_nodes_tree_is_laid_out_as_the_kernels_and_read_back(tmp_path: Path) -> None:

@@ -77,3 +77,28 @@ def node_watts(node: NodeConf, load: Load, chassis_state: str = switching.ON, ex
         full = cpufreq.busy_watts(khz, f_max, idle, most, node.cpu_freq_watts) if khz and f_max else most
         watts += (full - idle) * share
     return watts + extra
+
+
+def limited_khz(node: NodeConf, khz: int, f_max: int, limit: float | None, load: float = 1.0) -> int:
+    """The frequency a virtual node's CPUs run at under its power limit, its jobs keeping ``load``
+    of its CPUs busy (1: all of them, all the time): as set when the node then draws no more than
+    the limit, else the one at which it draws the limit exactly (RAPL holds an average, moving
+    between its clock steps: the mean frequency is between them), and no lower than the node's
+    lowest."""
+    if limit is None or not khz or not f_max or load <= 0:
+        return khz
+    idle, most = float(node.idle_watts or 0), float(node.max_watts or node.idle_watts or 0)
+
+    def draws(f: float) -> float:
+        return idle + (cpufreq.busy_watts(int(f), f_max, idle, most, node.cpu_freq_watts) - idle) * load
+
+    if draws(khz) <= limit:
+        return khz
+    low = float(min(cpufreq.ladder(node.cpu_freq_watts)))
+    if low >= khz or draws(low) >= limit:
+        return int(min(low, khz))
+    high = float(khz)
+    for _ in range(40):  # the watts grow with the frequency: halve the interval to the kHz
+        middle = (low + high) / 2
+        low, high = (middle, high) if draws(middle) <= limit else (low, middle)
+    return int(low)

@@ -18,10 +18,9 @@ import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
-from wattsched import cpufreq, energypolicy
+from wattsched import cpufreq, energypolicy, powermodel
 from wattsched.api import JobAllocation
 from wattsched.config import Config, NodeConf
-from wattsched.noded import powerlimits
 from wattsched.noded.cpufreq import CpuFreqSysfs, layout_tree
 from wattsched.profiles import h5profile
 
@@ -216,10 +215,11 @@ class Allocations:
 
     def running_freq(self, job: NodeJob) -> tuple[int, int]:
         """(kHz, highest kHz) the job's CPUs run at: as set, or on a virtual node whose power is
-        limited, as slow as the limit makes them (noded.powerlimits)."""
+        limited, as slow as the limit makes them (noded.powerlimits), counted as if they were
+        fully busy (RAPL's own loop would let a job that waits on memory run faster)."""
         khz, f_max = self.freq_of(job)
         limit = self.power_limit(job.node) if self.power_limit is not None else None
-        return powerlimits.emulated_khz(self.nodes[job.node], khz, f_max, limit), f_max
+        return powermodel.limited_khz(self.nodes[job.node], khz, f_max, limit), f_max
 
     def on_node(self, node: str) -> list[NodeJob]:
         return [job for (n, _j), job in self.jobs.items() if n == node]

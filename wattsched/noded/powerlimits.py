@@ -4,7 +4,7 @@ tree, set by the agent (root) to the watts the controller orders (the node's Cap
 The tree is the kernel's (``<root>/sys/class/powercap/intel-rapl:N``, root ``EnergySysfsRoot``,
 "/" on a real node), or for a virtual node one laid out the same way in its spool folder
 (:func:`layout_tree`), whose limit, as written and read back, the emulated node honours as
-hardware would (:func:`emulated_khz`). A node's limit is shared equally by its packages, as their long-term
+hardware would (wattsched.powermodel.limited_khz). A node's limit is shared equally by its packages, as their long-term
 constraint (``constraint_0_power_limit_uw``, the zone ``enabled``); on a real node each package
 gets the node's limit less what the rest of the node draws, measured (the node's watts, as its
 energy plugin reads them, less the packages' own, from their ``energy_uj``).
@@ -26,7 +26,6 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from wattsched import cpufreq
 from wattsched.config import NodeConf
 
 SAVED = "powerlimit.saved"
@@ -156,30 +155,6 @@ def layout_tree(root: str, node: NodeConf) -> None:
              "constraint_1_max_power_uw": "0"}
     for name, value in files.items():
         _write(os.path.join(zone, name), value)
-
-
-def emulated_khz(node: NodeConf, khz: int, f_max: int, limit: float | None) -> int:
-    """The frequency a virtual node's CPUs run at under its power limit: as set when the busy
-    node then draws no more than the limit, else the one at which it draws the limit exactly (RAPL
-    holds an average, moving between its clock steps: the mean frequency is between them), and
-    no lower than the node's lowest."""
-    if limit is None or not khz or not f_max:
-        return khz
-    idle, most = float(node.idle_watts or 0), float(node.max_watts or node.idle_watts or 0)
-
-    def draws(f: float) -> float:
-        return cpufreq.busy_watts(int(f), f_max, idle, most, node.cpu_freq_watts)
-
-    if draws(khz) <= limit:
-        return khz
-    low = float(min(cpufreq.ladder(node.cpu_freq_watts)))
-    if low >= khz or draws(low) >= limit:
-        return int(min(low, khz))
-    high = float(khz)
-    for _ in range(40):  # the watts grow with the frequency: halve the interval to the kHz
-        middle = (low + high) / 2
-        low, high = (middle, high) if draws(middle) <= limit else (low, middle)
-    return int(low)
 
 
 def _read(path: str) -> str:
