@@ -77,6 +77,9 @@ def simulate(config: Annotated[str, typer.Argument(help="Cluster configuration (
              user_factor: Annotated[list[str] | None, typer.Option(
                  "--user-factor", help="USER=FACTOR: that user's energy efficiency (0.7 green, 1.3 gluttonous).")]
              = None,
+             power_fit: Annotated[bool, typer.Option(
+                 "--power-fit", help="Every job submitted with --power-fit: slower clocks (CpuFreqWatts) to fit "
+                                     "under the cap, its run stretched as its energy factor says.")] = False,
              accounts: Annotated[str | None, typer.Option(
                  "--accounts", help="An accounting database (URL, or an SQLite file) whose QOS and associations, "
                                     "as sacctmgr made them, limit the jobs (AccountingStorageEnforce=limits in the "
@@ -99,7 +102,7 @@ def simulate(config: Annotated[str, typer.Argument(help="Cluster configuration (
     except ValueError as exc:
         raise CLIError(str(exc)) from exc
     with plotter_beside() as plotter:  # (it loads matplotlib on another core while the replay runs)
-        result = _replay(conf, load, quiet, shared, energy_model, accounts)
+        result = _replay(conf, load, quiet, shared, energy_model, accounts, power_fit)
         try:
             paths = report.write(result, out, f"Simulation of {workload_spec} on {config}", plotter)
         except PlotError as exc:
@@ -107,7 +110,7 @@ def simulate(config: Annotated[str, typer.Argument(help="Cluster configuration (
     _print_summary(result, load, paths)
 
 
-def _replay(conf, load, quiet: bool, shared: bool, energy_model: str, accounts: str | None):
+def _replay(conf, load, quiet: bool, shared: bool, energy_model: str, accounts: str | None, power_fit: bool):
     """The replay, with its progress bar."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -127,7 +130,7 @@ def _replay(conf, load, quiet: bool, shared: bool, energy_model: str, accounts: 
             limits_shell = _accounts(conf, accounts, min((j.submit for j in load.jobs), default=0.0)) \
                 if accounts else None
             sim = engine.Simulation(conf, load, progress=progress, shared=shared, energy_model=energy_model,
-                                    accounts=limits_shell)
+                                    accounts=limits_shell, power_fit=power_fit)
             result = sim.run()
         except ValueError as exc:
             raise CLIError(str(exc)) from exc
@@ -141,13 +144,15 @@ def _print_summary(result, load, paths) -> None:
              f"(by at most {summary['over_cap_w']:,.0f} W), {len(result.cap_changes)} changes of the cap\n" \
         if result.cap_changes else ""
     preempted = ", ".join(f"{summary[k]} {k}" for k in ("preempted", "requeued", "suspended") if summary[k])
+    timeouts = f"timeouts: {summary['timeouts']} slowed past the time limit\n" if summary["timeouts"] else ""
     sys.stdout.write(f"{summary['jobs']} jobs ({summary['infeasible']} too large for the platform{held}, "
                      f"{load.skipped} skipped, {load.clipped} clipped) in {summary['wall_s']:.1f} s "
                      f"({summary['events_per_s']:,.0f} events/s)\n"
                      f"energy {summary['energy_j'] / 3.6e9:.3f} MWh, mean wait {summary['mean_wait_s']:.0f} s, "
                      f"max wait {summary['max_wait_s']:.0f} s, utilization {summary['utilization']:.3f}, "
                      f"switches {summary['switches_off']} off / {summary['switches_on']} on\n"
-                     + (f"preemption: {preempted}\n" if preempted else "") + capped +
+                     + (f"preemption: {preempted}\n" if preempted else "") + capped
+                     + timeouts +
                      f"written: {', '.join(str(p) for p in paths.values())}\n")
 
 

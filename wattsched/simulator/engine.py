@@ -6,13 +6,24 @@ build and carries the decisions out in virtual time.
 
 Model. Jobs take whole nodes (``--exclusive``), as in the seeds' simulations, or, ``shared``,
 ask for CPUs (``-n``) and share nodes as the selection plugin packs them; a job runs for its
-run time (clipped to its limit). A node is on, off, switching on or switching off
+run time (clipped to its limit) at its nodes' highest clock, longer at a lower one (see below;
+with ``power_fit`` every job is submitted with --power-fit). A node is on, off, switching on or switching off
 (wattsched.switching, with each node's SwitchOnTime / SwitchOffTime: the hardware's times, where
 the live controller waits SuspendTimeout). A job allocated powered-down nodes starts when the
 last of them is on. Power: computing IdleWatts + (MaxWatts - IdleWatts) x the user's energy
 factor x the share of the node's CPUs each job holds, idle IdleWatts, off PowerSaveWatts,
 switching SwitchOnWatts / SwitchOffWatts, integrated from the first submission to the last
 completion.
+
+The moving budget (PowerPlugin=power/balance, under a cap): every PowerParameters
+balance_interval the busy nodes' limits are moved by wattsched.powerbalance, as the controller's
+BudgetControl moves them, each node judged by its mean draw since the last turn. A limited node
+runs at the clock at which it draws its limit, its jobs' load counted (wattsched.powermodel
+.limited_khz). A job at a lower clock (its --power-fit frequency, or its node's limit's) runs
+cpufreq.runtime_factor times slower for as long, its energy factor taken as its busy share (the
+rest of its time it waits on memory, at any clock), a job on several nodes at the pace of its
+slowest. A job slowed past its time limit ends there (counted as a timeout). Admission counts a
+limited node at its limit, as the controller does.
 
 Events at the same instant are handled together (job ends first, then switches, submissions and
 policy ticks), then one scheduling pass and one power-saving decision follow, as in the
@@ -29,7 +40,19 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from wattsched import capschedule, limits, memos, plugins, power, powersave, preemption, snapbuild
+from wattsched import (
+    capschedule,
+    cpufreq,
+    limits,
+    memos,
+    plugins,
+    power,
+    powerbalance,
+    powermodel,
+    powersave,
+    preemption,
+    snapbuild,
+)
 from wattsched.config import Config, NodeConf
 from wattsched.fairshare import UsageRecord
 from wattsched.nodestates import NodeBase, PowerFlag, PowerState, power_state
@@ -39,7 +62,7 @@ from wattsched.simulator.accounts import SimAccounts
 from wattsched.simulator.shares import DEFAULT_ACCOUNT, SimShares
 from wattsched.simulator.workload import SimJob, Workload
 
-END, SWITCHED, SUBMIT, TICK, PERIOD, BACKFILL, PREEMPT, CAP = 0, 1, 2, 3, 4, 5, 6, 7
+END, SWITCHED, SUBMIT, TICK, PERIOD, BACKFILL, PREEMPT, CAP, BALANCE = 0, 1, 2, 3, 4, 5, 6, 7, 8
 COMPUTING, IDLE, OFF, SWITCHING_ON, SWITCHING_OFF = "computing", "idle", "off", "switching_on", "switching_off"
 BOUNDED_SLOWDOWN_TAU_S = 10.0
 _EPSILON_W = 1e-6  # a draw "over" the cap by a rounding error is not
@@ -70,6 +93,10 @@ class SimNode:
     category: str = IDLE
     since: float = 0.0
     watts: float = 0.0
+    joules: float = 0.0  # drawn since the start
+    limit: float | None = None  # the moving budget's limit (None: none)
+    khz: int | None = None  # the clock its limit holds it to (None: its own)
+    mark: tuple[float, float] = (0.0, 0.0)  # (time, joules) at the budget's last turn
 
 
 @dataclass(slots=True)
@@ -92,6 +119,14 @@ class JobRecord:
     suspended_at: float = -1.0  # when a preemptor suspended it (-1: it is not suspended)
     suspended_s: float = 0.0  # how long it has been suspended in all: its run and time limit last that much longer
     suspensions: int = 0
+    # its progress: full-speed seconds of its run done by ``pace_since``, and the pace since (a power
+    # limit slows it); its watts on all its nodes since ``watts_since``, for its energy
+    done_s: float = 0.0
+    pace: float = 1.0
+    pace_since: float = 0.0
+    watts: float = 0.0
+    watts_since: float = 0.0
+    timed_out: bool = False
 
     @property
     def wait(self) -> float:
@@ -128,6 +163,8 @@ class Result:
     over_cap_s: float = 0.0
     peak_w: float = 0.0
     cap_changes: list[tuple[float, float]] = field(default_factory=list)  # (time, cap in watts) as they came
+    # the moving budget's orders as they came: (time, node, its limit in watts, None: lifted)
+    limit_changes: list[tuple[float, str, float | None]] = field(default_factory=list)
 
     def summary(self) -> dict[str, float | int]:
         done = [r for r in self.records if r.end >= 0]
@@ -141,6 +178,7 @@ class Result:
             # held to the end (a limit, such as a used-up energy budget, never let them start)
             "never_started": sum(1 for r in self.records if r.start < 0),
             "preempted": sum(1 for r in self.records if r.preempted == "PREEMPTED"),
+            "timeouts": sum(1 for r in self.records if r.timed_out),
             "requeued": sum(r.requeues for r in self.records),
             "suspended": sum(r.suspensions for r in self.records),
             "makespan_s": makespan, "utilization": busy / (makespan * self.cpus) if makespan > 0 else 0.0,
@@ -160,11 +198,13 @@ class Result:
 
 class Simulation:
     def __init__(self, config: Config, workload: Workload, progress: Callable[[int, int], None] | None = None,
-                 shared: bool = False, energy_model: str = "node", accounts: SimAccounts | None = None):
+                 shared: bool = False, energy_model: str = "node", accounts: SimAccounts | None = None,
+                 power_fit: bool = False):
         if energy_model not in ENERGY_MODELS:
             raise ValueError(f"unknown energy model {energy_model!r}: one of {', '.join(ENERGY_MODELS)}")
         self.config = config
         self.shared = shared
+        self.power_fit = power_fit  # every job is submitted with --power-fit
         self.energy_model = energy_model
         self.priority, self.scheduler, self.select = plugins.scheduling(config)
         self.queue_memo = memos.QueueMemo()
@@ -237,6 +277,12 @@ class Simulation:
         self.idle_caps = 0  # CAP events in a row with nothing else happening (bounded: a queue the cap never lets go)
         self.cap_changes: list[tuple[float, float]] = []
         self.draw = self.draw_since = self.peak_w = self.over_cap_w = self.over_cap_s = 0.0
+        # the moving budget (PowerPlugin=power/balance): its next turn, the nodes it limits
+        self.balancing = config.power_plugin == "power/balance"
+        self.balance_due = -math.inf
+        self.limited: set[str] = set()
+        self.limit_changes: list[tuple[float, str, float | None]] = []
+        self.f_max = {n.name: max(cpufreq.ladder(n.cpu_freq_watts)) for n in config.nodes}
         # A pass that can start nothing is not run where the simulation keeps nothing else of it: no
         # preemption, no power-saving policies (they read its reasons), no cap, no fair share or
         # limits (recomputed at passes). Its outcome is then known: see _nothing_can_start.
@@ -280,6 +326,7 @@ class Simulation:
         last_end = first
         while self.heap:
             now = self.heap[0][0]
+            news = False  # anything for a pass to decide on (a budget's turn that moved nothing is not)
             while self.heap and self.heap[0][0] == now:
                 _when, kind, _seq, job_id, name = heapq.heappop(self.heap)
                 self.events += 1
@@ -304,11 +351,16 @@ class Simulation:
                 elif kind == CAP:
                     self.idle_caps += 1
                     self._roll_cap(now)
+                if kind == BALANCE:
+                    news = self._balance(now) or news
+                else:
+                    news = True
                 if kind != CAP:
                     self.idle_caps = 0
             if done == total:  # the last completion ends the simulation: nothing more to decide
                 break
-            self._pass(now)
+            if news:
+                self._pass(now)
             if self.progress and self.events % 2000 < 8:
                 self.progress(done, total)
         for node in self.nodes.values():
@@ -318,7 +370,8 @@ class Simulation:
         return Result(list(self.records.values()), dict(self.energy), self.switches_on, self.switches_off,
                       self.events, self.passes, time.perf_counter() - started, self.infeasible, first, last_end,
                       len(self.nodes), sum(n.conf.cpus for n in self.nodes.values()), self.power_events,
-                      self.pass_times, self.over_cap_w, self.over_cap_s, self.peak_w, self.cap_changes)
+                      self.pass_times, self.over_cap_w, self.over_cap_s, self.peak_w, self.cap_changes,
+                      self.limit_changes)
 
     def _qos(self, account: str, user: str) -> str:
         """The job's QOS: its association's default (a trace names none)."""
@@ -339,14 +392,15 @@ class Simulation:
                               submit_time=record.submit, nodes_min=job.nodes, nodes_max=job.nodes,
                               ntasks=job.nodes, ntasks_set=True, ntasks_per_node=1,
                               cpus_per_task=job.procs // job.nodes, account=account, qos=qos,
-                              time_limit_min=limit)
+                              time_limit_min=limit, power_fit=self.power_fit)
         if self.shared:
             return JobRequest(job_id=job.job_id, user=job.user, partition=self.partition,
                               submit_time=record.submit, ntasks=job.procs, ntasks_set=True,
-                              account=account, qos=qos, time_limit_min=limit)
+                              account=account, qos=qos, time_limit_min=limit, power_fit=self.power_fit)
         return JobRequest(job_id=job.job_id, user=job.user, partition=self.partition,
                           submit_time=record.submit, nodes_min=record.nodes, ntasks=record.nodes,
-                          ntasks_set=True, exclusive=True, account=account, qos=qos, time_limit_min=limit)
+                          ntasks_set=True, exclusive=True, account=account, qos=qos, time_limit_min=limit,
+                          power_fit=self.power_fit)
 
     # --- one pass: the controller's loop in virtual time --------------------------------------------
 
@@ -469,12 +523,15 @@ class Simulation:
             return None
         node_states = {name: snapbuild.cap_state(node.power, bool(node.jobs)) for name, node in self.nodes.items()}
         watts = self.node_power
-        capped = {n for r in self.running.values() if r.freq_khz is not None for n in r.alloc}
-        if capped:  # a node whose jobs all run at a capped frequency draws less while busy
+        # a node whose jobs all run at a capped frequency draws less while busy, one held to a limit
+        # no more than it
+        capped = {n for r in self.running.values() if r.freq_khz is not None for n in r.alloc} | self.limited
+        if capped:
             watts = dict(watts)
             for name in capped:
                 node = self.nodes[name]
-                watts[name] = snapbuild.node_power(node.conf, [(self.records[j].freq_khz, None) for j in node.jobs])
+                watts[name] = snapbuild.node_power(node.conf, [(self.records[j].freq_khz, None) for j in node.jobs],
+                                                   node.limit)
         return snapbuild.power_snap(self.cap, watts, node_states, (), self.cap_steps, now)
 
     # --- jobs ------------------------------------------------------------------------------------------
@@ -505,20 +562,48 @@ class Simulation:
             self._hold(record)
 
     def _run(self, record: JobRecord, now: float) -> None:
-        record.start = now
+        record.start = record.pace_since = now
         self._hold(record)
         self._draw(record, now)
-        record.end_due = now + record.job.runtime
-        self._push(record.end_due, END, record.job.job_id)
+        record.pace = self._pace_of(record)
+        self._reschedule(record, now)
+        self._balance_later(now)
 
     def _draw(self, record: JobRecord, now: float) -> None:
         """The job's nodes draw its watts from now (it starts, or resumes)."""
+        job_id = record.job.job_id
+        record.watts_since = now
         for name in record.alloc:
             node = self.nodes[name]
-            cpus = node.jobs[record.job.job_id]
-            node.draws[record.job.job_id] = self._job_watts(node, record, cpus) - \
+            if node.limit is not None:  # its clock, and so everyone's watts and pace there, follow the load
+                node.draws[job_id] = 0.0
+                self._refresh(node, now)
+                continue
+            cpus = node.jobs[job_id]
+            node.draws[job_id] = self._job_watts(node, record, cpus) - \
                 float(node.conf.idle_watts or 0) * cpus / node.conf.cpus
             self._set_category(node, COMPUTING, now)  # the watts of one more job
+        record.watts = self._node_watts_of(record)
+
+    def _progress(self, record: JobRecord, now: float) -> None:
+        """Its run done up to ``now``, at its pace (none while suspended)."""
+        if record.suspended_at < 0:
+            record.done_s += (now - record.pace_since) * record.pace
+        record.pace_since = now
+
+    def _reschedule(self, record: JobRecord, now: float) -> None:
+        """Its end, from what is left of its run at its pace, and at the latest its time limit."""
+        left = max(0.0, record.job.runtime - record.done_s)
+        record.end_due = min(now + left / record.pace, self._limit_end(record))
+        self._push(record.end_due, END, record.job.job_id)
+
+    def _energy(self, record: JobRecord, now: float) -> None:
+        """Its energy counted up to ``now`` at its watts since the last change."""
+        record.energy_j += record.watts * (now - record.watts_since)
+        record.watts_since = now
+
+    def _node_watts_of(self, record: JobRecord) -> float:
+        return sum(self._job_watts(self.nodes[n], record, cpus) for n, cpus in record.alloc_cpus.items())
 
     def _hold(self, record: JobRecord) -> None:
         account = record.job.account or DEFAULT_ACCOUNT
@@ -551,6 +636,9 @@ class Simulation:
     def _suspend(self, record: JobRecord, now: float) -> None:
         """Frozen: it draws nothing and lends its CPUs (its memory stays held); its end is put off."""
         job_id = record.job.job_id
+        self._progress(record, now)
+        self._energy(record, now)
+        record.watts = 0.0
         record.suspended_at, record.end_due = now, -1.0
         record.suspensions += 1
         self.suspended[job_id] = record
@@ -561,6 +649,8 @@ class Simulation:
             del node.draws[job_id]
             self._changed(node)
             self._set_category(node, COMPUTING if node.draws else IDLE, now)
+            if node.limit is not None and node.draws:
+                self._refresh(node, now)
 
     def _resume(self, now: float) -> None:
         """Suspended jobs resume, the earliest suspended first, as soon as their preemptor has started
@@ -572,13 +662,13 @@ class Simulation:
                 continue
             del self.suspended[job_id]
             record.suspended_s += now - record.suspended_at
-            record.suspended_at, record.preempted_by = -1.0, 0
+            record.suspended_at, record.preempted_by, record.pace_since = -1.0, 0, now
             for name, cpus in record.alloc_cpus.items():
                 self.nodes[name].alloc_cpus += cpus
                 self._changed(self.nodes[name])
             self._draw(record, now)
-            record.end_due = record.start + record.suspended_s + record.job.runtime  # its run, put off
-            self._push(record.end_due, END, job_id)
+            record.pace = self._pace_of(record)
+            self._reschedule(record, now)  # its run, put off
             self._hold(record)
 
     def _expire(self, record: JobRecord, now: float) -> bool:
@@ -590,6 +680,7 @@ class Simulation:
         self._end(record, now, final=False)
         record.preempted, record.requeues = "", record.requeues + 1
         record.start = record.end = record.end_due = -1.0
+        record.done_s, record.pace, record.timed_out = 0.0, 1.0, False
         record.alloc, record.alloc_cpus, record.alloc_mem_mb = [], {}, {}
         preemptor = self.records.get(record.preempted_by)
         if preemptor is not None and preemptor.start < 0 and self.pending.get(preemptor.job.job_id) is not None:
@@ -600,6 +691,9 @@ class Simulation:
 
     def _end(self, record: JobRecord, now: float, final: bool = True) -> None:
         record.end = now
+        self._progress(record, now)
+        self._energy(record, now)
+        record.timed_out = record.done_s < record.job.runtime - 1e-6
         del self.running[record.job.job_id]
         self.holding.remove(record.job.job_id)
         for follower in self.followers.pop(record.job.job_id, []) if final else ():
@@ -609,12 +703,13 @@ class Simulation:
             node = self.nodes[name]
             cpus = node.jobs.pop(record.job.job_id)
             del node.draws[record.job.job_id]
-            record.energy_j += self._job_watts(node, record, cpus) * (now - record.start - record.suspended_s)
             node.alloc_cpus -= cpus
             node.alloc_mem_mb -= record.alloc_mem_mb.get(name, 0)
             self._changed(node)
             if node.draws:
                 self._set_category(node, COMPUTING, now)
+                if node.limit is not None:  # a lighter load: its other jobs may run faster
+                    self._refresh(node, now)
                 continue
             node.idle_since = now
             self._set_category(node, IDLE, now)
@@ -722,6 +817,8 @@ class Simulation:
         self.cap_now = math.inf if cap is None else cap
         if not self.cap_changes or self.cap_changes[-1][1] != self.cap_now:
             self.cap_changes.append((now, self.cap_now))
+            if self.balancing and self.running:  # a new cap is met at once, as the controller meets it
+                self._balance(now)
         self._against_cap()
         # the next change, or a step beyond the planner's horizon (it is looked at again when it comes)
         upcoming = ahead[0][0] if ahead else min((s.start for s in self.cap_steps if s.start > now), default=None)
@@ -730,7 +827,9 @@ class Simulation:
             self._push(self.cap_event, CAP)
 
     def _account(self, node: SimNode, now: float) -> None:
-        self.energy[node.category] += node.watts * (now - node.since)
+        joules = node.watts * (now - node.since)
+        self.energy[node.category] += joules
+        node.joules += joules
         node.since = now
 
     def _watts(self, node: SimNode) -> float:
@@ -755,8 +854,93 @@ class Simulation:
 
     def _job_watts(self, node: SimNode, record: JobRecord, cpus: int) -> float:
         """A job's part of its node's watts: its share of idle, and of the dynamic watts at its
-        frequency, scaled by its user's energy factor."""
+        frequency (or the slower clock the node's limit holds it to), scaled by its user's energy
+        factor."""
         conf = node.conf
         idle = float(conf.idle_watts or 0)
-        busy = float(self.node_power[conf.name].busy_at(record.freq_khz))
+        if node.khz is None:
+            busy = float(self.node_power[conf.name].busy_at(record.freq_khz))
+        else:
+            khz = min(node.khz, record.freq_khz or node.khz)
+            busy = cpufreq.busy_watts(khz, self.f_max[conf.name], idle, float(conf.max_watts or idle),
+                                      conf.cpu_freq_watts)
         return (idle + (busy - idle) * record.job.energy_factor) * cpus / conf.cpus
+
+    # --- the moving budget ----------------------------------------------------------------------------
+
+    def _balance_later(self, now: float) -> None:
+        """The budget's next turn, one interval from now, unless one is queued already."""
+        if self.balancing and self.balance_due <= now:
+            self.balance_due = now + self.config.power_parameters.balance_interval
+            self._push(self.balance_due, BALANCE)
+
+    def _balance(self, now: float) -> bool:
+        """The budget's turn: what the cap leaves the busy nodes, moved among them by their mean
+        draw since the last turn (powerbalance.balance, with the controller's inputs); a node no
+        longer busy is let go. Turns follow each other while anything runs. Whether a limit moved."""
+        snap = self._power_snap(now)
+        busy = [name for name, node in self.nodes.items() if node.draws] if snap is not None else []
+        found: dict[str, float] = {}
+        if snap is not None and busy:
+            taken = set(busy)
+            others = sum(snap.nodes[n].watts(snap.states[n]) for n in snap.nodes if n not in taken)
+            nodes = {}
+            for name in busy:
+                node = self.nodes[name]
+                self._account(node, now)
+                since, joules = node.mark
+                watts = (node.joules - joules) / (now - since) if node.limit is not None and now > since else None
+                node.mark = (now, node.joules)
+                conf = node.conf
+                nodes[name] = powerbalance.BusyNode(name, float(conf.idle_watts or 0),
+                                                    float(conf.max_watts or conf.idle_watts or 0), node.limit, watts,
+                                                    max(self.records[j].start for j in node.draws))
+            found = powerbalance.balance(snap.limit() - others, nodes, self.config.power_parameters, now)
+        # whole watts, as the controller orders them; the limits that fall first (the watts they free
+        # are what the others rise into)
+        limits = {name: float(math.floor(found[name])) if name in found else None for name in self.limited | set(found)}
+        moved = [name for name, limit in limits.items() if limit != self.nodes[name].limit]
+        moved.sort(key=lambda name: (limits[name] or math.inf) - (self.nodes[name].limit or math.inf))
+        for name in moved:
+            self.nodes[name].limit = limits[name]
+            self.limit_changes.append((now, name, limits[name]))
+            self._refresh(self.nodes[name], now)
+        self.limited = set(found)
+        if self.running:
+            self._balance_later(now)
+        return bool(moved)
+
+    def _refresh(self, node: SimNode, now: float) -> None:
+        """The node's clock under its limit for the load it carries now, and its jobs' watts and
+        pace at that clock."""
+        conf = node.conf
+        f_max = self.f_max[conf.name]
+        load = sum(self.records[j].job.energy_factor * node.jobs[j] / conf.cpus for j in node.draws)
+        khz = powermodel.limited_khz(conf, f_max, f_max, node.limit, load) if node.limit is not None else f_max
+        node.khz = khz if khz < f_max else None
+        idle = float(conf.idle_watts or 0)
+        for job_id in node.draws:
+            record = self.records[job_id]
+            cpus = node.jobs[job_id]
+            node.draws[job_id] = self._job_watts(node, record, cpus) - idle * cpus / conf.cpus
+            self._energy(record, now)
+            record.watts = self._node_watts_of(record)
+            pace = self._pace_of(record)
+            if pace != record.pace:
+                self._progress(record, now)
+                record.pace = pace
+                self._reschedule(record, now)
+        self._set_category(node, COMPUTING if node.draws else IDLE, now)
+
+    def _pace_of(self, record: JobRecord) -> float:
+        """How fast the job runs: at the pace of its slowest node."""
+        return min(self._speed(self.nodes[n], record) for n in record.alloc)
+
+    def _speed(self, node: SimNode, record: JobRecord) -> float:
+        """How fast the job runs on this node: at its clock (its own, --power-fit, or the node's
+        limit's), the share of its time it computes (its energy factor) slowed, the rest not."""
+        f_max = self.f_max[node.conf.name]
+        khz = min(node.khz or f_max, record.freq_khz or f_max)
+        if khz >= f_max:
+            return 1.0
+        return 1.0 / cpufreq.runtime_factor(khz, f_max, min(1.0, record.job.energy_factor))
