@@ -54,6 +54,12 @@ def test_capwatts_holds_a_busy_virtual_node_and_outlives_its_agent(tmp_path: Pat
         metrics = httpx.get(f"http://127.0.0.1:{c.port}/metrics", headers={"Authorization": f"Bearer {c.token()}"},
                             timeout=30).text
         assert 'wattsched_node_power_limit_watts{held="yes",node="n01"} 140.0' in metrics, metrics
+        # the job on it is shown the limit it runs under
+        wait_for(lambda: "CapWatts=140 MinCapWatts=140\n" in c.run("scontrol", "show", "job", str(job)).stdout, 10,
+                 what="the job's limit shown")
+        metrics = httpx.get(f"http://127.0.0.1:{c.port}/metrics", headers={"Authorization": f"Bearer {c.token()}"},
+                            timeout=30).text
+        assert re.search(rf'wattsched_job_power_limit_watts{{[^}}]*job_id="{job}"[^}}]*}} 140.0', metrics), metrics
         # kill -9 of the agent: the next one gives the site its settings back, then holds the order again
         c.kill_agent(0)
         c.start_agent(0)
@@ -66,6 +72,8 @@ def test_capwatts_holds_a_busy_virtual_node_and_outlives_its_agent(tmp_path: Pat
         assert not (c.root / "spool" / "n01" / "powerlimit.saved").exists()
         wait_for(lambda: _watts(c, "n01") >= 180, 30, what="n01 at full speed again")
         assert "CapWatts=n/a" in c.run("scontrol", "show", "node", "n01").stdout
+        wait_for(lambda: "CapWatts=n/a MinCapWatts=140\n" in c.run("scontrol", "show", "job", str(job)).stdout, 10,
+                 what="the job's limit lifted, its lowest kept")
         # kept with the controller's state: an order survives its restart
         assert c.run("scontrol", "update", "nodename=n01", "capwatts=150").returncode == 0
         c.kill_controller()
@@ -115,7 +123,14 @@ def test_the_budget_moves_from_a_node_that_leaves_power_unused_to_one_that_would
             time.sleep(0.5)
         limits = _limits(c)
         assert _watts(c, "n01") <= limits["n01"] + 1  # held by its hardware
+        # each job is shown its node's limit, and the lowest it has been (the half-busy one's: its last)
+        shown = {j["job_id"]: (j["cap_watts"], j["min_cap_watts"]) for j in c.jobs(str(compute), str(half))}
+        assert shown[compute][0] is not None and shown[compute][1] <= first["n01"] + 0.5, shown
+        assert shown[half][1] <= 140, shown
         c.run("scancel", str(compute), str(half))
+        rows = c.run("sacct", "-X", "-n", "-P", "-j", f"{compute},{half}", "-o", "JobID,MinCapWatts").stdout
+        lowest = dict(line.split("|") for line in rows.split())
+        assert float(lowest[str(half)]) <= 140 and float(lowest[str(compute)]) <= first["n01"] + 0.5, rows
         wait_for(lambda: set(_limits(c).values()) == {None}, 30, what="the limits lifted once the jobs ended")
         wait_for(lambda: _limit_uw(c, "n01") == "off" and _limit_uw(c, "n02") == "off", 15,
                  what="the site's settings back on both nodes")

@@ -171,6 +171,10 @@ class Job:
     consumed_energy_j: float | None = None  # filled by the node agents' energy plugins
     energy_pending: bool = False  # ended, its nodes' readings do not reach its end yet: still COMPLETING
     cpu_freq_khz: int | None = None  # the frequency the controller chose to fit the power cap
+    # the most its nodes may draw under their power limits (its CPUs' share of each; a node without
+    # one at its MaxWatts), None while none of them is limited; and the lowest that has been
+    cap_watts: float | None = None
+    min_cap_watts: float | None = None
     ave_cpu_freq_khz: int = 0  # mean frequency of the job's CPUs, as its nodes reported it
     freq_reports: int = 0
     # its energy policy's choice and the signature it chose from, as its nodes reported them

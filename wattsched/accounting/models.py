@@ -96,6 +96,7 @@ class JobRecord(Base):
     exp_energy_j: Mapped[float] = mapped_column(Double, default=0.0)
     exp_watts: Mapped[float] = mapped_column(Double, default=0.0)
     co2e_g: Mapped[float] = mapped_column(Double, default=0.0)  # its emissions (wattsched.carbon), grams
+    min_cap_watts: Mapped[float | None] = mapped_column(Double, nullable=True)  # the lowest its power limits held it to
 
     steps: Mapped[list[StepRecord]] = relationship(back_populates="job", cascade="all, delete-orphan",
                                                    order_by="StepRecord.id")

@@ -386,6 +386,8 @@ FIELDS.update({
     # its emissions, grams of CO2e (wattsched.carbon): as ConsumedEnergy prints joules (850, 12K, 1.25M)
     "CO2e": (8, lambda j, s: "" if s or not j.get("co2e_g") else _energy(round(j["co2e_g"]))),
     "CO2eRaw": (8, lambda j, s: "" if s or not j.get("co2e_g") else f"{j['co2e_g']:.3f}"),
+    # the lowest its nodes' power limits held it to, watts (PowerPlugin=power/balance, CapWatts)
+    "MinCapWatts": (11, lambda j, s: "" if s or j.get("min_cap_watts") is None else f"{j['min_cap_watts']:.0f}"),
 })
 
 

@@ -69,6 +69,7 @@ def job_lines(j: dict[str, Any], details: bool = False) -> list[str | None]:
         f"MinMemoryCPU={j['mem_per_cpu_mb']}M MinTmpDiskNode={j['tmp_mb']}",
         f"Features={'&'.join(j['features']) or '(null)'} DelayBoot=00:00:00",
         f"Reservation={j['reservation']}" if j["reservation"] else None,
+        _cap_line(j) if j.get("min_cap_watts") is not None else None,
         f"OverSubscribe={'NO' if j['exclusive'] else 'OK'} Contiguous=0 Licenses={j.get('licenses') or '(null)'} "
         "Network=(null)",
         f"Command={j['command']}",
@@ -83,6 +84,12 @@ def job_lines(j: dict[str, Any], details: bool = False) -> list[str | None]:
         f"MailUser={j.get('mail_user') or j['user']} MailType={','.join(j['mail_type'])}"
         if j.get("mail_type") else None,
     ]
+
+
+def _cap_line(j: dict[str, Any]) -> str:
+    """Ours: the most its nodes may draw under their power limits now, and the lowest it has been."""
+    now = "n/a" if j.get("cap_watts") is None else f"{j['cap_watts']:.0f}"
+    return f"CapWatts={now} MinCapWatts={j['min_cap_watts']:.0f}"
 
 
 def _fold_pending_tasks(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:

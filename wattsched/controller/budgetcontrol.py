@@ -3,6 +3,9 @@ every PowerParameters balance_interval seconds while a cap is in force, the busy
 limits are moved by their measured draw within what the cap leaves them, and each node's agent is
 told its limit with its next heartbeat reply (noded.powerlimits). A node no longer busy is given
 its site's own settings back; with the plugin off, or capping off, every limit it set is lifted.
+
+Each running job is shown the most its nodes may draw under their limits, the budget's or an
+administrator's (:meth:`BudgetControl.follow_jobs`: scontrol show job, sacct MinCapWatts).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ class BudgetControl:
         self.cap = 0.0  # the cap the last balance met
         self.since: dict[str, float] = {}  # when each node's limit last changed
         self.limited = False  # whether any node has a limit of the budget's
+        self.jobs_limited: set[int] = set()  # the jobs shown a limit
 
     def tick(self, state: ClusterState, snap: power.PowerSnap | None, now: float) -> None:
         """``snap``: the cap's snapshot of this second (CapControl's; None: capping off)."""
@@ -74,3 +78,30 @@ class BudgetControl:
         if limits:
             log.debug("power budget balanced", extra={"budget": round(budget), "nodes": len(limits),
                                                       "limits": round(sum(limits.values()))})
+
+    def follow_jobs(self, state: ClusterState) -> None:
+        """Each running job's limit: its CPUs' share of each of its nodes' limits (the most a node
+        without one may draw, MaxWatts, for the others), while one of them at least is limited;
+        the lowest it has been, kept for accounting."""
+        limited = {n.name: n.ordered_limit for n in state.nodes.values()
+                   if n.cap_watts is not None or n.balance_watts is not None}
+        if not limited and not self.jobs_limited:
+            return  # (a site without limits pays one look at its nodes a second)
+        shown: set[int] = set()
+        for job in state.jobs.values():
+            watts = None
+            if job.holds_nodes and any(name in limited for name in job.alloc_cpus):
+                watts = 0.0
+                for name, cpus in job.alloc_cpus.items():
+                    node = state.nodes[name]
+                    most = limited.get(name)
+                    watts += (float(node.max_watts or node.idle_watts or 0) if most is None else most) * \
+                        cpus / max(1, node.cpus)
+                watts = float(round(watts))
+                shown.add(job.job_id)
+            if watts != job.cap_watts:
+                job.cap_watts = watts
+                if watts is not None and (job.min_cap_watts is None or watts < job.min_cap_watts):
+                    job.min_cap_watts = watts
+                state.touch(job, request_changed=False)
+        self.jobs_limited = shown

@@ -241,6 +241,13 @@ class ControllerCollector(Collector):
             if n.ordered_limit is not None:
                 limits.add_metric([n.name, "yes" if n.held_limit is not None else "no"], n.ordered_limit)
         yield limits
+        held = GaugeMetricFamily("wattsched_job_power_limit_watts",
+                                 "The most a running job's nodes may draw under their power limits (its share of each)",
+                                 labels=["job_id", "user", "account", "partition"])
+        for j in jobs:
+            if j.cap_watts is not None and j.holds_nodes:
+                held.add_metric([str(j.job_id), j.user, j.account, j.partition], j.cap_watts)
+        yield held
         ended = GaugeMetricFamily("wattsched_job_energy_joules",
                                   "Energy of each ended job the controller still holds (for MinJobAge)",
                                   labels=["job_id", "user", "account", "partition"])

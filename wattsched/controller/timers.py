@@ -71,6 +71,7 @@ def check_timers(state: ClusterState, now: float) -> list[Action]:
     actions.extend(powercontrol.power_tick(state, now))
     actions.extend(state.cap.tick(state, now))
     state.budget.tick(state, state.cap.snap, now)
+    state.budget.follow_jobs(state)
     if state.carbon is not None:
         state.carbon.poll(now)
     actions.extend(RunTrigger(trig) for trig in triggerctl.tick(state, now))  # after the nodes' changes above
