@@ -5,6 +5,7 @@ agent (which gives the site its settings back first) and is lifted with NONE."""
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from pathlib import Path
@@ -134,5 +135,36 @@ def test_the_budget_moves_from_a_node_that_leaves_power_unused_to_one_that_would
         wait_for(lambda: set(_limits(c).values()) == {None}, 30, what="the limits lifted once the jobs ended")
         wait_for(lambda: _limit_uw(c, "n01") == "off" and _limit_uw(c, "n02") == "off", 15,
                  what="the site's settings back on both nodes")
+    finally:
+        c.stop()
+
+
+def test_a_limited_node_shares_its_limit_with_the_gpu_its_job_holds(tmp_path: Path) -> None:
+    """CapWatts=300 on a virtual node whose job holds one of its two GPUs: the CPU side (95-190 W)
+    and that GPU (30-250 W) each get their floor and the same share of their span, the idle GPU
+    its floor (30 W); its emulated NVML holds the GPUs' limits, the node draws no more than 300 W,
+    and NONE gives the GPUs the site's limits back."""
+    c = Cluster(tmp_path, nodes=1, cpus=2, extra="EmulatedNodes=YES\nGresTypes=gpu\n"
+                "AcctGatherEnergyType=acct_gather_energy/emulated\nAcctGatherNodeFreq=1",
+                node_extra=f"Gres=gpu:2 GpuIdleWatts=30 GpuMaxWatts=250 IdleWatts=95 MaxWatts=190 {FREQS}").start()
+    nvml = c.root / "spool" / "n01" / "nvml.json"
+    try:
+        job = c.sbatch("-n", "2", "--gpus=1", "-t", "5", "--wrap", f"srun -n 2 {BURN.format(s=240)}")
+        c.wait_state(job, "RUNNING", timeout=15)
+        wait_for(lambda: _watts(c, "n01") >= 400, 30, what="n01, its CPUs and one GPU busy")
+        assert c.run("scontrol", "update", "nodename=n01", "capwatts=300").returncode == 0
+        # floors 95 + 30 + 30, spans 95 + 220: (300 - 155) / 315 of each span
+        share = (300 - 155) / 315
+        wait_for(lambda: nvml.exists() and json.loads(nvml.read_text()), 15, what="the GPUs' limits set")
+        limits = json.loads(nvml.read_text())
+        busy = "0" if limits["0"] > 30 else "1"
+        assert limits[busy] == pytest.approx(30 + share * 220, abs=0.01) and min(limits.values()) == 30
+        assert _limit_uw(c, "n01") == str(int((300 - 30 - 30 - share * 220) * 1e6))
+        wait_for(lambda: _watts(c, "n01") <= 301, 30, what="n01 drawing no more than its limit")
+        assert "CapWatts=300\n" in c.run("scontrol", "show", "node", "n01").stdout  # held by every part
+        assert c.run("scontrol", "update", "nodename=n01", "capwatts=none").returncode == 0
+        wait_for(lambda: json.loads(nvml.read_text()) == {"0": 250.0, "1": 250.0}, 15,
+                 what="the GPUs' own limits back")
+        assert not (c.root / "spool" / "n01" / "gpulimit.saved").exists()
     finally:
         c.stop()

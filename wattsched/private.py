@@ -7,7 +7,9 @@ does, because SQLite gives a database's WAL and shared-memory files the database
 
 from __future__ import annotations
 
+import json
 import os
+from typing import Any
 
 
 def private_dir(path: str) -> None:
@@ -23,3 +25,16 @@ def private_sqlite(db_path: str) -> None:
             os.chmod(path, 0o600)
     if not os.path.exists(db_path):
         os.close(os.open(db_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+
+
+def private_json(path: str, data: Any) -> None:
+    """``data`` as JSON in a file of its owner's alone (0600), written whole and synced, then
+    renamed into place (a reader sees the old file or the new one, never half of it)."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    draft = path + ".tmp"
+    fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        json.dump(data, handle)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(draft, path)

@@ -138,7 +138,8 @@ class Agent:
                                   calc_adjustment=config.energy_ipmi_calc_adjustment
                                   and config.acct_gather_energy_type.endswith("/ipmi"),
                                   cgroup_usage=self.cgroups.job_usage if self.cgroups else None,
-                                  gpus=GpuMeter(self.nodes, config.emulated_nodes, self._job_gpus))
+                                  gpus=GpuMeter(self.nodes, config.emulated_nodes, self._job_gpus,
+                                                limit_of=self.limits.gpu_limit))
         self.throttle = Throttle(lambda key: self.job_pgids(*key))
         # a job's CPUs are its own (counted for its signature) when cgroups or affinity confine it to them
         confined = bool(config.cgroups and config.constrain_cores) or self.binds
@@ -715,11 +716,15 @@ class Agent:
         if not ordered:
             return
         watts = {name: sample.watts for name, sample in self.energy.samples().items() if not sample.stale}
+        held_gpus = self._job_gpus()
+        meter = self.energy.gpus
         now = time.time()
         for node, limit in ordered.items():
             if node in self.nodes and (limit is None or isinstance(limit, int | float)):
                 before = self.limits.held(node)
-                self.limits.order(node, None if limit is None else float(limit), watts.get(node), now)
+                busy = {index for indexes in held_gpus.get(node, {}).values() for index in indexes}
+                self.limits.order(node, None if limit is None else float(limit), watts.get(node), now, busy,
+                                  meter.watts(node) if meter is not None else 0.0)
                 if self.limits.held(node) != before:
                     log.info("power limit", extra={"node": node, "watts": self.limits.held(node)})
                     with self.lock:  # a virtual node's jobs now run at what the limit lets them

@@ -1,7 +1,8 @@
 """The agent's GPU meter: each GPU's energy counter and each job's GPU energy on each node.
 
 A virtual node's GPUs are emulated: a GPU held by a job running on the node draws GpuMaxWatts, any
-other GpuIdleWatts (NodeName keys, ours), integrated over the time between polls; the node's
+other GpuIdleWatts (NodeName keys, ours), no more than its power limit (noded.gpulimits),
+integrated over the time between polls; the node's
 emulated power (acct_gather_energy/emulated, and the emulated BMC that serves it) includes them, as
 a real node's BMC reading includes its GPUs. A real node's GPUs are read through NVML (nvidia-ml-
 py): nvmlDeviceGetTotalEnergyConsumption, millijoules since the driver loaded, of the device whose
@@ -49,6 +50,8 @@ class GpuMeter:
     _last: float = 0.0
     _handles: dict[tuple[str, int], object] = field(default_factory=dict)
     _warned: set[tuple[str, int]] = field(default_factory=set)  # once per GPU: a missing one must not flood the log
+    # a virtual GPU's power limit, watts (None: none): what its emulated NVML holds (noded.gpulimits)
+    limit_of: Callable[[str, int], float | None] | None = None
 
     def __post_init__(self) -> None:
         self.nodes = {name: node for name, node in self.nodes.items() if node.gres}
@@ -79,6 +82,9 @@ class GpuMeter:
             if self.emulated:
                 conf = self.nodes[node]
                 gpu.watts = float(conf.gpu_max_watts if live else conf.gpu_idle_watts)
+                limit = self.limit_of(node, index) if self.limit_of is not None else None
+                if limit is not None:
+                    gpu.watts = min(gpu.watts, limit)
                 gpu.joules += gpu.watts * max(0.0, dt)
             else:
                 self._read(node, index, gpu, dt)
@@ -94,7 +100,7 @@ class GpuMeter:
             handle = self._handles.get((node, index))
             if handle is None:
                 pynvml.nvmlInit()
-                handle = self._handles[(node, index)] = self._handle(pynvml, node, index)
+                handle = self._handles[(node, index)] = device_handle(pynvml, self.nodes[node], index)
             joules = pynvml.nvmlDeviceGetTotalEnergyConsumption(handle) / 1000.0
         except Exception as exc:
             if (node, index) not in self._warned:
@@ -108,19 +114,20 @@ class GpuMeter:
             gpu.watts = max(0.0, (new - gpu.joules) / dt)
         gpu.joules = new
 
-    def _handle(self, pynvml, node: str, index: int) -> object:
-        """The NVML device of the GPU: the one whose minor number is that of its /dev/nvidiaN when
-        gres.conf names the file (NVML's own order need not follow the minor numbers), else the
-        device at the GPU's number."""
-        for device in self.nodes[node].gpus:
-            match = _MINOR.search(os.path.basename(device.file)) if device.index == index and device.file else None
-            if match:
-                for i in range(pynvml.nvmlDeviceGetCount()):
-                    handle = pynvml.nvmlDeviceGetHandleByIndex(i)
-                    if pynvml.nvmlDeviceGetMinorNumber(handle) == int(match.group(1)):
-                        return handle
-                raise RuntimeError(f"no NVML device has minor number {match.group(1)}")
-        return pynvml.nvmlDeviceGetHandleByIndex(index)
+
+def device_handle(pynvml, node: NodeConf, index: int) -> object:
+    """The NVML device of the node's GPU ``index``: the one whose minor number is that of its
+    /dev/nvidiaN when gres.conf names the file (NVML's own order need not follow the minor
+    numbers), else the device at the GPU's number."""
+    for device in node.gpus:
+        match = _MINOR.search(os.path.basename(device.file)) if device.index == index and device.file else None
+        if match:
+            for i in range(pynvml.nvmlDeviceGetCount()):
+                handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+                if pynvml.nvmlDeviceGetMinorNumber(handle) == int(match.group(1)):
+                    return handle
+            raise RuntimeError(f"no NVML device has minor number {match.group(1)}")
+    return pynvml.nvmlDeviceGetHandleByIndex(index)
 
 
 def detect(nodes: dict[str, NodeConf]) -> dict[str, NodeConf]:

@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from wattsched.config import NodeConf
+from wattsched.noded import gpulimits
+from wattsched.private import private_json
 
 SAVED = "powerlimit.saved"
 LIMIT = "constraint_0_power_limit_uw"
@@ -127,17 +129,9 @@ class PowercapTree:
         """The site's settings, saved once before the first change (whole, then renamed into place)."""
         if os.path.exists(self.saved_path):
             return
-        saved = {os.path.basename(zone): {name: value for name in (LIMIT, WINDOW, "enabled")
-                                          if (value := _read(os.path.join(zone, name)))}
-                 for zone in zones}
-        os.makedirs(os.path.dirname(self.saved_path), exist_ok=True)
-        draft = self.saved_path + ".tmp"
-        fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "w") as handle:
-            json.dump(saved, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(draft, self.saved_path)
+        private_json(self.saved_path, {os.path.basename(zone): {name: value for name in (LIMIT, WINDOW, "enabled")
+                                                                if (value := _read(os.path.join(zone, name)))}
+                                       for zone in zones})
 
 
 def layout_tree(root: str, node: NodeConf) -> None:
@@ -171,39 +165,67 @@ def _write(path: str, value: str) -> None:
 
 
 class NodeLimits:
-    """The limits of the nodes an agent hosts: each node's tree, what it holds, and why not."""
+    """The limits of the nodes an agent hosts: each node's tree and GPUs, what they hold, and why
+    not. A node with GPUs shares its limit between its CPU side and its GPUs (noded.gpulimits)."""
 
     def __init__(self, nodes: dict[str, NodeConf], spool: str, sysfs_root: str, emulated: bool):
         self.emulated = emulated
         self.roots = {name: os.path.join(spool, name, "sysfs") if emulated else sysfs_root for name in nodes}
         self.trees = {name: PowercapTree(self.roots[name], spool, node) for name, node in nodes.items()}
+        self.gpus = {name: gpulimits.GpuLimits(node, spool, gpulimits.EmulatedNvml(
+            os.path.join(spool, name, gpulimits.EMULATED), node) if emulated else gpulimits.RealNvml(node))
+            for name, node in nodes.items() if node.gpus}
+        self.watts: dict[str, float] = {}  # each limited node's limit, held by all its parts
         self.errors: dict[str, str] = {}
 
     def recover(self) -> list[str]:
         """The site's settings back on every node a dead agent left limited; returns those nodes."""
-        return [name for name, tree in self.trees.items() if tree.recover()]
+        cpus = {name for name, tree in self.trees.items() if tree.recover()}
+        return sorted(cpus | {name for name, gpus in self.gpus.items() if gpus.recover()})
 
-    def order(self, node: str, watts: float | None, node_watts: float | None, now: float) -> None:
+    def order(self, node: str, watts: float | None, node_watts: float | None, now: float,
+              busy_gpus: Collection[int] = (), gpu_watts: float = 0.0) -> None:
         """Hold the node at the controller's ``watts`` (None: lift it); ``node_watts``: its power as
-        its energy plugin last read it, so that the rest of a real node is left its part."""
-        tree = self.trees[node]
+        its energy plugin last read it, so that the rest of a real node is left its part; its GPUs
+        ``busy_gpus`` held by jobs and drawing ``gpu_watts`` now."""
+        tree, gpus = self.trees[node], self.gpus.get(node)
+        self.watts.pop(node, None)
         try:
             if watts is None:
                 tree.lift()
-            else:
-                if self.emulated:
-                    layout_tree(self.roots[node], tree.node)
-                packages = None if self.emulated else tree.package_watts(now)
-                rest = max(0.0, node_watts - packages) if node_watts is not None and packages is not None else 0.0
-                tree.hold(watts, rest)
+                if gpus is not None:
+                    gpus.lift()
+                self.errors.pop(node, None)
+                return
+            cpu_watts = watts
+            if gpus is not None:
+                cpu = (float(tree.node.idle_watts or 0), float(tree.node.max_watts or tree.node.idle_watts or 0))
+                cpu_watts, each = gpulimits.split(watts, cpu, gpus.ranges(), set(busy_gpus))
+                gpus.hold(each)
+            if self.emulated:
+                layout_tree(self.roots[node], tree.node)
+            packages = None if self.emulated else tree.package_watts(now)
+            # the rest of a real node: what it draws beyond its packages and its GPUs
+            rest = max(0.0, node_watts - packages - gpu_watts) if node_watts is not None and packages is not None \
+                else 0.0
+            tree.hold(cpu_watts, rest)
+            self.watts[node] = watts
             self.errors.pop(node, None)
         except OSError as exc:
             self.errors[node] = str(exc)[:200]
+        except Exception as exc:  # NVML raises classes of its own (NVMLError_NoPermission, ...)
+            self.errors[node] = f"GPU limit refused: {exc}"[:200]
 
     def held(self, node: str) -> float | None:
-        return self.trees[node].watts
+        """The node's limit, when its CPU side and its GPUs hold their parts of it."""
+        return self.watts.get(node)
+
+    def gpu_limit(self, node: str, index: int) -> float | None:
+        """A virtual GPU's limit, as its emulated NVML holds it (None: none set)."""
+        gpus = self.gpus.get(node) if self.emulated else None
+        return gpus.held.get(index) if gpus is not None else None
 
     def emulated_limit(self, node: str) -> float | None:
-        """The watts a virtual node's hardware holds it to: what its tree was given and read back
+        """The watts a virtual node's CPU side is held to: what its tree was given and read back
         (kept here: the emulated CPUs ask for it at every poll of every job)."""
         return self.trees[node].watts if self.emulated else None
