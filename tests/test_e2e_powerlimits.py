@@ -128,6 +128,14 @@ def test_the_budget_moves_from_a_node_that_leaves_power_unused_to_one_that_would
         shown = {j["job_id"]: (j["cap_watts"], j["min_cap_watts"]) for j in c.jobs(str(compute), str(half))}
         assert shown[compute][0] is not None and shown[compute][1] <= first["n01"] + 0.5, shown
         assert shown[half][1] <= 140, shown
+        # kept with the controller's state: a restart does not lift, even for a heartbeat, limits the
+        # cap's admission counts on
+        c.kill_controller()
+        c.start_controller()
+        assert all(w is not None for w in _limits(c).values()), _limits(c)
+        for _ in range(6):
+            assert _limit_uw(c, "n02") not in ("off", "absent")
+            time.sleep(0.5)
         c.run("scancel", str(compute), str(half))
         rows = c.run("sacct", "-X", "-n", "-P", "-j", f"{compute},{half}", "-o", "JobID,MinCapWatts").stdout
         lowest = dict(line.split("|") for line in rows.split())

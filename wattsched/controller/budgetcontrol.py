@@ -3,6 +3,8 @@ every PowerParameters balance_interval seconds while a cap is in force, the busy
 limits are moved by their measured draw within what the cap leaves them, and each node's agent is
 told its limit with its next heartbeat reply (noded.powerlimits). A node no longer busy is given
 its site's own settings back; with the plugin off, or capping off, every limit it set is lifted.
+The limits are kept with the controller's state: one that restarts orders them again at once, and
+a node not yet heard from keeps its own until it is.
 
 Each running job is shown the most its nodes may draw under their limits, the budget's or an
 administrator's (:meth:`BudgetControl.follow_jobs`: scontrol show job, sacct MinCapWatts).
@@ -28,7 +30,8 @@ class BudgetControl:
         self.balanced_at = 0.0
         self.cap = 0.0  # the cap the last balance met
         self.since: dict[str, float] = {}  # when each node's limit last changed
-        self.limited = False  # whether any node has a limit of the budget's
+        # whether any node may have a limit of the budget's (at the start: those kept with the state)
+        self.limited = True
         self.jobs_limited: set[int] = set()  # the jobs shown a limit
 
     def tick(self, state: ClusterState, snap: power.PowerSnap | None, now: float) -> None:
@@ -40,6 +43,7 @@ class BudgetControl:
                 for node in state.nodes.values():
                     node.balance_watts = None
                 self.limited = False
+                state.journal.meta_dirty = True
             return
         if now - self.balanced_at < params.balance_interval and snap.limit() == self.cap:
             return  # (a cap that changed is met at once, not at the next interval)
@@ -50,9 +54,13 @@ class BudgetControl:
                 for name in job.alloc_cpus:
                     started[name] = max(started.get(name, 0.0), job.start_time)
         busy = {name for name in started if snap.states.get(name) == "busy"}
-        others = sum(snap.nodes[n].watts(snap.states[n]) for n in snap.nodes if n not in busy)
+        # a node holding a job but not counted busy now (not yet heard from since the controller
+        # started, say) keeps the limit it has: lifting it would let it draw what the cap did not count
+        kept = {name: state.nodes[name].balance_watts for name in started
+                if name not in busy and state.nodes[name].balance_watts is not None}
+        others = sum(snap.nodes[n].watts(snap.states[n]) for n in snap.nodes if n not in busy and n not in kept)
         reserved = sum(r.watts for r in snap.reservations if r.start <= now <= r.end)
-        budget = snap.limit() - others - reserved
+        budget = snap.limit() - others - reserved - sum(w for w in kept.values() if w is not None)
         interval = float(max(1, config.acct_gather_node_freq_s))
         stale_s = FRESH_READINGS * interval
         nodes = {}
@@ -69,10 +77,14 @@ class BudgetControl:
             nodes[name] = powerbalance.BusyNode(name, float(node.idle_watts or 0), top, node.balance_watts,
                                                 node.current_watts if fresh else None, started[name], settled)
         limits = powerbalance.balance(budget, nodes, params, now)
+        limits.update({name: float(watts) for name, watts in kept.items() if watts is not None})
         for node in state.nodes.values():
             limit = math.floor(limits[node.name]) if node.name in limits else None  # whole watts, within the budget
             if limit != node.balance_watts:
                 self.since[node.name] = now
+                # kept with the state: a controller that restarts orders them again, rather than
+                # lifting for a heartbeat limits the cap's admission counted on
+                state.journal.meta_dirty = True
             node.balance_watts = limit
         self.limited = bool(limits)
         if limits:

@@ -56,6 +56,7 @@ def restore(state: ClusterState) -> None:
             node.power_job = saved.get("power_job", 0)
             node.instance_id, node.instance_type = saved.get("instance_id", ""), saved.get("instance_type", "")
             node.cap_watts = saved.get("cap_watts")
+            node.balance_watts = saved.get("balance_watts")
     state.next_job_id = int(store.get_meta("next_job_id", str(config.first_job_id)) or 1)
     saved_cap = store.get_meta("power_cap")
     state.power_cap = config.power_cap if saved_cap is None else json.loads(saved_cap)
@@ -104,9 +105,11 @@ def flush(state: ClusterState) -> None:
                      "reason_uid": n.reason_uid,
                      "down": n.base_state == NodeBase.DOWN and n.reason != nodestates.NODE_NOT_RESPONDING,
                      "power": n.power, "power_since": n.power_since, "power_job": n.power_job,
-                     "instance_id": n.instance_id, "instance_type": n.instance_type, "cap_watts": n.cap_watts}
+                     "instance_id": n.instance_id, "instance_type": n.instance_type, "cap_watts": n.cap_watts,
+                     "balance_watts": n.balance_watts}
             for n in state.nodes.values()
-            if n.drain or n.reason or n.power or n.instance_id or n.instance_type or n.cap_watts is not None})
+            if n.drain or n.reason or n.power or n.instance_id or n.instance_type or n.cap_watts is not None
+            or n.balance_watts is not None})
         meta["partitions"] = partitions.saved(state)
         meta["triggers"] = json.dumps(state.triggers.to_json())
     saved = [state.jobs[j].to_dict() for j in journal.dirty if j in state.jobs] + journal.gone
