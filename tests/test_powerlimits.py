@@ -150,3 +150,25 @@ def test_the_cap_counts_a_node_at_the_limit_its_hardware_reports_holding() -> No
     assert node.held_limit == 140.0
     node.limit_watts = 95.0  # held to another limit than the one ordered
     assert node.held_limit is None
+
+
+def test_the_cap_counts_a_node_moving_between_limits_at_the_higher_of_the_two() -> None:
+    """Until the agent reports the new limit held, the hardware may still hold the old one."""
+    from wattsched.model import Node
+
+    node = Node(name="n1", cpus=1, real_memory_mb=100)
+    assert node.counted_limit is None  # none ordered
+    node.balance_watts = 150
+    assert node.counted_limit is None  # ordered, not yet held: the cap counts its MaxWatts
+    node.limit_watts = 150.0
+    assert node.counted_limit == 150 and node.held_limit == 150
+    node.balance_watts = 120  # lowered: until it is held, 150 W may still be drawn
+    assert node.counted_limit == 150 and node.held_limit is None
+    node.limit_watts = 120.0
+    assert node.counted_limit == 120
+    node.cap_watts = 180  # an administrator's higher cap: the budget's lower one stands
+    node.balance_watts = 170  # raised: at most the new limit
+    assert node.counted_limit == 170
+    node.balance_watts = None
+    node.cap_watts = None  # lifted: no limit to count on
+    assert node.counted_limit is None

@@ -343,6 +343,15 @@ class Node:
         return min(given) if given else None
 
     @property
+    def counted_limit(self) -> float | None:
+        """The most the cap may count the node at: while its hardware moves from the limit it
+        reports holding to another ordered, the higher of the two (None: no limit it can count on)."""
+        ordered = self.ordered_limit
+        if ordered is None or self.limit_watts is None:
+            return None
+        return max(ordered, self.limit_watts)
+
+    @property
     def held_limit(self) -> float | None:
         """The limit the cap may count on: the one ordered, once the hardware reports holding it."""
         ordered = self.ordered_limit

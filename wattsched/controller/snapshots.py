@@ -176,7 +176,7 @@ def node_power(state: ClusterState) -> dict[str, power.NodePower]:
             for name in job.alloc_cpus:
                 draws.setdefault(name, []).append((job.cpu_freq_khz, job.admit_watts or None))
     kept = state.memo.node_power  # a node's watts change with its jobs' draws and its limit alone
-    return {n.name: _kept(kept, n, (tuple(draws.get(n.name, ())), n.held_limit), _node_power)
+    return {n.name: _kept(kept, n, (tuple(draws.get(n.name, ())), n.counted_limit), _node_power)
             for n in state.nodes.values()}
 
 
