@@ -58,6 +58,8 @@ def test_capwatts_holds_a_busy_virtual_node_and_outlives_its_agent(tmp_path: Pat
         # the job on it is shown the limit it runs under
         wait_for(lambda: "CapWatts=140 MinCapWatts=140\n" in c.run("scontrol", "show", "job", str(job)).stdout, 10,
                  what="the job's limit shown")
+        page = c.api("GET", f"/v1/dashboard/job/{job}").json()["job"]  # what the dashboard's job page shows
+        assert (page["cap_watts"], page["min_cap_watts"]) == (140, 140)
         metrics = httpx.get(f"http://127.0.0.1:{c.port}/metrics", headers={"Authorization": f"Bearer {c.token()}"},
                             timeout=30).text
         assert re.search(rf'wattsched_job_power_limit_watts{{[^}}]*job_id="{job}"[^}}]*}} 140.0', metrics), metrics

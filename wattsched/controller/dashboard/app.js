@@ -214,6 +214,13 @@ async function refreshBudgets() {
 
 // --- a job's page --------------------------------------------------------------------------------------
 
+// what its nodes' power limits let it draw now, and the lowest that has been (scontrol's CapWatts)
+function fmtLimit(j) {
+  if (j.min_cap_watts == null) return "";
+  const now = j.cap_watts == null ? "none now" : `${Math.round(j.cap_watts)} W`;
+  return `${now} (lowest ${Math.round(j.min_cap_watts)} W)`;
+}
+
 async function refreshJob(jobId) {
   const data = await api("/v1/dashboard/job/" + encodeURIComponent(jobId));
   const j = data.job;
@@ -222,7 +229,8 @@ async function refreshJob(jobId) {
   fields.replaceChildren();
   for (const [k, v] of [["User", j.user], ["Account", j.account], ["State", j.state], ["Reason", j.reason],
                         ["Nodes", j.node_list], ["Start", fmtTime(j.start_time)], ["End", fmtTime(j.end_time)],
-                        ["Energy", fmtJoules(j.consumed_energy_j)]]) fields.append(el("dt", {}, k), el("dd", {}, v || ""));
+                        ["Energy", fmtJoules(j.consumed_energy_j)], ["Power limit", fmtLimit(j)]])
+    fields.append(el("dt", {}, k), el("dd", {}, v || ""));
   const series = Object.entries(data.power);
   const all = series.flatMap(([, pts]) => pts);
   const x0 = j.start_time || data.time, x1 = Math.max(x0 + 1, j.end_time || data.time);
