@@ -139,6 +139,14 @@ def test_a_no_kill_job_runs_on_without_its_failed_node(fresh_cluster: Cluster) -
     cluster.run("scontrol", "update", f"nodename={lost},n04", "state=down", "reason=test")
     job = wait_for(lambda: (j := cluster.job(kept))["node_list"] != "n[01-02]" and j, 20, what="the node leaves")
     assert job["state"] == "RUNNING" and job["restart_count"] == 0 and lost not in job["node_list"]
+    # two heartbeats of the agent that hosts both nodes later it runs on: the reply that has the agent
+    # kill it on the node it lost kills it there alone (once it killed it on all the agent's nodes)
+    host = job["batch_host"]
+    for _ in range(2):
+        seen = next(n for n in cluster.nodes() if n["name"] == host)["last_seen"]
+        wait_for(lambda seen=seen: next(n for n in cluster.nodes() if n["name"] == host)["last_seen"] > seen, 20,
+                 what="a heartbeat")
+    assert cluster.job(kept)["state"] == "RUNNING"
     assert cluster.wait_state(requeued, "PENDING")["restart_count"] == 1
     node = next(n for n in cluster.nodes() if n["name"] == lost)
     assert node["alloc_cpus"] == 0, node  # what the job held there went back

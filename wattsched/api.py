@@ -554,7 +554,9 @@ def fencing(token: str) -> tuple[str, int] | None:
 
 class HeartbeatReply(BaseModel):
     acknowledged: list[int] = []
-    cancel: list[int] = []
+    # per node, the jobs it runs that the controller does not hold there (ended, or a --no-kill job's
+    # node it lost): killed on that node alone, for the same agent may host the job's other nodes
+    cancel: dict[str, list[int]] = {}
     # per node, the limit its hardware is to hold it to (None: lift it), for the nodes limited or to be lifted
     power_limits: dict[str, float | None] = {}
     lease: str = ""  # the controller's fencing token: agents take orders from the newest lease only

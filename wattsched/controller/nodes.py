@@ -97,8 +97,9 @@ def power_limits(state: ClusterState, hb: AgentHeartbeat) -> dict[str, float | N
     return ordered
 
 
-def heartbeat(state: ClusterState, hb: AgentHeartbeat, now: float) -> tuple[list[int], list[int], list[Action]]:
-    """Register or refresh an agent's nodes; returns (acked events, jobs to kill, actions)."""
+def heartbeat(state: ClusterState, hb: AgentHeartbeat,
+              now: float) -> tuple[list[int], dict[str, list[int]], list[Action]]:
+    """Register or refresh an agent's nodes; returns (acked events, jobs to kill on each node, actions)."""
     actions: list[Action] = []
     acked = []
     for event in hb.events:
@@ -113,7 +114,7 @@ def heartbeat(state: ClusterState, hb: AgentHeartbeat, now: float) -> tuple[list
             steps.step_ended(state, event, now)
         acked.append(event.job_id)
     ended = {e.job_id for e in hb.events if e.step_id == "batch"}
-    to_kill: list[int] = []
+    to_kill: dict[str, list[int]] = {}
     by_host: dict[str, list[Job]] = {}
     woken = False
     if hb.nodes:
@@ -150,7 +151,7 @@ def heartbeat(state: ClusterState, hb: AgentHeartbeat, now: float) -> tuple[list
             held = state.jobs.get(job_id)
             if held is None or held.state not in (states.RUNNING, states.COMPLETING) or \
                     report.name not in held.alloc_cpus:
-                to_kill.append(job_id)
+                to_kill.setdefault(report.name, []).append(job_id)
         for job in by_host.get(report.name, []):
             if job.state == states.RUNNING and job.job_id not in running and job.job_id not in ended \
                     and hb.boot_time > job.start_time:

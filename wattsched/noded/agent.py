@@ -706,8 +706,10 @@ class Agent:
         self._acknowledged(hb.events, acked)
         if acked:
             self.energy.wake()  # the controller has recorded these ends: a reading past them settles their energy
-        for job_id in body.get("cancel", []):
-            self.signal_job(job_id, [n.name for n in hb.nodes], signal.SIGKILL, False, True)
+        for node, job_ids in (body.get("cancel") or {}).items():
+            if node in self.nodes:
+                for job_id in job_ids:
+                    self.signal_job(job_id, [node], signal.SIGKILL, False, True)
         self._power_limits(body.get("power_limits") or {})
 
     def _power_limits(self, ordered: dict) -> None:
