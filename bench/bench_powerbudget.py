@@ -14,7 +14,8 @@ priority, EASY backfill. Four runs:
 - admission + --power-fit: a job that does not fit at full speed starts at the highest clock
   that fits, and runs longer as its energy factor says;
 - moving budget: PowerPlugin=power/balance with Slurm's PowerParameters defaults, the busy
-  nodes held to limits moved by their measured draw, admission counting the limits;
+  nodes held to limits moved by their measured draw, admission counting the limits, a job that
+  does not fit at full power started with its nodes held to what fits;
 - moving budget + --power-fit: both.
 
 Prints, per run: makespan, energy, mean wait, the most watts over the cap and for how long, the

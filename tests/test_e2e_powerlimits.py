@@ -149,6 +149,39 @@ def test_the_budget_moves_from_a_node_that_leaves_power_unused_to_one_that_would
         c.stop()
 
 
+
+def test_under_the_budget_a_job_that_does_not_fit_starts_held_to_what_fits(tmp_path: Path) -> None:
+    """PowerPlugin=power/balance under PowerCap=330: with a compute-bound job on n01 (190 W), a
+    second job without --power-fit does not fit at MaxWatts (380 W) but starts at once, its node
+    held by a limit to what fits (134 W, 1.6 GHz), sent with its allocation; its clock is not
+    pinned, and the budget then moves the limits, the measured draw under the cap throughout."""
+    c = Cluster(tmp_path, nodes=2, cpus=1, extra="EmulatedNodes=YES\nAcctGatherEnergyType=acct_gather_energy/emulated\n"
+                "AcctGatherNodeFreq=1\nPowerCap=330\nPowerPlugin=power/balance\n"
+                "PowerParameters=balance_interval=2,recent_job=4",
+                node_extra=f"IdleWatts=95 MaxWatts=190 {FREQS}").start()
+    try:
+        compute = c.sbatch("-w", "n01", "-t", "5", "--wrap", BURN.format(s=240))
+        c.wait_state(compute, "RUNNING", timeout=15)
+        wait_for(lambda: _limits(c)["n01"] is not None, 15, what="n01 given its share")
+        half = c.sbatch("-w", "n02", "-t", "5", "--wrap", HALF.format(s=240))
+        started = c.wait_state(half, "RUNNING", timeout=30)
+        assert started["cpu_freq_khz"] is None and started["start_limit_khz"] == 1600000, started
+        wait_for(lambda: _limit_uw(c, "n02") == "134000000", 10, what="n02 held to what fits")
+        wait_for(lambda: "CapWatts=134 MinCapWatts=134\n" in c.run("scontrol", "show", "job", str(half)).stdout, 10,
+                 what="the job's limit shown")
+        for _ in range(16):  # the budget moves the limits; neither they nor the measured draw pass the cap
+            limits = _limits(c)
+            assert sum(w or 190 for w in limits.values()) <= 330 + 0.5, limits
+            shown = {n["name"]: n["current_watts"] for n in c.nodes()}
+            assert sum(shown.values()) <= 330 + 1, shown
+            time.sleep(0.5)
+        moved = _limits(c)
+        assert moved["n02"] != 134 or moved["n01"] != 190, moved  # (the half-busy node's watts moved)
+        c.run("scancel", str(compute), str(half))
+    finally:
+        c.stop()
+
+
 def test_a_limited_node_shares_its_limit_with_the_gpu_its_job_holds(tmp_path: Path) -> None:
     """CapWatts=300 on a virtual node whose job holds one of its two GPUs: the CPU side (95-190 W)
     and that GPU (30-250 W) each get their floor and the same share of their span, the idle GPU

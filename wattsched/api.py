@@ -600,6 +600,8 @@ class JobAllocation(Strict):
     job_name: str = Field("", max_length=NAME_MAX)
     node_list: str = Field("", max_length=TEXT_MAX)
     cpu_freq: str = ""  # --cpu-freq, else CpuFreqDef, else the frequency fitted to the power cap
+    # under the moving budget: each node's power limit, held before the job runs there (watts)
+    power_limits: dict[str, Annotated[float, Field(ge=0.0, le=1e6)]] = {}
     profile: list[ProfileSeries] = []
     profile_energy_s: int = Field(0, ge=0)
     profile_task_s: int = Field(0, ge=0)

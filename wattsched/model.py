@@ -171,6 +171,9 @@ class Job:
     consumed_energy_j: float | None = None  # filled by the node agents' energy plugins
     energy_pending: bool = False  # ended, its nodes' readings do not reach its end yet: still COMPLETING
     cpu_freq_khz: int | None = None  # the frequency the controller chose to fit the power cap
+    # under the moving budget: the frequency whose watts its nodes were held to when it started,
+    # what the cap counts them at until their hardware reports a limit (wattsched.scheduling.ledgers)
+    start_limit_khz: int | None = None
     # the most its nodes may draw under their power limits (its CPUs' share of each; a node without
     # one at its MaxWatts), None while none of them is limited; and the lowest that has been
     cap_watts: float | None = None

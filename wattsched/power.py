@@ -94,6 +94,9 @@ class PowerSnap:
     reservations: tuple[PowerResv, ...] = ()
     ahead: tuple[tuple[float, float], ...] = ()  # the cap's scheduled changes: (from when, cap), by time
     margin: float | None = None  # PowerCapAdmission=predicted: the margin over a job's prediction
+    # PowerPlugin=power/balance: a job that does not fit at full power may start with its nodes
+    # held by a limit to what fits (scheduling.ledgers.fit_power)
+    balancing: bool = False
     max_watts: int = field(init=False)  # every node busy; summed once, admission asks for it often
 
     def __post_init__(self) -> None:

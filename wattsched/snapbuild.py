@@ -194,15 +194,22 @@ def carries_running(backfill_due: bool, capped: bool, preempting: bool = False) 
 
 def power_snap(cap: float | None, watts: Mapping[str, NodePower], node_states: Mapping[str, PowerState],
                reservations: tuple[PowerResv, ...] = (), steps: Sequence[CapStep] = (),
-               now: float = 0.0, margin: float | None = None) -> PowerSnap | None:
-    """What the cap needs: the cap in force at ``now``, the schedule's changes ahead, and the
-    margin over predictions when jobs are admitted at them (None when capping is off and no step
-    of the schedule is in force or to come)."""
+               now: float = 0.0, margin: float | None = None, balancing: bool = False) -> PowerSnap | None:
+    """What the cap needs: the cap in force at ``now``, the schedule's changes ahead, the margin
+    over predictions when jobs are admitted at them, and whether the moving budget may start jobs
+    under limits (None when capping is off and no step of the schedule is in force or to come)."""
     if not steps:
-        return None if cap is None else PowerSnap(watts, node_states, cap, reservations, margin=margin)
+        return None if cap is None else PowerSnap(watts, node_states, cap, reservations, margin=margin,
+                                                  balancing=balancing)
     max_watts = sum(n.max for n in watts.values())
     cap_now, ahead = capschedule.timeline(cap, steps, now, max_watts)
-    return PowerSnap(watts, node_states, INFINITE if cap_now is None else cap_now, reservations, ahead, margin)
+    return PowerSnap(watts, node_states, INFINITE if cap_now is None else cap_now, reservations, ahead, margin,
+                     balancing)
+
+
+def limit_watts(node: NodeShape, khz: int) -> int:
+    """The limit that holds a busy node to what it draws at ``khz`` (its CpuFreqWatts), whole watts."""
+    return int(node_power(node).busy_at(khz))
 
 
 def admission_margin(config: Config) -> float | None:

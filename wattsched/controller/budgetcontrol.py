@@ -57,7 +57,9 @@ class BudgetControl:
         # a node holding a job but not counted busy now (not yet heard from since the controller
         # started, say) keeps the limit it has: lifting it would let it draw what the cap did not count
         kept = {name: state.nodes[name].balance_watts for name in started
-                if name not in busy and state.nodes[name].balance_watts is not None}
+                if state.nodes[name].balance_watts is not None
+                and (name not in busy or state.nodes[name].counted_limit is None)}
+        busy -= set(kept)  # (nor is one whose limit is on its way: the cap counts it at the limit sent)
         others = sum(snap.nodes[n].watts(snap.states[n]) for n in snap.nodes if n not in busy and n not in kept)
         reserved = sum(r.watts for r in snap.reservations if r.start <= now <= r.end)
         budget = snap.limit() - others - reserved - sum(w for w in kept.values() if w is not None)

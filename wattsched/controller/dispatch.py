@@ -12,13 +12,13 @@ import asyncio
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, cast
 
 import httpx
 from pydantic import BaseModel
 
-from wattsched import energypolicy, gres, prologs, states
+from wattsched import energypolicy, gres, prologs, snapbuild, states
 from wattsched.api import (
     EPOCH_HEADER,
     BatchLaunch,
@@ -254,7 +254,16 @@ def job_allocation(config: Config, job: Job, nodes: dict[str, int]) -> JobAlloca
                          profile_energy_s=energy_s,
                          profile_task_s=freq.get("task") or defaults.get("task") or 30,
                          gpus={n: job.alloc_gpus[n] for n in nodes if job.alloc_gpus.get(n)},
-                         **energy_settings(config, job))
+                         power_limits=start_limits(config, job, nodes), **energy_settings(config, job))
+
+
+def start_limits(config: Config, job: Job, nodes: Iterable[str]) -> dict[str, float]:
+    """Under the moving budget, the limits a job that started under them holds its nodes to:
+    what they draw at the frequency it was fitted at (the controller orders the same)."""
+    if job.start_limit_khz is None:
+        return {}
+    confs = {n.name: n for n in config.nodes}
+    return {n: float(snapbuild.limit_watts(confs[n], job.start_limit_khz)) for n in nodes if n in confs}
 
 
 def energy_settings(config: Config, job: Job) -> dict[str, Any]:

@@ -9,7 +9,7 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from wattsched import gres, hostlist, prologs, states
+from wattsched import gres, hostlist, prologs, snapbuild, states
 from wattsched.api import JobEvent
 from wattsched.controller import jobend, mail, preempting, resources, snapshots, statesave
 from wattsched.controller.actions import Action, AdminProgram, Launch, admin_program
@@ -96,7 +96,14 @@ def start(state: ClusterState, job: Job, alloc: Allocation, now: float) -> list[
     job.start_time = now
     job.preempted_by = 0
     job.expected_start = 0.0
-    job.cpu_freq_khz = alloc.cpu_freq_khz
+    job.cpu_freq_khz = None if alloc.limited else alloc.cpu_freq_khz
+    job.start_limit_khz = alloc.cpu_freq_khz if alloc.limited else None
+    if job.start_limit_khz is not None:  # its nodes held to what fits (sent with the allocation too)
+        for name in alloc.cpus:
+            node = state.nodes[name]
+            watts = snapbuild.limit_watts(node, job.start_limit_khz)
+            node.balance_watts = watts if node.balance_watts is None else min(node.balance_watts, watts)
+        state.journal.meta_dirty = True
     job.admit_watts = alloc.node_watts or 0.0
     job.energy_policy = energy_policy(state, job)
     job.policy_freq_khz, job.sig_reports, job.pred_time_factor, job.pred_energy_factor = 0, 0, 0.0, 0.0

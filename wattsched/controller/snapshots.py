@@ -174,7 +174,11 @@ def node_power(state: ClusterState) -> dict[str, power.NodePower]:
     for job in state.jobs.values():
         if job.state != states.PENDING and job.holds_nodes:
             for name in job.alloc_cpus:
-                draws.setdefault(name, []).append((job.cpu_freq_khz, job.admit_watts or None))
+                khz = job.cpu_freq_khz
+                if job.start_limit_khz is not None and (node := state.nodes.get(name)) is not None \
+                        and node.counted_limit is None:  # its nodes' limit sent, not yet reported held
+                    khz = job.start_limit_khz
+                draws.setdefault(name, []).append((khz, job.admit_watts or None))
     kept = state.memo.node_power  # a node's watts change with its jobs' draws and its limit alone
     return {n.name: _kept(kept, n, (tuple(draws.get(n.name, ())), n.counted_limit), _node_power)
             for n in state.nodes.values()}
@@ -196,4 +200,4 @@ def power_snap(state: ClusterState, now: float) -> power.PowerSnap | None:
         return None
     return snapbuild.power_snap(state.power_cap, node_power(state), power_states(state),
                                 state.resv.power_snapshots(), [*state.cap_steps, *state.cap_file_steps], now,
-                                snapbuild.admission_margin(state.config))
+                                snapbuild.admission_margin(state.config), state.config.power_plugin == "power/balance")

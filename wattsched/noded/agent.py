@@ -228,9 +228,13 @@ class Agent:
                                                     ("task_epilog", config.task_epilog)) if v})
 
     def allocate(self, alloc: JobAllocation) -> None:
-        """A job starts on some of our nodes: its CPUs, frequency and profile there."""
+        """A job starts on some of our nodes: its CPUs, frequency and profile there; under the
+        moving budget, its nodes' limits first (the cap counted them at those)."""
         for node in alloc.nodes:
             self.ended.pop((node, alloc.job_id), None)  # a requeued job runs here again
+        for node, watts in alloc.power_limits.items():
+            if node in self.nodes and node in alloc.nodes:
+                self.limits.order(node, watts, None, time.time(), alloc.gpus.get(node, ()))
         with self.lock:
             added = self.allocations.add(alloc)
             for job in added:

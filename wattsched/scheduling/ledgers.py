@@ -123,18 +123,22 @@ def fit_power(job: JobRequest, alloc: Allocation, snap: PowerSnap,
     """The allocation and the power cap's verdict on it. A job its earlier runs predict is counted at
     their watts (PowerCapAdmission=predicted). A --power-fit job that does not fit at full speed,
     on nodes that all declare CpuFreqWatts, gets the highest frequency that fits (never when the
-    user pinned --cpu-freq)."""
+    user pinned --cpu-freq). Under the moving budget (``snap.balancing``) a job without
+    --power-fit may start so too, its nodes held by a limit to that frequency's watts rather than
+    its clock pinned: the budget raises the limit when it can. (A --power-fit job keeps its clock:
+    measured, a workload ends sooner when the jobs that asked for it stay at their slower, thriftier
+    clock, leaving the budget's watts to start more jobs; bench/bench_powerbudget.py.)"""
     predicted = power_mod.predicted_node_watts(snap, job.exp_watts, job.nodes_min, job.exclusive)
     if predicted is not None:
         alloc = replace(alloc, node_watts=predicted)
     reason = check(alloc)
-    if reason is None or not job.power_fit or job.cpu_freq_pinned:
+    if reason is None or not (job.power_fit or snap.balancing) or job.cpu_freq_pinned:
         return alloc, reason
     tables = [dict(snap.nodes[n].freq_watts) for n in alloc.cpus if n in snap.nodes]
     if not tables or len(tables) < len(alloc.cpus) or not all(tables):
         return alloc, reason
     for khz in sorted(set.intersection(*(set(t) for t in tables)), reverse=True):
-        fitted = replace(alloc, cpu_freq_khz=khz)
+        fitted = replace(alloc, cpu_freq_khz=khz, limited=snap.balancing and not job.power_fit)
         if check(fitted) is None:
             return fitted, None
     return alloc, reason

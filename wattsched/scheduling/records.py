@@ -223,6 +223,9 @@ class Allocation:
     gpus: Mapping[str, Mapping[str, int]] = field(default_factory=dict)  # node -> GPUs by type
     # under PowerCapAdmission=predicted: the watts each node is counted busy at (None: MaxWatts)
     node_watts: float | None = None
+    # under the moving budget: cpu_freq_khz is not a clock to pin but the one whose watts its nodes
+    # are held to by a limit when it starts (the budget moves the limit afterwards)
+    limited: bool = False
 
 
 @dataclass(slots=True)

@@ -23,7 +23,8 @@ runs at the clock at which it draws its limit, its jobs' load counted (wattsched
 cpufreq.runtime_factor times slower for as long, its energy factor taken as its busy share (the
 rest of its time it waits on memory, at any clock), a job on several nodes at the pace of its
 slowest. A job slowed past its time limit ends there (counted as a timeout). Admission counts a
-limited node at its limit, as the controller does.
+limited node at its limit, and a job that does not fit at full power starts with its nodes held to
+what fits (scheduling.ledgers.fit_power), as the controller does.
 
 Events at the same instant are handled together (job ends first, then switches, submissions and
 policy ticks), then one scheduling pass and one power-saving decision follow, as in the
@@ -532,7 +533,7 @@ class Simulation:
                 node = self.nodes[name]
                 watts[name] = snapbuild.node_power(node.conf, [(self.records[j].freq_khz, None) for j in node.jobs],
                                                    node.limit)
-        return snapbuild.power_snap(self.cap, watts, node_states, (), self.cap_steps, now)
+        return snapbuild.power_snap(self.cap, watts, node_states, (), self.cap_steps, now, balancing=self.balancing)
 
     # --- jobs ------------------------------------------------------------------------------------------
 
@@ -544,9 +545,15 @@ class Simulation:
         record.alloc = list(alloc.cpus)
         record.nodes = len(record.alloc)
         record.alloc_cpus, record.alloc_mem_mb = dict(alloc.cpus), dict(alloc.mem_mb)
-        record.freq_khz = alloc.cpu_freq_khz
+        record.freq_khz = None if alloc.limited else alloc.cpu_freq_khz
         for name in record.alloc:
             node = self.nodes[name]
+            if alloc.limited and alloc.cpu_freq_khz is not None:  # held to what fits, as the controller starts it
+                watts = float(snapbuild.limit_watts(node.conf, alloc.cpu_freq_khz))
+                if node.limit is None or watts < node.limit:
+                    node.limit = watts
+                    self.limited.add(name)
+                    self.limit_changes.append((now, name, watts))
             node.jobs[record.job.job_id] = alloc.cpus[name]
             node.alloc_cpus += alloc.cpus[name]
             node.alloc_mem_mb += alloc.mem_mb.get(name, 0)
