@@ -61,7 +61,8 @@ def test_four_node_job_energy_profile_and_frequency(cluster: Cluster, tmp_path: 
     assert _cpufreq(c, node)["scaling_governor"] == "userspace"
     stat = wait_for(lambda: (r := c.run("sstat", "-j", str(job_id), "-P", "-n", "-o",
                                         "JobID,ConsumedEnergyRaw,AveCPUFreq,ReqCPUFreqGov", check=False)).returncode
-                    == 0 and (row := r.stdout.strip().split("|")) and int(row[1]) > 0 and row[2] != "0" and row,
+                    == 0 and len(row := r.stdout.strip().split("|")) == 4 and int(row[1]) > 0 and row[2] != "0"
+                    and row,  # (no row while the step is not yet running: sstat says so, exit 0, as Slurm's)
                     15, what="sstat energy so far")
     assert stat[0] == f"{job_id}.0" and stat[2] == "1.60G" and stat[3] == "UserSpace"  # its first srun step
     job = c.wait_state(job_id, "COMPLETED", timeout=60)
