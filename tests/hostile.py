@@ -1,7 +1,8 @@
 """The hostile suite's parts: real unprivileged accounts (wsmallory, wsvictim, and the group
-wsproject, made with useradd and removed after), a user's commands run as that account, a cluster
-in a folder every user can reach, and the fixtures that hand them to the tests (see the hostile
-test modules; without root or useradd those modules are skipped, saying why).
+wsproject, each name ending in the parallel worker's, made with useradd and removed after), a
+user's commands run as that account, a cluster in a folder every user can reach, and the fixtures
+that hand them to the tests (see the hostile test modules; without root or useradd those modules
+are skipped, saying why).
 """
 
 from __future__ import annotations
@@ -18,10 +19,13 @@ from typing import Any
 
 import pytest
 
-from wattsched.harness.testing import BIN, Cluster, reachable_by_all, restore_modes
+from wattsched.harness.testing import BIN, Cluster, host_lock, reachable_by_all, restore_modes
 
-USERS = ("wsmallory", "wsvictim")
-GROUP = "wsproject"
+# Each parallel worker of the suite (pytest-xdist's gw0, gw1, ...) has accounts of its own: one
+# worker's module removing its accounts must not take them from under another's.
+WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+USERS = (f"wsmallory{WORKER}", f"wsvictim{WORKER}")
+GROUP = f"wsproject{WORKER}"
 
 needs_accounts = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("useradd"),
                                     reason="needs root and useradd to create the unprivileged accounts")
@@ -89,15 +93,17 @@ def own_cluster(extra: str, **settings: Any) -> Iterator[Cluster]:
 @pytest.fixture(scope="module")
 def accounts() -> Iterator[None]:
     restore = reachable_by_all([sys.executable, str(BIN / "sbatch")])
-    subprocess.run(["groupadd", "-f", GROUP], check=True)
-    for name in USERS:
-        subprocess.run(["userdel", name], capture_output=True, check=False)
-        subprocess.run(["useradd", "-M", "-N", "-g", "users", "-s", "/bin/sh", name], check=True)
-    subprocess.run(["usermod", "-a", "-G", GROUP, USERS[0]], check=True)
+    with host_lock("accounts"):  # useradd gives up on a passwd file another worker holds
+        subprocess.run(["groupadd", "-f", GROUP], check=True)
+        for name in USERS:
+            subprocess.run(["userdel", name], capture_output=True, check=False)
+            subprocess.run(["useradd", "-M", "-N", "-g", "users", "-s", "/bin/sh", name], check=True)
+        subprocess.run(["usermod", "-a", "-G", GROUP, USERS[0]], check=True)
     yield
-    for name in USERS:
-        subprocess.run(["userdel", name], capture_output=True, check=False)
-    subprocess.run(["groupdel", GROUP], capture_output=True, check=False)
+    with host_lock("accounts"):
+        for name in USERS:
+            subprocess.run(["userdel", name], capture_output=True, check=False)
+        subprocess.run(["groupdel", GROUP], capture_output=True, check=False)
     restore_modes(restore)
 
 

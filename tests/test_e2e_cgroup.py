@@ -9,7 +9,6 @@ controller). Nodes here are "real" (not EmulatedNodes): the jobs' CPUs are this 
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import subprocess
@@ -21,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from wattsched.harness.testing import BIN, Cluster, wait_for
+from wattsched.harness.testing import BIN, Cluster, sweep_cgroups, wait_for
 from wattsched.noded.cpufreq import CpuFreqSysfs, layout_tree
 
 V1 = "/sys/fs/cgroup"
@@ -52,16 +51,8 @@ def memory_cluster() -> Iterator[Cluster]:
     running = confined(root, "CgroupPlugin=cgroup/v1\nConstrainRAMSpace=yes\nConstrainSwapSpace=yes\n").start()
     yield running
     running.stop()
-    sweep(V1)
+    sweep_cgroups(running.name)
     shutil.rmtree(root, ignore_errors=True)
-
-
-def sweep(root: str) -> None:
-    """Remove the empty cgroups a stopped test cluster left (its agents were killed with their jobs)."""
-    for top, _dirs, _files in sorted(os.walk(root), key=lambda entry: -len(entry[0])):
-        if "/wattsched" in top:
-            with contextlib.suppress(OSError):
-                os.rmdir(top)
 
 
 def job_cgroup(cluster: Cluster, node: str, job_id: int, controller: str = "memory") -> str:
@@ -167,7 +158,7 @@ def test_cores_are_the_jobs_cpuset_and_cpu_freq_touches_only_them(tmp_path: Path
         assert (out / str(whole)).read_text().split()[-1] == "0-1"
     finally:
         cluster.stop()
-        sweep(V1)
+        sweep_cgroups(cluster.name)
 
 
 def speed(sysfs: CpuFreqSysfs, cpu: int) -> str:
@@ -202,7 +193,7 @@ def test_cgroup_v2_tracks_and_kills_a_jobs_processes(tmp_path: Path) -> None:
         assert not os.path.exists(os.path.join(mount, "wattsched", cluster.name, "node_n01", f"job_{job_id}"))
     finally:
         cluster.stop()
-        sweep(mount)
+        sweep_cgroups(cluster.name, mount)
 
 
 @pytest.mark.skipif(_v2_mount() is None, reason="no writable cgroup v2 hierarchy")
@@ -242,7 +233,7 @@ def test_a_shared_nodes_energy_follows_each_jobs_cgroup_cpu_time(tmp_path: Path)
         assert busy_j > 1.4 * idle_j > 0, (busy_j, idle_j)
     finally:
         cluster.stop()
-        sweep(V1)
+        sweep_cgroups(cluster.name)
 
 
 STORM = """import os, time
@@ -283,4 +274,4 @@ def test_a_fork_storm_is_refused_inside_its_job(tmp_path: Path) -> None:
         cluster.wait_state(after, "COMPLETED", timeout=60)
     finally:
         cluster.stop()
-        sweep(V1)
+        sweep_cgroups(cluster.name)

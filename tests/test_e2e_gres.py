@@ -7,7 +7,6 @@ with device files made for the test, where root and a writable devices controlle
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import json
 import os
@@ -21,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from wattsched.harness.testing import Cluster, reachable_by_all, restore_modes, wait_for
+from wattsched.harness.testing import Cluster, reachable_by_all, restore_modes, sweep_cgroups, wait_for
 
 GPU_NODES = "Gres=gpu:a100:2,gpu:v100:1 GpuIdleWatts=30 GpuMaxWatts=250 IdleWatts=100 MaxWatts=200"
 
@@ -209,10 +208,7 @@ def test_the_device_cgroup_hides_the_gpus_of_other_jobs() -> None:
     finally:
         cluster.stop()
         restore_modes(modes)
-        for top, _dirs, _files in sorted(os.walk("/sys/fs/cgroup"), key=lambda entry: -len(entry[0])):
-            if "/wattsched" in top:
-                with contextlib.suppress(OSError):
-                    os.rmdir(top)
+        sweep_cgroups(cluster.name)
         shutil.rmtree(root, ignore_errors=True)
 
 

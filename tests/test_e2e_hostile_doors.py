@@ -17,8 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.hostile import USERS, Account, final, needs_accounts, own_cluster
-from wattsched.harness.testing import Cluster, ensure_munge, free_port_block, wait_for
+from tests.hostile import USERS, WORKER, Account, final, needs_accounts, own_cluster
+from wattsched.harness.testing import Cluster, ensure_munge, free_port_block, host_lock, wait_for
 
 pytestmark = needs_accounts
 
@@ -79,16 +79,18 @@ def test_tokens_are_bounded_revocable_and_end_with_their_user(shared: Cluster, m
     # a fresh token from the auth socket is honoured (issued in a later second than the revocation)
     wait_for(lambda: mallory.run("squeue").returncode == 0, 10, what="a fresh token honoured")
 
-    gone, heir = "wsgone", "wsheir"
-    subprocess.run(["useradd", "-M", "-N", "-g", "users", "-s", "/bin/sh", gone], check=True)
+    gone, heir = f"wsgone{WORKER}", f"wsheir{WORKER}"
+    with host_lock("accounts"):
+        subprocess.run(["useradd", "-M", "-N", "-g", "users", "-s", "/bin/sh", gone], check=True)
     try:
         uid = int(subprocess.run(["id", "-u", gone], capture_output=True, check=True).stdout)
         old = shared.run("scontrol", "token", f"username={gone}").stdout.strip().split("=", 1)[1]
         base = f"http://127.0.0.1:{shared.port}"
         headers = {"Authorization": f"Bearer {old}"}
         assert httpx.get(f"{base}/v1/ping", headers=headers).json()["uid"] == uid
-        subprocess.run(["userdel", gone], check=True)
-        subprocess.run(["useradd", "-M", "-N", "-g", "users", "-u", str(uid), "-s", "/bin/sh", heir], check=True)
+        with host_lock("accounts"):  # the uid freed goes to the heir, not to another worker's account
+            subprocess.run(["userdel", gone], check=True)
+            subprocess.run(["useradd", "-M", "-N", "-g", "users", "-u", str(uid), "-s", "/bin/sh", heir], check=True)
         wait_for(lambda: httpx.get(f"{base}/v1/ping", headers=headers).status_code == 401, 30,
                  what="the dead user's token refused")
         submitted = httpx.post(f"{base}/v1/jobs", headers=headers,
@@ -96,8 +98,9 @@ def test_tokens_are_bounded_revocable_and_end_with_their_user(shared: Cluster, m
         assert submitted.status_code == 401 and "is not uid" in submitted.text, submitted.text
         assert not [j for j in shared.jobs() if j["uid"] == uid]
     finally:
-        for name in (gone, heir):
-            subprocess.run(["userdel", name], capture_output=True, check=False)
+        with host_lock("accounts"):
+            for name in (gone, heir):
+                subprocess.run(["userdel", name], capture_output=True, check=False)
 
 
 def test_a_users_tokens_stay_revoked_across_a_restart(accounts) -> None:

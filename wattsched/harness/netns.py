@@ -63,6 +63,16 @@ def running(make: Callable[[Path], H], prefix: str) -> Iterator[H]:
         shutil.rmtree(root, ignore_errors=True)
 
 
+def _free_subnet(base: int) -> str:
+    """A /24 of 10.x.0 that no interface here has yet (hosts of another test beside these, say)."""
+    used = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True).stdout
+    for step in range(100):
+        subnet = f"10.{base + (os.getpid() + step) % 100}.0"
+        if f" {subnet}." not in used:
+            return subnet
+    raise RuntimeError(f"every subnet from 10.{base}.0.0/24 to 10.{base + 99}.0.0/24 is in use")
+
+
 def sh(*argv: str) -> None:
     subprocess.run(argv, check=True, capture_output=True, text=True)
 
@@ -74,7 +84,7 @@ class Hosts:
     def __init__(self, root: Path, names: list[str], subnet_base: int = 77):
         tag = f"{os.getpid() % 10000}"
         self.root, self.bridge = root, f"wsbr{tag}"
-        self.subnet = f"10.{subnet_base + os.getpid() % 100}.0"
+        self.subnet = _free_subnet(subnet_base)
         self.hosts = {name: f"{self.subnet}.{10 + i}" for i, name in enumerate(names)}
         self.ns = {name: f"ws{tag}h{i}" for i, name in enumerate(names)}
         self.procs: dict[str, list[subprocess.Popen]] = {name: [] for name in names}

@@ -7,6 +7,8 @@ WATTSCHED_CONF pointing at the test cluster's configuration.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import random
@@ -15,8 +17,9 @@ import socket
 import stat
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,25 +53,82 @@ time.sleep(600)
 """
 
 
+@contextlib.contextmanager
+def host_lock(name: str) -> Iterator[None]:
+    """One test process at a time, over the whole host, in what ``name`` guards (the accounts,
+    folder modes, munged): the suite's parallel workers share these."""
+    folder = "/run/lock" if os.access("/run/lock", os.W_OK) else tempfile.gettempdir()
+    fd = os.open(os.path.join(folder, f"wattsched-tests-{name}.lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+# Folders opened to every user by reachable_by_all, with their old modes and how many callers hold
+# them open: the last to let go restores the mode, so that parallel workers do not close a folder
+# under each other's feet.
+_MODE_BOOK = os.path.join(tempfile.gettempdir(), "wattsched-tests-modes.json")
+
+
+def _book(update: Callable[[dict[str, list[int]]], None]) -> None:
+    with host_lock("modes"):
+        try:
+            with open(_MODE_BOOK) as handle:
+                book = json.load(handle)
+        except (OSError, ValueError):
+            book = {}
+        update(book)
+        fd = os.open(_MODE_BOOK, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            json.dump(book, handle)
+
+
 def reachable_by_all(paths: list[str]) -> list[tuple[str, int]]:
     """Let every user traverse the folders above ``paths`` (the interpreter may live under /root),
     for tests that run commands as other accounts: only the search bit is added, and the old modes
     are returned for :func:`restore_modes`."""
     changed: list[tuple[str, int]] = []
-    for path in paths:
-        folder = os.path.dirname(os.path.realpath(path))
-        while folder != "/":
-            mode = stat.S_IMODE(os.stat(folder).st_mode)
-            if not mode & 0o001 and (folder, mode) not in changed:
-                changed.append((folder, mode))
-                os.chmod(folder, mode | 0o001)
-            folder = os.path.dirname(folder)
+
+    def open_up(book: dict[str, list[int]]) -> None:
+        for path in paths:
+            folder = os.path.dirname(os.path.realpath(path))
+            while folder != "/":
+                mode = stat.S_IMODE(os.stat(folder).st_mode)
+                if folder in book and all(folder != held for held, _ in changed):
+                    book[folder][1] += 1
+                    changed.append((folder, book[folder][0]))
+                elif not mode & 0o001:
+                    book[folder] = [mode, 1]
+                    changed.append((folder, mode))
+                    os.chmod(folder, mode | 0o001)
+                folder = os.path.dirname(folder)
+
+    _book(open_up)
     return changed
 
 
 def restore_modes(changed: list[tuple[str, int]]) -> None:
-    for folder, mode in reversed(changed):
-        os.chmod(folder, mode)
+    def close(book: dict[str, list[int]]) -> None:
+        for folder, mode in reversed(changed):
+            held = book.get(folder, [mode, 1])
+            held[1] -= 1
+            if held[1] <= 0:
+                book.pop(folder, None)
+                os.chmod(folder, held[0])
+
+    _book(close)
+
+
+def sweep_cgroups(cluster_name: str, mount: str = "/sys/fs/cgroup") -> None:
+    """Remove the empty cgroups a stopped test cluster left (its agents were killed with their jobs),
+    that cluster's alone: another running beside it keeps its own."""
+    mine = f"/wattsched/{cluster_name}"
+    for top, _dirs, _files in sorted(os.walk(mount), key=lambda entry: -len(entry[0])):
+        if mine in top:
+            with contextlib.suppress(OSError):
+                os.rmdir(top)
 
 
 def ensure_munge() -> str | None:
@@ -78,16 +138,17 @@ def ensure_munge() -> str | None:
 
     if not shutil.which("munge") or not os.path.exists("/usr/sbin/munged"):
         return "MUNGE is not installed (Debian's munge package)"
-    if subprocess.run("munge -n | unmunge", shell=True, capture_output=True).returncode == 0:
-        return None
-    if os.geteuid() != 0:
-        return "munged is not running and only root may start it"
-    run_dir = Path("/run/munge")
-    run_dir.mkdir(exist_ok=True)
-    shutil.chown(run_dir, "munge", "munge")
-    subprocess.run(["runuser", "-u", "munge", "--", "/usr/sbin/munged"], check=True)
-    wait_for(lambda: subprocess.run("munge -n | unmunge", shell=True, capture_output=True).returncode == 0, 10,
-             what="munged answering")
+    with host_lock("munge"):
+        if subprocess.run("munge -n | unmunge", shell=True, capture_output=True).returncode == 0:
+            return None
+        if os.geteuid() != 0:
+            return "munged is not running and only root may start it"
+        run_dir = Path("/run/munge")
+        run_dir.mkdir(exist_ok=True)
+        shutil.chown(run_dir, "munge", "munge")
+        subprocess.run(["runuser", "-u", "munge", "--", "/usr/sbin/munged"], check=True)
+        wait_for(lambda: subprocess.run("munge -n | unmunge", shell=True, capture_output=True).returncode == 0,
+                 10, what="munged answering")
     return None
 
 
@@ -107,9 +168,15 @@ def free_port_block(size: int = 32) -> int:
             ephemeral = int(handle.read().split()[0])
     except (OSError, ValueError, IndexError):
         ephemeral = 32768
+    # the suite's parallel workers (pytest-xdist) each draw from a slice of their own
+    low, high = 10000, max(10001 + size, ephemeral - size)
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        worker, span = int(os.environ["PYTEST_XDIST_WORKER"][2:]), (high - low) // workers
+        low, high = low + worker * span, low + (worker + 1) * span
     rng = random.Random()
     for _ in range(200):
-        base = rng.randrange(10000, max(10001, ephemeral - size))
+        base = rng.randrange(low, max(low + 1, high - size))
         try:
             for port in range(base, base + size):
                 for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM):
