@@ -69,7 +69,9 @@ def test_slurmctld_and_slurmd_start_as_slurms_do_and_c_forgets_the_queue(cluster
     agent = _pid(run / "slurmd.n01.pid")
     cluster.wait_nodes_up()
     assert os.getsid(0) not in (os.getsid(controller), os.getsid(agent))  # sessions of their own
-    job = cluster.sbatch("-o", "/dev/null", "--wrap", "sleep 300")
+    # a duration no other cluster's job on this host has: the check below looks at every process
+    marker = f"sleep 300.{cluster.port}"
+    job = cluster.sbatch("-o", "/dev/null", "--wrap", marker)
     cluster.wait_state(job, "RUNNING")
     _stop(controller)  # a restart recovers the queue
     assert _daemon(cluster, "slurmctld").returncode == 0
@@ -80,7 +82,7 @@ def test_slurmctld_and_slurmd_start_as_slurms_do_and_c_forgets_the_queue(cluster
     assert _daemon(cluster, "slurmctld", "-c", "-i").returncode == 0
     wait_for(lambda: _alive(_pid(run / "slurmctld.pid")) and cluster._ping(), 30, what="started clean")
     assert cluster.jobs() == []
-    wait_for(lambda: not any("sleep 300" in p.read_bytes().decode(errors="replace").replace("\0", " ")
+    wait_for(lambda: not any(marker in p.read_bytes().decode(errors="replace").replace("\0", " ")
                              for p in Path("/proc").glob("[0-9]*/cmdline") if p.exists()), 30,
              what="the forgotten job's processes ended by its node")
     after = cluster.sbatch("-o", "/dev/null", "--wrap", "true")
