@@ -32,6 +32,10 @@ def test_controller_kill9_with_pending_and_running_jobs(fresh_cluster: Cluster) 
 
 
 def test_agent_kill9_keeps_running_jobs(fresh_cluster: Cluster) -> None:
+    # the agent is back long before SlurmdTimeout (Slurm's default is 300 s): with the harness's
+    # 4 s, a loaded machine's slow restart turned its node down and the jobs were requeued
+    cluster = Cluster(fresh_cluster.root, extra="SlurmdTimeout=60")
+    fresh_cluster.__dict__.update(cluster.__dict__)  # let the fixture stop what we start
     cluster = fresh_cluster.start()
     jobs = [cluster.sbatch("-o", "/dev/null", "--wrap", "sleep 3") for _ in range(4)]
     for job_id in jobs:
