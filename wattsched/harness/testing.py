@@ -53,12 +53,23 @@ time.sleep(600)
 """
 
 
+def _private_folder() -> str:
+    """The folder of the suite's host-wide locks and book: this user's alone, so that no other
+    account (the hostile suite's among them) can plant or hold a file root then trusts."""
+    folder = os.path.join(tempfile.gettempdir(), f"wattsched-tests-{os.geteuid()}")
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(folder, 0o700)
+    seen = os.lstat(folder)
+    if not stat.S_ISDIR(seen.st_mode) or seen.st_uid != os.geteuid() or seen.st_mode & 0o077:
+        raise RuntimeError(f"{folder} is not a private folder of this user's")
+    return folder
+
+
 @contextlib.contextmanager
 def host_lock(name: str) -> Iterator[None]:
     """One test process at a time, over the whole host, in what ``name`` guards (the accounts,
     folder modes, munged): the suite's parallel workers share these."""
-    folder = "/run/lock" if os.access("/run/lock", os.W_OK) else tempfile.gettempdir()
-    fd = os.open(os.path.join(folder, f"wattsched-tests-{name}.lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    fd = os.open(os.path.join(_private_folder(), f"{name}.lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -69,18 +80,16 @@ def host_lock(name: str) -> Iterator[None]:
 # Folders opened to every user by reachable_by_all, with their old modes and how many callers hold
 # them open: the last to let go restores the mode, so that parallel workers do not close a folder
 # under each other's feet.
-_MODE_BOOK = os.path.join(tempfile.gettempdir(), "wattsched-tests-modes.json")
-
-
 def _book(update: Callable[[dict[str, list[int]]], None]) -> None:
     with host_lock("modes"):
+        path = os.path.join(_private_folder(), "modes.json")
         try:
-            with open(_MODE_BOOK) as handle:
+            with open(path) as handle:
                 book = json.load(handle)
         except (OSError, ValueError):
             book = {}
         update(book)
-        fd = os.open(_MODE_BOOK, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "w") as handle:
             json.dump(book, handle)
 
@@ -96,13 +105,11 @@ def reachable_by_all(paths: list[str]) -> list[tuple[str, int]]:
             folder = os.path.dirname(os.path.realpath(path))
             while folder != "/":
                 mode = stat.S_IMODE(os.stat(folder).st_mode)
-                if folder in book and all(folder != held for held, _ in changed):
-                    book[folder][1] += 1
+                if all(folder != held for held, _ in changed) and (folder in book or not mode & 0o001):
+                    book.setdefault(folder, [mode, 0])[1] += 1
                     changed.append((folder, book[folder][0]))
-                elif not mode & 0o001:
-                    book[folder] = [mode, 1]
-                    changed.append((folder, mode))
-                    os.chmod(folder, mode | 0o001)
+                    if not mode & 0o001:
+                        os.chmod(folder, mode | 0o001)
                 folder = os.path.dirname(folder)
 
     _book(open_up)
@@ -169,7 +176,7 @@ def free_port_block(size: int = 32) -> int:
     except (OSError, ValueError, IndexError):
         ephemeral = 32768
     # the suite's parallel workers (pytest-xdist) each draw from a slice of their own
-    low, high = 10000, max(10001 + size, ephemeral - size)
+    low, high = 10000, max(10001 + size, ephemeral)
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if workers > 1:
         worker, span = int(os.environ["PYTEST_XDIST_WORKER"][2:]), (high - low) // workers
