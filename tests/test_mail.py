@@ -9,16 +9,13 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from wattsched import auth, config, mailtypes, states
-from wattsched.api import AgentHeartbeat, JobSubmit, NodeReport
+from tests.inprocess import NOW, controller_state
+from wattsched import mailtypes, states
+from wattsched.api import JobSubmit
 from wattsched.auth import Identity
-from wattsched.controller import jobend, jobs, launching, nodes, timers
+from wattsched.controller import jobend, jobs, launching, timers
 from wattsched.controller.actions import Mail, Refused
-from wattsched.controller.startup import load_plugins, open_state
 from wattsched.controller.state import ClusterState
-from wattsched.controller.store import StateStore
-
-NOW = 1_800_000_000.0
 
 
 @pytest.mark.parametrize(("text", "parsed"), [
@@ -39,16 +36,7 @@ def test_a_list_with_no_known_type_is_refused() -> None:
 
 
 def _state(tmp_path: Path) -> ClusterState:
-    path = tmp_path / "c.conf"
-    path.write_text(f"StateSaveLocation={tmp_path / 'ctld'}\nSlurmdSpoolDir={tmp_path / 'spool'}\n"
-                    "MailDomain=example.org\nSlurmdTimeout=100000\n"
-                    "NodeName=a1 CPUs=2 RealMemory=1000\nPartitionName=p Nodes=a1 Default=YES MaxTime=INFINITE\n")
-    conf = config.load(path)
-    state = open_state(conf, StateStore(str(tmp_path / "ctld")), load_plugins(conf),
-                       auth.ensure_key(str(tmp_path / "key")), NOW)
-    nodes.heartbeat(state, AgentHeartbeat(agent_url="http://agent", boot_time=NOW, nodes=[
-        NodeReport(name="a1", cpus=2, real_memory_mb=1000)]), NOW)
-    return state
+    return controller_state(tmp_path, "MailDomain=example.org\nSlurmdTimeout=100000\n", now=NOW)
 
 
 def _mails(actions: list) -> list[Mail]:
