@@ -79,6 +79,12 @@ def app_model(environment: Mapping[str, str]) -> Phases:
     return tuple(phases)
 
 
+def declared_model(environment: Mapping[str, str]) -> list[list[float]]:
+    """The application model a job's environment declares, as its record keeps it: [] when it
+    declares none (most jobs: no list each)."""
+    return [list(phase) for phase in app_model(environment)] if APP_ENV in environment else []
+
+
 def share_at(phases: Sequence[Sequence[float]], elapsed: float) -> float:
     """The memory-bound share of an application model ``elapsed`` seconds into the run."""
     for share, seconds in phases:

@@ -8,7 +8,7 @@ Every record converts to and from a JSON-able dict for the state store.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, NamedTuple
 
 from wattsched import gres, nodestates, states
 from wattsched.gres import Device, Inventory
@@ -39,6 +39,14 @@ class Step:
     layout: dict[str, list[int]] = field(default_factory=dict)  # srun's steps: each node's tasks (sattach)
 
 
+class JobScript(NamedTuple):
+    """A job's batch script (None for an allocation: salloc, srun) and the environment it was
+    submitted with (the secrets the commands carry taken out)."""
+
+    script: str | None
+    environment: dict[str, str]
+
+
 @dataclass(slots=True)
 class Job:
     """A job as the controller tracks it, from submission to purge."""
@@ -52,11 +60,11 @@ class Job:
     account: str = ""
     qos: str = ""  # its QOS (wattsched.limits): as asked, else its association's default
     partition: str = ""
-    script: str | None = None
+    # its batch script and environment are not here: the state store keeps them (JobScript) from
+    # its submission to its purge, read at its launch only
     argv: list[str] = field(default_factory=list)
     command: str = ""
     work_dir: str = "/"
-    environment: dict[str, str] = field(default_factory=dict)
     submit_host: str = ""
     submit_line: str = ""
     # request
@@ -101,6 +109,8 @@ class Job:
     power_fit: bool = False  # --power-fit: may run at a lower frequency to fit under the power cap
     # --energy-policy as asked; from its launch, the policy it runs under (wattsched.energypolicy)
     energy_policy: str = ""
+    # the application model its environment declared (energypolicy.app_model), for emulated nodes
+    app_model: list[list[float]] = field(default_factory=list)
     # the same job's earlier runs (wattsched.prediction): its key, and what they let expect of it
     history_key: str = ""
     submit_key: str = ""  # the submission's own key (JobSubmit.submit_key): a retry finds the job by it
@@ -217,6 +227,11 @@ class Job:
         """Running, or ending with processes perhaps still on its nodes. A COMPLETING job whose
         nodes are all clean holds nothing: it only awaits its energy readings."""
         return self.state == states.RUNNING or (self.state == states.COMPLETING and bool(self.completing_nodes))
+
+    @property
+    def script_id(self) -> int:
+        """The key of its script and environment in the state store: an array's tasks share one."""
+        return self.job_id if self.array_task_id is None else self.array_job_id
 
     @property
     def num_cpus(self) -> int:

@@ -18,7 +18,7 @@ from typing import Any, cast
 import httpx
 from pydantic import BaseModel
 
-from wattsched import energypolicy, gres, prologs, snapbuild, states
+from wattsched import gres, prologs, snapbuild, states
 from wattsched.api import (
     EPOCH_HEADER,
     BatchLaunch,
@@ -31,13 +31,13 @@ from wattsched.api import (
     SignalJob,
 )
 from wattsched.config import Config
-from wattsched.controller import failover, jobend, launching, powercontrol, triggerctl
+from wattsched.controller import failover, jobend, launching, powercontrol, statesave, triggerctl
 from wattsched.controller import jobs as jobs_mod
 from wattsched.controller.actions import Action, AdminProgram, Freeze, Launch, Mail, RunTrigger, SetFreq, Signal
 from wattsched.controller.powersaving import PowerProgram, run_program
 from wattsched.controller.state import ClusterState
 from wattsched.controller.views import output_path
-from wattsched.model import Job
+from wattsched.model import Job, JobScript
 
 log = logging.getLogger("wattsched.controller.dispatch")
 MAIL_PROG_TIMEOUT_S = 120  # Slurm's MAIL_PROG_TIMEOUT: a MailProg that hangs is killed then
@@ -170,7 +170,8 @@ class Dispatcher:
         return reply.json()
 
     async def _launch(self, url: str, jobs: list[Job], allocations: list[JobAllocation]) -> None:
-        reply = await self._post(f"{url}/v1/launch", LaunchBatch(jobs=[self._batch(job) for job in jobs],
+        saved = statesave.scripts(self.state, {job.script_id for job in jobs})
+        reply = await self._post(f"{url}/v1/launch", LaunchBatch(jobs=[self._batch(job, saved) for job in jobs],
                                                                  allocations=allocations))
         if reply is None:
             return
@@ -178,10 +179,14 @@ class Dispatcher:
             jobs_mod.launched(self.state, job_id)
         self.on_change()
 
-    def _batch(self, job: Job) -> BatchLaunch:
+    def _batch(self, job: Job, saved: dict[int, JobScript]) -> BatchLaunch:
+        script = saved.get(job.script_id)
+        if script is None:  # (saved with the job in one transaction: only a damaged state.db has none)
+            log.error("batch script missing from the state store", extra={"job_id": job.job_id})
+            script = JobScript("", {})
         return BatchLaunch(job_id=job.job_id, node=job.batch_host, run=job.restart_count, uid=job.uid,
-                           gid=job.gid, user=job.user, script=job.script or "", argv=job.argv, work_dir=job.work_dir,
-                           environment=batch_environment(self.state, job),
+                           gid=job.gid, user=job.user, script=script.script or "", argv=job.argv,
+                           work_dir=job.work_dir, environment=batch_environment(self.state, job, script.environment),
                            std_out=output_path(job, job.std_out),
                            std_err=output_path(job, job.std_err or job.std_out),
                            std_in=output_path(job, job.std_in), open_mode=job.open_mode, rlimits=job.rlimits)
@@ -271,20 +276,16 @@ def energy_settings(config: Config, job: Job) -> dict[str, Any]:
     at submission; a value that is not one counts as compute-bound)."""
     policy = job.energy_policy or "monitoring"
     setting = {"min_energy": config.energy_policy_penalty, "min_time": config.energy_policy_min_gain}.get(policy, 0.0)
-    try:
-        model = energypolicy.app_model(job.environment)
-    except energypolicy.PolicyError:
-        model = ((0.0, 0.0),)
     return {"energy_policy": policy, "energy_setting": setting,
-            "energy_start_khz": config.energy_policy_min_time_freq, "app_model": list(model)}
+            "energy_start_khz": config.energy_policy_min_time_freq, "app_model": job.app_model or [[0.0, 0.0]]}
 
 
-def batch_environment(state: ClusterState, job: Job) -> dict[str, str]:
-    """The batch script's environment: the submitter's exported variables plus Slurm's."""
+def batch_environment(state: ClusterState, job: Job, exported: dict[str, str]) -> dict[str, str]:
+    """The batch script's environment: the submitter's ``exported`` variables plus Slurm's."""
     from wattsched import hostlist
 
     nodes = job.node_list
-    env = dict(job.environment)
+    env = dict(exported)
     tasks_per_node = [job.tasks_per_node.get(n, 1) for n in nodes]
     env.update({
         "SLURM_JOB_ID": str(job.job_id), "SLURM_JOBID": str(job.job_id),

@@ -257,4 +257,5 @@ def purge(state: ClusterState, job: Job) -> None:
     del state.jobs[job.job_id]
     state.memo.job_changed(job.job_id)
     state.journal.purged.append(job.job_id)
+    statesave.release_script(state, job)
     state.submissions.pop((job.uid, job.submit_key), None)

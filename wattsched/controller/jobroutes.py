@@ -218,7 +218,7 @@ async def create_step(controller: Ctl, job_id: int, req: StepCreate, who: Who) -
     controller.changed()
     placements = [StepPlacement(node=n, agent_url=state.nodes[n].agent_url, node_index=i, task_ids=t)
                   for i, (n, t) in enumerate(layout.items())]
-    slurm_env = {k: v for k, v in batch_environment(state, job).items() if k.startswith("SLURM")}
+    slurm_env = slurm_environment(state, job)
     return StepReply(job_id=job_id, step_id=int(step.step_id), ntasks=step.ntasks, nodes=list(layout),
                      placements=placements, credential=steps_mod.step_credential(state, job, step, layout),
                      job_environment=slurm_env, array_job_id=job.array_job_id if job.array_task_id is not None else 0,
@@ -258,7 +258,13 @@ async def job_environment(controller: Ctl, job_id: int, who: Who) -> dict[str, A
         raise Refused("Access/permission denied", 403)
     if job.state != states.RUNNING:
         raise Refused("Job is not running", 409)
-    return {"environment": {k: v for k, v in batch_environment(state, job).items() if k.startswith("SLURM")}}
+    return {"environment": slurm_environment(state, job)}
+
+
+def slurm_environment(state: ClusterState, job: Job) -> dict[str, str]:
+    """The SLURM_* variables Slurm sets for a job's batch script (a step's and salloc's command
+    have the submitter's own environment already)."""
+    return {k: v for k, v in batch_environment(state, job, {}).items() if k.startswith("SLURM")}
 
 
 @router.post("/v1/jobs/{job_id}/steps/{step_id}/complete")

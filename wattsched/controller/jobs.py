@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from wattsched import limits, mailtypes, memos, snapbuild, states, tresbind
 from wattsched.api import JobSubmit, JobUpdate, WillRun
 from wattsched.auth import Identity
-from wattsched.controller import acctpolicy, jobend, jobsubmit, permissions, resources, snapshots
+from wattsched.controller import acctpolicy, jobend, jobsubmit, permissions, resources, snapshots, statesave
 from wattsched.controller import submit as submit_mod
 from wattsched.controller.actions import Action, Freeze, Refused, Signal
 from wattsched.model import Job
@@ -55,6 +55,7 @@ def submit(state: ClusterState, req: JobSubmit, who: Identity, now: float) -> li
         if job.deadline:
             state.with_deadline.add(job.job_id)
         state.touch(job)
+    statesave.save_script(state, jobs, submit_mod.job_script(req))
     if req.submit_key:
         state.submissions[(who.uid, req.submit_key)] = [job.job_id for job in jobs]
     return jobs
@@ -74,6 +75,7 @@ def withdraw(state: ClusterState, submitted: list[Job]) -> None:
         state.jobs.pop(job.job_id, None)
         state.journal.dirty.discard(job.job_id)
         state.memo.job_changed(job.job_id)
+        statesave.release_script(state, job)
 
 
 def check_submit_limit(state: ClusterState, who: Identity, adding: int) -> None:

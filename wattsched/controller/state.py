@@ -91,6 +91,8 @@ class ClusterState:
     plugins: Plugins
     key: bytes
     jobs: dict[int, Job] = field(default_factory=dict)
+    # array job id -> its tasks in the controller: the array's script is dropped with its last
+    array_tasks: dict[int, int] = field(default_factory=dict)
     nodes: dict[str, Node] = field(default_factory=dict)
     next_job_id: int = 1
     stats: PassStats = field(default_factory=PassStats)

@@ -5,15 +5,16 @@ restore of a saved state at start-up.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from wattsched import nodestates, states
+from wattsched import energypolicy, nodestates, states
 from wattsched.capschedule import CapStep
 from wattsched.controller import partitions, resources, triggerctl
 from wattsched.controller.reservations import ReservationBook
-from wattsched.model import Job, Node, Reservation
+from wattsched.model import Job, JobScript, Node, Reservation
 from wattsched.nodestates import NodeBase, PowerFlag
 
 if TYPE_CHECKING:
@@ -32,10 +33,12 @@ class Journal:
     ended_runs: list[dict] = field(default_factory=list)  # runs a requeue ended (jobend.record_run)
     gone: list[dict] = field(default_factory=list)  # jobs purged before their last change was saved
     meta_dirty: bool = False  # next ids, the power cap, token revocations, triggers, nodes' drain/down/power
+    scripts: dict[int, JobScript] = field(default_factory=dict)  # new submissions' (by Job.script_id)
+    scripts_dropped: list[int] = field(default_factory=list)  # scripts no job in the controller uses
 
     def pending(self) -> bool:
         return bool(self.dirty or self.purged or self.meta_dirty or self.node_events or self.resv_dirty
-                    or self.ended_runs or self.gone)
+                    or self.ended_runs or self.gone or self.scripts or self.scripts_dropped)
 
 
 def restore(state: ClusterState) -> None:
@@ -69,6 +72,10 @@ def restore(state: ClusterState) -> None:
     for data in store.load_jobs():
         job = Job.from_dict(data)
         state.jobs[job.job_id] = job
+        if job.array_task_id is not None:
+            state.array_tasks[job.script_id] = state.array_tasks.get(job.script_id, 0) + 1
+        if "environment" in data:  # saved before scripts had a table of their own: moved there
+            _move_script(state, job, data)
         if job.energy_pending:
             state.energy_due.add(job.job_id)
         if job.deadline and job.state == states.PENDING:
@@ -79,6 +86,41 @@ def restore(state: ClusterState) -> None:
                 resources.hold(state, job, -1, only_cpus=True)
         if job.submit_key:
             state.submissions.setdefault((job.uid, job.submit_key), []).append(job.job_id)
+
+
+def _move_script(state: ClusterState, job: Job, data: dict) -> None:
+    environment = data["environment"]
+    state.journal.scripts.setdefault(job.script_id, JobScript(data.get("script"), environment))
+    with contextlib.suppress(energypolicy.PolicyError):  # (checked at its submission)
+        job.app_model = energypolicy.declared_model(environment)
+    state.touch(job)  # its row saved again without them
+
+
+def save_script(state: ClusterState, jobs: list[Job], script: JobScript) -> None:
+    """A submission's script and environment, saved with its jobs: one row for an array's tasks."""
+    state.journal.scripts[jobs[0].script_id] = script
+    if jobs[0].array_task_id is not None:
+        state.array_tasks[jobs[0].script_id] = len(jobs)
+
+
+def release_script(state: ClusterState, job: Job) -> None:
+    """A job leaves the controller: its script and environment go too, an array's with its last task."""
+    key = job.script_id
+    if job.array_task_id is not None:
+        left = state.array_tasks.get(key, 1) - 1
+        if left > 0:
+            state.array_tasks[key] = left
+            return
+        state.array_tasks.pop(key, None)
+    state.journal.scripts.pop(key, None)
+    state.journal.scripts_dropped.append(key)
+
+
+def scripts(state: ClusterState, ids: set[int]) -> dict[int, JobScript]:
+    """The scripts and environments of these script ids (Job.script_id): those of submissions not
+    yet saved from the journal, the others from the state store."""
+    found = {key: state.journal.scripts[key] for key in ids if key in state.journal.scripts}
+    return found | (state.store.scripts(ids - found.keys()) if len(found) < len(ids) else {})
 
 
 def node_event(state: ClusterState, node: Node, now: float, label: str, reason: str | None = None) -> None:
@@ -114,6 +156,6 @@ def flush(state: ClusterState) -> None:
         meta["triggers"] = json.dumps(state.triggers.to_json())
     saved = [state.jobs[j].to_dict() for j in journal.dirty if j in state.jobs] + journal.gone
     state.store.commit(saved, journal.purged, meta, journal.node_events, [r.to_dict() for r in journal.resv_dirty],
-                       journal.ended_runs)
+                       journal.ended_runs, journal.scripts, journal.scripts_dropped)
     state.journal = Journal()
 

@@ -28,6 +28,7 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from wattsched.model import JobScript
 from wattsched.private import private_sqlite
 
 _SCHEMA = """
@@ -44,6 +45,14 @@ CREATE TABLE IF NOT EXISTS jobs (
 DROP INDEX IF EXISTS jobs_unsynced;
 CREATE INDEX IF NOT EXISTS jobs_outbox ON jobs (job_id) WHERE synced < version;
 CREATE INDEX IF NOT EXISTS jobs_purged ON jobs (job_id) WHERE purged = 1;
+-- each job's batch script and environment, written once with its submission and read at its launch
+-- (slurmctld keeps them in files of its state directory), so the controller's memory never holds
+-- them; an array's tasks share their array's row (keyed by the array's job id)
+CREATE TABLE IF NOT EXISTS job_scripts (
+    job_id INTEGER PRIMARY KEY,
+    script TEXT,
+    environment TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS reservations (
     resv_id INTEGER PRIMARY KEY,
     data TEXT NOT NULL,
@@ -140,6 +149,9 @@ class _Postgres(_Dialect):
 
 _KEYS = {"jobs": "job_id", "reservations": "resv_id"}
 _APPEND_ONLY = ("node_events", "ended_runs")  # outboxes whose records are added once and dropped once copied
+
+
+_BATCH = 500  # ids per IN (...): under every engine's limit on a statement's parameters
 
 
 class StateWriteError(Exception):
@@ -288,18 +300,37 @@ class StateStore:
             reservations = self._rows("SELECT count(*) FROM reservations WHERE purged = 0")[0][0]
             self._rows("UPDATE jobs SET purged = 1 WHERE purged = 0")
             self._rows("UPDATE reservations SET purged = 1 WHERE purged = 0")
+            self._rows("DELETE FROM job_scripts")
         return int(jobs), int(reservations)
 
     def get_meta(self, key: str, default: str | None = None) -> str | None:
         rows = self._rows("SELECT value FROM meta WHERE key = ?", (key,))
         return rows[0][0] if rows else default
 
+    def scripts(self, ids: Iterable[int]) -> dict[int, JobScript]:
+        """The saved scripts and environments of these script ids (a job's, or its array's, id)."""
+        wanted, found = sorted(set(ids)), {}
+        for at in range(0, len(wanted), _BATCH):
+            chunk = wanted[at:at + _BATCH]
+            marks = ", ".join("?" * len(chunk))
+            for job_id, script, environment in self._rows(
+                    f"SELECT job_id, script, environment FROM job_scripts WHERE job_id IN ({marks})", tuple(chunk)):
+                found[int(job_id)] = JobScript(script, json.loads(environment))
+        return found
+
     def commit(self, jobs: Iterable[dict[str, Any]], purged: Iterable[int] = (),
                meta: dict[str, str] | None = None, node_events: Iterable[dict[str, Any]] = (),
-               reservations: Iterable[dict[str, Any]] = (), ended_runs: Iterable[dict[str, Any]] = ()) -> None:
+               reservations: Iterable[dict[str, Any]] = (), ended_runs: Iterable[dict[str, Any]] = (),
+               scripts: dict[int, JobScript] | None = None, scripts_dropped: Iterable[int] = ()) -> None:
         """Write changed jobs, purge marks, counters, node events, reservations (a deleted one is
-        kept until accounting has it) and the runs requeues ended, in one transaction."""
+        kept until accounting has it), the runs requeues ended, new jobs' scripts and the scripts no
+        job uses any more, in one transaction."""
         with self._write():
+            self._many(
+                "INSERT INTO job_scripts (job_id, script, environment) VALUES (?, ?, ?) ON CONFLICT(job_id) "
+                "DO UPDATE SET script = excluded.script, environment = excluded.environment",
+                [(k, s.script, json.dumps(s.environment, separators=(",", ":"))) for k, s in (scripts or {}).items()])
+            self._many("DELETE FROM job_scripts WHERE job_id = ?", [(k,) for k in scripts_dropped])
             self._many(
                 "INSERT INTO jobs (job_id, data) VALUES (?, ?) ON CONFLICT(job_id) DO UPDATE SET "
                 "data = excluded.data, version = jobs.version + 1",

@@ -32,7 +32,7 @@ from wattsched.api import JobSubmit
 from wattsched.auth import Identity
 from wattsched.config import Config, PartitionConf
 from wattsched.confvalues import parse_acctg_freq
-from wattsched.model import Job, Reservation
+from wattsched.model import Job, JobScript, Reservation
 from wattsched.scheduling.candidates import feasible
 from wattsched.scheduling.eligibility import parse_dependency
 from wattsched.scheduling.plugins import SelectPlugin
@@ -129,6 +129,12 @@ def parse_signal(spec: str) -> tuple[int, int, bool]:
     return number, secs, batch_only
 
 
+def job_script(req: JobSubmit) -> JobScript:
+    """What the state store keeps of a submission for its launch: its script and environment, less
+    the secrets the commands carry (a token, say)."""
+    return JobScript(req.script, {k: v for k, v in req.environment.items() if k not in auth.SECRET_ENV})
+
+
 def build_jobs(req: JobSubmit, who: Identity, gid: int, group: str, config: Config, now: float,
                first_id: int, node_snaps: dict[str, NodeSnap], select: SelectPlugin,
                partitions: dict[str, PartitionSnap],
@@ -207,10 +213,9 @@ def build_jobs(req: JobSubmit, who: Identity, gid: int, group: str, config: Conf
 
     template = Job(
         job_id=first_id, name=req.name or ("interactive" if req.interactive else "sbatch"), uid=who.uid,
-        user=who.user, gid=gid, group=group, account=req.account, qos=req.qos, partition=part.name, script=req.script,
+        user=who.user, gid=gid, group=group, account=req.account, qos=req.qos, partition=part.name,
         argv=list(req.argv), command=req.command or ("(null)" if req.interactive else ""),
         work_dir=req.work_dir,
-        environment={k: v for k, v in req.environment.items() if k not in auth.SECRET_ENV},
         submit_host=req.submit_host, submit_line=req.submit_line, nodes_min=nodes_min,
         nodes_max=req.nodes_max, ntasks=ntasks, ntasks_set=ntasks_set, ntasks_per_node=req.ntasks_per_node,
         cpus_per_task=req.cpus_per_task, mem_per_node_mb=mem_per_node,
@@ -237,7 +242,7 @@ def build_jobs(req: JobSubmit, who: Identity, gid: int, group: str, config: Conf
     template.cpu_freq = check_cpu_freq(req.cpu_freq, config)
     try:
         template.energy_policy = energypolicy.check(req.energy_policy) if req.energy_policy else ""
-        energypolicy.app_model(template.environment)
+        template.app_model = energypolicy.declared_model(req.environment)
     except energypolicy.PolicyError as exc:
         raise SubmitError(str(exc)) from exc
     template.profile = check_profile(req.profile, config)

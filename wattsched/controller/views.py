@@ -12,7 +12,7 @@ from wattsched.model import Job, Node
 if TYPE_CHECKING:
     from wattsched.controller.reservations import ReservationBook
 
-_HIDDEN = {"environment", "script", "completing_nodes", "steps"}
+_HIDDEN = {"app_model", "completing_nodes", "steps"}
 _BRIEF = ("job_id", "array_job_id", "array_task_id", "array_throttle", "name", "user", "uid", "group", "account", "qos",
           "partition", "state", "reason", "hold", "priority", "time_limit_min", "start_time", "end_time",
           "submit_time", "work_dir", "dependency", "comment", "nice", "batch_host", "exc_nodes", "req_nodes",
