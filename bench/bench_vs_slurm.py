@@ -8,13 +8,16 @@ how many times faster wattsched is (above 1: wattsched ahead), or for memory how
 uses.
 
     .venv/bin/python bench/bench_vs_slurm.py [--nodes 8] [--cpus 8] [--queued 2000] [--array 1000]
+                                             [--memory 1000,10000] [--memory-array 100000]
 
 Workloads, in order, each starting from an empty queue: an idle controller's RSS; squeue and sinfo on
 the empty cluster; squeue -j and scontrol show job of one held job; srun -N1 true and srun -N<all>
 true; sequential ``sbatch -H --wrap true``, then four such loops in parallel, until ``--queued`` jobs
 are held; squeue over them and the controller's RSS; scancel of them all (until squeue shows none);
 an array of ``--array`` tasks of ``true`` submitted to the empty queue (jobs per second until the
-last has ended); the same number of held array tasks released at once. Then, where the machine allows,
+last has ended); the same number of held array tasks released at once; the controller's memory with
+each of ``--memory`` held jobs queued, submitted from a login shell's environment, and with one held
+array of ``--memory-array`` tasks. Then, where the machine allows,
 the two array workloads again on real nodes confined by cgroups (proctrack/cgroup, task/cgroup).
 """
 
@@ -110,7 +113,8 @@ def timed_until_empty(side: Side, action: Callable[[], object]) -> float:
     return time.perf_counter() - started
 
 
-def workload(side: Side, nodes: int, queued: int, array: int) -> dict[str, float]:
+def workload(side: Side, nodes: int, queued: int, array: int, counts: list[int],
+             memory_array: int) -> dict[str, float]:
     print(f"  {side.name}: command latency", file=sys.stderr, flush=True)
     fig: dict[str, float] = {"controller RSS idle (MiB)": rss_mib(side.controller_pid())}
     fig["squeue, empty cluster (ms)"] = side.median_ms("squeue")
@@ -130,7 +134,50 @@ def workload(side: Side, nodes: int, queued: int, array: int) -> dict[str, float
     fig[f"controller RSS, {queued} queued (MiB)"] = rss_mib(side.controller_pid())
     fig[f"scancel of {queued} pending, until none shows (s)"] = \
         timed_until_empty(side, lambda: side.cmd("scancel", "-u", "root"))
-    return fig | arrays(side, array)
+    return fig | arrays(side, array) | memory(side, counts, memory_array)
+
+
+def login_environment(side: Side) -> dict[str, str]:
+    """What ``sbatch`` exports from a user's login shell on Debian (its LS_COLORS is dircolors'
+    default), beside the side's own variables: the environment every queued job carries."""
+    colors = subprocess.run(["dircolors", "-b"], capture_output=True, text=True, check=True).stdout
+    found = re.search(r"LS_COLORS='([^']*)'", colors)
+    assert found, "dircolors printed no LS_COLORS"
+    return side.env | {
+        "LS_COLORS": found.group(1), "SHELL": "/bin/bash", "TERM": "xterm-256color", "LANG": "C.UTF-8",
+        "USER": "root", "LOGNAME": "root", "MAIL": "/var/mail/root", "SHLVL": "1", "PWD": side.env["HOME"],
+        "SSH_CONNECTION": "192.0.2.10 51234 192.0.2.1 22", "SSH_CLIENT": "192.0.2.10 51234 22",
+        "SSH_TTY": "/dev/pts/0", "XDG_SESSION_ID": "42", "XDG_RUNTIME_DIR": "/run/user/0",
+        "XDG_SESSION_TYPE": "tty", "XDG_SESSION_CLASS": "user", "MOTD_SHOWN": "pam",
+        "LESSOPEN": "| /usr/bin/lesspipe %s", "LESSCLOSE": "/usr/bin/lesspipe %s %s",
+        "OLDPWD": side.env["HOME"], "_": "/usr/bin/sbatch",
+        "PATH": f"{side.env['PATH']}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/opt/site/bin"}
+
+
+def memory(side: Side, counts: list[int], array: int) -> dict[str, float]:
+    """The controller's RSS, and what each queued job adds to it, with ``counts`` held jobs
+    submitted from a login shell (four sbatch loops), then with one held array of ``array`` tasks."""
+    shell = Side(side.name, side.bin, login_environment(side), side.controller_pid)
+    fig, have = {}, 0
+    base = rss_mib(side.controller_pid())
+    for count in counts:
+        print(f"  {side.name}: {count} held jobs from a login shell", file=sys.stderr, flush=True)
+        sbatch_loops(shell, 4, (count - have) // 4)
+        have += (count - have) // 4 * 4
+        rss = rss_mib(side.controller_pid())
+        fig[f"controller RSS, {count} queued from a login shell (MiB)"] = rss
+        fig[f"controller RSS per queued job, at {count} (KiB)"] = (rss - base) * 1024 / have
+    side.cmd("scancel", "-u", "root")
+    side.wait_empty()
+    print(f"  {side.name}: one held array of {array} tasks", file=sys.stderr, flush=True)
+    base = rss_mib(side.controller_pid())
+    job = shell.submit("-H", f"--array=0-{array - 1}", "--wrap", "true")
+    rss = rss_mib(side.controller_pid())
+    fig[f"controller RSS, one held array of {array} tasks (MiB)"] = rss
+    fig[f"controller RSS per held array task, of {array} (KiB)"] = (rss - base) * 1024 / array
+    side.cmd("scancel", str(job))
+    side.wait_empty()
+    return fig
 
 
 def arrays(side: Side, array: int) -> dict[str, float]:
@@ -167,7 +214,7 @@ def confined(root: Path, nodes: int, cpus: int, array: int) -> dict[str, float] 
 class Emulated:
     """``wattsched emulate`` on etc/emulated.conf cut to ``nodes`` nodes, its state under ``root``."""
 
-    def __init__(self, root: Path, nodes: int, cpus: int, array: int) -> None:
+    def __init__(self, root: Path, nodes: int, cpus: int, array: int, max_jobs: int) -> None:
         text = (ROOT / "etc" / "emulated.conf").read_text()
         state = root / "wattsched-state"
         last = f"node{nodes:02d}"
@@ -184,7 +231,7 @@ class Emulated:
             text, count = re.subn(pattern, new, text, flags=re.M)
             assert count, f"etc/emulated.conf no longer has {pattern}"
         self.conf = root / "emulated.conf"
-        self.conf.write_text(text + f"MaxArraySize={max(1001, array + 1)}\nMaxJobCount=100000\n")
+        self.conf.write_text(text + f"MaxArraySize={max(1001, array + 1)}\nMaxJobCount={max_jobs}\n")
         self.state = state / "ctld"
         self.env = {"PATH": f"{BIN}:/usr/bin:/bin", "HOME": str(root),
                     "WATTSCHED_CONF": str(self.conf), "SLURM_CONF": str(self.conf)}
@@ -217,7 +264,14 @@ def main() -> None:
     parser.add_argument("--cpus", type=int, default=8)
     parser.add_argument("--queued", type=int, default=2000)
     parser.add_argument("--array", type=int, default=1000)
+    parser.add_argument("--memory", default="1000,10000",
+                        help="numbers of held jobs to measure the controller's memory with, in rising order")
+    parser.add_argument("--memory-array", type=int, default=100000)
     args = parser.parse_args()
+    counts = sorted(int(n) for n in args.memory.split(","))
+    # room for the largest queue and array on both sides (Slurm's MaxArraySize counts task ids, from 0)
+    max_jobs = max(100000, counts[-1] + 1000, args.memory_array + 1000)
+    max_array = max(args.array, args.memory_array) + 1
     why, version = prepare()
     if why:
         print(f"bench: wattsched beside Slurm\nnot measured: {why}")
@@ -225,22 +279,27 @@ def main() -> None:
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "wattsched")], stdout=subprocess.DEVNULL)
     results: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        slurm = LoopbackSlurm(Path(tmp) / "slurm", args.nodes, args.cpus).start()
+        slurm = LoopbackSlurm(Path(tmp) / "slurm", args.nodes, args.cpus,
+                              f"MaxJobCount={max_jobs}\nMaxArraySize={max_array}").start()
         try:
             results["slurm"] = workload(Side("slurm", Path("/usr/bin"), slurm.env, lambda: slurm.controller_pid),
-                                        args.nodes, args.queued, args.array)
+                                        args.nodes, args.queued, args.array, counts, args.memory_array)
         finally:
             slurm.stop()
-        emulated = Emulated(Path(tmp), args.nodes, args.cpus, args.array).start()
+        emulated = Emulated(Path(tmp), args.nodes, args.cpus, max_array - 1, max_jobs).start()
         try:
             results["wattsched"] = workload(Side("wattsched", BIN, emulated.env, emulated.controller_pid),
-                                            args.nodes, args.queued, args.array)
+                                            args.nodes, args.queued, args.array, counts, args.memory_array)
         finally:
             emulated.stop()
         with_cgroups = confined(Path(tmp) / "confined", args.nodes, args.cpus, args.array)
     print("bench: wattsched beside Slurm, same commands, one run")
     print(f"workload: {args.nodes} nodes x {args.cpus} CPUs on loopback; {version} (one slurmd per node, no "
           f"accounting) against wattsched emulate (IPMI energy, HDF5 profiles, SQLite accounting)")
+    shell = login_environment(Side("", BIN, {"PATH": "", "HOME": "/root"}, os.getpid))
+    print(f"memory rows: held jobs of `sbatch -H --wrap true` from a login shell's environment of "
+          f"{sum(len(k) + len(v) + 2 for k, v in shell.items())} bytes ({len(shell)} variables, LS_COLORS "
+          "dircolors' default) beside each side's own")
     print(f"machine: {describe()}")
     width = max(map(len, results["slurm"]))
     print(f"{'figure':<{width}}  {'Slurm':>10}  {'wattsched':>10}  wattsched/Slurm")
