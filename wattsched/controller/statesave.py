@@ -6,6 +6,7 @@ restore of a saved state at start-up.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -154,7 +155,8 @@ def flush(state: ClusterState) -> None:
             or n.balance_watts is not None})
         meta["partitions"] = partitions.saved(state)
         meta["triggers"] = json.dumps(state.triggers.to_json())
-    saved = [state.jobs[j].to_dict() for j in journal.dirty if j in state.jobs] + journal.gone
+    # made one at a time as the store writes them: an array of 100,000 tasks is never 100,000 dicts
+    saved = itertools.chain((state.jobs[j].to_dict() for j in journal.dirty if j in state.jobs), journal.gone)
     state.store.commit(saved, journal.purged, meta, journal.node_events, [r.to_dict() for r in journal.resv_dirty],
                        journal.ended_runs, journal.scripts, journal.scripts_dropped)
     state.journal = Journal()

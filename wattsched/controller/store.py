@@ -20,6 +20,7 @@ never from the controllers' (they may disagree).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import sqlite3
@@ -192,9 +193,13 @@ class StateStore:
         cursor = self._conn().execute(self.dialect.sql(text), args)
         return list(cursor.fetchall()) if cursor.description is not None else []
 
-    def _many(self, text: str, rows: list[tuple]) -> None:
-        if rows:
-            self._conn().cursor().executemany(self.dialect.sql(text), rows)
+    def _many(self, text: str, rows: Iterable[tuple]) -> None:
+        """One statement for each of ``rows``, which may be a generator: 100,000 jobs' rows are made
+        one at a time as the engine takes them, never all held at once."""
+        rows = iter(rows)
+        first = next(rows, None)
+        if first is not None:
+            self._conn().cursor().executemany(self.dialect.sql(text), itertools.chain((first,), rows))
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[None]:
@@ -334,7 +339,7 @@ class StateStore:
             self._many(
                 "INSERT INTO jobs (job_id, data) VALUES (?, ?) ON CONFLICT(job_id) DO UPDATE SET "
                 "data = excluded.data, version = jobs.version + 1",
-                [(job["job_id"], json.dumps(job, separators=(",", ":"))) for job in jobs])
+                ((job["job_id"], json.dumps(job, separators=(",", ":"))) for job in jobs))
             self._many("UPDATE jobs SET purged = 1 WHERE job_id = ?", [(j,) for j in purged])
             if meta:
                 self._many("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE "
