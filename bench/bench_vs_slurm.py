@@ -17,7 +17,7 @@ are held; squeue over them and the controller's RSS; scancel of them all (until 
 an array of ``--array`` tasks of ``true`` submitted to the empty queue (jobs per second until the
 last has ended); the same number of held array tasks released at once; the controller's memory with
 each of ``--memory`` held jobs queued, submitted from a login shell's environment, and with one held
-array of ``--memory-array`` tasks. Then, where the machine allows,
+array of ``--memory-array`` tasks (on controllers started afresh). Then, where the machine allows,
 the two array workloads again on real nodes confined by cgroups (proctrack/cgroup, task/cgroup).
 """
 
@@ -113,8 +113,7 @@ def timed_until_empty(side: Side, action: Callable[[], object]) -> float:
     return time.perf_counter() - started
 
 
-def workload(side: Side, nodes: int, queued: int, array: int, counts: list[int],
-             memory_array: int) -> dict[str, float]:
+def workload(side: Side, nodes: int, queued: int, array: int) -> dict[str, float]:
     print(f"  {side.name}: command latency", file=sys.stderr, flush=True)
     fig: dict[str, float] = {"controller RSS idle (MiB)": rss_mib(side.controller_pid())}
     fig["squeue, empty cluster (ms)"] = side.median_ms("squeue")
@@ -134,7 +133,7 @@ def workload(side: Side, nodes: int, queued: int, array: int, counts: list[int],
     fig[f"controller RSS, {queued} queued (MiB)"] = rss_mib(side.controller_pid())
     fig[f"scancel of {queued} pending, until none shows (s)"] = \
         timed_until_empty(side, lambda: side.cmd("scancel", "-u", "root"))
-    return fig | arrays(side, array) | memory(side, counts, memory_array)
+    return fig | arrays(side, array)
 
 
 def login_environment(side: Side) -> dict[str, str]:
@@ -159,7 +158,8 @@ def memory(side: Side, counts: list[int], array: int) -> dict[str, float]:
     submitted from a login shell (four sbatch loops), then with one held array of ``array`` tasks."""
     shell = Side(side.name, side.bin, login_environment(side), side.controller_pid)
     fig, have = {}, 0
-    base = rss_mib(side.controller_pid())
+    side.cmd("squeue")  # each controller has answered a command before its idle size is taken
+    base = fig["controller RSS idle, started afresh (MiB)"] = rss_mib(side.controller_pid())
     for count in counts:
         print(f"  {side.name}: {count} held jobs from a login shell", file=sys.stderr, flush=True)
         sbatch_loops(shell, 4, (count - have) // 4)
@@ -252,8 +252,8 @@ class Emulated:
 
 
 def ratio(name: str, slurm: float, ours: float) -> str:
-    if "RSS" in name:
-        return f"{ours / slurm:.2f}x Slurm's memory"
+    if "RSS" in name:  # (Slurm's array is one record: what it adds may be too little to see)
+        return f"{ours / slurm:.2f}x Slurm's memory" if slurm >= 0.05 else "Slurm's: too little to see"
     faster = slurm / ours if "(ms)" in name or "(s)" in name else ours / slurm
     return f"{faster:.2f}x " + ("faster" if faster >= 1 else "as fast")
 
@@ -269,8 +269,9 @@ def main() -> None:
     parser.add_argument("--memory-array", type=int, default=100000)
     args = parser.parse_args()
     counts = sorted(int(n) for n in args.memory.split(","))
-    # room for the largest queue and array on both sides (Slurm's MaxArraySize counts task ids, from 0)
-    max_jobs = max(100000, counts[-1] + 1000, args.memory_array + 1000)
+    # room on both sides for every job of the run at once: Slurm keeps the ended ones for MinJobAge
+    # (and refuses a submission past MaxJobCount); its MaxArraySize counts task ids, from 0
+    max_jobs = max(100000, args.queued + 2 * args.array + counts[-1] + args.memory_array + 1000)
     max_array = max(args.array, args.memory_array) + 1
     why, version = prepare()
     if why:
@@ -279,19 +280,32 @@ def main() -> None:
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "wattsched")], stdout=subprocess.DEVNULL)
     results: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        slurm = LoopbackSlurm(Path(tmp) / "slurm", args.nodes, args.cpus,
-                              f"MaxJobCount={max_jobs}\nMaxArraySize={max_array}").start()
-        try:
-            results["slurm"] = workload(Side("slurm", Path("/usr/bin"), slurm.env, lambda: slurm.controller_pid),
-                                        args.nodes, args.queued, args.array, counts, args.memory_array)
-        finally:
-            slurm.stop()
-        emulated = Emulated(Path(tmp), args.nodes, args.cpus, max_array - 1, max_jobs).start()
-        try:
-            results["wattsched"] = workload(Side("wattsched", BIN, emulated.env, emulated.controller_pid),
-                                            args.nodes, args.queued, args.array, counts, args.memory_array)
-        finally:
-            emulated.stop()
+        def on_slurm(name: str, run: Callable[[Side], dict[str, float]]) -> dict[str, float]:
+            slurm = LoopbackSlurm(Path(tmp) / name, args.nodes, args.cpus,
+                                  f"MaxJobCount={max_jobs}\nMaxArraySize={max_array}").start()
+            try:
+                return run(Side("slurm", Path("/usr/bin"), slurm.env, lambda: slurm.controller_pid))
+            finally:
+                slurm.stop()
+
+        def on_wattsched(name: str, run: Callable[[Side], dict[str, float]]) -> dict[str, float]:
+            (Path(tmp) / name).mkdir()
+            emulated = Emulated(Path(tmp) / name, args.nodes, args.cpus, max_array - 1, max_jobs).start()
+            try:
+                return run(Side("wattsched", BIN, emulated.env, emulated.controller_pid))
+            finally:
+                emulated.stop()
+
+        def measured(side: Side) -> dict[str, float]:
+            return workload(side, args.nodes, args.queued, args.array)
+
+        def memory_of(side: Side) -> dict[str, float]:
+            return memory(side, counts, args.memory_array)
+
+        # the memory rows on controllers started afresh: jobs the other workloads ended would still be
+        # in memory (MinJobAge), and the memory they freed would hold the new jobs unseen
+        results["slurm"] = on_slurm("slurm", measured) | on_slurm("slurm-memory", memory_of)
+        results["wattsched"] = on_wattsched("wattsched", measured) | on_wattsched("wattsched-memory", memory_of)
         with_cgroups = confined(Path(tmp) / "confined", args.nodes, args.cpus, args.array)
     print("bench: wattsched beside Slurm, same commands, one run")
     print(f"workload: {args.nodes} nodes x {args.cpus} CPUs on loopback; {version} (one slurmd per node, no "
