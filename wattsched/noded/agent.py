@@ -103,6 +103,8 @@ class Agent:
         self.ended: dict[tuple[str, int], None] = {}  # jobs recently over here, oldest first
         # Prolog on each node of a job: done (True/False) before its batch script or steps start
         self.prologs: dict[tuple[str, int], asyncio.Future[bool]] = {}
+        # steps that arrived before their job's allocation: woken by its arrival (allocate)
+        self.arrivals: dict[tuple[str, int], asyncio.Future[None]] = {}
         self.job_info: dict[tuple[str, int], JobAllocation] = {}  # what Prolog and Epilog are told
         # Epilogs running, by (node, job): the node is not clean of the job until its Epilog is done
         # (and the loop keeps only weak references to tasks: these are the strong ones)
@@ -239,6 +241,9 @@ class Agent:
             added = self.allocations.add(alloc)
             for job in added:
                 self.job_info[(job.node, job.job_id)] = alloc
+                waiter = self.arrivals.pop((job.node, job.job_id), None)
+                if waiter is not None and not waiter.done():
+                    waiter.set_result(None)
                 if self.config.epilog:  # an Epilog owed survives a restart of the agent
                     self._save_epilog(job.node, alloc)
                 if self.config.prolog:
@@ -419,18 +424,25 @@ class Agent:
     async def runs_job(self, node: str, job_id: int) -> bool:
         """Whether ``job_id`` holds an allocation on ``node`` here: a step credential is good only while
         its job runs on the node. A step may arrive just before the job's allocation does (both are
-        sent when it starts), so an unknown job is waited for, a MessageTimeout at most; one that ended
-        here is refused at once."""
-        deadline = time.monotonic() + self.config.message_timeout_s
-        while (node, job_id) not in self.ended:
-            with self.lock:
-                allocated = (node, job_id) in self.allocations.jobs
-            if allocated:
-                return await self.prolog_ok(node, job_id)
-            if time.monotonic() >= deadline:
-                return False
-            await asyncio.sleep(0.05)
-        return False
+        sent when it starts), so an unknown job is waited for, until its allocation arrives or a
+        MessageTimeout at most; one that ended here is refused at once."""
+        key = (node, job_id)
+        if key not in self.ended and not self._allocated(key):
+            waiter = self.arrivals.get(key)
+            if waiter is None:
+                waiter = self.arrivals[key] = asyncio.get_running_loop().create_future()
+            try:  # (shielded: a step that gives up leaves the wait of another step of the job alone)
+                await asyncio.wait_for(asyncio.shield(waiter), self.config.message_timeout_s)
+            except TimeoutError:
+                if self.arrivals.get(key) is waiter:
+                    del self.arrivals[key]
+        if key in self.ended or not self._allocated(key):
+            return False
+        return await self.prolog_ok(node, job_id)
+
+    def _allocated(self, key: tuple[str, int]) -> bool:
+        with self.lock:
+            return key in self.allocations.jobs
 
     def _release(self, node: str, job_id: int) -> None:
         """The job is over on ``node``: its CPUs get their frequency back, its profile is closed."""
