@@ -9,6 +9,7 @@ uses.
 
     .venv/bin/python bench/bench_vs_slurm.py [--nodes 8] [--cpus 8] [--queued 2000] [--array 1000]
                                              [--memory 1000,10000] [--memory-array 100000]
+                                             [--memory-only]
 
 Workloads, in order, each starting from an empty queue: an idle controller's RSS; squeue and sinfo on
 the empty cluster; squeue -j and scontrol show job of one held job; srun -N1 true and srun -N<all>
@@ -267,6 +268,8 @@ def main() -> None:
     parser.add_argument("--memory", default="1000,10000",
                         help="numbers of held jobs to measure the controller's memory with, in rising order")
     parser.add_argument("--memory-array", type=int, default=100000)
+    parser.add_argument("--memory-only", action="store_true",
+                        help="the memory rows alone (100,000 jobs take each side minutes to submit)")
     args = parser.parse_args()
     counts = sorted(int(n) for n in args.memory.split(","))
     # room on both sides for every job of the run at once: Slurm keeps the ended ones for MinJobAge
@@ -304,9 +307,12 @@ def main() -> None:
 
         # the memory rows on controllers started afresh: jobs the other workloads ended would still be
         # in memory (MinJobAge), and the memory they freed would hold the new jobs unseen
-        results["slurm"] = on_slurm("slurm", measured) | on_slurm("slurm-memory", memory_of)
-        results["wattsched"] = on_wattsched("wattsched", measured) | on_wattsched("wattsched-memory", memory_of)
-        with_cgroups = confined(Path(tmp) / "confined", args.nodes, args.cpus, args.array)
+        results["slurm"] = ({} if args.memory_only else on_slurm("slurm", measured)) | \
+            on_slurm("slurm-memory", memory_of)
+        results["wattsched"] = ({} if args.memory_only else on_wattsched("wattsched", measured)) | \
+            on_wattsched("wattsched-memory", memory_of)
+        with_cgroups = None if args.memory_only else confined(Path(tmp) / "confined", args.nodes, args.cpus,
+                                                               args.array)
     print("bench: wattsched beside Slurm, same commands, one run")
     print(f"workload: {args.nodes} nodes x {args.cpus} CPUs on loopback; {version} (one slurmd per node, no "
           f"accounting) against wattsched emulate (IPMI energy, HDF5 profiles, SQLite accounting)")
