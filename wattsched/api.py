@@ -185,6 +185,10 @@ class SubmitReply(BaseModel):
     job_id: int
     array_task_ids: list[int] = []
     will_run: WillRun | None = None  # only for test_only
+    # an interactive job (srun, salloc), placed at once if it can be: its state and reason then, so
+    # that the command waits for nothing more when it runs already
+    state: str = ""
+    reason: str = ""
 
 
 class JobUpdate(Strict):

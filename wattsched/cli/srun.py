@@ -319,9 +319,12 @@ def allocate(client: Client, opts: dict[str, Any], immediate: bool, quiet: bool,
     job_id = reply["job_id"]
     announced = False
     deadline = time.monotonic() + wait_s
+    # its state as the submission left it: a job placed at once is not asked about again
+    job: dict[str, Any] | None = reply if reply.get("state") else None
     try:
         while True:
-            job = client.request("GET", "/v1/jobs", params={"job": [str(job_id)]})["jobs"][0]
+            if job is None:
+                job = client.request("GET", "/v1/jobs", params={"job": [str(job_id)]})["jobs"][0]
             if job["state"] == "RUNNING":
                 break
             if job["state"] not in ("PENDING", "CONFIGURING"):  # CONFIGURING: its nodes are powering up
@@ -339,6 +342,7 @@ def allocate(client: Client, opts: dict[str, Any], immediate: bool, quiet: bool,
                 sys.stderr.write(f"{prog}: job {job_id} queued and waiting for resources\n")
                 announced = True
             time.sleep(0.2)
+            job = None
     except KeyboardInterrupt:
         client.request("POST", "/v1/jobs/cancel", {"job_ids": [str(job_id)]})
         sys.stderr.write(f"{prog}: Job allocation {job_id} has been revoked\n")

@@ -72,6 +72,8 @@ async def submit(controller: Ctl, req: JobSubmit, who: Who) -> SubmitReply:
     elif req.interactive:  # srun and salloc wait on this answer: try to place the job at once
         controller.act(launching.schedule(state, now))
     arrays = [j.job_id for j in jobs] if jobs[0].array_task_id is not None else []
+    if req.interactive:
+        return SubmitReply(job_id=jobs[0].job_id, state=jobs[0].shown_state, reason=jobs[0].reason)
     return SubmitReply(job_id=jobs[0].job_id, array_task_ids=arrays)
 
 
