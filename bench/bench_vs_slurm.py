@@ -327,6 +327,8 @@ def main() -> None:
         ours = results["wattsched"][name]
         print(f"{name:<{width}}  {theirs:>10.1f}  {ours:>10.1f}  {ratio(name, theirs, ours)}")
     print()
+    if args.memory_only:
+        return
     if with_cgroups is None:
         print("with cgroups: not measured (needs root and a writable cgroup v1 memory hierarchy)")
         return
