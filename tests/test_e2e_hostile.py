@@ -107,10 +107,11 @@ def test_state_keys_and_databases_are_private(shared: Cluster, mallory: Account)
     import sqlite3
 
     conn = sqlite3.connect(ctld / "state.db")
-    for job_id in (job, held):
-        data = json.loads(conn.execute("SELECT data FROM jobs WHERE job_id = ?", (job_id,)).fetchone()[0])
-        assert "SLURM_JWT" not in data["environment"]
-        assert data["environment"].get("SLURM_UMASK") == "0022"
+    for job_id in (job, held):  # the environment kept for the launch: without the token, with the umask
+        environment = json.loads(conn.execute("SELECT environment FROM job_scripts WHERE job_id = ?",
+                                              (job_id,)).fetchone()[0])
+        assert "SLURM_JWT" not in environment
+        assert environment.get("SLURM_UMASK") == "0022"
     conn.close()
     shared.run("scancel", str(job), str(held))
 
