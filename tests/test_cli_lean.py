@@ -112,3 +112,41 @@ def test_a_settings_cache_an_older_version_wrote_is_read_again(tmp_path, monkeyp
     with open(cache, "w") as handle:
         handle.write(json.dumps(data))
     assert common.client_settings().cluster_name == "from-the-cache"  # a whole one is
+
+
+@pytest.mark.parametrize(("answer", "body"), [
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 13\r\n\r\n{\"job_id\":7}\n", b"{\"job_id\":7}\n"),
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 13\r\n\r\n{\"job_", None),
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 13\r\n\r\n", None),
+    (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n1\r\n!\r\n0\r\n\r\n", b"hello!"),
+    (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n", None),
+])
+def test_an_answer_cut_short_is_no_answer(answer: bytes, body: bytes | None) -> None:
+    """A controller killed while it answers leaves its headers and part of its body: the commands'
+    HTTP exchange must not take that for an answer (sbatch would read a job id from an empty one),
+    so the next controller is asked instead (Client._exchange goes on at a ValueError)."""
+    import socket
+    import threading
+
+    from wattsched.cli.common import exchange
+
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def answer_once() -> None:
+        conn, _ = server.accept()
+        with conn:
+            conn.recv(65536)
+            conn.sendall(answer)
+
+    thread = threading.Thread(target=answer_once)
+    thread.start()
+    try:
+        request = b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        if body is None:
+            with pytest.raises(ValueError, match="truncated"):
+                exchange("127.0.0.1", server.getsockname()[1], request, 10)
+        else:
+            assert exchange("127.0.0.1", server.getsockname()[1], request, 10) == (200, body)
+    finally:
+        thread.join()
+        server.close()

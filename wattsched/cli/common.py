@@ -330,7 +330,13 @@ def exchange(host: str, port: int, request: bytes, timeout: float, more: Iterabl
     if not sep:
         raise ValueError("truncated HTTP answer")
     status, headers = _head(head)
-    return status, _dechunk(body) if _chunked(headers) else body
+    if _chunked(headers):
+        return status, _dechunk(body)
+    # a server that died while it answered (a controller killed mid-failover) leaves the headers and
+    # a cut body: that is no answer, and the next controller is asked instead
+    if len(body) < int(headers.get(b"content-length", b"0") or 0):
+        raise ValueError("truncated HTTP answer")
+    return status, body
 
 
 def stream(host: str, port: int, request: bytes) -> Iterator[bytes]:
@@ -374,9 +380,10 @@ def _received(sock, first: bytes) -> Iterator[bytes]:
         yield chunk
 
 
-def _dechunked(pieces: Iterator[bytes]) -> Iterator[bytes]:
+def _dechunked(pieces: Iterator[bytes], whole: bool = False) -> Iterator[bytes]:
     """The data of a chunked transfer as it arrives (read by offset: a whole body in one piece is
-    gone through once, not copied at every chunk)."""
+    gone through once, not copied at every chunk). ``whole``: ValueError if the pieces end before
+    the last chunk (the server died mid-answer)."""
     buffer, pos = b"", 0
     for piece in pieces:
         buffer, pos = buffer[pos:] + piece, 0
@@ -388,10 +395,12 @@ def _dechunked(pieces: Iterator[bytes]) -> Iterator[bytes]:
                 break
             yield buffer[end + 2:end + 2 + size]
             pos = end + 2 + size + 2
+    if whole:
+        raise ValueError("truncated HTTP answer")
 
 
 def _dechunk(body: bytes) -> bytes:
-    return b"".join(_dechunked(iter((body,))))
+    return b"".join(_dechunked(iter((body,)), whole=True))
 
 
 def _loads(data: bytes) -> Any:
