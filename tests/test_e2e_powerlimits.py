@@ -198,16 +198,19 @@ def test_a_limited_node_shares_its_limit_with_the_gpu_its_job_holds(tmp_path: Pa
         assert c.run("scontrol", "update", "nodename=n01", "capwatts=300").returncode == 0
         # floors 95 + 30 + 30, spans 95 + 220: (300 - 155) / 315 of each span
         share = (300 - 155) / 315
-        wait_for(lambda: nvml.exists() and json.loads(nvml.read_text()), 15, what="the GPUs' limits set")
+        # the agent sets one GPU, then the other, then the CPU side: wait for the last of them
+        cpu_uw = str(int((300 - 30 - 30 - share * 220) * 1e6))
+        wait_for(lambda: nvml.exists() and len(json.loads(nvml.read_text())) == 2 and _limit_uw(c, "n01") == cpu_uw,
+                 15, what="the GPUs' and the CPU side's limits set")
         limits = json.loads(nvml.read_text())
         busy = "0" if limits["0"] > 30 else "1"
         assert limits[busy] == pytest.approx(30 + share * 220, abs=0.01) and min(limits.values()) == 30
-        assert _limit_uw(c, "n01") == str(int((300 - 30 - 30 - share * 220) * 1e6))
         wait_for(lambda: _watts(c, "n01") <= 301, 30, what="n01 drawing no more than its limit")
         assert "CapWatts=300\n" in c.run("scontrol", "show", "node", "n01").stdout  # held by every part
         assert c.run("scontrol", "update", "nodename=n01", "capwatts=none").returncode == 0
-        wait_for(lambda: json.loads(nvml.read_text()) == {"0": 250.0, "1": 250.0}, 15,
-                 what="the GPUs' own limits back")
-        assert not (c.root / "spool" / "n01" / "gpulimit.saved").exists()
+        saved = c.root / "spool" / "n01" / "gpulimit.saved"
+        # the agent writes the saved limits back, then removes the file that kept them
+        wait_for(lambda: json.loads(nvml.read_text()) == {"0": 250.0, "1": 250.0} and not saved.exists(), 15,
+                 what="the GPUs' own limits back and their saved copy gone")
     finally:
         c.stop()
