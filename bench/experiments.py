@@ -33,6 +33,7 @@ from machine import describe
 from wattsched import config
 from wattsched.config import Config
 from wattsched.simulator import engine, report, workload
+from wattsched.simulator.result import Result
 from wattsched.simulator.workload import Workload
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -73,11 +74,11 @@ def _sched(conf: Config, **params: object) -> Config:
     return config.with_overrides(conf, scheduler_parameters=dataclasses.replace(conf.scheduler_parameters, **params))
 
 
-def _stretches(result: engine.Result) -> dict[int, float]:
+def _stretches(result: Result) -> dict[int, float]:
     return {r.job.job_id: (r.wait + r.runtime) / r.runtime for r in result.records if r.end >= 0 and r.runtime > 0}
 
 
-def _mean_by_user(result: engine.Result) -> dict[str, float]:
+def _mean_by_user(result: Result) -> dict[str, float]:
     by: dict[str, list[float]] = defaultdict(list)
     stretch = _stretches(result)
     for r in result.records:

@@ -21,6 +21,7 @@ from wattsched.controller import nodes as nodes_mod
 from wattsched.controller.startup import load_plugins, open_state
 from wattsched.controller.store import StateStore
 from wattsched.simulator import engine, workload
+from wattsched.simulator.result import Result
 from wattsched.simulator.workload import SimJob, Workload
 
 ROOT = Identity(0, "root")
@@ -37,7 +38,7 @@ def _config(tmp_path, extra: str = "", bf_interval: int = 1) -> config.Config:
     return config.load(path)
 
 
-def _replay(conf: config.Config, jobs: Workload, result: engine.Result, tmp_path) -> None:
+def _replay(conf: config.Config, jobs: Workload, result: Result, tmp_path) -> None:
     state = open_state(conf, StateStore(str(tmp_path / "ctld")), load_plugins(conf), auth.ensure_key(
         str(tmp_path / "key")), EPOCH)
     nodes_mod.heartbeat(state, AgentHeartbeat(agent_url="http://agent", boot_time=EPOCH, nodes=[

@@ -27,8 +27,13 @@ limited node at its limit, and a job that does not fit at full power starts with
 what fits (scheduling.ledgers.fit_power), as the controller does.
 
 Events at the same instant are handled together (job ends first, then switches, submissions and
-policy ticks), then one scheduling pass and one power-saving decision follow, as in the
-controller's loop. Ties are broken by insertion order, so a run is deterministic.
+policy ticks), each by its kind's handler, then one scheduling pass and one power-saving decision
+follow, as in the controller's loop. Ties are broken by insertion order, so a run is deterministic.
+
+The engine keeps the clock and the calls into the core; its parts keep the rest: the records
+(simulator.records), the nodes as the core sees them (simulator.nodeview), the nodes' power and
+the jobs' energy and pace (simulator.clusterpower), the cap and the draw against it
+(simulator.capmeter), and the figures of the result (simulator.result).
 """
 
 from __future__ import annotations
@@ -36,177 +41,49 @@ from __future__ import annotations
 import collections
 import heapq
 import math
-import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
-from wattsched import (
-    capschedule,
-    cpufreq,
-    limits,
-    memos,
-    plugins,
-    power,
-    powerbalance,
-    powermodel,
-    powersave,
-    preemption,
-    snapbuild,
-)
-from wattsched.config import Config, NodeConf
+from wattsched import limits, memos, plugins, power, powerbalance, powersave, preemption, snapbuild
+from wattsched.config import Config
 from wattsched.fairshare import UsageRecord
-from wattsched.nodestates import NodeBase, PowerFlag, PowerState, power_state
+from wattsched.nodestates import NodeBase, PowerState, power_state
 from wattsched.scheduling.cycle import schedule
-from wattsched.scheduling.records import Allocation, Decisions, JobRequest, NodeSnap, RunningJob, Snapshot
+from wattsched.scheduling.records import Allocation, Decisions, JobRequest, RunningJob, Snapshot
 from wattsched.simulator.accounts import SimAccounts
+from wattsched.simulator.capmeter import CapMeter
+from wattsched.simulator.clusterpower import ClusterPower
+from wattsched.simulator.nodeview import NodeView
+from wattsched.simulator.records import (
+    COMPUTING,
+    IDLE,
+    OFF,
+    ON,
+    POWERED_OFF,
+    SLEEPING,
+    SWITCHING_OFF,
+    SWITCHING_ON,
+    WAKING,
+    JobRecord,
+    SimNode,
+)
+from wattsched.simulator.result import Result
 from wattsched.simulator.shares import DEFAULT_ACCOUNT, SimShares
-from wattsched.simulator.workload import SimJob, Workload
+from wattsched.simulator.workload import Workload
 
-END, SWITCHED, SUBMIT, TICK, PERIOD, BACKFILL, PREEMPT, CAP, BALANCE = 0, 1, 2, 3, 4, 5, 6, 7, 8
-COMPUTING, IDLE, OFF, SWITCHING_ON, SWITCHING_OFF = "computing", "idle", "off", "switching_on", "switching_off"
-BOUNDED_SLOWDOWN_TAU_S = 10.0
-_EPSILON_W = 1e-6  # a draw "over" the cap by a rounding error is not
-# what a job's accounted energy (the one EnergyFairShare charges) follows: its nodes' power model,
-# or its CPU-seconds (Georgiou et al. 2015's simulations)
-ENERGY_MODELS = ("node", "cpu")
-
-
-# a node's power flags, looked up once: an enum member's lookup costs ~90 ns against ~10 ns for a
-# module constant (measured), and the engine compares them for every node of every job
-_ON, _OFF, _WAKING, _SLEEPING = PowerFlag.NONE, PowerFlag.POWERED_DOWN, PowerFlag.POWERING_UP, PowerFlag.POWERING_DOWN
-
-
-@dataclass(slots=True)
-class SimNode:
-    conf: NodeConf
-    power: PowerFlag = _ON
-    jobs: dict[int, int] = field(default_factory=dict)  # jobs holding it (running or waiting) -> CPUs
-    # the jobs computing on it -> the watts each adds to IdleWatts (kept, since its watts are asked for at
-    # every start and end on it)
-    draws: dict[int, float] = field(default_factory=dict)
-    # its snapshot in each state it has been in, (allocated CPUs, memory, power) -> NodeSnap: a node goes
-    # back and forth between a few, and an unchanged snapshot is the very same object (NodeMemo skips it)
-    snaps: dict[tuple[int, int, str], NodeSnap] = field(default_factory=dict)
-    alloc_cpus: int = 0  # what those jobs' allocations hold here, as the controller counts it
-    alloc_mem_mb: int = 0
-    idle_since: float = 0.0
-    category: str = IDLE
-    since: float = 0.0
-    watts: float = 0.0
-    joules: float = 0.0  # drawn since the start
-    limit: float | None = None  # the moving budget's limit (None: none)
-    khz: int | None = None  # the clock its limit holds it to (None: its own)
-    mark: tuple[float, float] = (0.0, 0.0)  # (time, joules) at the budget's last turn
-
-
-@dataclass(slots=True)
-class JobRecord:
-    job: SimJob
-    nodes: int
-    submit: float  # the trace's, or for a job following another, that one's end plus the think time
-    start: float = -1.0
-    end: float = -1.0
-    alloc: list[str] = field(default_factory=list)
-    alloc_cpus: dict[str, int] = field(default_factory=dict)
-    alloc_mem_mb: dict[str, int] = field(default_factory=dict)
-    waiting_for: int = 0  # nodes still switching on
-    energy_j: float = 0.0
-    freq_khz: int | None = None
-    end_due: float = -1.0  # when its run ends (an END event of an earlier, cut-short run is ignored)
-    preempted: str = ""  # CANCEL or REQUEUE while its GraceTime runs; "PREEMPTED" once cancelled
-    preempted_by: int = 0
-    requeues: int = 0
-    suspended_at: float = -1.0  # when a preemptor suspended it (-1: it is not suspended)
-    suspended_s: float = 0.0  # how long it has been suspended in all: its run and time limit last that much longer
-    suspensions: int = 0
-    # its progress: full-speed seconds of its run done by ``pace_since``, and the pace since (a power
-    # limit slows it); its watts on all its nodes since ``watts_since``, for its energy
-    done_s: float = 0.0
-    pace: float = 1.0
-    pace_since: float = 0.0
-    watts: float = 0.0
-    watts_since: float = 0.0
-    timed_out: bool = False
-
-    @property
-    def wait(self) -> float:
-        return self.start - self.submit
-
-    @property
-    def runtime(self) -> float:
-        """How long it ran: from its start to its end, but for the time it was suspended."""
-        return self.end - self.start - self.suspended_s
-
-    @property
-    def response(self) -> float:
-        return self.end - self.submit
-
-
-@dataclass(slots=True)
-class Result:
-    records: list[JobRecord]
-    energy_by_state: dict[str, float]
-    switches_on: int
-    switches_off: int
-    events: int
-    passes: int
-    wall_s: float
-    infeasible: int
-    first_submit: float
-    last_end: float
-    node_count: int
-    cpus: int
-    power_events: list[tuple[float, str, str, str]]
-    pass_times: list[float]  # when the scheduler ran, as the controller's loop would have
-    # the draw against the cap in force (the schedule's steps included): the most it was over, and for how long
-    over_cap_w: float = 0.0
-    over_cap_s: float = 0.0
-    peak_w: float = 0.0
-    cap_changes: list[tuple[float, float]] = field(default_factory=list)  # (time, cap in watts) as they came
-    # the moving budget's orders as they came: (time, node, its limit in watts, None: lifted)
-    limit_changes: list[tuple[float, str, float | None]] = field(default_factory=list)
-
-    def summary(self) -> dict[str, float | int]:
-        done = [r for r in self.records if r.end >= 0]
-        waits = [r.wait for r in done]
-        stretch = [r.response / r.runtime for r in done if r.runtime > 0]
-        bsld = [max(1.0, r.response / max(r.runtime, BOUNDED_SLOWDOWN_TAU_S)) for r in done]
-        makespan = self.last_end - self.first_submit
-        busy = sum(r.runtime * sum(r.alloc_cpus.values()) for r in done)
-        return {
-            "jobs": len(done), "infeasible": self.infeasible, "nodes": self.node_count,
-            # held to the end (a limit, such as a used-up energy budget, never let them start)
-            "never_started": sum(1 for r in self.records if r.start < 0),
-            "preempted": sum(1 for r in self.records if r.preempted == "PREEMPTED"),
-            "timeouts": sum(1 for r in self.records if r.timed_out),
-            "requeued": sum(r.requeues for r in self.records),
-            "suspended": sum(r.suspensions for r in self.records),
-            "makespan_s": makespan, "utilization": busy / (makespan * self.cpus) if makespan > 0 else 0.0,
-            "energy_j": sum(self.energy_by_state.values()),
-            **{f"energy_{k}_j": v for k, v in self.energy_by_state.items()},
-            "mean_wait_s": statistics.fmean(waits) if waits else 0.0,
-            "median_wait_s": statistics.median(waits) if waits else 0.0,
-            "max_wait_s": max(waits, default=0.0),
-            "mean_stretch": statistics.fmean(stretch) if stretch else 0.0,
-            "mean_bounded_slowdown": statistics.fmean(bsld) if bsld else 0.0,
-            "switches_on": self.switches_on, "switches_off": self.switches_off,
-            "events": self.events, "passes": self.passes, "wall_s": self.wall_s,
-            "peak_w": self.peak_w, "over_cap_w": self.over_cap_w, "over_cap_s": self.over_cap_s,
-            "events_per_s": self.events / self.wall_s if self.wall_s > 0 else 0.0,
-        }
+# the events, by kind; at the same instant they are handled in this order (see the module docstring)
+END, SWITCHED, SUBMIT, TICK, PERIOD, BACKFILL, PREEMPT, CAP, BALANCE = range(9)
 
 
 class Simulation:
+    """One replay: the clock and its events, the queue, and the calls into the policy core."""
+
     def __init__(self, config: Config, workload: Workload, progress: Callable[[int, int], None] | None = None,
                  shared: bool = False, energy_model: str = "node", accounts: SimAccounts | None = None,
                  power_fit: bool = False):
-        if energy_model not in ENERGY_MODELS:
-            raise ValueError(f"unknown energy model {energy_model!r}: one of {', '.join(ENERGY_MODELS)}")
         self.config = config
         self.shared = shared
         self.power_fit = power_fit  # every job is submitted with --power-fit
-        self.energy_model = energy_model
         self.priority, self.scheduler, self.select = plugins.scheduling(config)
         self.queue_memo = memos.QueueMemo()
         self.policies = plugins.power_save_policies(config)
@@ -222,7 +99,6 @@ class Simulation:
         cpus = {n.cpus for n in config.nodes if n.name in members}
         self.cpus_per_node = min(cpus) if cpus else 1
         self.excluded = config.suspend_excluded
-        self.node_power = {n.name: snapbuild.node_power(n) for n in config.nodes}
         self.workload = workload
         size = len(default.nodes)
         self.records: dict[int, JobRecord] = {}
@@ -233,6 +109,10 @@ class Simulation:
                 self.infeasible += 1
                 continue
             self.records[job.job_id] = JobRecord(job, nodes, job.submit)
+        # the cap and its schedule (PowerCapSchedule, read at the first submission), and the draw against it
+        node_power = {n.name: snapbuild.node_power(n) for n in config.nodes}
+        self.meter = CapMeter(config.power_cap, float(sum(p.max for p in node_power.values())))
+        self.power = ClusterPower(config, self.nodes, self.records, energy_model, self.meter, self._reschedule)
         self.pending = snapbuild.JobTable[JobRequest]()
         fair = config.priority_type == "priority/multifactor" and \
             (config.priority_weight_fairshare or config.priority_weight_energy)
@@ -244,9 +124,15 @@ class Simulation:
         self.suspended: dict[int, JobRecord] = {}  # by job id: jobs a preemptor suspended, their CPUs lent
         self.qos: dict[tuple[str, str], str] = {}
         self.running: dict[int, JobRecord] = {}
+        self.followers: dict[int, list[JobRecord]] = {}  # by job id: the jobs of a closed loop sent once it ends
         self.heap: list[tuple[float, int, int, int, str]] = []
         self.seq = 0
-        self.energy = dict.fromkeys((COMPUTING, IDLE, OFF, SWITCHING_ON, SWITCHING_OFF), 0.0)
+        # what each kind of event does, by kind; each says whether a pass has anything to decide on
+        self.handlers: tuple[Callable[[float, int, str], bool], ...] = (
+            self._on_end, self._on_switched, self._on_submit, self._on_wake, self._on_period, self._on_wake,
+            self._on_preempt, self._on_cap, self._on_balance)
+        self.done = 0  # jobs ended for good
+        self.last_end = 0.0
         self.switches_on = self.switches_off = 0
         self.suspends: collections.deque[float] = collections.deque()
         self.resumes: collections.deque[float] = collections.deque()
@@ -261,39 +147,25 @@ class Simulation:
             if self.scheduler.backfill else None
         self.last_backfill = -math.inf
         self.backfill_wake = -math.inf
-        self.node_snaps = {name: self._node_snap(node) for name, node in self.nodes.items()}
-        self.nodes_tuple: tuple[NodeSnap, ...] | None = None
+        self.view = NodeView(self.nodes, config.memory_consumable)
         self.series = snapbuild.Series()  # the snapshots, numbered, with what changed since the last
-        self.position = {name: i for i, name in enumerate(self.node_snaps)}
-        self.dirty: set[str] = set()  # nodes changed since the last snapshot: their NodeSnap is rebuilt then
         # what each running job (or one waiting for its nodes to power up) holds, as snapshots show it
         self.holding = snapbuild.JobTable[RunningJob]()
         self.period = min((p.period for _n, p in self.policies if hasattr(p, "period")), default=None)
         self.t_idle = next((p.t_idle for _n, p in self.policies if hasattr(p, "t_idle")), None)
-        # the cap and its schedule (PowerCapSchedule, read at the first submission), and the draw against it
-        self.cap = config.power_cap
-        self.cap_steps: list[capschedule.CapStep] = []
-        self.cap_now = math.inf  # in watts: the cap in force (INFINITE: none)
-        self.cap_event = -math.inf  # when a CAP event is queued for
-        self.idle_caps = 0  # CAP events in a row with nothing else happening (bounded: a queue the cap never lets go)
-        self.cap_changes: list[tuple[float, float]] = []
-        self.draw = self.draw_since = self.peak_w = self.over_cap_w = self.over_cap_s = 0.0
         # the moving budget (PowerPlugin=power/balance): its next turn, the nodes it limits
         self.balancing = config.power_plugin == "power/balance"
         self.balance_due = -math.inf
         self.limited: set[str] = set()
         self.limit_changes: list[tuple[float, str, float | None]] = []
-        self.f_max = {n.name: max(cpufreq.ladder(n.cpu_freq_watts)) for n in config.nodes}
         # A pass that can start nothing is not run where the simulation keeps nothing else of it: no
         # preemption, no power-saving policies (they read its reasons), no cap, no fair share or
         # limits (recomputed at passes). Its outcome is then known: see _nothing_can_start.
-        self.idle_passes = not (self.preempt.on or self.policies or self.cap is not None
+        self.idle_passes = not (self.preempt.on or self.policies or config.power_cap is not None
                                 or config.power_cap_schedule or self.shares is not None or accounts is not None)
         self.needs: list[tuple[int, int]] = []  # (CPUs needed at least, job id) of the pending jobs, a heap
-        self.free = {name: node.conf.cpus for name, node in self.nodes.items()}  # free CPUs per node
-        self.free_cpus = sum(self.free.values())
 
-    # --- events -----------------------------------------------------------------------------------
+    # --- the clock ----------------------------------------------------------------------------------
 
     def _push(self, when: float, kind: int, job_id: int = 0, node: str = "") -> None:
         self.seq += 1
@@ -304,15 +176,9 @@ class Simulation:
         jobs = sorted(self.records.values(), key=lambda r: (r.job.submit, r.job.job_id))
         if not jobs:
             raise ValueError("the workload has no job this platform can run")
-        first = jobs[0].job.submit
-        for node in self.nodes.values():
-            node.since = node.idle_since = first
-            node.watts = self._watts(node)
-        self.draw, self.draw_since = sum(n.watts for n in self.nodes.values()), first
-        if self.config.power_cap_schedule:
-            self.cap_steps = capschedule.read_file(self.config.power_cap_schedule, first)
+        first = self.last_end = jobs[0].job.submit
+        self.meter.start(first, self.power.start(first), self.config.power_cap_schedule)
         self._roll_cap(first)
-        self.followers: dict[int, list[JobRecord]] = {}
         for record in jobs:
             if record.job.preceding in self.records:  # a closed loop: sent once the preceding job ends
                 self.followers.setdefault(record.job.preceding, []).append(record)
@@ -323,56 +189,70 @@ class Simulation:
         if self.t_idle is not None:  # the nodes idle from the start reach the idle timeout too
             self._push(first + self.t_idle, TICK)
         total = len(jobs)
-        done = 0
-        last_end = first
-        while self.heap:
-            now = self.heap[0][0]
+        heap, handlers, meter = self.heap, self.handlers, self.meter
+        while heap:
+            now = heap[0][0]
             news = False  # anything for a pass to decide on (a budget's turn that moved nothing is not)
-            while self.heap and self.heap[0][0] == now:
-                _when, kind, _seq, job_id, name = heapq.heappop(self.heap)
+            while heap and heap[0][0] == now:
+                _when, kind, _seq, job_id, name = heapq.heappop(heap)
                 self.events += 1
-                if kind == END:
-                    record = self.records[job_id]
-                    if record.end_due != now or self.running.get(job_id) is not record:
-                        continue  # the end of a run that preemption cut short
-                    self._end(record, now)
-                    done += 1
-                    last_end = now
-                elif kind == PREEMPT:
-                    record = self.records[job_id]
-                    if self.running.get(job_id) is record and record.preempted and self._expire(record, now):
-                        done += 1
-                        last_end = now
-                elif kind == SWITCHED:
-                    self._switched(self.nodes[name], now)
-                elif kind == SUBMIT:
-                    self._queue(self._request(self.records[job_id]))
-                elif kind == PERIOD and done < total and self.period:  # the policies' periodic call
-                    self._push(now + self.period, PERIOD)  # (TICK: a timeout)
-                elif kind == CAP:
-                    self.idle_caps += 1
-                    self._roll_cap(now)
-                if kind == BALANCE:
-                    news = self._balance(now) or news
-                else:
-                    news = True
+                news = handlers[kind](now, job_id, name) or news
                 if kind != CAP:
-                    self.idle_caps = 0
-            if done == total:  # the last completion ends the simulation: nothing more to decide
+                    meter.idle = 0
+            if self.done == total:  # the last completion ends the simulation: nothing more to decide
                 break
             if news:
                 self._pass(now)
             if self.progress and self.events % 2000 < 8:
-                self.progress(done, total)
+                self.progress(self.done, total)
         for node in self.nodes.values():
-            self._account(node, last_end)
+            self.power.account(node, self.last_end)
         if self.progress:
-            self.progress(done, total)
-        return Result(list(self.records.values()), dict(self.energy), self.switches_on, self.switches_off,
-                      self.events, self.passes, time.perf_counter() - started, self.infeasible, first, last_end,
+            self.progress(self.done, total)
+        return Result(list(self.records.values()), dict(self.power.energy), self.switches_on, self.switches_off,
+                      self.events, self.passes, time.perf_counter() - started, self.infeasible, first, self.last_end,
                       len(self.nodes), sum(n.conf.cpus for n in self.nodes.values()), self.power_events,
-                      self.pass_times, self.over_cap_w, self.over_cap_s, self.peak_w, self.cap_changes,
-                      self.limit_changes)
+                      self.pass_times, meter.over_w, meter.over_s, meter.peak_w, meter.changes, self.limit_changes)
+
+    # --- the events ---------------------------------------------------------------------------------
+
+    def _on_end(self, now: float, job_id: int, _node: str) -> bool:
+        record = self.records[job_id]
+        if record.end_due == now and self.running.get(job_id) is record:  # (not the end of a run that
+            self._end(record, now)  # preemption cut short)
+        return True
+
+    def _on_preempt(self, now: float, job_id: int, _node: str) -> bool:
+        record = self.records[job_id]
+        if self.running.get(job_id) is record and record.preempted:
+            self._expire(record, now)
+        return True
+
+    def _on_switched(self, now: float, _job_id: int, node: str) -> bool:
+        self._switched(self.nodes[node], now)
+        return True
+
+    def _on_submit(self, _now: float, job_id: int, _node: str) -> bool:
+        self._queue(self._request(self.records[job_id]))
+        return True
+
+    def _on_wake(self, _now: float, _job_id: int, _node: str) -> bool:
+        """A pass is due: an idle timeout, a preemptor's, or backfill's timer."""
+        return True
+
+    def _on_period(self, now: float, _job_id: int, _node: str) -> bool:
+        """The power-saving policies' periodic call, and the next one while jobs are left."""
+        if self.done < len(self.records) and self.period:
+            self._push(now + self.period, PERIOD)
+        return True
+
+    def _on_cap(self, now: float, _job_id: int, _node: str) -> bool:
+        self.meter.idle += 1
+        self._roll_cap(now)
+        return True
+
+    def _on_balance(self, now: float, _job_id: int, _node: str) -> bool:
+        return self._balance(now)
 
     def _qos(self, account: str, user: str) -> str:
         """The job's QOS: its association's default (a trace names none)."""
@@ -445,44 +325,28 @@ class Simulation:
         task takes one at least). The simulation then keeps nothing else of a pass (see idle_passes),
         so the pass is counted, its backfill timer kept, and the policies are not run. About half
         the passes of a busy trace are such (KTH SP2: the machine full at most submissions)."""
-        for name in self.dirty:  # (folded again at each skipped pass until a snapshot clears them)
-            node = self.nodes[name]
-            free = node.conf.cpus - node.alloc_cpus
-            self.free_cpus += free - self.free[name]
-            self.free[name] = free
+        free = self.view.free_total()
         while self.needs and self.pending.get(self.needs[0][1]) is None:
             heapq.heappop(self.needs)  # (entries of jobs gone are dropped when they come to the top)
-        return not self.needs or self.needs[0][0] > self.free_cpus
+        return not self.needs or self.needs[0][0] > free
 
     def snapshot(self, now: float, backfill_due: bool = True) -> Snapshot:
-        changed: list[int] = []
-        for name in self.dirty:
-            node = self.nodes[name]
-            state = (node.alloc_cpus, node.alloc_mem_mb, node.power)
-            snap = node.snaps.get(state)
-            if snap is None:
-                snap = node.snaps[state] = self._node_snap(node)
-            if snap is not self.node_snaps[name]:
-                self.node_snaps[name] = snap
-                changed.append(self.position[name])
-        self.dirty.clear()
-        if changed or self.nodes_tuple is None:
-            self.nodes_tuple = tuple(self.node_snaps.values())
-        carried = snapbuild.carries_running(backfill_due, self.cap is not None or bool(self.cap_steps),
+        nodes, changed = self.view.take()
+        carried = snapbuild.carries_running(backfill_due, self.meter.capped,
                                             self.preempt.on and self.accounts is not None)
         changes = self.series.changes(self.pending, self.holding if carried else None, changed)
         # running jobs count as used so far, CPU time and energy alike (EnergyFairShare must not
         # see a long job's energy only at its end while FairShare sees its CPU time all along)
         fair = self.shares.current(now, lambda: [
             UsageRecord(r.job.user, r.job.account or DEFAULT_ACCOUNT, sum(r.alloc_cpus.values()), r.start, None,
-                        self._job_power(r) * (now - r.start))
+                        self.power.job_power(r) * (now - r.start))
             for r in self.running.values() if r.start >= 0]) if self.shares is not None and self.pending else {}
         accounts = None
         if self.accounts is not None:
             running = [r for r in self.running.values() if r.start >= 0]
             accounts = self.accounts.current(now, lambda: [self._use(r, now) for r in running],
                                              lambda: [self._active(r) for r in self.running.values()])
-        return snapbuild.snapshot(self.config, now, self.nodes_tuple, self.partitions, self.pending, self.holding,
+        return snapbuild.snapshot(self.config, now, nodes, self.partitions, self.pending, self.holding,
                                   backfill_due, self._power_snap(now), fairshare=fair, changes=changes,
                                   accounts=accounts)
 
@@ -497,19 +361,12 @@ class Simulation:
         """A running job's use so far, as the limits count it."""
         account = record.job.account or DEFAULT_ACCOUNT
         return limits.UseRecord(record.job.user, account, self._qos(account, record.job.user), self._tres(record),
-                                record.start, None, self._job_power(record) * (now - record.start))
+                                record.start, None, self.power.job_power(record) * (now - record.start))
 
     def _active(self, record: JobRecord) -> limits.ActiveJob:
         account = record.job.account or DEFAULT_ACCOUNT
         return limits.ActiveJob(record.job.job_id, record.job.user, account, self._qos(account, record.job.user),
                                 self._tres(record), self._limit_end(record))
-
-    def _node_snap(self, node: SimNode) -> NodeSnap:
-        memory = node.alloc_mem_mb if self.config.memory_consumable else 0
-        return snapbuild.node_snap(node.conf, node.alloc_cpus, memory, node.power)
-
-    def _changed(self, node: SimNode) -> None:
-        self.dirty.add(node.conf.name)
 
     def _limit_end(self, record: JobRecord) -> float:
         begin = record.start if record.start >= 0 else self._ready_at(record)
@@ -517,13 +374,13 @@ class Simulation:
 
     def _ready_at(self, record: JobRecord) -> float:
         return max((self.nodes[n].since + self.nodes[n].conf.switching.on_s for n in record.alloc
-                    if self.nodes[n].power == _WAKING), default=0.0)
+                    if self.nodes[n].power == WAKING), default=0.0)
 
     def _power_snap(self, now: float) -> power.PowerSnap | None:
-        if self.cap is None and not self.cap_steps:
+        if not self.meter.capped:
             return None
         node_states = {name: snapbuild.cap_state(node.power, bool(node.jobs)) for name, node in self.nodes.items()}
-        watts = self.node_power
+        watts = self.power.node_power
         # a node whose jobs all run at a capped frequency draws less while busy, one held to a limit
         # no more than it
         capped = {n for r in self.running.values() if r.freq_khz is not None for n in r.alloc} | self.limited
@@ -533,7 +390,8 @@ class Simulation:
                 node = self.nodes[name]
                 watts[name] = snapbuild.node_power(node.conf, [(self.records[j].freq_khz, None) for j in node.jobs],
                                                    node.limit)
-        return snapbuild.power_snap(self.cap, watts, node_states, (), self.cap_steps, now, balancing=self.balancing)
+        return snapbuild.power_snap(self.meter.cap, watts, node_states, (), self.meter.steps, now,
+                                    balancing=self.balancing)
 
     # --- jobs ------------------------------------------------------------------------------------------
 
@@ -557,12 +415,12 @@ class Simulation:
             node.jobs[record.job.job_id] = alloc.cpus[name]
             node.alloc_cpus += alloc.cpus[name]
             node.alloc_mem_mb += alloc.mem_mb.get(name, 0)
-            self._changed(node)
-            if node.power == _OFF:
+            self.view.changed(node)
+            if node.power == POWERED_OFF:
                 self._switch(node, True, now, f"job {record.job.job_id}")
-            elif node.power == _WAKING:
+            elif node.power == WAKING:
                 self.power_events.append((now, name, "ALLOCATED", f"job {record.job.job_id}"))
-        record.waiting_for = sum(1 for n in record.alloc if self.nodes[n].power != _ON)
+        record.waiting_for = sum(1 for n in record.alloc if self.nodes[n].power != ON)
         if record.waiting_for == 0:
             self._run(record, now)
         else:  # held from now, until the limit counted from when its last node is up
@@ -571,46 +429,16 @@ class Simulation:
     def _run(self, record: JobRecord, now: float) -> None:
         record.start = record.pace_since = now
         self._hold(record)
-        self._draw(record, now)
-        record.pace = self._pace_of(record)
+        self.power.draw(record, now)
+        record.pace = self.power.pace_of(record)
         self._reschedule(record, now)
         self._balance_later(now)
-
-    def _draw(self, record: JobRecord, now: float) -> None:
-        """The job's nodes draw its watts from now (it starts, or resumes)."""
-        job_id = record.job.job_id
-        record.watts_since = now
-        for name in record.alloc:
-            node = self.nodes[name]
-            if node.limit is not None:  # its clock, and so everyone's watts and pace there, follow the load
-                node.draws[job_id] = 0.0
-                self._refresh(node, now)
-                continue
-            cpus = node.jobs[job_id]
-            node.draws[job_id] = self._job_watts(node, record, cpus) - \
-                float(node.conf.idle_watts or 0) * cpus / node.conf.cpus
-            self._set_category(node, COMPUTING, now)  # the watts of one more job
-        record.watts = self._node_watts_of(record)
-
-    def _progress(self, record: JobRecord, now: float) -> None:
-        """Its run done up to ``now``, at its pace (none while suspended)."""
-        if record.suspended_at < 0:
-            record.done_s += (now - record.pace_since) * record.pace
-        record.pace_since = now
 
     def _reschedule(self, record: JobRecord, now: float) -> None:
         """Its end, from what is left of its run at its pace, and at the latest its time limit."""
         left = max(0.0, record.job.runtime - record.done_s)
         record.end_due = min(now + left / record.pace, self._limit_end(record))
         self._push(record.end_due, END, record.job.job_id)
-
-    def _energy(self, record: JobRecord, now: float) -> None:
-        """Its energy counted up to ``now`` at its watts since the last change."""
-        record.energy_j += record.watts * (now - record.watts_since)
-        record.watts_since = now
-
-    def _node_watts_of(self, record: JobRecord) -> float:
-        return sum(self._job_watts(self.nodes[n], record, cpus) for n, cpus in record.alloc_cpus.items())
 
     def _hold(self, record: JobRecord) -> None:
         account = record.job.account or DEFAULT_ACCOUNT
@@ -643,8 +471,8 @@ class Simulation:
     def _suspend(self, record: JobRecord, now: float) -> None:
         """Frozen: it draws nothing and lends its CPUs (its memory stays held); its end is put off."""
         job_id = record.job.job_id
-        self._progress(record, now)
-        self._energy(record, now)
+        self.power.progress(record, now)
+        self.power.charge(record, now)
         record.watts = 0.0
         record.suspended_at, record.end_due = now, -1.0
         record.suspensions += 1
@@ -654,10 +482,10 @@ class Simulation:
             node = self.nodes[name]
             node.alloc_cpus -= node.jobs[job_id]
             del node.draws[job_id]
-            self._changed(node)
-            self._set_category(node, COMPUTING if node.draws else IDLE, now)
+            self.view.changed(node)
+            self.power.set_category(node, COMPUTING if node.draws else IDLE, now)
             if node.limit is not None and node.draws:
-                self._refresh(node, now)
+                self.power.refresh(node, now)
 
     def _resume(self, now: float) -> None:
         """Suspended jobs resume, the earliest suspended first, as soon as their preemptor has started
@@ -672,18 +500,18 @@ class Simulation:
             record.suspended_at, record.preempted_by, record.pace_since = -1.0, 0, now
             for name, cpus in record.alloc_cpus.items():
                 self.nodes[name].alloc_cpus += cpus
-                self._changed(self.nodes[name])
-            self._draw(record, now)
-            record.pace = self._pace_of(record)
+                self.view.changed(self.nodes[name])
+            self.power.draw(record, now)
+            record.pace = self.power.pace_of(record)
             self._reschedule(record, now)  # its run, put off
             self._hold(record)
 
-    def _expire(self, record: JobRecord, now: float) -> bool:
-        """A preempted job's grace is over: it ends PREEMPTED (True), or goes back to the queue."""
+    def _expire(self, record: JobRecord, now: float) -> None:
+        """A preempted job's grace is over: it ends PREEMPTED, or goes back to the queue."""
         if record.preempted == preemption.CANCEL:
             self._end(record, now)
             record.preempted = "PREEMPTED"
-            return True
+            return
         self._end(record, now, final=False)
         record.preempted, record.requeues = "", record.requeues + 1
         record.start = record.end = record.end_due = -1.0
@@ -694,12 +522,15 @@ class Simulation:
             self.requeued.setdefault(preemptor.job.job_id, []).append(record)  # queued when it starts
         else:
             self._queue(self._request(record))
-        return False
 
     def _end(self, record: JobRecord, now: float, final: bool = True) -> None:
+        """Its run is over: for good (``final``), or to be queued again (a requeued preemptee)."""
         record.end = now
-        self._progress(record, now)
-        self._energy(record, now)
+        if final:
+            self.done += 1
+            self.last_end = now
+        self.power.progress(record, now)
+        self.power.charge(record, now)
         record.timed_out = record.done_s < record.job.runtime - 1e-6
         del self.running[record.job.job_id]
         self.holding.remove(record.job.job_id)
@@ -712,18 +543,18 @@ class Simulation:
             del node.draws[record.job.job_id]
             node.alloc_cpus -= cpus
             node.alloc_mem_mb -= record.alloc_mem_mb.get(name, 0)
-            self._changed(node)
+            self.view.changed(node)
             if node.draws:
-                self._set_category(node, COMPUTING, now)
+                self.power.set_category(node, COMPUTING, now)
                 if node.limit is not None:  # a lighter load: its other jobs may run faster
-                    self._refresh(node, now)
+                    self.power.refresh(node, now)
                 continue
             node.idle_since = now
-            self._set_category(node, IDLE, now)
+            self.power.set_category(node, IDLE, now)
             if self.t_idle is not None:
                 self._push(now + self.t_idle, TICK)
-        if self.energy_model == "cpu":
-            record.energy_j = self._job_power(record) * record.runtime
+        if self.power.energy_model == "cpu":
+            record.energy_j = self.power.job_power(record) * record.runtime
         if self.accounts is not None:
             use = self._use(record, now)
             self.accounts.ended(limits.UseRecord(use.user, use.account, use.qos, use.tres, record.start, now,
@@ -757,8 +588,8 @@ class Simulation:
         return power_state(node.power, NodeBase.IDLE, False, bool(node.jobs))
 
     def _switch(self, node: SimNode, on: bool, now: float, reason: str) -> None:
-        node.power = _WAKING if on else _SLEEPING
-        self._changed(node)
+        node.power = WAKING if on else SLEEPING
+        self.view.changed(node)
         if on:
             self.switches_on += 1
             self.resumes.append(now)
@@ -766,23 +597,23 @@ class Simulation:
             self.switches_off += 1
             self.suspends.append(now)
         self.power_events.append((now, node.conf.name, node.power, reason))
-        self._set_category(node, SWITCHING_ON if on else SWITCHING_OFF, now)
+        self.power.set_category(node, SWITCHING_ON if on else SWITCHING_OFF, now)
         sw = node.conf.switching
         self._push(now + (sw.on_s if on else sw.off_s), SWITCHED, node=node.conf.name)
 
     def _switched(self, node: SimNode, now: float) -> None:
-        if node.power == _SLEEPING:
-            node.power = _OFF
-            self._changed(node)
-            self.power_events.append((now, node.conf.name, _OFF, ""))
-            self._set_category(node, OFF, now)
+        if node.power == SLEEPING:
+            node.power = POWERED_OFF
+            self.view.changed(node)
+            self.power_events.append((now, node.conf.name, POWERED_OFF, ""))
+            self.power.set_category(node, OFF, now)
             return
-        node.power = _ON
+        node.power = ON
         node.idle_since = now
-        self._changed(node)
+        self.view.changed(node)
         self.power_events.append((now, node.conf.name, "POWERED_UP",
                                   " ".join(f"job {j}" for j in node.jobs)))
-        self._set_category(node, IDLE, now)
+        self.power.set_category(node, IDLE, now)
         for job_id in list(node.jobs):
             record = self.records[job_id]
             record.waiting_for -= 1
@@ -791,88 +622,18 @@ class Simulation:
         if not node.jobs and self.t_idle is not None:
             self._push(now + self.t_idle, TICK)
 
-    def _set_category(self, node: SimNode, category: str, now: float) -> None:
-        self._account(node, now)
-        node.category = category
-        before, node.watts = node.watts, self._watts(node)
-        self._meter(now)
-        self.draw += node.watts - before
-        self._against_cap()
-
     # --- the cap over time ------------------------------------------------------------------------------
 
-    def _meter(self, now: float) -> None:
-        """Count the time the draw was over the cap in force, up to ``now``."""
-        if self.draw > self.cap_now + _EPSILON_W:
-            self.over_cap_s += now - self.draw_since
-        self.draw_since = now
-
-    def _against_cap(self) -> None:
-        self.peak_w = max(self.peak_w, self.draw)
-        if self.draw > self.cap_now + _EPSILON_W:
-            self.over_cap_w = max(self.over_cap_w, self.draw - self.cap_now)
-
     def _roll_cap(self, now: float) -> None:
-        """The schedule at ``now``, as the controller's tick carries it: open steps whose time came
-        become the cap, windows over are dropped; the next change is queued as a CAP event."""
-        if self.cap is None and not self.cap_steps:
+        """The cap at ``now`` (simulator.capmeter), met at once by the moving budget when it
+        changed, as the controller meets it; its next change is queued as a CAP event."""
+        if not self.meter.capped:
             return
-        max_watts = float(sum(p.max for p in self.node_power.values()))
-        self.cap, self.cap_steps = capschedule.due(self.cap, self.cap_steps, now, max_watts)
-        cap, ahead = capschedule.timeline(self.cap, self.cap_steps, now, max_watts)
-        self._meter(now)
-        self.cap_now = math.inf if cap is None else cap
-        if not self.cap_changes or self.cap_changes[-1][1] != self.cap_now:
-            self.cap_changes.append((now, self.cap_now))
-            if self.balancing and self.running:  # a new cap is met at once, as the controller meets it
-                self._balance(now)
-        self._against_cap()
-        # the next change, or a step beyond the planner's horizon (it is looked at again when it comes)
-        upcoming = ahead[0][0] if ahead else min((s.start for s in self.cap_steps if s.start > now), default=None)
-        if upcoming is not None and upcoming != self.cap_event and self.idle_caps <= max(1, len(ahead)):
-            self.cap_event = upcoming
-            self._push(self.cap_event, CAP)
-
-    def _account(self, node: SimNode, now: float) -> None:
-        joules = node.watts * (now - node.since)
-        self.energy[node.category] += joules
-        node.joules += joules
-        node.since = now
-
-    def _watts(self, node: SimNode) -> float:
-        conf = node.conf
-        idle = float(conf.idle_watts or 0)
-        if node.category == COMPUTING:
-            return idle + sum(node.draws.values())
-        if node.category == IDLE:
-            return idle
-        if node.category == OFF:
-            return float(self.node_power[conf.name].save)
-        return conf.switching.on_watts if node.category == SWITCHING_ON else conf.switching.off_watts
-
-
-    def _job_power(self, record: JobRecord) -> float:
-        """A running job's watts: with the "cpu" energy model (Georgiou et al. 2015) its CPUs at
-        MaxWatts per CPU times its user's energy factor, else its parts of its nodes' watts."""
-        if self.energy_model == "cpu":
-            return sum(cpus * (self.nodes[n].conf.max_watts or 0) / self.nodes[n].conf.cpus
-                       for n, cpus in record.alloc_cpus.items()) * record.job.energy_factor
-        return sum(self._job_watts(self.nodes[n], record, cpus) for n, cpus in record.alloc_cpus.items())
-
-    def _job_watts(self, node: SimNode, record: JobRecord, cpus: int) -> float:
-        """A job's part of its node's watts: its share of idle, and of the dynamic watts at its
-        frequency (or the slower clock the node's limit holds it to), scaled by its user's energy
-        factor."""
-        conf = node.conf
-        idle = float(conf.idle_watts or 0)
-        if node.khz is None:
-            busy = float(self.node_power[conf.name].busy_at(record.freq_khz))
-        else:
-            khz = min(node.khz, record.freq_khz or node.khz)
-            busy = cpufreq.busy_watts(khz, self.f_max[conf.name], idle, float(conf.max_watts or idle),
-                                      conf.cpu_freq_watts)
-        return (idle + (busy - idle) * record.job.energy_factor) * cpus / conf.cpus
-
+        if self.meter.roll(now) and self.balancing and self.running:
+            self._balance(now)
+        upcoming = self.meter.next_change(now)
+        if upcoming is not None:
+            self._push(upcoming, CAP)
     # --- the moving budget ----------------------------------------------------------------------------
 
     def _balance_later(self, now: float) -> None:
@@ -894,7 +655,7 @@ class Simulation:
             nodes = {}
             for name in busy:
                 node = self.nodes[name]
-                self._account(node, now)
+                self.power.account(node, now)
                 since, joules = node.mark
                 watts = (node.joules - joules) / (now - since) if node.limit is not None and now > since else None
                 node.mark = (now, node.joules)
@@ -911,43 +672,9 @@ class Simulation:
         for name in moved:
             self.nodes[name].limit = limits[name]
             self.limit_changes.append((now, name, limits[name]))
-            self._refresh(self.nodes[name], now)
+            self.power.refresh(self.nodes[name], now)
         self.limited = set(found)
         if self.running:
             self._balance_later(now)
         return bool(moved)
 
-    def _refresh(self, node: SimNode, now: float) -> None:
-        """The node's clock under its limit for the load it carries now, and its jobs' watts and
-        pace at that clock."""
-        conf = node.conf
-        f_max = self.f_max[conf.name]
-        load = sum(self.records[j].job.energy_factor * node.jobs[j] / conf.cpus for j in node.draws)
-        khz = powermodel.limited_khz(conf, f_max, f_max, node.limit, load) if node.limit is not None else f_max
-        node.khz = khz if khz < f_max else None
-        idle = float(conf.idle_watts or 0)
-        for job_id in node.draws:
-            record = self.records[job_id]
-            cpus = node.jobs[job_id]
-            node.draws[job_id] = self._job_watts(node, record, cpus) - idle * cpus / conf.cpus
-            self._energy(record, now)
-            record.watts = self._node_watts_of(record)
-            pace = self._pace_of(record)
-            if pace != record.pace:
-                self._progress(record, now)
-                record.pace = pace
-                self._reschedule(record, now)
-        self._set_category(node, COMPUTING if node.draws else IDLE, now)
-
-    def _pace_of(self, record: JobRecord) -> float:
-        """How fast the job runs: at the pace of its slowest node."""
-        return min(self._speed(self.nodes[n], record) for n in record.alloc)
-
-    def _speed(self, node: SimNode, record: JobRecord) -> float:
-        """How fast the job runs on this node: at its clock (its own, --power-fit, or the node's
-        limit's), the share of its time it computes (its energy factor) slowed, the rest not."""
-        f_max = self.f_max[node.conf.name]
-        khz = min(node.khz or f_max, record.freq_khz or f_max)
-        if khz >= f_max:
-            return 1.0
-        return 1.0 / cpufreq.runtime_factor(khz, f_max, min(1.0, record.job.energy_factor))

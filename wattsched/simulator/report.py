@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from wattsched.simulator.engine import BOUNDED_SLOWDOWN_TAU_S, Result
+from wattsched.simulator.result import BOUNDED_SLOWDOWN_TAU_S, Result
 
 if TYPE_CHECKING:
     from wattsched.simulator.plotter import Plotter
