@@ -1,18 +1,16 @@
-"""The agent: the nodes it hosts, their energy meter, its outbox of job ends, and its heartbeat
-to the controller (which carries each node's energy counter).
+"""The agent: the nodes it hosts, the jobs and steps on them, their energy meter, and what it
+does with the controller's replies (its link to the controllers, heartbeats and outbox of job
+ends, is noded.ctldlink).
 
 One agent process can host many virtual nodes (emulation) or just its own host. The jobs
 allocated on its nodes (noded.allocations) get their CPU frequency and power profile there;
 on virtual nodes a job below its CPUs' highest frequency is slowed to match (noded.throttle).
-Each batch script's end is written to the outbox folder before it is reported, and removed only
-when the controller acknowledges it, so neither side's restart loses it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import signal
@@ -21,15 +19,14 @@ import threading
 import time
 from dataclasses import replace
 
-import httpx
-
-from wattsched import auth, cpubind, energypolicy, gres, plugins, prologs, rlimits, switching
-from wattsched.api import AgentHeartbeat, BatchLaunch, JobAllocation, JobEvent, JobUsage, NodeReport, fencing
+from wattsched import cpubind, energypolicy, gres, plugins, prologs, rlimits, switching
+from wattsched.api import AgentHeartbeat, BatchLaunch, JobAllocation, JobEvent, JobUsage, NodeReport
 from wattsched.config import Config, NodeConf
 from wattsched.noded import chassis, gpus, policies, procs, steps
 from wattsched.noded.allocations import Allocations, NodeJob
 from wattsched.noded.batch import BatchRunner
 from wattsched.noded.cgroup import CgroupError, JobCgroups
+from wattsched.noded.ctldlink import ControllerLink, Outbox
 from wattsched.noded.energymeter import EnergyMeter, JobLoad
 from wattsched.noded.gpus import GpuMeter
 from wattsched.noded.policies import Policies, Sample
@@ -80,11 +77,10 @@ class Agent:
             self.nodes = gpus.detect(self.nodes)
         self.boot_time = time.time()
         self.spool = config.slurmd_spool_dir
-        self.outbox = os.path.join(self.spool, "outbox")
-        os.makedirs(self.outbox, mode=0o700, exist_ok=True)
+        self.outbox = Outbox(self.spool)
         # users reach their jobs' scratch folders below it, and list nothing; the rest is root's alone
         os.chmod(self.spool, 0o711)
-        os.chmod(self.outbox, 0o700)
+        self.link = ControllerLink(config, key, self.outbox)
         # proctrack/cgroup, task/cgroup: every job and step in its own cgroup (CgroupError: no start)
         self.cgroups = confinement(config, self.nodes)
         self.limits = NodeLimits(self.nodes, self.spool, config.energy_sysfs_root or "/", config.emulated_nodes)
@@ -109,17 +105,6 @@ class Agent:
         # Epilogs running, by (node, job): the node is not clean of the job until its Epilog is done
         # (and the loop keeps only weak references to tasks: these are the strong ones)
         self.epilogs: dict[tuple[str, int], asyncio.Task[None]] = {}
-        self._kick = asyncio.Event()
-        self._fresh_energy = False  # a reading taken for ended jobs awaits the next heartbeat
-        self.client = httpx.AsyncClient(timeout=httpx.Timeout(config.message_timeout_s))
-        self.heartbeat_s = max(0.5, min(30.0, config.slurmd_timeout_s / 4))
-        if config.acct_gather_energy_type != "acct_gather_energy/none":
-            # node energy reaches the controller every AcctGatherNodeFreq, as in Slurm (sstat reads it)
-            self.heartbeat_s = max(0.5, min(self.heartbeat_s, config.acct_gather_node_freq_s))
-        self._token, self._token_time = "", 0.0
-        self.connected = False
-        self.controller = 0  # which of the controllers (SlurmctldHost, in order) heartbeats go to
-        self.lease: tuple[str, int] = ("", 0)  # the newest controller lease heard of: (store, epoch)
         # over the allocations, shared with the meter and profiler threads; taken before the meter's
         # own lock, never while a thread holds that one
         self.lock = threading.Lock()
@@ -276,7 +261,7 @@ class Agent:
         future.set_result(code == 0)
         if code:
             log.error("prolog failed", extra={"job": alloc.job_id, "node": node, "error": error})
-            self._write_event(JobEvent(job_id=alloc.job_id, node=node, run=alloc.run, step_id="prolog",
+            self.link.report(JobEvent(job_id=alloc.job_id, node=node, run=alloc.run, step_id="prolog",
                                        exit_code=code, end_time=time.time(), error=error[:1024]))
             self._release(node, alloc.job_id)
 
@@ -338,7 +323,7 @@ class Agent:
         if code:  # the controller drains the node
             log.error("epilog failed", extra={"job": alloc.job_id, "node": node, "error": error})
         # its end (success too) tells the controller the node is clean of the job
-        self._write_event(JobEvent(job_id=alloc.job_id, node=node, run=alloc.run, step_id="epilog",
+        self.link.report(JobEvent(job_id=alloc.job_id, node=node, run=alloc.run, step_id="epilog",
                                    exit_code=code, end_time=time.time(), error=error[:1024]))
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self._epilog_path(node, alloc.job_id))
@@ -468,13 +453,6 @@ class Agent:
                  if series in j.profile and interval]
         self.energy.interval_s = min([self.base_interval_s, *asked])
 
-    def _headers(self) -> dict[str, str]:
-        now = time.time()
-        if now - self._token_time > 600:
-            self._token = auth.user_token(self.key, 0, "slurm", role="node")
-            self._token_time = now
-        return {"Authorization": f"Bearer {self._token}", "Content-Type": "application/json"}
-
     # --- job ends ----------------------------------------------------------------------------
 
     def _job_ended(self, event: JobEvent) -> None:
@@ -487,7 +465,7 @@ class Agent:
         if chosen:
             event = event.model_copy(update={"policy": JobUsage(job_id=event.job_id, **chosen)})
         self._release(event.node, event.job_id)
-        self._write_event(event)
+        self.link.report(event)
         # steps still running die with their job: SIGTERM first (their step daemons outlive it to
         # report the tasks' usage), SIGKILL after KillWait, as Slurm does; then whatever is left
         # in the job's cgroup
@@ -513,33 +491,13 @@ class Agent:
 
     def step_ended(self, event: JobEvent) -> None:
         """An srun step's tasks on one node ended: their usage goes to the controller like a job end."""
-        self._write_event(self._cgroup_usage(event))
-
-    def _write_event(self, event: JobEvent) -> None:
-        path = self._outbox_path(event)
-        with open(path + ".tmp", "w") as handle:
-            handle.write(event.model_dump_json())
-        os.replace(path + ".tmp", path)
-        with contextlib.suppress(RuntimeError):
-            self._kick.set()
-
-    def _outbox_path(self, event: JobEvent) -> str:
-        return os.path.join(self.outbox, f"{event.node}.{event.job_id}.{event.run}.{event.step_id}.json")
-
-    def pending_events(self) -> list[JobEvent]:
-        events = []
-        for name in sorted(os.listdir(self.outbox)):
-            if name.endswith(".json"):
-                with contextlib.suppress(OSError, ValueError), open(os.path.join(self.outbox, name)) as handle:
-                    events.append(JobEvent.model_validate(json.load(handle)))
-        return events
+        self.link.report(self._cgroup_usage(event))
 
     def _acknowledged(self, events: list[JobEvent], acked: list[int]) -> None:
         done = set(acked)
         for event in events:
             if event.job_id in done:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(self._outbox_path(event))
+                self.outbox.remove(event)
                 if event.step_id == "batch":
                     self.batch.forget(event)
 
@@ -665,7 +623,7 @@ class Agent:
                             power_limit_error=self.limits.errors.get(n.name, ""), **self._power(n, now))
                  for n in self.nodes.values()] if with_nodes else []
         return AgentHeartbeat(agent_url=self.url, boot_time=self.boot_time, nodes=nodes,
-                              events=self.pending_events() if with_events else [])
+                              events=self.outbox.pending() if with_events else [])
 
     def _power(self, node: NodeConf, now: float) -> dict:
         """A virtual node is as its emulated chassis says (up once a switch-on has finished); a
@@ -688,36 +646,9 @@ class Agent:
             running.setdefault(batch.node, set()).add(batch.job_id)
         return running
 
-    def follow(self, token: str) -> bool:
-        """Whether orders of a controller with this fencing token are obeyed: not once a controller
-        of a newer epoch of the same state store has been heard from (the older one may not know
-        yet that it lost its lease). A token of another store (the state started afresh) is followed."""
-        lease = fencing(token)
-        if lease is None or (lease[0] == self.lease[0] and lease[1] < self.lease[1]):
-            return False
-        self.lease = lease
-        return True
-
-    async def send(self, hb: AgentHeartbeat) -> None:
-        """The heartbeat to the active controller: the one that answered last, else the next one
-        listed (a standby refuses it; so does a controller that lost its lease)."""
-        urls = self.config.controller_urls
-        url = urls[self.controller % len(urls)]
-        try:
-            reply = await self.client.post(f"{url}/v1/agents/heartbeat", content=hb.model_dump_json(),
-                                           headers=self._headers())
-            reply.raise_for_status()
-            body = reply.json()
-            if not self.follow(str(body.get("lease", ""))):
-                raise httpx.HTTPError(f"controller at lease {str(body.get('lease'))[:60]} replaced by one at "
-                                      f"{self.lease}")
-        except httpx.HTTPError as exc:
-            if self.connected:
-                log.warning("controller unreachable", extra={"url": url, "error": str(exc)})
-            self.connected = False
-            self.controller += 1  # the next controller, on the next heartbeat (at most a second away)
-            return
-        self.connected = True
+    def _obey(self, hb: AgentHeartbeat, body: dict) -> None:
+        """The controller's reply to a heartbeat: the ends it recorded, jobs it no longer knows
+        here, the nodes' power limits."""
         acked = body.get("acknowledged", [])
         self._acknowledged(hb.events, acked)
         if acked:
@@ -773,37 +704,14 @@ class Agent:
                 self._throttle(held)
             self._sampling_interval()
         loop = asyncio.get_running_loop()
-        self.energy.on_poll = lambda: loop.call_soon_threadsafe(self._energy_read)
+        self.energy.on_poll = lambda: loop.call_soon_threadsafe(self.link.energy_read)
         self.energy.after_poll = self._apply_policies
         self.energy.start()
         self.profiler.start()
-        last_beat = 0.0
-        self._kick.set()  # the first heartbeat (the nodes' registration) goes at once, not a second later
-        while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._kick.wait(), timeout=min(1.0, self.heartbeat_s))
-            self._kick.clear()
-            await asyncio.sleep(0.02)  # let job ends that finish together travel together
-            try:
-                await self.batch.poll_adopted()
-                now = time.monotonic()
-                full = now - last_beat >= self.heartbeat_s or not self.connected or self._fresh_energy
-                self._fresh_energy = False
-                hb = self.report(with_nodes=full)
-                if full or hb.events:
-                    await self.send(hb)
-                    if full and self.connected:
-                        last_beat = now
-            except Exception:  # one bad report must not end the heartbeats for good
-                log.exception("heartbeat failed")
-
-    def _energy_read(self) -> None:
-        """A reading asked for by job ends is done: it goes to the controller now."""
-        self._fresh_energy = True
-        self._kick.set()
+        await self.link.beat(self.batch.poll_adopted, lambda full: self.report(with_nodes=full), self._obey)
 
     async def close(self) -> None:
         self.throttle.stop()
         self.profiler.stop()
         self.energy.stop()
-        await self.client.aclose()
+        await self.link.close()

@@ -45,9 +45,9 @@ async def _current_controller(request: Request, who: Controller) -> auth.Identit
     """A controller's order, obeyed unless a newer controller has taken over (409)."""
     agent: Agent = request.app.state.agent
     token = request.headers.get(EPOCH_HEADER, "")
-    if not agent.follow(token):
+    if not agent.link.follow(token):
         raise HTTPException(409, f"Orders from a controller that lost its lease ({token[:60]}; the newest is "
-                                 f"{agent.lease[0]}:{agent.lease[1]})")
+                                 f"{agent.link.lease[0]}:{agent.link.lease[1]})")
     return who
 
 
@@ -262,7 +262,7 @@ def create_app(agent: Agent) -> FastAPI:
 
     @app.get("/v1/ping")
     async def ping(who: Who) -> dict[str, Any]:
-        return {"status": "UP", "nodes": list(agent.nodes), "controller_connected": agent.connected}
+        return {"status": "UP", "nodes": list(agent.nodes), "controller_connected": agent.link.connected}
 
     collector = AgentCollector(agent.energy)
 
