@@ -10,7 +10,7 @@ from pathlib import Path
 
 from wattsched import config
 from wattsched.api import JobAllocation
-from wattsched.noded.agent import Agent
+from wattsched.noded.agent import Agent, build
 
 
 def _agent(tmp_path: Path) -> Agent:
@@ -19,7 +19,7 @@ def _agent(tmp_path: Path) -> Agent:
                     "MessageTimeout=2\nEmulatedNodes=yes\nAcctGatherEnergyType=acct_gather_energy/none\n"
                     "NodeName=a1 CPUs=2 RealMemory=1000\nPartitionName=p Nodes=a1 Default=YES\n")
     conf = config.load(path)
-    return Agent(conf, list(conf.nodes), "http://127.0.0.1:1", b"k" * 32)
+    return build(conf, list(conf.nodes), "http://127.0.0.1:1", b"k" * 32)
 
 
 def test_a_step_goes_on_as_soon_as_its_jobs_allocation_arrives(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ ends, is noded.ctldlink).
 One agent process can host many virtual nodes (emulation) or just its own host. The jobs
 allocated on its nodes (noded.allocations) get their CPU frequency and power profile there;
 on virtual nodes a job below its CPUs' highest frequency is slowed to match (noded.throttle).
+:func:`build` sets up the host and its parts; the agent then only wires them together.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import signal
 import socket
 import threading
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from wattsched import cpubind, energypolicy, gres, plugins, prologs, rlimits, switching
 from wattsched.api import AgentHeartbeat, BatchLaunch, JobAllocation, JobEvent, JobUsage, NodeReport
@@ -70,28 +71,62 @@ def node_path(path: str, node: str) -> str:
     return path.replace("%n", node).replace("%h", socket.gethostname().split(".")[0])
 
 
+@dataclass(frozen=True)
+class Host:
+    """What an agent finds and sets up on its host before it runs anything (see :func:`build`)."""
+
+    nodes: dict[str, NodeConf]  # the nodes it hosts, their GPUs detected where NVML says
+    outbox: Outbox
+    cgroups: JobCgroups | None
+    limits: NodeLimits
+    virtual: VirtualHosts
+    energy_plugin: object  # AcctGatherEnergyType's
+    model: EmulatedEnergy | None  # the power model of virtual nodes (or the plugin itself)
+
+
+def build(config: Config, nodes: list[NodeConf], url: str, key: bytes) -> Agent:
+    """The agent of ``nodes``, reached at ``url``: the one place that touches its host before it
+    runs (its GPUs detected, its spool folders made private, the jobs' control groups, the nodes'
+    power limits and virtual hosts, its energy plugin loaded). CgroupError, GpuError: it cannot
+    start."""
+    hosted = {n.name: n for n in nodes}
+    if config.gres_autodetect == "nvml" and not config.emulated_nodes:
+        hosted = gpus.detect(hosted)
+    spool = config.slurmd_spool_dir
+    outbox = Outbox(spool)
+    # users reach their jobs' scratch folders below it, and list nothing; the rest is root's alone
+    os.chmod(spool, 0o711)
+    # proctrack/cgroup, task/cgroup: every job and step in its own cgroup (CgroupError: no start)
+    cgroups = confinement(config, hosted)
+    limits = NodeLimits(hosted, spool, config.energy_sysfs_root or "/", config.emulated_nodes)
+    # virtual nodes (several on this host, or emulated): each one's jobs see a host of their own
+    virtual = VirtualHosts(spool, list(config.nodes), config.emulated_nodes or len(hosted) > 1)
+    plugin = plugins.load(config.acct_gather_energy_type, config=config, nodes=nodes)
+    model = plugin if isinstance(plugin, EmulatedEnergy) else (
+        EmulatedEnergy(config, nodes) if config.emulated_nodes else None)
+    host = Host(nodes=hosted, outbox=outbox, cgroups=cgroups, limits=limits, virtual=virtual, energy_plugin=plugin,
+                model=model)
+    return Agent(config, host, url, key)
+
+
 class Agent:
-    def __init__(self, config: Config, nodes: list[NodeConf], url: str, key: bytes):
-        self.config, self.nodes, self.url, self.key = config, {n.name: n for n in nodes}, url, key
-        if config.gres_autodetect == "nvml" and not config.emulated_nodes:
-            self.nodes = gpus.detect(self.nodes)
+    """A node agent's parts and the jobs on its nodes; built by :func:`build`."""
+
+    def __init__(self, config: Config, host: Host, url: str, key: bytes):
+        self.config, self.nodes, self.url, self.key = config, host.nodes, url, key
         self.boot_time = time.time()
         self.spool = config.slurmd_spool_dir
-        self.outbox = Outbox(self.spool)
-        # users reach their jobs' scratch folders below it, and list nothing; the rest is root's alone
-        os.chmod(self.spool, 0o711)
+        self.outbox = host.outbox
         self.link = ControllerLink(config, key, self.outbox)
-        # proctrack/cgroup, task/cgroup: every job and step in its own cgroup (CgroupError: no start)
-        self.cgroups = confinement(config, self.nodes)
-        self.limits = NodeLimits(self.nodes, self.spool, config.energy_sysfs_root or "/", config.emulated_nodes)
+        self.cgroups = host.cgroups
+        self.limits = host.limits
+        self.virtual = host.virtual
         self.task_scripts = {k: v for k, v in (("task_prolog", config.task_prolog),
                                                 ("task_epilog", config.task_epilog)) if v}
         self.batch = BatchRunner(self.spool, config.kill_wait_s, self._job_ended, self.confine_batch,
                                  self.task_scripts, self.propagated)
         # task/affinity binds tasks to CPUs on real nodes (a virtual node's CPUs are not the host's)
         self.binds = "task/affinity" in config.task_plugin and not config.emulated_nodes
-        # virtual nodes (several on this host, or emulated): each one's jobs see a host of their own
-        self.virtual = VirtualHosts(self.spool, list(config.nodes), config.emulated_nodes or len(self.nodes) > 1)
         self.step_pgids: dict[tuple[str, int], set[int]] = {}
         # (job, step, node) -> stdin pipes of the step's tasks that read srun's input
         self.step_inputs: dict[tuple[int, int, str], list] = {}
@@ -110,9 +145,7 @@ class Agent:
         self.lock = threading.Lock()
         self.allocations = Allocations(config, self.nodes, self.spool)
         self.allocations.power_limit = self.limits.emulated_limit
-        plugin = plugins.load(config.acct_gather_energy_type, config=config, nodes=nodes)
-        model = plugin if isinstance(plugin, EmulatedEnergy) else (
-            EmulatedEnergy(config, nodes) if config.emulated_nodes else None)
+        model = host.model
         if model is not None and config.emulated_nodes:
             # a virtual node draws its chassis' watts while off or switching (only emulated BMCs switch them)
             model.chassis_state = self._chassis_state
@@ -120,9 +153,9 @@ class Agent:
             if config.acct_gather_energy_type.endswith("/ipmi") else float(config.acct_gather_node_freq_s)
         read_timeout_s = config.energy_redfish_timeout_s if config.acct_gather_energy_type.endswith("/redfish") \
             else config.energy_ipmi_timeout_s
-        self.energy = EnergyMeter(plugin, {n.name: n.cpus for n in nodes}, self.spool, self.base_interval_s,
-                                  self._job_loads, read_timeout_s=float(read_timeout_s), model=model,
-                                  calc_adjustment=config.energy_ipmi_calc_adjustment
+        self.energy = EnergyMeter(host.energy_plugin, {n.name: n.cpus for n in self.nodes.values()}, self.spool,
+                                  self.base_interval_s, self._job_loads, read_timeout_s=float(read_timeout_s),
+                                  model=model, calc_adjustment=config.energy_ipmi_calc_adjustment
                                   and config.acct_gather_energy_type.endswith("/ipmi"),
                                   cgroup_usage=self.cgroups.job_usage if self.cgroups else None,
                                   gpus=GpuMeter(self.nodes, config.emulated_nodes, self._job_gpus,

@@ -7,7 +7,7 @@ import socket
 
 from wattsched import auth, hostlist, logs
 from wattsched import config as config_mod
-from wattsched.noded.agent import Agent, for_node, node_path
+from wattsched.noded.agent import build, for_node, node_path
 from wattsched.noded.app import create_app
 from wattsched.noded.cgroup import CgroupError
 from wattsched.noded.gpus import GpuError
@@ -40,7 +40,7 @@ def run(config_path: str, nodes: str | None, host: str, port: int | None, advert
     listen_port = port or selected[0].port or config.slurmd_port
     url = f"http://{advertise or host}:{listen_port}"
     try:
-        agent = Agent(config, selected, url, auth.read_key(config.key_file))
+        agent = build(config, selected, url, auth.read_key(config.key_file))
     except (CgroupError, GpuError) as exc:
         raise AgentStartError(f"{config.source}: {exc}") from exc
     sock = httpserve.listen(host, listen_port)
