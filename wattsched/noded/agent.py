@@ -71,6 +71,25 @@ def node_path(path: str, node: str) -> str:
     return path.replace("%n", node).replace("%h", socket.gethostname().split(".")[0])
 
 
+@dataclass(slots=True)
+class JobHere:
+    """What the agent knows of one job on one of its nodes, beside the books of its allocation
+    (noded.allocations, which the meter and profiler threads share). A part is None while absent;
+    the record goes when every part has."""
+
+    alloc: JobAllocation | None = None  # what its Prolog and Epilog are told
+    prolog: asyncio.Future[bool] | None = None  # its Prolog: done (True/False) before anything of it starts
+    arrival: asyncio.Future[None] | None = None  # steps that came before its allocation: woken by it
+    # its Epilog, running: the node is not clean of the job until it is done (and the loop keeps only
+    # weak references to tasks: this is the strong one)
+    epilog: asyncio.Task[None] | None = None
+    pgids: set[int] | None = None  # its steps' process groups, from their first launch here to its end
+
+    def gone(self) -> bool:
+        return self.alloc is None and self.prolog is None and self.arrival is None and self.epilog is None \
+            and self.pgids is None
+
+
 @dataclass(frozen=True)
 class Host:
     """What an agent finds and sets up on its host before it runs anything (see :func:`build`)."""
@@ -127,19 +146,11 @@ class Agent:
                                  self.task_scripts, self.propagated)
         # task/affinity binds tasks to CPUs on real nodes (a virtual node's CPUs are not the host's)
         self.binds = "task/affinity" in config.task_plugin and not config.emulated_nodes
-        self.step_pgids: dict[tuple[str, int], set[int]] = {}
+        self.here: dict[tuple[str, int], JobHere] = {}  # by (node, job id): see JobHere
         # (job, step, node) -> stdin pipes of the step's tasks that read srun's input
         self.step_inputs: dict[tuple[int, int, str], list] = {}
         self.live_steps: dict[tuple[int, int, str], steps.LiveStep] = {}  # (job, step, node): running here
         self.ended: dict[tuple[str, int], None] = {}  # jobs recently over here, oldest first
-        # Prolog on each node of a job: done (True/False) before its batch script or steps start
-        self.prologs: dict[tuple[str, int], asyncio.Future[bool]] = {}
-        # steps that arrived before their job's allocation: woken by its arrival (allocate)
-        self.arrivals: dict[tuple[str, int], asyncio.Future[None]] = {}
-        self.job_info: dict[tuple[str, int], JobAllocation] = {}  # what Prolog and Epilog are told
-        # Epilogs running, by (node, job): the node is not clean of the job until its Epilog is done
-        # (and the loop keeps only weak references to tasks: these are the strong ones)
-        self.epilogs: dict[tuple[str, int], asyncio.Task[None]] = {}
         # over the allocations, shared with the meter and profiler threads; taken before the meter's
         # own lock, never while a thread holds that one
         self.lock = threading.Lock()
@@ -166,9 +177,42 @@ class Agent:
         self.policies = Policies(self.nodes, config.emulated_nodes, confined)
         self.profiler = Profiler(self.allocations, self.energy, self.lock, self.policies)
 
+    def _here(self, node: str, job_id: int) -> JobHere:
+        """The job's record on the node, made when first needed."""
+        record = self.here.get((node, job_id))
+        if record is None:
+            record = self.here[(node, job_id)] = JobHere()
+        return record
+
+    def _part(self, node: str, job_id: int) -> JobHere:
+        """The job's record on the node, or an empty one (not kept) when there is none."""
+        return self.here.get((node, job_id)) or JobHere()
+
+    def _tidy(self, node: str, job_id: int) -> None:
+        """The job's record goes once every part of it has."""
+        record = self.here.get((node, job_id))
+        if record is not None and record.gone():
+            del self.here[(node, job_id)]
+
+    def step_groups(self, node: str, job_id: int) -> set[int]:
+        """The set its steps' tasks put their process groups in, kept until the job ends here."""
+        record = self._here(node, job_id)
+        if record.pgids is None:
+            record.pgids = set()
+        return record.pgids
+
+    def drop_step_groups(self, node: str, job_id: int) -> set[int]:
+        """Its steps' process groups, forgotten (the job is over here)."""
+        record = self.here.get((node, job_id))
+        if record is None or record.pgids is None:
+            return set()
+        pgids, record.pgids = record.pgids, None
+        self._tidy(node, job_id)
+        return pgids
+
     def job_pgids(self, node: str, job_id: int) -> set[int]:
         """The process groups of a job on a node: its batch script's and its step tasks'."""
-        groups = set(self.step_pgids.get((node, job_id), ()))
+        groups = set(self._part(node, job_id).pgids or ())
         batch = self.batch.jobs.get(job_id)
         if batch is not None and batch.node == node and (pgid := self.batch.script_pgid(batch)):
             groups.add(pgid)
@@ -194,8 +238,9 @@ class Agent:
         for batch in list(self.batch.jobs.values()):  # jobs launched before their allocation arrived
             if pgid := self.batch.script_pgid(batch):
                 loads.setdefault(batch.node, {}).setdefault(batch.job_id, ({pgid}, 0, 0, 1.0))
-        for (node, job_id), pgids in list(self.step_pgids.items()):
-            loads.setdefault(node, {}).setdefault(job_id, (set(pgids), 0, 0, 1.0))
+        for (node, job_id), record in list(self.here.items()):
+            if record.pgids is not None:
+                loads.setdefault(node, {}).setdefault(job_id, (set(record.pgids), 0, 0, 1.0))
         return loads
 
     def _throttle(self, held: NodeJob) -> None:
@@ -258,8 +303,8 @@ class Agent:
         with self.lock:
             added = self.allocations.add(alloc)
             for job in added:
-                self.job_info[(job.node, job.job_id)] = alloc
-                waiter = self.arrivals.pop((job.node, job.job_id), None)
+                record = self._here(job.node, job.job_id)
+                record.alloc, waiter, record.arrival = alloc, record.arrival, None
                 if waiter is not None and not waiter.done():
                     waiter.set_result(None)
                 if self.config.epilog:  # an Epilog owed survives a restart of the agent
@@ -282,7 +327,7 @@ class Agent:
 
     def _start_prolog(self, node: str, alloc: JobAllocation) -> None:
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self.prologs[(node, alloc.job_id)] = future
+        self._here(node, alloc.job_id).prolog = future
         asyncio.get_running_loop().create_task(self._prolog(node, alloc, future))
 
     async def _prolog(self, node: str, alloc: JobAllocation, future: asyncio.Future[bool]) -> None:
@@ -300,12 +345,12 @@ class Agent:
 
     async def prolog_ok(self, node: str, job_id: int) -> bool:
         """Whether the job's Prolog on the node succeeded (waiting for it; True without a Prolog)."""
-        future = self.prologs.get((node, job_id))
+        future = self._part(node, job_id).prolog
         return True if future is None else await asyncio.shield(future)
 
     def launch_batch(self, req: BatchLaunch) -> None:
         """Start a batch script once its node's Prolog has succeeded."""
-        future = self.prologs.get((req.node, req.job_id))
+        future = self._part(req.node, req.job_id).prolog
         if future is None or future.done():
             if future is None or future.result():
                 self.batch.launch(req)
@@ -340,14 +385,14 @@ class Agent:
                 except (OSError, ValueError):
                     continue
                 if (node, alloc.job_id) in self.allocations.jobs:
-                    self.job_info[(node, alloc.job_id)] = alloc
+                    self._here(node, alloc.job_id).alloc = alloc
                 else:
                     self._start_epilog(node, alloc)
 
     def _start_epilog(self, node: str, alloc: JobAllocation) -> None:
         """Run the node's Epilog for the job; until it is done the node is not clean of the job
         (the controller keeps it COMPLETING there, as Slurm does)."""
-        self.epilogs[(node, alloc.job_id)] = asyncio.get_running_loop().create_task(self._epilog(node, alloc))
+        self._here(node, alloc.job_id).epilog = asyncio.get_running_loop().create_task(self._epilog(node, alloc))
 
     async def _epilog(self, node: str, alloc: JobAllocation) -> None:
         code, error = await asyncio.to_thread(prologs.run_program, self.config.epilog,
@@ -360,7 +405,8 @@ class Agent:
                                    exit_code=code, end_time=time.time(), error=error[:1024]))
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self._epilog_path(node, alloc.job_id))
-        self.epilogs.pop((node, alloc.job_id), None)
+        self._part(node, alloc.job_id).epilog = None
+        self._tidy(node, alloc.job_id)
 
     def join_step(self, node: str, job_id: int, step: str) -> list[str]:
         """The cgroup files a step's processes write their pid into (none without cgroups): the
@@ -446,14 +492,17 @@ class Agent:
         MessageTimeout at most; one that ended here is refused at once."""
         key = (node, job_id)
         if key not in self.ended and not self._allocated(key):
-            waiter = self.arrivals.get(key)
+            record = self._here(node, job_id)
+            waiter = record.arrival
             if waiter is None:
-                waiter = self.arrivals[key] = asyncio.get_running_loop().create_future()
+                waiter = record.arrival = asyncio.get_running_loop().create_future()
             try:  # (shielded: a step that gives up leaves the wait of another step of the job alone)
                 await asyncio.wait_for(asyncio.shield(waiter), self.config.message_timeout_s)
             except TimeoutError:
-                if self.arrivals.get(key) is waiter:
-                    del self.arrivals[key]
+                record = self._part(node, job_id)
+                if record.arrival is waiter:
+                    record.arrival = None
+                    self._tidy(node, job_id)
         if key in self.ended or not self._allocated(key):
             return False
         return await self.prolog_ok(node, job_id)
@@ -472,12 +521,13 @@ class Agent:
             self.allocations.remove(node, job_id)
             self.policies.forget(node, job_id)
             self._sampling_interval()
-        self.prologs.pop((node, job_id), None)
         self.virtual.release(node, job_id)
-        alloc = self.job_info.pop((node, job_id), None)
-        if alloc is not None and self.config.epilog and (node, job_id) not in self.epilogs:
+        record = self._part(node, job_id)
+        alloc, record.alloc, record.prolog = record.alloc, None, None
+        if alloc is not None and self.config.epilog and record.epilog is None:
             with contextlib.suppress(RuntimeError):  # no running loop: its saved record runs it at restart
                 self._start_epilog(node, alloc)
+        self._tidy(node, job_id)
 
     def _sampling_interval(self) -> None:
         """The meter polls at least as often as the shortest profile interval asks."""
@@ -503,7 +553,7 @@ class Agent:
         # report the tasks' usage), SIGKILL after KillWait, as Slurm does; then whatever is left
         # in the job's cgroup
         node, job_id = event.node, event.job_id
-        pgids = self.step_pgids.pop((node, job_id), set())
+        pgids = self.drop_step_groups(node, job_id)
         for pgid in pgids:
             procs.killpg(pgid, signal.SIGTERM)
         if not pgids:
@@ -551,7 +601,7 @@ class Agent:
         for node in nodes:
             if node not in self.nodes:
                 continue
-            pgids = self.step_pgids.get((node, job_id), set())
+            pgids = self._part(node, job_id).pgids or set()
             on_node = job_id in self.batch.jobs and self.batch.jobs[job_id].node == node
             if terminate:
                 for (live_job, _step, live_node), live in list(self.live_steps.items()):
@@ -564,7 +614,7 @@ class Agent:
                     asyncio.get_running_loop().call_later(self.config.kill_wait_s, self._kill_steps, node, job_id)
                 if not on_node or self.batch.terminate(job_id):
                     self._release(node, job_id)
-                    if (node, job_id) not in self.epilogs:  # else clean once its Epilog is done
+                    if self._part(node, job_id).epilog is None:  # else clean once its Epilog is done
                         clean.append(node)
                     self.energy.wake()
                     if not pgids:  # (with steps, after their KillWait)
@@ -623,7 +673,7 @@ class Agent:
         return True
 
     def _kill_steps(self, node: str, job_id: int) -> None:
-        pgids = set(self.step_pgids.get((node, job_id), set()))
+        pgids = set(self._part(node, job_id).pgids or ())
         for pgid in pgids:
             procs.kill_tasks(pgid)  # their step daemons report them, then end (or are killed next)
         asyncio.get_running_loop().call_later(steps.STEPD_GRACE_S, self._kill_step_daemons, node, job_id, pgids)
