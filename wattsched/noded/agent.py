@@ -618,6 +618,7 @@ class Agent:
                         clean.append(node)
                     self.energy.wake()
                     if not pgids:  # (with steps, after their KillWait)
+                        self.drop_step_groups(node, job_id)
                         self._end_cgroups(node, job_id)
             else:
                 if not batch_only:
@@ -682,6 +683,8 @@ class Agent:
         for pgid in pgids:
             procs.killpg(pgid, signal.SIGKILL)
         if not (job_id in self.batch.jobs and self.batch.jobs[job_id].node == node):
+            if (node, job_id) in self.ended:  # (not if it runs here again, requeued)
+                self.drop_step_groups(node, job_id)  # (a batch host's go with its script's end)
             self._end_cgroups(node, job_id)
 
     # --- talking to the controller ----------------------------------------------------------------
