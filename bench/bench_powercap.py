@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import report
 
-from wattsched import power
+from wattsched import capadmission
 from wattsched.confvalues import SchedulerParams
 from wattsched.nodestates import PowerState
 from wattsched.plugins.priority.basic import BasicPriority
@@ -64,7 +64,7 @@ def workload(seed: int = 7, count: int = 200, fit: bool = False) -> list[Job]:
 def replay(mode: str, fit: bool = False) -> dict[str, float]:
     jobs = {j.request.job_id: j for j in workload(fit=fit)}
     names = [f"n{i:03d}" for i in range(NODES)]
-    watts = {n: power.NodePower(IDLE, MAX, IDLE, MAX, freq_watts=FREQ_WATTS) for n in names}
+    watts = {n: capadmission.NodePower(IDLE, MAX, IDLE, MAX, freq_watts=FREQ_WATTS) for n in names}
     node_watts: dict[str, int] = {}
     partition = PartitionSnap("p", tuple(names))
     scheduler = BackfillScheduler(SchedulerParams(bf_power=mode, bf_interval_s=1))
@@ -94,7 +94,7 @@ def replay(mode: str, fit: bool = False) -> dict[str, float]:
             now=now, nodes=tuple(NodeSnap(n, CORES, free[n], 64000, 64000) for n in names),
             partitions={"p": partition}, pending=tuple(replace(jobs[j].request) for j in sorted(pending)),
             running=tuple(RunningJob(j, c, dict.fromkeys(c, 0), end) for j, (c, end) in running.items()),
-            power=power.PowerSnap(now_watts, states_, CAP))
+            power=capadmission.PowerSnap(now_watts, states_, CAP))
         decisions = schedule(snapshot, BasicPriority(), scheduler, ConsTresSelect())
         for started, alloc in decisions.starts:
             job = jobs[started]

@@ -283,23 +283,24 @@ def test_reserved_nodes_are_never_used_by_others_in_the_window(work, offset, len
 
 @st.composite
 def capped(draw):
-    from wattsched import power
+    from wattsched import capadmission
 
     count, cpus, busy, queue = draw(workloads())
     names = [f"n{i:02d}" for i in range(1, count + 1)]
-    watts = {n: power.NodePower(100, 300, 100, 300, always_max=draw(st.booleans()) and n == "n01") for n in names}
+    watts = {n: capadmission.NodePower(100, 300, 100, 300, always_max=draw(st.booleans()) and n == "n01")
+             for n in names}
     used = {node for r in busy for node in r.cpus}
     states_ = {n: PowerState.BUSY if n in used else PowerState.IDLE for n in names}
     current = sum(watts[n].watts(states_[n]) for n in names)
     cap = draw(st.sampled_from([math.inf, float(draw(st.integers(current - 100, 300 * count)))]))
-    resvs = tuple(power.PowerResv(f"r{i}", NOW + draw(st.integers(0, 120)) * 60,
+    resvs = tuple(capadmission.PowerResv(f"r{i}", NOW + draw(st.integers(0, 120)) * 60,
                                   NOW + draw(st.integers(121, 400)) * 60, draw(st.integers(50, 400)))
                   for i in range(draw(st.integers(0, 2))))
     # the schedule's changes of the cap ahead: dips and raises (wattsched.capschedule)
     times = sorted(draw(st.sets(st.integers(1, 400), max_size=3)))
     ahead = tuple((NOW + t * 60, draw(st.sampled_from([math.inf, float(draw(st.integers(100 * count, 300 * count)))])))
                   for t in times)
-    return count, cpus, busy, queue, power.PowerSnap(watts, states_, cap, resvs, ahead)
+    return count, cpus, busy, queue, capadmission.PowerSnap(watts, states_, cap, resvs, ahead)
 
 
 def _busy_power(snap, busy_nodes) -> float:
@@ -341,11 +342,11 @@ def test_power_never_exceeds_the_cap_or_a_planned_cap(work, kind) -> None:
 def test_power_fit_picks_the_highest_frequency_under_the_cap(kind) -> None:
     from dataclasses import replace
 
-    from wattsched import power
+    from wattsched import capadmission
 
     table = ((2_000_000, 300), (1_500_000, 220), (1_000_000, 160))
-    watts = {n: power.NodePower(100, 300, 100, 300, freq_watts=table) for n in ("n01", "n02")}
-    snap = power.PowerSnap(watts, {"n01": PowerState.IDLE, "n02": PowerState.IDLE}, 350.0)
+    watts = {n: capadmission.NodePower(100, 300, 100, 300, freq_watts=table) for n in ("n01", "n02")}
+    snap = capadmission.PowerSnap(watts, {"n01": PowerState.IDLE, "n02": PowerState.IDLE}, 350.0)
     scheduler = BuiltinScheduler() if kind == "builtin" else BackfillScheduler(SchedulerParams(bf_power=kind))
     queue = [job(1, 4, 30, power_fit=True), job(2, 4, 30), job(3, 4, 30, power_fit=True, cpu_freq_pinned=True)]
     for request in queue:
@@ -358,7 +359,7 @@ def test_power_fit_picks_the_highest_frequency_under_the_cap(kind) -> None:
     # a node already running at 1.5 GHz counts 220 W, not MaxWatts
     busy = replace(snap, nodes={**watts, "n01": replace(watts["n01"], busy=220)},
                    states={"n01": PowerState.BUSY, "n02": PowerState.IDLE})
-    assert power.summary(busy.nodes, busy.states)["current_watts"] == 320
+    assert capadmission.summary(busy.nodes, busy.states)["current_watts"] == 320
 
 
 @st.composite
@@ -429,17 +430,18 @@ def test_the_failure_frontier_rules_out_only_requests_that_do_not_fit(work, rese
 def test_jobs_admitted_at_their_predicted_power_let_more_run_under_the_cap(kind) -> None:
     from dataclasses import replace
 
-    from wattsched import capshed, power
+    from wattsched import capadmission, capshed
     from wattsched.scheduling.records import PreemptSettings
 
-    watts = {n: power.NodePower(100, 300, 100, 300) for n in ("n01", "n02", "n03", "n04")}
+    watts = {n: capadmission.NodePower(100, 300, 100, 300) for n in ("n01", "n02", "n03", "n04")}
     idle = dict.fromkeys(watts, PowerState.IDLE)
     # earlier runs drew 150 W a node: with a 20 % margin each node counts 180 W, 80 over idle, not 200
     queue = [job(i, 4, 30, exclusive=True, exp_watts=150.0) for i in range(1, 5)]
     scheduler = BuiltinScheduler() if kind == "builtin" else BackfillScheduler(SchedulerParams(bf_power=kind))
-    at_max = plan(replace(cluster(4, 4, [], pending=queue), power=power.PowerSnap(watts, idle, 1000.0)), scheduler)
+    at_max = plan(replace(cluster(4, 4, [], pending=queue), power=capadmission.PowerSnap(watts, idle, 1000.0)),
+                  scheduler)
     assert len(at_max.starts) == 3 and at_max.reasons[4] == states.R_POWER  # 400 + 3 x 200 W
-    predicted = power.PowerSnap(watts, idle, 1000.0, margin=0.2)
+    predicted = capadmission.PowerSnap(watts, idle, 1000.0, margin=0.2)
     decisions = plan(replace(cluster(4, 4, [], pending=queue), power=predicted), scheduler)
     assert len(decisions.starts) == 4 and all(a.node_watts == pytest.approx(180.0) for _j, a in decisions.starts)
     # a job sharing its nodes, or with no earlier run, is counted at MaxWatts still
@@ -450,6 +452,6 @@ def test_jobs_admitted_at_their_predicted_power_let_more_run_under_the_cap(kind)
     running_jobs = [RunningJob(j, dict(a.cpus), {}, NOW + 1800, node_watts=a.node_watts) for j, a in decisions.starts]
     busy = replace(predicted, states=dict.fromkeys(watts, PowerState.BUSY),
                    nodes={n: replace(w, busy=180.0) for n, w in watts.items()})
-    assert power.summary(busy.nodes, busy.states)["current_watts"] == 720
+    assert capadmission.summary(busy.nodes, busy.states)["current_watts"] == 720
     assert capshed.shed(busy, running_jobs, {}, PreemptSettings(), ["cpufreq", "suspend"]) == []
     assert capshed.Model(busy, running_jobs).total == 720

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from wattsched import capschedule, power, states
+from wattsched import capadmission, capschedule, states
 from wattsched.capschedule import INFINITE, CapScheduleError, CapStep
 from wattsched.confvalues import SchedulerParams
 from wattsched.nodestates import PowerState
@@ -92,10 +92,10 @@ def test_due_carries_out_open_steps_and_rolls_daily_windows() -> None:
     assert cap == 1000.0 and [(s.step_id, s.start - MIDNIGHT) for s in left] == [("1", 42 * 3600)]
 
 
-def _dipped(cap: float, dip_from: float, dip_to: float, dip_cap: float) -> power.PowerSnap:
-    watts = {n: power.NodePower(100, 300, 100, 300) for n in ("n01", "n02", "n03", "n04")}
+def _dipped(cap: float, dip_from: float, dip_to: float, dip_cap: float) -> capadmission.PowerSnap:
+    watts = {n: capadmission.NodePower(100, 300, 100, 300) for n in ("n01", "n02", "n03", "n04")}
     ahead = ((dip_from, dip_cap), (dip_to, cap))
-    return power.PowerSnap(watts, dict.fromkeys(watts, PowerState.IDLE), cap, (), ahead)
+    return capadmission.PowerSnap(watts, dict.fromkeys(watts, PowerState.IDLE), cap, (), ahead)
 
 
 @pytest.mark.parametrize("kind", ["builtin", "admit", "plan"])
@@ -126,7 +126,7 @@ def test_jobs_that_would_run_into_a_dip_wait_and_short_ones_run_before_it(kind: 
 def test_a_schedule_alone_turns_capping_on() -> None:
     from wattsched import snapbuild
 
-    watts = {"n01": power.NodePower(100, 300, 100, 300)}
+    watts = {"n01": capadmission.NodePower(100, 300, 100, 300)}
     idle = {"n01": PowerState.IDLE}
     assert snapbuild.power_snap(None, watts, idle) is None
     snap = snapbuild.power_snap(None, watts, idle, steps=[step("50%@18:00", Duration="60")], now=NOON)

@@ -4,9 +4,9 @@ counts as gone, and giving back."""
 from __future__ import annotations
 
 from wattsched import capshed
+from wattsched.capadmission import NodePower, PowerSnap
 from wattsched.limits import Qos
 from wattsched.nodestates import PowerState
-from wattsched.power import NodePower, PowerSnap
 from wattsched.scheduling.records import PreemptSettings, RunningJob
 
 TABLE = ((2_000_000, 300), (1_500_000, 220), (1_000_000, 160))

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from wattsched import power, powerreport, powersave, states, switching
+from wattsched import capadmission, powerreport, powersave, states, switching
 from wattsched.config import ConfigError, load
 from wattsched.nodestates import PowerFlag, PowerState
 from wattsched.plugins.power_save.energy_aware import EnergyAware
@@ -81,23 +81,23 @@ def test_inertial_state_machine_and_inertia() -> None:
         Inertial(inertia="triple")
 
 
-def _leaf_power(off: int, busy: int, cap: float) -> tuple[power.PowerSnap, tuple[PsNode, ...]]:
+def _leaf_power(off: int, busy: int, cap: float) -> tuple[capadmission.PowerSnap, tuple[PsNode, ...]]:
     """Seed 003's cluster: leaf0 always at MaxWatts, 256 virtual nodes 450/950 W, PowerSaveWatts=5."""
-    nodes = {"leaf0": power.NodePower(450, 950, 450, 950, always_max=True)}
+    nodes = {"leaf0": capadmission.NodePower(450, 950, 450, 950, always_max=True)}
     node_states = {"leaf0": PowerState.IDLE}
     ps = []
     for i in range(256):
         name = f"leaf{1000 + i}"
-        nodes[name] = power.NodePower(450, 950, 5, 950)
+        nodes[name] = capadmission.NodePower(450, 950, 5, 950)
         state = PowerState.BUSY if i < busy else PowerState.OFF if i >= 256 - off else PowerState.IDLE
         node_states[name] = state
         ps.append(PsNode(name, state, 0.0))
-    return power.PowerSnap(nodes, node_states, cap), tuple(ps)
+    return capadmission.PowerSnap(nodes, node_states, cap), tuple(ps)
 
 
 def test_reclaim_switches_off_just_enough_idle_nodes_for_the_blocked_job() -> None:
     snap, nodes = _leaf_power(off=0, busy=0, cap=121000)
-    assert power.summary(snap.nodes, snap.states) == {"min_watts": 2230, "current_watts": 116150,
+    assert capadmission.summary(snap.nodes, snap.states) == {"min_watts": 2230, "current_watts": 116150,
                                                        "adjusted_max_watts": 244150, "max_watts": 244150}
     blocked = PendingBrief(2, 10, math.inf, reason=states.R_POWER)
     # 116150 + 10 x 500 = 121150: 150 W over; one node going from 450 W to 5 W gives 445 W back
@@ -117,7 +117,7 @@ def test_reclaim_switches_off_just_enough_idle_nodes_for_the_blocked_job() -> No
 
 def test_the_seeds_example_2_figures_from_node_states() -> None:
     snap, _ = _leaf_power(off=107, busy=10, cap=121000)
-    assert power.summary(snap.nodes, snap.states) == {"min_watts": 2230, "current_watts": 73535,
+    assert capadmission.summary(snap.nodes, snap.states) == {"min_watts": 2230, "current_watts": 73535,
                                                        "adjusted_max_watts": 143035, "max_watts": 244150}
 
 

@@ -12,7 +12,7 @@ Requests use scontrol's grammar, ``PowerCap=VALUE@START [EndTime=T | Duration=D]
 with Slurm's time formats (``18:00``, ``now+30minutes``, ``2026-11-27T18:00``); a schedule file
 (PowerCapSchedule) holds one request per line.
 
-Pure: the steps, the cap and ``now`` in; the cap's timeline (what wattsched.power plans against)
+Pure: the steps, the cap and ``now`` in; the cap's timeline (what wattsched.capadmission plans against)
 and the steps still to come out.
 """
 

@@ -1,7 +1,7 @@
 """Meeting a lowered cap (ours: no peer does it). When the power cap (or a power reservation that
 begins) drops below what the running jobs may draw, the controller sheds load, in the order the
 administrator chose with PowerCapShed, until the cluster's current maximum power (the cap's own
-model: wattsched.power) is under the cap again; and when there is room again, it gives back what
+model: wattsched.capadmission) is under the cap again; and when there is room again, it gives back what
 it took, in the reverse order of importance.
 
 Steps, each over the jobs in shedding order (lowest QOS priority first, then the most recently
@@ -27,9 +27,9 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from wattsched import preemption
+from wattsched.capadmission import NodePower, PowerSnap
 from wattsched.limits import Qos
 from wattsched.nodestates import PowerState
-from wattsched.power import NodePower, PowerSnap
 from wattsched.scheduling.records import PartitionSnap, PreemptSettings, RunningJob
 
 STEPS = ("cpufreq", "suspend", "requeue", "cancel")

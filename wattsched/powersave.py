@@ -23,8 +23,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from wattsched.capadmission import PowerSnap
 from wattsched.nodestates import PowerState
-from wattsched.power import PowerSnap
 
 
 def seen_state(state: PowerState, drained: bool) -> PowerState:

@@ -18,12 +18,12 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 from dataclasses import fields, replace
 from typing import Any, Generic, Protocol, TypeVar
 
-from wattsched import capschedule, gres, licenses, limits, nodestates, power
+from wattsched import capadmission, capschedule, gres, licenses, limits, nodestates
+from wattsched.capadmission import INFINITE, NodePower, PowerResv, PowerSnap
 from wattsched.capschedule import CapStep
 from wattsched.config import Config
 from wattsched.model import JOB_FIELD_NAMES, Job
 from wattsched.nodestates import NodeBase, PowerFlag, PowerState
-from wattsched.power import INFINITE, NodePower, PowerResv, PowerSnap
 from wattsched.scheduling.records import (
     Changes,
     Delta,
@@ -112,8 +112,8 @@ def node_power(node: NodeShape, job_draws: Collection[tuple[int | None, float | 
 
 def cap_state(flag: PowerFlag, held: bool, base: NodeBase = NodeBase.IDLE, not_responding: bool = False) -> PowerState:
     """A node as the cap counts it: its power state (nodestates.power_state), a switch under way
-    counted by what it holds (power.cap_state)."""
-    return power.cap_state(nodestates.power_state(flag, base, not_responding, held), held)
+    counted by what it holds (capadmission.cap_state)."""
+    return capadmission.cap_state(nodestates.power_state(flag, base, not_responding, held), held)
 
 
 def request(job: Job, memory: bool = True, whole_nodes: bool = False) -> JobRequest:

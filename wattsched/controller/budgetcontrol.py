@@ -16,7 +16,7 @@ import logging
 import math
 from typing import TYPE_CHECKING
 
-from wattsched import power, powerbalance
+from wattsched import capadmission, powerbalance
 
 if TYPE_CHECKING:
     from wattsched.controller.state import ClusterState
@@ -34,7 +34,7 @@ class BudgetControl:
         self.limited = True
         self.jobs_limited: set[int] = set()  # the jobs shown a limit
 
-    def tick(self, state: ClusterState, snap: power.PowerSnap | None, now: float) -> None:
+    def tick(self, state: ClusterState, snap: capadmission.PowerSnap | None, now: float) -> None:
         """``snap``: the cap's snapshot of this second (CapControl's; None: capping off)."""
         config = state.config
         params = config.power_parameters

@@ -14,7 +14,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from wattsched import capshed, power, preemption, snapbuild, states
+from wattsched import capadmission, capshed, preemption, snapbuild, states
 from wattsched.controller import jobs, powercontrol, preempting, snapshots
 from wattsched.controller.actions import Action, Freeze, SetFreq
 from wattsched.model import Job
@@ -43,7 +43,7 @@ class CapControl:
     def __init__(self) -> None:
         self.actions: collections.deque[CapAction] = collections.deque(maxlen=500)
         self.last_resend = 0.0
-        self.snap: power.PowerSnap | None = None  # this second's, which the moving budget reads too
+        self.snap: capadmission.PowerSnap | None = None  # this second's, which the moving budget reads too
 
     def tick(self, state: ClusterState, now: float) -> list[Action]:
         powercontrol.roll_schedule(state, now)

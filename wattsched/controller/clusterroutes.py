@@ -13,7 +13,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import Response
 
-from wattsched import SLURM_RELEASE, __version__, auth, power, states
+from wattsched import SLURM_RELEASE, __version__, auth, capadmission, states
 from wattsched.api import PowerCapStepSpec, PowerCapUpdate
 from wattsched.capschedule import CapStep
 from wattsched.controller import failover, permissions, powercontrol, snapshots, views
@@ -45,7 +45,7 @@ async def show_licenses(controller: Ctl, who: Who) -> dict[str, Any]:
 @router.get("/v1/powercap")
 async def show_powercap(controller: Ctl, who: Who) -> dict[str, Any]:
     state, now = controller.state, time.time()
-    figures = power.summary(snapshots.node_power(state), snapshots.power_states(state))
+    figures = capadmission.summary(snapshots.node_power(state), snapshots.power_states(state))
     snap = snapshots.power_snap(state, now)
     steps = sorted([*state.cap_steps, *state.cap_file_steps], key=lambda s: (s.start, s.step_id))
     return {"time": now, "enabled": snap is not None,

@@ -20,7 +20,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, FastAPI, Path, Query
 from fastapi.staticfiles import StaticFiles
 
-from wattsched import power
+from wattsched import capadmission
 from wattsched.controller import acctdb, permissions, snapshots
 from wattsched.controller.actions import Refused
 from wattsched.controller.powerlog import DAY_S
@@ -52,7 +52,7 @@ async def power_history(controller: Ctl, who: Who,
                         period: Annotated[int, Query(ge=60, le=WEEK_S)] = 3600) -> dict[str, Any]:
     state = controller.state
     now = time.time()
-    figures = power.summary(snapshots.node_power(state), snapshots.power_states(state))
+    figures = capadmission.summary(snapshots.node_power(state), snapshots.power_states(state))
     snap = snapshots.power_snap(state, now)
     cap = None if snap is None else snap.cap
     return {"time": now, "power_cap": None if cap is None else figures["max_watts"] if math.isinf(cap) else cap,

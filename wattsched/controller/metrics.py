@@ -29,7 +29,7 @@ from collections.abc import Iterable, Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from wattsched import limits, power, states
+from wattsched import capadmission, limits, states
 from wattsched.controller import acctpolicy, powercontrol, snapshots
 from wattsched.model import Job
 from wattsched.nodestates import NodeBase
@@ -212,7 +212,7 @@ class ControllerCollector(Collector):
     # --- energy and power (ours) -------------------------------------------------------------------
 
     def _energy(self, state, jobs: list[Job]) -> Iterator[Metric]:
-        figures = power.summary(snapshots.node_power(state), snapshots.power_states(state))
+        figures = capadmission.summary(snapshots.node_power(state), snapshots.power_states(state))
         metered = [n for n in state.nodes.values() if n.energy_samples]
         yield _gauge("wattsched_cluster_power_watts", "Power the metered nodes draw now (sum of their last readings)",
                      sum(n.current_watts for n in metered))

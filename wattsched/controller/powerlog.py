@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from wattsched import power
+from wattsched import capadmission
 from wattsched.controller import powercontrol, snapshots
 
 if TYPE_CHECKING:
@@ -53,5 +53,5 @@ def record_power(log: PowerLog, state: ClusterState, now: float) -> None:
     if not log.due(now):
         return
     measured = sum(n.current_watts for n in state.nodes.values() if n.energy_samples)
-    modelled = power.summary(snapshots.node_power(state), snapshots.power_states(state))["current_watts"]
+    modelled = capadmission.summary(snapshots.node_power(state), snapshots.power_states(state))["current_watts"]
     log.record(now, measured, modelled, powercontrol.cap_in_force(state, now))

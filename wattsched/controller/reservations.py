@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Collection, Iterable, Mapping
 
-from wattsched import hostlist, power, states, timefmt
+from wattsched import capadmission, hostlist, states, timefmt
 from wattsched.api import ReservationSpec
 from wattsched.model import Job, Node, Reservation
 from wattsched.nodestates import NodeBase
@@ -186,8 +186,8 @@ class ReservationBook:
                                  frozenset(r.users), frozenset(r.accounts), frozenset(r.flags))
                 for r in self.by_name.values() if r.nodes}
 
-    def power_snapshots(self) -> tuple[power.PowerResv, ...]:
-        return tuple(power.PowerResv(r.name, r.start_time, r.end_time, r.watts)
+    def power_snapshots(self) -> tuple[capadmission.PowerResv, ...]:
+        return tuple(capadmission.PowerResv(r.name, r.start_time, r.end_time, r.watts)
                      for r in self.by_name.values() if r.watts)
 
     def active_on(self, now: float) -> dict[str, Reservation]:

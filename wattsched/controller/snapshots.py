@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
-from wattsched import licenses, memos, power, snapbuild, states
+from wattsched import capadmission, licenses, memos, snapbuild, states
 from wattsched.controller import acctpolicy, resources, views
 from wattsched.model import Job, Node
 from wattsched.nodestates import PowerState
@@ -32,7 +32,8 @@ class Memos:
     requests: dict[int, JobRequest] = field(default_factory=dict)
     briefs: dict[int, dict] = field(default_factory=dict)
     nodes: dict[str, tuple[tuple, NodeSnap]] = field(default_factory=dict)  # what each was built from
-    node_power: dict[str, tuple[tuple, power.NodePower]] = field(default_factory=dict)  # by its jobs' frequencies
+    # by its jobs' frequencies
+    node_power: dict[str, tuple[tuple, capadmission.NodePower]] = field(default_factory=dict)
     partitions: dict[str, PartitionSnap] | None = None
     queue: memos.QueueMemo = field(default_factory=memos.QueueMemo)
     watts_per_cpu: dict[str, float] | None = None  # per partition (acctpolicy), from the configuration
@@ -167,7 +168,7 @@ def gpus_by_type(state: ClusterState, job: Job) -> dict[str, dict[str, int]]:
     return result
 
 
-def node_power(state: ClusterState) -> dict[str, power.NodePower]:
+def node_power(state: ClusterState) -> dict[str, capadmission.NodePower]:
     """Each node's watts; a busy node counts its jobs' watts (their frequencies, and the watts a
     node they were admitted at under PowerCapAdmission=predicted)."""
     draws: dict[str, list[tuple[int | None, float | None]]] = {}
@@ -184,7 +185,7 @@ def node_power(state: ClusterState) -> dict[str, power.NodePower]:
             for n in state.nodes.values()}
 
 
-def _node_power(node: Node, key: tuple) -> power.NodePower:
+def _node_power(node: Node, key: tuple) -> capadmission.NodePower:
     return snapbuild.node_power(node, *key)
 
 
@@ -195,7 +196,7 @@ def power_states(state: ClusterState) -> dict[str, PowerState]:
             for n in state.nodes.values()}
 
 
-def power_snap(state: ClusterState, now: float) -> power.PowerSnap | None:
+def power_snap(state: ClusterState, now: float) -> capadmission.PowerSnap | None:
     if not state.capping:
         return None
     return snapbuild.power_snap(state.power_cap, node_power(state), power_states(state),

@@ -9,9 +9,9 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from wattsched import power as power_mod
+from wattsched import capadmission
+from wattsched.capadmission import PowerSnap
 from wattsched.nodestates import PowerState
-from wattsched.power import PowerSnap
 from wattsched.scheduling.records import Allocation, JobRequest, NodeSnap, RunningJob, Snapshot, job_end
 
 if TYPE_CHECKING:
@@ -109,7 +109,7 @@ class PowerMeter:
         if all(self.busy_until.get(n, -math.inf) >= end or self.snap.nodes.get(n, _ALWAYS).always_max
                for n in alloc.cpus):
             return None
-        return power_mod.admission(self.snap, self.current, self.added(alloc), start, end, job.reservation)
+        return capadmission.admission(self.snap, self.current, self.added(alloc), start, end, job.reservation)
 
     def commit(self, alloc: Allocation, end: float) -> None:
         self.current += self.added(alloc)
@@ -128,7 +128,7 @@ def fit_power(job: JobRequest, alloc: Allocation, snap: PowerSnap,
     its clock pinned: the budget raises the limit when it can. (A --power-fit job keeps its clock:
     measured, a workload ends sooner when the jobs that asked for it stay at their slower, thriftier
     clock, leaving the budget's watts to start more jobs; bench/bench_powerbudget.py.)"""
-    predicted = power_mod.predicted_node_watts(snap, job.exp_watts, job.nodes_min, job.exclusive)
+    predicted = capadmission.predicted_node_watts(snap, job.exp_watts, job.nodes_min, job.exclusive)
     if predicted is not None:
         alloc = replace(alloc, node_watts=predicted)
     reason = check(alloc)
@@ -144,4 +144,4 @@ def fit_power(job: JobRequest, alloc: Allocation, snap: PowerSnap,
     return alloc, reason
 
 
-_ALWAYS = power_mod.NodePower(0, 0, 0, 0, always_max=True)
+_ALWAYS = capadmission.NodePower(0, 0, 0, 0, always_max=True)

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Generic, NamedTuple, TypeVar
 
 from wattsched import gres, limits
 from wattsched import licenses as licenses_mod
+from wattsched.capadmission import PowerSnap
 from wattsched.nodestates import PowerFlag
-from wattsched.power import PowerSnap
 
 if TYPE_CHECKING:
     pass
@@ -199,7 +199,7 @@ class Snapshot:
     reservations: Mapping[str, ResvSnap] = field(default_factory=dict)
     # (FairShare, EnergyFairShare) per (account, user), from wattsched.fairshare
     fairshare: Mapping[tuple[str, str], tuple[float, float]] = field(default_factory=dict)
-    # watts per node and the cap, when PowerCap is configured (wattsched.power)
+    # watts per node and the cap, when PowerCap is configured (wattsched.capadmission)
     power: PowerSnap | None = None
     # what the shell says changed since its earlier snapshots, for the memos alone (see Changes)
     changes: Changes | None = None

@@ -1,6 +1,6 @@
 """The discrete-event engine: a virtual clock, an event queue, and the controller's pure policy
 core (wattsched.scheduling with the configured priority, scheduler and selection plugins,
-wattsched.power for the cap, wattsched.powersave with the configured policies). Nothing here
+wattsched.capadmission for the cap, wattsched.powersave with the configured policies). Nothing here
 decides what to start or what to switch: it only builds the snapshots the controller would
 build and carries the decisions out in virtual time.
 
@@ -44,7 +44,7 @@ import math
 import time
 from collections.abc import Callable
 
-from wattsched import limits, memos, plugins, power, powerbalance, powersave, preemption, snapbuild
+from wattsched import capadmission, limits, memos, plugins, powerbalance, powersave, preemption, snapbuild
 from wattsched.config import Config
 from wattsched.fairshare import UsageRecord
 from wattsched.nodestates import NodeBase, PowerState, power_state
@@ -376,7 +376,7 @@ class Simulation:
         return max((self.nodes[n].since + self.nodes[n].conf.switching.on_s for n in record.alloc
                     if self.nodes[n].power == WAKING), default=0.0)
 
-    def _power_snap(self, now: float) -> power.PowerSnap | None:
+    def _power_snap(self, now: float) -> capadmission.PowerSnap | None:
         if not self.meter.capped:
             return None
         node_states = {name: snapbuild.cap_state(node.power, bool(node.jobs)) for name, node in self.nodes.items()}
@@ -565,7 +565,7 @@ class Simulation:
 
     # --- power -------------------------------------------------------------------------------------------
 
-    def _power_tick(self, now: float, power_snap: power.PowerSnap | None) -> None:
+    def _power_tick(self, now: float, power_snap: capadmission.PowerSnap | None) -> None:
         ps_nodes = tuple(powersave.PsNode(n.conf.name, self._power_state(n), n.idle_since, n.conf.name in self.excluded)
                          for n in self.nodes.values())
         pending = tuple(powersave.PendingBrief(j, self.records[j].nodes, self.records[j].job.walltime,

@@ -22,8 +22,8 @@ from collections.abc import Collection
 import numpy as np
 
 from wattsched import states
+from wattsched.capadmission import PowerSnap, verdict
 from wattsched.nodestates import PowerState
-from wattsched.power import PowerSnap, verdict
 from wattsched.scheduling.ledgers import PowerMeter
 from wattsched.scheduling.records import Allocation, JobRequest, RunningJob, job_end
 

@@ -1,4 +1,4 @@
-"""Power capping: the cluster's maximum power from node states, and whether a job may start under
+"""Power cap admission: the cluster's maximum power from node states, and whether a job may start under
 the cap and the planned caps (Hautreux 2013, section 4), as pure functions.
 
 Each node declares IdleWatts, MaxWatts, PowerSaveWatts (default IdleWatts) and DownWatts (default
