@@ -136,16 +136,16 @@ def test_a_schedule_alone_turns_capping_on() -> None:
 
 def test_a_bad_schedule_file_is_a_configuration_error(tmp_path) -> None:
     from wattsched import config as config_mod
-    from wattsched.controller import powercontrol
+    from wattsched.controller import capsetting
 
     bad = tmp_path / "caps"
     bad.write_text("PowerCap=60%@18:00 Duration=2:00:00 Flags=DAILY\nPowerCap=50%@whenever\n")
     conf = config_mod.with_overrides(config_mod.Config(), power_cap_schedule=str(bad))
     with pytest.raises(config_mod.ConfigError, match="PowerCapSchedule: line 2: Invalid time specified"):
-        powercontrol.read_schedule_file(conf, NOON)
+        capsetting.read_schedule_file(conf, NOON)
     bad.write_text("PowerCap=60%@18:00 Duration=2:00:00 Flags=DAILY\nPowerCap=1000@now-1hour\n")
     # an open step already past was carried out when it came: read again, it is not again
-    assert [s.step_id for s in powercontrol.read_schedule_file(conf, NOON)] == ["conf:1"]
+    assert [s.step_id for s in capsetting.read_schedule_file(conf, NOON)] == ["conf:1"]
     missing = config_mod.with_overrides(conf, power_cap_schedule=str(tmp_path / "none"))
     with pytest.raises(config_mod.ConfigError, match="cannot read"):
-        powercontrol.read_schedule_file(missing, NOON)
+        capsetting.read_schedule_file(missing, NOON)

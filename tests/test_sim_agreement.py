@@ -99,14 +99,14 @@ def test_a_job_between_two_power_ticks_starts_its_nodes_idle_time_again(tmp_path
     """The simulator starts a node's idle time when its job ends; the controller reads it at its power
     ticks, and a job that started and ended between two of them must still count (the seed's Example 2
     on leaf257 runs a one-second job, then expects power saving to spare its ten nodes)."""
-    from wattsched.controller import powercontrol
+    from wattsched.controller import powersavecontrol
 
     conf = _config(tmp_path, "SuspendTime=45\nSuspendProgram=/bin/true\nResumeProgram=/bin/true")
     state = open_state(conf, StateStore(str(tmp_path / "ctld")), load_plugins(conf), auth.ensure_key(
         str(tmp_path / "key")), EPOCH)
     nodes_mod.heartbeat(state, AgentHeartbeat(agent_url="http://agent", boot_time=EPOCH, nodes=[
         NodeReport(name=n.name, cpus=n.cpus, real_memory_mb=n.real_memory_mb) for n in conf.nodes]), EPOCH)
-    powercontrol.power_tick(state, EPOCH)
+    powersavecontrol.power_tick(state, EPOCH)
     assert {n.idle_since for n in state.nodes.values()} == {EPOCH}
     job = jobs_mod.submit(state, JobSubmit(work_dir="/tmp", script="#!/bin/sh\n", nodes_min=2, ntasks=2, exclusive=True,
                                            time_limit="1"), ROOT, EPOCH + 1)[0]
@@ -116,10 +116,10 @@ def test_a_job_between_two_power_ticks_starts_its_nodes_idle_time_again(tmp_path
                        EPOCH + 2)
     for node in list(job.completing_nodes):
         jobend.node_clean(state, job.job_id, node)
-    powercontrol.power_tick(state, EPOCH + 3)
+    powersavecontrol.power_tick(state, EPOCH + 3)
     ran = set(job.alloc_cpus)
     assert {state.nodes[n].idle_since for n in ran} == {EPOCH + 3}
     assert {n.idle_since for n in state.nodes.values() if n.name not in ran} == {EPOCH}
     # 45 s on, the idle timeout takes every node but the two that ran the job
-    powercontrol.power_tick(state, EPOCH + 46)
+    powersavecontrol.power_tick(state, EPOCH + 46)
     assert {n.name for n in state.nodes.values() if n.power} == {n.name for n in conf.nodes} - ran

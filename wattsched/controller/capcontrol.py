@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from wattsched import capadmission, capshed, preemption, snapbuild, states
-from wattsched.controller import jobs, powercontrol, preempting, snapshots
+from wattsched.controller import capsetting, jobs, preempting, snapshots
 from wattsched.controller.actions import Action, Freeze, SetFreq
 from wattsched.model import Job
 
@@ -46,7 +46,7 @@ class CapControl:
         self.snap: capadmission.PowerSnap | None = None  # this second's, which the moving budget reads too
 
     def tick(self, state: ClusterState, now: float) -> list[Action]:
-        powercontrol.roll_schedule(state, now)
+        capsetting.roll_schedule(state, now)
         snap = self.snap = snapshots.power_snap(state, now)
         if snap is None:
             return self._release_all(state, now)

@@ -16,7 +16,7 @@ from fastapi.responses import Response
 from wattsched import SLURM_RELEASE, __version__, auth, capadmission, states
 from wattsched.api import PowerCapStepSpec, PowerCapUpdate
 from wattsched.capschedule import CapStep
-from wattsched.controller import failover, permissions, powercontrol, snapshots, views
+from wattsched.controller import capsetting, failover, permissions, snapshots, views
 from wattsched.controller.actions import Refused
 from wattsched.controller.metrics import CATEGORIES, ControllerCollector
 from wattsched.controller.routedeps import Ctl
@@ -71,7 +71,7 @@ def _watts(cap: float) -> int | str:
 @router.patch("/v1/powercap")
 async def update_powercap(controller: Ctl, upd: PowerCapUpdate, who: Who) -> dict[str, Any]:
     state = controller.state
-    powercontrol.set_power_cap(state, upd.power_cap, who)
+    capsetting.set_power_cap(state, upd.power_cap, who)
     controller.changed()
     return {"power_cap": upd.power_cap}
 
@@ -80,7 +80,7 @@ async def update_powercap(controller: Ctl, upd: PowerCapUpdate, who: Who) -> dic
 async def add_powercap_step(controller: Ctl, spec: PowerCapStepSpec, who: Who) -> dict[str, Any]:
     state = controller.state
     pairs = {"powercap": spec.power_cap, "endtime": spec.end_time, "duration": spec.duration, "flags": spec.flags}
-    step = powercontrol.add_cap_step(state, {k: v for k, v in pairs.items() if v}, who, time.time())
+    step = capsetting.add_cap_step(state, {k: v for k, v in pairs.items() if v}, who, time.time())
     controller.changed()
     return {"step": _step(step, sum(n.max for n in snapshots.node_power(state).values()))}
 
@@ -88,7 +88,7 @@ async def add_powercap_step(controller: Ctl, spec: PowerCapStepSpec, who: Who) -
 @router.delete("/v1/powercap/schedule/{step_id}")
 async def delete_powercap_step(controller: Ctl, step_id: Annotated[str, Path(max_length=32)],
                                who: Who) -> dict[str, Any]:
-    powercontrol.delete_cap_step(controller.state, step_id, who)
+    capsetting.delete_cap_step(controller.state, step_id, who)
     controller.changed()
     return {"deleted": step_id}
 

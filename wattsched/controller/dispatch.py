@@ -31,7 +31,7 @@ from wattsched.api import (
     SignalJob,
 )
 from wattsched.config import Config
-from wattsched.controller import failover, jobend, launching, powercontrol, statesave, triggerctl
+from wattsched.controller import failover, jobend, launching, powersavecontrol, statesave, triggerctl
 from wattsched.controller import jobs as jobs_mod
 from wattsched.controller.actions import Action, AdminProgram, Freeze, Launch, Mail, RunTrigger, SetFreq, Signal
 from wattsched.controller.powersaving import PowerProgram, run_program
@@ -132,7 +132,7 @@ class Dispatcher:
     def _power_finished(self, program: PowerProgram, error: str) -> None:
         assert self.state.power_saving is not None
         if error:
-            self.run(powercontrol.power_program_failed(self.state, program.kind, program.nodes, time.time()))
+            self.run(powersavecontrol.power_program_failed(self.state, program.kind, program.nodes, time.time()))
         self.state.power_saving.program_done(program.kind, program.nodes)
         self.on_change()
 

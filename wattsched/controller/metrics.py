@@ -30,7 +30,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from wattsched import capadmission, limits, states
-from wattsched.controller import acctpolicy, powercontrol, snapshots
+from wattsched.controller import acctpolicy, capsetting, snapshots
 from wattsched.model import Job
 from wattsched.nodestates import NodeBase
 
@@ -221,7 +221,7 @@ class ControllerCollector(Collector):
                      figures["current_watts"])
         yield _gauge("wattsched_adjusted_max_watts", "AdjustedMaxWatts: the most the cluster may draw in its state",
                      figures["adjusted_max_watts"])
-        cap = powercontrol.cap_in_force(state, time.time())
+        cap = capsetting.cap_in_force(state, time.time())
         if cap is not None:
             yield _gauge("wattsched_power_cap_watts", "The power cap in force (+Inf: INFINITE)", cap)
         watts = GaugeMetricFamily("wattsched_node_power_watts", "The node's last power reading", labels=["node"])

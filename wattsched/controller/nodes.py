@@ -11,7 +11,17 @@ from wattsched import nodestates, states
 from wattsched.api import AgentHeartbeat, JobUsage, NodeReport
 from wattsched.auth import Identity
 from wattsched.config import RESTART_ONLY, Config, ConfigError, NodeConf
-from wattsched.controller import jobend, jobenergy, launching, permissions, powercontrol, snapshots, statesave, steps
+from wattsched.controller import (
+    capsetting,
+    jobend,
+    jobenergy,
+    launching,
+    permissions,
+    powersavecontrol,
+    snapshots,
+    statesave,
+    steps,
+)
 from wattsched.controller.actions import Action, Refused
 from wattsched.controller.carbonfeed import CarbonFeed
 from wattsched.model import Job, Node
@@ -33,7 +43,7 @@ def reconfigure(state: ClusterState, config: Config, plugins: Plugins, now: floa
             raise Refused(f"{key} cannot change without restarting the controller "
                           f"({getattr(state.config, attr)!r} -> {getattr(config, attr)!r})", 409)
     try:
-        file_steps = powercontrol.read_schedule_file(config, now)
+        file_steps = capsetting.read_schedule_file(config, now)
     except ConfigError as exc:
         raise Refused(str(exc), 409) from exc
     wanted = {conf.name: conf for conf in config.nodes}
@@ -238,7 +248,7 @@ def update_nodes(state: ClusterState, names: list[str], new_state: str, reason: 
             node.instance_type = node.instance_type if instance_type is None else instance_type
         state.journal.meta_dirty = True
     if new_state.startswith("power_"):
-        return powercontrol.power_command(state, names, new_state, now)
+        return powersavecontrol.power_command(state, names, new_state, now)
     actions: list[Action] = []
     for name in names:
         node = state.nodes[name]

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from wattsched import capadmission
-from wattsched.controller import powercontrol, snapshots
+from wattsched.controller import capsetting, snapshots
 
 if TYPE_CHECKING:
     from wattsched.controller.state import ClusterState
@@ -54,4 +54,4 @@ def record_power(log: PowerLog, state: ClusterState, now: float) -> None:
         return
     measured = sum(n.current_watts for n in state.nodes.values() if n.energy_samples)
     modelled = capadmission.summary(snapshots.node_power(state), snapshots.power_states(state))["current_watts"]
-    log.record(now, measured, modelled, powercontrol.cap_in_force(state, now))
+    log.record(now, measured, modelled, capsetting.cap_in_force(state, now))

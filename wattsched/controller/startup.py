@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 
 from wattsched import config as config_mod
-from wattsched.controller import nodes, powercontrol, statesave
+from wattsched.controller import capsetting, nodes, statesave
 from wattsched.controller.carbonfeed import CarbonFeed
 from wattsched.controller.powersaving import PowerSaving
 from wattsched.controller.state import ClusterState, Plugins
@@ -39,6 +39,6 @@ def open_state(config: config_mod.Config, store: StateStore, plugins: Plugins, k
     for conf in config.nodes:
         state.nodes[conf.name] = nodes.new_node(conf, member.get(conf.name, ()), now)
     statesave.restore(state)
-    state.cap_file_steps = powercontrol.read_schedule_file(config, now)
+    state.cap_file_steps = capsetting.read_schedule_file(config, now)
     state.carbon = CarbonFeed(config) if config.carbon_intensity else None
     return state

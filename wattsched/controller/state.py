@@ -9,7 +9,8 @@ and their callers (the routes, the loop, the dispatcher) call them by name:
 - jobs: submission, updates, requeue, cancel, suspend;  jobend: how a job ends and settles;
 - launching: the scheduling pass and a job's start;  steps: job steps and salloc's release;
 - nodes: agents' heartbeats, node states, reconfigure;  jobenergy: a job's energy from readings;
-- powercontrol: power saving and the cap;  resvcontrol: reservations;  timers: the clock;
+- powersavecontrol: power saving;  capsetting: the cap as set;  resvcontrol: reservations;
+- timers: the clock;
 - snapshots: the policy core's view;  statesave: the journal, flush and restore;
 - permissions: administrators, owners and job references;  partitions: scontrol's partition changes.
 

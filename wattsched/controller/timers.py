@@ -15,7 +15,7 @@ from wattsched.controller import (
     jobenergy,
     jobs,
     mail,
-    powercontrol,
+    powersavecontrol,
     preempting,
     snapshots,
     triggerctl,
@@ -68,7 +68,7 @@ def check_timers(state: ClusterState, now: float) -> list[Action]:
         # a node switched off (or switching) has no agent to hear from: its switch has its own timeouts
         if not node.not_responding and not node.power and now - node.last_seen > state.config.slurmd_timeout_s:
             actions.extend(jobend.node_down(state, node, nodestates.NODE_NOT_RESPONDING, now, not_responding=True))
-    actions.extend(powercontrol.power_tick(state, now))
+    actions.extend(powersavecontrol.power_tick(state, now))
     actions.extend(state.cap.tick(state, now))
     state.budget.tick(state, state.cap.snap, now)
     state.budget.follow_jobs(state)
