@@ -33,12 +33,12 @@ follow, as in the controller's loop. Ties are broken by insertion order, so a ru
 The engine keeps the clock and the calls into the core; its parts keep the rest: the records
 (simulator.records), the nodes as the core sees them (simulator.nodeview), the nodes' power and
 the jobs' energy and pace (simulator.clusterpower), the cap and the draw against it
-(simulator.capmeter), and the figures of the result (simulator.result).
+(simulator.capmeter), power saving's switches (simulator.powersaving), and the figures of the
+result (simulator.result).
 """
 
 from __future__ import annotations
 
-import collections
 import heapq
 import math
 import time
@@ -47,22 +47,18 @@ from collections.abc import Callable
 from wattsched import capadmission, limits, memos, plugins, powerbalance, powersave, preemption, snapbuild
 from wattsched.config import Config
 from wattsched.fairshare import UsageRecord
-from wattsched.nodestates import NodeBase, PowerState, power_state
 from wattsched.scheduling.cycle import schedule
 from wattsched.scheduling.records import Allocation, Decisions, JobRequest, RunningJob, Snapshot
 from wattsched.simulator.accounts import SimAccounts
 from wattsched.simulator.capmeter import CapMeter
 from wattsched.simulator.clusterpower import ClusterPower
 from wattsched.simulator.nodeview import NodeView
+from wattsched.simulator.powersaving import PowerSaving
 from wattsched.simulator.records import (
     COMPUTING,
     IDLE,
-    OFF,
     ON,
     POWERED_OFF,
-    SLEEPING,
-    SWITCHING_OFF,
-    SWITCHING_ON,
     WAKING,
     JobRecord,
     SimNode,
@@ -86,8 +82,6 @@ class Simulation:
         self.power_fit = power_fit  # every job is submitted with --power-fit
         self.priority, self.scheduler, self.select = plugins.scheduling(config)
         self.queue_memo = memos.QueueMemo()
-        self.policies = plugins.power_save_policies(config)
-        self.memories: dict[str, dict] = {}
         self.progress = progress
         self.nodes = {n.name: SimNode(n) for n in config.nodes}
         self.partitions = snapbuild.partitions(config)
@@ -98,7 +92,6 @@ class Simulation:
         members = set(default.nodes)  # a tuple: a membership test per node would be O(N^2)
         cpus = {n.cpus for n in config.nodes if n.name in members}
         self.cpus_per_node = min(cpus) if cpus else 1
-        self.excluded = config.suspend_excluded
         self.workload = workload
         size = len(default.nodes)
         self.records: dict[int, JobRecord] = {}
@@ -133,13 +126,7 @@ class Simulation:
             self._on_preempt, self._on_cap, self._on_balance)
         self.done = 0  # jobs ended for good
         self.last_end = 0.0
-        self.switches_on = self.switches_off = 0
-        self.suspends: collections.deque[float] = collections.deque()
-        self.resumes: collections.deque[float] = collections.deque()
-        self.reasons: dict[int, str] = {}
-        self.expected: dict[int, float] = {}
-        self.order: list[int] = []
-        self.power_events: list[tuple[float, str, str, str]] = []
+        self.expected: dict[int, float] = {}  # the pending jobs' expected starts, as the last full pass planned them
         self.events = self.passes = 0
         self.pass_times: list[float] = []
         # a backfill scheduler plans the whole queue every bf_interval, strict passes in between
@@ -151,8 +138,9 @@ class Simulation:
         self.series = snapbuild.Series()  # the snapshots, numbered, with what changed since the last
         # what each running job (or one waiting for its nodes to power up) holds, as snapshots show it
         self.holding = snapbuild.JobTable[RunningJob]()
-        self.period = min((p.period for _n, p in self.policies if hasattr(p, "period")), default=None)
-        self.t_idle = next((p.t_idle for _n, p in self.policies if hasattr(p, "t_idle")), None)
+        self.saving = PowerSaving(config, self.nodes, self.power, self.view,
+                                  lambda when, node: self._push(when, SWITCHED, node=node))
+        self.period, self.t_idle = self.saving.period, self.saving.t_idle
         # the moving budget (PowerPlugin=power/balance): its next turn, the nodes it limits
         self.balancing = config.power_plugin == "power/balance"
         self.balance_due = -math.inf
@@ -161,7 +149,7 @@ class Simulation:
         # A pass that can start nothing is not run where the simulation keeps nothing else of it: no
         # preemption, no power-saving policies (they read its reasons), no cap, no fair share or
         # limits (recomputed at passes). Its outcome is then known: see _nothing_can_start.
-        self.idle_passes = not (self.preempt.on or self.policies or config.power_cap is not None
+        self.idle_passes = not (self.preempt.on or self.saving.policies or config.power_cap is not None
                                 or config.power_cap_schedule or self.shares is not None or accounts is not None)
         self.needs: list[tuple[int, int]] = []  # (CPUs needed at least, job id) of the pending jobs, a heap
 
@@ -209,9 +197,10 @@ class Simulation:
             self.power.account(node, self.last_end)
         if self.progress:
             self.progress(self.done, total)
-        return Result(list(self.records.values()), dict(self.power.energy), self.switches_on, self.switches_off,
+        saving = self.saving
+        return Result(list(self.records.values()), dict(self.power.energy), saving.switches_on, saving.switches_off,
                       self.events, self.passes, time.perf_counter() - started, self.infeasible, first, self.last_end,
-                      len(self.nodes), sum(n.conf.cpus for n in self.nodes.values()), self.power_events,
+                      len(self.nodes), sum(n.conf.cpus for n in self.nodes.values()), saving.events,
                       self.pass_times, meter.over_w, meter.over_s, meter.peak_w, meter.changes, self.limit_changes)
 
     # --- the events ---------------------------------------------------------------------------------
@@ -228,8 +217,15 @@ class Simulation:
             self._expire(record, now)
         return True
 
-    def _on_switched(self, now: float, _job_id: int, node: str) -> bool:
-        self._switched(self.nodes[node], now)
+    def _on_switched(self, now: float, _job_id: int, name: str) -> bool:
+        node = self.nodes[name]
+        for job_id in self.saving.switched(node, now):  # it came up: the jobs whose last node it was start
+            record = self.records[job_id]
+            record.waiting_for -= 1
+            if record.waiting_for == 0:
+                self._run(record, now)
+        if not node.jobs and node.power == ON and self.t_idle is not None:
+            self._push(now + self.t_idle, TICK)
         return True
 
     def _on_submit(self, _now: float, job_id: int, _node: str) -> bool:
@@ -302,18 +298,20 @@ class Simulation:
             self._resume(now)
         snap = self.snapshot(now, due)
         decisions = schedule(snap, self.priority, self.scheduler, self.select, self.queue_memo)
-        self.reasons = decisions.reasons
         if due:
             self.expected = decisions.expected_start
         for job_id, alloc in decisions.starts:
             self._start(self.records[job_id], alloc, now)
         if self.accounts is not None and self.preempt.on and snap.running:
             self._preempt(snap, decisions, now)
-        if self.policies:
-            prio = decisions.priorities
-            self.order = [j.job_id for j in sorted(self.pending, key=lambda j: (-prio.get(j.job_id, 0), j.submit_time,
-                                                                                 j.job_id))]
-            self._power_tick(now, snap.power)
+        if self.saving.policies:
+            prio, reasons = decisions.priorities, decisions.reasons
+            order = sorted(self.pending, key=lambda j: (-prio.get(j.job_id, 0), j.submit_time, j.job_id))
+            pending = tuple(powersave.PendingBrief(j.job_id, self.records[j.job_id].nodes,
+                                                   self.records[j.job_id].job.walltime, self.expected.get(j.job_id),
+                                                   reasons.get(j.job_id, "")) for j in order)
+            releases = tuple((self._limit_end(r), len(r.alloc)) for r in self.running.values())
+            self.saving.tick(now, pending, releases, snap.power)
 
     def _queue(self, request: JobRequest) -> None:
         self.pending.put(request)
@@ -417,9 +415,9 @@ class Simulation:
             node.alloc_mem_mb += alloc.mem_mb.get(name, 0)
             self.view.changed(node)
             if node.power == POWERED_OFF:
-                self._switch(node, True, now, f"job {record.job.job_id}")
+                self.saving.switch(node, True, now, f"job {record.job.job_id}")
             elif node.power == WAKING:
-                self.power_events.append((now, name, "ALLOCATED", f"job {record.job.job_id}"))
+                self.saving.events.append((now, name, "ALLOCATED", f"job {record.job.job_id}"))
         record.waiting_for = sum(1 for n in record.alloc if self.nodes[n].power != ON)
         if record.waiting_for == 0:
             self._run(record, now)
@@ -562,65 +560,6 @@ class Simulation:
         if self.shares is not None:
             self.shares.ended(record.job.user, record.job.account or DEFAULT_ACCOUNT, sum(record.alloc_cpus.values()),
                               record.start, now, record.energy_j)
-
-    # --- power -------------------------------------------------------------------------------------------
-
-    def _power_tick(self, now: float, power_snap: capadmission.PowerSnap | None) -> None:
-        ps_nodes = tuple(powersave.PsNode(n.conf.name, self._power_state(n), n.idle_since, n.conf.name in self.excluded)
-                         for n in self.nodes.values())
-        pending = tuple(powersave.PendingBrief(j, self.records[j].nodes, self.records[j].job.walltime,
-                                               self.expected.get(j), self.reasons.get(j, ""))
-                        for j in self.order if self.pending.get(j) is not None)
-        releases = tuple((self._limit_end(r), len(r.alloc)) for r in self.running.values())
-        snap = powersave.PowerSaveSnap(now, ps_nodes, pending, releases, power_snap,
-                                       powersave.recent(self.suspends, now), powersave.recent(self.resumes, now))
-        off, on, self.memories = powersave.decide(self.policies, snap, self.memories, self.config.suspend_rate,
-                                                  self.config.resume_rate)
-        for name in off:
-            self._switch(self.nodes[name], False, now, "")
-        for name in on:
-            self._switch(self.nodes[name], True, now, "")
-
-    @staticmethod
-    def _power_state(node: SimNode) -> PowerState:
-        """The node's power state by the controller's own mapping (a simulated node is never down
-        or drained)."""
-        return power_state(node.power, NodeBase.IDLE, False, bool(node.jobs))
-
-    def _switch(self, node: SimNode, on: bool, now: float, reason: str) -> None:
-        node.power = WAKING if on else SLEEPING
-        self.view.changed(node)
-        if on:
-            self.switches_on += 1
-            self.resumes.append(now)
-        else:
-            self.switches_off += 1
-            self.suspends.append(now)
-        self.power_events.append((now, node.conf.name, node.power, reason))
-        self.power.set_category(node, SWITCHING_ON if on else SWITCHING_OFF, now)
-        sw = node.conf.switching
-        self._push(now + (sw.on_s if on else sw.off_s), SWITCHED, node=node.conf.name)
-
-    def _switched(self, node: SimNode, now: float) -> None:
-        if node.power == SLEEPING:
-            node.power = POWERED_OFF
-            self.view.changed(node)
-            self.power_events.append((now, node.conf.name, POWERED_OFF, ""))
-            self.power.set_category(node, OFF, now)
-            return
-        node.power = ON
-        node.idle_since = now
-        self.view.changed(node)
-        self.power_events.append((now, node.conf.name, "POWERED_UP",
-                                  " ".join(f"job {j}" for j in node.jobs)))
-        self.power.set_category(node, IDLE, now)
-        for job_id in list(node.jobs):
-            record = self.records[job_id]
-            record.waiting_for -= 1
-            if record.waiting_for == 0:
-                self._run(record, now)
-        if not node.jobs and self.t_idle is not None:
-            self._push(now + self.t_idle, TICK)
 
     # --- the cap over time ------------------------------------------------------------------------------
 
