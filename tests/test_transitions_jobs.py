@@ -1,7 +1,8 @@
 """A job's life through the controller's transitions, in process (the transition modules called
 by name over a real state store and a virtual node, each with its ``now``; no daemon): started by
 a pass when its CPUs are free, ended and cleaned up, held and released, cancelled pending or
-running, requeued; a user refused another user's job, as Slurm refuses it."""
+running, requeued; a node failed under it; a user refused another user's job and a node's drain, as
+Slurm refuses them."""
 
 from __future__ import annotations
 
@@ -14,12 +15,12 @@ from tests.inprocess import NOW, controller_state
 from wattsched import states
 from wattsched.api import JobSubmit, JobUpdate
 from wattsched.auth import Identity
-from wattsched.controller import jobend, jobs, launching
+from wattsched.controller import jobend, jobs, launching, nodes
 from wattsched.controller.actions import Launch, Refused, Signal
 from wattsched.controller.state import ClusterState
 from wattsched.model import Job
 
-ALICE, BOB = Identity(1000, "alice"), Identity(1001, "bob")
+ALICE, BOB, ROOT = Identity(1000, "alice"), Identity(1001, "bob"), Identity(0, "root")
 
 
 def _state(tmp_path: Path) -> ClusterState:
@@ -99,3 +100,31 @@ def test_a_requeued_running_job_waits_again_and_counts_its_restart(tmp_path: Pat
     actions = jobs.requeue(state, [job], ALICE, NOW + 3)
     assert any(isinstance(a, Signal) and a.job_id == job.job_id for a in actions)
     assert job.restart_count == 1
+
+
+@pytest.mark.parametrize(("requeue", "after"), [(True, states.PENDING), (False, states.NODE_FAIL)])
+def test_a_failed_node_requeues_its_job_or_ends_it_node_fail(tmp_path: Path, requeue: bool, after: str) -> None:
+    state = _state(tmp_path)
+    job = _submit(state, requeue=requeue)
+    launching.schedule(state, NOW + 1)
+    jobs.launched(state, job.job_id)
+    jobend.node_down(state, state.nodes["a1"], "Not responding", NOW + 2, not_responding=True)
+    # nothing is left to clean on a dead node: the run ends at once
+    assert (job.state, job.completing_nodes) == (after, [])
+    if requeue:  # it waits for a node again, and starts on none while its node is down
+        assert job.restart_count == 1
+        assert _launched(launching.schedule(state, NOW + 3)) == [] and job.state == states.PENDING
+
+
+def test_an_admin_drains_a_node_with_a_reason_and_a_user_may_not(tmp_path: Path) -> None:
+    state = _state(tmp_path)
+    with pytest.raises(Refused, match="You must specify a reason when DOWNING or DRAINING a node"):
+        nodes.update_nodes(state, ["a1"], "drain", "", ROOT, NOW)
+    with pytest.raises(Refused, match="Access/permission denied"):
+        nodes.update_nodes(state, ["a1"], "drain", "maintenance", ALICE, NOW)
+    nodes.update_nodes(state, ["a1"], "drain", "maintenance", ROOT, NOW)
+    job = _submit(state)
+    assert _launched(launching.schedule(state, NOW + 1)) == []
+    assert job.state == states.PENDING
+    nodes.update_nodes(state, ["a1"], "resume", "", ROOT, NOW + 2)
+    assert _launched(launching.schedule(state, NOW + 3)) == [job.job_id]
