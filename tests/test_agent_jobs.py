@@ -45,16 +45,16 @@ def test_a_terminated_jobs_steps_are_killed_and_forgotten_on_a_node_other_than_i
     async def scenario() -> None:
         agent.allocate(JobAllocation(job_id=5, uid=1000, user="alice", start_time=time.time(),
                                      nodes={"a1": 1, "a2": 1}))
-        agent.step_groups("a2", 5).add(task.pid)
-        agent.step_groups("a1", 6)  # a step of another job that has started no task yet
+        agent.jobs_here.step_groups("a2", 5).add(task.pid)
+        agent.jobs_here.step_groups("a1", 6)  # a step of another job that has started no task yet
         agent.allocate(JobAllocation(job_id=6, uid=1000, user="alice", start_time=time.time(), nodes={"a1": 1}))
         assert agent.signal_job(5, ["a2"], signal.SIGTERM, False, True) == ["a2"]
         assert agent.signal_job(6, ["a1"], signal.SIGTERM, False, True) == ["a1"]
         await _until(lambda: task.poll() is not None, 10, "the step's task killed")
-        assert ("a1", 6) not in agent.here  # nothing to kill: forgotten at once
+        assert ("a1", 6) not in agent.jobs_here.records  # nothing to kill: forgotten at once
         # its steps' groups are looked at again after KillWait, then their daemons' grace
-        await _until(lambda: ("a2", 5) not in agent.here, 15, "the job's record on a2 gone")
-        assert list(agent.here) == [("a1", 5)]  # where it still runs
+        await _until(lambda: ("a2", 5) not in agent.jobs_here.records, 15, "the job's record on a2 gone")
+        assert list(agent.jobs_here.records) == [("a1", 5)]  # where it still runs
         assert agent.job_pgids("a2", 5) == set()
 
     try:
@@ -66,7 +66,7 @@ def test_a_terminated_jobs_steps_are_killed_and_forgotten_on_a_node_other_than_i
 
 def _waiting(agent: Agent) -> list[tuple[str, int]]:
     """The jobs steps wait for, by (node, job id)."""
-    return [key for key, record in agent.here.items() if record.arrival is not None]
+    return [key for key, record in agent.jobs_here.records.items() if record.arrival is not None]
 
 
 def test_a_step_goes_on_as_soon_as_its_jobs_allocation_arrives(tmp_path: Path) -> None:
@@ -91,9 +91,9 @@ def test_an_unknown_job_is_refused_after_message_timeout_an_ended_one_at_once(tm
     async def scenario() -> None:
         started = time.monotonic()
         assert await agent.runs_job("a1", 8) is False
-        assert time.monotonic() - started >= 2 and agent.here == {}  # nothing of job 8 is kept
+        assert time.monotonic() - started >= 2 and agent.jobs_here.records == {}  # nothing of job 8 is kept
         agent.allocate(JobAllocation(job_id=9, uid=1000, user="alice", start_time=time.time(), nodes={"a1": 1}))
-        agent.ended[("a1", 9)] = None
+        agent.jobs_here.over("a1", 9)
         refused = asyncio.create_task(agent.runs_job("a1", 9))
         for _ in range(3):
             await asyncio.sleep(0)

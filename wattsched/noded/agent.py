@@ -20,7 +20,7 @@ import threading
 import time
 from dataclasses import dataclass, replace
 
-from wattsched import cpubind, energypolicy, gres, plugins, prologs, rlimits, switching
+from wattsched import cpubind, energypolicy, gres, plugins, rlimits, switching
 from wattsched.api import AgentHeartbeat, BatchLaunch, JobAllocation, JobEvent, JobUsage, NodeReport
 from wattsched.config import Config, NodeConf
 from wattsched.noded import chassis, gpus, policies, procs, steps
@@ -30,17 +30,16 @@ from wattsched.noded.cgroup import CgroupError, JobCgroups
 from wattsched.noded.ctldlink import ControllerLink, Outbox
 from wattsched.noded.energymeter import EnergyMeter, JobLoad
 from wattsched.noded.gpus import GpuMeter
+from wattsched.noded.jobshere import JobsHere
 from wattsched.noded.policies import Policies, Sample
 from wattsched.noded.powerlimits import NodeLimits
 from wattsched.noded.profiler import Profiler
+from wattsched.noded.prologepilog import PrologEpilog
 from wattsched.noded.throttle import Throttle
 from wattsched.noded.virtualhost import VirtualHosts
 from wattsched.plugins.acct_gather_energy.emulated import EmulatedEnergy
 
 log = logging.getLogger("wattsched.noded")
-
-ENDED_KEPT = 10000  # ended (node, job) pairs remembered, to refuse their step credentials at once
-
 
 def confinement(config: Config, nodes: dict[str, NodeConf]) -> JobCgroups | None:
     """The jobs' control groups (proctrack/cgroup, task/cgroup). A real node that cannot have them
@@ -69,25 +68,6 @@ def node_path(path: str, node: str) -> str:
     """SlurmdLogFile's, SlurmdPidFile's, SlurmdSpoolDir's and TmpFS's %n (the node's name) and %h
     (the host's), as Slurm's."""
     return path.replace("%n", node).replace("%h", socket.gethostname().split(".")[0])
-
-
-@dataclass(slots=True)
-class JobHere:
-    """What the agent knows of one job on one of its nodes, beside the books of its allocation
-    (noded.allocations, which the meter and profiler threads share). A part is None while absent;
-    the record goes when every part has."""
-
-    alloc: JobAllocation | None = None  # what its Prolog and Epilog are told
-    prolog: asyncio.Future[bool] | None = None  # its Prolog: done (True/False) before anything of it starts
-    arrival: asyncio.Future[None] | None = None  # steps that came before its allocation: woken by it
-    # its Epilog, running: the node is not clean of the job until it is done (and the loop keeps only
-    # weak references to tasks: this is the strong one)
-    epilog: asyncio.Task[None] | None = None
-    pgids: set[int] | None = None  # its steps' process groups, from their first launch here to its end
-
-    def gone(self) -> bool:
-        return self.alloc is None and self.prolog is None and self.arrival is None and self.epilog is None \
-            and self.pgids is None
 
 
 @dataclass(frozen=True)
@@ -146,11 +126,11 @@ class Agent:
                                  self.task_scripts, self.propagated)
         # task/affinity binds tasks to CPUs on real nodes (a virtual node's CPUs are not the host's)
         self.binds = "task/affinity" in config.task_plugin and not config.emulated_nodes
-        self.here: dict[tuple[str, int], JobHere] = {}  # by (node, job id): see JobHere
+        self.jobs_here = JobsHere()
+        self.prolog_epilog = PrologEpilog(config, self.spool, self.jobs_here, self.link.report, self._release)
         # (job, step, node) -> stdin pipes of the step's tasks that read srun's input
         self.step_inputs: dict[tuple[int, int, str], list] = {}
         self.live_steps: dict[tuple[int, int, str], steps.LiveStep] = {}  # (job, step, node): running here
-        self.ended: dict[tuple[str, int], None] = {}  # jobs recently over here, oldest first
         # over the allocations, shared with the meter and profiler threads; taken before the meter's
         # own lock, never while a thread holds that one
         self.lock = threading.Lock()
@@ -177,42 +157,9 @@ class Agent:
         self.policies = Policies(self.nodes, config.emulated_nodes, confined)
         self.profiler = Profiler(self.allocations, self.energy, self.lock, self.policies)
 
-    def _here(self, node: str, job_id: int) -> JobHere:
-        """The job's record on the node, made when first needed."""
-        record = self.here.get((node, job_id))
-        if record is None:
-            record = self.here[(node, job_id)] = JobHere()
-        return record
-
-    def _part(self, node: str, job_id: int) -> JobHere:
-        """The job's record on the node, or an empty one (not kept) when there is none."""
-        return self.here.get((node, job_id)) or JobHere()
-
-    def _tidy(self, node: str, job_id: int) -> None:
-        """The job's record goes once every part of it has."""
-        record = self.here.get((node, job_id))
-        if record is not None and record.gone():
-            del self.here[(node, job_id)]
-
-    def step_groups(self, node: str, job_id: int) -> set[int]:
-        """The set its steps' tasks put their process groups in, kept until the job ends here."""
-        record = self._here(node, job_id)
-        if record.pgids is None:
-            record.pgids = set()
-        return record.pgids
-
-    def drop_step_groups(self, node: str, job_id: int) -> set[int]:
-        """Its steps' process groups, forgotten (the job is over here)."""
-        record = self.here.get((node, job_id))
-        if record is None or record.pgids is None:
-            return set()
-        pgids, record.pgids = record.pgids, None
-        self._tidy(node, job_id)
-        return pgids
-
     def job_pgids(self, node: str, job_id: int) -> set[int]:
         """The process groups of a job on a node: its batch script's and its step tasks'."""
-        groups = set(self._part(node, job_id).pgids or ())
+        groups = set(self.jobs_here.get(node, job_id).pgids or ())
         batch = self.batch.jobs.get(job_id)
         if batch is not None and batch.node == node and (pgid := self.batch.script_pgid(batch)):
             groups.add(pgid)
@@ -238,7 +185,7 @@ class Agent:
         for batch in list(self.batch.jobs.values()):  # jobs launched before their allocation arrived
             if pgid := self.batch.script_pgid(batch):
                 loads.setdefault(batch.node, {}).setdefault(batch.job_id, ({pgid}, 0, 0, 1.0))
-        for (node, job_id), record in list(self.here.items()):
+        for (node, job_id), record in list(self.jobs_here.records.items()):
             if record.pgids is not None:
                 loads.setdefault(node, {}).setdefault(job_id, (set(record.pgids), 0, 0, 1.0))
         return loads
@@ -287,7 +234,7 @@ class Agent:
         """scontrol reconfigure: what the agent reads job by job takes the file's new values at once
         (Prolog, Epilog and their timeout, TaskProlog, TaskEpilog); its nodes, port, spool,
         confinement and meters change at its next start, as Slurm's slurmd needs a restart for them."""
-        self.config = for_node(config, next(iter(self.nodes)))
+        self.config = self.prolog_epilog.config = for_node(config, next(iter(self.nodes)))
         self.task_scripts.clear()  # (the batch runner holds this very dict)
         self.task_scripts.update({k: v for k, v in (("task_prolog", config.task_prolog),
                                                     ("task_epilog", config.task_epilog)) if v})
@@ -296,21 +243,21 @@ class Agent:
         """A job starts on some of our nodes: its CPUs, frequency and profile there; under the
         moving budget, its nodes' limits first (the cap counted them at those)."""
         for node in alloc.nodes:
-            self.ended.pop((node, alloc.job_id), None)  # a requeued job runs here again
+            self.jobs_here.again(node, alloc.job_id)  # a requeued job runs here again
         for node, watts in alloc.power_limits.items():
             if node in self.nodes and node in alloc.nodes:
                 self.limits.order(node, watts, None, time.time(), alloc.gpus.get(node, ()))
         with self.lock:
             added = self.allocations.add(alloc)
             for job in added:
-                record = self._here(job.node, job.job_id)
+                record = self.jobs_here.make(job.node, job.job_id)
                 record.alloc, waiter, record.arrival = alloc, record.arrival, None
                 if waiter is not None and not waiter.done():
                     waiter.set_result(None)
                 if self.config.epilog:  # an Epilog owed survives a restart of the agent
-                    self._save_epilog(job.node, alloc)
+                    self.prolog_epilog.owe_epilog(job.node, alloc)
                 if self.config.prolog:
-                    self._start_prolog(job.node, alloc)
+                    self.prolog_epilog.start_prolog(job.node, alloc)
                 first = self.policies.first_khz(job, job.top_khz) if job.top_khz else 0
                 if first and first != job.top_khz:  # min_time starts lower
                     self.allocations.set_freq(job, first)
@@ -318,95 +265,21 @@ class Agent:
                 self._throttle(job)
             self._sampling_interval()
 
-    # --- Prolog and Epilog ------------------------------------------------------------------------
-
-    def _script_env(self, context: str, node: str, alloc: JobAllocation) -> dict[str, str]:
-        return prologs.environment(context, job_id=alloc.job_id, uid=alloc.uid, gid=alloc.gid, user=alloc.user,
-                                   account=alloc.account, partition=alloc.partition, node_list=alloc.node_list,
-                                   job_name=alloc.job_name, cluster=self.config.cluster_name, node=node)
-
-    def _start_prolog(self, node: str, alloc: JobAllocation) -> None:
-        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._here(node, alloc.job_id).prolog = future
-        asyncio.get_running_loop().create_task(self._prolog(node, alloc, future))
-
-    async def _prolog(self, node: str, alloc: JobAllocation, future: asyncio.Future[bool]) -> None:
-        """Prolog, as root, before anything of the job starts on the node. A failure is reported (the
-        controller drains the node and requeues the job held) and nothing of the job starts here."""
-        code, error = await asyncio.to_thread(prologs.run_program, self.config.prolog,
-                                              self._script_env("prolog_slurmd", node, alloc),
-                                              self.config.prolog_epilog_timeout_s)
-        future.set_result(code == 0)
-        if code:
-            log.error("prolog failed", extra={"job": alloc.job_id, "node": node, "error": error})
-            self.link.report(JobEvent(job_id=alloc.job_id, node=node, run=alloc.run, step_id="prolog",
-                                       exit_code=code, end_time=time.time(), error=error[:1024]))
-            self._release(node, alloc.job_id)
-
-    async def prolog_ok(self, node: str, job_id: int) -> bool:
-        """Whether the job's Prolog on the node succeeded (waiting for it; True without a Prolog)."""
-        future = self._part(node, job_id).prolog
-        return True if future is None else await asyncio.shield(future)
+    # --- batch scripts and steps -------------------------------------------------------------------
 
     def launch_batch(self, req: BatchLaunch) -> None:
         """Start a batch script once its node's Prolog has succeeded."""
-        future = self._part(req.node, req.job_id).prolog
+        future = self.jobs_here.get(req.node, req.job_id).prolog
         if future is None or future.done():
             if future is None or future.result():
                 self.batch.launch(req)
             return
 
         async def after_prolog() -> None:
-            if await self.prolog_ok(req.node, req.job_id):
+            if await self.prolog_epilog.prolog_ok(req.node, req.job_id):
                 self.batch.launch(req)
 
         asyncio.get_running_loop().create_task(after_prolog())
-
-    def _epilog_path(self, node: str, job_id: int) -> str:
-        return os.path.join(self.spool, node, "epilog", f"{int(job_id)}.json")
-
-    def _save_epilog(self, node: str, alloc: JobAllocation) -> None:
-        path = self._epilog_path(node, alloc.job_id)
-        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        with open(path + ".tmp", "w") as handle:
-            handle.write(alloc.model_dump_json())
-        os.replace(path + ".tmp", path)
-
-    def _recover_epilogs(self) -> None:
-        """After a restart: the Epilogs owed. A job still allocated here gets its Epilog when it
-        ends; one that ended while its Epilog was due or running (the agent died meanwhile) gets it
-        now, so an Epilog is never skipped (it may run twice: Epilogs must be idempotent)."""
-        for node in self.nodes:
-            folder = os.path.join(self.spool, node, "epilog")
-            for name in os.listdir(folder) if os.path.isdir(folder) else ():
-                try:
-                    with open(os.path.join(folder, name)) as handle:
-                        alloc = JobAllocation.model_validate_json(handle.read())
-                except (OSError, ValueError):
-                    continue
-                if (node, alloc.job_id) in self.allocations.jobs:
-                    self._here(node, alloc.job_id).alloc = alloc
-                else:
-                    self._start_epilog(node, alloc)
-
-    def _start_epilog(self, node: str, alloc: JobAllocation) -> None:
-        """Run the node's Epilog for the job; until it is done the node is not clean of the job
-        (the controller keeps it COMPLETING there, as Slurm does)."""
-        self._here(node, alloc.job_id).epilog = asyncio.get_running_loop().create_task(self._epilog(node, alloc))
-
-    async def _epilog(self, node: str, alloc: JobAllocation) -> None:
-        code, error = await asyncio.to_thread(prologs.run_program, self.config.epilog,
-                                              self._script_env("epilog_slurmd", node, alloc),
-                                              self.config.prolog_epilog_timeout_s)
-        if code:  # the controller drains the node
-            log.error("epilog failed", extra={"job": alloc.job_id, "node": node, "error": error})
-        # its end (success too) tells the controller the node is clean of the job
-        self.link.report(JobEvent(job_id=alloc.job_id, node=node, run=alloc.run, step_id="epilog",
-                                   exit_code=code, end_time=time.time(), error=error[:1024]))
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self._epilog_path(node, alloc.job_id))
-        self._part(node, alloc.job_id).epilog = None
-        self._tidy(node, alloc.job_id)
 
     def join_step(self, node: str, job_id: int, step: str) -> list[str]:
         """The cgroup files a step's processes write their pid into (none without cgroups): the
@@ -491,21 +364,21 @@ class Agent:
         sent when it starts), so an unknown job is waited for, until its allocation arrives or a
         MessageTimeout at most; one that ended here is refused at once."""
         key = (node, job_id)
-        if key not in self.ended and not self._allocated(key):
-            record = self._here(node, job_id)
+        if not self.jobs_here.is_over(node, job_id) and not self._allocated(key):
+            record = self.jobs_here.make(node, job_id)
             waiter = record.arrival
             if waiter is None:
                 waiter = record.arrival = asyncio.get_running_loop().create_future()
             try:  # (shielded: a step that gives up leaves the wait of another step of the job alone)
                 await asyncio.wait_for(asyncio.shield(waiter), self.config.message_timeout_s)
             except TimeoutError:
-                record = self._part(node, job_id)
+                record = self.jobs_here.get(node, job_id)
                 if record.arrival is waiter:
                     record.arrival = None
-                    self._tidy(node, job_id)
-        if key in self.ended or not self._allocated(key):
+                    self.jobs_here.tidy(node, job_id)
+        if self.jobs_here.is_over(node, job_id) or not self._allocated(key):
             return False
-        return await self.prolog_ok(node, job_id)
+        return await self.prolog_epilog.prolog_ok(node, job_id)
 
     def _allocated(self, key: tuple[str, int]) -> bool:
         with self.lock:
@@ -513,21 +386,19 @@ class Agent:
 
     def _release(self, node: str, job_id: int) -> None:
         """The job is over on ``node``: its CPUs get their frequency back, its profile is closed."""
-        self.ended[(node, job_id)] = None
-        while len(self.ended) > ENDED_KEPT:
-            self.ended.pop(next(iter(self.ended)))
+        self.jobs_here.over(node, job_id)
         with self.lock:
             self.throttle.release((node, job_id))
             self.allocations.remove(node, job_id)
             self.policies.forget(node, job_id)
             self._sampling_interval()
         self.virtual.release(node, job_id)
-        record = self._part(node, job_id)
+        record = self.jobs_here.get(node, job_id)
         alloc, record.alloc, record.prolog = record.alloc, None, None
         if alloc is not None and self.config.epilog and record.epilog is None:
             with contextlib.suppress(RuntimeError):  # no running loop: its saved record runs it at restart
-                self._start_epilog(node, alloc)
-        self._tidy(node, job_id)
+                self.prolog_epilog.start_epilog(node, alloc)
+        self.jobs_here.tidy(node, job_id)
 
     def _sampling_interval(self) -> None:
         """The meter polls at least as often as the shortest profile interval asks."""
@@ -553,7 +424,7 @@ class Agent:
         # report the tasks' usage), SIGKILL after KillWait, as Slurm does; then whatever is left
         # in the job's cgroup
         node, job_id = event.node, event.job_id
-        pgids = self.drop_step_groups(node, job_id)
+        pgids = self.jobs_here.drop_step_groups(node, job_id)
         for pgid in pgids:
             procs.killpg(pgid, signal.SIGTERM)
         if not pgids:
@@ -601,7 +472,7 @@ class Agent:
         for node in nodes:
             if node not in self.nodes:
                 continue
-            pgids = self._part(node, job_id).pgids or set()
+            pgids = self.jobs_here.get(node, job_id).pgids or set()
             on_node = job_id in self.batch.jobs and self.batch.jobs[job_id].node == node
             if terminate:
                 for (live_job, _step, live_node), live in list(self.live_steps.items()):
@@ -614,11 +485,11 @@ class Agent:
                     asyncio.get_running_loop().call_later(self.config.kill_wait_s, self._kill_steps, node, job_id)
                 if not on_node or self.batch.terminate(job_id):
                     self._release(node, job_id)
-                    if self._part(node, job_id).epilog is None:  # else clean once its Epilog is done
+                    if self.jobs_here.get(node, job_id).epilog is None:  # else clean once its Epilog is done
                         clean.append(node)
                     self.energy.wake()
                     if not pgids:  # (with steps, after their KillWait)
-                        self.drop_step_groups(node, job_id)
+                        self.jobs_here.drop_step_groups(node, job_id)
                         self._end_cgroups(node, job_id)
             else:
                 if not batch_only:
@@ -674,7 +545,7 @@ class Agent:
         return True
 
     def _kill_steps(self, node: str, job_id: int) -> None:
-        pgids = set(self._part(node, job_id).pgids or ())
+        pgids = set(self.jobs_here.get(node, job_id).pgids or ())
         for pgid in pgids:
             procs.kill_tasks(pgid)  # their step daemons report them, then end (or are killed next)
         asyncio.get_running_loop().call_later(steps.STEPD_GRACE_S, self._kill_step_daemons, node, job_id, pgids)
@@ -683,8 +554,8 @@ class Agent:
         for pgid in pgids:
             procs.killpg(pgid, signal.SIGKILL)
         if not (job_id in self.batch.jobs and self.batch.jobs[job_id].node == node):
-            if (node, job_id) in self.ended:  # (not if it runs here again, requeued)
-                self.drop_step_groups(node, job_id)  # (a batch host's go with its script's end)
+            if self.jobs_here.is_over(node, job_id):  # (not if it runs here again, requeued)
+                self.jobs_here.drop_step_groups(node, job_id)  # (a batch host's go with its script's end)
             self._end_cgroups(node, job_id)
 
     # --- talking to the controller ----------------------------------------------------------------
@@ -777,7 +648,7 @@ class Agent:
         with self.lock:
             self.allocations.recover()
         if self.config.epilog:
-            self._recover_epilogs()
+            self.prolog_epilog.recover(self.nodes, lambda node, job_id: (node, job_id) in self.allocations.jobs)
         with self.lock:
             known = {(n, j) for n, j in self.allocations.jobs} | {(j.node, j.job_id) for j in self.batch.jobs.values()}
         if self.cgroups is not None:  # what a stopped agent's jobs left, and no record here claims

@@ -150,7 +150,7 @@ def create_app(agent: Agent) -> FastAPI:
             raise HTTPException(400, f"Invalid MPI type '{req.mpi}', --mpi=list for acceptable types")
         gid = procs.gid_of(uid)
         identity = agent.virtual.identity(req.node, req.job_id, uid, gid)
-        pgids = agent.step_groups(req.node, req.job_id)
+        pgids = agent.jobs_here.step_groups(req.node, req.job_id)
         key = (req.job_id, req.step_id, req.node)
         inputs = agent.step_inputs[key] = []
 
@@ -169,7 +169,7 @@ def create_app(agent: Agent) -> FastAPI:
                 if agent.step_inputs.get(key) is inputs:
                     del agent.step_inputs[key]
                 if no_allocation:  # no job end will come for it: its traces go with its tasks
-                    agent.drop_step_groups(req.node, req.job_id)
+                    agent.jobs_here.drop_step_groups(req.node, req.job_id)
                     agent.virtual.release(req.node, req.job_id)
 
         return StreamingResponse(stream(), media_type="application/x-ndjson")
