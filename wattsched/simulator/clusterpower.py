@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from wattsched import cpufreq, powermodel, snapbuild
+from wattsched import cpufreq, powermodel
+from wattsched.capadmission import NodePower
 from wattsched.config import Config
 from wattsched.simulator.capmeter import CapMeter
 from wattsched.simulator.records import CATEGORIES, COMPUTING, IDLE, OFF, SWITCHING_ON, JobRecord, SimNode
@@ -26,7 +27,8 @@ class ClusterPower:
     """The nodes' draws and energy, the jobs' watts, energy and pace (see the module docstring)."""
 
     def __init__(self, config: Config, nodes: Mapping[str, SimNode], records: Mapping[int, JobRecord],
-                 energy_model: str, meter: CapMeter, reschedule: Callable[[JobRecord, float], None]):
+                 node_power: dict[str, NodePower], energy_model: str, meter: CapMeter,
+                 reschedule: Callable[[JobRecord, float], None]):
         if energy_model not in ENERGY_MODELS:
             raise ValueError(f"unknown energy model {energy_model!r}: one of {', '.join(ENERGY_MODELS)}")
         self.nodes = nodes
@@ -34,7 +36,7 @@ class ClusterPower:
         self.energy_model = energy_model
         self.meter = meter
         self.reschedule = reschedule
-        self.node_power = {n.name: snapbuild.node_power(n) for n in config.nodes}
+        self.node_power = node_power  # each node's power model at its own clock (snapbuild.node_power)
         self.f_max = {n.name: max(cpufreq.ladder(n.cpu_freq_watts)) for n in config.nodes}
         self.energy = dict.fromkeys(CATEGORIES, 0.0)  # joules by what the nodes were doing
 

@@ -105,7 +105,8 @@ class Simulation:
         # the cap and its schedule (PowerCapSchedule, read at the first submission), and the draw against it
         node_power = {n.name: snapbuild.node_power(n) for n in config.nodes}
         self.meter = CapMeter(config.power_cap, float(sum(p.max for p in node_power.values())))
-        self.power = ClusterPower(config, self.nodes, self.records, energy_model, self.meter, self._reschedule)
+        self.power = ClusterPower(config, self.nodes, self.records, node_power, energy_model, self.meter,
+                                  self._reschedule)
         self.pending = snapbuild.JobTable[JobRequest]()
         fair = config.priority_type == "priority/multifactor" and \
             (config.priority_weight_fairshare or config.priority_weight_energy)
@@ -140,7 +141,6 @@ class Simulation:
         self.holding = snapbuild.JobTable[RunningJob]()
         self.saving = PowerSaving(config, self.nodes, self.power, self.view,
                                   lambda when, node: self._push(when, SWITCHED, node=node))
-        self.period, self.t_idle = self.saving.period, self.saving.t_idle
         # the moving budget (PowerPlugin=power/balance): its next turn, the nodes it limits
         self.balancing = config.power_plugin == "power/balance"
         self.balance_due = -math.inf
@@ -172,10 +172,10 @@ class Simulation:
                 self.followers.setdefault(record.job.preceding, []).append(record)
             else:
                 self._push(record.job.submit, SUBMIT, record.job.job_id)
-        if self.period:
-            self._push(first + self.period, PERIOD)
-        if self.t_idle is not None:  # the nodes idle from the start reach the idle timeout too
-            self._push(first + self.t_idle, TICK)
+        if self.saving.period:
+            self._push(first + self.saving.period, PERIOD)
+        if self.saving.t_idle is not None:  # the nodes idle from the start reach the idle timeout too
+            self._push(first + self.saving.t_idle, TICK)
         total = len(jobs)
         heap, handlers, meter = self.heap, self.handlers, self.meter
         while heap:
@@ -224,8 +224,8 @@ class Simulation:
             record.waiting_for -= 1
             if record.waiting_for == 0:
                 self._run(record, now)
-        if not node.jobs and node.power == ON and self.t_idle is not None:
-            self._push(now + self.t_idle, TICK)
+        if not node.jobs and node.power == ON and self.saving.t_idle is not None:
+            self._push(now + self.saving.t_idle, TICK)
         return True
 
     def _on_submit(self, _now: float, job_id: int, _node: str) -> bool:
@@ -238,8 +238,8 @@ class Simulation:
 
     def _on_period(self, now: float, _job_id: int, _node: str) -> bool:
         """The power-saving policies' periodic call, and the next one while jobs are left."""
-        if self.done < len(self.records) and self.period:
-            self._push(now + self.period, PERIOD)
+        if self.done < len(self.records) and self.saving.period:
+            self._push(now + self.saving.period, PERIOD)
         return True
 
     def _on_cap(self, now: float, _job_id: int, _node: str) -> bool:
@@ -549,8 +549,8 @@ class Simulation:
                 continue
             node.idle_since = now
             self.power.set_category(node, IDLE, now)
-            if self.t_idle is not None:
-                self._push(now + self.t_idle, TICK)
+            if self.saving.t_idle is not None:
+                self._push(now + self.saving.t_idle, TICK)
         if self.power.energy_model == "cpu":
             record.energy_j = self.power.job_power(record) * record.runtime
         if self.accounts is not None:
