@@ -16,7 +16,7 @@ DAEMON_FIXTURES = {"cluster", "fresh_cluster"}
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if item.path.name.startswith("test_e2e_") or DAEMON_FIXTURES & set(getattr(item, "fixturenames", ())):
+        if item.path.parent.name == "e2e" or DAEMON_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.e2e)
 
 

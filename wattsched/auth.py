@@ -16,7 +16,7 @@ Tokens are made and checked with the standard library rather than PyJWT because 
 CLI call pays the import time (PyJWT pulls in ``cryptography``: ~0.15 s). For the same reason a
 command signs with the interpreter's built-in SHA-256 rather than through hashlib and hmac, whose
 OpenSSL start-up costs every command ~3 ms (``python -X importtime``; HMAC is RFC 2104's few lines,
-checked against hmac in tests/test_cli_lean.py), and base64 is binascii's (the base64 module imports
+checked against hmac in tests/cli/test_lean.py), and base64 is binascii's (the base64 module imports
 re). The tests check that PyJWT decodes our tokens.
 """
 

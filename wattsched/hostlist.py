@@ -1,7 +1,7 @@
 """Hostlist expressions (``leaf[1000-1255]``), through ClusterShell's NodeSet.
 
 The names clusters use (a prefix, one number, maybe a suffix: ``node017``, ``gpu[01-08]-ib``) are
-expanded and folded here, with NodeSet's order and spelling (tests/test_hostlist.py compares the two):
+expanded and folded here, with NodeSet's order and spelling (tests/core/test_hostlist.py compares the two):
 importing ClusterShell costs a command ~40 ms on the project's 2-core VM, six times the rest of
 sinfo's start-up. Anything else (several numbers in a name, steps, mixed zero-padding) goes to NodeSet.
 """

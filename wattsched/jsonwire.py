@@ -4,7 +4,7 @@ Why not ``json``: importing it costs every command 2-4 ms on the project's 2-cor
 importtime``): its decoder and encoder compile regular expressions at import, which brings in ``re``
 and ``enum``, for answers its C accelerator parses without them. This module drives that same
 accelerator (``_json``, the one ``json.loads`` and ``json.dumps`` use) with json's defaults, so the
-text read and written is json's, byte for byte (tests/test_cli_lean.py compares them).
+text read and written is json's, byte for byte (tests/cli/test_lean.py compares them).
 """
 
 from __future__ import annotations

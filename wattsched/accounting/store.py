@@ -70,7 +70,7 @@ def engine_for(url: str) -> Engine:
 
 def head_revision() -> str:
     """The newest migration's revision. Each migration is a file ``NNNN_what.py`` whose revision is
-    its number, down from the one before (tests/test_accounting_db.py checks the chain against
+    its number, down from the one before (tests/accounting/test_accounting_db.py checks the chain against
     Alembic's own reading of it)."""
     return max(name for name in os.listdir(os.path.join(_MIGRATIONS, "versions"))
                if name[:4].isdigit() and name.endswith(".py"))[:4]

@@ -353,7 +353,7 @@ class _TakenWalk:
     level so far, and where that takes more of its free CPUs now, a step of the function. Over a
     few nodes numpy's set-up per call costs several times the walk (on KTH SP2's 100 nodes, where a
     reservation takes 8 on average, the timeline's builds were a tenth of a replay); the property
-    test of tests/test_timeline.py holds the two equal. It holds until the next hold, which the
+    test of tests/core/test_timeline.py holds the two equal. It holds until the next hold, which the
     profile drops it at (a hold changes the levels now or adds a step)."""
 
     def __init__(self, profile: Profile):

@@ -119,7 +119,7 @@ def test_a_host_that_goes_away_is_noticed_and_comes_back(hosts: MultiHost) -> No
 def test_mpi_ranks_on_different_hosts_pass_a_ring_over_tcp(hosts: MultiHost) -> None:
     """srun --mpi=pmi2 across the three hosts: MPICH's ranks, two a host, find each other through the
     PMI fences srun relays and talk over the hosts' own network."""
-    from tests.test_e2e_mpi import _compile, expected
+    from tests.e2e.test_mpi import _compile, expected
 
     folder = Path(tempfile.mkdtemp(prefix="wattsched-hosts-mpi-"))
     os.chmod(folder, 0o755)

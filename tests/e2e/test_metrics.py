@@ -20,7 +20,7 @@ import pytest
 
 from wattsched.harness.testing import ALICE, Cluster, free_port, wait_for
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 PROMETHEUS, PROMTOOL = shutil.which("prometheus"), shutil.which("promtool")
 needs_prometheus = pytest.mark.skipif(not (PROMETHEUS and PROMTOOL),

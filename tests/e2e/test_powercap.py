@@ -14,7 +14,7 @@ import pytest
 
 from wattsched.harness.testing import ALICE, BIN, free_port, wait_for
 
-ETC = Path(__file__).resolve().parent.parent / "etc"
+ETC = Path(__file__).resolve().parents[2] / "etc"
 
 
 class Leaf:
@@ -64,7 +64,7 @@ def leaf(tmp_path) -> Iterator[Leaf]:
 def leaf_powersave(tmp_path) -> Iterator[Leaf]:
     """Example 2's configuration: PowerSaveWatts=5, and power saving that reclaims idle nodes' watts
     for jobs blocked by the cap. Its programs only flag the nodes (the seed's emulated nodes had
-    no hardware to switch); switching through BMCs is tested in test_e2e_powersave."""
+    no hardware to switch); switching through BMCs is tested in tests/e2e/test_powersave.py."""
     extra = "PowerSaveType=power_save/reclaim\nSuspendTimeout=2\nSuspendProgram=/bin/true\nResumeProgram=/bin/true\n"
     yield from _started(Leaf(tmp_path, extra=extra, node_default="PowerSaveWatts=5"))
 

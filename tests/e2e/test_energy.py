@@ -189,7 +189,7 @@ def test_a_multi_node_mpi_step_has_its_nodes_energy_summed(cluster: Cluster, tmp
     """An MPI step over two nodes (srun --mpi=pmi2): its energy is the sum over both nodes of what
     their counters rose by while it ran (eq. 2 of the job, over the step's time), the profile holds
     both nodes, and sacct shows the step on its own line."""
-    from tests.test_e2e_mpi import _compile
+    from tests.e2e.test_mpi import _compile
 
     hello = _compile("mpicc.mpich", tmp_path / "hello_mpich")
     burn = BURN.format(s=6).replace("'", '"')  # within sh -c '...'

@@ -24,7 +24,7 @@ import pytest
 
 from wattsched.harness.testing import BIN, Cluster, wait_for
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 VENV = ROOT / ".venv-clients"
 pytestmark = [pytest.mark.clients, pytest.mark.slow]
 

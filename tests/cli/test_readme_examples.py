@@ -23,7 +23,7 @@ import pytest
 
 from wattsched.harness.testing import BIN, free_port, free_port_block
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from wattsched.harness.testing import Cluster, wait_for
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def alone(env: dict[str, str]) -> dict[str, str]:

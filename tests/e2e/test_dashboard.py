@@ -20,7 +20,8 @@ from wattsched.harness.testing import ALICE, Cluster
 CHROMIUM = shutil.which("chromium")
 pytestmark = pytest.mark.skipif(not CHROMIUM, reason="needs Debian's chromium package (.ci/run installs it)")
 playwright = pytest.importorskip("playwright.sync_api")
-ARTIFACTS = Path(os.environ.get("WATTSCHED_ARTIFACTS", Path(__file__).parent.parent / "build" / "test-artifacts"))
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = Path(os.environ.get("WATTSCHED_ARTIFACTS", ROOT / "build" / "test-artifacts"))
 # Chromium as root needs --no-sandbox; the others keep it off this machine's closed network
 FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
          "--disable-component-update", "--disable-sync"]

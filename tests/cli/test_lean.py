@@ -82,7 +82,7 @@ def test_printable_escapes_what_python_does_not_print_as_python_writes_it() -> N
                                     "wattsched.cli.scancel", "wattsched.cli.sbatch", "wattsched.auth",
                                     "wattsched.service.authsocket"])
 def test_the_commands_import_none_of_the_heavy_modules(module: str) -> None:
-    """At import; tests/test_e2e_slurm_tools.py checks the same of whole calls against a cluster."""
+    """At import; tests/e2e/test_slurm_tools.py checks the same of whole calls against a cluster."""
     code = f"import sys; import {module}; print(' '.join(sys.modules))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     loaded = set(done.stdout.split())

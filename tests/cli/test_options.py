@@ -145,7 +145,7 @@ def test_help_usage_and_version(prog: str) -> None:
 def test_the_documented_option_table_is_the_commands_own() -> None:
     from wattsched.cli import optiontable
 
-    page = (Path(__file__).resolve().parent.parent / "docs" / "user" / "commands.md").read_text()
+    page = (Path(__file__).resolve().parents[2] / "docs" / "user" / "commands.md").read_text()
     start, end = page.index(optiontable.BEGIN), page.index(optiontable.END) + len(optiontable.END)
     assert page[start:end] == optiontable.table(), "out of date: python -m wattsched.cli.optiontable"
 
@@ -196,7 +196,7 @@ def test_the_reference_pages_list_every_option_and_every_key() -> None:
 def test_show_hostnames_says_what_is_wrong_and_exits_0_as_slurms() -> None:
     """Slurm's testsuite asks ``scontrol show hostnames`` of every node requirement: a bad or empty list
     gets Slurm's message on stderr and exit code 0; the encoders still fail on a bad argument."""
-    env = dict(os.environ, WATTSCHED_CONF=str(Path(__file__).resolve().parent.parent / "etc" / "emulated.conf"))
+    env = dict(os.environ, WATTSCHED_CONF=str(Path(__file__).resolve().parents[2] / "etc" / "emulated.conf"))
     env.pop("SLURM_NODELIST", None)
 
     def scontrol(*args: str, **extra: str) -> subprocess.CompletedProcess:

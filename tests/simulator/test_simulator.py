@@ -17,7 +17,7 @@ from wattsched.simulator import engine, report, workload
 from wattsched.simulator.plotter import PlotError, Plotter, beside
 from wattsched.simulator.workload import SimJob, Workload
 
-TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
+TRACES = Path(__file__).resolve().parents[3] / "shared" / "traces"
 KTH = TRACES / "KTH-SP2-1996-2.1-cln.swf.gz"
 
 
@@ -250,7 +250,7 @@ def test_light_esp_is_table_ii_scaled_to_the_machine() -> None:
 def test_energy_fairshare_favours_the_green_user_as_in_seed_000(tmp_path) -> None:
     """Experiment (b) in small: Light-ESP x4, users 0.7x / 1x / 1.3x. Under FS their mean stretches
     are about equal; under EFS the green user's is the lowest and the gluttonous user's the highest."""
-    base = config.load(Path(__file__).resolve().parents[1] / "etc" / "lightesp180.conf")
+    base = config.load(Path(__file__).resolve().parents[2] / "etc" / "lightesp180.conf")
     jobs = workload.with_user_factors(workload.light_esp(180, 12, 4, seed=1), {"user1": 0.7, "user3": 1.3})
     means = {}
     for policy, weights in (("FS", {"priority_weight_fairshare": 1000}), ("EFS", {"priority_weight_energy": 1000})):
@@ -324,7 +324,7 @@ def test_seed_002_jobs_take_some_cores_on_each_of_their_servers(tmp_path) -> Non
     load = workload.synthetic_002(60, 5, 4, seed=3)
     assert {j.procs // j.nodes for j in load.jobs} == {1, 2, 4} and {j.nodes for j in load.jobs} <= set(range(1, 6))
     assert all(0.30 <= j.energy_factor <= 0.99 and j.procs % j.nodes == 0 for j in load.jobs)
-    conf = config.load(Path(__file__).resolve().parents[1] / "etc" / "seed002.conf")
+    conf = config.load(Path(__file__).resolve().parents[2] / "etc" / "seed002.conf")
     result = engine.Simulation(conf, load).run()
     for record in result.records:
         cores = record.job.procs // record.job.nodes
@@ -457,7 +457,7 @@ def test_passes_that_can_start_nothing_are_skipped_and_the_schedule_is_the_same(
     """A pass whose every pending job needs more CPUs than the machine has free is not run (the
     simulation keeps nothing else of it here): the schedule is the one of running every pass, and
     the passes are counted and timed as before."""
-    conf = config.load(Path(__file__).resolve().parents[1] / "etc" / platform)
+    conf = config.load(Path(__file__).resolve().parents[2] / "etc" / platform)
     trace = workload.parse_swf(KTH, max_jobs=1500)
     full = engine.Simulation(conf, trace, shared=shared)
     full.idle_passes = False

@@ -206,8 +206,8 @@ def test_sbatch_test_only_plans_without_submitting(cluster: Cluster) -> None:
 def test_the_listing_commands_import_nothing_heavy_on_a_whole_call(cluster: Cluster) -> None:
     """squeue, sinfo, scontrol show, sbatch and scancel, as root (who signs with the key) and as a user
     (with a token), each a whole call answered by the controller: none imports a module the commands
-    were freed from (tests/test_cli_lean.py), as ``-X importtime`` lists what a process imports."""
-    from tests.test_cli_lean import HEAVY
+    were freed from (tests/cli/test_lean.py), as ``-X importtime`` lists what a process imports."""
+    from tests.cli.test_lean import HEAVY
 
     job = cluster.sbatch("-H", "--wrap", "true")
     calls = [("squeue",), ("squeue", "-j", str(job)), ("sinfo",), ("scontrol", "show", "job", str(job)),

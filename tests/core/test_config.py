@@ -8,7 +8,7 @@ import pytest
 
 from wattsched import config
 
-ETC = Path(__file__).resolve().parent.parent / "etc"
+ETC = Path(__file__).resolve().parents[2] / "etc"
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -276,7 +276,7 @@ def test_the_emulated_bmcs_speak_what_the_cluster_reads_and_switches_them_with(
 def test_the_shipped_emulated_clusters_confine_jobs_in_control_groups(name: str) -> None:
     """Nothing a job starts outlives it there (where the host has no cgroups the agent falls back to
     process groups, saying so: wattsched.noded.agent.confinement)."""
-    loaded = config.load(Path(__file__).parent.parent / "etc" / name)
+    loaded = config.load(Path(__file__).resolve().parents[2] / "etc" / name)
     assert loaded.proctrack_type == "proctrack/cgroup" and loaded.cgroups and loaded.max_pids_per_job == 8192
 
 

@@ -187,7 +187,7 @@ def test_the_shipped_leaf257_config_with_an_idle_timeout_suspends_and_resumes(tm
     # etc/leaf257.conf as shipped (257 virtual nodes, 4 agents, no BMC settings), its state moved
     # here and its ports free, with an idle timeout: `wattsched emulate` starts the emulated BMCs
     # the default Suspend/ResumeProgram switch, nodes go idle~, and a job wakes four of them.
-    text = (Path(__file__).resolve().parents[1] / "etc" / "leaf257.conf").read_text()
+    text = (Path(__file__).resolve().parents[2] / "etc" / "leaf257.conf").read_text()
     text = text.replace("../wattsched-state/leaf257", str(tmp_path / "state"))
     text = re.sub(r"SlurmctldPort=\d+", f"SlurmctldPort={free_port()}", text)
     text = text.replace("NodeName=DEFAULT ", "NodeName=DEFAULT SwitchOnTime=2 SwitchOffTime=2 ")

@@ -1,0 +1,1 @@
+"""Tests of the accounting database on every engine the machine has."""

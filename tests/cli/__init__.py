@@ -1,0 +1,1 @@
+"""Tests of the commands: their options, their imports and the examples the docs show."""

@@ -1,0 +1,1 @@
+"""In-process tests of the controller's transitions, state store and views."""

@@ -1,0 +1,1 @@
+"""End-to-end tests: the daemons on loopback, the real commands, clients and hostile accounts."""

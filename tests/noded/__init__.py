@@ -1,0 +1,1 @@
+"""Tests of the node agent's parts against what the kernel and the emulated hardware offer."""

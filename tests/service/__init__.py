@@ -1,0 +1,1 @@
+"""Tests of the daemons' plumbing: the authenticated socket and their start-up."""
