@@ -2,12 +2,16 @@
 
 These are plain mutable dataclasses owned by the controller's state; policies never see
 them directly but read the immutable snapshots of :mod:`wattsched.scheduling`.
-Every record converts to and from a JSON-able dict for the state store.
+Every record converts to and from a JSON-able dict for the state store. A job keeps what it was
+given, its energy and what the power cap did to it in parts of their own (Allocation,
+EnergyRecord, Capping); its dict has them in one level, as the store, the accounting and the
+views have always read it, so a part's field names are keys of their own.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from operator import attrgetter, itemgetter
 from typing import Any, NamedTuple
 
 from wattsched import gres, nodestates, states
@@ -45,6 +49,64 @@ class JobScript(NamedTuple):
 
     script: str | None
     environment: dict[str, str]
+
+
+@dataclass(slots=True)
+class Allocation:
+    """What a job was given when it started (Slurm's job_resources): its CPUs, memory and GPUs on
+    each node, and the nodes still cleaning up after it."""
+
+    alloc_cpus: dict[str, int] = field(default_factory=dict)
+    nodes_expr: str = ""
+    alloc_mem_mb: int = 0
+    tasks_per_node: dict[str, int] = field(default_factory=dict)
+    alloc_gpus: dict[str, list[int]] = field(default_factory=dict)  # node -> its GPUs' numbers there
+    batch_host: str = ""
+    completing_nodes: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class EnergyRecord:
+    """What a job's energy came to and what its energy policy saw: its nodes' readings, the
+    expectations its earlier runs gave (wattsched.prediction) and the policy's choice."""
+
+    consumed_energy_j: float | None = None  # filled by the node agents' energy plugins
+    co2e_g: float = 0.0  # its emissions: its energy at the grid's carbon intensity over its run (wattsched.carbon)
+    # the same job's earlier runs (wattsched.prediction): its key, and what they let expect of it
+    history_key: str = ""
+    exp_elapsed_s: float = 0.0
+    exp_energy_j: float = 0.0
+    exp_watts: float = 0.0
+    ave_cpu_freq_khz: int = 0  # mean frequency of the job's CPUs, as its nodes reported it
+    freq_reports: int = 0
+    # its energy policy's choice and the signature it chose from, as its nodes reported them
+    policy_freq_khz: int = 0
+    pred_time_factor: float = 0.0  # the model's T(chosen) / T(ceiling)
+    pred_energy_factor: float = 0.0  # the model's E(chosen) / E(ceiling)
+    sig_cpi: float = 0.0
+    sig_gbs: float = 0.0
+    sig_memory_bound: float = 0.0  # the share of its time waiting for memory at the highest frequency
+    sig_reports: int = 0
+
+
+@dataclass(slots=True)
+class Capping:
+    """What the power cap chose for a job and took from it (wattsched.capadmission,
+    wattsched.capshed and the moving budget of wattsched.powerbalance)."""
+
+    cpu_freq_khz: int | None = None  # the frequency the controller chose to fit the power cap
+    # under the moving budget: the frequency whose watts its nodes were held to when it started,
+    # what the cap counts them at until their hardware reports a limit (wattsched.scheduling.ledgers)
+    start_limit_khz: int | None = None
+    # the most its nodes may draw under their power limits (its CPUs' share of each; a node without
+    # one at its MaxWatts), None while none of them is limited; and the lowest that has been
+    cap_watts: float | None = None
+    min_cap_watts: float | None = None
+    admit_watts: float = 0.0  # PowerCapAdmission=predicted: the watts a node it was started at (0: MaxWatts)
+    # what the power cap's shedding took (wattsched.capshed), to give back when there is room
+    cap_slowed: bool = False  # its frequency was lowered; cap_freq_before is what it had
+    cap_freq_before: int | None = None
+    cap_suspended: bool = False
 
 
 @dataclass(slots=True)
@@ -111,14 +173,7 @@ class Job:
     energy_policy: str = ""
     # the application model its environment declared (energypolicy.app_model), for emulated nodes
     app_model: list[list[float]] = field(default_factory=list)
-    # the same job's earlier runs (wattsched.prediction): its key, and what they let expect of it
-    history_key: str = ""
     submit_key: str = ""  # the submission's own key (JobSubmit.submit_key): a retry finds the job by it
-    exp_elapsed_s: float = 0.0
-    exp_energy_j: float = 0.0
-    exp_watts: float = 0.0
-    admit_watts: float = 0.0  # PowerCapAdmission=predicted: the watts a node it was started at (0: MaxWatts)
-    co2e_g: float = 0.0  # its emissions: its energy at the grid's carbon intensity over its run (wattsched.carbon)
     deadline: float = 0.0  # --deadline: removed (DEADLINE) once it can no longer end before it (0: none)
     profile: tuple[str, ...] = ()  # --profile series: energy, task
     acctg_freq: tuple[tuple[str, int], ...] = ()  # --acctg-freq: (type, seconds)
@@ -158,52 +213,25 @@ class Job:
     # the job that preempted it: a suspended victim resumes, a requeued one may start again, only
     # once that job no longer waits for what it took
     preempted_by: int = 0
-    # what the power cap's shedding took (wattsched.capshed), to give back when there is room
-    cap_slowed: bool = False  # its frequency was lowered; cap_freq_before is what it had
-    cap_freq_before: int | None = None
-    cap_suspended: bool = False
     warn_signal_sent: bool = False
     restart_count: int = 0
-    # allocation
-    alloc_cpus: dict[str, int] = field(default_factory=dict)
-    nodes_expr: str = ""
-    alloc_mem_mb: int = 0
-    tasks_per_node: dict[str, int] = field(default_factory=dict)
-    alloc_gpus: dict[str, list[int]] = field(default_factory=dict)  # node -> its GPUs' numbers there
-    batch_host: str = ""
     launched: bool = False
     configuring: bool = False  # allocated nodes still powering up: launched once they are all up
     prolog_slurmctld: bool = False  # PrologSlurmctld runs: the job stays CONFIGURING until it succeeds
     suspended_at: float = 0.0  # when scontrol suspend froze it (0: not suspended)
     stopped: bool = False  # sent SIGSTOP as a whole (scancel -s STOP), not yet SIGCONT: STOPPED
     suspended_s: float = 0.0  # time spent suspended, which neither its run time nor its time limit counts
-    completing_nodes: list[str] = field(default_factory=list)
-    consumed_energy_j: float | None = None  # filled by the node agents' energy plugins
     energy_pending: bool = False  # ended, its nodes' readings do not reach its end yet: still COMPLETING
-    cpu_freq_khz: int | None = None  # the frequency the controller chose to fit the power cap
-    # under the moving budget: the frequency whose watts its nodes were held to when it started,
-    # what the cap counts them at until their hardware reports a limit (wattsched.scheduling.ledgers)
-    start_limit_khz: int | None = None
-    # the most its nodes may draw under their power limits (its CPUs' share of each; a node without
-    # one at its MaxWatts), None while none of them is limited; and the lowest that has been
-    cap_watts: float | None = None
-    min_cap_watts: float | None = None
-    ave_cpu_freq_khz: int = 0  # mean frequency of the job's CPUs, as its nodes reported it
-    freq_reports: int = 0
-    # its energy policy's choice and the signature it chose from, as its nodes reported them
-    policy_freq_khz: int = 0
-    pred_time_factor: float = 0.0  # the model's T(chosen) / T(ceiling)
-    pred_energy_factor: float = 0.0  # the model's E(chosen) / E(ceiling)
-    sig_cpi: float = 0.0
-    sig_gbs: float = 0.0
-    sig_memory_bound: float = 0.0  # the share of its time waiting for memory at the highest frequency
-    sig_reports: int = 0
+    # its parts, which its dict (the state store's row and the views) flattens into one level
+    alloc: Allocation = field(default_factory=Allocation)
+    energy: EnergyRecord = field(default_factory=EnergyRecord)
+    capping: Capping = field(default_factory=Capping)
     steps: list[Step] = field(default_factory=list)
     next_step_id: int = 0
 
     @property
     def node_list(self) -> list[str]:
-        return list(self.alloc_cpus)
+        return list(self.alloc.alloc_cpus)
 
     @property
     def shown_state(self) -> str:
@@ -226,7 +254,7 @@ class Job:
     def holds_nodes(self) -> bool:
         """Running, or ending with processes perhaps still on its nodes. A COMPLETING job whose
         nodes are all clean holds nothing: it only awaits its energy readings."""
-        return self.state == states.RUNNING or (self.state == states.COMPLETING and bool(self.completing_nodes))
+        return self.state == states.RUNNING or (self.state == states.COMPLETING and bool(self.alloc.completing_nodes))
 
     @property
     def script_id(self) -> int:
@@ -235,7 +263,7 @@ class Job:
 
     @property
     def num_cpus(self) -> int:
-        return sum(self.alloc_cpus.values())
+        return sum(self.alloc.alloc_cpus.values())
 
     @property
     def gpu_request(self) -> gres.GpuRequest:
@@ -243,7 +271,7 @@ class Job:
 
     @property
     def num_gpus(self) -> int:
-        return sum(len(indices) for indices in self.alloc_gpus.values())
+        return sum(len(indices) for indices in self.alloc.alloc_gpus.values())
 
     @property
     def display_id(self) -> str:
@@ -259,19 +287,37 @@ class Job:
         return None
 
     def to_dict(self) -> dict[str, Any]:
-        data = {f.name: getattr(self, f.name) for f in _JOB_FIELDS}
+        """The job in one level: its own fields and its parts' side by side (the parts' names are
+        not keys), as the state store, the accounting and the views have it."""
+        data = dict(zip(_FLAT_NAMES, _flat_values(self), strict=True))
         data["steps"] = [{f.name: getattr(s, f.name) for f in _STEP_FIELDS} for s in self.steps]
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Job:
-        values = {k: v for k, v in data.items() if k in JOB_FIELD_NAMES}
+        """A job from its one-level dict (to_dict's); keys of no field are left out."""
+        values: dict[str, Any] = {k: v for k, v in data.items() if k in _OWN_NAMES}
+        for part, names, record, items in _PART_READERS:
+            try:  # a whole record (to_dict's) at C speed: a restart reads every job through here
+                values[part] = record(*items(data))
+            except KeyError:
+                values[part] = record(**{k: data[k] for k in names if k in data})
         values["steps"] = [Step(**s) for s in data.get("steps", [])]
         return cls(**values)
 
 
-_JOB_FIELDS = [f for f in fields(Job) if f.name != "steps"]
-JOB_FIELD_NAMES = {f.name for f in fields(Job)}
+_PARTS: dict[str, type[Allocation | EnergyRecord | Capping]] = {
+    "alloc": Allocation, "energy": EnergyRecord, "capping": Capping}
+_OWN_FIELDS = tuple(f.name for f in fields(Job) if f.name not in _PARTS and f.name != "steps")
+_OWN_NAMES = frozenset(_OWN_FIELDS)
+_PART_FIELDS = tuple((part, tuple(f.name for f in fields(record))) for part, record in _PARTS.items())
+# the keys of a job's dict, and where each is kept: "alloc.batch_host" for a part's field
+JOB_FIELD_PATHS = {name: name for name in _OWN_FIELDS} | {
+    name: f"{part}.{name}" for part, names in _PART_FIELDS for name in names}
+JOB_FIELD_NAMES = frozenset(JOB_FIELD_PATHS)
+_PART_READERS = tuple((part, names, _PARTS[part], itemgetter(*names)) for part, names in _PART_FIELDS)
+_FLAT_NAMES = tuple(JOB_FIELD_PATHS)
+_flat_values = attrgetter(*JOB_FIELD_PATHS.values())  # every field in one call, the parts' by their paths
 _STEP_FIELDS = list(fields(Step))
 
 

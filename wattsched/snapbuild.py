@@ -16,13 +16,14 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import fields, replace
+from operator import attrgetter
 from typing import Any, Generic, Protocol, TypeVar
 
 from wattsched import capadmission, capschedule, gres, licenses, limits, nodestates
 from wattsched.capadmission import INFINITE, NodePower, PowerResv, PowerSnap
 from wattsched.capschedule import CapStep
 from wattsched.config import Config
-from wattsched.model import JOB_FIELD_NAMES, Job
+from wattsched.model import JOB_FIELD_PATHS, Job
 from wattsched.nodestates import NodeBase, PowerFlag, PowerState
 from wattsched.scheduling.records import (
     Changes,
@@ -121,7 +122,7 @@ def request(job: Job, memory: bool = True, whole_nodes: bool = False) -> JobRequ
     (model.Job is their one declaration); _REQUEST_VALUES lists the rest. Without ``memory`` (not a
     consumable: SelectTypeParameters=CR_CPU) the job asks its nodes for none; with ``whole_nodes``
     (its partition's OverSubscribe=EXCLUSIVE) it asks for its nodes whole, as --exclusive."""
-    made = JobRequest(**{name: getattr(job, name) for name in _SAME_AS_JOB},
+    made = JobRequest(**dict(zip(_SAME_AS_JOB, _same_values(job), strict=True)),
                       **{name: compute(job) for name, compute in _REQUEST_VALUES.items()})
     if whole_nodes and not made.exclusive:
         made = replace(made, exclusive=True)
@@ -137,7 +138,8 @@ _REQUEST_VALUES: dict[str, Callable[[Job], Any]] = {
     "ntasks": lambda j: j.nodes_min if j.overcommit else j.ntasks,
     "ntasks_per_node": lambda j: min(j.ntasks_per_node, 1) if j.overcommit else j.ntasks_per_node,
 }
-_SAME_AS_JOB = tuple(f.name for f in fields(JobRequest) if f.name in JOB_FIELD_NAMES and f.name not in _REQUEST_VALUES)
+_SAME_AS_JOB = tuple(f.name for f in fields(JobRequest) if f.name in JOB_FIELD_PATHS and f.name not in _REQUEST_VALUES)
+_same_values = attrgetter(*(JOB_FIELD_PATHS[name] for name in _SAME_AS_JOB))
 if _UNDERIVED := {f.name for f in fields(JobRequest)} - set(_SAME_AS_JOB) - set(_REQUEST_VALUES):
     raise TypeError(f"JobRequest fields neither on the job nor derived from it: {sorted(_UNDERIVED)}")
 

@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from wattsched.accounting.store import AccountingStore, JobQuery
-from wattsched.model import Job, Step
+from wattsched.model import Allocation, Job, Step
 
 PG_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 MARIA_ADMIN = "mysql+pymysql://root@127.0.0.1:3306/"
@@ -56,14 +56,12 @@ def store(db_url: str) -> Iterator[AccountingStore]:
 def _job(job_id: int, state: str = "COMPLETED", **changes) -> dict:
     job = Job(job_id=job_id, name=f"job{job_id}", uid=1000, user="alice", partition="debug", state=state,
               submit_time=1000.0 + job_id, eligible_time=1000.0 + job_id, start_time=1010.0, end_time=1070.0,
-              alloc_cpus={"n01": 4, "n02": 4}, time_limit_min=30,
+              alloc=Allocation(alloc_cpus={"n01": 4, "n02": 4}), time_limit_min=30,
               steps=[Step(step_id="batch", name="batch", state="COMPLETED", nodes=["n01"], cpus=4,
                           start_time=1010.0, end_time=1070.0,
                           tasks=[{"task": 0, "node": "n01", "user_cpu_s": 10.0, "system_cpu_s": 2.5,
                                   "max_rss_kb": 2048, "disk_read_b": 4096, "disk_write_b": 8192, "pages": 3}])])
-    for key, value in changes.items():
-        setattr(job, key, value)
-    return job.to_dict()
+    return {**job.to_dict(), **changes}
 
 
 def test_round_trip_and_idempotent_upserts(store: AccountingStore) -> None:

@@ -52,9 +52,9 @@ def test_an_ended_job_counts_once_before_during_and_after_its_record_reaches_acc
     running = priority.live_use(state, EPOCH + 60)
     assert _usage(priority.compute(accounting, conf, running, EPOCH + 60, EPOCH - 100)) == pytest.approx(240, rel=1e-3)
 
-    jobend.batch_ended(state, JobEvent(job_id=job.job_id, node=job.batch_host, exit_code=0, end_time=EPOCH + 100),
+    jobend.batch_ended(state, JobEvent(job_id=job.job_id, node=job.alloc.batch_host, exit_code=0, end_time=EPOCH + 100),
                        EPOCH + 100)
-    for node in list(job.completing_nodes):
+    for node in list(job.alloc.completing_nodes):
         jobend.node_clean(state, job.job_id, node)
     statesave.flush(state)  # ended, saved, in the outbox: accounting has not got it yet
     now = EPOCH + 200

@@ -11,7 +11,7 @@ import pytest
 from wattsched import states
 from wattsched.api import ReservationSpec
 from wattsched.controller.reservations import ReservationBook, ReservationError, overlap
-from wattsched.model import Job, Node, Reservation
+from wattsched.model import Allocation, Job, Node, Reservation
 from wattsched.nodestates import NodeBase
 from wattsched.scheduling.records import PartitionSnap
 
@@ -106,7 +106,7 @@ def test_replace_keeps_a_pool_of_idle_nodes_and_leaves_named_and_maint_ones_alon
     pool = book.create(ReservationSpec(name="pool", start_time="now", duration="60", node_cnt=1, users="u",
                                        flags="REPLACE"), "root", MONDAY, nodes, partitions, "p", [])
     job = Job(job_id=1, name="j", uid=1, user="u", state=states.RUNNING, reservation="pool", start_time=MONDAY,
-              alloc_cpus={"n1": 1})
+              alloc=Allocation(alloc_cpus={"n1": 1}))
     nodes["n1"].alloc_cpus = 1  # (held on the node's books, as the controller holds a running job's)
     assert book.maintain(nodes, partitions, [job], MONDAY + 1) == ([pool], []) and pool.nodes == ["n2"]
     named = book.create(ReservationSpec(name="named", start_time="now", duration="60", nodes="n3", users="u"),
@@ -144,6 +144,6 @@ def test_skip_moves_a_recurring_reservation_to_its_next_occurrence() -> None:
     with pytest.raises(ReservationError, match="not skipable, try deleting instead"):
         book.update("once", ReservationSpec(skip=True), friday + 1, nodes, partitions, "p", [])
     job = Job(job_id=1, name="j", uid=1, user="u", state=states.RUNNING, reservation="wd", start_time=friday,
-              alloc_cpus={"n1": 1})
+              alloc=Allocation(alloc_cpus={"n1": 1}))
     with pytest.raises(ReservationError, match="in use"):
         book.update("wd", ReservationSpec(skip=True), friday + 2, nodes, partitions, "p", [job])

@@ -110,7 +110,7 @@ def test_a_failed_node_requeues_its_job_or_ends_it_node_fail(tmp_path: Path, req
     jobs.launched(state, job.job_id)
     jobend.node_down(state, state.nodes["a1"], "Not responding", NOW + 2, not_responding=True)
     # nothing is left to clean on a dead node: the run ends at once
-    assert (job.state, job.completing_nodes) == (after, [])
+    assert (job.state, job.alloc.completing_nodes) == (after, [])
     if requeue:  # it waits for a node again, and starts on none while its node is down
         assert job.restart_count == 1
         assert _launched(launching.schedule(state, NOW + 3)) == [] and job.state == states.PENDING

@@ -123,9 +123,10 @@ def test_the_choice_a_job_end_carries_is_recorded(tmp_path) -> None:
                       Identity(0, "root"), now)[0]
     launching.schedule(state, now)
     jobs.launched(state, job.job_id)
-    assert job.state == states.RUNNING and job.policy_freq_khz == 0
+    assert job.state == states.RUNNING and job.energy.policy_freq_khz == 0
     chosen = JobUsage(job_id=job.job_id, policy_khz=1_600_000, time_factor=1.075, energy_factor=0.8)
     nodes_mod.heartbeat(state, AgentHeartbeat(agent_url="http://agent", boot_time=now, nodes=[], events=[
         JobEvent(job_id=job.job_id, node="a1", end_time=now + 5, policy=chosen)]), now + 5)
     assert job.state != states.RUNNING
-    assert (job.policy_freq_khz, job.pred_time_factor, job.pred_energy_factor) == (1_600_000, 1.075, 0.8)
+    energy = job.energy
+    assert (energy.policy_freq_khz, energy.pred_time_factor, energy.pred_energy_factor) == (1_600_000, 1.075, 0.8)

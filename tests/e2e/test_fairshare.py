@@ -9,7 +9,7 @@ import pytest
 
 from wattsched.accounting.store import AccountingStore
 from wattsched.harness.testing import Cluster, wait_for
-from wattsched.model import Job
+from wattsched.model import Allocation, EnergyRecord, Job
 
 SETTINGS = """PriorityType=priority/multifactor
 PriorityWeightFairshare=1000
@@ -47,7 +47,8 @@ def test_energy_fairshare_ranks_the_green_user_first(fs_cluster: Cluster) -> Non
         for k in range(3):
             job = Job(job_id=9000 + 10 * n + k, name="burst", uid=uid, user=user, account="phys", partition="debug",
                       state="COMPLETED", submit_time=now - 4000, eligible_time=now - 4000, start_time=now - 3600,
-                      end_time=now - 600, alloc_cpus={"n01": 4}, consumed_energy_j=factor * 1.2e6)
+                      end_time=now - 600, alloc=Allocation(alloc_cpus={"n01": 4}),
+                      energy=EnergyRecord(consumed_energy_j=factor * 1.2e6))
             history.append(job.to_dict())
     store.upsert_jobs(c.name, history)
     pending = {user: c.sbatch("--begin=now+1hour", "-t", "5", "--wrap", "true", env=c.user_env(uid, user))

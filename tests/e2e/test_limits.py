@@ -14,7 +14,7 @@ import pytest
 
 from wattsched.accounting.store import AccountingStore
 from wattsched.harness.testing import Cluster, wait_for
-from wattsched.model import Job
+from wattsched.model import Allocation, EnergyRecord, Job
 
 SETTINGS = """PriorityType=priority/multifactor
 PriorityWeightQOS=10000
@@ -145,7 +145,8 @@ def test_an_energy_budget_used_up_pends_the_next_job_until_raised(cluster: Clust
     store = AccountingStore(f"sqlite:///{c.root / 'ctld' / 'accounting.db'}")
     spent = Job(job_id=9901, name="spent", uid=BOB[0], user=BOB[1], account="green", qos="normal", partition="debug",
                 state="COMPLETED", submit_time=now - 700, eligible_time=now - 700, start_time=now - 650,
-                end_time=now - 50, alloc_cpus={"n01": 4}, consumed_energy_j=3.0e6)
+                end_time=now - 50, alloc=Allocation(alloc_cpus={"n01": 4}),
+                energy=EnergyRecord(consumed_energy_j=3.0e6))
     store.upsert_jobs(c.name, [spent.to_dict()])
     # use is read from the history every PriorityCalcPeriod (1 s here), as in Slurm
     wait_for(lambda: any(line.startswith("green||") and float(line.split("|")[7] or 0) > 1e6 for line in

@@ -54,8 +54,9 @@ def _replay(conf: config.Config, jobs: Workload, result: Result, tmp_path) -> No
     for now in sorted(set(submits) | set(ends) | set(result.pass_times)):
         for record in ends.get(now, []):
             job = state.jobs[ids[record.job.job_id]]
-            jobend.batch_ended(state, JobEvent(job_id=job.job_id, node=job.batch_host, exit_code=0, end_time=now), now)
-            for node in list(job.completing_nodes):
+            ended = JobEvent(job_id=job.job_id, node=job.alloc.batch_host, exit_code=0, end_time=now)
+            jobend.batch_ended(state, ended, now)
+            for node in list(job.alloc.completing_nodes):
                 jobend.node_clean(state, job.job_id, node)
         for record in sorted(submits.get(now, []), key=lambda r: r.job.job_id):
             job = jobs_mod.submit(state, JobSubmit(work_dir="/tmp", script="#!/bin/sh\n", nodes_min=record.nodes,
@@ -69,7 +70,7 @@ def _replay(conf: config.Config, jobs: Workload, result: Result, tmp_path) -> No
                    and state.jobs[job_id].state == states.RUNNING}
         assert started == starts.get(now, set()), f"at t={now}: controller {started}, simulator {starts.get(now)}"
         for sim_id in started:
-            assert sorted(state.jobs[ids[sim_id]].alloc_cpus) == sorted(records[sim_id].alloc)
+            assert sorted(state.jobs[ids[sim_id]].alloc.alloc_cpus) == sorted(records[sim_id].alloc)
 
 
 def test_hand_built_queue_same_decisions(tmp_path) -> None:
@@ -112,12 +113,12 @@ def test_a_job_between_two_power_ticks_starts_its_nodes_idle_time_again(tmp_path
                                            time_limit="1"), ROOT, EPOCH + 1)[0]
     launching.schedule(state, EPOCH + 1)
     assert state.jobs[job.job_id].state == states.RUNNING
-    jobend.batch_ended(state, JobEvent(job_id=job.job_id, node=job.batch_host, exit_code=0, end_time=EPOCH + 2),
+    jobend.batch_ended(state, JobEvent(job_id=job.job_id, node=job.alloc.batch_host, exit_code=0, end_time=EPOCH + 2),
                        EPOCH + 2)
-    for node in list(job.completing_nodes):
+    for node in list(job.alloc.completing_nodes):
         jobend.node_clean(state, job.job_id, node)
     powersavecontrol.power_tick(state, EPOCH + 3)
-    ran = set(job.alloc_cpus)
+    ran = set(job.alloc.alloc_cpus)
     assert {state.nodes[n].idle_since for n in ran} == {EPOCH + 3}
     assert {n.idle_since for n in state.nodes.values() if n.name not in ran} == {EPOCH}
     # 45 s on, the idle timeout takes every node but the two that ran the job

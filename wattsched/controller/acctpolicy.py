@@ -28,9 +28,9 @@ def watts_per_cpu(config: Config) -> dict[str, float]:
 
 def active_job(job: Job, config_watts: dict[str, float]) -> limits.ActiveJob:
     """A running job as the limits count it; its power is its CPUs' share of its nodes' MaxWatts."""
-    nodes = len(job.alloc_cpus)
-    watts = sum(cpus * config_watts.get(name, 0.0) for name, cpus in job.alloc_cpus.items())
-    tres = limits.job_tres(job.num_cpus, nodes, job.alloc_mem_mb * nodes, job.num_gpus, watts)
+    nodes = len(job.alloc.alloc_cpus)
+    watts = sum(cpus * config_watts.get(name, 0.0) for name, cpus in job.alloc.alloc_cpus.items())
+    tres = limits.job_tres(job.num_cpus, nodes, job.alloc.alloc_mem_mb * nodes, job.num_gpus, watts)
     end = job.start_time + job.suspended_s + job.time_limit_min * 60 if job.time_limit_min is not None else None
     return limits.ActiveJob(job.job_id, job.user, job.account, job.qos, tres, end, job.partition)
 

@@ -72,7 +72,7 @@ def admin_program(config: Config, kind: str, job: Job) -> AdminProgram:
     ended = kind == "epilog"
     env = prologs.environment(
         f"{kind}_slurmctld", job_id=job.job_id, uid=job.uid, gid=job.gid, user=job.user, account=job.account,
-        partition=job.partition, node_list=job.nodes_expr, job_name=job.name, cluster=config.cluster_name,
+        partition=job.partition, node_list=job.alloc.nodes_expr, job_name=job.name, cluster=config.cluster_name,
         exit_code=job.exit_code if ended else None, term_signal=job.term_signal if ended else 0)
     return AdminProgram(kind, job.job_id, config.prolog_slurmctld if kind == "prolog"
                         else config.epilog_slurmctld, env)

@@ -51,7 +51,7 @@ class BudgetControl:
         started: dict[str, float] = {}
         for job in state.jobs.values():
             if job.holds_nodes:
-                for name in job.alloc_cpus:
+                for name in job.alloc.alloc_cpus:
                     started[name] = max(started.get(name, 0.0), job.start_time)
         busy = {name for name in started if snap.states.get(name) == "busy"}
         # a node holding a job but not counted busy now (not yet heard from since the controller
@@ -104,18 +104,18 @@ class BudgetControl:
         shown: set[int] = set()
         for job in state.jobs.values():
             watts = None
-            if job.holds_nodes and any(name in limited for name in job.alloc_cpus):
+            if job.holds_nodes and any(name in limited for name in job.alloc.alloc_cpus):
                 watts = 0.0
-                for name, cpus in job.alloc_cpus.items():
+                for name, cpus in job.alloc.alloc_cpus.items():
                     node = state.nodes[name]
                     most = limited.get(name)
                     watts += (float(node.max_watts or node.idle_watts or 0) if most is None else most) * \
                         cpus / max(1, node.cpus)
                 watts = float(round(watts))
                 shown.add(job.job_id)
-            if watts != job.cap_watts:
-                job.cap_watts = watts
-                if watts is not None and (job.min_cap_watts is None or watts < job.min_cap_watts):
-                    job.min_cap_watts = watts
+            if watts != job.capping.cap_watts:
+                job.capping.cap_watts = watts
+                if watts is not None and (job.capping.min_cap_watts is None or watts < job.capping.min_cap_watts):
+                    job.capping.min_cap_watts = watts
                 state.touch(job, request_changed=False)
         self.jobs_limited = shown

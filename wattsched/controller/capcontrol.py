@@ -57,8 +57,9 @@ class CapControl:
         sheds = capshed.shed(snap, running, state.shares.qos, settings, state.config.power_cap_shed,
                              snapshots.partition_snaps(state))
         if not sheds:
-            slowed = {j.job_id: j.cap_freq_before for j in state.jobs.values() if j.cap_slowed and j.holds_nodes}
-            suspended = [j.job_id for j in state.jobs.values() if j.cap_suspended and j.holds_nodes]
+            slowed = {j.job_id: j.capping.cap_freq_before for j in state.jobs.values()
+                      if j.capping.cap_slowed and j.holds_nodes}
+            suspended = [j.job_id for j in state.jobs.values() if j.capping.cap_suspended and j.holds_nodes]
             sheds = capshed.restore(snap, running, state.shares.qos, slowed, suspended) if slowed or suspended \
                 else []
         actions: list[Action] = []
@@ -77,18 +78,18 @@ class CapControl:
     def _apply(self, state: ClusterState, job: Job, item: capshed.Shed, now: float) -> list[Action]:
         state.touch(job)
         if item.step in ("cpufreq", "restore"):
-            if item.step == "cpufreq" and not job.cap_slowed:
-                job.cap_slowed, job.cap_freq_before = True, job.cpu_freq_khz
-            job.cpu_freq_khz = item.khz
+            if item.step == "cpufreq" and not job.capping.cap_slowed:
+                job.capping.cap_slowed, job.capping.cap_freq_before = True, job.capping.cpu_freq_khz
+            job.capping.cpu_freq_khz = item.khz
             if item.step == "restore":
-                job.cap_slowed, job.cap_freq_before = False, None
+                job.capping.cap_slowed, job.capping.cap_freq_before = False, None
             return [SetFreq(job.job_id, job.node_list, item.khz)]
         if item.step == "suspend":
-            job.cap_suspended = True
+            job.capping.cap_suspended = True
             job.suspended_at = now
             return [Freeze(job.job_id, job.node_list, True)]
         if item.step == "resume":
-            job.cap_suspended = False
+            job.capping.cap_suspended = False
             return jobs.thaw(state, job, now)
         # requeue or cancel: preempted, with at most PowerCapShedTime of grace
         job.preempted = _STEP_MODE[item.step]
@@ -105,14 +106,15 @@ class CapControl:
     def _release_all(self, state: ClusterState, now: float) -> list[Action]:
         """Capping is off: everything the cap took is given back."""
         actions: list[Action] = []
-        for job in [j for j in state.jobs.values() if j.cap_suspended or j.cap_slowed]:
-            if job.cap_suspended and job.holds_nodes:
-                job.cap_suspended = False
+        for job in [j for j in state.jobs.values() if j.capping.cap_suspended or j.capping.cap_slowed]:
+            if job.capping.cap_suspended and job.holds_nodes:
+                job.capping.cap_suspended = False
                 actions.extend(jobs.thaw(state, job, now))
-            if job.cap_slowed and job.holds_nodes:
-                job.cpu_freq_khz, job.cap_slowed, job.cap_freq_before = job.cap_freq_before, False, None
+            if job.capping.cap_slowed and job.holds_nodes:
+                capping = job.capping
+                capping.cpu_freq_khz, capping.cap_slowed, capping.cap_freq_before = capping.cap_freq_before, False, None
                 state.touch(job)
-                actions.append(SetFreq(job.job_id, job.node_list, job.cpu_freq_khz))
+                actions.append(SetFreq(job.job_id, job.node_list, job.capping.cpu_freq_khz))
         return actions
 
     def recent(self, since: float = 0.0) -> list[dict]:
@@ -125,8 +127,8 @@ def _resend(state: ClusterState) -> list[Action]:
     actions: list[Action] = []
     for job in state.jobs.values():
         if job.state == states.RUNNING and job.cancelled_by is None:
-            if job.cap_slowed:
-                actions.append(SetFreq(job.job_id, job.node_list, job.cpu_freq_khz))
-            if job.cap_suspended:
+            if job.capping.cap_slowed:
+                actions.append(SetFreq(job.job_id, job.node_list, job.capping.cpu_freq_khz))
+            if job.capping.cap_suspended:
                 actions.append(Freeze(job.job_id, job.node_list, True))
     return actions

@@ -88,7 +88,7 @@ async def job_power(controller: Ctl, job_id: Annotated[int, Path(ge=1, le=2**53)
         raise Refused(f"Invalid job id specified: {job_id}", 404)
     now = time.time()
     end = job.end_time or now
-    brief = job_brief(job, now) | {"cap_watts": job.cap_watts, "min_cap_watts": job.min_cap_watts}
+    brief = job_brief(job, now) | {"cap_watts": job.capping.cap_watts, "min_cap_watts": job.capping.min_cap_watts}
     return {"time": now, "job": brief,
             "power": {name: node_power_series(state.nodes[name].energy_samples, job.start_time, end)
-                      for name in job.alloc_cpus if name in state.nodes and job.start_time}}
+                      for name in job.alloc.alloc_cpus if name in state.nodes and job.start_time}}

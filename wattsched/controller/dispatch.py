@@ -83,13 +83,13 @@ class Dispatcher:
                 job = action.job
                 self._last_try[("launch", job.job_id)] = now
                 by_agent: dict[str, dict[str, int]] = defaultdict(dict)
-                for name, cpus in job.alloc_cpus.items():
+                for name, cpus in job.alloc.alloc_cpus.items():
                     node = self.state.nodes.get(name)
                     if node is not None and node.agent_url:
                         by_agent[node.agent_url][name] = cpus
                 for url, share in by_agent.items():
                     allocations[url].append(job_allocation(self.state.config, job, share))
-                batch_node = self.state.nodes[job.batch_host]
+                batch_node = self.state.nodes[job.alloc.batch_host]
                 if not job.interactive and batch_node.agent_url:
                     launches[batch_node.agent_url].append(job)
             elif isinstance(action, PowerProgram):
@@ -184,7 +184,7 @@ class Dispatcher:
         if script is None:  # (saved with the job in one transaction: only a damaged state.db has none)
             log.error("batch script missing from the state store", extra={"job_id": job.job_id})
             script = JobScript("", {})
-        return BatchLaunch(job_id=job.job_id, node=job.batch_host, run=job.restart_count, uid=job.uid,
+        return BatchLaunch(job_id=job.job_id, node=job.alloc.batch_host, run=job.restart_count, uid=job.uid,
                            gid=job.gid, user=job.user, script=script.script or "", argv=job.argv,
                            work_dir=job.work_dir, environment=batch_environment(self.state, job, script.environment),
                            std_out=output_path(job, job.std_out),
@@ -213,12 +213,12 @@ class Dispatcher:
                 key = ("launch", job.job_id)
                 if now - self._last_try.get(key, 0) > RETRY_AFTER_S:
                     actions.append(Launch(job))
-            elif job.completing_nodes or (job.state == states.RUNNING and
+            elif job.alloc.completing_nodes or (job.state == states.RUNNING and
                                                     (job.cancelled_by is not None or job.timed_out)):
                 key = ("signal", job.job_id)
                 if now - self._last_try.get(key, 0) > RETRY_AFTER_S:
-                    nodes = job.completing_nodes or job.node_list
-                    actions.append(Signal(job.job_id, nodes, 9 if job.completing_nodes else 15,
+                    nodes = job.alloc.completing_nodes or job.node_list
+                    actions.append(Signal(job.job_id, nodes, 9 if job.alloc.completing_nodes else 15,
                                           terminate=True))
         for key in [k for k in self._last_try if k[1] not in self.state.jobs]:
             del self._last_try[key]
@@ -250,25 +250,25 @@ def job_allocation(config: Config, job: Job, nodes: dict[str, int]) -> JobAlloca
     """What the agents of ``nodes`` need to run the job there: its CPUs, frequency and profile."""
     freq = dict(job.acctg_freq)
     defaults = dict(config.job_acct_gather_frequency)
-    cpu_freq = job.cpu_freq or (str(job.cpu_freq_khz) if job.cpu_freq_khz else "")
+    cpu_freq = job.cpu_freq or (str(job.capping.cpu_freq_khz) if job.capping.cpu_freq_khz else "")
     energy_s = freq.get("energy") or defaults.get("energy") or config.acct_gather_node_freq_s
     return JobAllocation(job_id=job.job_id, uid=job.uid, user=job.user, start_time=job.start_time, nodes=nodes,
-                         mem_mb=job.alloc_mem_mb, run=job.restart_count, gid=job.gid, account=job.account,
-                         partition=job.partition, job_name=job.name, node_list=job.nodes_expr,
+                         mem_mb=job.alloc.alloc_mem_mb, run=job.restart_count, gid=job.gid, account=job.account,
+                         partition=job.partition, job_name=job.name, node_list=job.alloc.nodes_expr,
                          cpu_freq=cpu_freq, profile=cast(list[ProfileSeries], list(job.profile)),
                          profile_energy_s=energy_s,
                          profile_task_s=freq.get("task") or defaults.get("task") or 30,
-                         gpus={n: job.alloc_gpus[n] for n in nodes if job.alloc_gpus.get(n)},
+                         gpus={n: job.alloc.alloc_gpus[n] for n in nodes if job.alloc.alloc_gpus.get(n)},
                          power_limits=start_limits(config, job, nodes), **energy_settings(config, job))
 
 
 def start_limits(config: Config, job: Job, nodes: Iterable[str]) -> dict[str, float]:
     """Under the moving budget, the limits a job that started under them holds its nodes to:
     what they draw at the frequency it was fitted at (the controller orders the same)."""
-    if job.start_limit_khz is None:
+    if job.capping.start_limit_khz is None:
         return {}
     confs = {n.name: n for n in config.nodes}
-    return {n: float(snapbuild.limit_watts(confs[n], job.start_limit_khz)) for n in nodes if n in confs}
+    return {n: float(snapbuild.limit_watts(confs[n], job.capping.start_limit_khz)) for n in nodes if n in confs}
 
 
 def energy_settings(config: Config, job: Job) -> dict[str, Any]:
@@ -286,7 +286,7 @@ def batch_environment(state: ClusterState, job: Job, exported: dict[str, str]) -
 
     nodes = job.node_list
     env = dict(exported)
-    tasks_per_node = [job.tasks_per_node.get(n, 1) for n in nodes]
+    tasks_per_node = [job.alloc.tasks_per_node.get(n, 1) for n in nodes]
     env.update({
         "SLURM_JOB_ID": str(job.job_id), "SLURM_JOBID": str(job.job_id),
         "SLURM_JOB_NAME": job.name,
@@ -295,23 +295,23 @@ def batch_environment(state: ClusterState, job: Job, exported: dict[str, str]) -
         "SLURM_NTASKS": str(job.ntasks), "SLURM_NPROCS": str(job.ntasks),
         "SLURM_NTASKS_PER_NODE": _compress_counts(tasks_per_node),
         "SLURM_TASKS_PER_NODE": _compress_counts(tasks_per_node),
-        "SLURM_JOB_CPUS_PER_NODE": _compress_counts([job.alloc_cpus[n] for n in nodes]),
-        "SLURM_CPUS_ON_NODE": str(job.alloc_cpus.get(job.batch_host, 1)),
+        "SLURM_JOB_CPUS_PER_NODE": _compress_counts([job.alloc.alloc_cpus[n] for n in nodes]),
+        "SLURM_CPUS_ON_NODE": str(job.alloc.alloc_cpus.get(job.alloc.batch_host, 1)),
         "SLURM_CPUS_PER_TASK": str(job.cpus_per_task),
         "SLURM_SUBMIT_DIR": job.work_dir, "SLURM_SUBMIT_HOST": job.submit_host,
         "SLURM_JOB_PARTITION": job.partition, "SLURM_JOB_ACCOUNT": job.account,
         "SLURM_JOB_USER": job.user, "SLURM_JOB_UID": str(job.uid), "SLURM_JOB_GID": str(job.gid),
-        "SLURMD_NODENAME": job.batch_host, "SLURM_CLUSTER_NAME": state.config.cluster_name,
+        "SLURMD_NODENAME": job.alloc.batch_host, "SLURM_CLUSTER_NAME": state.config.cluster_name,
         "SLURM_JOB_QOS": "normal", "SLURM_NODEID": "0", "SLURM_PROCID": "0", "SLURM_LOCALID": "0",
         "SLURM_GTIDS": "0", "SLURM_PRIO_PROCESS": str(job.nice),
         "SLURM_RESTART_COUNT": str(job.restart_count), "SLURM_EXPORT_ENV": "ALL",
         "SLURM_CONF": state.config.source, "ENVIRONMENT": "BATCH",
     })
     env.update(gres.request_environment(job.gpu_request))
-    env.update(gres.environment(job.alloc_gpus.get(job.batch_host, []), state.config.gpus_hidden))
-    if job.cpu_freq_khz is not None or job.cpu_freq:
+    env.update(gres.environment(job.alloc.alloc_gpus.get(job.alloc.batch_host, []), state.config.gpus_hidden))
+    if job.capping.cpu_freq_khz is not None or job.cpu_freq:
         # the frequency the job runs at: the user's --cpu-freq, or the one that fits the power cap
-        env["SLURM_CPU_FREQ_REQ"] = job.cpu_freq or str(job.cpu_freq_khz)
+        env["SLURM_CPU_FREQ_REQ"] = job.cpu_freq or str(job.capping.cpu_freq_khz)
     if job.overcommit:
         env["SLURM_OVERCOMMIT"] = "1"
     if job.licenses:

@@ -38,7 +38,7 @@ def end(state: ClusterState, job: Job, final: str, exit_code: int, term_signal: 
             step.state = states.NODE_FAIL if final == states.NODE_FAIL else states.CANCELLED
             step.end_time = now
     state.touch(job)
-    if job.start_time and any(state.nodes[n].energy_samples for n in job.alloc_cpus if n in state.nodes):
+    if job.start_time and any(state.nodes[n].energy_samples for n in job.alloc.alloc_cpus if n in state.nodes):
         state.energy_due.add(job.job_id)
         job.energy_pending = True
     after: list[Action] = [admin_program(state.config, "epilog", job)] if state.config.epilog_slurmctld else []
@@ -46,7 +46,7 @@ def end(state: ClusterState, job: Job, final: str, exit_code: int, term_signal: 
         after += mail.ended(state, job)
     if completing_nodes:
         job.state = states.COMPLETING
-        job.completing_nodes = list(completing_nodes)
+        job.alloc.completing_nodes = list(completing_nodes)
         return [Signal(job.job_id, list(completing_nodes), signal_mod.SIGKILL, terminate=True), *after]
     finish(state, job)
     return after
@@ -58,7 +58,7 @@ def finish(state: ClusterState, job: Job) -> None:
     if job.profile and state.config.acct_gather_profile_type == "acct_gather_profile/hdf5":
         state.profiles_due.append((job.user, job.uid, job.job_id))
     resources.hold(state, job, -1)
-    job.completing_nodes = []
+    job.alloc.completing_nodes = []
     if job.energy_pending:
         job.state = states.COMPLETING
         state.touch(job)
@@ -80,18 +80,18 @@ def end_settled(state: ClusterState, jobs: Iterable[Job]) -> None:
 
 def settling(state: ClusterState, job: Job) -> bool:
     """COMPLETING with every node clean: only its energy is awaited (it holds no resources)."""
-    return job.state == states.COMPLETING and not job.completing_nodes and bool(job.final_state)
+    return job.state == states.COMPLETING and not job.alloc.completing_nodes and bool(job.final_state)
 
 
 def node_clean(state: ClusterState, job_id: int, node: str) -> None:
     """An agent confirmed a job has no process left on ``node``."""
     job = state.jobs.get(job_id)
-    if job is None or node not in job.completing_nodes:
+    if job is None or node not in job.alloc.completing_nodes:
         return
-    job.completing_nodes.remove(node)
+    job.alloc.completing_nodes.remove(node)
     if job.state == states.PENDING:
         state.touch(job)
-    elif not job.completing_nodes:
+    elif not job.alloc.completing_nodes:
         finish(state, job)
     else:
         state.touch(job)
@@ -102,7 +102,7 @@ def batch_ended(state: ClusterState, event: JobEvent, now: float) -> list[Action
     if job is not None and event.run < job.restart_count:
         node_clean(state, job.job_id, event.node)  # the end of a run that was requeued
         return []
-    if job is None or job.state not in (states.RUNNING,) or job.batch_host != event.node:
+    if job is None or job.state not in (states.RUNNING,) or job.alloc.batch_host != event.node:
         return []
     if event.oom_killed:  # Slurm's record of a job its memory limit ended: OUT_OF_MEMORY, 0:125
         event = event.model_copy(update={"exit_code": 0, "term_signal": OOM_SIGNAL})
@@ -144,7 +144,7 @@ def node_failed_job(state: ClusterState, job: Job, now: float) -> list[Action]:
     if job.cancelled_by is not None or job.timed_out:
         final = states.TIMEOUT if job.timed_out else states.CANCELLED
         return end(state, job, final, job.exit_code, job.term_signal, now, live)
-    if job.no_kill and live and not job.configuring and job.batch_host in live:
+    if job.no_kill and live and not job.configuring and job.alloc.batch_host in live:
         return lose_nodes(state, job, [n for n in job.node_list if n not in live])
     if (job.configuring or (job.requeue and state.config.job_requeue)) and not job.interactive:
         return requeue_running(state, job, now, states.NODE_FAIL)
@@ -157,14 +157,14 @@ def lose_nodes(state: ClusterState, job: Job, lost: list[str]) -> list[Action]:
     suspended = job.preempt_suspended, job.suspend_released  # (a suspended job's CPUs are already back)
     resources.hold(state, job, -1)
     for name in lost:
-        job.alloc_cpus.pop(name, None)
-        job.tasks_per_node.pop(name, None)
-        job.alloc_gpus.pop(name, None)
+        job.alloc.alloc_cpus.pop(name, None)
+        job.alloc.tasks_per_node.pop(name, None)
+        job.alloc.alloc_gpus.pop(name, None)
     resources.hold(state, job, +1)
     if any(suspended):
         resources.hold(state, job, -1, only_cpus=True)
         job.preempt_suspended, job.suspend_released = suspended
-    job.nodes_expr = hostlist.compress(job.node_list)
+    job.alloc.nodes_expr = hostlist.compress(job.node_list)
     state.touch(job)
     log.warning("job lost nodes and runs on (--no-kill)", extra={"job": job.job_id, "nodes": ",".join(lost)})
     return []
@@ -177,9 +177,9 @@ def node_down(state: ClusterState, node: Node, reason: str, now: float, not_resp
     statesave.node_event(state, node, now, "DOWN")
     actions: list[Action] = []
     for job in list(state.jobs.values()):
-        if job.state == states.RUNNING and node.name in job.alloc_cpus:
+        if job.state == states.RUNNING and node.name in job.alloc.alloc_cpus:
             actions.extend(node_failed_job(state, job, now))
-        elif node.name in job.completing_nodes:
+        elif node.name in job.alloc.completing_nodes:
             node_clean(state, job.job_id, node.name)
     return actions
 
@@ -196,7 +196,7 @@ def requeue_running(state: ClusterState, job: Job, now: float, cause: str = stat
     notices = mail.requeued(state, job) if job.mail_type else []
     resources.hold(state, job, -1)
     reset_for_requeue(state, job, now)
-    job.completing_nodes = live
+    job.alloc.completing_nodes = live
     return [Signal(job.job_id, nodes, signal_mod.SIGKILL, terminate=True), *notices]
 
 
@@ -204,13 +204,13 @@ def requeue_completing(state: ClusterState, job: Job, now: float) -> None:
     """An ended job whose nodes are still cleaning up, or whose energy is still awaited, queues
     again: its run is recorded as it ended, with the energy its nodes measured up to then; the
     nodes go on cleaning up, and the job starts again only once they are clean."""
-    cleaning = job.completing_nodes
+    cleaning = job.alloc.completing_nodes
     record_run(state, job, job.final_state, now)
     if cleaning:
         resources.hold(state, job, -1)
     state.energy_due.discard(job.job_id)
     reset_for_requeue(state, job, now)
-    job.completing_nodes = cleaning
+    job.alloc.completing_nodes = cleaning
 
 
 def record_run(state: ClusterState, job: Job, final: str, now: float) -> None:
@@ -226,7 +226,7 @@ def record_run(state: ClusterState, job: Job, final: str, now: float) -> None:
         for step in run["steps"]:
             if step["state"] == states.RUNNING:
                 step["state"], step["end_time"] = states.CANCELLED, now
-        if job.start_time and any(state.nodes[n].energy_samples for n in job.alloc_cpus if n in state.nodes):
+        if job.start_time and any(state.nodes[n].energy_samples for n in job.alloc.alloc_cpus if n in state.nodes):
             run["consumed_energy_j"] = round(jobenergy.energies_so_far(state, [job], now)[job.job_id])
     state.journal.ended_runs.append(run)
 
@@ -237,15 +237,15 @@ def reset_for_requeue(state: ClusterState, job: Job, now: float) -> None:
     job.reason = states.R_NONE
     job.restart_count += 1
     job.start_time = job.end_time = 0.0
-    job.alloc_cpus, job.tasks_per_node, job.alloc_mem_mb, job.nodes_expr = {}, {}, 0, ""
-    job.alloc_gpus = {}
-    job.batch_host, job.launched, job.final_state, job.configuring = "", False, "", False
+    job.alloc.alloc_cpus, job.alloc.tasks_per_node, job.alloc.alloc_mem_mb, job.alloc.nodes_expr = {}, {}, 0, ""
+    job.alloc.alloc_gpus = {}
+    job.alloc.batch_host, job.launched, job.final_state, job.configuring = "", False, "", False
     job.cancelled_by, job.timed_out, job.warn_signal_sent, job.stopped = None, False, False, False
     job.preempted, job.preempt_deadline = "", 0.0  # (preempt_suspended: cleared as its resources went back)
-    job.cap_slowed, job.cap_freq_before, job.cap_suspended = False, None, False
+    job.capping.cap_slowed, job.capping.cap_freq_before, job.capping.cap_suspended = False, None, False
     job.mail_sent = ()
     job.exit_code = job.term_signal = 0
-    job.steps, job.next_step_id, job.completing_nodes = [], 0, []
+    job.steps, job.next_step_id, job.alloc.completing_nodes = [], 0, []
     state.touch(job)
 
 

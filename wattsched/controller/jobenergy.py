@@ -24,9 +24,9 @@ def node_histories(state: ClusterState, nodes: Iterable[str], now: float) -> dic
     occupants: dict[str, list[energysplit.Occupant]] = {n: [] for n in wanted}
     for other in state.jobs.values():  # one pass over the jobs for every node being settled
         if other.start_time:
-            for n in wanted.intersection(other.alloc_cpus):
+            for n in wanted.intersection(other.alloc.alloc_cpus):
                 occupants[n].append(energysplit.Occupant(other.start_time, other.end_time or now,
-                                                         other.alloc_cpus[n], other.job_id))
+                                                         other.alloc.alloc_cpus[n], other.job_id))
     # RAPL meters CPU packages and DRAM alone: GPUs' energy is then added to their jobs' shares
     gpus_apart = state.config.acct_gather_energy_type.endswith("/rapl")
     return {n: energysplit.NodeHistory(state.nodes[n].energy_samples, state.nodes[n].job_cpu_samples,
@@ -39,11 +39,11 @@ def energy_until(state: ClusterState, job: Job, now: float,
     """A started job's energy up to its nodes' latest common reading (or its end), and that time
     (``histories``: of its nodes at least, when the caller has them already)."""
     if histories is None:
-        histories = node_histories(state, job.alloc_cpus, now)
-    until = energysplit.covered_until(histories, list(job.alloc_cpus))
+        histories = node_histories(state, job.alloc.alloc_cpus, now)
+    until = energysplit.covered_until(histories, list(job.alloc.alloc_cpus))
     if job.end_time:
         until = min(until, job.end_time)
-    joules = energysplit.job_energy(histories, job.start_time, until, job.alloc_cpus, job.job_id) \
+    joules = energysplit.job_energy(histories, job.start_time, until, job.alloc.alloc_cpus, job.job_id) \
         if job.start_time and until > job.start_time else None
     return joules, until
 
@@ -55,14 +55,15 @@ def step_energy_so_far(state: ClusterState, job: Job, step: Step, now: float) ->
     until = energysplit.covered_until(histories, list(step.nodes))
     if not step.start_time or until <= step.start_time:
         return None
-    return energysplit.job_energy(histories, step.start_time, until, {n: job.alloc_cpus.get(n, 1) for n in step.nodes},
-                                  job.job_id)
+    cpus = job.alloc.alloc_cpus
+    share = {n: cpus.get(n, 1) for n in step.nodes}
+    return energysplit.job_energy(histories, step.start_time, until, share, job.job_id)
 
 
 def energies_so_far(state: ClusterState, jobs: list[Job], now: float) -> dict[int, float]:
     """What fair share counts of running (or settling) jobs' energy: 0 before any reading. The
     nodes' histories are gathered once for them all (a pass over every job per node set)."""
-    histories = node_histories(state, {n for job in jobs for n in job.alloc_cpus}, now)
+    histories = node_histories(state, {n for job in jobs for n in job.alloc.alloc_cpus}, now)
     return {job.job_id: energy_until(state, job, now, histories)[0] or 0.0 for job in jobs}
 
 
@@ -84,24 +85,24 @@ def account_energy(state: ClusterState, now: float) -> list[Job]:
             state.energy_due.discard(job_id)
             if job is not None:
                 log.warning("job ended without its energy: no reading past its end",
-                            extra={"job_id": job_id, "nodes": ",".join(job.alloc_cpus)})
+                            extra={"job_id": job_id, "nodes": ",".join(job.alloc.alloc_cpus)})
                 energy_settled(state, job)
                 settled.append(job)
         elif all(n in state.nodes and state.nodes[n].energy_samples
-                 and state.nodes[n].energy_samples[-1][0] >= job.end_time for n in job.alloc_cpus):
+                 and state.nodes[n].energy_samples[-1][0] >= job.end_time for n in job.alloc.alloc_cpus):
             ready.append(job)
     if not ready:
         return settled
-    histories = node_histories(state, {n for job in ready for n in job.alloc_cpus}, now)
+    histories = node_histories(state, {n for job in ready for n in job.alloc.alloc_cpus}, now)
     for job in ready:
-        joules = energysplit.job_energy(histories, job.start_time, job.end_time, job.alloc_cpus, job.job_id)
+        joules = energysplit.job_energy(histories, job.start_time, job.end_time, job.alloc.alloc_cpus, job.job_id)
         if joules is None:
             continue
-        job.consumed_energy_j = round(joules)
+        job.energy.consumed_energy_j = round(joules)
         for step in job.steps:
             if step.start_time and step.end_time:
                 part = energysplit.job_energy(histories, step.start_time, step.end_time,
-                                              {n: job.alloc_cpus.get(n, 1) for n in step.nodes}, job.job_id)
+                                              {n: job.alloc.alloc_cpus.get(n, 1) for n in step.nodes}, job.job_id)
                 step.consumed_energy_j = round(part) if part is not None else None
         state.energy_due.discard(job.job_id)
         energy_settled(state, job)
@@ -112,8 +113,8 @@ def account_energy(state: ClusterState, now: float) -> list[Job]:
 def energy_settled(state: ClusterState, job: Job) -> None:
     job.energy_pending = False
     series = state.carbon.series if state.carbon is not None else None
-    if series is not None and job.consumed_energy_j and job.end_time > job.start_time:
-        job.co2e_g = series.emissions_g(job.consumed_energy_j, job.start_time, job.end_time)
-    state.energy_totals.add(job.user, job.account, job.partition, job.consumed_energy_j)
+    if series is not None and job.energy.consumed_energy_j and job.end_time > job.start_time:
+        job.energy.co2e_g = series.emissions_g(job.energy.consumed_energy_j, job.start_time, job.end_time)
+    state.energy_totals.add(job.user, job.account, job.partition, job.energy.consumed_energy_j)
     state.touch(job, request_changed=False)
 

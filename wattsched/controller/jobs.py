@@ -63,9 +63,10 @@ def submit(state: ClusterState, req: JobSubmit, who: Identity, now: float) -> li
 
 def expect(state: ClusterState, job: Job) -> None:
     """What the same job's earlier runs let expect of it (wattsched.prediction), as of submission."""
-    known = state.shares.predictions.get(job.history_key)
+    known = state.shares.predictions.get(job.energy.history_key)
     if known is not None:
-        job.exp_elapsed_s, job.exp_energy_j, job.exp_watts = known.elapsed_s, known.joules, known.watts
+        energy = job.energy
+        energy.exp_elapsed_s, energy.exp_energy_j, energy.exp_watts = known.elapsed_s, known.joules, known.watts
 
 
 def withdraw(state: ClusterState, submitted: list[Job]) -> None:
@@ -118,9 +119,9 @@ def will_run(state: ClusterState, req: JobSubmit, who: Identity, now: float) -> 
     finally:
         state.memo.requests.pop(job.job_id, None)
     expect(state, job)
-    known = state.shares.predictions.get(job.history_key)
-    expected = {"expected_elapsed_s": job.exp_elapsed_s, "expected_energy_j": job.exp_energy_j,
-                "expected_watts": job.exp_watts, "expected_runs": known.runs if known else 0}
+    known = state.shares.predictions.get(job.energy.history_key)
+    expected = {"expected_elapsed_s": job.energy.exp_elapsed_s, "expected_energy_j": job.energy.exp_energy_j,
+                "expected_watts": job.energy.exp_watts, "expected_runs": known.runs if known else 0}
     started = dict(decisions.starts).get(job.job_id)
     if started is not None:
         return job, WillRun(start_time=now, nodes=list(started.cpus), cpus=sum(started.cpus.values()),

@@ -96,35 +96,36 @@ def start(state: ClusterState, job: Job, alloc: Allocation, now: float) -> list[
     job.start_time = now
     job.preempted_by = 0
     job.expected_start = 0.0
-    job.cpu_freq_khz = None if alloc.limited else alloc.cpu_freq_khz
-    job.start_limit_khz = alloc.cpu_freq_khz if alloc.limited else None
-    if job.start_limit_khz is not None:  # its nodes held to what fits (sent with the allocation too)
+    job.capping.cpu_freq_khz = None if alloc.limited else alloc.cpu_freq_khz
+    job.capping.start_limit_khz = alloc.cpu_freq_khz if alloc.limited else None
+    if job.capping.start_limit_khz is not None:  # its nodes held to what fits (sent with the allocation too)
         for name in alloc.cpus:
             node = state.nodes[name]
-            watts = snapbuild.limit_watts(node, job.start_limit_khz)
+            watts = snapbuild.limit_watts(node, job.capping.start_limit_khz)
             node.balance_watts = watts if node.balance_watts is None else min(node.balance_watts, watts)
         state.journal.meta_dirty = True
-    job.admit_watts = alloc.node_watts or 0.0
+    job.capping.admit_watts = alloc.node_watts or 0.0
     job.energy_policy = energy_policy(state, job)
-    job.policy_freq_khz, job.sig_reports, job.pred_time_factor, job.pred_energy_factor = 0, 0, 0.0, 0.0
-    job.alloc_cpus = dict(alloc.cpus)
-    job.nodes_expr = hostlist.compress(alloc.cpus)
-    job.tasks_per_node = dict(alloc.tasks)
+    energy = job.energy
+    energy.policy_freq_khz, energy.sig_reports, energy.pred_time_factor, energy.pred_energy_factor = 0, 0, 0.0, 0.0
+    job.alloc.alloc_cpus = dict(alloc.cpus)
+    job.alloc.nodes_expr = hostlist.compress(alloc.cpus)
+    job.alloc.tasks_per_node = dict(alloc.tasks)
     if job.overcommit:  # its CPUs are one task's a node: its tasks go over the nodes in blocks, as Slurm's
         names = list(alloc.cpus)
         share, extra = divmod(job.ntasks, len(names))
-        job.tasks_per_node = {name: share + (index < extra) for index, name in enumerate(names)}
+        job.alloc.tasks_per_node = {name: share + (index < extra) for index, name in enumerate(names)}
     if not job.ntasks_set:  # a node range given more nodes than its minimum: a task on each, as Slurm's
         job.ntasks = max(job.ntasks, sum(alloc.tasks.values()))
-    job.alloc_mem_mb = max(alloc.mem_mb.values(), default=0)
-    job.alloc_gpus = {}
+    job.alloc.alloc_mem_mb = max(alloc.mem_mb.values(), default=0)
+    job.alloc.alloc_gpus = {}
     for name, kinds in alloc.gpus.items():
         node = state.nodes[name]
         chosen: list[int] = []
         for kind, count in kinds.items():  # the policy counted by type: the lowest free numbers of each
             chosen += gres.pick(node.gpus, [*node.alloc_gpus, *chosen], kind, count)
-        job.alloc_gpus[name] = sorted(chosen)
-    job.batch_host = next(iter(alloc.cpus))
+        job.alloc.alloc_gpus[name] = sorted(chosen)
+    job.alloc.batch_host = next(iter(alloc.cpus))
     job.launched = False
     resources.hold(state, job, +1)
     state.touch(job)
@@ -137,8 +138,8 @@ def start(state: ClusterState, job: Job, alloc: Allocation, now: float) -> list[
     if job.interactive:
         job.launched = True
         return [Launch(job)]  # its nodes' agents still set its CPU frequency and profile it
-    job.steps.append(Step(step_id="batch", name="batch", nodes=[job.batch_host], ntasks=1,
-                          cpus=job.alloc_cpus[job.batch_host], start_time=now))
+    job.steps.append(Step(step_id="batch", name="batch", nodes=[job.alloc.batch_host], ntasks=1,
+                          cpus=job.alloc.alloc_cpus[job.alloc.batch_host], start_time=now))
     return [Launch(job)]
 
 
@@ -147,8 +148,8 @@ def configure(state: ClusterState, job: Job, waking: list[str], now: float) -> l
     assert state.power_saving is not None
     job.configuring = True
     if not job.interactive:
-        job.steps.append(Step(step_id="batch", name="batch", nodes=[job.batch_host], ntasks=1,
-                              cpus=job.alloc_cpus[job.batch_host], start_time=now))
+        job.steps.append(Step(step_id="batch", name="batch", nodes=[job.alloc.batch_host], ntasks=1,
+                              cpus=job.alloc.alloc_cpus[job.alloc.batch_host], start_time=now))
     asleep = [n for n in waking if state.nodes[n].power == PowerFlag.POWERED_DOWN]
     for name in asleep:
         state.power_saving.begin_resume(state.nodes[name], now, job.job_id)
@@ -207,7 +208,8 @@ def configured(state: ClusterState, now: float) -> list[Action]:
     actions: list[Action] = []
     for job in state.jobs.values():
         if job.configuring and not job.prolog_slurmctld and job.state == states.RUNNING and all(
-                state.nodes[n].power not in (PowerFlag.POWERED_DOWN, PowerFlag.POWERING_UP) for n in job.alloc_cpus):
+                state.nodes[n].power not in (PowerFlag.POWERED_DOWN, PowerFlag.POWERING_UP)
+                for n in job.alloc.alloc_cpus):
             job.configuring = False
             job.start_time = now
             for step in job.steps:

@@ -101,7 +101,7 @@ def _tasks(state: ClusterState, job: Job) -> list[Job]:
 
 def _environment(state: ClusterState, job: Job, event: str) -> dict[str, str]:
     env = prologs.job_environment(job_id=job.job_id, uid=job.uid, gid=job.gid, user=job.user, account=job.account,
-                                  partition=job.partition, node_list=job.nodes_expr, job_name=job.name,
+                                  partition=job.partition, node_list=job.alloc.nodes_expr, job_name=job.name,
                                   cluster=state.config.cluster_name)
     env.update(SLURM_JOB_STATE=_final(job), SLURM_JOB_MAIL_TYPE=_WORDS[event], SLURM_JOB_WORK_DIR=job.work_dir)
     return env

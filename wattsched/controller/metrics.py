@@ -88,11 +88,11 @@ class ControllerCollector(Collector):
         yield _gauge("slurm_jobs_hold", "Number of jobs in Hold state", sum(bool(j.hold) for j in jobs))
         holding = [j for j in jobs if j.holds_nodes]
         yield _gauge("slurm_jobs_cpus_alloc", "Total number of CPUs allocated by jobs",
-                     sum(sum(j.alloc_cpus.values()) for j in holding))
+                     sum(sum(j.alloc.alloc_cpus.values()) for j in holding))
         yield _gauge("slurm_jobs_nodes_alloc", "Total number of nodes allocated by jobs",
-                     sum(len(j.alloc_cpus) for j in holding))
+                     sum(len(j.alloc.alloc_cpus) for j in holding))
         yield _gauge("slurm_jobs_memory_alloc", "Total memory bytes allocated by jobs",
-                     sum(j.alloc_mem_mb * len(j.alloc_cpus) for j in holding) * 1024 * 1024)
+                     sum(j.alloc.alloc_mem_mb * len(j.alloc.alloc_cpus) for j in holding) * 1024 * 1024)
         reasons = GaugeMetricFamily("wattsched_jobs_pending_by_reason", "Pending jobs by the reason they wait",
                                     labels=["reason"])
         for reason, count in sorted(Counter(j.reason for j in jobs if j.state == states.PENDING).items()):
@@ -112,7 +112,7 @@ class ControllerCollector(Collector):
             alloc: Counter[str] = Counter()
             for j in jobs:
                 if j.holds_nodes:
-                    alloc[getattr(j, attr)] += sum(j.alloc_cpus.values())
+                    alloc[getattr(j, attr)] += sum(j.alloc.alloc_cpus.values())
             for name in sorted({getattr(j, attr) for j in jobs if j.state in (states.PENDING, states.RUNNING)}):
                 families["pending"].add_metric([name], counts.get((name, states.PENDING), 0))
                 families["running"].add_metric([name], counts.get((name, states.RUNNING), 0))
@@ -152,7 +152,7 @@ class ControllerCollector(Collector):
         cpus_alloc: Counter[str] = Counter()
         for j in jobs:
             if j.holds_nodes:
-                cpus_alloc[j.partition] += sum(j.alloc_cpus.values())
+                cpus_alloc[j.partition] += sum(j.alloc.alloc_cpus.values())
         families: dict[str, GaugeMetricFamily] = {}
 
         def add(name: str, doc: str, part: str, value: float) -> None:
@@ -245,15 +245,15 @@ class ControllerCollector(Collector):
                                  "The most a running job's nodes may draw under their power limits (its share of each)",
                                  labels=["job_id", "user", "account", "partition"])
         for j in jobs:
-            if j.cap_watts is not None and j.holds_nodes:
-                held.add_metric([str(j.job_id), j.user, j.account, j.partition], j.cap_watts)
+            if j.capping.cap_watts is not None and j.holds_nodes:
+                held.add_metric([str(j.job_id), j.user, j.account, j.partition], j.capping.cap_watts)
         yield held
         ended = GaugeMetricFamily("wattsched_job_energy_joules",
                                   "Energy of each ended job the controller still holds (for MinJobAge)",
                                   labels=["job_id", "user", "account", "partition"])
         for j in jobs:
-            if j.consumed_energy_j is not None and j.state in states.FINISHED:
-                ended.add_metric([str(j.job_id), j.user, j.account, j.partition], j.consumed_energy_j)
+            if j.energy.consumed_energy_j is not None and j.state in states.FINISHED:
+                ended.add_metric([str(j.job_id), j.user, j.account, j.partition], j.energy.consumed_energy_j)
         yield ended
         totals = state.energy_totals
         for who, counts in (("user", totals.by_user), ("account", totals.by_account),

@@ -49,7 +49,7 @@ def reconfigure(state: ClusterState, config: Config, plugins: Plugins, now: floa
     wanted = {conf.name: conf for conf in config.nodes}
     for name, have in state.nodes.items():
         conf = wanted.get(name)
-        if conf is None and (have.alloc_cpus or any(name in j.completing_nodes for j in state.jobs.values())):
+        if conf is None and (have.alloc_cpus or any(name in j.alloc.completing_nodes for j in state.jobs.values())):
             raise Refused(f"Node {name} cannot be removed while it runs jobs", 409)
         if conf is not None and (conf.cpus < have.alloc_cpus or conf.real_memory_mb < have.alloc_mem_mb
                                  or any(i >= len(conf.gpus) for i in have.alloc_gpus)):
@@ -130,7 +130,7 @@ def heartbeat(state: ClusterState, hb: AgentHeartbeat,
     if hb.nodes:
         for job in state.jobs.values():
             if job.state == states.RUNNING and job.launched:
-                by_host.setdefault(job.batch_host, []).append(job)
+                by_host.setdefault(job.alloc.batch_host, []).append(job)
     for report in hb.nodes:
         node = state.nodes.get(report.name)
         if node is None:
@@ -160,7 +160,7 @@ def heartbeat(state: ClusterState, hb: AgentHeartbeat,
         for job_id in running:
             held = state.jobs.get(job_id)
             if held is None or held.state not in (states.RUNNING, states.COMPLETING) or \
-                    report.name not in held.alloc_cpus:
+                    report.name not in held.alloc.alloc_cpus:
                 to_kill.setdefault(report.name, []).append(job_id)
         for job in by_host.get(report.name, []):
             if job.state == states.RUNNING and job.job_id not in running and job.job_id not in ended \
@@ -181,23 +181,24 @@ def job_usage_report(state: ClusterState, report: NodeReport) -> None:
         job = state.jobs.get(usage.job_id)
         if job is None or job.state != states.RUNNING:
             continue
+        energy = job.energy
         if usage.cpu_freq_khz:
-            job.freq_reports += 1
-            job.ave_cpu_freq_khz += round((usage.cpu_freq_khz - job.ave_cpu_freq_khz) / job.freq_reports)
+            energy.freq_reports += 1
+            energy.ave_cpu_freq_khz += round((usage.cpu_freq_khz - energy.ave_cpu_freq_khz) / energy.freq_reports)
         if usage.cpi:  # a signature: its means, and the policy's latest choice
-            job.sig_reports += 1
-            n = job.sig_reports
-            job.sig_cpi += (usage.cpi - job.sig_cpi) / n
-            job.sig_gbs += (usage.gbs - job.sig_gbs) / n
-            job.sig_memory_bound += (usage.memory_bound - job.sig_memory_bound) / n
+            energy.sig_reports += 1
+            n = energy.sig_reports
+            energy.sig_cpi += (usage.cpi - energy.sig_cpi) / n
+            energy.sig_gbs += (usage.gbs - energy.sig_gbs) / n
+            energy.sig_memory_bound += (usage.memory_bound - energy.sig_memory_bound) / n
         policy_report(job, usage)
 
 
 def policy_report(job: Job, usage: JobUsage) -> None:
     """The energy policy's latest choice for the job, as a node reports it."""
     if usage.policy_khz:
-        job.policy_freq_khz = usage.policy_khz
-        job.pred_time_factor, job.pred_energy_factor = usage.time_factor, usage.energy_factor
+        job.energy.policy_freq_khz = usage.policy_khz
+        job.energy.pred_time_factor, job.energy.pred_energy_factor = usage.time_factor, usage.energy_factor
 
 
 def first_idle(state: ClusterState, node: Node, now: float) -> float:

@@ -68,7 +68,7 @@ def pending_briefs(state: ClusterState) -> list[powersave.PendingBrief]:
     """Eligible pending jobs in priority order, as whole nodes and time limits."""
     infinite = 365 * 86400.0
     pending = sorted((j for j in state.jobs.values() if j.state == states.PENDING and not j.hold
-                      and not j.completing_nodes and j.reason not in _NOT_WAITING_FOR_NODES),
+                      and not j.alloc.completing_nodes and j.reason not in _NOT_WAITING_FOR_NODES),
                      key=lambda j: (-j.priority, j.submit_time, j.job_id))
     return [powersave.PendingBrief(j.job_id, max(j.nodes_min, 1),
                                    j.time_limit_min * 60.0 if j.time_limit_min is not None else infinite,
@@ -77,7 +77,7 @@ def pending_briefs(state: ClusterState) -> list[powersave.PendingBrief]:
 
 def releases(state: ClusterState) -> list[tuple[float, int]]:
     return [(j.start_time + j.time_limit_min * 60 if j.time_limit_min is not None else float("inf"),
-             len(j.alloc_cpus)) for j in state.jobs.values() if j.holds_nodes]
+             len(j.alloc.alloc_cpus)) for j in state.jobs.values() if j.holds_nodes]
 
 
 def suspend_nodes(state: ClusterState, names: list[str], now: float) -> list[Action]:

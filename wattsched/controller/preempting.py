@@ -67,8 +67,8 @@ def resume(state: ClusterState, now: float) -> list[Action]:
     for job in waiting:
         if snapshots.preemptor_waits(state, job):
             continue
-        nodes = [state.nodes.get(n) for n in job.alloc_cpus]
-        if all(node is not None and node.cpus - node.alloc_cpus >= job.alloc_cpus[node.name] for node in nodes):
+        nodes = [state.nodes.get(n) for n in job.alloc.alloc_cpus]
+        if all(node is not None and node.cpus - node.alloc_cpus >= job.alloc.alloc_cpus[node.name] for node in nodes):
             job.preempt_suspended, job.preempted_by = False, 0
             resources.hold(state, job, +1, only_cpus=True)
             log.info("resuming preempted job", extra={"job": job.job_id})

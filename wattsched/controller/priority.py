@@ -101,7 +101,7 @@ def live_use(state: ClusterState, now: float) -> Live:
     usage, use = [], []
     for j in ran:
         end = None if j.state == states.RUNNING else j.end_time
-        energy = joules[j.job_id] if j.job_id in joules else float(j.consumed_energy_j or 0)
+        energy = joules[j.job_id] if j.job_id in joules else float(j.energy.consumed_energy_j or 0)
         usage.append(UsageRecord(j.user, j.account, j.num_cpus, j.start_time, end, energy))
         use.append(limits.UseRecord(j.user, j.account, j.qos, acctpolicy.active_job(j, {}).tres, j.start_time, end,
                                     energy))

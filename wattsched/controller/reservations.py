@@ -166,7 +166,7 @@ def _busy_until(nodes: Iterable[str], jobs: Iterable[Job], now: float) -> dict[s
         end = job.start_time + job.time_limit_min * 60 if job.time_limit_min is not None else float("inf")
         if job.state == states.COMPLETING:
             end = now
-        for name in job.alloc_cpus:
+        for name in job.alloc.alloc_cpus:
             if name in wanted:
                 until[name] = max(until.get(name, 0.0), end)
     return until

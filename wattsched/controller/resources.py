@@ -23,7 +23,7 @@ def hold(state: ClusterState, job: Job, sign: int, only_cpus: bool = False) -> N
     with_cpus = True
     if sign < 0 and lent(job) and not only_cpus:  # its CPUs went back when it was suspended
         job.preempt_suspended = job.suspend_released = with_cpus = False
-    for name, cpus in job.alloc_cpus.items():
+    for name, cpus in job.alloc.alloc_cpus.items():
         node = state.nodes.get(name)
         if node is None:
             continue
@@ -36,8 +36,8 @@ def hold(state: ClusterState, job: Job, sign: int, only_cpus: bool = False) -> N
         if only_cpus:
             node.refresh_base_state()
             continue
-        node.alloc_mem_mb = max(0, node.alloc_mem_mb + sign * job.alloc_mem_mb)
-        for index in job.alloc_gpus.get(name, ()):
+        node.alloc_mem_mb = max(0, node.alloc_mem_mb + sign * job.alloc.alloc_mem_mb)
+        for index in job.alloc.alloc_gpus.get(name, ()):
             if sign > 0:
                 node.alloc_gpus[index] = job.job_id
             elif node.alloc_gpus.get(index) == job.job_id:

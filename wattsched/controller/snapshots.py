@@ -100,7 +100,7 @@ def snapshot(state: ClusterState, now: float, backfill_due: bool = True) -> Snap
     # (one pass over every job, 100,000 on the largest queues: the memo is read inline)
     kept = state.memo.requests
     pending = tuple(kept.get(j.job_id) or request(state, j) for j in state.jobs.values()
-                    if j.state == states.PENDING and not j.completing_nodes
+                    if j.state == states.PENDING and not j.alloc.completing_nodes
                     and not (j.preempted_by and preemptor_waits(state, j)))
     needs_briefs = any(r.dependency or r.array_throttle for r in pending)
     briefs = {j.job_id: JobBrief(j.job_id, j.state, j.user, j.name, j.exit_code, j.term_signal,
@@ -139,11 +139,12 @@ def greenness(state: ClusterState, now: float) -> float:
 
 def running_job(state: ClusterState, job: Job) -> RunningJob:
     """A job that holds nodes as the policies see it (snapbuild.running_job)."""
-    return snapbuild.running_job(job.job_id, job.alloc_cpus, {n: job.alloc_mem_mb for n in job.alloc_cpus},
+    alloc = job.alloc
+    return snapbuild.running_job(job.job_id, alloc.alloc_cpus, {n: alloc.alloc_mem_mb for n in alloc.alloc_cpus},
                                  job.start_time, job.time_limit_min, gpus_by_type(state, job), job.qos,
                                  job.cancelled_by is not None or bool(job.preempted) or job.state != states.RUNNING,
-                                 job.cpu_freq_khz, bool(job.cpu_freq), bool(job.suspended_at), job.reservation,
-                                 job.partition, job.admit_watts or None)
+                                 job.capping.cpu_freq_khz, bool(job.cpu_freq), bool(job.suspended_at), job.reservation,
+                                 job.partition, job.capping.admit_watts or None)
 
 
 def preemptor_waits(state: ClusterState, job: Job) -> bool:
@@ -157,7 +158,7 @@ def preemptor_waits(state: ClusterState, job: Job) -> bool:
 def gpus_by_type(state: ClusterState, job: Job) -> dict[str, dict[str, int]]:
     """The job's GPUs per node, counted by type (as a policy sees them)."""
     result: dict[str, dict[str, int]] = {}
-    for name, indices in job.alloc_gpus.items():
+    for name, indices in job.alloc.alloc_gpus.items():
         node = state.nodes.get(name)
         if node is None:
             continue
@@ -174,12 +175,12 @@ def node_power(state: ClusterState) -> dict[str, capadmission.NodePower]:
     draws: dict[str, list[tuple[int | None, float | None]]] = {}
     for job in state.jobs.values():
         if job.state != states.PENDING and job.holds_nodes:
-            for name in job.alloc_cpus:
-                khz = job.cpu_freq_khz
-                if job.start_limit_khz is not None and (node := state.nodes.get(name)) is not None \
+            for name in job.alloc.alloc_cpus:
+                khz = job.capping.cpu_freq_khz
+                if job.capping.start_limit_khz is not None and (node := state.nodes.get(name)) is not None \
                         and node.counted_limit is None:  # its nodes' limit sent, not yet reported held
-                    khz = job.start_limit_khz
-                draws.setdefault(name, []).append((khz, job.admit_watts or None))
+                    khz = job.capping.start_limit_khz
+                draws.setdefault(name, []).append((khz, job.capping.admit_watts or None))
     kept = state.memo.node_power  # a node's watts change with its jobs' draws and its limit alone
     return {n.name: _kept(kept, n, (tuple(draws.get(n.name, ())), n.counted_limit), _node_power)
             for n in state.nodes.values()}

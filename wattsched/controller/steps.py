@@ -33,8 +33,8 @@ def create_step(state: ClusterState, job: Job, req: StepCreate, who: Identity,
     job.next_step_id += 1
     step = Step(step_id=str(step_id), name=req.name or job.name, nodes=list(layout),
                 ntasks=sum(len(t) for t in layout.values()),
-                cpus=sum(job.alloc_cpus[n] for n in layout), start_time=now,
-                node_cpus={} if req.overlap else {n: min(job.alloc_cpus[n], len(t) * req.cpus_per_task)
+                cpus=sum(job.alloc.alloc_cpus[n] for n in layout), start_time=now,
+                node_cpus={} if req.overlap else {n: min(job.alloc.alloc_cpus[n], len(t) * req.cpus_per_task)
                                                   for n, t in layout.items()},
                 layout=layout)
     job.steps.append(step)
@@ -98,7 +98,8 @@ def stat_grant(state: ClusterState, job: Job, step_id: str, all_steps: bool, who
              "ntasks": step.ntasks, "nodes": [{"node": n, "agent_url": state.nodes[n].agent_url}
                                               for n in step.nodes if n in state.nodes],
              "consumed_energy_j": jobenergy.step_energy_so_far(state, job, step, now),
-             "cpu_freq": job.cpu_freq, "cpu_freq_khz": job.cpu_freq_khz, "ave_cpu_freq_khz": job.ave_cpu_freq_khz}
+             "cpu_freq": job.cpu_freq, "cpu_freq_khz": job.capping.cpu_freq_khz,
+             "ave_cpu_freq_khz": job.energy.ave_cpu_freq_khz}
             for step in chosen]
     credential = auth.sign(state.key, {"job": job.job_id, "stat": [s.step_id for s in chosen],
                                        "nodes": sorted({n for s in chosen for n in s.nodes}), "uid": job.uid,
@@ -124,7 +125,7 @@ def bcast_credential(state: ClusterState, job: Job, nodelist: list[str], who: Id
     them) while it runs; short-lived, as the broadcast is."""
     permissions.check_owner(state, job, who)
     require_running(job)
-    outside = [n for n in nodelist if n not in job.alloc_cpus]
+    outside = [n for n in nodelist if n not in job.alloc.alloc_cpus]
     if outside:
         raise Refused(f"Not all nodes in --nodelist/-w '{','.join(nodelist)}' are in job {job.job_id}.", 400)
     return auth.sign(state.key, {"job": job.job_id, "bcast": nodelist, "uid": job.uid,
@@ -208,8 +209,8 @@ def complete_allocation(state: ClusterState, job: Job, exit_code: int, term_sign
 def step_nodes(job: Job, req: StepCreate) -> list[str]:
     """The allocation's nodes a step may use, in the order it takes them: those srun -w names first
     (each must be the job's), then the others; none that srun -x names."""
-    nodes = list(job.alloc_cpus)
-    unknown = [n for n in req.nodelist if n not in job.alloc_cpus]
+    nodes = list(job.alloc.alloc_cpus)
+    unknown = [n for n in req.nodelist if n not in job.alloc.alloc_cpus]
     if unknown:
         raise Refused("Requested node configuration is not available")
     named, excluded = set(req.nodelist), set(req.exclude) - set(req.nodelist)
@@ -218,14 +219,14 @@ def step_nodes(job: Job, req: StepCreate) -> list[str]:
 
 def arbitrary_layout(job: Job, hosts: list[str], max_tasks_per_node: int) -> dict[str, list[int]]:
     """Task i on ``hosts[i]``, each of them the job's; the nodes in the allocation's order."""
-    if any(host not in job.alloc_cpus for host in hosts):
+    if any(host not in job.alloc.alloc_cpus for host in hosts):
         raise Refused("Requested node configuration is not available")
     tasks: dict[str, list[int]] = {}
     for task, host in enumerate(hosts):
         tasks.setdefault(host, []).append(task)
     if any(len(ids) > max_tasks_per_node for ids in tasks.values()):
         raise Refused("Requested node configuration is not available")
-    return {node: tasks[node] for node in job.alloc_cpus if node in tasks}
+    return {node: tasks[node] for node in job.alloc.alloc_cpus if node in tasks}
 
 
 def step_layout(job: Job, req: StepCreate, max_tasks_per_node: int) -> dict[str, list[int]]:
@@ -243,12 +244,12 @@ def step_layout(job: Job, req: StepCreate, max_tasks_per_node: int) -> dict[str,
     if req.nodes is not None and (req.nodes > len(nodes) or req.nodes < len(req.nodelist)):
         raise Refused("Requested node configuration is not available")
     held = {} if req.overlap else held_cpus(job)
-    free = {n: job.alloc_cpus[n] - held.get(n, 0) for n in nodes}
+    free = {n: job.alloc.alloc_cpus[n] - held.get(n, 0) for n in nodes}
     counts = _task_counts(job, req, nodes, free)
     if counts is None:
-        if _task_counts(job, req, nodes, job.alloc_cpus) is not None:
+        if _task_counts(job, req, nodes, job.alloc.alloc_cpus) is not None:
             raise Refused("Requested nodes are busy", 409)
-        counts = _task_counts(job, req, nodes, job.alloc_cpus, overcommit=True)
+        counts = _task_counts(job, req, nodes, job.alloc.alloc_cpus, overcommit=True)
         assert counts is not None  # (round robin always places every task)
     layout: dict[str, list[int]] = {}
     task = 0
@@ -291,9 +292,9 @@ def _task_counts(job: Job, req: StepCreate, candidates: list[str], cpus: dict[st
         if req.nodes is None and not req.ntasks_per_node and cpt == 1:
             if len(usable) < len(candidates):  # the job's own layout needs every node it may use
                 return None
-            counts = {n: job.tasks_per_node.get(n, 1) for n in nodes}
+            counts = {n: job.alloc.tasks_per_node.get(n, 1) for n in nodes}
         else:
-            per = req.ntasks_per_node or max(1, min(job.alloc_cpus[n] for n in nodes) // cpt)
+            per = req.ntasks_per_node or max(1, min(job.alloc.alloc_cpus[n] for n in nodes) // cpt)
             counts = dict.fromkeys(nodes, per)
         fits = all(counts[n] * cpt <= cpus[n] for n in nodes)
         return counts if fits or overcommit else None

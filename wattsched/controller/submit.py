@@ -246,7 +246,7 @@ def build_jobs(req: JobSubmit, who: Identity, gid: int, group: str, config: Conf
     except energypolicy.PolicyError as exc:
         raise SubmitError(str(exc)) from exc
     template.profile = check_profile(req.profile, config)
-    template.history_key = prediction.job_key(who.user, template.name, req.script or shlex.join(
+    template.energy.history_key = prediction.job_key(who.user, template.name, req.script or shlex.join(
         [req.command, *req.argv]), nodes_min, ntasks * req.cpus_per_task)
     template.acctg_freq = check_acctg_freq(req.acctg_freq)
     template.submit_key = req.submit_key

@@ -121,7 +121,7 @@ def _job_views(state: ClusterState, wanted: set[int], now: float) -> dict[int, J
             limit = job.start_time + job.suspended_s + (now - job.suspended_at if job.suspended_at else 0) \
                 + job.time_limit_min * 60
         views[job_id] = JobView(ended=job.state in states.FINISHED, running=running,
-                                nodes=tuple(job.alloc_cpus), limit_end=limit)
+                                nodes=tuple(job.alloc.alloc_cpus), limit_end=limit)
     return views
 
 

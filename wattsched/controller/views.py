@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from wattsched import gres, hostlist, licenses, nodestates, patterns, states
 from wattsched.config import Config
-from wattsched.model import Job, Node
+from wattsched.model import JOB_FIELD_PATHS, Job, Node
 
 if TYPE_CHECKING:
     from wattsched.controller.reservations import ReservationBook
@@ -20,15 +21,16 @@ _BRIEF = ("job_id", "array_job_id", "array_task_id", "array_throttle", "name", "
           "mem_per_node_mb", "mem_per_cpu_mb", "cpus_per_task", "ntasks", "ntasks_per_node", "exclusive", "tmp_mb",
           "requeue", "restart_count", "eligible_time", "consumed_energy_j", "interactive", "energy_policy",
           "exp_elapsed_s", "exp_energy_j", "exp_watts", "licenses")
+_brief_values = attrgetter(*(JOB_FIELD_PATHS[key] for key in _BRIEF))  # one call for all, parts' fields too
 
 
 def job_brief(job: Job, now: float) -> dict[str, Any]:
     """What listings (squeue) need: a small record, cheap to build and to send for 10,000 jobs."""
-    data = {key: getattr(job, key) for key in _BRIEF}
+    data = dict(zip(_BRIEF, _brief_values(job), strict=True))
     data.update(
         display_id=job.display_id,
-        node_list=job.nodes_expr,
-        num_nodes=len(job.alloc_cpus) or job.nodes_min,
+        node_list=job.alloc.nodes_expr,
+        num_nodes=len(job.alloc.alloc_cpus) or job.nodes_min,
         num_cpus=job.num_cpus or job.ntasks * job.cpus_per_task,
         run_time_s=run_time(job, now),
         command=job.command or "(null)",
@@ -58,7 +60,7 @@ def job_view(job: Job, now: float) -> dict[str, Any]:
 def output_path(job: Job, pattern: str) -> str:
     """A job's --output/--error/--input pattern expanded as Slurm shows it (scontrol StdOut=)."""
     return patterns.expand(pattern, job_id=job.job_id, job_name=job.name, user=job.user,
-                           node=job.batch_host, array_job_id=job.array_job_id,
+                           node=job.alloc.batch_host, array_job_id=job.array_job_id,
                            array_task_id=job.array_task_id, work_dir=job.work_dir)
 
 
@@ -83,9 +85,9 @@ def license_view(snap: licenses.LicenseSnap | None) -> list[dict[str, Any]]:
 
 def job_gpus(job: Job, nodes: dict[str, Node]) -> dict[str, Any]:
     """A job's GPUs as scontrol -d shows them: by type in all, and per node with their numbers."""
-    devices = {n: nodes[n].gpus for n in job.alloc_gpus if n in nodes}
-    return {"job_gres": gres.job_gres(job.alloc_gpus, devices),
-            "gres_detail": gres.job_detail(job.alloc_gpus, devices)}
+    devices = {n: nodes[n].gpus for n in job.alloc.alloc_gpus if n in nodes}
+    return {"job_gres": gres.job_gres(job.alloc.alloc_gpus, devices),
+            "gres_detail": gres.job_detail(job.alloc.alloc_gpus, devices)}
 
 
 def node_view(node: Node, now: float, reserved: str = "") -> dict[str, Any]:
