@@ -2,10 +2,10 @@
 
 These are plain mutable dataclasses owned by the controller's state; policies never see
 them directly but read the immutable snapshots of :mod:`wattsched.scheduling`.
-Every record converts to and from a JSON-able dict for the state store. A job keeps what it was
-given, its energy and what the power cap did to it in parts of their own (Allocation,
-EnergyRecord, Capping); its dict has them in one level, as the store, the accounting and the
-views have always read it, so a part's field names are keys of their own.
+Every record converts to and from a JSON-able dict for the state store. A job keeps what it asked
+for, what it was given, its energy and what the power cap did to it in parts of their own
+(Request, Allocation, EnergyRecord, Capping); its dict has them in one level, as the store, the
+accounting and the views have always read it, so a part's field names are keys of their own.
 """
 
 from __future__ import annotations
@@ -52,6 +52,60 @@ class JobScript(NamedTuple):
 
 
 @dataclass(slots=True)
+class Request:
+    """What a job asked for (slurmctld's job_details): its command, its size and shape, where its
+    output goes, how it is signalled and mailed, its frequency and its GPUs and licenses."""
+
+    # its batch script and environment are not here: the state store keeps them (JobScript) from
+    # its submission to its purge, read at its launch only
+    argv: list[str] = field(default_factory=list)
+    command: str = ""
+    work_dir: str = "/"
+    nodes_min: int = 1
+    nodes_max: int = 0
+    ntasks: int = 1
+    ntasks_set: bool = False
+    ntasks_per_node: int = 0
+    cpus_per_task: int = 1
+    mem_per_node_mb: int = 0
+    mem_per_cpu_mb: int = 0
+    min_cpus_per_node: int = 0  # --mincpus: CPUs a node gives it at least
+    tmp_mb: int = 0  # --tmp: the temporary storage (TmpDisk) a node must have
+    rlimits: dict[str, int] = field(default_factory=dict)  # the submitting shell's soft limits
+    begin_time: float = 0.0
+    dependency: str = ""
+    exclusive: bool = False
+    overcommit: bool = False  # -O: CPUs allocated as for one task per node (Slurm's --overcommit)
+    req_nodes: list[str] = field(default_factory=list)
+    exc_nodes: list[str] = field(default_factory=list)
+    features: list[str] = field(default_factory=list)
+    std_out: str = ""
+    std_err: str = ""
+    std_in: str = "/dev/null"
+    open_mode: str = "truncate"
+    kill_signal: int = 0
+    kill_signal_secs: int = 0
+    kill_signal_batch_only: bool = False
+    requeue: bool = True
+    no_kill: bool = False  # -k: a failed node leaves the job, which runs on without it (Slurm's --no-kill)
+    mail_type: tuple[str, ...] = ()  # --mail-type's events (wattsched.mailtypes), mailed to mail_user
+    mail_user: str = ""  # --mail-user ("": the job's user)
+    interactive: bool = False
+    cpu_freq: str = ""  # --cpu-freq as given (the user pinned the frequency)
+    power_fit: bool = False  # --power-fit: may run at a lower frequency to fit under the power cap
+    deadline: float = 0.0  # --deadline: removed (DEADLINE) once it can no longer end before it (0: none)
+    profile: tuple[str, ...] = ()  # --profile series: energy, task
+    acctg_freq: tuple[tuple[str, int], ...] = ()  # --acctg-freq: (type, seconds)
+    # GPUs asked for (wattsched.gres): at most one of per node, per task, per job; "" for any type
+    gpus_per_node: int = 0
+    gpus_per_task: int = 0
+    gpus_per_job: int = 0
+    gpu_type: str = ""
+    tres_bind: str = ""  # how tasks are bound to their GPUs, as given (wattsched.tresbind)
+    licenses: str = ""  # -L: the cluster's licenses it takes, as Slurm shows them (name:count,...)
+
+
+@dataclass(slots=True)
 class Allocation:
     """What a job was given when it started (Slurm's job_resources): its CPUs, memory and GPUs on
     each node, and the nodes still cleaning up after it."""
@@ -67,9 +121,13 @@ class Allocation:
 
 @dataclass(slots=True)
 class EnergyRecord:
-    """What a job's energy came to and what its energy policy saw: its nodes' readings, the
+    """A job's energy and its energy policy: the policy asked for and run under, its nodes' readings, the
     expectations its earlier runs gave (wattsched.prediction) and the policy's choice."""
 
+    # --energy-policy as asked; from its launch, the policy it runs under (wattsched.energypolicy)
+    energy_policy: str = ""
+    # the application model its environment declared (energypolicy.app_model), for emulated nodes
+    app_model: list[list[float]] = field(default_factory=list)
     consumed_energy_j: float | None = None  # filled by the node agents' energy plugins
     co2e_g: float = 0.0  # its emissions: its energy at the grid's carbon intensity over its run (wattsched.carbon)
     # the same job's earlier runs (wattsched.prediction): its key, and what they let expect of it
@@ -113,6 +171,7 @@ class Capping:
 class Job:
     """A job as the controller tracks it, from submission to purge."""
 
+    # who, where and under what names
     job_id: int
     name: str
     uid: int
@@ -122,68 +181,15 @@ class Job:
     account: str = ""
     qos: str = ""  # its QOS (wattsched.limits): as asked, else its association's default
     partition: str = ""
-    # its batch script and environment are not here: the state store keeps them (JobScript) from
-    # its submission to its purge, read at its launch only
-    argv: list[str] = field(default_factory=list)
-    command: str = ""
-    work_dir: str = "/"
     submit_host: str = ""
     submit_line: str = ""
-    # request
-    nodes_min: int = 1
-    nodes_max: int = 0
-    ntasks: int = 1
-    ntasks_set: bool = False
-    ntasks_per_node: int = 0
-    cpus_per_task: int = 1
-    mem_per_node_mb: int = 0
-    mem_per_cpu_mb: int = 0
-    min_cpus_per_node: int = 0  # --mincpus: CPUs a node gives it at least
-    tmp_mb: int = 0  # --tmp: the temporary storage (TmpDisk) a node must have
-    rlimits: dict[str, int] = field(default_factory=dict)  # the submitting shell's soft limits
     time_limit_min: int | None = None
-    begin_time: float = 0.0
-    dependency: str = ""
-    exclusive: bool = False
-    overcommit: bool = False  # -O: CPUs allocated as for one task per node (Slurm's --overcommit)
-    req_nodes: list[str] = field(default_factory=list)
-    exc_nodes: list[str] = field(default_factory=list)
-    features: list[str] = field(default_factory=list)
-    std_out: str = ""
-    std_err: str = ""
-    std_in: str = "/dev/null"
-    open_mode: str = "truncate"
-    kill_signal: int = 0
-    kill_signal_secs: int = 0
-    kill_signal_batch_only: bool = False
     comment: str = ""
     admin_comment: str = ""
     wckey: str = ""
-    requeue: bool = True
-    no_kill: bool = False  # -k: a failed node leaves the job, which runs on without it (Slurm's --no-kill)
-    mail_type: tuple[str, ...] = ()  # --mail-type's events (wattsched.mailtypes), mailed to mail_user
-    mail_user: str = ""  # --mail-user ("": the job's user)
-    mail_sent: tuple[str, ...] = ()  # the once-a-run events already mailed (time limits, invalid dependency)
-    interactive: bool = False
     nice: int = 0
     reservation: str = ""
-    cpu_freq: str = ""  # --cpu-freq as given (the user pinned the frequency)
-    power_fit: bool = False  # --power-fit: may run at a lower frequency to fit under the power cap
-    # --energy-policy as asked; from its launch, the policy it runs under (wattsched.energypolicy)
-    energy_policy: str = ""
-    # the application model its environment declared (energypolicy.app_model), for emulated nodes
-    app_model: list[list[float]] = field(default_factory=list)
     submit_key: str = ""  # the submission's own key (JobSubmit.submit_key): a retry finds the job by it
-    deadline: float = 0.0  # --deadline: removed (DEADLINE) once it can no longer end before it (0: none)
-    profile: tuple[str, ...] = ()  # --profile series: energy, task
-    acctg_freq: tuple[tuple[str, int], ...] = ()  # --acctg-freq: (type, seconds)
-    # GPUs asked for (wattsched.gres): at most one of per node, per task, per job; "" for any type
-    gpus_per_node: int = 0
-    gpus_per_task: int = 0
-    gpus_per_job: int = 0
-    gpu_type: str = ""
-    tres_bind: str = ""  # how tasks are bound to their GPUs, as given (wattsched.tresbind)
-    licenses: str = ""  # -L: the cluster's licenses it takes, as Slurm shows them (name:count,...)
     array_job_id: int = 0
     array_task_id: int | None = None
     array_task_count: int = 0
@@ -214,6 +220,7 @@ class Job:
     # once that job no longer waits for what it took
     preempted_by: int = 0
     warn_signal_sent: bool = False
+    mail_sent: tuple[str, ...] = ()  # the once-a-run events already mailed (time limits, invalid dependency)
     restart_count: int = 0
     launched: bool = False
     configuring: bool = False  # allocated nodes still powering up: launched once they are all up
@@ -223,6 +230,7 @@ class Job:
     suspended_s: float = 0.0  # time spent suspended, which neither its run time nor its time limit counts
     energy_pending: bool = False  # ended, its nodes' readings do not reach its end yet: still COMPLETING
     # its parts, which its dict (the state store's row and the views) flattens into one level
+    request: Request = field(default_factory=Request)
     alloc: Allocation = field(default_factory=Allocation)
     energy: EnergyRecord = field(default_factory=EnergyRecord)
     capping: Capping = field(default_factory=Capping)
@@ -267,7 +275,8 @@ class Job:
 
     @property
     def gpu_request(self) -> gres.GpuRequest:
-        return gres.GpuRequest(self.gpus_per_node, self.gpus_per_task, self.gpus_per_job, self.gpu_type)
+        asked = self.request
+        return gres.GpuRequest(asked.gpus_per_node, asked.gpus_per_task, asked.gpus_per_job, asked.gpu_type)
 
     @property
     def num_gpus(self) -> int:
@@ -306,8 +315,8 @@ class Job:
         return cls(**values)
 
 
-_PARTS: dict[str, type[Allocation | EnergyRecord | Capping]] = {
-    "alloc": Allocation, "energy": EnergyRecord, "capping": Capping}
+_PARTS: dict[str, type[Request | Allocation | EnergyRecord | Capping]] = {
+    "request": Request, "alloc": Allocation, "energy": EnergyRecord, "capping": Capping}
 _OWN_FIELDS = tuple(f.name for f in fields(Job) if f.name not in _PARTS and f.name != "steps")
 _OWN_NAMES = frozenset(_OWN_FIELDS)
 _PART_FIELDS = tuple((part, tuple(f.name for f in fields(record))) for part, record in _PARTS.items())

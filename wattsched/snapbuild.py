@@ -131,12 +131,14 @@ def request(job: Job, memory: bool = True, whole_nodes: bool = False) -> JobRequ
 
 # the one place a request differs from its job: immutable lists, and what is derived
 _REQUEST_VALUES: dict[str, Callable[[Job], Any]] = {
-    "req_nodes": lambda j: tuple(j.req_nodes), "exc_nodes": lambda j: tuple(j.exc_nodes),
-    "features": lambda j: tuple(j.features), "cpu_freq_pinned": lambda j: bool(j.cpu_freq),
-    "gpus": lambda j: j.gpu_request, "licenses": lambda j: licenses.parse(j.licenses) if j.licenses else (),
+    "req_nodes": lambda j: tuple(j.request.req_nodes), "exc_nodes": lambda j: tuple(j.request.exc_nodes),
+    "features": lambda j: tuple(j.request.features), "cpu_freq_pinned": lambda j: bool(j.request.cpu_freq),
+    "gpus": lambda j: j.gpu_request,
+    "licenses": lambda j: licenses.parse(j.request.licenses) if j.request.licenses else (),
     # --overcommit: the CPUs of one task per node (of -c CPUs each), whatever the tasks' count
-    "ntasks": lambda j: j.nodes_min if j.overcommit else j.ntasks,
-    "ntasks_per_node": lambda j: min(j.ntasks_per_node, 1) if j.overcommit else j.ntasks_per_node,
+    "ntasks": lambda j: j.request.nodes_min if j.request.overcommit else j.request.ntasks,
+    "ntasks_per_node": lambda j: (min(j.request.ntasks_per_node, 1) if j.request.overcommit
+                                  else j.request.ntasks_per_node),
 }
 _SAME_AS_JOB = tuple(f.name for f in fields(JobRequest) if f.name in JOB_FIELD_PATHS and f.name not in _REQUEST_VALUES)
 _same_values = attrgetter(*(JOB_FIELD_PATHS[name] for name in _SAME_AS_JOB))

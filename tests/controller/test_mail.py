@@ -48,7 +48,7 @@ def test_a_job_mails_its_start_time_limits_and_failure(tmp_path: Path) -> None:
     job = jobs.submit(state, JobSubmit(work_dir="/tmp", script="#!/bin/sh\n", name="sim", time_limit="10",
                                        mail_type="BEGIN,FAIL,TIME_LIMIT_50,TIME_LIMIT_80"),
                       Identity(1000, "alice"), NOW)[0]
-    assert job.mail_user == "alice@example.org"  # kept as Slurm keeps it (scontrol show job's MailUser)
+    assert job.request.mail_user == "alice@example.org"  # kept as Slurm keeps it (scontrol show job's MailUser)
     began = _mails(launching.schedule(state, NOW + 3))
     assert [(m.subject, m.recipient) for m in began] == \
         [(f"Slurm Job_id={job.job_id} Name=sim Began, Queued time 00:00:03", "alice@example.org")]

@@ -83,6 +83,6 @@ def test_a_state_saved_with_scripts_in_job_records_is_moved_on_restore(tmp_path:
     assert _rows(tmp_path, "SELECT script FROM job_scripts") == [(SCRIPT,)]
     assert statesave.scripts(restarted, {job.job_id})[job.job_id] == JobScript(
         SCRIPT, {"MY_SETTING": "7", "WATTSCHED_APP_MEMORY_BOUND": "0.5"})
-    assert restarted.jobs[job.job_id].app_model == [[0.5, 0.0]]
+    assert restarted.jobs[job.job_id].energy.app_model == [[0.5, 0.0]]
     record = json.loads(_rows(tmp_path, f"SELECT data FROM jobs WHERE job_id = {job.job_id}")[0][0])
     assert "environment" not in record and "script" not in record

@@ -98,8 +98,9 @@ def check_submit(state: ClusterState, jobs: list[Job], skip: int = 0) -> None:
         return
     first = jobs[0]
     snap = limits.AccountsSnap(shares.qos, shares.assoc_limits, partition_qos=partition_qos(state.config))
+    asked = first.request
     ask = limits.Ask(first.user, first.account, first.qos, *limits.request_tres(
-        first.ntasks, first.cpus_per_task, first.nodes_min, first.mem_per_node_mb, first.mem_per_cpu_mb,
+        asked.ntasks, asked.cpus_per_task, asked.nodes_min, asked.mem_per_node_mb, asked.mem_per_cpu_mb,
         first.gpu_request, 0.0), first.time_limit_min, first.partition)
     if ledger.per_job_refusal(snap, ask) is not None:  # (only under a QOS with DenyOnLimit)
         raise Refused(limits.SUBMIT_REFUSED)

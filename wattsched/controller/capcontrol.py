@@ -93,12 +93,12 @@ class CapControl:
             return jobs.thaw(state, job, now)
         # requeue or cancel: preempted, with at most PowerCapShedTime of grace
         job.preempted = _STEP_MODE[item.step]
-        if job.preempted == preemption.REQUEUE and (job.interactive or not job.requeue):
+        if job.preempted == preemption.REQUEUE and (job.request.interactive or not job.request.requeue):
             job.preempted = preemption.CANCEL
         qos = state.shares.qos.get(job.qos)
         grace = min(qos.grace_time if qos is not None else 0, state.config.power_cap_shed_time_s)
         actions: list[Action] = jobs.thaw(state, job, now) if job.suspended_at else []
-        if grace > 0 and job.launched and not job.interactive:
+        if grace > 0 and job.launched and not job.request.interactive:
             job.preempt_deadline = now + grace
             return [*actions, preempting.grace_signal(job)]
         return [*actions, *preempting.expire(state, job, now)]

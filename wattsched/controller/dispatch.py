@@ -90,7 +90,7 @@ class Dispatcher:
                 for url, share in by_agent.items():
                     allocations[url].append(job_allocation(self.state.config, job, share))
                 batch_node = self.state.nodes[job.alloc.batch_host]
-                if not job.interactive and batch_node.agent_url:
+                if not job.request.interactive and batch_node.agent_url:
                     launches[batch_node.agent_url].append(job)
             elif isinstance(action, PowerProgram):
                 self._loop = asyncio.get_running_loop()
@@ -184,12 +184,13 @@ class Dispatcher:
         if script is None:  # (saved with the job in one transaction: only a damaged state.db has none)
             log.error("batch script missing from the state store", extra={"job_id": job.job_id})
             script = JobScript("", {})
+        asked = job.request
         return BatchLaunch(job_id=job.job_id, node=job.alloc.batch_host, run=job.restart_count, uid=job.uid,
-                           gid=job.gid, user=job.user, script=script.script or "", argv=job.argv,
-                           work_dir=job.work_dir, environment=batch_environment(self.state, job, script.environment),
-                           std_out=output_path(job, job.std_out),
-                           std_err=output_path(job, job.std_err or job.std_out),
-                           std_in=output_path(job, job.std_in), open_mode=job.open_mode, rlimits=job.rlimits)
+                           gid=job.gid, user=job.user, script=script.script or "", argv=asked.argv,
+                           work_dir=asked.work_dir, environment=batch_environment(self.state, job, script.environment),
+                           std_out=output_path(job, asked.std_out),
+                           std_err=output_path(job, asked.std_err or asked.std_out),
+                           std_in=output_path(job, asked.std_in), open_mode=asked.open_mode, rlimits=asked.rlimits)
 
     async def _signal(self, url: str, action: Signal, names: list[str]) -> None:
         body = SignalJob(job_id=action.job_id, nodes=names, signal=action.signal, batch_only=action.batch_only,
@@ -248,14 +249,14 @@ class Dispatcher:
 
 def job_allocation(config: Config, job: Job, nodes: dict[str, int]) -> JobAllocation:
     """What the agents of ``nodes`` need to run the job there: its CPUs, frequency and profile."""
-    freq = dict(job.acctg_freq)
+    freq = dict(job.request.acctg_freq)
     defaults = dict(config.job_acct_gather_frequency)
-    cpu_freq = job.cpu_freq or (str(job.capping.cpu_freq_khz) if job.capping.cpu_freq_khz else "")
+    cpu_freq = job.request.cpu_freq or (str(job.capping.cpu_freq_khz) if job.capping.cpu_freq_khz else "")
     energy_s = freq.get("energy") or defaults.get("energy") or config.acct_gather_node_freq_s
     return JobAllocation(job_id=job.job_id, uid=job.uid, user=job.user, start_time=job.start_time, nodes=nodes,
                          mem_mb=job.alloc.alloc_mem_mb, run=job.restart_count, gid=job.gid, account=job.account,
                          partition=job.partition, job_name=job.name, node_list=job.alloc.nodes_expr,
-                         cpu_freq=cpu_freq, profile=cast(list[ProfileSeries], list(job.profile)),
+                         cpu_freq=cpu_freq, profile=cast(list[ProfileSeries], list(job.request.profile)),
                          profile_energy_s=energy_s,
                          profile_task_s=freq.get("task") or defaults.get("task") or 30,
                          gpus={n: job.alloc.alloc_gpus[n] for n in nodes if job.alloc.alloc_gpus.get(n)},
@@ -274,10 +275,10 @@ def start_limits(config: Config, job: Job, nodes: Iterable[str]) -> dict[str, fl
 def energy_settings(config: Config, job: Job) -> dict[str, Any]:
     """The job's energy policy with its setting, and the application model it declared (checked
     at submission; a value that is not one counts as compute-bound)."""
-    policy = job.energy_policy or "monitoring"
+    policy = job.energy.energy_policy or "monitoring"
     setting = {"min_energy": config.energy_policy_penalty, "min_time": config.energy_policy_min_gain}.get(policy, 0.0)
     return {"energy_policy": policy, "energy_setting": setting,
-            "energy_start_khz": config.energy_policy_min_time_freq, "app_model": job.app_model or [[0.0, 0.0]]}
+            "energy_start_khz": config.energy_policy_min_time_freq, "app_model": job.energy.app_model or [[0.0, 0.0]]}
 
 
 def batch_environment(state: ClusterState, job: Job, exported: dict[str, str]) -> dict[str, str]:
@@ -292,13 +293,13 @@ def batch_environment(state: ClusterState, job: Job, exported: dict[str, str]) -
         "SLURM_JOB_NAME": job.name,
         "SLURM_JOB_NODELIST": hostlist.compress(nodes), "SLURM_NODELIST": hostlist.compress(nodes),
         "SLURM_JOB_NUM_NODES": str(len(nodes)), "SLURM_NNODES": str(len(nodes)),
-        "SLURM_NTASKS": str(job.ntasks), "SLURM_NPROCS": str(job.ntasks),
+        "SLURM_NTASKS": str(job.request.ntasks), "SLURM_NPROCS": str(job.request.ntasks),
         "SLURM_NTASKS_PER_NODE": _compress_counts(tasks_per_node),
         "SLURM_TASKS_PER_NODE": _compress_counts(tasks_per_node),
         "SLURM_JOB_CPUS_PER_NODE": _compress_counts([job.alloc.alloc_cpus[n] for n in nodes]),
         "SLURM_CPUS_ON_NODE": str(job.alloc.alloc_cpus.get(job.alloc.batch_host, 1)),
-        "SLURM_CPUS_PER_TASK": str(job.cpus_per_task),
-        "SLURM_SUBMIT_DIR": job.work_dir, "SLURM_SUBMIT_HOST": job.submit_host,
+        "SLURM_CPUS_PER_TASK": str(job.request.cpus_per_task),
+        "SLURM_SUBMIT_DIR": job.request.work_dir, "SLURM_SUBMIT_HOST": job.submit_host,
         "SLURM_JOB_PARTITION": job.partition, "SLURM_JOB_ACCOUNT": job.account,
         "SLURM_JOB_USER": job.user, "SLURM_JOB_UID": str(job.uid), "SLURM_JOB_GID": str(job.gid),
         "SLURMD_NODENAME": job.alloc.batch_host, "SLURM_CLUSTER_NAME": state.config.cluster_name,
@@ -309,13 +310,13 @@ def batch_environment(state: ClusterState, job: Job, exported: dict[str, str]) -
     })
     env.update(gres.request_environment(job.gpu_request))
     env.update(gres.environment(job.alloc.alloc_gpus.get(job.alloc.batch_host, []), state.config.gpus_hidden))
-    if job.capping.cpu_freq_khz is not None or job.cpu_freq:
+    if job.capping.cpu_freq_khz is not None or job.request.cpu_freq:
         # the frequency the job runs at: the user's --cpu-freq, or the one that fits the power cap
-        env["SLURM_CPU_FREQ_REQ"] = job.cpu_freq or str(job.capping.cpu_freq_khz)
-    if job.overcommit:
+        env["SLURM_CPU_FREQ_REQ"] = job.request.cpu_freq or str(job.capping.cpu_freq_khz)
+    if job.request.overcommit:
         env["SLURM_OVERCOMMIT"] = "1"
-    if job.licenses:
-        env["SLURM_JOB_LICENSES"] = job.licenses
+    if job.request.licenses:
+        env["SLURM_JOB_LICENSES"] = job.request.licenses
     if job.time_limit_min is not None:
         env["SLURM_JOB_END_TIME"] = str(int(job.start_time + job.time_limit_min * 60))
     env["SLURM_JOB_START_TIME"] = str(int(job.start_time))

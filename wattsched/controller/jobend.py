@@ -42,7 +42,7 @@ def end(state: ClusterState, job: Job, final: str, exit_code: int, term_signal: 
         state.energy_due.add(job.job_id)
         job.energy_pending = True
     after: list[Action] = [admin_program(state.config, "epilog", job)] if state.config.epilog_slurmctld else []
-    if job.mail_type:
+    if job.request.mail_type:
         after += mail.ended(state, job)
     if completing_nodes:
         job.state = states.COMPLETING
@@ -55,7 +55,7 @@ def end(state: ClusterState, job: Job, final: str, exit_code: int, term_signal: 
 def finish(state: ClusterState, job: Job) -> None:
     """Every node is clean: the resources are free. The job keeps COMPLETING until its energy
     is settled, so that the record that carries its final state carries its energy too."""
-    if job.profile and state.config.acct_gather_profile_type == "acct_gather_profile/hdf5":
+    if job.request.profile and state.config.acct_gather_profile_type == "acct_gather_profile/hdf5":
         state.profiles_due.append((job.user, job.uid, job.job_id))
     resources.hold(state, job, -1)
     job.alloc.completing_nodes = []
@@ -144,9 +144,9 @@ def node_failed_job(state: ClusterState, job: Job, now: float) -> list[Action]:
     if job.cancelled_by is not None or job.timed_out:
         final = states.TIMEOUT if job.timed_out else states.CANCELLED
         return end(state, job, final, job.exit_code, job.term_signal, now, live)
-    if job.no_kill and live and not job.configuring and job.alloc.batch_host in live:
+    if job.request.no_kill and live and not job.configuring and job.alloc.batch_host in live:
         return lose_nodes(state, job, [n for n in job.node_list if n not in live])
-    if (job.configuring or (job.requeue and state.config.job_requeue)) and not job.interactive:
+    if (job.configuring or (job.request.requeue and state.config.job_requeue)) and not job.request.interactive:
         return requeue_running(state, job, now, states.NODE_FAIL)
     return end(state, job, states.NODE_FAIL, 0, 0, now, live)
 
@@ -193,7 +193,7 @@ def requeue_running(state: ClusterState, job: Job, now: float, cause: str = stat
     live = [] if job.configuring else [n for n in nodes if state.nodes[n].base_state != NodeBase.DOWN
                                        and not state.nodes[n].not_responding]
     record_run(state, job, cause, now)
-    notices = mail.requeued(state, job) if job.mail_type else []
+    notices = mail.requeued(state, job) if job.request.mail_type else []
     resources.hold(state, job, -1)
     reset_for_requeue(state, job, now)
     job.alloc.completing_nodes = live

@@ -52,7 +52,7 @@ def submit(state: ClusterState, req: JobSubmit, who: Identity, now: float) -> li
     for job in jobs:
         expect(state, job)
         state.jobs[job.job_id] = job
-        if job.deadline:
+        if job.request.deadline:
             state.with_deadline.add(job.job_id)
         state.touch(job)
     statesave.save_script(state, jobs, submit_mod.job_script(req))
@@ -126,7 +126,8 @@ def will_run(state: ClusterState, req: JobSubmit, who: Identity, now: float) -> 
     if started is not None:
         return job, WillRun(start_time=now, nodes=list(started.cpus), cpus=sum(started.cpus.values()),
                             partition=job.partition, **expected)
-    return job, WillRun(start_time=decisions.expected_start.get(job.job_id), cpus=job.ntasks * job.cpus_per_task,
+    cpus = job.request.ntasks * job.request.cpus_per_task
+    return job, WillRun(start_time=decisions.expected_start.get(job.job_id), cpus=cpus,
                         partition=job.partition, reason=decisions.reasons.get(job.job_id, job.reason), **expected)
 
 
@@ -233,7 +234,7 @@ def thaw(state: ClusterState, job: Job, now: float) -> list[Action]:
 
 def terminate(state: ClusterState, job: Job, now: float) -> list[Action]:
     """Kill a running job everywhere; allocations with no batch script end right away."""
-    if job.interactive or not job.launched:
+    if job.request.interactive or not job.launched:
         final = states.TIMEOUT if job.timed_out else states.CANCELLED
         return jobend.end(state, job, final, job.exit_code, job.term_signal, now, job.node_list)
     return [Signal(job.job_id, job.node_list, signal_mod.SIGTERM, terminate=True)]
@@ -282,8 +283,8 @@ def update(state: ClusterState, jobs: Iterable[Job], upd: JobUpdate, who: Identi
         if upd.tres_bind is not None:
             if not tresbind.valid(upd.tres_bind):
                 raise Refused(submit_mod.INVALID_TRES, 400)
-            job.tres_bind = upd.tres_bind
-        if upd.licenses is not None and upd.licenses != job.licenses:
+            job.request.tres_bind = upd.tres_bind
+        if upd.licenses is not None and upd.licenses != job.request.licenses:
             update_licenses(state, job, upd.licenses, admin)
         if upd.mail_type is not None or upd.mail_user is not None:
             try:
@@ -291,9 +292,9 @@ def update(state: ClusterState, jobs: Iterable[Job], upd: JobUpdate, who: Identi
             except submit_mod.SubmitError as exc:
                 raise Refused(str(exc)) from exc
             if upd.mail_type is not None:
-                job.mail_type = types
+                job.request.mail_type = types
             if upd.mail_user is not None:
-                job.mail_user = mailtypes.recipient(upd.mail_user or job.user, state.config.mail_domain)
+                job.request.mail_user = mailtypes.recipient(upd.mail_user or job.user, state.config.mail_domain)
         state.touch(job)
 
 
@@ -309,7 +310,7 @@ def update_licenses(state: ClusterState, job: Job, spec: str, admin: bool) -> No
             raise Refused("Access/permission denied", 403)
     elif job.state != states.PENDING:
         raise Refused("Job is not pending nor running", 409)
-    job.licenses = spec
+    job.request.licenses = spec
 
 
 def move_to_partition(state: ClusterState, job: Job, name: str, admin: bool) -> None:
@@ -363,7 +364,7 @@ def requeue(state: ClusterState, jobs: Iterable[Job], who: Identity, now: float)
     jobs = list(jobs)
     for job in jobs:
         permissions.check_owner(state, job, who)
-        if job.interactive:
+        if job.request.interactive:
             raise Refused("Only batch jobs are accepted or processed", 400)
         if job.state == states.PENDING:
             raise Refused("Job is pending execution", 409)

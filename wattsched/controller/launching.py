@@ -63,12 +63,12 @@ def schedule(state: ClusterState, now: float) -> list[Action]:
         if job.reason != reason:
             job.reason = reason
             state.touch(job, request_changed=False)
-            if reason == states.R_DEP_NEVER and job.mail_type:
+            if reason == states.R_DEP_NEVER and job.request.mail_type:
                 actions.extend(mail.invalid_dependency(state, job))
     for job_id, alloc in decisions.starts:
         job = state.jobs[job_id]
         actions.extend(start(state, job, alloc, now))
-        if job.mail_type:
+        if job.request.mail_type:
             actions.extend(mail.began(state, job))
     if snap.running and snap.accounts is not None:
         actions.extend(preempting.preempt(state, snap, decisions, now))
@@ -82,11 +82,11 @@ def energy_policy(state: ClusterState, job: Job) -> str:
     """The energy policy a job runs under: --energy-policy, else its QOS's EnergyPolicy, its
     partition's, the cluster's; monitoring whatever they say when the user pinned --cpu-freq (the
     user wins)."""
-    if job.cpu_freq:
+    if job.request.cpu_freq:
         return "monitoring"
     qos = state.shares.qos.get(job.qos)
     part = next((p for p in state.config.partitions if p.name == job.partition), None)
-    return (job.energy_policy or (qos.energy_policy if qos else "") or (part.energy_policy if part else "")
+    return (job.energy.energy_policy or (qos.energy_policy if qos else "") or (part.energy_policy if part else "")
             or state.config.energy_policy)
 
 
@@ -105,18 +105,18 @@ def start(state: ClusterState, job: Job, alloc: Allocation, now: float) -> list[
             node.balance_watts = watts if node.balance_watts is None else min(node.balance_watts, watts)
         state.journal.meta_dirty = True
     job.capping.admit_watts = alloc.node_watts or 0.0
-    job.energy_policy = energy_policy(state, job)
+    job.energy.energy_policy = energy_policy(state, job)
     energy = job.energy
     energy.policy_freq_khz, energy.sig_reports, energy.pred_time_factor, energy.pred_energy_factor = 0, 0, 0.0, 0.0
     job.alloc.alloc_cpus = dict(alloc.cpus)
     job.alloc.nodes_expr = hostlist.compress(alloc.cpus)
     job.alloc.tasks_per_node = dict(alloc.tasks)
-    if job.overcommit:  # its CPUs are one task's a node: its tasks go over the nodes in blocks, as Slurm's
+    if job.request.overcommit:  # its CPUs are one task's a node: its tasks go over the nodes in blocks, as Slurm's
         names = list(alloc.cpus)
-        share, extra = divmod(job.ntasks, len(names))
+        share, extra = divmod(job.request.ntasks, len(names))
         job.alloc.tasks_per_node = {name: share + (index < extra) for index, name in enumerate(names)}
-    if not job.ntasks_set:  # a node range given more nodes than its minimum: a task on each, as Slurm's
-        job.ntasks = max(job.ntasks, sum(alloc.tasks.values()))
+    if not job.request.ntasks_set:  # a node range given more nodes than its minimum: a task on each, as Slurm's
+        job.request.ntasks = max(job.request.ntasks, sum(alloc.tasks.values()))
     job.alloc.alloc_mem_mb = max(alloc.mem_mb.values(), default=0)
     job.alloc.alloc_gpus = {}
     for name, kinds in alloc.gpus.items():
@@ -135,7 +135,7 @@ def start(state: ClusterState, job: Job, alloc: Allocation, now: float) -> list[
         return [*configure(state, job, waking, now), admin_program(state.config, "prolog", job)]
     if waking:
         return configure(state, job, waking, now)
-    if job.interactive:
+    if job.request.interactive:
         job.launched = True
         return [Launch(job)]  # its nodes' agents still set its CPU frequency and profile it
     job.steps.append(Step(step_id="batch", name="batch", nodes=[job.alloc.batch_host], ntasks=1,
@@ -147,7 +147,7 @@ def configure(state: ClusterState, job: Job, waking: list[str], now: float) -> l
     """Hold a job CONFIGURING while its powered-down nodes are woken (Slurm's power save)."""
     assert state.power_saving is not None
     job.configuring = True
-    if not job.interactive:
+    if not job.request.interactive:
         job.steps.append(Step(step_id="batch", name="batch", nodes=[job.alloc.batch_host], ntasks=1,
                               cpus=job.alloc.alloc_cpus[job.alloc.batch_host], start_time=now))
     asleep = [n for n in waking if state.nodes[n].power == PowerFlag.POWERED_DOWN]
@@ -174,7 +174,7 @@ def admin_program_done(state: ClusterState, program: AdminProgram, code: int, er
 
 def prolog_failed(state: ClusterState, job: Job, now: float) -> list[Action]:
     """A prolog failed: a batch job is requeued and held (JobHeldAdmin); an interactive one fails."""
-    if job.interactive:
+    if job.request.interactive:
         job.reason = prologs.PROLOG_ERROR
         return jobend.end(state, job, states.FAILED, 1, 0, now, [] if job.configuring else job.node_list)
     actions = jobend.requeue_running(state, job, now)
@@ -215,7 +215,7 @@ def configured(state: ClusterState, now: float) -> list[Action]:
             for step in job.steps:
                 step.start_time = now
             state.touch(job)
-            if job.interactive:
+            if job.request.interactive:
                 job.launched = True
             actions.append(Launch(job))
     return actions

@@ -32,7 +32,7 @@ _FAILED = frozenset({states.FAILED, states.TIMEOUT, states.NODE_FAIL, states.PRE
 
 def began(state: ClusterState, job: Job) -> list[Mail]:
     """The job started: BEGIN, for an array's first task to start only (unless ARRAY_TASKS)."""
-    if "BEGIN" not in job.mail_type:
+    if "BEGIN" not in job.request.mail_type:
         return []
     if _as_array(job) and any(other.start_time or other.restart_count or other.state != states.PENDING
                               for other in _tasks(state, job) if other is not job):
@@ -42,30 +42,31 @@ def began(state: ClusterState, job: Job) -> list[Mail]:
 
 def ended(state: ClusterState, job: Job) -> list[Mail]:
     """The job ended (its final state set): FAIL or END; an array's summary once its last task ended."""
-    if not job.mail_type:
+    if not job.request.mail_type:
         return []
     if _as_array(job):
         tasks = _tasks(state, job)
         if any(_final(t) not in states.FINISHED for t in tasks):
             return []
         failed = any(t.exit_code or t.term_signal or _final(t) in _FAILED for t in tasks)
-        event = "FAIL" if failed and "FAIL" in job.mail_type else "END" if "END" in job.mail_type else ""
+        wanted = job.request.mail_type
+        event = "FAIL" if failed and "FAIL" in wanted else "END" if "END" in wanted else ""
         return [_summary(state, job, tasks, event)] if event else []
-    if _final(job) in _FAILED and "FAIL" in job.mail_type:
+    if _final(job) in _FAILED and "FAIL" in job.request.mail_type:
         return [_mail(state, job, "FAIL")]
-    if "END" in job.mail_type:
+    if "END" in job.request.mail_type:
         return [_mail(state, job, "END")]
     return []
 
 
 def requeued(state: ClusterState, job: Job) -> list[Mail]:
     """The job went back to the queue (before its run's fields are reset: the mail tells of that run)."""
-    return [_mail(state, job, "REQUEUE")] if "REQUEUE" in job.mail_type and not _as_array(job) else []
+    return [_mail(state, job, "REQUEUE")] if "REQUEUE" in job.request.mail_type and not _as_array(job) else []
 
 
 def invalid_dependency(state: ClusterState, job: Job) -> list[Mail]:
     """Its dependency can never be satisfied: INVALID_DEPEND, once."""
-    if "INVALID_DEPEND" not in job.mail_type or "INVALID_DEPEND" in job.mail_sent:
+    if "INVALID_DEPEND" not in job.request.mail_type or "INVALID_DEPEND" in job.mail_sent:
         return []
     job.mail_sent = (*job.mail_sent, "INVALID_DEPEND")
     state.touch(job, request_changed=False)
@@ -75,7 +76,7 @@ def invalid_dependency(state: ClusterState, job: Job) -> list[Mail]:
 def time_limit(state: ClusterState, job: Job, now: float) -> list[Mail]:
     """A running job's TIME_LIMIT_50/80/90 and TIME_LIMIT, each once a run, when the run has used that
     share of its time limit (the timers ask each second)."""
-    wanted = [t for t in job.mail_type if t in mailtypes.TIME_SHARES and t not in job.mail_sent]
+    wanted = [t for t in job.request.mail_type if t in mailtypes.TIME_SHARES and t not in job.mail_sent]
     if not wanted or job.time_limit_min is None or not job.start_time:
         return []
     used = now - job.start_time - job.suspended_until(now)
@@ -92,7 +93,7 @@ def _final(job: Job) -> str:
 
 
 def _as_array(job: Job) -> bool:
-    return job.array_task_id is not None and "ARRAY_TASKS" not in job.mail_type
+    return job.array_task_id is not None and "ARRAY_TASKS" not in job.request.mail_type
 
 
 def _tasks(state: ClusterState, job: Job) -> list[Job]:
@@ -103,7 +104,7 @@ def _environment(state: ClusterState, job: Job, event: str) -> dict[str, str]:
     env = prologs.job_environment(job_id=job.job_id, uid=job.uid, gid=job.gid, user=job.user, account=job.account,
                                   partition=job.partition, node_list=job.alloc.nodes_expr, job_name=job.name,
                                   cluster=state.config.cluster_name)
-    env.update(SLURM_JOB_STATE=_final(job), SLURM_JOB_MAIL_TYPE=_WORDS[event], SLURM_JOB_WORK_DIR=job.work_dir)
+    env.update(SLURM_JOB_STATE=_final(job), SLURM_JOB_MAIL_TYPE=_WORDS[event], SLURM_JOB_WORK_DIR=job.request.work_dir)
     return env
 
 
@@ -145,4 +146,4 @@ def _summary(state: ClusterState, job: Job, tasks: list[Job], event: str) -> Mai
 
 def _recipient(state: ClusterState, job: Job) -> str:
     """The address the job was given at submission (one saved before it had none: its user's)."""
-    return job.mail_user or mailtypes.recipient(job.user, state.config.mail_domain)
+    return job.request.mail_user or mailtypes.recipient(job.user, state.config.mail_domain)

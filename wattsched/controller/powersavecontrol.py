@@ -70,7 +70,7 @@ def pending_briefs(state: ClusterState) -> list[powersave.PendingBrief]:
     pending = sorted((j for j in state.jobs.values() if j.state == states.PENDING and not j.hold
                       and not j.alloc.completing_nodes and j.reason not in _NOT_WAITING_FOR_NODES),
                      key=lambda j: (-j.priority, j.submit_time, j.job_id))
-    return [powersave.PendingBrief(j.job_id, max(j.nodes_min, 1),
+    return [powersave.PendingBrief(j.job_id, max(j.request.nodes_min, 1),
                                    j.time_limit_min * 60.0 if j.time_limit_min is not None else infinite,
                                    j.expected_start or None, j.reason) for j in pending]
 

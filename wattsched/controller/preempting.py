@@ -35,7 +35,8 @@ def preempt(state: ClusterState, snap: Snapshot, decisions: Decisions,
             continue
         qos = state.shares.qos.get(job.qos)
         mode = preemption.mode_of(qos, settings, snap.partitions.get(job.partition))
-        if mode == preemption.REQUEUE and (job.interactive or not job.requeue or not state.config.job_requeue):
+        asked = job.request
+        if mode == preemption.REQUEUE and (asked.interactive or not asked.requeue or not state.config.job_requeue):
             mode = preemption.CANCEL  # as Slurm: a job that may not be requeued is cancelled
         grace = qos.grace_time if qos is not None else 0
         log.info("preempting job", extra={"job": job_id, "preemptor": by, "mode": mode, "grace_s": grace})
@@ -50,7 +51,7 @@ def preempt(state: ClusterState, snap: Snapshot, decisions: Decisions,
         job.preempted = mode
         if job.suspended_at:  # a frozen process takes no signal
             actions.extend(jobs.thaw(state, job, now))
-        if grace > 0 and job.launched and not job.interactive:
+        if grace > 0 and job.launched and not job.request.interactive:
             job.preempt_deadline = now + grace
             actions.append(grace_signal(job))
         else:

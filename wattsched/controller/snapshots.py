@@ -121,8 +121,9 @@ def license_snap(state: ClusterState) -> licenses.LicenseSnap | None:
     their start until their nodes are clean, suspended or not); None when none are configured."""
     if not state.config.licenses:
         return None
-    return snapbuild.license_snap(state.config, ((j.licenses, j.start_time, j.time_limit_min)
-                                                 for j in state.jobs.values() if j.licenses and holds_licenses(j)))
+    held = ((j.request.licenses, j.start_time, j.time_limit_min)
+            for j in state.jobs.values() if j.request.licenses and holds_licenses(j))
+    return snapbuild.license_snap(state.config, held)
 
 
 def holds_licenses(job: Job) -> bool:
@@ -143,7 +144,8 @@ def running_job(state: ClusterState, job: Job) -> RunningJob:
     return snapbuild.running_job(job.job_id, alloc.alloc_cpus, {n: alloc.alloc_mem_mb for n in alloc.alloc_cpus},
                                  job.start_time, job.time_limit_min, gpus_by_type(state, job), job.qos,
                                  job.cancelled_by is not None or bool(job.preempted) or job.state != states.RUNNING,
-                                 job.capping.cpu_freq_khz, bool(job.cpu_freq), bool(job.suspended_at), job.reservation,
+                                 job.capping.cpu_freq_khz, bool(job.request.cpu_freq), bool(job.suspended_at),
+                                 job.reservation,
                                  job.partition, job.capping.admit_watts or None)
 
 

@@ -79,7 +79,7 @@ def restore(state: ClusterState) -> None:
             _move_script(state, job, data)
         if job.energy_pending:
             state.energy_due.add(job.job_id)
-        if job.deadline and job.state == states.PENDING:
+        if job.request.deadline and job.state == states.PENDING:
             state.with_deadline.add(job.job_id)
         if job.holds_nodes:
             resources.hold(state, job, +1)
@@ -93,7 +93,7 @@ def _move_script(state: ClusterState, job: Job, data: dict) -> None:
     environment = data["environment"]
     state.journal.scripts.setdefault(job.script_id, JobScript(data.get("script"), environment))
     with contextlib.suppress(energypolicy.PolicyError):  # (checked at its submission)
-        job.app_model = energypolicy.declared_model(environment)
+        job.energy.app_model = energypolicy.declared_model(environment)
     state.touch(job)  # its row saved again without them
 
 

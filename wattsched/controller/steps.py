@@ -98,7 +98,7 @@ def stat_grant(state: ClusterState, job: Job, step_id: str, all_steps: bool, who
              "ntasks": step.ntasks, "nodes": [{"node": n, "agent_url": state.nodes[n].agent_url}
                                               for n in step.nodes if n in state.nodes],
              "consumed_energy_j": jobenergy.step_energy_so_far(state, job, step, now),
-             "cpu_freq": job.cpu_freq, "cpu_freq_khz": job.capping.cpu_freq_khz,
+             "cpu_freq": job.request.cpu_freq, "cpu_freq_khz": job.capping.cpu_freq_khz,
              "ave_cpu_freq_khz": job.energy.ave_cpu_freq_khz}
             for step in chosen]
     credential = auth.sign(state.key, {"job": job.job_id, "stat": [s.step_id for s in chosen],
@@ -194,7 +194,7 @@ def step_ended(state: ClusterState, event: JobEvent, now: float) -> None:
 def complete_allocation(state: ClusterState, job: Job, exit_code: int, term_signal: int, who: Identity,
                         now: float) -> list[Action]:
     permissions.check_owner(state, job, who)
-    if not job.interactive:
+    if not job.request.interactive:
         raise Refused("Only interactive allocations can be released this way", 400)
     if job.state == states.PENDING:
         return jobs.cancel(state, [job], who, None, False, now)

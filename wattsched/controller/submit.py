@@ -32,7 +32,7 @@ from wattsched.api import JobSubmit
 from wattsched.auth import Identity
 from wattsched.config import Config, PartitionConf
 from wattsched.confvalues import parse_acctg_freq
-from wattsched.model import Job, JobScript, Reservation
+from wattsched.model import Job, JobScript, Request, Reservation
 from wattsched.scheduling.candidates import feasible
 from wattsched.scheduling.eligibility import parse_dependency
 from wattsched.scheduling.plugins import SelectPlugin
@@ -211,47 +211,45 @@ def build_jobs(req: JobSubmit, who: Identity, gid: int, group: str, config: Conf
             raise SubmitError("Node count specification invalid")
     mem_per_node = req.mem_per_node_mb or (0 if req.mem_per_cpu_mb else config.def_mem_per_node_mb)
 
+    asked = Request(
+        argv=list(req.argv), command=req.command or ("(null)" if req.interactive else ""), work_dir=req.work_dir,
+        nodes_min=nodes_min, nodes_max=req.nodes_max, ntasks=ntasks, ntasks_set=ntasks_set,
+        ntasks_per_node=req.ntasks_per_node, cpus_per_task=req.cpus_per_task, mem_per_node_mb=mem_per_node,
+        mem_per_cpu_mb=req.mem_per_cpu_mb, min_cpus_per_node=req.min_cpus_per_node, tmp_mb=req.tmp_mb,
+        rlimits=dict(req.rlimits), begin_time=begin, dependency=req.dependency, deadline=deadline,
+        exclusive=req.exclusive, overcommit=req.overcommit and not req.exclusive, no_kill=req.no_kill,
+        req_nodes=req_nodes, exc_nodes=exc_nodes, features=features, std_err=req.error, std_in=req.input,
+        open_mode=req.open_mode, kill_signal=kill_signal, kill_signal_secs=kill_secs,
+        kill_signal_batch_only=kill_batch, requeue=config.job_requeue if req.requeue is None else req.requeue,
+        interactive=req.interactive, power_fit=req.power_fit, gpus_per_node=gpus.per_node,
+        gpus_per_task=gpus.per_task, gpus_per_job=gpus.per_job, gpu_type=gpus.kind, tres_bind=req.tres_bind,
+        licenses=req.licenses, mail_type=mail_type,
+        mail_user=mailtypes.recipient(req.mail_user or who.user, config.mail_domain))
     template = Job(
         job_id=first_id, name=req.name or ("interactive" if req.interactive else "sbatch"), uid=who.uid,
         user=who.user, gid=gid, group=group, account=req.account, qos=req.qos, partition=part.name,
-        argv=list(req.argv), command=req.command or ("(null)" if req.interactive else ""),
-        work_dir=req.work_dir,
-        submit_host=req.submit_host, submit_line=req.submit_line, nodes_min=nodes_min,
-        nodes_max=req.nodes_max, ntasks=ntasks, ntasks_set=ntasks_set, ntasks_per_node=req.ntasks_per_node,
-        cpus_per_task=req.cpus_per_task, mem_per_node_mb=mem_per_node,
-        mem_per_cpu_mb=req.mem_per_cpu_mb, min_cpus_per_node=req.min_cpus_per_node, tmp_mb=req.tmp_mb,
-        rlimits=dict(req.rlimits),
-        time_limit_min=time_limit, begin_time=begin,
-        dependency=req.dependency, deadline=deadline, exclusive=req.exclusive,
-        overcommit=req.overcommit and not req.exclusive, no_kill=req.no_kill, req_nodes=req_nodes,
-        exc_nodes=exc_nodes,
-        features=features, std_err=req.error, std_in=req.input, open_mode=req.open_mode,
-        kill_signal=kill_signal, kill_signal_secs=kill_secs, kill_signal_batch_only=kill_batch,
-        comment=req.comment, wckey=req.wckey,
-        requeue=config.job_requeue if req.requeue is None else req.requeue, interactive=req.interactive,
-        nice=req.nice, hold="user" if req.hold else "", submit_time=now, eligible_time=max(now, begin),
+        submit_host=req.submit_host, submit_line=req.submit_line, time_limit_min=time_limit,
+        comment=req.comment, wckey=req.wckey, nice=req.nice, hold="user" if req.hold else "",
+        submit_time=now, eligible_time=max(now, begin),
         reason=states.R_HELD_USER if req.hold else states.R_NONE,  # at once, as Slurm: no pass needed
-        reservation=req.reservation, power_fit=req.power_fit,
-        gpus_per_node=gpus.per_node, gpus_per_task=gpus.per_task, gpus_per_job=gpus.per_job, gpu_type=gpus.kind,
-        tres_bind=req.tres_bind, licenses=req.licenses, mail_type=mail_type,
-        mail_user=mailtypes.recipient(req.mail_user or who.user, config.mail_domain))
+        reservation=req.reservation, request=asked)
     # the request as the policies will see it (snapbuild.request), checked before the other options
     request = snapbuild.request(template, whole_nodes=part.whole_nodes)
     if not feasible(request, partitions[part.name], node_snaps, select, config.def_mem_per_cpu_mb):
         raise SubmitError("Requested node configuration is not available")
-    template.cpu_freq = check_cpu_freq(req.cpu_freq, config)
+    template.request.cpu_freq = check_cpu_freq(req.cpu_freq, config)
     try:
-        template.energy_policy = energypolicy.check(req.energy_policy) if req.energy_policy else ""
-        template.app_model = energypolicy.declared_model(req.environment)
+        template.energy.energy_policy = energypolicy.check(req.energy_policy) if req.energy_policy else ""
+        template.energy.app_model = energypolicy.declared_model(req.environment)
     except energypolicy.PolicyError as exc:
         raise SubmitError(str(exc)) from exc
-    template.profile = check_profile(req.profile, config)
+    template.request.profile = check_profile(req.profile, config)
     template.energy.history_key = prediction.job_key(who.user, template.name, req.script or shlex.join(
         [req.command, *req.argv]), nodes_min, ntasks * req.cpus_per_task)
-    template.acctg_freq = check_acctg_freq(req.acctg_freq)
+    template.request.acctg_freq = check_acctg_freq(req.acctg_freq)
     template.submit_key = req.submit_key
     array = parse_array(req.array, config.max_array_size) if req.array else None
-    template.std_out = req.output or patterns.default_output(array is not None)
+    template.request.std_out = req.output or patterns.default_output(array is not None)
     if array is None:
         return [template]
     jobs = []

@@ -40,13 +40,14 @@ def check_timers(state: ClusterState, now: float) -> list[Action]:
             actions.extend(preempting.expire(state, job, now))
         elif job.state == states.RUNNING and job.time_limit_min is not None and not job.configuring \
                 and not job.suspended_at:
-            if job.mail_type:
+            if job.request.mail_type:
                 actions.extend(mail.time_limit(state, job, now))
             deadline = job.start_time + job.suspended_s + job.time_limit_min * 60  # suspended time is not run time
-            if job.kill_signal and not job.warn_signal_sent and now >= deadline - job.kill_signal_secs:
+            if job.request.kill_signal and not job.warn_signal_sent and now >= deadline - job.request.kill_signal_secs:
                 job.warn_signal_sent = True
                 state.touch(job)
-                actions.append(Signal(job.job_id, job.node_list, job.kill_signal, job.kill_signal_batch_only))
+                asked = job.request
+                actions.append(Signal(job.job_id, job.node_list, asked.kill_signal, asked.kill_signal_batch_only))
             if now >= deadline and not job.timed_out and job.cancelled_by is None:
                 job.timed_out = True
                 state.touch(job)
@@ -85,7 +86,7 @@ def missed_deadlines(state: ClusterState, now: float) -> None:
         job = state.jobs.get(job_id)
         if job is None or job.state != states.PENDING:
             state.with_deadline.discard(job_id)
-        elif now + (job.time_limit_min if job.time_limit_min is not None else 1) * 60 > job.deadline:
+        elif now + (job.time_limit_min if job.time_limit_min is not None else 1) * 60 > job.request.deadline:
             log.info("job cancelled: it cannot end before its deadline", extra={"job_id": job_id})
             job.state, job.reason, job.exit_code = states.DEADLINE, states.R_DEADLINE, 1
             job.start_time = job.end_time = now

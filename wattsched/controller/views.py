@@ -30,10 +30,10 @@ def job_brief(job: Job, now: float) -> dict[str, Any]:
     data.update(
         display_id=job.display_id,
         node_list=job.alloc.nodes_expr,
-        num_nodes=len(job.alloc.alloc_cpus) or job.nodes_min,
-        num_cpus=job.num_cpus or job.ntasks * job.cpus_per_task,
+        num_nodes=len(job.alloc.alloc_cpus) or job.request.nodes_min,
+        num_cpus=job.num_cpus or job.request.ntasks * job.request.cpus_per_task,
         run_time_s=run_time(job, now),
-        command=job.command or "(null)",
+        command=job.request.command or "(null)",
     )
     data["state"] = job.shown_state
     request = job.gpu_request
@@ -49,8 +49,8 @@ def job_view(job: Job, now: float) -> dict[str, Any]:
     data = {k: v for k, v in job.to_dict().items() if k not in _HIDDEN}
     data.update(job_brief(job, now))
     data.update(
-        std_out_path=output_path(job, job.std_out),
-        std_err_path=output_path(job, job.std_err or job.std_out),
+        std_out_path=output_path(job, job.request.std_out),
+        std_err_path=output_path(job, job.request.std_err or job.request.std_out),
         steps=[{"step_id": s.step_id, "name": s.name, "state": s.state, "nodes": hostlist.compress(s.nodes),
                 "ntasks": s.ntasks, "start_time": s.start_time} for s in job.steps],
     )
@@ -61,7 +61,7 @@ def output_path(job: Job, pattern: str) -> str:
     """A job's --output/--error/--input pattern expanded as Slurm shows it (scontrol StdOut=)."""
     return patterns.expand(pattern, job_id=job.job_id, job_name=job.name, user=job.user,
                            node=job.alloc.batch_host, array_job_id=job.array_job_id,
-                           array_task_id=job.array_task_id, work_dir=job.work_dir)
+                           array_task_id=job.array_task_id, work_dir=job.request.work_dir)
 
 
 def run_time(job: Job, now: float) -> float:

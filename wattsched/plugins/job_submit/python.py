@@ -30,9 +30,11 @@ import stat
 import traceback
 import types
 from collections.abc import Callable, Mapping
+from operator import attrgetter
 from typing import Any
 
 from wattsched import timefmt
+from wattsched.model import JOB_FIELD_PATHS
 
 log = logging.getLogger("wattsched.controller")
 SCRIPT = "job_submit.py"
@@ -115,7 +117,7 @@ class JobRec:
     def __getattr__(self, name: str) -> Any:
         if name not in RECORD:
             raise AttributeError(f"job_rec has no field {name!r}")
-        return getattr(self._job, RECORD[name], None)
+        return attrgetter(JOB_FIELD_PATHS[RECORD[name]])(self._job)
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("job_rec is read only: set job_desc's fields")
