@@ -10,6 +10,7 @@ accounting and the views have always read it, so a part's field names are keys o
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field, fields
 from operator import attrgetter, itemgetter
 from typing import Any, NamedTuple
@@ -328,6 +329,20 @@ _PART_READERS = tuple((part, names, _PARTS[part], itemgetter(*names)) for part, 
 _FLAT_NAMES = tuple(JOB_FIELD_PATHS)
 _flat_values = attrgetter(*JOB_FIELD_PATHS.values())  # every field in one call, the parts' by their paths
 _STEP_FIELDS = list(fields(Step))
+# the strings that many jobs share (a few users, accounts and scripts to a whole queue), by record
+_SHARED_STRINGS = (("", ("user", "group", "account", "qos", "partition", "name", "submit_host", "submit_line",
+                         "wckey")),
+                   ("request", ("command", "work_dir", "std_out", "std_err", "std_in", "mail_user")),
+                   ("energy", ("history_key",)))
+
+
+def share_strings(job: Job) -> None:
+    """Keep each of the job's often repeated strings once for all jobs (sys.intern). Parsed from a
+    request or a saved state, every job held copies of its own: about 400 bytes a queued job."""
+    for part, names in _SHARED_STRINGS:
+        record = getattr(job, part) if part else job
+        for name in names:
+            setattr(record, name, sys.intern(getattr(record, name)))
 
 
 @dataclass(slots=True)

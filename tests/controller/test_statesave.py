@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from operator import attrgetter
 from pathlib import Path
 
 from tests.inprocess import NOW, controller_state
@@ -14,7 +15,7 @@ from wattsched.api import JobSubmit
 from wattsched.auth import Identity
 from wattsched.controller import jobend, jobs, statesave
 from wattsched.controller.dispatch import batch_environment, energy_settings
-from wattsched.model import JobScript
+from wattsched.model import Job, JobScript
 
 ALICE = Identity(1000, "alice")
 SCRIPT = "#!/bin/sh\necho hello\n"
@@ -86,3 +87,21 @@ def test_a_state_saved_with_scripts_in_job_records_is_moved_on_restore(tmp_path:
     assert restarted.jobs[job.job_id].energy.app_model == [[0.5, 0.0]]
     record = json.loads(_rows(tmp_path, f"SELECT data FROM jobs WHERE job_id = {job.job_id}")[0][0])
     assert "environment" not in record and "script" not in record
+
+
+def test_the_strings_jobs_repeat_are_kept_once_when_submitted_and_when_restored(tmp_path: Path) -> None:
+    state = controller_state(tmp_path)
+    body = JobSubmit(work_dir="/home/alice/run", script=SCRIPT, name="sweep", submit_line="sbatch sweep.sh",
+                     output="out-%j.txt").model_dump_json()
+    # each request parsed on its own, and its user's name from its own token, as the routes have them
+    first, second = (jobs.submit(state, JobSubmit.model_validate_json(body), Identity(1000, "".join(["al", "ice"])),
+                                 NOW)[0] for _ in range(2))
+    shared = ("user", "name", "submit_line", "request.work_dir", "request.std_out", "energy.history_key")
+
+    def same(a: Job, b: Job) -> bool:
+        return all(attrgetter(path)(a) is attrgetter(path)(b) for path in shared)
+
+    assert first.user == "alice" and first.request.work_dir == "/home/alice/run" and same(first, second)
+    statesave.flush(state)
+    restarted = controller_state(tmp_path)  # read back from the store's JSON: fresh strings, shared again
+    assert same(restarted.jobs[first.job_id], restarted.jobs[second.job_id])

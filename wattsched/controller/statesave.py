@@ -15,7 +15,7 @@ from wattsched import energypolicy, nodestates, states
 from wattsched.capschedule import CapStep
 from wattsched.controller import partitions, resources, triggerctl
 from wattsched.controller.reservations import ReservationBook
-from wattsched.model import Job, JobScript, Node, Reservation
+from wattsched.model import Job, JobScript, Node, Reservation, share_strings
 from wattsched.nodestates import NodeBase, PowerFlag
 
 if TYPE_CHECKING:
@@ -72,6 +72,7 @@ def restore(state: ClusterState) -> None:
                                  int(store.get_meta("next_resv_id", "1") or 1))
     for data in store.load_jobs():
         job = Job.from_dict(data)
+        share_strings(job)
         state.jobs[job.job_id] = job
         if job.array_task_id is not None:
             state.array_tasks[job.script_id] = state.array_tasks.get(job.script_id, 0) + 1

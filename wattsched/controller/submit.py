@@ -32,7 +32,7 @@ from wattsched.api import JobSubmit
 from wattsched.auth import Identity
 from wattsched.config import Config, PartitionConf
 from wattsched.confvalues import parse_acctg_freq
-from wattsched.model import Job, JobScript, Request, Reservation
+from wattsched.model import Job, JobScript, Request, Reservation, share_strings
 from wattsched.scheduling.candidates import feasible
 from wattsched.scheduling.eligibility import parse_dependency
 from wattsched.scheduling.plugins import SelectPlugin
@@ -250,6 +250,7 @@ def build_jobs(req: JobSubmit, who: Identity, gid: int, group: str, config: Conf
     template.submit_key = req.submit_key
     array = parse_array(req.array, config.max_array_size) if req.array else None
     template.request.std_out = req.output or patterns.default_output(array is not None)
+    share_strings(template)  # (before the copies an array makes: its tasks share them too)
     if array is None:
         return [template]
     jobs = []
