@@ -11,7 +11,7 @@ accounting and the views have always read it, so a part's field names are keys o
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from operator import attrgetter, itemgetter
 from typing import Any, NamedTuple
 
@@ -52,10 +52,12 @@ class JobScript(NamedTuple):
     environment: dict[str, str]
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, frozen=True)
 class Request:
     """What a job asked for (slurmctld's job_details): its command, its size and shape, where its
-    output goes, how it is signalled and mailed, its frequency and its GPUs and licenses."""
+    output goes, how it is signalled and mailed, its frequency and its GPUs and licenses. Frozen
+    (a change is a new Request, dataclasses.replace), so that the pending tasks of an array share
+    one, as Slurm keeps a pending array as one record; its lists are never changed in place."""
 
     # its batch script and environment are not here: the state store keeps them (JobScript) from
     # its submission to its purge, read at its launch only
@@ -329,20 +331,20 @@ _PART_READERS = tuple((part, names, _PARTS[part], itemgetter(*names)) for part, 
 _FLAT_NAMES = tuple(JOB_FIELD_PATHS)
 _flat_values = attrgetter(*JOB_FIELD_PATHS.values())  # every field in one call, the parts' by their paths
 _STEP_FIELDS = list(fields(Step))
-# the strings that many jobs share (a few users, accounts and scripts to a whole queue), by record
-_SHARED_STRINGS = (("", ("user", "group", "account", "qos", "partition", "name", "submit_host", "submit_line",
-                         "wckey")),
-                   ("request", ("command", "work_dir", "std_out", "std_err", "std_in", "mail_user")),
-                   ("energy", ("history_key",)))
+# the strings that many jobs share (a few users, accounts and scripts to a whole queue)
+_SHARED_OWN = ("user", "group", "account", "qos", "partition", "name", "submit_host", "submit_line", "wckey")
 
 
 def share_strings(job: Job) -> None:
     """Keep each of the job's often repeated strings once for all jobs (sys.intern). Parsed from a
     request or a saved state, every job held copies of its own: about 400 bytes a queued job."""
-    for part, names in _SHARED_STRINGS:
-        record = getattr(job, part) if part else job
-        for name in names:
-            setattr(record, name, sys.intern(getattr(record, name)))
+    for name in _SHARED_OWN:
+        setattr(job, name, sys.intern(getattr(job, name)))
+    asked, shared = job.request, sys.intern
+    job.request = replace(asked, command=shared(asked.command), work_dir=shared(asked.work_dir),
+                          std_out=shared(asked.std_out), std_err=shared(asked.std_err), std_in=shared(asked.std_in),
+                          mail_user=shared(asked.mail_user))
+    job.energy.history_key = sys.intern(job.energy.history_key)
 
 
 @dataclass(slots=True)

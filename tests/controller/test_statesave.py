@@ -11,7 +11,7 @@ from pathlib import Path
 
 from tests.inprocess import NOW, controller_state
 from wattsched import states
-from wattsched.api import JobSubmit
+from wattsched.api import JobSubmit, JobUpdate
 from wattsched.auth import Identity
 from wattsched.controller import jobend, jobs, statesave
 from wattsched.controller.dispatch import batch_environment, energy_settings
@@ -105,3 +105,16 @@ def test_the_strings_jobs_repeat_are_kept_once_when_submitted_and_when_restored(
     statesave.flush(state)
     restarted = controller_state(tmp_path)  # read back from the store's JSON: fresh strings, shared again
     assert same(restarted.jobs[first.job_id], restarted.jobs[second.job_id])
+
+
+def test_an_arrays_pending_tasks_share_one_request_until_one_of_them_is_changed(tmp_path: Path) -> None:
+    state = controller_state(tmp_path)
+    tasks = _submit(state, array="0-3")
+    assert len(tasks) == 4 and all(task.request is tasks[0].request for task in tasks)
+    jobs.update(state, [tasks[1]], JobUpdate(mail_type="END"), ALICE, NOW)  # scontrol update of 4_1 alone
+    assert tasks[1].request.mail_type == ("END",) and tasks[0].request.mail_type == ()
+    assert tasks[0].request is tasks[2].request is tasks[3].request
+    statesave.flush(state)
+    restarted = controller_state(tmp_path)
+    again = [restarted.jobs[task.job_id] for task in tasks]
+    assert again[0].request is again[2].request is again[3].request and again[1].request.mail_type == ["END"]

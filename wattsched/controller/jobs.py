@@ -283,7 +283,7 @@ def update(state: ClusterState, jobs: Iterable[Job], upd: JobUpdate, who: Identi
         if upd.tres_bind is not None:
             if not tresbind.valid(upd.tres_bind):
                 raise Refused(submit_mod.INVALID_TRES, 400)
-            job.request.tres_bind = upd.tres_bind
+            job.request = replace(job.request, tres_bind=upd.tres_bind)
         if upd.licenses is not None and upd.licenses != job.request.licenses:
             update_licenses(state, job, upd.licenses, admin)
         if upd.mail_type is not None or upd.mail_user is not None:
@@ -292,9 +292,10 @@ def update(state: ClusterState, jobs: Iterable[Job], upd: JobUpdate, who: Identi
             except submit_mod.SubmitError as exc:
                 raise Refused(str(exc)) from exc
             if upd.mail_type is not None:
-                job.request.mail_type = types
+                job.request = replace(job.request, mail_type=types)
             if upd.mail_user is not None:
-                job.request.mail_user = mailtypes.recipient(upd.mail_user or job.user, state.config.mail_domain)
+                recipient = mailtypes.recipient(upd.mail_user or job.user, state.config.mail_domain)
+                job.request = replace(job.request, mail_user=recipient)
         state.touch(job)
 
 
@@ -310,7 +311,7 @@ def update_licenses(state: ClusterState, job: Job, spec: str, admin: bool) -> No
             raise Refused("Access/permission denied", 403)
     elif job.state != states.PENDING:
         raise Refused("Job is not pending nor running", 409)
-    job.request.licenses = spec
+    job.request = replace(job.request, licenses=spec)
 
 
 def move_to_partition(state: ClusterState, job: Job, name: str, admin: bool) -> None:

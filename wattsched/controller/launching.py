@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from wattsched import gres, hostlist, prologs, snapbuild, states
@@ -116,7 +117,7 @@ def start(state: ClusterState, job: Job, alloc: Allocation, now: float) -> list[
         share, extra = divmod(job.request.ntasks, len(names))
         job.alloc.tasks_per_node = {name: share + (index < extra) for index, name in enumerate(names)}
     if not job.request.ntasks_set:  # a node range given more nodes than its minimum: a task on each, as Slurm's
-        job.request.ntasks = max(job.request.ntasks, sum(alloc.tasks.values()))
+        job.request = replace(job.request, ntasks=max(job.request.ntasks, sum(alloc.tasks.values())))
     job.alloc.alloc_mem_mb = max(alloc.mem_mb.values(), default=0)
     job.alloc.alloc_gpus = {}
     for name, kinds in alloc.gpus.items():

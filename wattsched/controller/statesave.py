@@ -15,7 +15,7 @@ from wattsched import energypolicy, nodestates, states
 from wattsched.capschedule import CapStep
 from wattsched.controller import partitions, resources, triggerctl
 from wattsched.controller.reservations import ReservationBook
-from wattsched.model import Job, JobScript, Node, Reservation, share_strings
+from wattsched.model import Job, JobScript, Node, Request, Reservation, share_strings
 from wattsched.nodestates import NodeBase, PowerFlag
 
 if TYPE_CHECKING:
@@ -70,12 +70,15 @@ def restore(state: ClusterState) -> None:
     state.triggers = triggerctl.restore(store.get_meta("triggers", "") or "")
     state.resv = ReservationBook([Reservation.from_dict(r) for r in store.load_reservations()],
                                  int(store.get_meta("next_resv_id", "1") or 1))
+    asked: dict[int, Request] = {}  # an array's request, which its pending tasks share again
     for data in store.load_jobs():
         job = Job.from_dict(data)
         share_strings(job)
         state.jobs[job.job_id] = job
         if job.array_task_id is not None:
             state.array_tasks[job.script_id] = state.array_tasks.get(job.script_id, 0) + 1
+            if asked.setdefault(job.script_id, job.request) == job.request:
+                job.request = asked[job.script_id]
         if "environment" in data:  # saved before scripts had a table of their own: moved there
             _move_script(state, job, data)
         if job.energy_pending:

@@ -11,7 +11,7 @@ import re
 import shlex
 import signal as signal_mod
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from wattsched import (
     auth,
@@ -237,25 +237,27 @@ def build_jobs(req: JobSubmit, who: Identity, gid: int, group: str, config: Conf
     request = snapbuild.request(template, whole_nodes=part.whole_nodes)
     if not feasible(request, partitions[part.name], node_snaps, select, config.def_mem_per_cpu_mb):
         raise SubmitError("Requested node configuration is not available")
-    template.request.cpu_freq = check_cpu_freq(req.cpu_freq, config)
+    cpu_freq = check_cpu_freq(req.cpu_freq, config)
     try:
         template.energy.energy_policy = energypolicy.check(req.energy_policy) if req.energy_policy else ""
         template.energy.app_model = energypolicy.declared_model(req.environment)
     except energypolicy.PolicyError as exc:
         raise SubmitError(str(exc)) from exc
-    template.request.profile = check_profile(req.profile, config)
+    profile = check_profile(req.profile, config)
     template.energy.history_key = prediction.job_key(who.user, template.name, req.script or shlex.join(
         [req.command, *req.argv]), nodes_min, ntasks * req.cpus_per_task)
-    template.request.acctg_freq = check_acctg_freq(req.acctg_freq)
+    acctg_freq = check_acctg_freq(req.acctg_freq)
     template.submit_key = req.submit_key
     array = parse_array(req.array, config.max_array_size) if req.array else None
-    template.request.std_out = req.output or patterns.default_output(array is not None)
+    template.request = replace(template.request, cpu_freq=cpu_freq, profile=profile, acctg_freq=acctg_freq,
+                               std_out=req.output or patterns.default_output(array is not None))
     share_strings(template)  # (before the copies an array makes: its tasks share them too)
     if array is None:
         return [template]
     jobs = []
     for offset, task_id in enumerate(array.task_ids):
         job = Job.from_dict(template.to_dict())
+        job.request = template.request  # one for all pending tasks (Request is frozen)
         job.job_id = first_id + offset
         job.array_job_id = first_id
         job.array_task_id = task_id
