@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from wattsched import capadmission, licenses, memos, snapbuild, states
 from wattsched.controller import acctpolicy, resources, views
@@ -30,7 +30,7 @@ class Memos:
     reconfiguration drops them all."""
 
     requests: dict[int, JobRequest] = field(default_factory=dict)
-    briefs: dict[int, dict] = field(default_factory=dict)
+    briefs: dict[int, tuple[Any, ...]] = field(default_factory=dict)
     nodes: dict[str, tuple[tuple, NodeSnap]] = field(default_factory=dict)  # what each was built from
     # by its jobs' frequencies
     node_power: dict[str, tuple[tuple, capadmission.NodePower]] = field(default_factory=dict)
@@ -46,13 +46,15 @@ class Memos:
             self.requests.pop(job_id, None)
 
 
-def brief(state: ClusterState, job: Job, now: float) -> dict:
-    """The job's listing record, built once per change (squeue asks for 10,000 of them)."""
+def brief(state: ClusterState, job: Job, now: float) -> tuple[Any, ...]:
+    """The job's listing record (views.BRIEF_KEYS' values), built once per change (squeue asks for
+    10,000 of them)."""
     cached = state.memo.briefs.get(job.job_id)
     if cached is None:
-        cached = state.memo.briefs[job.job_id] = views.job_brief(job, now)
+        cached = state.memo.briefs[job.job_id] = views.brief_values(job, now)
     if job.state in (states.RUNNING, states.COMPLETING):
-        return dict(cached, run_time_s=views.run_time(job, now))
+        at = views.RUN_TIME
+        return (*cached[:at], views.run_time(job, now), *cached[at + 1:])
     return cached
 
 
