@@ -136,9 +136,15 @@ async function refreshNodes() {
   document.getElementById("node-summary").textContent = Object.entries(counts).map(([k, v]) => `${v} ${k}`).join(", ");
 }
 
+// the keys the queue shows, as rows of values (the controller's cheap form: squeue's)
+const QUEUE_KEYS = ["job_id", "display_id", "user", "partition", "state", "reason", "expected_start", "start_time",
+                    "node_list", "consumed_energy_j"];
+
 async function refreshQueue() {
-  const data = await api("/v1/jobs");
-  const jobs = data.jobs.filter((j) => ["PENDING", "RUNNING", "CONFIGURING", "COMPLETING"].includes(j.state));
+  const data = await api("/v1/jobs?columns=true&" + QUEUE_KEYS.map((k) => "key=" + k).join("&"));
+  const records = data.rows ? data.rows.map((row) => Object.fromEntries(data.columns.map((k, i) => [k, row[i]])))
+                            : data.jobs;  // (an empty queue comes as records)
+  const jobs = records.filter((j) => ["PENDING", "RUNNING", "CONFIGURING", "COMPLETING"].includes(j.state));
   const shown = jobs.slice(0, 200);
   document.getElementById("queue-rows").replaceChildren(...shown.map((j) => {
     const row = el("tr", {"data-job": j.job_id, "data-state": j.state});
