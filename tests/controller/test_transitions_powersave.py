@@ -12,7 +12,7 @@ from tests.inprocess import NOW, controller_state
 from wattsched import states
 from wattsched.api import JobSubmit
 from wattsched.auth import Identity
-from wattsched.controller import jobs, launching, powersavecontrol
+from wattsched.controller import jobend, jobs, launching, powersavecontrol
 from wattsched.controller.actions import Refused
 from wattsched.controller.powersaving import PowerProgram
 from wattsched.nodestates import PowerFlag
@@ -41,6 +41,12 @@ def test_a_busy_node_is_marked_and_switched_off_only_once_idle(tmp_path: Path) -
     assert state.nodes["a1"].power == PowerFlag.POWER_DOWN  # Slurm's "!": off once idle
     assert powersavecontrol.power_command(state, ["a1"], "power_up", NOW + 3) == []
     assert state.nodes["a1"].power == PowerFlag.NONE  # the mark taken back; it was never off
+    powersavecontrol.power_command(state, ["a1"], "power_down", NOW + 4)
+    assert PowerProgram("suspend", ["a1"]) not in powersavecontrol.power_tick(state, NOW + 5)  # still busy
+    jobend.end(state, job, states.COMPLETED, 0, 0, NOW + 6, ["a1"])
+    jobend.node_clean(state, job.job_id, "a1")
+    assert PowerProgram("suspend", ["a1"]) in powersavecontrol.power_tick(state, NOW + 7)  # idle: off now
+    assert state.nodes["a1"].power == PowerFlag.POWERING_DOWN
 
 
 def test_a_node_whose_resume_fails_goes_down_and_its_job_is_requeued(tmp_path: Path) -> None:

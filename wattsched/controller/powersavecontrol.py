@@ -60,7 +60,9 @@ def power_tick(state: ClusterState, now: float) -> list[Action]:
                                               snapshots.power_snap(state, now), now))
         suspend += off
         actions.extend(resume_nodes(state, on, now, 0))
-    actions.extend(suspend_nodes(state, suspend, now))
+    # a node marked POWER_DOWN has no idle time of its own (idle_since 0), so the idle policy picks it
+    # too once it is free: it is switched once
+    actions.extend(suspend_nodes(state, list(dict.fromkeys(suspend)), now))
     return actions
 
 
