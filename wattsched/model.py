@@ -338,13 +338,14 @@ _SHARED_OWN = ("user", "group", "account", "qos", "partition", "name", "submit_h
 def share_strings(job: Job) -> None:
     """Keep each of the job's often repeated strings once for all jobs (sys.intern). Parsed from a
     request or a saved state, every job held copies of its own: about 400 bytes a queued job."""
+    shared = sys.intern
     for name in _SHARED_OWN:
-        setattr(job, name, sys.intern(getattr(job, name)))
-    asked, shared = job.request, sys.intern
+        setattr(job, name, shared(getattr(job, name)))
+    asked = job.request
     job.request = replace(asked, command=shared(asked.command), work_dir=shared(asked.work_dir),
                           std_out=shared(asked.std_out), std_err=shared(asked.std_err), std_in=shared(asked.std_in),
                           mail_user=shared(asked.mail_user))
-    job.energy.history_key = sys.intern(job.energy.history_key)
+    job.energy.history_key = shared(job.energy.history_key)
 
 
 @dataclass(slots=True)

@@ -68,7 +68,7 @@ def test_a_step_is_its_owners_and_cancelled_alone(tmp_path: Path) -> None:
 def test_an_allocation_released_by_its_command_ends_with_its_exit(tmp_path: Path) -> None:
     state, job = _allocation(tmp_path)
     steps.complete_allocation(state, job, 3, 0, ALICE, NOW + 5)
-    assert job.state in (states.COMPLETING, states.FAILED) and job.exit_code == 3
+    assert (job.state, job.final_state, job.exit_code, job.end_time) == (states.COMPLETING, states.FAILED, 3, NOW + 5)
     with pytest.raises(Refused, match="already completing or completed"):
         steps.create_step(state, job, StepCreate(ntasks=1), ALICE, NOW + 6)
 

@@ -147,8 +147,7 @@ def running_job(state: ClusterState, job: Job) -> RunningJob:
                                  job.start_time, job.time_limit_min, gpus_by_type(state, job), job.qos,
                                  job.cancelled_by is not None or bool(job.preempted) or job.state != states.RUNNING,
                                  job.capping.cpu_freq_khz, bool(job.request.cpu_freq), bool(job.suspended_at),
-                                 job.reservation,
-                                 job.partition, job.capping.admit_watts or None)
+                                 job.reservation, job.partition, job.capping.admit_watts or None)
 
 
 def preemptor_waits(state: ClusterState, job: Job) -> bool:
