@@ -62,6 +62,7 @@ RECORD = {"job_id": "job_id", "user_id": "uid", "user_name": "user", "group_id":
           "partition": "partition", "qos": "qos", "name": "name", "comment": "comment", "job_state": "state",
           "time_limit": "time_limit_min", "priority": "priority", "nice": "nice", "num_tasks": "ntasks",
           "min_nodes": "nodes_min", "cpus_per_task": "cpus_per_task", "work_dir": "work_dir"}
+_READ_RECORD = {name: attrgetter(JOB_FIELD_PATHS[field]) for name, field in RECORD.items()}  # (parts' by path)
 
 
 # Slurm's error codes a rule may return, with the words Slurm's commands print for them
@@ -117,7 +118,7 @@ class JobRec:
     def __getattr__(self, name: str) -> Any:
         if name not in RECORD:
             raise AttributeError(f"job_rec has no field {name!r}")
-        return attrgetter(JOB_FIELD_PATHS[RECORD[name]])(self._job)
+        return _READ_RECORD[name](self._job)
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("job_rec is read only: set job_desc's fields")
