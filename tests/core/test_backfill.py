@@ -13,7 +13,7 @@ from wattsched.config import ConfigError
 from wattsched.confvalues import SchedulerParams, parse_scheduler_params
 from wattsched.nodestates import PowerState
 from wattsched.plugins.priority.basic import BasicPriority
-from wattsched.plugins.sched import backfill
+from wattsched.plugins.sched import backfill, planner
 from wattsched.plugins.sched.backfill import BackfillScheduler
 from wattsched.plugins.sched.builtin import BuiltinScheduler
 from wattsched.plugins.select.cons_tres import ConsTresSelect
@@ -415,12 +415,12 @@ def test_the_failure_frontier_rules_out_only_requests_that_do_not_fit(work, rese
     count, cpus, busy, queue = work
     snapshot = cluster(count, cpus, busy, pending=queue)
     pruned = plan(snapshot, BackfillScheduler(SchedulerParams(bf_reservations=reservations)))
-    shape = backfill._shape
-    backfill._shape = lambda request: (request.job_id,)
+    shape = planner.shape
+    backfill.shape = planner.shape = lambda request: (request.job_id,)
     try:
         searched = plan(snapshot, BackfillScheduler(SchedulerParams(bf_reservations=reservations)))
     finally:
-        backfill._shape = shape
+        backfill.shape = planner.shape = shape
     assert pruned.starts == searched.starts
     assert pruned.reasons == searched.reasons
     assert pruned.expected_start == searched.expected_start

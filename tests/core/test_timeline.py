@@ -1,6 +1,7 @@
-"""The backfill planner's timeline (wattsched.plugins.sched.timeline) against a plain walk through
-each node's steps in time order: the least free resources over a window, the times resources are
-given back, the machine's free CPUs over time, and the running jobs' steps kept from pass to pass."""
+"""The backfill planner's timeline (wattsched.plugins.sched.timeline) against its plain oracle
+(plainlevels: a walk through each node's steps in time order): the least free resources over a
+window, the times resources are given back, the machine's free CPUs over time, and the running
+jobs' steps kept from pass to pass."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 
 from wattsched.memos import NodeMemo
 from wattsched.plugins.sched import timeline
+from wattsched.plugins.sched.plainlevels import PlainLevels
 from wattsched.plugins.sched.timeline import Profile, ReleaseMemo
 from wattsched.scheduling.records import Allocation, NodeSnap, PartitionSnap, RunningJob, Snapshot
 
@@ -49,7 +51,7 @@ def profiles(draw):
 @settings(max_examples=300, deadline=None)
 @given(profiles(), st.sampled_from([1, 60]), st.sampled_from([0, timeline._WALKED]))
 def test_windows_are_the_least_free_resources_over_their_time(case, resolution, walked) -> None:
-    """Against a walk through every node's steps in time order (releases before holds at one time,
+    """Against PlainLevels, a walk through every node's steps in time order (releases before holds at one time,
     holds in the order added): what is free at the window's start, lowered by every level reached
     strictly inside it, never below zero, and the CPUs free so in all; asked after every hold, as a
     pass asks. total_from_now both ways: walked in Python (a few nodes taken from) and in numpy."""
@@ -61,91 +63,52 @@ def test_windows_are_the_least_free_resources_over_their_time(case, resolution, 
 
 
 def check_windows(snapshot: Snapshot, holds: list, windows: list[tuple[float, float]], resolution: float) -> None:
-    nodes = NodeMemo()
-    nodes.refresh(snapshot)
-    profile = Profile(NOW, nodes)
-    profile.releases(snapshot.running, resolution, ReleaseMemo())
-    steps = {n.name: [] for n in snapshot.nodes}
-    for job in snapshot.running:
-        if job.end_time is not None:
-            for node, cpus in job.cpus.items():
-                steps[node].append((max(job.end_time, NOW + resolution), 0, cpus, job.mem_mb[node]))
-    free = {n.name: (n.free_cpus, n.free_mem_mb) for n in snapshot.nodes}
+    profile, plain = built(snapshot, [], resolution)
     for k, (alloc, start, end) in enumerate([(None, 0, 0), *holds]):
         if alloc is not None:
             profile.hold(alloc, start, end)
-            for node, cpus in alloc.cpus.items():
-                steps[node].append((start, k, -cpus, -alloc.mem_mb[node]))
-                if end != math.inf:
-                    steps[node].append((end, k, cpus, alloc.mem_mb[node]))
+            plain.hold(alloc, start, end)
         # and the windows from now that end just where a hold takes (the boundary: not inside)
         for start, end in [*windows, *((NOW, start) for _alloc, start, _end in holds if start > NOW)]:
-            window = profile.window(start, end)
-            total = 0
-            for node, (cpus, mem) in free.items():
-                ordered = sorted(steps[node], key=lambda s: (s[0], s[1]))
-                cpus += sum(s[2] for s in ordered if s[0] <= start)
-                mem += sum(s[3] for s in ordered if s[0] <= start)
-                low = [cpus, mem]
-                for _when, _k, step_cpus, step_mem in (s for s in ordered if start < s[0] < end):
-                    cpus, mem = cpus + step_cpus, mem + step_mem
-                    low = [min(low[0], cpus), min(low[1], mem)]
-                assert window[node] == (max(low[0], 0), max(low[1], 0)), (node, start, end)
-                assert (node in window.with_cpus()) == (low[0] > 0)
-                total += max(low[0], 0)
-            assert window.total == total, (start, end)
+            window, usable, total = profile.during(start, end)
+            least, plain_usable, plain_total = plain.during(start, end)
+            for node in profile.names:
+                assert window[node] == least[node], (k, node, start, end)
+            assert set(usable) == set(plain_usable)
+            assert total == plain_total, (start, end)
             if start == NOW:  # what a first-fit candidate is refused on before any window is built
                 assert profile.total_from_now(end) == total, end
 
 
-def walked_steps(snapshot: Snapshot, holds: list, resolution: float) -> dict[str, list[tuple[float, int, int, int]]]:
-    """Every node's steps as (time, order, CPUs, memory): releases first at one time, then holds in
-    the order added; a release due before the next resolution step comes at it."""
-    steps: dict[str, list[tuple[float, int, int, int]]] = {n.name: [] for n in snapshot.nodes}
-    for job in snapshot.running:
-        if job.end_time is not None:
-            for node, cpus in job.cpus.items():
-                steps[node].append((max(job.end_time, NOW + resolution), 0, cpus, job.mem_mb[node]))
-    for k, (alloc, start, end) in enumerate(holds, 1):
-        for node, cpus in alloc.cpus.items():
-            steps[node].append((start, k, -cpus, -alloc.mem_mb[node]))
-            if end != math.inf:
-                steps[node].append((end, k, cpus, alloc.mem_mb[node]))
-    return steps
-
-
-def built(snapshot: Snapshot, holds: list, resolution: float) -> Profile:
+def built(snapshot: Snapshot, holds: list, resolution: float) -> tuple[Profile, PlainLevels]:
+    """The timeline and its plain oracle, from the snapshot's running jobs and the holds."""
     nodes = NodeMemo()
     nodes.refresh(snapshot)
     profile = Profile(NOW, nodes)
     profile.releases(snapshot.running, resolution, ReleaseMemo())
+    plain = PlainLevels(snapshot, nodes, resolution)
     for alloc, start, end in holds:
         profile.hold(alloc, start, end)
-    return profile
+        plain.hold(alloc, start, end)
+    return profile, plain
 
 
 @settings(max_examples=200, deadline=None)
 @given(profiles(), st.sampled_from([1, 60]), st.integers(0, 30), st.integers(1, 30))
 def test_release_times_are_the_rounded_times_something_is_given_back(case, resolution, after, span) -> None:
     snapshot, holds, _windows = case
-    profile = built(snapshot, holds, resolution)
+    profile, plain = built(snapshot, holds, resolution)
     start, until = NOW + after * 60.0, NOW + (after + span) * 60.0
-    given_back = {when for steps in walked_steps(snapshot, holds, resolution).values()
-                  for when, _k, cpus, mem in steps if (cpus > 0 or mem > 0) and start < when <= until}
-    expected = sorted({start + math.ceil((when - start) / resolution) * resolution for when in given_back})
-    assert profile.release_times(start, until, resolution) == expected
+    assert profile.release_times(start, until, resolution) == plain.release_times(start, until, resolution)
 
 
 @settings(max_examples=200, deadline=None)
 @given(profiles(), st.sampled_from([1, 60]), st.lists(st.integers(0, 40), min_size=1, max_size=8))
 def test_the_machines_free_cpus_over_time_sum_every_step_so_far(case, resolution, minutes) -> None:
     snapshot, holds, _windows = case
-    profile = built(snapshot, holds, resolution)
+    profile, plain = built(snapshot, holds, resolution)
     times = sorted(NOW + m * 60.0 for m in minutes)
-    now_free = sum(n.free_cpus for n in snapshot.nodes)
-    steps = [s for node in walked_steps(snapshot, holds, resolution).values() for s in node]
-    expected = [now_free + sum(cpus for when, _k, cpus, _mem in steps if when <= t) for t in times]
-    assert profile.total_free_at(times) == expected
+    assert profile.total_free_at(times) == plain.total_free_at(times)
 
 
 @settings(max_examples=100, deadline=None)

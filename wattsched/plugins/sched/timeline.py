@@ -221,6 +221,11 @@ class Profile:
             window = self._windows[key] = Window(self, start, dips)
         return window
 
+    def during(self, start: float, end: float) -> tuple[Window, KeysView[str], int]:
+        """The planner's question (planner.Levels): the window, its nodes with a free CPU, their total."""
+        window = self.window(start, end)
+        return window, window.with_cpus(), window.total
+
     def _dips_from_now(self, end: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """:meth:`dips` for a window from now: read from every taking node's running lowest
         levels, kept until a hold takes more (or gives back on such a node before ``end``)."""
