@@ -338,6 +338,34 @@ def test_power_never_exceeds_the_cap_or_a_planned_cap(work, kind) -> None:
         assert _busy_power(snap, busy_at) <= snap.limit_at(t) - reserved, (kind, t - NOW)
 
 
+def test_a_job_filling_a_node_about_to_be_freed_does_not_keep_it_busy_over_a_lowered_cap() -> None:
+    """The cap was lowered to 500 W under a draw of 600 W (two nodes busy at 300 W). Job 1 fits on
+    n02's free CPU beside a job that ends now: at the start it adds nothing (n02 is busy anyway),
+    but it would keep n02 busy once that job is gone, the cluster then over the cap by its own
+    doing. Likewise, once n02 is free, a job planned beside another one's reservation there must
+    not keep n02 busy once that one ends. The power plan looks at the moments a job's node is given
+    back by the running or held jobs on it (it once looked only where the power can rise)."""
+    from dataclasses import replace
+
+    from wattsched import capadmission
+
+    busy = [running(1000, {"n01": 2}, None), running(1001, {"n02": 1}, NOW)]
+    levels = ((2_400_000, 300), (2_000_000, 240), (1_600_000, 180))
+    watts = {n: capadmission.NodePower(100, 300, 100, 300, freq_watts=levels) for n in ("n01", "n02")}
+    lowered = capadmission.PowerSnap(watts, dict.fromkeys(watts, PowerState.BUSY), 500.0)
+    snapshot = replace(cluster(2, 2, busy, pending=[job(1, 1, None)]), power=lowered)
+    decisions = plan(snapshot, BackfillScheduler(SchedulerParams(bf_resolution_s=1)))
+    assert decisions.starts == [] and decisions.reasons == {1: states.R_POWER}
+
+    # n02 is a maintenance reservation's for a minute; job 1 fits after it at 1.6 GHz (80 W more)
+    # for a minute, job 2 (no limit) on n02's other CPU only while job 1 keeps n02 busy: never
+    maint = ResvSnap("maint", NOW, NOW + 60, frozenset({"n02"}), users=frozenset({"v"}))
+    queue = [job(1, 1, 1, power_fit=True), job(2, 1, None)]
+    snapshot = replace(cluster(2, 2, busy, pending=queue, reservations=[maint]), power=lowered)
+    decisions = plan(snapshot, BackfillScheduler(SchedulerParams(bf_resolution_s=1, bf_reservations=0)))
+    assert decisions.starts == [] and decisions.expected_start == {1: NOW + 60}
+
+
 @pytest.mark.parametrize("kind", ["builtin", "plan", "admit"])
 def test_power_fit_picks_the_highest_frequency_under_the_cap(kind) -> None:
     from dataclasses import replace

@@ -9,9 +9,12 @@ of a reserved job that holds it, and, for a job being checked, during the job's 
 planned cap at time t is the cap the schedule sets at t (INFINITE: the cluster's MaxWatts)
 minus the power reservations active at t, except the job's own. Over a job's window the power
 can only rise, or the cap fall, where another reservation starts (a held job or a power
-reservation) or the schedule changes the cap, so those moments and the start are the only ones
-checked. Being over a cap lower than the one at the start is PowerReserved: power is set aside
-ahead.
+reservation) or the schedule changes the cap; and what the job adds grows where one of its nodes
+stops being kept busy by others, the running jobs or a held job it shares it with (from then on
+the job alone keeps it busy: on a cluster over a cap just lowered, a job that fills a node for a
+moment must not keep it busy after). Those moments and the start are the only ones checked
+(plainplanner.PlainPowerPlan, which looks wherever anything changes, is the test oracle). Being
+over a cap lower than the one at the start is PowerReserved: power is set aside ahead.
 """
 
 from __future__ import annotations
@@ -105,10 +108,7 @@ class PowerPlan:
         nodes = frozenset(alloc.cpus)
         snap = self.snap
         first = snap.limit_at(start)
-        times = {start, *(h[0] for h in self.holds if start < h[0] < end),
-                 *(r.start for r in snap.reservations if start < r.start < end),
-                 *(t for t, _cap in snap.ahead if start < t < end)}
-        for t in sorted(times):
+        for t in sorted(self.moments(start, end, nodes)):
             level, mine = self.level(t, nodes, alloc.cpu_freq_khz, alloc.node_watts)
             if mine <= 0:
                 continue  # nothing added: filling busy nodes always passes, as in the prototype
@@ -119,6 +119,17 @@ class PowerPlan:
             if reason is not None:
                 return states.R_POWER_RESERVED if reason == states.R_POWER and limit < first else reason
         return None
+
+    def moments(self, start: float, end: float, nodes: frozenset[str]) -> set[float]:
+        """The moments of [start, end) a check of a job on ``nodes`` looks at: the start, and where
+        the power can rise or the cap fall: a held job's start, a power reservation's start, the
+        schedule's change, one of the job's nodes given back by the running or held jobs on it."""
+        snap = self.snap
+        return {start, *(h[0] for h in self.holds if start < h[0] < end),
+                *(r.start for r in snap.reservations if start < r.start < end),
+                *(t for t, _cap in snap.ahead if start < t < end),
+                *(t for n in nodes if start < (t := self.release.get(n, self.now)) < end),
+                *(h[1] for h in self.holds if start < h[1] < end and not nodes.isdisjoint(h[2]))}
 
     def release_times(self) -> list[float]:
         """When power comes back: node releases, held jobs' ends, power reservations' ends and the
