@@ -1,10 +1,12 @@
 """The planner under the policies (wattsched.plugins.sched.planner) against its plain oracle: a pass
-planned over the fast levels (the node memo's for a strict pass, the numpy timeline for a backfill
-pass) decides exactly what the same pass planned over PlainLevels decides, whatever the queue,
-the running jobs, the reservations, the power cap and the backfill parameters."""
+planned over the fast parts (the node memo's levels for a strict pass, the numpy timeline and the
+power plan that looks only where power can rise, for a backfill pass) decides exactly what the same
+pass planned over plainplanner's decides, whatever the queue, the running jobs, the reservations,
+the power cap, its reservations and schedule, and the backfill parameters."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from hypothesis import given, settings
@@ -65,12 +67,27 @@ def passes(draw):
                         partitions={"p": PartitionSnap("p", tuple(names))}, pending=tuple(queue),
                         running=tuple(busy), reservations=reservations, backfill_due=draw(st.booleans()))
     if draw(st.booleans()):
-        watts = {n: capadmission.NodePower(100, 300, 100, 300) for n in names}
-        states = {n: PowerState.BUSY if free[n][0] < cpus else PowerState.IDLE for n in names}
-        current = sum(watts[n].watts(states[n]) for n in names)
-        cap = float(draw(st.integers(int(current) - 100, 300 * count)))
-        snapshot = replace(snapshot, power=capadmission.PowerSnap(watts, states, cap, (), ()))
+        snapshot = replace(snapshot, power=draw(power_snaps(names, {n for n in names if free[n][0] < cpus})))
+        if draw(st.booleans()):  # some jobs fit under the cap at a lower CPU frequency
+            snapshot = replace(snapshot, pending=tuple(replace(j, power_fit=draw(st.booleans())) for j in queue))
     return snapshot
+
+
+@st.composite
+def power_snaps(draw, names: list[str], busy: set[str]):
+    """A cap between the draw now and every node busy, nodes that declare their watts at lower CPU
+    frequencies, power reservations, and the schedule's dips and raises of the cap ahead."""
+    freq_watts = ((2_400_000, 300), (2_000_000, 240), (1_600_000, 180)) if draw(st.booleans()) else ()
+    watts = {n: capadmission.NodePower(100, 300, 100, 300, freq_watts=freq_watts) for n in names}
+    states = {n: PowerState.BUSY if n in busy else PowerState.IDLE for n in names}
+    current = sum(watts[n].watts(states[n]) for n in names)
+    cap = float(draw(st.integers(int(current) - 100, 300 * len(names))))
+    resvs = tuple(capadmission.PowerResv(f"r{i}", NOW + draw(st.integers(0, 120)) * 60,
+                                         NOW + draw(st.integers(121, 400)) * 60, draw(st.integers(50, 400)))
+                  for i in range(draw(st.integers(0, 2))))
+    ahead = tuple((NOW + t * 60, draw(st.sampled_from([math.inf, float(draw(st.integers(100, 300 * len(names))))])))
+                  for t in sorted(draw(st.sets(st.integers(1, 400), max_size=3))))
+    return capadmission.PowerSnap(watts, states, cap, resvs, ahead)
 
 
 @st.composite
@@ -91,8 +108,8 @@ def decided(snapshot: Snapshot, scheduler) -> tuple:
 @given(passes(), backfill_params(), st.sampled_from([1, 16]))
 def test_a_backfill_pass_over_the_fast_timeline_decides_as_over_the_plain_one(snapshot, params, bulk_from) -> None:
     """Starts, reasons and planned starts alike: the timeline's caches, the from-now shortcuts, the
-    bulk first-fit tail and (between two backfill passes) the strict pass's memo levels and the
-    select plugin's index change nothing of what is decided."""
+    bulk first-fit tail, the power plan's few moments and (between two backfill passes) the strict
+    pass's memo levels and the select plugin's index change nothing of what is decided."""
     fast = decided(snapshot, BackfillScheduler(params, bulk_from=bulk_from))
     plain = decided(snapshot, BackfillScheduler(params, bulk_from=bulk_from, plain=True))
     assert fast == plain

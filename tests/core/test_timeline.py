@@ -1,5 +1,5 @@
 """The backfill planner's timeline (wattsched.plugins.sched.timeline) against its plain oracle
-(plainlevels: a walk through each node's steps in time order): the least free resources over a
+(plainplanner: a walk through each node's steps in time order): the least free resources over a
 window, the times resources are given back, the machine's free CPUs over time, and the running
 jobs' steps kept from pass to pass."""
 
@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from wattsched.memos import NodeMemo
 from wattsched.plugins.sched import timeline
-from wattsched.plugins.sched.plainlevels import PlainLevels
+from wattsched.plugins.sched.plainplanner import PlainLevels
 from wattsched.plugins.sched.timeline import Profile, ReleaseMemo
 from wattsched.scheduling.records import Allocation, NodeSnap, PartitionSnap, RunningJob, Snapshot
 

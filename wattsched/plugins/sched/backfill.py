@@ -69,8 +69,9 @@ from wattsched import preemption, states
 from wattsched.confvalues import SchedulerParams
 from wattsched.memos import NodeMemo
 from wattsched.plugins.sched.builtin import BuiltinScheduler
-from wattsched.plugins.sched.plainlevels import PlainLevels
+from wattsched.plugins.sched.plainplanner import PlainLevels, PlainPowerPlan
 from wattsched.plugins.sched.planner import Levels, Planner, covers, shape
+from wattsched.plugins.sched.powerplan import PowerPlan
 from wattsched.plugins.sched.timeline import Profile, ReleaseMemo, among
 from wattsched.scheduling.candidates import unplaced_reason
 from wattsched.scheduling.eligibility import qos_flag
@@ -143,7 +144,7 @@ class BackfillScheduler:
     backfill = True  # the controller gives it running jobs' end times every bf_interval
 
     def __init__(self, params: SchedulerParams | None = None, bulk_from: int = _BULK_FROM, plain: bool = False):
-        """``plain``: plan over the plain timeline (PlainLevels), the test oracle."""
+        """``plain``: plan over the plain timeline and power plan (plainplanner), the test oracle."""
         self.params = params or SchedulerParams()
         self.plain = plain
         self.bulk_from = bulk_from  # the shortest first-fit tail done in bulk
@@ -159,7 +160,8 @@ class BackfillScheduler:
             return
         params = self.params
         planner = Planner(snapshot, select, self.nodes, self._timeline,
-                          params.bf_resolution_s if params.bf_power == "plan" else None)
+                          params.bf_resolution_s if params.bf_power == "plan" else None,
+                          PlainPowerPlan if self.plain else PowerPlan)
         seizer = preemption.Seizer(snapshot, select)
         reserved, tested = 0, 0
         per_user: Counter[str] = Counter()

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from wattsched import states
 from wattsched.confvalues import SchedulerParams
 from wattsched.memos import NodeMemo
-from wattsched.plugins.sched.plainlevels import PlainLevels
+from wattsched.plugins.sched.plainplanner import PlainLevels
 from wattsched.plugins.sched.planner import Levels, NowLevels, Planner
 from wattsched.scheduling.candidates import unplaced_reason
 from wattsched.scheduling.plugins import SelectPlugin

@@ -16,8 +16,8 @@ a strict pass (sched/builtin, and backfill's passes between two bf_interval) kno
 end and asks only about now: :class:`NowLevels` reads the node memo's levels, which a select
 plugin's index follows, so ``quick_select`` may answer. A backfill pass plans from the running
 jobs' ends: :class:`wattsched.plugins.sched.timeline.Profile`, numpy steps behind caches; and
-:class:`wattsched.plugins.sched.plainlevels.PlainLevels` is the same timeline kept the plain way,
-the test oracle the property tests hold the fast one and the policies' decisions equal to.
+:mod:`wattsched.plugins.sched.plainplanner` keeps the same timeline and the power plan the plain
+way, the test oracle the property tests hold the fast ones and the policies' decisions equal to.
 """
 
 from __future__ import annotations
@@ -112,17 +112,18 @@ class Planner:
     now, and under ``bf_power=plan`` the power over time), held together by :meth:`start` and :meth:`reserve`."""
 
     def __init__(self, snapshot: Snapshot, select: SelectPlugin, nodes: NodeMemo,
-                 levels: Callable[[Snapshot, NodeMemo], Levels], power_grace_s: float | None = None):
+                 levels: Callable[[Snapshot, NodeMemo], Levels], power_grace_s: float | None = None,
+                 power_plan: type[PowerPlan] = PowerPlan):
         """``levels`` makes the pass's levels from the snapshot and the node memo (refreshed first);
-        ``power_grace_s``: plan power over time (PowerPlan, with this grace for nodes being freed),
-        else power is only admitted now."""
+        ``power_grace_s``: plan power over time (``power_plan``, with this grace for nodes being
+        freed), else power is only admitted now."""
         self.snapshot, self.select, self.now = snapshot, select, snapshot.now
         self.candidates = Candidates(snapshot, nodes)  # refreshes the memo the levels read
         self.levels = levels(snapshot, nodes)
         self.quick = isinstance(self.levels, NowLevels)
         self.gpus = gpu_ledger(snapshot, nodes)
         self.meter = PowerMeter(snapshot.power, snapshot.running) if snapshot.power is not None else None
-        self.power = PowerPlan(self.meter, snapshot.running, self.now, power_grace_s) \
+        self.power = power_plan(self.meter, snapshot.running, self.now, power_grace_s) \
             if self.meter is not None and power_grace_s is not None else None
         # per request shape, the (nodes, tasks, end) of the requests that did not fit from now: a
         # frontier where no entry asks for no more nodes, no more tasks and ends no later than another
