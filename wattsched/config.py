@@ -43,6 +43,7 @@ from wattsched.confvalues import (
     non_negative_number,
     opt_integer,
     over_subscribe,
+    over_time_limit,
     parse_acctg_freq,
     parse_auth_alt,
     parse_freq_watts,
@@ -150,6 +151,7 @@ class PartitionConf:
     node_expr: str = setting("Nodes", text, "")
     default: bool = setting("Default", yes_no, False)
     max_time_min: int | None = setting("MaxTime", duration, None)
+    over_time_limit_min: float | None = setting("OverTimeLimit", over_time_limit, None)  # None: the cluster's
     default_time_min: int | None = setting("DefaultTime", duration, None)
     state: str = setting("State", choice("up", "down", "drain", "inactive"), "UP")
     max_nodes: int | None = setting("MaxNodes", opt_integer, None)
@@ -233,6 +235,9 @@ class Config:
     auth_socket: str = setting("AuthInfo", auth_socket, "", path=True, restart=True)
     admin_users: tuple[str, ...] = setting("AdminUsers", names, ("root",))
     kill_wait_s: int = setting("KillWait", integer, 30)
+    # minutes a running job may go past its time limit (then a soft one) before it is cancelled; a
+    # partition's own OverTimeLimit overrides it (Config.over_time_s)
+    over_time_limit_min: float = setting("OverTimeLimit", over_time_limit, 0)
     min_job_age_s: int = setting("MinJobAge", integer, 300)
     slurmd_timeout_s: int = setting("SlurmdTimeout", integer, 300)
     message_timeout_s: int = setting("MessageTimeout", integer, 10)
@@ -520,6 +525,12 @@ class Config:
     def whole_node_partitions(self) -> frozenset[str]:
         """The partitions whose jobs get whole nodes (OverSubscribe=EXCLUSIVE)."""
         return frozenset(p.name for p in self.partitions if p.whole_nodes)
+
+    def over_time_s(self, partition: str) -> float:
+        """How long a job of ``partition`` may run past its time limit before it is cancelled: the
+        partition's OverTimeLimit, else the cluster's (math.inf: UNLIMITED)."""
+        minutes = next((p.over_time_limit_min for p in self.partitions if p.name == partition), None)
+        return (self.over_time_limit_min if minutes is None else minutes) * 60
 
     def default_partition(self) -> PartitionConf | None:
         for part in self.partitions:

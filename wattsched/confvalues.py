@@ -200,6 +200,14 @@ def parse_freq_watts(value: str) -> tuple[tuple[int, int], ...]:
     return tuple(sorted(pairs, reverse=True))
 
 
+def over_time_limit(value: str) -> float:
+    """OverTimeLimit: the minutes a job may run past its time limit before it is cancelled (Slurm's
+    range, up to 65,533), or UNLIMITED (math.inf: never)."""
+    if value.upper() in ("UNLIMITED", "INFINITE"):
+        return math.inf
+    return bounded(0, 65533)(value)
+
+
 def parse_power_cap(value: str) -> float:
     """PowerCap: watts, or INFINITE (capping on, without a limit)."""
     if value.upper() in ("INFINITE", "UNLIMITED"):

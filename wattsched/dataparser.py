@@ -89,6 +89,11 @@ def _limit(minutes: int | None) -> dict[str, Any]:
     return number(INFINITE if minutes is None else minutes)
 
 
+def _over_time(minutes: int | str | None) -> dict[str, Any]:
+    """A partition's OverTimeLimit as the view gives it: None (the cluster's), UNLIMITED or minutes."""
+    return number(INFINITE if minutes == "UNLIMITED" else minutes)
+
+
 def _job_resources(j: dict[str, Any]) -> dict[str, Any]:
     """What a job holds, per node (empty while it holds nothing)."""
     alloc = j.get("alloc_cpus")
@@ -308,7 +313,8 @@ def partition(p: dict[str, Any], cluster: str) -> dict[str, Any]:
                                           "nodes": number(INFINITE if p["max_nodes"] is None else p["max_nodes"]),
                                           "shares": 1, "oversubscribe": {
                                               "jobs": 0 if p.get("over_subscribe") == "EXCLUSIVE" else 1, "flags": []},
-                                          "time": _limit(p["max_time_min"]), "over_time_limit": number(None)},
+                                          "time": _limit(p["max_time_min"]),
+                                          "over_time_limit": _over_time(p.get("over_time_limit"))},
             "minimums": {"nodes": p.get("min_nodes", 0)}, "name": p["name"], "node_sets": "",
             "priority": {"job_factor": p.get("priority_job_factor", 1), "tier": p.get("priority_tier", 1)},
             "timeouts": {"resume": number(None), "suspend": number(None)},

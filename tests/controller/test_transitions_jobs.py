@@ -128,3 +128,24 @@ def test_an_admin_drains_a_node_with_a_reason_and_a_user_may_not(tmp_path: Path)
     assert job.state == states.PENDING
     nodes.update_nodes(state, ["a1"], "resume", "", ROOT, NOW + 2)
     assert _launched(launching.schedule(state, NOW + 3)) == [job.job_id]
+
+
+def test_a_job_runs_past_its_time_limit_by_the_over_time_limit_then_times_out(tmp_path: Path) -> None:
+    """OverTimeLimit=2: a job with a minute's limit is cancelled (TIMEOUT) two minutes after it, not
+    at it; in a partition whose OverTimeLimit=UNLIMITED, never."""
+    from wattsched.controller import timers
+
+    state = controller_state(tmp_path, "SlurmdTimeout=100000\nOverTimeLimit=2\n"
+                             "PartitionName=free Nodes=a1 OverTimeLimit=UNLIMITED\n", cpus=2)
+    soft, free = _submit(state, cpus=1, time_limit="1"), _submit(state, cpus=1, time_limit="1", partition="free")
+    assert sorted(_launched(launching.schedule(state, NOW))) == [soft.job_id, free.job_id]
+    for job in (soft, free):
+        jobs.launched(state, job.job_id)
+    timers.check_timers(state, NOW + 60)
+    timers.check_timers(state, NOW + 179)
+    assert not soft.timed_out and soft.state == states.RUNNING
+    ended = timers.check_timers(state, NOW + 180)
+    assert soft.timed_out and [a.job_id for a in ended if isinstance(a, Signal) and a.terminate] == [soft.job_id]
+    timers.check_timers(state, NOW + 86400)  # (a day: within SlurmdTimeout, the node still up)
+    assert not free.timed_out and free.state == states.RUNNING
+    assert state.config.over_time_s("p") == 120 and state.config.over_time_s("free") == float("inf")

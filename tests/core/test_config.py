@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -298,6 +299,32 @@ def test_max_tasks_per_node_is_read_and_bounded(tmp_path: Path) -> None:
     assert config.load(str(write(tmp_path, "MaxTasksPerNode=4\nNodeName=n1\n"))).max_tasks_per_node == 4
     with pytest.raises(config.ConfigError, match="MaxTasksPerNode"):
         config.load(str(write(tmp_path, "MaxTasksPerNode=0\nNodeName=n1\n")))
+
+
+def test_over_time_limit_is_the_clusters_unless_a_partition_sets_its_own(tmp_path: Path) -> None:
+    """OverTimeLimit in minutes (Slurm's range, to 65,533) or UNLIMITED, for the cluster and per
+    partition; scontrol show partition and its JSON show a partition's own, NONE when it has none."""
+    from wattsched import dataparser
+    from wattsched.cli.scontrol import partition_lines
+    from wattsched.controller.views import partition_views
+
+    conf = config.load(str(write(tmp_path, "OverTimeLimit=5\nNodeName=n1\nPartitionName=p Nodes=n1\n"
+                                           "PartitionName=q Nodes=n1 OverTimeLimit=UNLIMITED\n"
+                                           "PartitionName=r Nodes=n1 OverTimeLimit=0\n")))
+    assert (conf.over_time_s("p"), conf.over_time_s("q"), conf.over_time_s("r")) == (300, math.inf, 0)
+    assert ("OverTimeLimit", "5") in conf.as_pairs()
+    views = {v["name"]: v for v in partition_views(conf, {})}
+    shown = [next(line for line in partition_lines(views[n]) if line and line.startswith("OverTimeLimit="))
+             for n in "pqr"]
+    assert [line.split()[0] for line in shown] == ["OverTimeLimit=NONE", "OverTimeLimit=UNLIMITED", "OverTimeLimit=0"]
+    limits = [dataparser.partition({**views[n], "total_cpus": 1, "total_nodes": 1}, "c")["maximums"]["over_time_limit"]
+              for n in "pqr"]
+    assert limits == [{"set": False, "infinite": False, "number": 0}, {"set": False, "infinite": True, "number": 0},
+                      {"set": True, "infinite": False, "number": 0}]
+    assert config.load(str(write(tmp_path, "NodeName=n1\n"))).over_time_s("any") == 0  # Slurm's default
+    for wrong in ("65534", "-1", "soon"):
+        with pytest.raises(config.ConfigError, match="OverTimeLimit"):
+            config.load(str(write(tmp_path, f"OverTimeLimit={wrong}\nNodeName=n1\n")))
 
 
 def test_propagate_resource_limits_names_slurms_limits(tmp_path: Path) -> None:

@@ -183,7 +183,8 @@ def partition_lines(p: dict[str, Any]) -> list[str | None]:
         f"Nodes={p['nodes']}",
         f"PriorityJobFactor={p.get('priority_job_factor', 1)} PriorityTier={p.get('priority_tier', 1)} "
         f"RootOnly={_yes(p, 'root_only')} ReqResv={_yes(p, 'req_resv')} OverSubscribe={p.get('over_subscribe', 'NO')}",
-        f"OverTimeLimit=NONE PreemptMode={p.get('preempt_mode') or 'OFF'}",
+        f"OverTimeLimit={'NONE' if p.get('over_time_limit') is None else p['over_time_limit']} "
+        f"PreemptMode={p.get('preempt_mode') or 'OFF'}",
         f"State={p['state']} TotalCPUs={p['total_cpus']} TotalNodes={p['total_nodes']} SelectTypeParameters=NONE",
         "JobDefaults=(null)",
         "DefMemPerNode=UNLIMITED MaxMemPerNode=UNLIMITED",

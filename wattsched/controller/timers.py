@@ -48,7 +48,9 @@ def check_timers(state: ClusterState, now: float) -> list[Action]:
                 state.touch(job)
                 asked = job.request
                 actions.append(Signal(job.job_id, job.node_list, asked.kill_signal, asked.kill_signal_batch_only))
-            if now >= deadline and not job.timed_out and job.cancelled_by is None:
+            # past OverTimeLimit too: the limit is then a soft one, as Slurm's
+            if now >= deadline + state.config.over_time_s(job.partition) and not job.timed_out \
+                    and job.cancelled_by is None:
                 job.timed_out = True
                 state.touch(job)
                 actions.extend(jobs.terminate(state, job, now))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
@@ -152,5 +153,7 @@ def partition_views(config: Config, nodes: dict[str, Node]) -> list[dict[str, An
             "preempt_mode": part.preempt_mode or config.preempt_mode, "over_subscribe": part.over_subscribe,
             "min_nodes": part.min_nodes, "root_only": part.root_only, "disable_root_jobs": part.disable_root_jobs,
             "req_resv": part.req_resv,
+            # None: the cluster's; math.inf (UNLIMITED) is not JSON
+            "over_time_limit": "UNLIMITED" if part.over_time_limit_min == math.inf else part.over_time_limit_min,
         })
     return result
