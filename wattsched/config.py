@@ -526,6 +526,12 @@ class Config:
         """The partitions whose jobs get whole nodes (OverSubscribe=EXCLUSIVE)."""
         return frozenset(p.name for p in self.partitions if p.whole_nodes)
 
+    def pass_interval_s(self) -> float:
+        """Seconds between periodic scheduling passes: SchedulerParameters' sched_interval (Slurm's
+        key, whole seconds), else SchedulerInterval (ours, fractions allowed)."""
+        given = self.scheduler_parameters.sched_interval_s
+        return self.scheduler_interval_s if given is None else given
+
     def over_time_s(self, partition: str) -> float:
         """How long a job of ``partition`` may run past its time limit before it is cancelled: the
         partition's OverTimeLimit, else the cluster's (math.inf: UNLIMITED)."""

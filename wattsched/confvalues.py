@@ -37,6 +37,9 @@ class SchedulerParams:
     bf_reservations: int = 1
     bf_candidate: str = "first"
     bf_power: str = "plan"
+    # Slurm's sched_interval: seconds between the periodic passes that test every pending job
+    # (math.inf: -1, none; passes still follow submissions and job ends); None: SchedulerInterval's
+    sched_interval_s: float | None = None
 
 
 _SCHED_INT_KEYS = {"bf_interval": "bf_interval_s", "bf_window": "bf_window_min", "bf_resolution": "bf_resolution_s",
@@ -52,6 +55,8 @@ def parse_scheduler_params(text: str) -> SchedulerParams:
         key = key.lower()
         if key in _SCHED_INT_KEYS:
             values[_SCHED_INT_KEYS[key]] = integer(value)
+        elif key == "sched_interval":
+            values["sched_interval_s"] = math.inf if value.strip() == "-1" else integer(value)
         elif key == "bf_continue" and not sep:
             values["bf_continue"] = True
         elif key == "bf_reservations":

@@ -353,3 +353,23 @@ def test_slurm_sites_name_plugins_whole_or_short_and_list_what_they_track(tmp_pa
                                        "SelectTypeParameters=cr_cpu\n"))
     assert conf.task_plugin == ("task/affinity", "task/cgroup") and conf.srun_port_range == (60001, 63000)
     assert conf.accounting_storage_tres == ("gres/gpu", "energy") and not conf.memory_consumable
+
+
+def test_sched_interval_sets_the_periodic_passes_and_the_timers_keep_their_second(tmp_path: Path) -> None:
+    """SchedulerParameters=sched_interval=N (Slurm's key; -1: no periodic pass) over our own
+    SchedulerInterval; the loop passes when kicked or every interval, and runs its timers (time
+    limits, node timeouts) every second whatever the interval."""
+    from wattsched.controller.loop import due
+
+    def interval(line: str) -> float:
+        return config.load(str(write(tmp_path, f"{line}\nNodeName=n1\n"))).pass_interval_s()
+
+    assert interval("") == 1.0 and interval("SchedulerInterval=0.2") == 0.2
+    assert interval("SchedulerParameters=bf_interval=1,sched_interval=60\nSchedulerInterval=0.2") == 60
+    assert interval("SchedulerParameters=sched_interval=-1") == math.inf
+    with pytest.raises(config.ConfigError, match="SchedulerParameters"):
+        interval("SchedulerParameters=sched_interval=soon")
+    assert due(101.0, False, 100.0, 100.0, 60) == (True, False)  # a second on: timers, no pass
+    assert due(100.5, True, 100.0, 100.0, 60) == (False, True)  # a submission: a pass at once
+    assert due(160.0, False, 159.5, 100.0, 60) == (False, True)  # the interval is over
+    assert due(10_000.0, False, 9_999.0, 100.0, math.inf) == (True, False)  # -1: only when kicked

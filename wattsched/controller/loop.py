@@ -34,6 +34,12 @@ MIN_PASS_INTERVAL_S = 0.05
 TIMER_INTERVAL_S = 1.0
 
 
+def due(now: float, kicked: bool, last_timers: float, last_pass: float, interval: float) -> tuple[bool, bool]:
+    """Whether the timers are due (every second: time limits, node timeouts) and whether a pass is
+    (when something happened, ``kicked``, and every ``interval``: Slurm's sched_interval)."""
+    return now - last_timers >= TIMER_INTERVAL_S, kicked or now - last_pass >= interval
+
+
 class Controller:
     """The imperative shell: owns the state, the loop, the dispatcher and the accounting thread."""
 
@@ -129,27 +135,34 @@ class Controller:
         await asyncio.gather(self._schedule(), *([self.fairshare.loop()] if self.fairshare else []))
 
     async def _schedule(self) -> None:
-        last_timers = 0.0
+        last_timers = last_pass = 0.0
         while True:
+            # a pass when something happened (a submission, a job's end: the kick) and every
+            # interval; the timers every second whatever the interval
+            interval = self.state.config.pass_interval_s()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._kick.wait(), timeout=self.state.config.scheduler_interval_s)
+                await asyncio.wait_for(self._kick.wait(), timeout=min(interval, TIMER_INTERVAL_S))
             # Coalesce bursts of submissions and job ends into one pass, and never let passes take
             # more than about a third of the loop's time (Slurm's sched_min_interval, made adaptive).
             await asyncio.sleep(max(MIN_PASS_INTERVAL_S, 2 * self.state.stats.last_ms / 1000))
+            kicked = self._kick.is_set()
             self._kick.clear()
             now = time.time()
             started = time.perf_counter()
             actions = []
-            timers_due = now - last_timers >= TIMER_INTERVAL_S
+            timers_due, pass_due = due(now, kicked, last_timers, last_pass, interval)
+            if not (timers_due or pass_due):
+                continue
             if timers_due:  # limits, warnings, node timeouts: a second's resolution is Slurm's too
                 if self.sync:
                     triggerctl.database(self.state, self.sync.healthy)
                 actions += timers.check_timers(self.state, now)
                 record_power(self.power_log, self.state, now)
                 last_timers = now
-            actions += launching.schedule(self.state, now)
-            elapsed_ms = (time.perf_counter() - started) * 1000
-            self.state.stats.pass_done(elapsed_ms)
+            if pass_due:
+                actions += launching.schedule(self.state, now)
+                last_pass = now
+                self.state.stats.pass_done((time.perf_counter() - started) * 1000)
             self._unsaved.extend(actions)
             self._persist()
             if self.sync:
