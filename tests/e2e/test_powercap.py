@@ -199,6 +199,9 @@ def test_example_3_power_reservation(leaf: Leaf) -> None:
     assert "srun: error: Unable to allocate resources: Required power at least partially reserved" in long.stderr
     short = leaf.run("srun", "--immediate", "-t", "15", "-n", "10", "-N", "10", "true", check=False)
     assert short.returncode == 0, short.stderr
+    # its nodes count at MaxWatts until they are clean (COMPLETING): only then is the draw idle again
+    wait_for(lambda: leaf.powercap().startswith("MinWatts=116150 CurrentWatts=116150 "), 30,
+             what="the short job's nodes clean and idle")
     nine = leaf.run("srun", "--immediate", "-t", "30", "-n", "10", "-N", "9", "true", check=False)
     assert nine.returncode == 0, nine.stderr
     waiting = leaf.srun_background("-t", "20", "-n", "10", "-N", "10", "true")

@@ -97,6 +97,9 @@ def _limits(c: Cluster) -> dict[str, float | None]:
     return {n["name"]: n["cap_watts"] for n in c.nodes()}
 
 
+# the budget follows each node's draw, which the emulation makes of its job's measured CPU use: another
+# test's load on the same cores moves it (make test runs these alone)
+@pytest.mark.serial
 def test_the_budget_moves_from_a_node_that_leaves_power_unused_to_one_that_would_use_it(tmp_path: Path) -> None:
     """PowerPlugin=power/balance under PowerCap=330: a compute-bound job on n01 and a job busy half
     the time on n02 start with even limits; the half-busy node's unused watts move to n01, the
@@ -150,6 +153,9 @@ def test_the_budget_moves_from_a_node_that_leaves_power_unused_to_one_that_would
 
 
 
+# the budget follows each node's draw, which the emulation makes of its job's measured CPU use: another
+# test's load on the same cores moves it (make test runs these alone)
+@pytest.mark.serial
 def test_under_the_budget_a_job_that_does_not_fit_starts_held_to_what_fits(tmp_path: Path) -> None:
     """PowerPlugin=power/balance under PowerCap=330: with a compute-bound job on n01 (190 W), a
     second job without --power-fit does not fit at MaxWatts (380 W) but starts at once, its node

@@ -181,7 +181,8 @@ def test_a_completing_job_can_be_requeued_and_runs_once_its_node_is_clean(cluste
         job_id = c.sbatch("-w", "n01", "-o", "/dev/null", "--wrap", f"echo $SLURM_RESTART_COUNT >> {runs}",
                           env=c.user_env(*NOBODY))
         saw(seen, f"epilog_slurmd.{job_id}.n01")
-        assert c.job(job_id)["state"] == "COMPLETING"
+        # the agent starts the Epilog as the job's end travels to the controller: wait for it there
+        c.wait_state(job_id, "COMPLETING")
         c.run("scontrol", "requeue", str(job_id))
         job = c.job(job_id)
         assert (job["state"], job["restart_count"]) == ("PENDING", 1), job
