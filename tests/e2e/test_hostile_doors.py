@@ -382,7 +382,9 @@ ESCAPE = """#!/bin/sh
 # a double fork into a session of its own: the burner's parent exits, it is nobody's child
 (setsid sh -c 'echo $$ > {pidfile}; while :; do :; done' &)
 while [ ! -s {pidfile} ]; do sleep 0.1; done
-sleep 2
+# until the burner has used 2 s of CPU (a loaded machine gives it less than that in 2 s of wall time)
+burner=$(cat {pidfile}); tick=$(getconf CLK_TCK)
+while set -- $(cut -d' ' -f14,15 /proc/$burner/stat) && [ $(($1 + $2)) -lt $((2 * tick)) ]; do sleep 0.1; done
 """
 
 
