@@ -70,8 +70,6 @@ class NowLevels:
     start: a copy of a 25,000-node mapping at every start would cost more than the placing. No
     running job's end is known here, so nothing is given back."""
 
-    quick = True  # the select plugin's index answers for these levels
-
     def __init__(self, snapshot: Snapshot, nodes: NodeMemo):
         self.nodes = nodes
         self.free, self.with_cpus, self.copied = nodes.free, nodes.with_cpus, False
@@ -120,7 +118,7 @@ class Planner:
         self.snapshot, self.select, self.now = snapshot, select, snapshot.now
         self.candidates = Candidates(snapshot, nodes)  # refreshes the memo the levels read
         self.levels = levels(snapshot, nodes)
-        self.quick = isinstance(self.levels, NowLevels)
+        self.quick = isinstance(self.levels, NowLevels)  # the select plugin's index follows these levels
         self.gpus = gpu_ledger(snapshot, nodes)
         self.meter = PowerMeter(snapshot.power, snapshot.running) if snapshot.power is not None else None
         self.power = power_plan(self.meter, snapshot.running, self.now, power_grace_s) \
